@@ -1,0 +1,108 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <string>
+
+namespace kwd {
+namespace {
+
+std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+
+const char* LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
+  }
+  return "info";
+}
+
+void AppendValue(std::string& out, std::string_view value) {
+  bool quote = value.empty();
+  for (char c : value) {
+    if (c == ' ' || c == '"' || c == '=' || static_cast<unsigned char>(c) < 0x20) {
+      quote = true;
+      break;
+    }
+  }
+  if (!quote) {
+    out += value;
+    return;
+  }
+  out += '"';
+  for (char c : value) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += '?';
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+}  // namespace
+
+void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
+
+bool ParseLogLevel(std::string_view name, LogLevel* out) {
+  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    if (name == LevelName(l)) {
+      *out = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+void Log(LogLevel level, std::string_view component, std::string_view message,
+         std::initializer_list<LogField> fields) {
+  if (static_cast<int>(level) < g_level.load(std::memory_order_relaxed)) {
+    return;
+  }
+  auto now = std::chrono::system_clock::now();
+  auto secs = std::chrono::system_clock::to_time_t(now);
+  auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char ts[96];
+  std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(millis));
+  std::string line;
+  line.reserve(128);
+  line += "ts=";
+  line += ts;
+  line += " level=";
+  line += LevelName(level);
+  line += " component=";
+  AppendValue(line, component);
+  line += " msg=";
+  AppendValue(line, message);
+  for (const auto& [key, value] : fields) {
+    line += ' ';
+    line += key;
+    line += '=';
+    AppendValue(line, value);
+  }
+  line += '\n';
+  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
+}  // namespace kwd

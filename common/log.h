@@ -1,0 +1,21 @@
+#pragma once
+
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+
+namespace kwd {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+
+using LogField = std::pair<std::string_view, std::string_view>;
+
+// Structured log lines on stderr, logfmt style:
+//   ts=2026-11-30T10:00:00.123Z level=info component=compile msg="..." key=value
+// Thread-safe; one write(2) per line.
+void Log(LogLevel level, std::string_view component, std::string_view message,
+         std::initializer_list<LogField> fields = {});
+void SetLogLevel(LogLevel level);
+bool ParseLogLevel(std::string_view name, LogLevel* out);
+
+}  // namespace kwd

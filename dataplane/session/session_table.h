@@ -1,0 +1,84 @@
+#pragma once
+
+// The session table of identifiers that do not name their server
+// (JSESSIONID learned from Set-Cookie, sap-ext-sid recorded when first
+// balanced): SAP's shared-memory session ID table (wdisp/HTTP/
+// max_session_tab_entries, context_timeout). One table per LogonGroup; it
+// outlives routing-table swaps (SessionRegistry hands the same table to the
+// next RoutingTable for the same group key).
+//
+// Bounded (least recently used entry evicted when full), expiring (idle
+// timeout, checked on lookup and while inserting), sharded (a mutex per shard,
+// no global lock; the shard is chosen by the key hash). Lookups of existing
+// keys never allocate. Time is passed in by the caller (injected clock).
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kwd::session {
+
+enum class TableKey : uint8_t { kJSessionId = 0, kSapExtSid = 1 };
+
+struct SessionTableOptions {
+  size_t max_entries = 50000;
+  int64_t idle_timeout_ms = 3600 * 1000;
+  size_t shards = 16;  // rounded up to a power of two
+};
+
+struct SessionTableStats {
+  size_t entries = 0;
+  uint64_t inserts = 0;
+  uint64_t evictions = 0;  // removed to make room
+  uint64_t expirations = 0;
+};
+
+class SessionTable {
+ public:
+  explicit SessionTable(SessionTableOptions options);
+  ~SessionTable();
+  SessionTable(const SessionTable&) = delete;
+  SessionTable& operator=(const SessionTable&) = delete;
+
+  // Copies the server name into `server_out` (capacity `server_capacity`) and
+  // returns its length, refreshing the entry's idle time; returns -1 when the
+  // key is unknown or expired.
+  int Lookup(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+             size_t server_capacity);
+  // Inserts or overwrites.
+  void Record(TableKey kind, std::string_view session_id, std::string_view server, int64_t now_ms);
+  void Erase(TableKey kind, std::string_view session_id);
+  // Applies new limits (entries beyond a smaller max are evicted lazily).
+  void Reconfigure(SessionTableOptions options);
+
+  SessionTableStats Stats() const;
+
+ private:
+  struct Shard;
+  std::unique_ptr<Shard[]> shards_;
+  size_t shard_mask_ = 0;
+  // Per-shard limits derived from the options.
+  std::atomic<size_t> max_per_shard_{0};
+  std::atomic<int64_t> idle_timeout_ms_{0};
+};
+
+// Keeps one SessionTable per group key across snapshot swaps. Thread-safe;
+// called when a routing table is built, never per request.
+class SessionRegistry {
+ public:
+  std::shared_ptr<SessionTable> TableFor(const std::string& group_key,
+                                         const SessionTableOptions& options);
+  // Drops the tables of groups that are not in `live_group_keys` (sorted).
+  void Retain(const std::vector<std::string>& live_group_keys);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<SessionTable>> tables_;
+};
+
+}  // namespace kwd::session
