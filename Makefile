@@ -1,0 +1,48 @@
+# kwd: the README's commands. `make test` is what CI runs (.ci/run).
+BUILD_DIR  ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS       ?= $(shell nproc)
+FUZZ_SECONDS ?= 20
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test unit fuzz-smoke bench format clean help
+
+all: build
+
+help:
+	@echo "make build       build build/kwd-controller and build/kwd-proxy"
+	@echo "make test        install missing Debian packages, build, run every test (ctest) and a short fuzz run"
+	@echo "make bench       build and run the benchmarks (not part of make test)"
+	@echo "make format      clang-format the sources"
+
+deps:
+	@./scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+unit: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+# A short libFuzzer run per target on top of the corpus replays that ctest runs.
+fuzz-smoke: deps
+	@for t in $$(ls tests/fuzz/*_fuzz.cc 2>/dev/null | xargs -n1 basename | sed 's/_fuzz.cc//'); do \
+	  ./tests/fuzz/run_fuzz.sh $$t $(FUZZ_SECONDS) || exit 1; \
+	done
+
+test: unit fuzz-smoke
+
+bench: deps
+	@KWD_BENCH_DEPS=1 ./scripts/install-deps.sh
+	@cmake -S . -B $(BUILD_DIR)-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DKWD_BUILD_TESTS=OFF -DKWD_BUILD_BENCH=ON >/dev/null
+	@cmake --build $(BUILD_DIR)-bench -j $(JOBS)
+	@./scripts/run-benchmarks.sh $(BUILD_DIR)-bench
+
+format:
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	@rm -rf $(BUILD_DIR) $(BUILD_DIR)-bench build-fuzz

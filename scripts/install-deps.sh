@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kwd needs to build, test and benchmark,
+# skipping those already present. Needs root (or sudo) only when something
+# is missing.
+set -euo pipefail
+
+packages=(
+  # build
+  cmake ninja-build g++ make pkg-config ccache git
+  # libraries (Debian only; nothing vendored)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libcpprest-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
+  libboost-dev libyaml-cpp-dev
+  # tests and fuzzing
+  libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl
+  # benchmarks
+  libbenchmark-dev
+)
+if [[ "${KWD_BENCH_DEPS:-0}" == 1 ]]; then
+  packages+=(haproxy nginx wrk)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+if [[ $(id -u) != 0 ]]; then
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
