@@ -1,0 +1,42 @@
+#pragma once
+
+// Thin helpers over BSD sockets: non-blocking, close-on-exec, IPv4 and IPv6.
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <string>
+#include <string_view>
+
+namespace kwd::net {
+
+struct Endpoint {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  std::string ToString() const;
+  uint16_t port() const;
+};
+
+// Parses "host:port", "[v6]:port" or ":port" (any address). Numeric hosts
+// only; "localhost" is accepted as 127.0.0.1. Returns false with `error` set.
+bool ParseEndpoint(std::string_view text, Endpoint* out, std::string* error);
+// Numeric address plus port.
+bool MakeEndpoint(std::string_view address, uint16_t port, Endpoint* out);
+
+// A listening socket with SO_REUSEADDR and, when `reuse_port`, SO_REUSEPORT
+// (one listener per worker, the kernel spreads connections). Returns the fd
+// or -1 with `error` set.
+int Listen(const Endpoint& endpoint, bool reuse_port, int backlog, std::string* error);
+// Starts a non-blocking connect; returns the fd (connection in progress or
+// established) or -1.
+int ConnectNonBlocking(const Endpoint& endpoint, int* error_number);
+// The address a socket is bound to.
+Endpoint LocalEndpoint(int fd);
+Endpoint PeerEndpoint(int fd);
+void SetNoDelay(int fd);
+// Pending socket error (SO_ERROR), 0 when none.
+int SocketError(int fd);
+// The numeric address of an endpoint without port ("10.0.0.1", "::1").
+std::string AddressString(const Endpoint& endpoint);
+
+}  // namespace kwd::net

@@ -1,0 +1,128 @@
+#include "dataplane/net/event_loop.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+namespace kwd::net {
+namespace {
+
+struct Recorder {
+  EventLoop* loop;
+  std::vector<int>* order;
+  int id;
+  Timer timer{this, [](void* self) {
+                auto* r = static_cast<Recorder*>(self);
+                r->order->push_back(r->id);
+                if (r->order->size() == 3) {
+                  r->loop->Stop();
+                }
+              }};
+};
+
+TEST(EventLoopTest, TimersFireInDeadlineOrder) {
+  EventLoop loop;
+  std::vector<int> order;
+  Recorder a{&loop, &order, 1};
+  Recorder b{&loop, &order, 2};
+  Recorder c{&loop, &order, 3};
+  loop.Schedule(&c.timer, 60);
+  loop.Schedule(&a.timer, 0);
+  loop.Schedule(&b.timer, 30);
+  int64_t start = MonotonicMs();
+  loop.Run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_GE(MonotonicMs() - start, 60);
+}
+
+TEST(EventLoopTest, CancelledAndRearmedTimers) {
+  EventLoop loop;
+  std::vector<int> order;
+  Recorder a{&loop, &order, 1};
+  Recorder b{&loop, &order, 2};
+  Recorder c{&loop, &order, 3};
+  Recorder stopper{&loop, &order, 4};
+  loop.Schedule(&a.timer, 10);
+  loop.Cancel(&a.timer);
+  EXPECT_FALSE(a.timer.armed());
+  loop.Schedule(&b.timer, 10);
+  loop.Schedule(&b.timer, 40);  // re-armed later
+  loop.Schedule(&c.timer, 20);
+  loop.Schedule(&stopper.timer, 50);
+  loop.Run();
+  EXPECT_EQ(order, (std::vector<int>{3, 2, 4}));
+}
+
+TEST(EventLoopTest, TimerBeyondOneWheelTurnWaitsForItsDeadline) {
+  EventLoop loop;
+  std::vector<int> order;
+  Recorder far{&loop, &order, 1};
+  loop.Schedule(&far.timer, 10240 + 30);  // lands in a slot that comes round early
+  Recorder near{&loop, &order, 2};
+  loop.Schedule(&near.timer, 20);
+  loop.Post([&] {});
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    loop.Stop();
+  });
+  loop.Run();
+  stopper.join();
+  EXPECT_EQ(order, (std::vector<int>{2}));
+  EXPECT_TRUE(far.timer.armed());
+}
+
+TEST(EventLoopTest, PostRunsOnTheLoopThread) {
+  EventLoop loop;
+  std::thread::id ran_on;
+  std::thread poster([&] {
+    loop.Post([&] {
+      ran_on = std::this_thread::get_id();
+      loop.Stop();
+    });
+  });
+  loop.Run();
+  poster.join();
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+struct Reader : IoHandler {
+  EventLoop* loop;
+  int fd;
+  std::string got;
+  void OnIo(uint32_t events) override {
+    char buf[64];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) {
+      got.append(buf, n);
+    }
+    if (got.size() >= 5) {
+      loop->Stop();
+    }
+  }
+};
+
+TEST(EventLoopTest, DeliversReadinessEdgeTriggered) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  EventLoop loop;
+  Reader reader;
+  reader.loop = &loop;
+  reader.fd = fds[0];
+  ASSERT_TRUE(loop.Add(fds[0], EPOLLIN | EPOLLET, &reader));
+  std::thread writer([&] {
+    ASSERT_EQ(write(fds[1], "hel", 3), 3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(write(fds[1], "lo", 2), 2);
+  });
+  loop.Run();
+  writer.join();
+  EXPECT_EQ(reader.got, "hello");
+  close(fds[0]);
+  close(fds[1]);
+}
+
+}  // namespace
+}  // namespace kwd::net

@@ -1,0 +1,67 @@
+#include "dataplane/net/socket.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+namespace kwd::net {
+namespace {
+
+TEST(SocketTest, ParsesEndpoints) {
+  struct Case {
+    const char* text;
+    bool ok;
+    const char* canonical;
+  };
+  const Case cases[] = {
+      {"127.0.0.1:8080", true, "127.0.0.1:8080"},
+      {"0.0.0.0:0", true, "0.0.0.0:0"},
+      {":9901", true, "0.0.0.0:9901"},
+      {"[::1]:443", true, "[::1]:443"},
+      {"localhost:80", true, "127.0.0.1:80"},
+      {"127.0.0.1", false, ""},
+      {"127.0.0.1:99999", false, ""},
+      {"127.0.0.1:8x", false, ""},
+      {"example.com:80", false, ""},
+      {"[::1:80", false, ""},
+  };
+  for (const auto& c : cases) {
+    Endpoint e;
+    std::string error;
+    EXPECT_EQ(ParseEndpoint(c.text, &e, &error), c.ok) << c.text;
+    if (c.ok) {
+      EXPECT_EQ(e.ToString(), c.canonical);
+    } else {
+      EXPECT_FALSE(error.empty()) << c.text;
+    }
+  }
+}
+
+TEST(SocketTest, ListensOnAnEphemeralPortAndConnects) {
+  Endpoint e;
+  std::string error;
+  ASSERT_TRUE(ParseEndpoint("127.0.0.1:0", &e, &error));
+  int listener = Listen(e, true, 16, &error);
+  ASSERT_GE(listener, 0) << error;
+  Endpoint bound = LocalEndpoint(listener);
+  EXPECT_NE(bound.port(), 0);
+  int err = 0;
+  int client = ConnectNonBlocking(bound, &err);
+  ASSERT_GE(client, 0);
+  close(client);
+  close(listener);
+}
+
+TEST(SocketTest, ListenReportsBindFailure) {
+  Endpoint e;
+  std::string error;
+  ASSERT_TRUE(ParseEndpoint("127.0.0.1:0", &e, &error));
+  int first = Listen(e, false, 16, &error);
+  ASSERT_GE(first, 0);
+  Endpoint taken = LocalEndpoint(first);
+  EXPECT_EQ(Listen(taken, false, 16, &error), -1);
+  EXPECT_NE(error.find("bind 127.0.0.1:"), std::string::npos) << error;
+  close(first);
+}
+
+}  // namespace
+}  // namespace kwd::net
