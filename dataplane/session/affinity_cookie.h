@@ -10,6 +10,7 @@
 // as-is (instance and pod names are cookie-safe). Verification is constant
 // time and does not allocate.
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,10 @@ class AffinityCookieCodec {
 
  private:
   std::string key_;
+  // HMAC-SHA256 pad states keyed once at construction, so Verify only
+  // hashes the message (opaque here to keep OpenSSL out of the header).
+  struct HmacState;
+  std::shared_ptr<const HmacState> hmac_;
 };
 
 }  // namespace kwd::session

@@ -1,0 +1,136 @@
+#include "dataplane/session/affinity_cookie.h"
+
+#include <openssl/crypto.h>
+
+#include <array>
+#include <cstring>
+
+// The one-shot HMAC()/EVP APIs allocate a context per call (OPENSSL_malloc),
+// and Verify runs per request. The low-level SHA256_CTX is a plain struct,
+// so HMAC is computed from precomputed inner/outer pad states copied by
+// value: no allocation, constant work for a given input length. Those
+// functions are marked deprecated in OpenSSL 3 but are still shipped.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <openssl/sha.h>
+
+namespace kwd::session {
+namespace {
+
+constexpr size_t kMacBytes = 16;
+constexpr size_t kMacChars = 22;  // Base64url of 16 bytes, no padding
+constexpr size_t kBlockSize = 64;
+
+struct HmacPads {
+  SHA256_CTX inner;
+  SHA256_CTX outer;
+};
+
+HmacPads PrecomputePads(std::string_view key) {
+  std::array<unsigned char, kBlockSize> block{};
+  if (key.size() > kBlockSize) {
+    SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), block.data());
+  } else {
+    std::memcpy(block.data(), key.data(), key.size());
+  }
+  std::array<unsigned char, kBlockSize> pad{};
+  HmacPads pads;
+  for (size_t i = 0; i < kBlockSize; ++i) {
+    pad[i] = block[i] ^ 0x36;
+  }
+  SHA256_Init(&pads.inner);
+  SHA256_Update(&pads.inner, pad.data(), pad.size());
+  for (size_t i = 0; i < kBlockSize; ++i) {
+    pad[i] = block[i] ^ 0x5c;
+  }
+  SHA256_Init(&pads.outer);
+  SHA256_Update(&pads.outer, pad.data(), pad.size());
+  OPENSSL_cleanse(block.data(), block.size());
+  OPENSSL_cleanse(pad.data(), pad.size());
+  return pads;
+}
+
+// Base64url (no padding) of HMAC-SHA256(key, group_key "\n" server)[0:16].
+std::array<char, kMacChars> ComputeMac(const HmacPads& pads, std::string_view group_key,
+                                       std::string_view server) {
+  SHA256_CTX ctx = pads.inner;
+  SHA256_Update(&ctx, group_key.data(), group_key.size());
+  SHA256_Update(&ctx, "\n", 1);
+  SHA256_Update(&ctx, server.data(), server.size());
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest{};
+  SHA256_Final(digest.data(), &ctx);
+  ctx = pads.outer;
+  SHA256_Update(&ctx, digest.data(), digest.size());
+  SHA256_Final(digest.data(), &ctx);
+  OPENSSL_cleanse(&ctx, sizeof(ctx));
+
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::array<char, kMacChars> out{};
+  size_t o = 0;
+  size_t i = 0;
+  for (; i + 3 <= kMacBytes; i += 3) {
+    uint32_t v = (uint32_t{digest[i]} << 16) | (uint32_t{digest[i + 1]} << 8) | digest[i + 2];
+    out[o++] = kAlphabet[(v >> 18) & 63];
+    out[o++] = kAlphabet[(v >> 12) & 63];
+    out[o++] = kAlphabet[(v >> 6) & 63];
+    out[o++] = kAlphabet[v & 63];
+  }
+  // 16 = 5 * 3 + 1: one byte left, two characters.
+  uint32_t v = uint32_t{digest[i]} << 16;
+  out[o++] = kAlphabet[(v >> 18) & 63];
+  out[o++] = kAlphabet[(v >> 12) & 63];
+  return out;
+}
+
+}  // namespace
+
+struct AffinityCookieCodec::HmacState {
+  HmacPads pads;
+};
+
+AffinityCookieCodec::AffinityCookieCodec(std::string key)
+    : key_(std::move(key)),
+      hmac_(std::make_shared<const HmacState>(HmacState{PrecomputePads(key_)})) {}
+
+std::string AffinityCookieCodec::Encode(std::string_view group_key, std::string_view server) const {
+  std::array<char, kMacChars> mac = ComputeMac(hmac_->pads, group_key, server);
+  std::string value;
+  value.reserve(kMacChars + 1 + server.size());
+  value.append(mac.data(), mac.size());
+  value += '.';
+  value.append(server);
+  return value;
+}
+
+bool AffinityCookieCodec::Verify(std::string_view value, std::string_view group_key,
+                                 std::string_view* server) const {
+  if (value.size() < kMacChars + 2 || value[kMacChars] != '.') {
+    return false;
+  }
+  std::string_view claimed_server = value.substr(kMacChars + 1);
+  std::array<char, kMacChars> expected = ComputeMac(hmac_->pads, group_key, claimed_server);
+  if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
+    return false;
+  }
+  *server = claimed_server;
+  return true;
+}
+
+std::string AffinityCookieCodec::SetCookieValue(std::string_view name, std::string_view value,
+                                                bool secure) {
+  std::string out;
+  out.reserve(name.size() + value.size() + 48);
+  out.append(name);
+  out += '=';
+  out.append(value);
+  out += "; Path=/; HttpOnly; SameSite=Lax";
+  if (secure) {
+    out += "; Secure";
+  }
+  return out;
+}
+
+}  // namespace kwd::session
+
+#pragma GCC diagnostic pop

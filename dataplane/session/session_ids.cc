@@ -1,0 +1,406 @@
+#include "dataplane/session/session_ids.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "common/crypto.h"
+
+namespace kwd::session {
+namespace {
+
+constexpr std::string_view kContextIdName = "sap-contextid";
+constexpr std::string_view kContextIdBracketShortName = "s";
+constexpr std::string_view kJSessionIdCookie = "JSESSIONID";
+constexpr std::string_view kJSessionIdParam = "jsessionid";
+constexpr std::string_view kExtSidParam = "sap-ext-sid";
+constexpr std::string_view kSaplbPrefix = "saplb_";
+constexpr std::string_view kContextIdPrefix = "SID:ANON:";
+
+bool IsCookieSpace(char c) {
+  return c == ' ' || c == '\t';
+}
+
+std::string_view TrimSpaces(std::string_view s) {
+  while (!s.empty() && IsCookieSpace(s.front())) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && IsCookieSpace(s.back())) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+char AsciiLower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(b[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+// Instance names end up in logs, metrics lookups and server comparisons:
+// accept only visible ASCII so a decoded control byte never gets that far.
+bool IsVisibleAscii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+// "(<instance>)<rest>" -> instance and rest; false when malformed or the
+// instance is empty.
+bool SplitParenthesizedInstance(std::string_view value, std::string_view* instance,
+                                std::string_view* rest) {
+  if (value.size() < 3 || value.front() != '(') {
+    return false;
+  }
+  size_t close = value.find(')', 1);
+  if (close == std::string_view::npos || close == 1) {
+    return false;
+  }
+  std::string_view name = value.substr(1, close - 1);
+  if (!IsVisibleAscii(name) || name.find('(') != std::string_view::npos) {
+    return false;
+  }
+  *instance = name;
+  *rest = value.substr(close + 1);
+  return true;
+}
+
+// Bump allocator over SessionIds::scratch. Decoded values are only needed
+// when a value holds escapes, so plain values stay views into the request.
+class Scratch {
+ public:
+  explicit Scratch(SessionIds* ids) : ids_(ids) {}
+
+  size_t Available() const { return ids_->scratch.size() - ids_->scratch_used; }
+  char* Cursor() { return ids_->scratch.data() + ids_->scratch_used; }
+  size_t Mark() const { return ids_->scratch_used; }
+  void Release(size_t mark) { ids_->scratch_used = mark; }
+  void Consume(size_t n) { ids_->scratch_used += n; }
+
+  // Percent-decodes `in` when it needs it; false when it is malformed or does
+  // not fit.
+  bool Decode(std::string_view in, bool plus_is_space, std::string_view* out) {
+    bool needs_decoding = in.find('%') != std::string_view::npos ||
+                          (plus_is_space && in.find('+') != std::string_view::npos);
+    if (!needs_decoding) {
+      *out = in;
+      return true;
+    }
+    int n = PercentDecode(in, Cursor(), Available(), plus_is_space);
+    if (n < 0) {
+      return false;
+    }
+    *out = std::string_view(Cursor(), static_cast<size_t>(n));
+    Consume(static_cast<size_t>(n));
+    return true;
+  }
+
+ private:
+  SessionIds* ids_;
+};
+
+// URL-decodes a sap-contextid value and returns its instance; on failure the
+// scratch space it used is given back.
+std::string_view ContextIdInstanceFromEncoded(std::string_view encoded, bool plus_is_space,
+                                              Scratch* scratch) {
+  size_t mark = scratch->Mark();
+  std::string_view decoded;
+  if (!scratch->Decode(encoded, plus_is_space, &decoded)) {
+    scratch->Release(mark);
+    return {};
+  }
+  std::string_view instance = ContextIdInstance(decoded);
+  if (instance.empty()) {
+    scratch->Release(mark);
+  }
+  return instance;
+}
+
+struct CookieFindings {
+  std::string_view contextid;  // raw (still URL-encoded) value
+  bool has_contextid = false;
+  bool has_jsessionid = false;
+  bool has_affinity = false;
+};
+
+bool SaplbGroupSeen(const SessionIds& ids, std::string_view group) {
+  for (size_t i = 0; i < ids.saplb_count; ++i) {
+    if (ids.saplb[i].group == group) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void ReadCookies(const RequestParts& request, std::string_view affinity_cookie_name,
+                 SessionIds* out, CookieFindings* found, Scratch* scratch) {
+  for (std::string_view header : request.cookie_headers) {
+    std::string_view name;
+    std::string_view value;
+    while (NextCookie(&header, &name, &value)) {
+      // Checked apart from the others: a deployment may name the affinity
+      // cookie like one of the SAP cookies, and it must still be found.
+      if (!affinity_cookie_name.empty() && name == affinity_cookie_name && !found->has_affinity) {
+        found->has_affinity = true;
+        out->affinity_cookie = value;
+      }
+      if (name == kContextIdName) {
+        if (!found->has_contextid) {
+          found->has_contextid = true;
+          found->contextid = value;
+        }
+      } else if (name == kJSessionIdCookie) {
+        if (!found->has_jsessionid) {
+          found->has_jsessionid = true;
+          out->jsessionid = value;
+        }
+      } else if (name.starts_with(kSaplbPrefix) && name.size() > kSaplbPrefix.size()) {
+        std::string_view group = name.substr(kSaplbPrefix.size());
+        if (out->saplb_count >= SessionIds::kMaxSaplb || SaplbGroupSeen(*out, group)) {
+          continue;
+        }
+        // Java servers may send the value URL-encoded ("%28...%29").
+        size_t mark = scratch->Mark();
+        std::string_view decoded;
+        std::string_view instance;
+        std::string_view node;
+        if (scratch->Decode(value, /*plus_is_space=*/false, &decoded) &&
+            SplitParenthesizedInstance(decoded, &instance, &node)) {
+          out->saplb[out->saplb_count++] = SaplbCookie{group, instance};
+        } else {
+          scratch->Release(mark);
+        }
+      }
+    }
+  }
+}
+
+// First value of `key` (case-insensitive) in an "a=b&c=d" string.
+bool FindFormValue(std::string_view form, std::string_view key, std::string_view* value) {
+  while (!form.empty()) {
+    size_t amp = form.find('&');
+    std::string_view pair = form.substr(0, amp);
+    form = amp == std::string_view::npos ? std::string_view() : form.substr(amp + 1);
+    size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      continue;
+    }
+    if (EqualsIgnoreCase(pair.substr(0, eq), key)) {
+      *value = pair.substr(eq + 1);
+      return true;
+    }
+  }
+  return false;
+}
+
+struct PathParams {
+  std::string_view contextid;
+  std::string_view jsessionid;
+  std::string_view ext_sid;
+  bool has_contextid = false;
+  bool has_jsessionid = false;
+  bool has_ext_sid = false;
+};
+
+// ";name=value" path parameters; each ends at the next "/", ";" or "?".
+void ReadPathParams(std::string_view path, PathParams* params) {
+  size_t pos = path.find(';');
+  while (pos != std::string_view::npos) {
+    size_t start = pos + 1;
+    size_t end = path.find_first_of("/;?", start);
+    std::string_view param = path.substr(start, end == std::string_view::npos ? end : end - start);
+    size_t eq = param.find('=');
+    if (eq != std::string_view::npos) {
+      std::string_view name = param.substr(0, eq);
+      std::string_view value = param.substr(eq + 1);
+      if (EqualsIgnoreCase(name, kContextIdName) && !params->has_contextid) {
+        params->has_contextid = true;
+        params->contextid = value;
+      } else if (EqualsIgnoreCase(name, kJSessionIdParam) && !params->has_jsessionid) {
+        params->has_jsessionid = true;
+        params->jsessionid = value;
+      } else if (EqualsIgnoreCase(name, kExtSidParam) && !params->has_ext_sid) {
+        params->has_ext_sid = true;
+        params->ext_sid = value;
+      }
+    }
+    if (end == std::string_view::npos || path[end] == '?') {
+      break;
+    }
+    pos = path[end] == ';' ? end : path.find(';', end);
+  }
+}
+
+std::string_view ContextIdFromBracket(std::string_view bracket, Scratch* scratch) {
+  if (bracket.empty()) {
+    return {};
+  }
+  size_t mark = scratch->Mark();
+  int decoded_len = Base64Decode(bracket, scratch->Cursor(), scratch->Available());
+  if (decoded_len <= 0) {
+    return {};
+  }
+  std::string_view form(scratch->Cursor(), static_cast<size_t>(decoded_len));
+  scratch->Consume(static_cast<size_t>(decoded_len));
+  std::string_view value;
+  std::string_view instance;
+  if (FindFormValue(form, kContextIdBracketShortName, &value) ||
+      FindFormValue(form, kContextIdName, &value)) {
+    instance = ContextIdInstanceFromEncoded(value, /*plus_is_space=*/true, scratch);
+  }
+  if (instance.empty()) {
+    scratch->Release(mark);
+  }
+  return instance;
+}
+
+}  // namespace
+
+std::string_view ContextIdInstance(std::string_view decoded_value) {
+  if (!decoded_value.starts_with(kContextIdPrefix)) {
+    return {};
+  }
+  std::string_view rest = decoded_value.substr(kContextIdPrefix.size());
+  size_t colon = rest.find(':');
+  if (colon == 0 || colon == std::string_view::npos || colon + 1 == rest.size()) {
+    return {};
+  }
+  std::string_view instance = rest.substr(0, colon);
+  if (!IsVisibleAscii(instance)) {
+    return {};
+  }
+  return instance;
+}
+
+bool NextCookie(std::string_view* header, std::string_view* name, std::string_view* value) {
+  while (!header->empty()) {
+    size_t semicolon = header->find(';');
+    std::string_view pair = header->substr(0, semicolon);
+    *header =
+        semicolon == std::string_view::npos ? std::string_view() : header->substr(semicolon + 1);
+    size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      continue;  // RFC 6265 5.2: a pair without "=" is ignored
+    }
+    std::string_view pair_name = TrimSpaces(pair.substr(0, eq));
+    if (pair_name.empty()) {
+      continue;
+    }
+    std::string_view pair_value = TrimSpaces(pair.substr(eq + 1));
+    if (pair_value.size() >= 2 && pair_value.front() == '"' && pair_value.back() == '"') {
+      pair_value = pair_value.substr(1, pair_value.size() - 2);
+    }
+    *name = pair_name;
+    *value = pair_value;
+    return true;
+  }
+  return false;
+}
+
+int PercentDecode(std::string_view in, char* out, size_t capacity, bool plus_is_space) {
+  capacity = std::min(capacity, static_cast<size_t>(std::numeric_limits<int>::max()));
+  size_t n = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '%') {
+      if (in.size() - i < 3) {
+        return -1;
+      }
+      int hi = HexValue(in[i + 1]);
+      int lo = HexValue(in[i + 2]);
+      if (hi < 0 || lo < 0) {
+        return -1;
+      }
+      c = static_cast<char>((hi << 4) | lo);
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      c = ' ';
+    }
+    if (n >= capacity) {
+      return -1;
+    }
+    out[n++] = c;
+  }
+  return static_cast<int>(n);
+}
+
+void ExtractSessionIds(const RequestParts& request, std::string_view affinity_cookie_name,
+                       SessionIds* out) {
+  out->contextid_instance = {};
+  out->saplb_count = 0;
+  out->jsessionid = {};
+  out->jsessionid_instance = {};
+  out->ext_sid = {};
+  out->affinity_cookie = {};
+  out->scratch_used = 0;
+  Scratch scratch(out);
+
+  CookieFindings cookies;
+  ReadCookies(request, affinity_cookie_name, out, &cookies, &scratch);
+  PathParams params;
+  ReadPathParams(request.path, &params);
+
+  // sap-contextid, first source that yields an instance wins.
+  if (cookies.has_contextid) {
+    // Cookie values are not form-encoded: "+" is a literal plus.
+    out->contextid_instance =
+        ContextIdInstanceFromEncoded(cookies.contextid, /*plus_is_space=*/false, &scratch);
+  }
+  std::string_view query_value;
+  if (out->contextid_instance.empty() &&
+      FindFormValue(request.query, kContextIdName, &query_value)) {
+    out->contextid_instance =
+        ContextIdInstanceFromEncoded(query_value, /*plus_is_space=*/true, &scratch);
+  }
+  if (out->contextid_instance.empty() && params.has_contextid) {
+    out->contextid_instance =
+        ContextIdInstanceFromEncoded(params.contextid, /*plus_is_space=*/false, &scratch);
+  }
+  if (out->contextid_instance.empty()) {
+    out->contextid_instance = ContextIdFromBracket(request.bracket_segment, &scratch);
+  }
+
+  // JSESSIONID: the cookie first, then the path parameter. The raw value is
+  // the session-table key, exactly as the backend sent it.
+  if (!cookies.has_jsessionid && params.has_jsessionid) {
+    out->jsessionid = params.jsessionid;
+  }
+  std::string_view instance;
+  std::string_view rest;
+  if (SplitParenthesizedInstance(out->jsessionid, &instance, &rest) && rest.ends_with("End")) {
+    out->jsessionid_instance = instance;
+  }
+
+  if (params.has_ext_sid) {
+    std::string_view decoded;
+    size_t mark = scratch.Mark();
+    if (scratch.Decode(params.ext_sid, /*plus_is_space=*/false, &decoded) && !decoded.empty()) {
+      out->ext_sid = decoded;
+    } else {
+      scratch.Release(mark);
+    }
+  }
+}
+
+}  // namespace kwd::session

@@ -1,0 +1,275 @@
+#include "dataplane/session/session_table.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <unordered_set>
+
+namespace kwd::session {
+namespace {
+
+// Longer identifiers are not recorded: real JSESSIONID/sap-ext-sid values are
+// well below this, and the cap bounds what one client can make us store.
+constexpr size_t kMaxSessionIdLength = 1024;
+constexpr size_t kMaxServerLength = 255;
+
+struct LookupKey {
+  TableKey kind;
+  std::string_view id;
+};
+
+size_t HashKey(TableKey kind, std::string_view id) {
+  size_t h = std::hash<std::string_view>{}(id);
+  // Mixes the kind in so a JSESSIONID and an sap-ext-sid with the same text
+  // land in different slots.
+  return h ^ ((static_cast<size_t>(kind) + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+// One allocation per session: the header followed by the id and server
+// bytes. The LRU links are intrusive so reordering never allocates.
+struct Entry {
+  Entry* lru_prev = nullptr;
+  Entry* lru_next = nullptr;
+  int64_t last_used_ms = 0;
+  uint16_t id_length = 0;
+  uint8_t server_length = 0;
+  TableKey kind = TableKey::kJSessionId;
+
+  char* Bytes() { return reinterpret_cast<char*>(this + 1); }
+  const char* Bytes() const { return reinterpret_cast<const char*>(this + 1); }
+  std::string_view Id() const { return {Bytes(), id_length}; }
+  std::string_view Server() const { return {Bytes() + id_length, server_length}; }
+
+  static Entry* Create(TableKey kind, std::string_view id, std::string_view server,
+                       int64_t now_ms) {
+    void* memory = ::operator new(sizeof(Entry) + id.size() + server.size());
+    Entry* entry = new (memory) Entry();
+    entry->kind = kind;
+    entry->last_used_ms = now_ms;
+    entry->id_length = static_cast<uint16_t>(id.size());
+    entry->server_length = static_cast<uint8_t>(server.size());
+    std::memcpy(entry->Bytes(), id.data(), id.size());
+    std::memcpy(entry->Bytes() + id.size(), server.data(), server.size());
+    return entry;
+  }
+  static void Destroy(Entry* entry) {
+    entry->~Entry();
+    ::operator delete(entry);
+  }
+};
+static_assert(std::is_trivially_destructible_v<Entry>);
+
+struct EntryHash {
+  using is_transparent = void;
+  size_t operator()(const Entry* e) const { return HashKey(e->kind, e->Id()); }
+  size_t operator()(const LookupKey& k) const { return HashKey(k.kind, k.id); }
+};
+
+struct EntryEqual {
+  using is_transparent = void;
+  bool operator()(const Entry* a, const Entry* b) const {
+    return a->kind == b->kind && a->Id() == b->Id();
+  }
+  bool operator()(const LookupKey& k, const Entry* e) const {
+    return k.kind == e->kind && k.id == e->Id();
+  }
+  bool operator()(const Entry* e, const LookupKey& k) const { return (*this)(k, e); }
+};
+
+bool IsExpired(const Entry& entry, int64_t now_ms, int64_t idle_timeout_ms) {
+  // A non-positive timeout disables expiry.
+  return idle_timeout_ms > 0 && now_ms - entry.last_used_ms >= idle_timeout_ms;
+}
+
+size_t ShardCountFor(const SessionTableOptions& options) {
+  size_t shards = std::bit_ceil(std::max<size_t>(options.shards, 1));
+  // More shards than entries would let the table exceed max_entries (each
+  // shard holds at least one); fewer shards keep the bound exact.
+  if (options.max_entries > 0) {
+    shards = std::min(shards, std::bit_floor(options.max_entries));
+  }
+  return shards;
+}
+
+size_t PerShardLimit(size_t max_entries, size_t shard_count) {
+  if (max_entries == 0) {
+    return 0;
+  }
+  return std::max<size_t>(max_entries / shard_count, 1);
+}
+
+}  // namespace
+
+struct SessionTable::Shard {
+  std::mutex mu;
+  std::unordered_set<Entry*, EntryHash, EntryEqual> entries;
+  // Most recently used at the head, eviction candidates at the tail.
+  Entry* lru_head = nullptr;
+  Entry* lru_tail = nullptr;
+  uint64_t inserts = 0;
+  uint64_t evictions = 0;
+  uint64_t expirations = 0;
+
+  ~Shard() {
+    for (Entry* e : entries) {
+      Entry::Destroy(e);
+    }
+  }
+
+  void Unlink(Entry* e) {
+    (e->lru_prev ? e->lru_prev->lru_next : lru_head) = e->lru_next;
+    (e->lru_next ? e->lru_next->lru_prev : lru_tail) = e->lru_prev;
+    e->lru_prev = nullptr;
+    e->lru_next = nullptr;
+  }
+  void PushFront(Entry* e) {
+    e->lru_prev = nullptr;
+    e->lru_next = lru_head;
+    (lru_head ? lru_head->lru_prev : lru_tail) = e;
+    lru_head = e;
+  }
+  void Remove(Entry* e) {
+    Unlink(e);
+    entries.erase(e);
+    Entry::Destroy(e);
+  }
+  // The tail is the least recently used entry, so expired entries collect
+  // there; stops at the first live one.
+  void DropExpiredTail(int64_t now_ms, int64_t idle_timeout_ms) {
+    while (lru_tail != nullptr && IsExpired(*lru_tail, now_ms, idle_timeout_ms)) {
+      Remove(lru_tail);
+      ++expirations;
+    }
+  }
+};
+
+SessionTable::SessionTable(SessionTableOptions options) {
+  size_t shard_count = ShardCountFor(options);
+  shards_ = std::make_unique<Shard[]>(shard_count);
+  shard_mask_ = shard_count - 1;
+  Reconfigure(options);
+}
+
+SessionTable::~SessionTable() = default;
+
+void SessionTable::Reconfigure(SessionTableOptions options) {
+  // The shard count is fixed at construction (requests may be inside a
+  // shard right now); only the limits change.
+  max_per_shard_.store(PerShardLimit(options.max_entries, shard_mask_ + 1),
+                       std::memory_order_relaxed);
+  idle_timeout_ms_.store(options.idle_timeout_ms, std::memory_order_relaxed);
+}
+
+int SessionTable::Lookup(TableKey kind, std::string_view session_id, int64_t now_ms,
+                         char* server_out, size_t server_capacity) {
+  LookupKey key{kind, session_id};
+  size_t hash = HashKey(kind, session_id);
+  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.entries.find(key);
+  if (it == shard.entries.end()) {
+    return -1;
+  }
+  Entry* entry = *it;
+  if (IsExpired(*entry, now_ms, idle_timeout_ms)) {
+    shard.Remove(entry);
+    ++shard.expirations;
+    return -1;
+  }
+  std::string_view server = entry->Server();
+  if (server.size() > server_capacity) {
+    return -1;
+  }
+  entry->last_used_ms = std::max(entry->last_used_ms, now_ms);
+  shard.Unlink(entry);
+  shard.PushFront(entry);
+  std::memcpy(server_out, server.data(), server.size());
+  return static_cast<int>(server.size());
+}
+
+void SessionTable::Record(TableKey kind, std::string_view session_id, std::string_view server,
+                          int64_t now_ms) {
+  if (session_id.empty() || session_id.size() > kMaxSessionIdLength || server.empty() ||
+      server.size() > kMaxServerLength) {
+    return;
+  }
+  size_t limit = max_per_shard_.load(std::memory_order_relaxed);
+  if (limit == 0) {
+    return;
+  }
+  LookupKey key{kind, session_id};
+  size_t hash = HashKey(kind, session_id);
+  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.entries.find(key);
+  if (it != shard.entries.end()) {
+    Entry* existing = *it;
+    if (existing->Server() == server) {
+      existing->last_used_ms = std::max(existing->last_used_ms, now_ms);
+      shard.Unlink(existing);
+      shard.PushFront(existing);
+      return;
+    }
+    shard.Remove(existing);
+  }
+  shard.DropExpiredTail(now_ms, idle_timeout_ms);
+  // A smaller limit from Reconfigure is applied here, lazily.
+  while (shard.entries.size() >= limit && shard.lru_tail != nullptr) {
+    shard.Remove(shard.lru_tail);
+    ++shard.evictions;
+  }
+  Entry* entry = Entry::Create(kind, session_id, server, now_ms);
+  shard.entries.insert(entry);
+  shard.PushFront(entry);
+  ++shard.inserts;
+}
+
+void SessionTable::Erase(TableKey kind, std::string_view session_id) {
+  LookupKey key{kind, session_id};
+  size_t hash = HashKey(kind, session_id);
+  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  std::lock_guard lock(shard.mu);
+  auto it = shard.entries.find(key);
+  if (it != shard.entries.end()) {
+    shard.Remove(*it);
+  }
+}
+
+SessionTableStats SessionTable::Stats() const {
+  SessionTableStats stats;
+  for (size_t i = 0; i <= shard_mask_; ++i) {
+    Shard& shard = shards_[i];
+    std::lock_guard lock(shard.mu);
+    stats.entries += shard.entries.size();
+    stats.inserts += shard.inserts;
+    stats.evictions += shard.evictions;
+    stats.expirations += shard.expirations;
+  }
+  return stats;
+}
+
+std::shared_ptr<SessionTable> SessionRegistry::TableFor(const std::string& group_key,
+                                                        const SessionTableOptions& options) {
+  std::lock_guard lock(mu_);
+  auto it = tables_.find(group_key);
+  if (it != tables_.end()) {
+    it->second->Reconfigure(options);
+    return it->second;
+  }
+  auto table = std::make_shared<SessionTable>(options);
+  tables_.emplace(group_key, table);
+  return table;
+}
+
+void SessionRegistry::Retain(const std::vector<std::string>& live_group_keys) {
+  std::lock_guard lock(mu_);
+  std::erase_if(tables_, [&](const auto& item) {
+    return !std::binary_search(live_group_keys.begin(), live_group_keys.end(), item.first);
+  });
+}
+
+}  // namespace kwd::session
