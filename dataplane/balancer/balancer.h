@@ -1,0 +1,102 @@
+#pragma once
+
+// Balancing inside a LogonGroup (DESIGN.md section 5). One Balancer per group
+// per worker: its counters are worker-local and never locked. What it reads
+// about the servers (capacity, readiness, health, ping RTT) is shared and
+// read-only; health and RTT are atomics the health checker writes.
+//
+// The strategies follow HAProxy's lb_ops shape: one file per algorithm, a
+// factory keyed by the snapshot's Strategy.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kwd/v1/snapshot.pb.h"
+
+namespace kwd::balancer {
+
+// Runtime state of one server, written by the health checker on its own
+// thread and read by every worker. The routing layer keeps it per group key +
+// server name so that it survives snapshot swaps.
+struct ServerHealth {
+  std::atomic<bool> healthy{true};
+  std::atomic<int64_t> smoothed_rtt_us{0};  // 0: not measured yet
+};
+
+// What a balancer reads about one server.
+struct ServerInput {
+  uint32_t capacity = 1;                 // >= 1
+  bool ready = true;                     // SERVER_STATE_READY; draining servers get no new traffic
+  const ServerHealth* health = nullptr;  // null: healthy, no RTT known
+
+  bool Healthy() const {
+    return health == nullptr || health->healthy.load(std::memory_order_relaxed);
+  }
+  bool Usable() const { return ready && Healthy(); }
+  // Smoothed ping round-trip time in microseconds, 0 when unknown.
+  int64_t RttUs() const {
+    return health == nullptr ? 0 : health->smoothed_rtt_us.load(std::memory_order_relaxed);
+  }
+};
+
+class Balancer {
+ public:
+  // `load_reset_interval_ms` <= 0 never resets `assigned`.
+  Balancer(size_t server_count, int64_t load_reset_interval_ms);
+  virtual ~Balancer() = default;
+  Balancer(const Balancer&) = delete;
+  Balancer& operator=(const Balancer&) = delete;
+
+  virtual v1::Strategy strategy() const = 0;
+
+  // Chooses a usable server, counts the request against it (assigned and
+  // outstanding += 1) and returns its index; -1 when no server is usable.
+  // Does not allocate while the server count stays the same.
+  int Pick(std::span<const ServerInput> servers, int64_t now_ms);
+  // A request routed by stickiness to `index`: counted as load, the rotation
+  // of the strategy is unchanged.
+  void CountSticky(size_t index, int64_t now_ms);
+  // The response to a request counted against `index` arrived.
+  void Complete(size_t index);
+
+  // Carries the counters over to a new server list of the same group:
+  // new_to_old[i] is the previous index of new server i, or -1 for a new one.
+  virtual void Rebind(std::span<const int> new_to_old);
+
+  size_t size() const { return assigned_.size(); }
+  uint64_t assigned(size_t index) const { return assigned_[index]; }
+  uint64_t outstanding(size_t index) const { return outstanding_[index]; }
+
+ protected:
+  // Returns the index to use, or -1. Counting is done by Pick.
+  virtual int Choose(std::span<const ServerInput> servers) = 0;
+
+  // The weighted_round_robin rule, shared with adaptive's fallback: lowest
+  // (assigned + outstanding + 1) / capacity, ties to the earlier server.
+  int ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) const;
+
+  std::vector<uint64_t> assigned_;
+  std::vector<uint64_t> outstanding_;
+
+ private:
+  void Resize(size_t server_count);
+  void MaybeResetAssigned(int64_t now_ms);
+
+  int64_t load_reset_interval_ms_;
+  bool reset_scheduled_ = false;
+  int64_t next_reset_ms_ = 0;
+};
+
+// The balancer for `strategy` (STRATEGY_UNSPECIFIED: weighted_round_robin).
+std::unique_ptr<Balancer> MakeBalancer(v1::Strategy strategy, size_t server_count,
+                                       int64_t load_reset_interval_ms);
+
+// "weighted_round_robin", "simple_weighted_round_robin", "adaptive".
+std::string_view StrategyName(v1::Strategy strategy);
+
+}  // namespace kwd::balancer

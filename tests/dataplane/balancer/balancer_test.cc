@@ -1,0 +1,203 @@
+#include "dataplane/balancer/balancer.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace kwd::balancer {
+namespace {
+
+// A group's servers as the routing table would hand them to a balancer.
+struct Group {
+  std::deque<ServerHealth> health;  // stable addresses
+  std::vector<ServerInput> inputs;
+
+  void Add(uint32_t capacity, bool ready = true) {
+    health.emplace_back();
+    inputs.push_back(ServerInput{capacity, ready, &health.back()});
+  }
+};
+
+// Runs `count` sequential requests (each completed before the next) and
+// returns the chosen servers as letters A, B, C... ('-' for none).
+std::string Sequence(Balancer& balancer, const Group& group, int count, int64_t now_ms = 0) {
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    int chosen = balancer.Pick(group.inputs, now_ms);
+    out += chosen < 0 ? '-' : static_cast<char>('A' + chosen);
+    if (chosen >= 0) {
+      balancer.Complete(chosen);
+    }
+  }
+  return out;
+}
+
+TEST(BalancerTest, SeedSequences) {
+  struct Case {
+    const char* name;
+    v1::Strategy strategy;
+    std::vector<uint32_t> capacities;
+    int requests;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"wrr seed A6 B3", v1::STRATEGY_WEIGHTED_ROUND_ROBIN, {6, 3}, 12, "AABAABAABAAB"},
+      {"swrr seed A6 B3", v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN, {6, 3}, 15, "AAAAAABBBAAAAAA"},
+      {"wrr equal capacities alternate", v1::STRATEGY_WEIGHTED_ROUND_ROBIN, {1, 1, 1}, 6, "ABCABC"},
+      {"wrr ties go to the earlier server", v1::STRATEGY_WEIGHTED_ROUND_ROBIN, {2, 2}, 4, "ABAB"},
+      {"swrr capacity one each",
+       v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN,
+       {1, 2, 1},
+       8,
+       "ABBCABBC"},
+      {"adaptive without RTT is wrr", v1::STRATEGY_ADAPTIVE, {6, 3}, 6, "AABAAB"},
+      {"unspecified is wrr", v1::STRATEGY_UNSPECIFIED, {6, 3}, 6, "AABAAB"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Group group;
+    for (uint32_t capacity : c.capacities) {
+      group.Add(capacity);
+    }
+    auto balancer = MakeBalancer(c.strategy, group.inputs.size(), 25000);
+    EXPECT_EQ(Sequence(*balancer, group, c.requests), c.want);
+  }
+}
+
+TEST(BalancerTest, FactoryPicksTheStrategy) {
+  for (v1::Strategy strategy : {v1::STRATEGY_WEIGHTED_ROUND_ROBIN,
+                                v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN, v1::STRATEGY_ADAPTIVE}) {
+    EXPECT_EQ(MakeBalancer(strategy, 1, 0)->strategy(), strategy);
+  }
+  EXPECT_EQ(StrategyName(v1::STRATEGY_ADAPTIVE), "adaptive");
+}
+
+TEST(BalancerTest, WeightedRoundRobinCountsOutstanding) {
+  Group group;
+  group.Add(1);
+  group.Add(1);
+  auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, 2, 0);
+  // A is busy with two unanswered requests; B answers every time.
+  EXPECT_EQ(balancer->Pick(group.inputs, 0), 0);
+  EXPECT_EQ(balancer->Pick(group.inputs, 0), 1);
+  balancer->Complete(1);
+  // A: assigned 1 + outstanding 1 + 1 = 3; B: 1 + 0 + 1 = 2.
+  EXPECT_EQ(balancer->Pick(group.inputs, 0), 1);
+  EXPECT_EQ(balancer->outstanding(0), 1u);
+  EXPECT_EQ(balancer->outstanding(1), 1u);
+  EXPECT_EQ(balancer->assigned(1), 2u);
+  balancer->Complete(0);
+  balancer->Complete(0);  // an extra completion never underflows
+  EXPECT_EQ(balancer->outstanding(0), 0u);
+}
+
+TEST(BalancerTest, StickyRequestsCountAsLoad) {
+  Group group;
+  group.Add(1);
+  group.Add(1);
+  auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, 2, 0);
+  balancer->CountSticky(0, 0);
+  balancer->CountSticky(0, 0);
+  EXPECT_EQ(balancer->Pick(group.inputs, 0), 1);
+  EXPECT_EQ(balancer->outstanding(0), 2u);
+}
+
+TEST(BalancerTest, AssignedResetsEveryInterval) {
+  Group group;
+  group.Add(6);
+  group.Add(3);
+  auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, 2, 25000);
+  EXPECT_EQ(Sequence(*balancer, group, 3, 0), "AAB");
+  EXPECT_EQ(Sequence(*balancer, group, 1, 24999), "A");  // not yet reset: A=3,B=1
+  EXPECT_EQ(balancer->assigned(0), 3u);
+  EXPECT_EQ(Sequence(*balancer, group, 1, 25000), "A");  // reset: starts over
+  EXPECT_EQ(balancer->assigned(0), 1u);
+  EXPECT_EQ(balancer->assigned(1), 0u);
+  EXPECT_EQ(Sequence(*balancer, group, 5, 25001), "ABAAB");
+}
+
+TEST(BalancerTest, ZeroIntervalNeverResets) {
+  Group group;
+  group.Add(1);
+  auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, 1, 0);
+  Sequence(*balancer, group, 3, 0);
+  Sequence(*balancer, group, 1, int64_t{1} << 40);
+  EXPECT_EQ(balancer->assigned(0), 4u);
+}
+
+TEST(BalancerTest, UnusableServersAreSkipped) {
+  for (v1::Strategy strategy : {v1::STRATEGY_WEIGHTED_ROUND_ROBIN,
+                                v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN, v1::STRATEGY_ADAPTIVE}) {
+    SCOPED_TRACE(StrategyName(strategy));
+    Group group;
+    group.Add(2);
+    group.Add(1, /*ready=*/false);  // draining: no new traffic
+    group.Add(2);
+    auto balancer = MakeBalancer(strategy, 3, 0);
+    group.health[0].healthy = false;
+    EXPECT_EQ(Sequence(*balancer, group, 4), "CCCC");
+    group.health[2].healthy = false;
+    EXPECT_EQ(Sequence(*balancer, group, 2), "--");
+    group.health[0].healthy = true;
+    EXPECT_EQ(Sequence(*balancer, group, 1), "A");
+  }
+}
+
+TEST(BalancerTest, SimpleWeightedRoundRobinMovesOnWhenTheCurrentServerFails) {
+  Group group;
+  group.Add(3);
+  group.Add(2);
+  auto balancer = MakeBalancer(v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN, 2, 0);
+  EXPECT_EQ(Sequence(*balancer, group, 2), "AA");
+  group.health[0].healthy = false;
+  EXPECT_EQ(Sequence(*balancer, group, 3), "BBB");  // B repeats: it is the only one
+  group.health[0].healthy = true;
+  EXPECT_EQ(Sequence(*balancer, group, 4), "BAAA");
+}
+
+TEST(BalancerTest, AdaptivePrefersTheFasterServer) {
+  Group group;
+  group.Add(1);
+  group.Add(1);
+  group.health[0].smoothed_rtt_us = 2000;  // A is twice as slow
+  group.health[1].smoothed_rtt_us = 1000;
+  auto balancer = MakeBalancer(v1::STRATEGY_ADAPTIVE, 2, 0);
+  // Costs (n+1)*rtt: A 2000,4000,.. B 1000,2000,3000,..; ties to A.
+  EXPECT_EQ(Sequence(*balancer, group, 6), "BABBAB");
+}
+
+TEST(BalancerTest, AdaptiveUsesTheMeanForUnmeasuredServers) {
+  Group group;
+  group.Add(1);
+  group.Add(1);
+  group.Add(1);
+  group.health[0].smoothed_rtt_us = 1000;
+  group.health[1].smoothed_rtt_us = 3000;
+  // C is unmeasured: weighs the mean, 2000.
+  auto balancer = MakeBalancer(v1::STRATEGY_ADAPTIVE, 3, 0);
+  // A:1000,2000,3000,4000 B:3000,6000 C:2000,4000 -> A A? first A(1000), then
+  // A(2000) ties C(2000) -> A, then B(3000) A(3000) C(2000) -> C, then A(3000).
+  EXPECT_EQ(Sequence(*balancer, group, 4), "AACA");
+}
+
+TEST(BalancerTest, RebindCarriesCountersByServer) {
+  Group group;
+  group.Add(1);
+  group.Add(1);
+  auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, 2, 0);
+  balancer->Pick(group.inputs, 0);  // A, still outstanding
+  // New list: a new server first, then old B, then old A.
+  const int new_to_old[] = {-1, 1, 0};
+  balancer->Rebind(new_to_old);
+  ASSERT_EQ(balancer->size(), 3u);
+  EXPECT_EQ(balancer->outstanding(2), 1u);
+  EXPECT_EQ(balancer->assigned(2), 1u);
+  EXPECT_EQ(balancer->outstanding(0), 0u);
+  balancer->Complete(2);
+  EXPECT_EQ(balancer->outstanding(2), 0u);
+}
+
+}  // namespace
+}  // namespace kwd::balancer
