@@ -1,0 +1,29 @@
+#pragma once
+
+// The kwd-controller command line: `serve`, `compile` and `validate`.
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kwd::cli {
+
+// What `--source=` names.
+struct SourceSpec {
+  enum class Type { kDir, kKube };
+  Type type = Type::kDir;
+  std::string dir;  // for kDir
+};
+
+// Parses "dir:DIR" or "kube". On failure returns nullopt and sets `error`.
+std::optional<SourceSpec> ParseSource(std::string_view value, std::string* error);
+
+// Runs the command line `args` (without the program name) and returns the
+// process exit code: 0 success, 1 problems found or input unreadable, 2 usage.
+int RunController(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+int ControllerMain(int argc, char** argv);
+
+}  // namespace kwd::cli

@@ -1,0 +1,935 @@
+#include "controller/compile/compile.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/snapshot_io.h"
+
+namespace kwd::compile {
+namespace {
+
+using model::EndpointSlice;
+using model::LogonGroup;
+using model::ObjectSet;
+using model::UrlMapping;
+
+constexpr std::int64_t kUint32Max = std::numeric_limits<std::uint32_t>::max();
+
+constexpr std::string_view kDefaultAbapHealthPath = "/sap/public/icman/ping";
+constexpr std::string_view kDefaultJavaHealthPath = "/index.html";
+constexpr std::string_view kImplicitAbapDefaultGroup = "diag";
+constexpr std::string_view kImplicitJavaDefaultGroup = "j2ee";
+
+std::string AsciiLower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  return out;
+}
+
+std::string Quote(std::string_view text) {
+  return "\"" + std::string(text) + "\"";
+}
+
+std::string GroupKey(std::string_view ns, std::string_view name) {
+  return std::string(ns) + "/" + std::string(name);
+}
+
+std::string JoinStrings(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) {
+      out += separator;
+    }
+    out += parts[i];
+  }
+  return out;
+}
+
+std::optional<v1::Kind> ParseKind(std::string_view text, bool accept_j2ee) {
+  if (text == "abap") {
+    return v1::KIND_ABAP;
+  }
+  if (text == "java" || (accept_j2ee && text == "j2ee")) {
+    return v1::KIND_JAVA;
+  }
+  return std::nullopt;
+}
+
+std::string_view KindName(v1::Kind kind) {
+  return kind == v1::KIND_ABAP ? "abap" : "java";
+}
+
+// Collects what goes into an object's Accepted and ResolvedRefs conditions.
+class Findings {
+ public:
+  void Reject(std::string_view reason, std::string message) {
+    rejections_.push_back({std::string(reason), std::move(message)});
+  }
+  void Unresolved(std::string_view reason, std::string message) {
+    unresolved_.push_back({std::string(reason), std::move(message)});
+  }
+  // Something worth telling the user that does not reject the object.
+  void Note(std::string message) { notes_.push_back(std::move(message)); }
+
+  bool rejected() const { return !rejections_.empty(); }
+
+  std::vector<Condition> Conditions(const std::string& accepted_summary,
+                                    const std::string& resolved_summary) const {
+    return {Build(kAccepted, kReasonAccepted, accepted_summary, rejections_, notes_),
+            Build(kResolvedRefs, kReasonResolvedRefs, resolved_summary, unresolved_, {})};
+  }
+
+ private:
+  struct Problem {
+    std::string reason;
+    std::string message;
+  };
+
+  static Condition Build(std::string_view type, std::string_view ok_reason,
+                         const std::string& summary, const std::vector<Problem>& problems,
+                         const std::vector<std::string>& notes) {
+    Condition condition;
+    condition.type = std::string(type);
+    std::vector<std::string> messages;
+    if (problems.empty()) {
+      condition.status = "True";
+      condition.reason = std::string(ok_reason);
+      messages.push_back(summary);
+    } else {
+      condition.status = "False";
+      condition.reason = problems.front().reason;
+      for (const auto& problem : problems) {
+        messages.push_back(problem.message);
+      }
+    }
+    messages.insert(messages.end(), notes.begin(), notes.end());
+    condition.message = JoinStrings(messages, "; ");
+    return condition;
+  }
+
+  std::vector<Problem> rejections_;
+  std::vector<Problem> unresolved_;
+  std::vector<std::string> notes_;
+};
+
+// Applies a default and checks an integer range; out of range rejects the
+// object with InvalidField naming the field and the allowed values.
+std::uint32_t CheckedNumber(const std::optional<std::int64_t>& value, std::int64_t fallback,
+                            std::int64_t min, std::int64_t max, std::string_view field,
+                            Findings& findings) {
+  std::int64_t number = value.value_or(fallback);
+  if (number < min || number > max) {
+    findings.Reject(kReasonInvalidField, std::string(field) + ": must be an integer from " +
+                                             std::to_string(min) + " to " + std::to_string(max) +
+                                             ", got " + std::to_string(number));
+    return static_cast<std::uint32_t>(fallback);
+  }
+  return static_cast<std::uint32_t>(number);
+}
+
+// RFC 6265 cookie-name token characters.
+bool IsCookieToken(std::string_view name) {
+  if (name.empty()) {
+    return false;
+  }
+  constexpr std::string_view kSeparators = "()<>@,;:\\\"/[]?={} \t";
+  return std::all_of(name.begin(), name.end(), [&](char c) {
+    return c > 0x20 && c < 0x7f && kSeparators.find(c) == std::string_view::npos;
+  });
+}
+
+// A positive integer annotation value, or nullopt.
+std::optional<std::uint32_t> ParseCapacity(std::string_view text) {
+  if (text.empty() || text.size() > 10) {
+    return std::nullopt;
+  }
+  std::int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    value = value * 10 + (c - '0');
+  }
+  if (value < 1 || value > kUint32Max) {
+    return std::nullopt;
+  }
+  return static_cast<std::uint32_t>(value);
+}
+
+// EndpointSlices by (namespace, service name), each list in slice-name order.
+using SliceIndex = std::map<std::pair<std::string, std::string>, std::vector<const EndpointSlice*>>;
+
+SliceIndex IndexSlices(const ObjectSet& objects) {
+  SliceIndex index;
+  for (const auto& [key, slice] : objects.endpoint_slices()) {
+    auto label = slice.metadata.labels.find(std::string(model::kServiceNameLabel));
+    if (label == slice.metadata.labels.end()) {
+      continue;
+    }
+    index[{slice.metadata.namespace_, label->second}].push_back(&slice);
+  }
+  return index;
+}
+
+struct GroupResult {
+  std::optional<v1::Group> group;  // set when accepted
+  ObjectStatus status;
+};
+
+class LogonGroupCompiler {
+ public:
+  LogonGroupCompiler(const ObjectSet& objects, const SliceIndex& slices)
+      : objects_(objects), slices_(slices) {}
+
+  GroupResult Compile(const LogonGroup& lg) {
+    Findings findings;
+    const auto& spec = lg.spec;
+    v1::Group group;
+    group.set_key(GroupKey(lg.metadata.namespace_, lg.metadata.name));
+
+    v1::Kind kind = v1::KIND_ABAP;
+    if (spec.kind) {
+      if (auto parsed = ParseKind(*spec.kind, /*accept_j2ee=*/false)) {
+        kind = *parsed;
+      } else {
+        findings.Reject(kReasonInvalidKind,
+                        "spec.kind: " + Quote(*spec.kind) + " is not one of abap, java");
+      }
+    }
+    group.set_kind(kind);
+
+    std::string strategy_name = spec.strategy.value_or("weighted_round_robin");
+    if (strategy_name == "weighted_round_robin") {
+      group.set_strategy(v1::STRATEGY_WEIGHTED_ROUND_ROBIN);
+    } else if (strategy_name == "simple_weighted_round_robin") {
+      group.set_strategy(v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN);
+    } else if (strategy_name == "adaptive") {
+      group.set_strategy(v1::STRATEGY_ADAPTIVE);
+    } else {
+      findings.Reject(kReasonInvalidStrategy,
+                      "spec.strategy: " + Quote(strategy_name) +
+                          " is not one of weighted_round_robin, simple_weighted_round_robin, "
+                          "adaptive");
+    }
+
+    std::uint32_t default_capacity =
+        CheckedNumber(spec.default_capacity, 1, 1, kUint32Max, "spec.defaultCapacity", findings);
+    group.set_load_reset_interval_seconds(CheckedNumber(spec.load_reset_interval_seconds, 25, 1,
+                                                        kUint32Max, "spec.loadResetIntervalSeconds",
+                                                        findings));
+
+    CompileHealthCheck(spec.health_check, kind, group.mutable_health_check(), findings);
+    CompileSessionAffinity(spec.session_affinity, group.mutable_session_affinity(), findings);
+    CompileUpstreamTls(spec.upstream_tls, group.mutable_upstream_tls(), findings);
+
+    std::string resolved_summary;
+    CompileBackend(lg, default_capacity, &group, findings, &resolved_summary);
+
+    std::sort(group.mutable_servers()->begin(), group.mutable_servers()->end(),
+              [](const v1::Server& a, const v1::Server& b) { return a.name() < b.name(); });
+
+    int ready = 0;
+    int draining = 0;
+    for (const auto& server : group.servers()) {
+      if (server.state() == v1::SERVER_STATE_READY) {
+        ++ready;
+      } else {
+        ++draining;
+      }
+    }
+    std::string accepted_summary = "strategy " + strategy_name + ", " +
+                                   std::to_string(group.servers_size()) +
+                                   (group.servers_size() == 1 ? " server" : " servers");
+    if (draining > 0) {
+      accepted_summary += " (" + std::to_string(draining) + " draining)";
+    }
+
+    GroupResult result;
+    result.status.kind = std::string(model::kLogonGroupKind);
+    result.status.namespace_ = lg.metadata.namespace_;
+    result.status.name = lg.metadata.name;
+    result.status.generation = lg.metadata.generation;
+    result.status.conditions = findings.Conditions(accepted_summary, resolved_summary);
+    if (!findings.rejected()) {
+      result.status.ready_servers = ready;
+      result.group = std::move(group);
+    }
+    return result;
+  }
+
+ private:
+  static void CompileHealthCheck(const model::HealthCheckSpec& spec, v1::Kind kind,
+                                 v1::HealthCheck* out, Findings& findings) {
+    std::string path(kind == v1::KIND_ABAP ? kDefaultAbapHealthPath : kDefaultJavaHealthPath);
+    if (spec.path) {
+      if (spec.path->empty() || spec.path->front() != '/') {
+        findings.Reject(kReasonInvalidField,
+                        "spec.healthCheck.path: must start with /, got " + Quote(*spec.path));
+      } else {
+        path = *spec.path;
+      }
+    }
+    out->set_path(path);
+    out->set_interval_seconds(CheckedNumber(spec.interval_seconds, 25, 1, kUint32Max,
+                                            "spec.healthCheck.intervalSeconds", findings));
+    out->set_timeout_seconds(CheckedNumber(spec.timeout_seconds, 5, 1, kUint32Max,
+                                           "spec.healthCheck.timeoutSeconds", findings));
+    out->set_unhealthy_threshold(CheckedNumber(spec.unhealthy_threshold, 2, 1, kUint32Max,
+                                               "spec.healthCheck.unhealthyThreshold", findings));
+    out->set_healthy_threshold(CheckedNumber(spec.healthy_threshold, 1, 1, kUint32Max,
+                                             "spec.healthCheck.healthyThreshold", findings));
+  }
+
+  static void CompileSessionAffinity(const model::SessionAffinitySpec& spec,
+                                     v1::SessionAffinity* out, Findings& findings) {
+    static const std::map<std::string, v1::SessionIdentifier, std::less<>> kIdentifiers = {
+        {"sap-contextid", v1::SESSION_IDENTIFIER_SAP_CONTEXTID},
+        {"saplb", v1::SESSION_IDENTIFIER_SAPLB},
+        {"jsessionid", v1::SESSION_IDENTIFIER_JSESSIONID},
+        {"sap-ext-sid", v1::SESSION_IDENTIFIER_SAP_EXT_SID},
+    };
+    std::set<v1::SessionIdentifier> enabled;
+    if (spec.identifiers) {
+      for (const auto& name : *spec.identifiers) {
+        auto it = kIdentifiers.find(name);
+        if (it == kIdentifiers.end()) {
+          findings.Reject(kReasonInvalidField,
+                          "spec.sessionAffinity.identifiers: " + Quote(name) +
+                              " is not one of sap-contextid, saplb, jsessionid, sap-ext-sid");
+        } else {
+          enabled.insert(it->second);
+        }
+      }
+    } else {
+      for (const auto& [name, id] : kIdentifiers) {
+        enabled.insert(id);
+      }
+    }
+    for (auto id : enabled) {
+      out->add_identifiers(id);
+    }
+    out->set_session_table_max_entries(
+        CheckedNumber(spec.session_table.max_entries, 50000, 1, kUint32Max,
+                      "spec.sessionAffinity.sessionTable.maxEntries", findings));
+    out->set_session_table_idle_timeout_seconds(
+        CheckedNumber(spec.session_table.idle_timeout_seconds, 3600, 1, kUint32Max,
+                      "spec.sessionAffinity.sessionTable.idleTimeoutSeconds", findings));
+    out->set_affinity_cookie_enabled(spec.affinity_cookie.enabled.value_or(true));
+    std::string cookie = spec.affinity_cookie.name.value_or("kwd_affinity");
+    if (!IsCookieToken(cookie)) {
+      findings.Reject(kReasonInvalidField, "spec.sessionAffinity.affinityCookie.name: " +
+                                               Quote(cookie) + " is not a valid cookie name");
+    }
+    out->set_affinity_cookie_name(cookie);
+  }
+
+  static void CompileUpstreamTls(const model::UpstreamTlsSpec& spec, v1::UpstreamTls* out,
+                                 Findings& findings) {
+    std::string mode = spec.mode.value_or("none");
+    if (mode == "none") {
+      out->set_mode(v1::UPSTREAM_TLS_MODE_NONE);
+    } else if (mode == "reencrypt") {
+      out->set_mode(v1::UPSTREAM_TLS_MODE_REENCRYPT);
+    } else {
+      findings.Reject(kReasonInvalidField,
+                      "spec.upstreamTLS.mode: " + Quote(mode) + " is not one of none, reencrypt");
+    }
+    out->set_server_name(spec.server_name);
+    out->set_ca_secret(spec.ca_secret);
+  }
+
+  void CompileBackend(const LogonGroup& lg, std::uint32_t default_capacity, v1::Group* group,
+                      Findings& findings, std::string* resolved_summary) {
+    const auto& backend = lg.spec.backend;
+    bool has_service = backend && backend->service.has_value();
+    bool has_static = backend && backend->static_servers.has_value();
+    if (has_service == has_static) {
+      std::string message = std::string("spec.backend: exactly one of service or staticServers ") +
+                            "must be set, got " + (has_service ? "both" : "neither");
+      findings.Reject(kReasonInvalidBackend, message);
+      findings.Unresolved(kReasonInvalidBackend, message);
+      return;
+    }
+    if (has_static) {
+      CompileStaticServers(*backend->static_servers, default_capacity, group, findings);
+      *resolved_summary = "static servers";
+      return;
+    }
+    CompileServiceBackend(lg, *backend->service, default_capacity, group, findings,
+                          resolved_summary);
+  }
+
+  static void CompileStaticServers(const std::vector<model::StaticServer>& servers,
+                                   std::uint32_t default_capacity, v1::Group* group,
+                                   Findings& findings) {
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      const auto& in = servers[i];
+      std::string field = "spec.backend.staticServers[" + std::to_string(i) + "]";
+      if (in.name.empty()) {
+        findings.Reject(kReasonInvalidField, field + ".name: must not be empty");
+        continue;
+      }
+      if (!names.insert(in.name).second) {
+        findings.Reject(kReasonDuplicateServer,
+                        field + ".name: server name " + Quote(in.name) + " is used twice");
+        continue;
+      }
+      if (in.address.empty()) {
+        findings.Reject(kReasonInvalidField, field + ".address: must not be empty");
+      }
+      if (!in.port) {
+        findings.Reject(kReasonInvalidField, field + ".port: missing (1 to 65535)");
+      }
+      auto* server = group->add_servers();
+      server->set_name(in.name);
+      server->set_address(in.address);
+      server->set_port(CheckedNumber(in.port.value_or(1), 1, 1, 65535, field + ".port", findings));
+      server->set_capacity(CheckedNumber(in.capacity, default_capacity, 1, kUint32Max,
+                                         field + ".capacity", findings));
+      server->set_state(v1::SERVER_STATE_READY);
+    }
+  }
+
+  // The port of `slice` that `service.port` selects, or nullopt.
+  static std::optional<std::uint32_t> SelectPort(const std::optional<model::IntOrString>& wanted,
+                                                 const EndpointSlice& slice) {
+    auto valid = [](const std::optional<std::int64_t>& port) {
+      return port && *port >= 1 && *port <= 65535;
+    };
+    if (!wanted) {
+      if (slice.ports.size() == 1 && valid(slice.ports[0].port)) {
+        return static_cast<std::uint32_t>(*slice.ports[0].port);
+      }
+      return std::nullopt;
+    }
+    if (wanted->is_number) {
+      // A slice without ports exposes all ports of its endpoints.
+      if (slice.ports.empty()) {
+        return static_cast<std::uint32_t>(wanted->number);
+      }
+      for (const auto& port : slice.ports) {
+        if (valid(port.port) && *port.port == wanted->number) {
+          return static_cast<std::uint32_t>(*port.port);
+        }
+      }
+      return std::nullopt;
+    }
+    for (const auto& port : slice.ports) {
+      if (valid(port.port) && port.name == wanted->name) {
+        return static_cast<std::uint32_t>(*port.port);
+      }
+    }
+    return std::nullopt;
+  }
+
+  void CompileServiceBackend(const LogonGroup& lg, const model::ServiceBackend& service,
+                             std::uint32_t default_capacity, v1::Group* group, Findings& findings,
+                             std::string* resolved_summary) {
+    if (service.name.empty()) {
+      std::string message = "spec.backend.service.name: must not be empty";
+      findings.Reject(kReasonInvalidBackend, message);
+      findings.Unresolved(kReasonInvalidBackend, message);
+      return;
+    }
+    if (service.port) {
+      bool valid = service.port->is_number
+                       ? service.port->number >= 1 && service.port->number <= 65535
+                       : !service.port->name.empty();
+      if (!valid) {
+        std::string message =
+            "spec.backend.service.port: must be a port number from 1 to 65535 or a port name";
+        findings.Reject(kReasonInvalidField, message);
+        findings.Unresolved(kReasonInvalidField, message);
+        return;
+      }
+    }
+    const std::string& ns = lg.metadata.namespace_;
+    std::string service_ref = "Service " + GroupKey(ns, service.name);
+    auto it = slices_.find({ns, service.name});
+    if (it == slices_.end()) {
+      findings.Unresolved(kReasonNoEndpoints, "no EndpointSlice labelled " +
+                                                  std::string(model::kServiceNameLabel) + "=" +
+                                                  service.name + " in namespace " + ns);
+      return;
+    }
+
+    // Endpoint (address, port) -> server. The same endpoint can sit in two
+    // slices during a slice handover: keep one, preferring READY.
+    std::map<std::pair<std::string, std::uint32_t>, v1::Server> by_endpoint;
+    std::vector<std::string> unmatched_slices;
+    for (const EndpointSlice* slice : it->second) {
+      auto port = SelectPort(service.port, *slice);
+      if (!port) {
+        unmatched_slices.push_back(slice->metadata.name);
+        continue;
+      }
+      for (const auto& endpoint : slice->endpoints) {
+        if (endpoint.addresses.empty() || endpoint.addresses.front().empty()) {
+          continue;
+        }
+        const auto& conditions = endpoint.conditions;
+        v1::ServerState state;
+        if (conditions.IsReady()) {
+          state = v1::SERVER_STATE_READY;
+        } else if (conditions.IsServing() && conditions.IsTerminating()) {
+          state = v1::SERVER_STATE_DRAINING;
+        } else {
+          continue;
+        }
+        v1::Server server = MakeServer(*slice, endpoint, *port, state, default_capacity, findings);
+        auto key = std::make_pair(server.address(), server.port());
+        auto existing = by_endpoint.find(key);
+        if (existing == by_endpoint.end()) {
+          by_endpoint.emplace(key, std::move(server));
+        } else if (existing->second.state() != v1::SERVER_STATE_READY &&
+                   state == v1::SERVER_STATE_READY) {
+          existing->second = std::move(server);
+        }
+      }
+    }
+
+    // Server names must be unique: on a clash keep the READY one, then the
+    // lowest address:port (map order), and say which endpoint was left out.
+    std::map<std::string, v1::Server> by_name;
+    for (auto& [key, server] : by_endpoint) {
+      auto existing = by_name.find(server.name());
+      if (existing == by_name.end()) {
+        std::string name = server.name();
+        by_name.emplace(std::move(name), std::move(server));
+        continue;
+      }
+      v1::Server* dropped = &server;
+      if (existing->second.state() != v1::SERVER_STATE_READY &&
+          server.state() == v1::SERVER_STATE_READY) {
+        std::swap(existing->second, server);
+        dropped = &server;
+      }
+      findings.Note("endpoint " + dropped->address() + ":" + std::to_string(dropped->port()) +
+                    " left out: server name " + Quote(dropped->name()) + " is used twice");
+    }
+    for (auto& [name, server] : by_name) {
+      *group->add_servers() = std::move(server);
+    }
+
+    if (unmatched_slices.size() == it->second.size()) {
+      std::string wanted = !service.port ? std::string(
+                                               "(none given; a slice must "
+                                               "list exactly one port)")
+                           : service.port->is_number ? std::to_string(service.port->number)
+                                                     : Quote(service.port->name);
+      findings.Unresolved(kReasonPortNotFound,
+                          "no EndpointSlice of " + service_ref + " has port " + wanted +
+                              " (slices: " + JoinStrings(unmatched_slices, ", ") + ")");
+      return;
+    }
+    if (!unmatched_slices.empty()) {
+      findings.Note("EndpointSlices without the service port ignored: " +
+                    JoinStrings(unmatched_slices, ", "));
+    }
+    std::size_t slice_count = it->second.size() - unmatched_slices.size();
+    *resolved_summary = service_ref + ": " + std::to_string(slice_count) +
+                        (slice_count == 1 ? " EndpointSlice" : " EndpointSlices");
+  }
+
+  v1::Server MakeServer(const EndpointSlice& slice, const model::Endpoint& endpoint,
+                        std::uint32_t port, v1::ServerState state, std::uint32_t default_capacity,
+                        Findings& findings) {
+    v1::Server server;
+    server.set_address(endpoint.addresses.front());
+    server.set_port(port);
+    server.set_state(state);
+    server.set_capacity(default_capacity);
+    std::string name = endpoint.addresses.front();
+    if (endpoint.target_ref && !endpoint.target_ref->name.empty()) {
+      const auto& ref = *endpoint.target_ref;
+      std::string pod_ns = ref.namespace_.empty() ? slice.metadata.namespace_ : ref.namespace_;
+      name = ref.name;
+      if (ref.kind.empty() || ref.kind == model::kPodKind) {
+        server.set_pod(GroupKey(pod_ns, ref.name));
+        auto pod = objects_.pods().find({pod_ns, ref.name});
+        if (pod != objects_.pods().end()) {
+          const auto& annotations = pod->second.metadata.annotations;
+          auto instance = annotations.find(std::string(model::kInstanceNameAnnotation));
+          if (instance != annotations.end() && !instance->second.empty()) {
+            name = instance->second;
+          }
+          auto capacity = annotations.find(std::string(model::kCapacityAnnotation));
+          if (capacity != annotations.end()) {
+            if (auto parsed = ParseCapacity(capacity->second)) {
+              server.set_capacity(*parsed);
+            } else {
+              findings.Note(
+                  "pod " + server.pod() + ": annotation " +
+                  std::string(model::kCapacityAnnotation) + "=" + Quote(capacity->second) +
+                  " is not a positive integer, using capacity " + std::to_string(default_capacity));
+            }
+          }
+        }
+      }
+    }
+    server.set_name(name);
+    return server;
+  }
+
+  const ObjectSet& objects_;
+  const SliceIndex& slices_;
+};
+
+// ---- UrlMappings ----
+
+struct HostEntry {
+  v1::VirtualHost vhost;
+  std::string owner;  // "ns/name" of the UrlMapping that set the defaults
+  // Intended default group keys of the owner (explicit names even when they
+  // do not resolve), to detect a newer mapping that asks for other values.
+  std::string intended_abap;
+  std::string intended_java;
+  std::map<std::string, v1::Rule> rules;  // by prefix
+};
+
+struct ResolvedDefault {
+  std::string intended;  // the key asked for, "" when nothing was asked for
+  std::string resolved;  // the key in the snapshot, "" when none
+  bool explicit_ = false;
+};
+
+bool ValidHost(std::string_view host) {
+  if (host.empty()) {
+    return false;
+  }
+  if (host.substr(0, 2) == "*.") {
+    host.remove_prefix(2);
+    if (host.empty()) {
+      return false;
+    }
+  }
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+  });
+}
+
+bool ValidPrefix(std::string_view prefix) {
+  if (prefix.size() < 2 || prefix.front() != '/' || prefix.back() != '/') {
+    return false;
+  }
+  return std::none_of(prefix.begin(), prefix.end(),
+                      [](char c) { return c <= 0x20 || c == 0x7f || c == '?' || c == '#'; });
+}
+
+class UrlMappingCompiler {
+ public:
+  explicit UrlMappingCompiler(const std::set<std::string>& accepted_groups,
+                              const std::set<std::string>& existing_groups)
+      : accepted_groups_(accepted_groups), existing_groups_(existing_groups) {}
+
+  ObjectStatus Compile(const UrlMapping& um) {
+    Findings findings;
+    const auto& spec = um.spec;
+    const std::string& ns = um.metadata.namespace_;
+    std::string source = GroupKey(ns, um.metadata.name);
+
+    v1::Kind root = v1::KIND_JAVA;
+    bool valid_spec = true;
+    if (spec.default_root_handler) {
+      if (auto parsed = ParseKind(*spec.default_root_handler, /*accept_j2ee=*/true)) {
+        root = *parsed;
+      } else {
+        findings.Reject(kReasonInvalidField,
+                        "spec.defaultRootHandler: " + Quote(*spec.default_root_handler) +
+                            " is not one of abap, java (or j2ee)");
+        valid_spec = false;
+      }
+    }
+    std::vector<std::string> hosts;
+    for (const auto& raw : spec.hosts) {
+      std::string host = AsciiLower(raw);
+      if (!ValidHost(host)) {
+        findings.Reject(kReasonInvalidField,
+                        "spec.hosts: " + Quote(raw) + " is not a host name or *.suffix");
+        valid_spec = false;
+      } else if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) {
+        hosts.push_back(host);
+      }
+    }
+    if (spec.hosts.empty()) {
+      hosts.push_back("");
+    }
+
+    ResolvedDefault abap = ResolveDefault(ns, spec.default_groups.abap, kImplicitAbapDefaultGroup,
+                                          "spec.defaultGroups.abap", findings);
+    ResolvedDefault java = ResolveDefault(ns, spec.default_groups.java, kImplicitJavaDefaultGroup,
+                                          "spec.defaultGroups.java", findings);
+
+    // Rules, validated once for all hosts.
+    std::vector<v1::Rule> rules;
+    std::set<std::string> prefixes;
+    for (std::size_t i = 0; i < spec.rules.size(); ++i) {
+      const auto& in = spec.rules[i];
+      std::string field = "spec.rules[" + std::to_string(i) + "]";
+      std::string prefix = AsciiLower(in.prefix);
+      if (!ValidPrefix(prefix)) {
+        findings.Reject(kReasonInvalidRule,
+                        field + ".prefix: " + Quote(in.prefix) +
+                            " must start and end with / and not be / alone; rule dropped");
+        continue;
+      }
+      v1::Kind kind = v1::KIND_ABAP;  // URL mapping table entries are ICF (ABAP) prefixes
+      if (in.kind) {
+        auto parsed = ParseKind(*in.kind, /*accept_j2ee=*/true);
+        if (!parsed) {
+          findings.Reject(kReasonInvalidRule, field + ".kind: " + Quote(*in.kind) +
+                                                  " is not one of abap, java; rule dropped");
+          continue;
+        }
+        kind = *parsed;
+      }
+      if (!prefixes.insert(prefix).second) {
+        findings.Reject(kReasonInvalidRule,
+                        field + ".prefix: " + Quote(prefix) + " is listed twice; rule dropped");
+        continue;
+      }
+      v1::Rule rule;
+      rule.set_prefix(prefix);
+      rule.set_kind(kind);
+      rule.set_source(source);
+      if (in.logon_group) {
+        rule.set_group(ResolveGroupRef(ns, *in.logon_group, field + ".logonGroup", findings));
+      } else {
+        rule.set_group(kind == v1::KIND_ABAP ? abap.resolved : java.resolved);
+      }
+      rules.push_back(std::move(rule));
+    }
+
+    std::vector<v1::Permission> permissions;
+    for (std::size_t i = 0; i < spec.permissions.size(); ++i) {
+      const auto& in = spec.permissions[i];
+      std::string field = "spec.permissions[" + std::to_string(i) + "]";
+      v1::Permission permission;
+      if (in.action == "permit") {
+        permission.set_action(v1::PERMISSION_ACTION_PERMIT);
+      } else if (in.action == "deny") {
+        permission.set_action(v1::PERMISSION_ACTION_DENY);
+      } else if (in.action == "secure") {
+        permission.set_action(v1::PERMISSION_ACTION_SECURE);
+      } else {
+        findings.Reject(kReasonInvalidPermission, field + ".action: " + Quote(in.action) +
+                                                      " is not one of permit, deny, secure; "
+                                                      "entry dropped");
+        continue;
+      }
+      // Lowercased like the rules: the proxy matches paths ASCII
+      // case-insensitively, so a deny entry cannot be dodged by case.
+      std::string pattern = AsciiLower(in.pattern);
+      auto star = pattern.find('*', 1);
+      if (pattern.empty() || (star != std::string::npos && star != pattern.size() - 1)) {
+        findings.Reject(kReasonInvalidPermission,
+                        field + ".pattern: " + Quote(in.pattern) +
+                            " may hold * only at the start or the end; entry dropped");
+        continue;
+      }
+      permission.set_pattern(pattern);
+      permissions.push_back(std::move(permission));
+    }
+
+    if (valid_spec) {
+      for (const auto& host : hosts) {
+        ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java, rules,
+                    permissions, findings);
+      }
+    }
+
+    std::string where = spec.hosts.empty() ? "any host" : "hosts " + JoinStrings(hosts, ", ");
+    std::string summary =
+        std::to_string(rules.size()) + (rules.size() == 1 ? " rule, " : " rules, ") +
+        std::to_string(permissions.size()) +
+        (permissions.size() == 1 ? " permission" : " permissions") + " on " + where;
+    ObjectStatus status;
+    status.kind = std::string(model::kUrlMappingKind);
+    status.namespace_ = ns;
+    status.name = um.metadata.name;
+    status.generation = um.metadata.generation;
+    status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
+    return status;
+  }
+
+  // Virtual hosts sorted by host ("" first), rules sorted by prefix.
+  void AppendVirtualHosts(v1::Snapshot* snapshot) {
+    for (auto& [host, entry] : hosts_) {
+      for (auto& [prefix, rule] : entry.rules) {
+        *entry.vhost.add_rules() = std::move(rule);
+      }
+      *snapshot->add_virtual_hosts() = std::move(entry.vhost);
+    }
+  }
+
+ private:
+  // The key of an accepted LogonGroup, else "" plus LogonGroupNotFound.
+  std::string ResolveGroupRef(const std::string& ns, const std::string& name,
+                              const std::string& field, Findings& findings) {
+    std::string key = GroupKey(ns, name);
+    if (accepted_groups_.count(key) > 0) {
+      return key;
+    }
+    findings.Unresolved(
+        kReasonLogonGroupNotFound,
+        field + ": LogonGroup " + key +
+            (existing_groups_.count(key) > 0 ? " is not accepted" : " does not exist") +
+            " (requests answered 503)");
+    return "";
+  }
+
+  ResolvedDefault ResolveDefault(const std::string& ns, const std::optional<std::string>& name,
+                                 std::string_view implicit_name, const std::string& field,
+                                 Findings& findings) {
+    ResolvedDefault out;
+    if (name) {
+      out.explicit_ = true;
+      out.intended = GroupKey(ns, *name);
+      out.resolved = ResolveGroupRef(ns, *name, field, findings);
+      return out;
+    }
+    // The implicit SAP internal groups: used when they exist, no error when not.
+    std::string key = GroupKey(ns, implicit_name);
+    if (accepted_groups_.count(key) > 0) {
+      out.intended = key;
+      out.resolved = key;
+    }
+    return out;
+  }
+
+  void ApplyToHost(const std::string& host, const std::string& source, v1::Kind root,
+                   bool explicit_root, const ResolvedDefault& abap, const ResolvedDefault& java,
+                   const std::vector<v1::Rule>& rules,
+                   const std::vector<v1::Permission>& permissions, Findings& findings) {
+    std::string host_label = host.empty() ? "any host" : "host " + host;
+    auto [it, created] = hosts_.try_emplace(host);
+    HostEntry& entry = it->second;
+    if (created) {
+      entry.owner = source;
+      entry.vhost.set_host(host);
+      entry.vhost.set_default_root_handler(root);
+      entry.vhost.set_default_abap_group(abap.resolved);
+      entry.vhost.set_default_java_group(java.resolved);
+      entry.vhost.set_source(source);
+      entry.intended_abap = abap.intended;
+      entry.intended_java = java.intended;
+    } else {
+      std::vector<std::string> differing;
+      if (explicit_root && root != entry.vhost.default_root_handler()) {
+        differing.push_back("defaultRootHandler " + std::string(KindName(root)));
+      }
+      if (abap.explicit_ && abap.intended != entry.intended_abap) {
+        differing.push_back("defaultGroups.abap " + abap.intended);
+      }
+      if (java.explicit_ && java.intended != entry.intended_java) {
+        differing.push_back("defaultGroups.java " + java.intended);
+      }
+      if (!differing.empty()) {
+        findings.Reject(kReasonConflicted, JoinStrings(differing, ", ") + " ignored on " +
+                                               host_label + ": UrlMapping " + entry.owner +
+                                               " (older) sets the defaults there");
+      }
+    }
+    for (const auto& rule : rules) {
+      auto [rule_it, inserted] = entry.rules.try_emplace(rule.prefix(), rule);
+      if (!inserted) {
+        findings.Reject(kReasonConflicted, "rule " + rule.prefix() + " on " + host_label +
+                                               " dropped: UrlMapping " + rule_it->second.source() +
+                                               " (older) defines it");
+      }
+    }
+    for (const auto& permission : permissions) {
+      *entry.vhost.add_permissions() = permission;
+    }
+  }
+
+  const std::set<std::string>& accepted_groups_;
+  const std::set<std::string>& existing_groups_;
+  std::map<std::string, HostEntry> hosts_;
+};
+
+}  // namespace
+
+const Condition* ObjectStatus::Find(std::string_view type) const {
+  for (const auto& condition : conditions) {
+    if (condition.type == type) {
+      return &condition;
+    }
+  }
+  return nullptr;
+}
+
+CompileResult Compile(const ObjectSet& objects) {
+  CompileResult result;
+  v1::Snapshot& snapshot = result.snapshot;
+
+  SliceIndex slices = IndexSlices(objects);
+  LogonGroupCompiler group_compiler(objects, slices);
+  std::set<std::string> accepted_groups;
+  std::set<std::string> existing_groups;
+  for (const auto& [key, lg] : objects.logon_groups()) {
+    GroupResult compiled = group_compiler.Compile(lg);
+    existing_groups.insert(GroupKey(key.first, key.second));
+    if (compiled.group) {
+      accepted_groups.insert(compiled.group->key());
+      *snapshot.add_groups() = std::move(*compiled.group);
+    }
+    result.statuses.push_back(std::move(compiled.status));
+  }
+
+  // Older UrlMappings win conflicts: age is creationTimestamp (RFC 3339 in
+  // UTC compares as text; a missing one counts as oldest), then namespace/name.
+  std::vector<const UrlMapping*> by_age;
+  for (const auto& [key, um] : objects.url_mappings()) {
+    by_age.push_back(&um);
+  }
+  std::stable_sort(by_age.begin(), by_age.end(), [](const UrlMapping* a, const UrlMapping* b) {
+    return a->metadata.creation_timestamp < b->metadata.creation_timestamp;
+  });
+  UrlMappingCompiler mapping_compiler(accepted_groups, existing_groups);
+  std::vector<ObjectStatus> mapping_statuses;
+  for (const UrlMapping* um : by_age) {
+    mapping_statuses.push_back(mapping_compiler.Compile(*um));
+  }
+  mapping_compiler.AppendVirtualHosts(&snapshot);
+  std::sort(mapping_statuses.begin(), mapping_statuses.end(),
+            [](const ObjectStatus& a, const ObjectStatus& b) {
+              return std::tie(a.namespace_, a.name) < std::tie(b.namespace_, b.name);
+            });
+  for (auto& status : mapping_statuses) {
+    result.statuses.push_back(std::move(status));
+  }
+
+  for (const auto& [key, lg] : objects.logon_groups()) {
+    auto* source = snapshot.add_sources();
+    source->set_kind(std::string(model::kLogonGroupKind));
+    source->set_namespace_(key.first);
+    source->set_name(key.second);
+    source->set_generation(lg.metadata.generation);
+  }
+  for (const auto& [key, um] : objects.url_mappings()) {
+    auto* source = snapshot.add_sources();
+    source->set_kind(std::string(model::kUrlMappingKind));
+    source->set_namespace_(key.first);
+    source->set_name(key.second);
+    source->set_generation(um.metadata.generation);
+  }
+
+  StampSnapshotVersion(&snapshot);
+  return result;
+}
+
+}  // namespace kwd::compile

@@ -1,0 +1,63 @@
+#pragma once
+
+// The pure compile step: Kubernetes objects in, a routing snapshot plus one
+// status per LogonGroup/UrlMapping out. No I/O, clock, randomness or logging;
+// the same objects always give byte-identical output.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "controller/model/model.h"
+#include "kwd/v1/snapshot.pb.h"
+
+namespace kwd::compile {
+
+// Condition types and reasons (Kubernetes convention: CamelCase reasons).
+inline constexpr std::string_view kAccepted = "Accepted";
+inline constexpr std::string_view kResolvedRefs = "ResolvedRefs";
+
+inline constexpr std::string_view kReasonAccepted = "Accepted";
+inline constexpr std::string_view kReasonResolvedRefs = "ResolvedRefs";
+inline constexpr std::string_view kReasonInvalidBackend = "InvalidBackend";
+inline constexpr std::string_view kReasonInvalidKind = "InvalidKind";
+inline constexpr std::string_view kReasonInvalidStrategy = "InvalidStrategy";
+inline constexpr std::string_view kReasonInvalidField = "InvalidField";
+inline constexpr std::string_view kReasonDuplicateServer = "DuplicateServer";
+inline constexpr std::string_view kReasonNoEndpoints = "NoEndpoints";
+inline constexpr std::string_view kReasonPortNotFound = "PortNotFound";
+inline constexpr std::string_view kReasonInvalidRule = "InvalidRule";
+inline constexpr std::string_view kReasonInvalidPermission = "InvalidPermission";
+inline constexpr std::string_view kReasonConflicted = "Conflicted";
+inline constexpr std::string_view kReasonLogonGroupNotFound = "LogonGroupNotFound";
+
+struct Condition {
+  std::string type;
+  std::string status;  // "True" | "False"
+  std::string reason;
+  std::string message;
+
+  bool operator==(const Condition&) const = default;
+};
+
+struct ObjectStatus {
+  std::string kind;  // LogonGroup | UrlMapping
+  std::string namespace_;
+  std::string name;
+  std::int64_t generation = 0;        // becomes status.observedGeneration
+  std::int32_t ready_servers = 0;     // LogonGroup only
+  std::vector<Condition> conditions;  // Accepted, then ResolvedRefs
+
+  const Condition* Find(std::string_view type) const;
+  bool operator==(const ObjectStatus&) const = default;
+};
+
+struct CompileResult {
+  v1::Snapshot snapshot;               // version stamped; passes CheckSnapshot
+  std::vector<ObjectStatus> statuses;  // sorted by kind, namespace, name
+};
+
+CompileResult Compile(const model::ObjectSet& objects);
+
+}  // namespace kwd::compile

@@ -1,0 +1,5 @@
+#include "controller/cli/cli.h"
+
+int main(int argc, char** argv) {
+  return kwd::cli::ControllerMain(argc, argv);
+}

@@ -1,0 +1,576 @@
+#include "controller/model/model.h"
+
+#include <limits>
+#include <utility>
+
+namespace kwd::model {
+namespace {
+
+using nlohmann::json;
+
+std::string_view TypeName(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "a list";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number with a fraction";
+    default:
+      return "an unsupported value";
+  }
+}
+
+std::string Join(std::string_view path, std::string_view key) {
+  if (path.empty()) {
+    return std::string(key);
+  }
+  return std::string(path) + "." + std::string(key);
+}
+
+std::string Index(std::string_view path, std::size_t i) {
+  return std::string(path) + "[" + std::to_string(i) + "]";
+}
+
+// Reads typed fields and keeps the first shape error with its field path.
+// A JSON null counts as "absent", as the API server writes nulls for unset
+// lists and objects.
+class Reader {
+ public:
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  void Fail(std::string_view path, std::string_view message) {
+    if (error_.empty()) {
+      error_ = std::string(path) + ": " + std::string(message);
+    }
+  }
+
+  void FailType(std::string_view path, std::string_view expected, const json& got) {
+    Fail(path, "expected " + std::string(expected) + ", got " + std::string(TypeName(got)));
+  }
+
+  // The field's value, or nullptr when it is absent or null. Fails when
+  // `parent` is not an object.
+  const json* Field(const json& parent, std::string_view key) {
+    if (!parent.is_object()) {
+      return nullptr;
+    }
+    auto it = parent.find(key);
+    if (it == parent.end() || it->is_null()) {
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  // An object-valued field; nullptr when absent or on a type error.
+  const json* ObjectField(const json& parent, std::string_view key, std::string_view path) {
+    const json* value = Field(parent, key);
+    if (value != nullptr && !value->is_object()) {
+      FailType(path, "an object", *value);
+      return nullptr;
+    }
+    return value;
+  }
+
+  const json* ListField(const json& parent, std::string_view key, std::string_view path) {
+    const json* value = Field(parent, key);
+    if (value != nullptr && !value->is_array()) {
+      FailType(path, "a list", *value);
+      return nullptr;
+    }
+    return value;
+  }
+
+  void String(const json& parent, std::string_view key, std::string_view path, std::string* out) {
+    std::optional<std::string> value;
+    OptString(parent, key, path, &value);
+    if (value) {
+      *out = std::move(*value);
+    }
+  }
+
+  void OptString(const json& parent, std::string_view key, std::string_view path,
+                 std::optional<std::string>* out) {
+    const json* value = Field(parent, key);
+    if (value == nullptr) {
+      return;
+    }
+    if (!value->is_string()) {
+      FailType(path, "a string", *value);
+      return;
+    }
+    *out = value->get<std::string>();
+  }
+
+  void OptInt(const json& parent, std::string_view key, std::string_view path,
+              std::optional<std::int64_t>* out) {
+    const json* value = Field(parent, key);
+    if (value == nullptr) {
+      return;
+    }
+    if (value->is_number_unsigned()) {
+      auto number = value->get<std::uint64_t>();
+      if (number > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        Fail(path, "integer out of range");
+        return;
+      }
+      *out = static_cast<std::int64_t>(number);
+      return;
+    }
+    if (value->is_number_integer()) {
+      *out = value->get<std::int64_t>();
+      return;
+    }
+    FailType(path, "an integer", *value);
+  }
+
+  void Int(const json& parent, std::string_view key, std::string_view path, std::int64_t* out) {
+    std::optional<std::int64_t> value;
+    OptInt(parent, key, path, &value);
+    if (value) {
+      *out = *value;
+    }
+  }
+
+  void OptBool(const json& parent, std::string_view key, std::string_view path,
+               std::optional<bool>* out) {
+    const json* value = Field(parent, key);
+    if (value == nullptr) {
+      return;
+    }
+    if (!value->is_boolean()) {
+      FailType(path, "a boolean", *value);
+      return;
+    }
+    *out = value->get<bool>();
+  }
+
+  void StringMap(const json& parent, std::string_view key, std::string_view path,
+                 std::map<std::string, std::string>* out) {
+    const json* value = ObjectField(parent, key, path);
+    if (value == nullptr) {
+      return;
+    }
+    for (const auto& [name, entry] : value->items()) {
+      if (!entry.is_string()) {
+        FailType(Join(path, name), "a string", entry);
+        return;
+      }
+      (*out)[name] = entry.get<std::string>();
+    }
+  }
+
+  void StringList(const json& parent, std::string_view key, std::string_view path,
+                  std::vector<std::string>* out) {
+    const json* value = ListField(parent, key, path);
+    if (value == nullptr) {
+      return;
+    }
+    for (std::size_t i = 0; i < value->size(); ++i) {
+      const json& entry = (*value)[i];
+      if (!entry.is_string()) {
+        FailType(Index(path, i), "a string", entry);
+        return;
+      }
+      out->push_back(entry.get<std::string>());
+    }
+  }
+
+  // Each list element must be an object; `read` decodes one.
+  template <typename T, typename ReadOne>
+  void ObjectList(const json& parent, std::string_view key, std::string_view path,
+                  std::vector<T>* out, ReadOne read) {
+    const json* value = ListField(parent, key, path);
+    if (value == nullptr) {
+      return;
+    }
+    for (std::size_t i = 0; i < value->size() && ok(); ++i) {
+      const json& entry = (*value)[i];
+      std::string entry_path = Index(path, i);
+      if (!entry.is_object()) {
+        FailType(entry_path, "an object", entry);
+        return;
+      }
+      T item;
+      read(entry, entry_path, &item);
+      out->push_back(std::move(item));
+    }
+  }
+
+ private:
+  std::string error_;
+};
+
+void ReadMetadata(Reader& r, const json& object, ObjectMeta* meta) {
+  const json* metadata = r.ObjectField(object, "metadata", "metadata");
+  if (metadata == nullptr) {
+    if (r.ok()) {
+      r.Fail("metadata", "missing");
+    }
+    return;
+  }
+  r.String(*metadata, "name", "metadata.name", &meta->name);
+  if (r.ok() && meta->name.empty()) {
+    r.Fail("metadata.name", "missing");
+  }
+  r.String(*metadata, "namespace", "metadata.namespace", &meta->namespace_);
+  if (meta->namespace_.empty()) {
+    meta->namespace_ = "default";
+  }
+  r.String(*metadata, "uid", "metadata.uid", &meta->uid);
+  r.Int(*metadata, "generation", "metadata.generation", &meta->generation);
+  r.String(*metadata, "resourceVersion", "metadata.resourceVersion", &meta->resource_version);
+  r.String(*metadata, "creationTimestamp", "metadata.creationTimestamp", &meta->creation_timestamp);
+  r.StringMap(*metadata, "labels", "metadata.labels", &meta->labels);
+  r.StringMap(*metadata, "annotations", "metadata.annotations", &meta->annotations);
+}
+
+void ReadIntOrString(Reader& r, const json& parent, std::string_view key, std::string_view path,
+                     std::optional<IntOrString>* out) {
+  const json* value = r.Field(parent, key);
+  if (value == nullptr) {
+    return;
+  }
+  IntOrString port;
+  if (value->is_string()) {
+    port.name = value->get<std::string>();
+  } else if (value->is_number_integer() || value->is_number_unsigned()) {
+    std::optional<std::int64_t> number;
+    r.OptInt(parent, key, path, &number);
+    port.is_number = true;
+    port.number = number.value_or(0);
+  } else {
+    r.FailType(path, "a port number or name", *value);
+    return;
+  }
+  *out = std::move(port);
+}
+
+void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
+  r.OptString(spec, "kind", "spec.kind", &out->kind);
+  r.OptString(spec, "strategy", "spec.strategy", &out->strategy);
+  r.OptInt(spec, "defaultCapacity", "spec.defaultCapacity", &out->default_capacity);
+  r.OptInt(spec, "loadResetIntervalSeconds", "spec.loadResetIntervalSeconds",
+           &out->load_reset_interval_seconds);
+
+  if (const json* backend = r.ObjectField(spec, "backend", "spec.backend")) {
+    Backend b;
+    if (const json* service = r.ObjectField(*backend, "service", "spec.backend.service")) {
+      ServiceBackend s;
+      r.String(*service, "name", "spec.backend.service.name", &s.name);
+      ReadIntOrString(r, *service, "port", "spec.backend.service.port", &s.port);
+      b.service = std::move(s);
+    }
+    if (r.Field(*backend, "staticServers") != nullptr) {
+      std::vector<StaticServer> servers;
+      r.ObjectList(*backend, "staticServers", "spec.backend.staticServers", &servers,
+                   [&r](const json& entry, const std::string& path, StaticServer* server) {
+                     r.String(entry, "name", Join(path, "name"), &server->name);
+                     r.String(entry, "address", Join(path, "address"), &server->address);
+                     r.OptInt(entry, "port", Join(path, "port"), &server->port);
+                     r.OptInt(entry, "capacity", Join(path, "capacity"), &server->capacity);
+                   });
+      b.static_servers = std::move(servers);
+    }
+    out->backend = std::move(b);
+  }
+
+  if (const json* hc = r.ObjectField(spec, "healthCheck", "spec.healthCheck")) {
+    auto& h = out->health_check;
+    r.OptString(*hc, "path", "spec.healthCheck.path", &h.path);
+    r.OptInt(*hc, "intervalSeconds", "spec.healthCheck.intervalSeconds", &h.interval_seconds);
+    r.OptInt(*hc, "timeoutSeconds", "spec.healthCheck.timeoutSeconds", &h.timeout_seconds);
+    r.OptInt(*hc, "unhealthyThreshold", "spec.healthCheck.unhealthyThreshold",
+             &h.unhealthy_threshold);
+    r.OptInt(*hc, "healthyThreshold", "spec.healthCheck.healthyThreshold", &h.healthy_threshold);
+  }
+
+  if (const json* sa = r.ObjectField(spec, "sessionAffinity", "spec.sessionAffinity")) {
+    auto& a = out->session_affinity;
+    if (r.Field(*sa, "identifiers") != nullptr) {
+      std::vector<std::string> identifiers;
+      r.StringList(*sa, "identifiers", "spec.sessionAffinity.identifiers", &identifiers);
+      a.identifiers = std::move(identifiers);
+    }
+    if (const json* table =
+            r.ObjectField(*sa, "sessionTable", "spec.sessionAffinity.sessionTable")) {
+      r.OptInt(*table, "maxEntries", "spec.sessionAffinity.sessionTable.maxEntries",
+               &a.session_table.max_entries);
+      r.OptInt(*table, "idleTimeoutSeconds", "spec.sessionAffinity.sessionTable.idleTimeoutSeconds",
+               &a.session_table.idle_timeout_seconds);
+    }
+    if (const json* cookie =
+            r.ObjectField(*sa, "affinityCookie", "spec.sessionAffinity.affinityCookie")) {
+      r.OptBool(*cookie, "enabled", "spec.sessionAffinity.affinityCookie.enabled",
+                &a.affinity_cookie.enabled);
+      r.OptString(*cookie, "name", "spec.sessionAffinity.affinityCookie.name",
+                  &a.affinity_cookie.name);
+    }
+  }
+
+  if (const json* tls = r.ObjectField(spec, "upstreamTLS", "spec.upstreamTLS")) {
+    auto& t = out->upstream_tls;
+    r.OptString(*tls, "mode", "spec.upstreamTLS.mode", &t.mode);
+    r.String(*tls, "serverName", "spec.upstreamTLS.serverName", &t.server_name);
+    r.String(*tls, "caSecret", "spec.upstreamTLS.caSecret", &t.ca_secret);
+  }
+}
+
+void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
+  r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
+  r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
+  if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
+    r.OptString(*groups, "abap", "spec.defaultGroups.abap", &out->default_groups.abap);
+    r.OptString(*groups, "java", "spec.defaultGroups.java", &out->default_groups.java);
+  }
+  r.ObjectList(spec, "rules", "spec.rules", &out->rules,
+               [&r](const json& entry, const std::string& path, UrlRule* rule) {
+                 r.String(entry, "prefix", Join(path, "prefix"), &rule->prefix);
+                 r.OptString(entry, "kind", Join(path, "kind"), &rule->kind);
+                 r.OptString(entry, "logonGroup", Join(path, "logonGroup"), &rule->logon_group);
+               });
+  r.ObjectList(spec, "permissions", "spec.permissions", &out->permissions,
+               [&r](const json& entry, const std::string& path, PermissionEntry* permission) {
+                 r.String(entry, "action", Join(path, "action"), &permission->action);
+                 r.String(entry, "pattern", Join(path, "pattern"), &permission->pattern);
+               });
+}
+
+void ReadEndpointSlice(Reader& r, const json& object, EndpointSlice* out) {
+  r.String(object, "addressType", "addressType", &out->address_type);
+  r.ObjectList(
+      object, "endpoints", "endpoints", &out->endpoints,
+      [&r](const json& entry, const std::string& path, Endpoint* endpoint) {
+        r.StringList(entry, "addresses", Join(path, "addresses"), &endpoint->addresses);
+        std::string conditions_path = Join(path, "conditions");
+        if (const json* c = r.ObjectField(entry, "conditions", conditions_path)) {
+          r.OptBool(*c, "ready", Join(conditions_path, "ready"), &endpoint->conditions.ready);
+          r.OptBool(*c, "serving", Join(conditions_path, "serving"), &endpoint->conditions.serving);
+          r.OptBool(*c, "terminating", Join(conditions_path, "terminating"),
+                    &endpoint->conditions.terminating);
+        }
+        std::string ref_path = Join(path, "targetRef");
+        if (const json* ref = r.ObjectField(entry, "targetRef", ref_path)) {
+          ObjectReference target;
+          r.String(*ref, "kind", Join(ref_path, "kind"), &target.kind);
+          r.String(*ref, "namespace", Join(ref_path, "namespace"), &target.namespace_);
+          r.String(*ref, "name", Join(ref_path, "name"), &target.name);
+          r.String(*ref, "uid", Join(ref_path, "uid"), &target.uid);
+          endpoint->target_ref = std::move(target);
+        }
+        r.String(entry, "nodeName", Join(path, "nodeName"), &endpoint->node_name);
+        r.String(entry, "zone", Join(path, "zone"), &endpoint->zone);
+      });
+  r.ObjectList(object, "ports", "ports", &out->ports,
+               [&r](const json& entry, const std::string& path, EndpointPort* port) {
+                 r.String(entry, "name", Join(path, "name"), &port->name);
+                 r.OptInt(entry, "port", Join(path, "port"), &port->port);
+                 r.String(entry, "protocol", Join(path, "protocol"), &port->protocol);
+               });
+}
+
+DecodeResult Finish(Reader& r, Object object) {
+  DecodeResult result;
+  if (r.ok()) {
+    result.object = std::move(object);
+  } else {
+    result.error = r.error();
+  }
+  return result;
+}
+
+DecodeResult DecodeKnownKind(std::string_view kind, const json& value) {
+  Reader r;
+  if (!value.is_object()) {
+    r.FailType("(object)", "an object", value);
+    DecodeResult result;
+    result.error = r.error();
+    return result;
+  }
+  if (kind == kLogonGroupKind) {
+    LogonGroup group;
+    ReadMetadata(r, value, &group.metadata);
+    if (const json* spec = r.ObjectField(value, "spec", "spec")) {
+      ReadLogonGroupSpec(r, *spec, &group.spec);
+    }
+    return Finish(r, std::move(group));
+  }
+  if (kind == kUrlMappingKind) {
+    UrlMapping mapping;
+    ReadMetadata(r, value, &mapping.metadata);
+    if (const json* spec = r.ObjectField(value, "spec", "spec")) {
+      ReadUrlMappingSpec(r, *spec, &mapping.spec);
+    }
+    return Finish(r, std::move(mapping));
+  }
+  if (kind == kEndpointSliceKind) {
+    EndpointSlice slice;
+    ReadMetadata(r, value, &slice.metadata);
+    ReadEndpointSlice(r, value, &slice);
+    return Finish(r, std::move(slice));
+  }
+  if (kind == kPodKind) {
+    Pod pod;
+    ReadMetadata(r, value, &pod.metadata);
+    return Finish(r, std::move(pod));
+  }
+  DecodeResult result;
+  result.unsupported_kind = true;
+  result.error = "unsupported kind " + std::string(kind);
+  return result;
+}
+
+std::string_view ApiVersionOf(std::string_view kind) {
+  if (kind == kLogonGroupKind || kind == kUrlMappingKind) {
+    return kDispatchApiVersion;
+  }
+  if (kind == kEndpointSliceKind) {
+    return kDiscoveryApiVersion;
+  }
+  if (kind == kPodKind) {
+    return kCoreApiVersion;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string ObjectKey::ToString() const {
+  return kind + " " + namespace_ + "/" + name;
+}
+
+const ObjectMeta& MetadataOf(const Object& object) {
+  return std::visit([](const auto& o) -> const ObjectMeta& { return o.metadata; }, object);
+}
+
+std::string_view KindOf(const Object& object) {
+  switch (object.index()) {
+    case 0:
+      return kLogonGroupKind;
+    case 1:
+      return kUrlMappingKind;
+    case 2:
+      return kEndpointSliceKind;
+    default:
+      return kPodKind;
+  }
+}
+
+ObjectKey KeyOf(const Object& object) {
+  const ObjectMeta& meta = MetadataOf(object);
+  return ObjectKey{std::string(KindOf(object)), meta.namespace_, meta.name};
+}
+
+DecodeResult DecodeObject(const nlohmann::json& json) {
+  DecodeResult result;
+  if (!json.is_object()) {
+    result.error = "expected an object, got " + std::string(TypeName(json));
+    return result;
+  }
+  auto kind_it = json.find("kind");
+  auto api_it = json.find("apiVersion");
+  if (kind_it == json.end() || !kind_it->is_string()) {
+    result.error = "kind: missing or not a string";
+    return result;
+  }
+  if (api_it == json.end() || !api_it->is_string()) {
+    result.error = "apiVersion: missing or not a string";
+    return result;
+  }
+  std::string kind = kind_it->get<std::string>();
+  std::string api_version = api_it->get<std::string>();
+  std::string_view expected = ApiVersionOf(kind);
+  if (expected.empty() || expected != api_version) {
+    result.unsupported_kind = true;
+    result.error = "unsupported kind " + api_version + "/" + kind;
+    return result;
+  }
+  return DecodeKnownKind(kind, json);
+}
+
+DecodeResult DecodeObjectOfKind(std::string_view kind, const nlohmann::json& json) {
+  return DecodeKnownKind(kind, json);
+}
+
+bool ObjectSet::Upsert(Object object) {
+  const ObjectMeta& meta = MetadataOf(object);
+  NamespacedName key{meta.namespace_, meta.name};
+  return std::visit(
+      [this, &key](auto&& typed) -> bool {
+        using T = std::decay_t<decltype(typed)>;
+        std::map<NamespacedName, T>* map = nullptr;
+        if constexpr (std::is_same_v<T, LogonGroup>) {
+          map = &logon_groups_;
+        } else if constexpr (std::is_same_v<T, UrlMapping>) {
+          map = &url_mappings_;
+        } else if constexpr (std::is_same_v<T, EndpointSlice>) {
+          map = &endpoint_slices_;
+        } else {
+          map = &pods_;
+        }
+        auto it = map->find(key);
+        if (it != map->end() && it->second == typed) {
+          return false;
+        }
+        (*map)[key] = std::move(typed);
+        return true;
+      },
+      std::move(object));
+}
+
+bool ObjectSet::Remove(const ObjectKey& key) {
+  NamespacedName name{key.namespace_, key.name};
+  if (key.kind == kLogonGroupKind) {
+    return logon_groups_.erase(name) > 0;
+  }
+  if (key.kind == kUrlMappingKind) {
+    return url_mappings_.erase(name) > 0;
+  }
+  if (key.kind == kEndpointSliceKind) {
+    return endpoint_slices_.erase(name) > 0;
+  }
+  if (key.kind == kPodKind) {
+    return pods_.erase(name) > 0;
+  }
+  return false;
+}
+
+std::optional<Object> ObjectSet::Find(const ObjectKey& key) const {
+  NamespacedName name{key.namespace_, key.name};
+  auto lookup = [&](const auto& map) -> std::optional<Object> {
+    auto it = map.find(name);
+    if (it == map.end()) {
+      return std::nullopt;
+    }
+    return Object(it->second);
+  };
+  if (key.kind == kLogonGroupKind) {
+    return lookup(logon_groups_);
+  }
+  if (key.kind == kUrlMappingKind) {
+    return lookup(url_mappings_);
+  }
+  if (key.kind == kEndpointSliceKind) {
+    return lookup(endpoint_slices_);
+  }
+  if (key.kind == kPodKind) {
+    return lookup(pods_);
+  }
+  return std::nullopt;
+}
+
+std::size_t ObjectSet::size() const {
+  return logon_groups_.size() + url_mappings_.size() + endpoint_slices_.size() + pods_.size();
+}
+
+}  // namespace kwd::model

@@ -1,0 +1,309 @@
+#pragma once
+
+// The controller's input objects, shaped exactly as the Kubernetes API server
+// returns them, and one decoder from JSON used by both the file loader and the
+// Kubernetes watch client.
+//
+// Decoding is strict about shapes (a wrong JSON type is an error naming the
+// field path) and lenient about values: strings such as a strategy or numbers
+// such as a capacity are kept raw so the compiler can turn a bad value into a
+// status condition instead of losing the whole object.
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace kwd::model {
+
+inline constexpr std::string_view kDispatchApiVersion = "dispatch.kwd.io/v1alpha1";
+inline constexpr std::string_view kDiscoveryApiVersion = "discovery.k8s.io/v1";
+inline constexpr std::string_view kCoreApiVersion = "v1";
+
+inline constexpr std::string_view kLogonGroupKind = "LogonGroup";
+inline constexpr std::string_view kUrlMappingKind = "UrlMapping";
+inline constexpr std::string_view kEndpointSliceKind = "EndpointSlice";
+inline constexpr std::string_view kPodKind = "Pod";
+
+inline constexpr std::string_view kServiceNameLabel = "kubernetes.io/service-name";
+inline constexpr std::string_view kCapacityAnnotation = "dispatch.kwd.io/capacity";
+inline constexpr std::string_view kInstanceNameAnnotation = "dispatch.kwd.io/instance-name";
+
+struct ObjectMeta {
+  std::string name;
+  std::string namespace_ = "default";
+  std::string uid;
+  std::int64_t generation = 0;
+  std::string resource_version;
+  std::string creation_timestamp;  // RFC 3339, as the API server writes it
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+
+  bool operator==(const ObjectMeta&) const = default;
+};
+
+// ---- LogonGroup (dispatch.kwd.io/v1alpha1) ----
+
+// Kubernetes IntOrString: a port number or a port name.
+struct IntOrString {
+  bool is_number = false;
+  std::int64_t number = 0;
+  std::string name;
+
+  bool operator==(const IntOrString&) const = default;
+};
+
+struct ServiceBackend {
+  std::string name;
+  std::optional<IntOrString> port;
+
+  bool operator==(const ServiceBackend&) const = default;
+};
+
+struct StaticServer {
+  std::string name;
+  std::string address;
+  std::optional<std::int64_t> port;
+  std::optional<std::int64_t> capacity;
+
+  bool operator==(const StaticServer&) const = default;
+};
+
+struct Backend {
+  std::optional<ServiceBackend> service;
+  std::optional<std::vector<StaticServer>> static_servers;
+
+  bool operator==(const Backend&) const = default;
+};
+
+struct HealthCheckSpec {
+  std::optional<std::string> path;
+  std::optional<std::int64_t> interval_seconds;
+  std::optional<std::int64_t> timeout_seconds;
+  std::optional<std::int64_t> unhealthy_threshold;
+  std::optional<std::int64_t> healthy_threshold;
+
+  bool operator==(const HealthCheckSpec&) const = default;
+};
+
+struct SessionTableSpec {
+  std::optional<std::int64_t> max_entries;
+  std::optional<std::int64_t> idle_timeout_seconds;
+
+  bool operator==(const SessionTableSpec&) const = default;
+};
+
+struct AffinityCookieSpec {
+  std::optional<bool> enabled;
+  std::optional<std::string> name;
+
+  bool operator==(const AffinityCookieSpec&) const = default;
+};
+
+struct SessionAffinitySpec {
+  std::optional<std::vector<std::string>> identifiers;
+  SessionTableSpec session_table;
+  AffinityCookieSpec affinity_cookie;
+
+  bool operator==(const SessionAffinitySpec&) const = default;
+};
+
+struct UpstreamTlsSpec {
+  std::optional<std::string> mode;
+  std::string server_name;
+  std::string ca_secret;
+
+  bool operator==(const UpstreamTlsSpec&) const = default;
+};
+
+struct LogonGroupSpec {
+  std::optional<std::string> kind;
+  std::optional<std::string> strategy;
+  std::optional<std::int64_t> default_capacity;
+  std::optional<std::int64_t> load_reset_interval_seconds;
+  std::optional<Backend> backend;
+  HealthCheckSpec health_check;
+  SessionAffinitySpec session_affinity;
+  UpstreamTlsSpec upstream_tls;
+
+  bool operator==(const LogonGroupSpec&) const = default;
+};
+
+struct LogonGroup {
+  ObjectMeta metadata;
+  LogonGroupSpec spec;
+
+  bool operator==(const LogonGroup&) const = default;
+};
+
+// ---- UrlMapping (dispatch.kwd.io/v1alpha1) ----
+
+struct UrlRule {
+  std::string prefix;
+  std::optional<std::string> kind;
+  std::optional<std::string> logon_group;
+
+  bool operator==(const UrlRule&) const = default;
+};
+
+struct PermissionEntry {
+  std::string action;
+  std::string pattern;
+
+  bool operator==(const PermissionEntry&) const = default;
+};
+
+struct DefaultGroups {
+  std::optional<std::string> abap;
+  std::optional<std::string> java;
+
+  bool operator==(const DefaultGroups&) const = default;
+};
+
+struct UrlMappingSpec {
+  std::vector<std::string> hosts;  // empty: any host
+  std::optional<std::string> default_root_handler;
+  DefaultGroups default_groups;
+  std::vector<UrlRule> rules;
+  std::vector<PermissionEntry> permissions;
+
+  bool operator==(const UrlMappingSpec&) const = default;
+};
+
+struct UrlMapping {
+  ObjectMeta metadata;
+  UrlMappingSpec spec;
+
+  bool operator==(const UrlMapping&) const = default;
+};
+
+// ---- EndpointSlice (discovery.k8s.io/v1) ----
+
+struct EndpointConditions {
+  std::optional<bool> ready;
+  std::optional<bool> serving;
+  std::optional<bool> terminating;
+
+  // The API's defaulting rules: unset ready means ready, unset serving means
+  // "same as ready", unset terminating means not terminating.
+  bool IsReady() const { return ready.value_or(true); }
+  bool IsServing() const { return serving.value_or(IsReady()); }
+  bool IsTerminating() const { return terminating.value_or(false); }
+
+  bool operator==(const EndpointConditions&) const = default;
+};
+
+struct ObjectReference {
+  std::string kind;
+  std::string namespace_;  // empty: the referring object's namespace
+  std::string name;
+  std::string uid;
+
+  bool operator==(const ObjectReference&) const = default;
+};
+
+struct Endpoint {
+  std::vector<std::string> addresses;
+  EndpointConditions conditions;
+  std::optional<ObjectReference> target_ref;
+  std::string node_name;
+  std::string zone;
+
+  bool operator==(const Endpoint&) const = default;
+};
+
+struct EndpointPort {
+  std::string name;  // absent and "" both mean an unnamed port
+  std::optional<std::int64_t> port;
+  std::string protocol;
+
+  bool operator==(const EndpointPort&) const = default;
+};
+
+struct EndpointSlice {
+  ObjectMeta metadata;
+  std::string address_type;
+  std::vector<Endpoint> endpoints;
+  std::vector<EndpointPort> ports;  // empty or null in the API: no ports listed
+
+  bool operator==(const EndpointSlice&) const = default;
+};
+
+// ---- Pod (v1): only what the compiler reads ----
+
+struct Pod {
+  ObjectMeta metadata;
+
+  bool operator==(const Pod&) const = default;
+};
+
+// ---- Objects, keys, sets ----
+
+using Object = std::variant<LogonGroup, UrlMapping, EndpointSlice, Pod>;
+
+struct ObjectKey {
+  std::string kind;  // LogonGroup | UrlMapping | EndpointSlice | Pod
+  std::string namespace_;
+  std::string name;
+
+  auto operator<=>(const ObjectKey&) const = default;
+  bool operator==(const ObjectKey&) const = default;
+  // "Kind namespace/name", for messages.
+  std::string ToString() const;
+};
+
+const ObjectMeta& MetadataOf(const Object& object);
+std::string_view KindOf(const Object& object);
+ObjectKey KeyOf(const Object& object);
+
+struct DecodeResult {
+  std::optional<Object> object;  // set on success
+  std::string error;             // set on failure: "spec.backend.service.port: ..."
+  // The kind (or apiVersion) is not one of ours; `error` says which. Callers
+  // that read mixed files skip such objects instead of failing.
+  bool unsupported_kind = false;
+
+  bool ok() const { return object.has_value(); }
+};
+
+// Decodes one object that carries its own `kind` and `apiVersion` (files,
+// watch events, custom-resource list items).
+DecodeResult DecodeObject(const nlohmann::json& json);
+// Decodes an item of a typed list (which carries no kind/apiVersion), e.g.
+// an EndpointSliceList item: `kind` is one of the kind constants above.
+DecodeResult DecodeObjectOfKind(std::string_view kind, const nlohmann::json& json);
+
+// The compiler's input: every object by kind, keyed by (namespace, name), so
+// iteration order never depends on insertion order.
+class ObjectSet {
+ public:
+  using NamespacedName = std::pair<std::string, std::string>;
+
+  // Inserts or replaces. Returns false when an equal object was already there.
+  bool Upsert(Object object);
+  // Returns whether an object was removed.
+  bool Remove(const ObjectKey& key);
+  // A copy of the stored object, if any.
+  std::optional<Object> Find(const ObjectKey& key) const;
+  std::size_t size() const;
+
+  const std::map<NamespacedName, LogonGroup>& logon_groups() const { return logon_groups_; }
+  const std::map<NamespacedName, UrlMapping>& url_mappings() const { return url_mappings_; }
+  const std::map<NamespacedName, EndpointSlice>& endpoint_slices() const {
+    return endpoint_slices_;
+  }
+  const std::map<NamespacedName, Pod>& pods() const { return pods_; }
+
+ private:
+  std::map<NamespacedName, LogonGroup> logon_groups_;
+  std::map<NamespacedName, UrlMapping> url_mappings_;
+  std::map<NamespacedName, EndpointSlice> endpoint_slices_;
+  std::map<NamespacedName, Pod> pods_;
+};
+
+}  // namespace kwd::model
