@@ -1,0 +1,121 @@
+#include "dataplane/session/affinity_cookie.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/crypto.h"
+#include "tests/dataplane/session/alloc_counter.h"
+
+namespace kwd::session {
+namespace {
+
+constexpr char kKey[] = "shared-secret-of-every-proxy-replica";
+
+// The documented format, computed with the common (one-shot) HMAC.
+std::string ExpectedValue(std::string_view key, std::string_view group, std::string_view server) {
+  std::string message = std::string(group) + "\n" + std::string(server);
+  Sha256Digest mac = HmacSha256(key, message);
+  return Base64UrlEncode(std::string_view(reinterpret_cast<const char*>(mac.data()), 16)) + "." +
+         std::string(server);
+}
+
+TEST(AffinityCookieTest, EncodesDocumentedFormat) {
+  AffinityCookieCodec codec(kKey);
+  std::string value = codec.Encode("erp/public", "erp1_ERP_00");
+  ASSERT_EQ(value.size(), 22u + 1u + 11u);
+  EXPECT_EQ(value[22], '.');
+  EXPECT_EQ(value, ExpectedValue(kKey, "erp/public", "erp1_ERP_00"));
+}
+
+TEST(AffinityCookieTest, KeysOfEveryLengthMatchStandardHmac) {
+  // Keys longer than the SHA-256 block are hashed first (RFC 2104).
+  for (size_t length : {0u, 1u, 32u, 63u, 64u, 65u, 200u}) {
+    std::string key(length, 'k');
+    AffinityCookieCodec codec(key);
+    EXPECT_EQ(codec.Encode("g", "s"), ExpectedValue(key, "g", "s")) << length;
+  }
+}
+
+TEST(AffinityCookieTest, VerifyRoundTrip) {
+  AffinityCookieCodec codec(kKey);
+  std::string value = codec.Encode("erp/public", "pod-7f9c");
+  std::string_view server;
+  ASSERT_TRUE(codec.Verify(value, "erp/public", &server));
+  EXPECT_EQ(server, "pod-7f9c");
+  EXPECT_EQ(server.data(), value.data() + 23);  // points into the value
+
+  // Another replica with the same key accepts it too.
+  AffinityCookieCodec replica(kKey);
+  EXPECT_TRUE(replica.Verify(value, "erp/public", &server));
+  AffinityCookieCodec copy = codec;
+  EXPECT_TRUE(copy.Verify(value, "erp/public", &server));
+}
+
+TEST(AffinityCookieTest, RejectsTamperingAndMalformedValues) {
+  AffinityCookieCodec codec(kKey);
+  const std::string good = codec.Encode("erp/public", "server1");
+  std::string flipped_mac = good;
+  flipped_mac[3] = flipped_mac[3] == 'A' ? 'B' : 'A';
+  std::string flipped_last_mac_char = good;
+  flipped_last_mac_char[21] = flipped_last_mac_char[21] == 'A' ? 'B' : 'A';
+  std::string other_server = good.substr(0, 23) + "server2";
+  std::string no_dot = good;
+  no_dot[22] = '_';
+  const std::string cases[] = {
+      flipped_mac,
+      flipped_last_mac_char,
+      other_server,
+      no_dot,
+      good.substr(0, 23),  // empty server
+      good.substr(0, 22),
+      good.substr(1),
+      "",
+      ".server1",
+      "x" + good,
+      good + "x",
+  };
+  for (const std::string& value : cases) {
+    std::string_view server = "untouched";
+    EXPECT_FALSE(codec.Verify(value, "erp/public", &server)) << value;
+    EXPECT_EQ(server, "untouched") << value;
+  }
+}
+
+TEST(AffinityCookieTest, RejectsWrongGroupAndWrongKey) {
+  AffinityCookieCodec codec(kKey);
+  std::string value = codec.Encode("erp/public", "server1");
+  std::string_view server;
+  EXPECT_FALSE(codec.Verify(value, "erp/portal", &server));
+  EXPECT_FALSE(codec.Verify(value, "", &server));
+  // The "\n" separator keeps group and server apart.
+  EXPECT_FALSE(codec.Verify(codec.Encode("erp/publi", "c\nserver1"), "erp/public", &server));
+  AffinityCookieCodec other(std::string("another-key"));
+  EXPECT_FALSE(other.Verify(value, "erp/public", &server));
+}
+
+TEST(AffinityCookieTest, VerifyDoesNotAllocate) {
+  AffinityCookieCodec codec(kKey);
+  std::string good = codec.Encode("erp/public", "erp1_ERP_00");
+  std::string bad = good;
+  bad[0] = bad[0] == 'A' ? 'B' : 'A';
+  std::string_view server;
+  int accepted = 0;
+  testing::AllocScope scope;
+  for (int i = 0; i < 1000; ++i) {
+    accepted += codec.Verify(good, "erp/public", &server);
+    accepted += codec.Verify(bad, "erp/public", &server);
+  }
+  EXPECT_EQ(scope.Delta().count, 0u);
+  EXPECT_EQ(accepted, 1000);
+}
+
+TEST(AffinityCookieTest, SetCookieValue) {
+  EXPECT_EQ(AffinityCookieCodec::SetCookieValue("kwd_affinity", "abc.s1", false),
+            "kwd_affinity=abc.s1; Path=/; HttpOnly; SameSite=Lax");
+  EXPECT_EQ(AffinityCookieCodec::SetCookieValue("kwd_affinity", "abc.s1", true),
+            "kwd_affinity=abc.s1; Path=/; HttpOnly; SameSite=Lax; Secure");
+}
+
+}  // namespace
+}  // namespace kwd::session

@@ -1,0 +1,374 @@
+#include "dataplane/session/session_ids.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/crypto.h"
+#include "tests/dataplane/session/alloc_counter.h"
+
+namespace kwd::session {
+namespace {
+
+constexpr char kSapContextId[] =
+    "SID%3aANON%3als3022_BIN_12%3aVXJs82VIOdbyJChzNHUbrFGpo275YjC3XTsuZ4P0-ATT";
+constexpr char kSapContextIdUpper[] =
+    "SID%3AANON%3Als3022_BIN_12%3AVXJs82VIOdbyJChzNHUbrFGpo275YjC3XTsuZ4P0-ATT";
+
+std::string StdBase64(std::string_view text) {
+  // Base64UrlEncode differs from standard Base64 only in two characters and
+  // padding, both of which the decoder accepts; use the standard alphabet to
+  // mirror what BSP puts in URLs.
+  std::string out = Base64UrlEncode(text);
+  for (char& c : out) {
+    c = c == '-' ? '+' : (c == '_' ? '/' : c);
+  }
+  while (out.size() % 4 != 0) {
+    out += '=';
+  }
+  return out;
+}
+
+struct IdsCase {
+  std::string name{};
+  std::string path = "/sap/bc/bsp/x";
+  std::string query{};
+  std::vector<std::string> cookies{};
+  std::string bracket{};
+  std::string want_contextid{};
+  std::vector<std::pair<std::string, std::string>> want_saplb{};
+  std::string want_jsessionid{};
+  std::string want_jsessionid_instance{};
+  std::string want_ext_sid{};
+  std::string want_affinity{};
+};
+
+std::vector<IdsCase> Cases() {
+  std::vector<IdsCase> cases;
+  auto add = [&](IdsCase c) { cases.push_back(std::move(c)); };
+
+  // --- sap-contextid in each transport ---
+  add({.name = "contextid_cookie_lowercase_escapes",
+       .cookies = {std::string("sap-contextid=") + kSapContextId},
+       .want_contextid = "ls3022_BIN_12"});
+  add({.name = "contextid_cookie_uppercase_escapes",
+       .cookies = {std::string("sap-contextid=") + kSapContextIdUpper},
+       .want_contextid = "ls3022_BIN_12"});
+  add({.name = "contextid_cookie_unescaped",
+       .cookies = {"sap-contextid=SID:ANON:erp1_ERP_00:abc-ATT"},
+       .want_contextid = "erp1_ERP_00"});
+  add({.name = "contextid_cookie_quoted",
+       .cookies = {std::string("sap-contextid=\"") + kSapContextId + "\""},
+       .want_contextid = "ls3022_BIN_12"});
+  add({.name = "contextid_query",
+       .query = std::string("a=1&sap-contextid=") + kSapContextIdUpper + "&b=2",
+       .want_contextid = "ls3022_BIN_12"});
+  add({.name = "contextid_query_name_case_insensitive",
+       .query = "SAP-CONTEXTID=SID%3aANON%3aapp9_X_01%3az",
+       .want_contextid = "app9_X_01"});
+  add({.name = "contextid_path_parameter",
+       .path = std::string("/sap/bc/bsp;sap-contextid=") + kSapContextId + "/x/y",
+       .want_contextid = "ls3022_BIN_12"});
+  add({.name = "contextid_path_parameter_before_other_param",
+       .path = "/sap/bc;sap-contextid=SID%3aANON%3ahost_A_00%3aq;foo=bar/x",
+       .want_contextid = "host_A_00"});
+  add({.name = "contextid_bracket_s",
+       .bracket = StdBase64(std::string("l=en&c=001&s=") + kSapContextId),
+       .want_contextid = "ls3022_BIN_12"});
+  add({.name = "contextid_bracket_sap_contextid_key",
+       .bracket = StdBase64(std::string("c=001&sap-contextid=") + kSapContextIdUpper + "&l=de"),
+       .want_contextid = "ls3022_BIN_12"});
+  add({.name = "bracket_language_and_client_only", .bracket = "bD1lbiZjPTAwMQ=="});
+  add({.name = "bracket_not_base64", .bracket = "l=en&s=SID:ANON:x:y"});
+  add({.name = "bracket_s_malformed", .bracket = StdBase64("l=en&s=SID%3aANON%3a%3aid")});
+
+  // --- priority: cookie, query, path parameter, bracket ---
+  add({.name = "cookie_beats_query_path_bracket",
+       .path = "/sap/bc;sap-contextid=SID%3aANON%3apath_P_00%3ax/y",
+       .query = "sap-contextid=SID%3aANON%3aquery_Q_00%3ax",
+       .cookies = {"sap-contextid=SID%3aANON%3acookie_C_00%3ax"},
+       .bracket = StdBase64("s=SID%3aANON%3abracket_B_00%3ax"),
+       .want_contextid = "cookie_C_00"});
+  add({.name = "query_beats_path_and_bracket",
+       .path = "/sap/bc;sap-contextid=SID%3aANON%3apath_P_00%3ax/y",
+       .query = "sap-contextid=SID%3aANON%3aquery_Q_00%3ax",
+       .bracket = StdBase64("s=SID%3aANON%3abracket_B_00%3ax"),
+       .want_contextid = "query_Q_00"});
+  add({.name = "path_beats_bracket",
+       .path = "/sap/bc;sap-contextid=SID%3aANON%3apath_P_00%3ax/y",
+       .bracket = StdBase64("s=SID%3aANON%3abracket_B_00%3ax"),
+       .want_contextid = "path_P_00"});
+  add({.name = "malformed_cookie_falls_back_to_query",
+       .query = "sap-contextid=SID%3aANON%3aquery_Q_00%3ax",
+       .cookies = {"sap-contextid=garbage"},
+       .want_contextid = "query_Q_00"});
+
+  // --- malformed sap-contextid values ---
+  for (const char* bad : {"SID%3aANON%3a%3aid", "SID%3aANON%3ainst", "SID%3aANON%3ainst%3a",
+                          "SID%3aUSER%3ainst%3aid", "SID%zzANON%3ainst%3aid", "SID%3aANON%3ain",
+                          "%", "SID%3aANON%3ain%00st%3aid", "", "SID%3aANON%3ain%20st%3aid"}) {
+    add({.name = std::string("contextid_malformed_") + std::to_string(cases.size()),
+         .query = std::string("sap-contextid=") + bad,
+         .cookies = {std::string("sap-contextid=") + bad}});
+  }
+
+  // --- saplb_* ---
+  add({.name = "saplb_star_and_group",
+       .cookies = {"saplb_*=(J2EE1234500)1234550; saplb_portal=(J2EE2)"},
+       .want_saplb = {{"*", "J2EE1234500"}, {"portal", "J2EE2"}}});
+  add({.name = "saplb_url_encoded",
+       .cookies = {"saplb_*=%28J2EE1234500%291234550"},
+       .want_saplb = {{"*", "J2EE1234500"}}});
+  add({.name = "saplb_malformed_skipped",
+       .cookies = {"saplb_a=J2EE1; saplb_b=(); saplb_c=(x; saplb_=(y)1; saplb_d=(ok)"},
+       .want_saplb = {{"d", "ok"}}});
+  add({.name = "saplb_keeps_first_four_in_order",
+       .cookies = {"saplb_1=(a); saplb_2=(b)", "saplb_3=(c); saplb_4=(d); saplb_5=(e)"},
+       .want_saplb = {{"1", "a"}, {"2", "b"}, {"3", "c"}, {"4", "d"}}});
+  add({.name = "saplb_first_occurrence_of_a_group_wins",
+       .cookies = {"saplb_g=(first)1", "saplb_g=(second)2"},
+       .want_saplb = {{"g", "first"}}});
+  add({.name = "saplb_prefix_is_case_sensitive", .cookies = {"SAPLB_g=(x)1"}});
+
+  // --- JSESSIONID ---
+  add({.name = "jsessionid_cookie_with_instance",
+       .cookies = {"JSESSIONID=(ls3022_BIN_12)ID47500DB0.5138181876605873End"},
+       .want_jsessionid = "(ls3022_BIN_12)ID47500DB0.5138181876605873End",
+       .want_jsessionid_instance = "ls3022_BIN_12"});
+  add({.name = "jsessionid_cookie_plain",
+       .cookies = {"JSESSIONID=8A3D0B1C9F2E"},
+       .want_jsessionid = "8A3D0B1C9F2E"});
+  add({.name = "jsessionid_cookie_without_end_has_no_instance",
+       .cookies = {"JSESSIONID=(inst)ID123"},
+       .want_jsessionid = "(inst)ID123"});
+  add({.name = "jsessionid_cookie_name_is_case_sensitive", .cookies = {"jsessionid=abc"}});
+  add({.name = "jsessionid_path_parameter",
+       .path = "/irj/portal;jsessionid=ABC123?x",
+       .want_jsessionid = "ABC123"});
+  add({.name = "jsessionid_path_parameter_case_insensitive",
+       .path = "/irj/portal;JSESSIONID=(j1)xEnd/next",
+       .want_jsessionid = "(j1)xEnd",
+       .want_jsessionid_instance = "j1"});
+  add({.name = "jsessionid_cookie_beats_path",
+       .path = "/irj/portal;jsessionid=FROMPATH",
+       .cookies = {"JSESSIONID=FROMCOOKIE"},
+       .want_jsessionid = "FROMCOOKIE"});
+
+  // --- sap-ext-sid ---
+  add({.name = "ext_sid_path_parameter",
+       .path = "/sap/;sap-ext-sid=ABC/foo/bar",
+       .want_ext_sid = "ABC"});
+  add({.name = "ext_sid_url_decoded",
+       .path = "/sap/;sap-ext-sid=A%2FB%3dC/foo",
+       .want_ext_sid = "A/B=C"});
+  add({.name = "ext_sid_at_end_of_path", .path = "/sap/x;sap-ext-sid=Z9", .want_ext_sid = "Z9"});
+  add({.name = "ext_sid_bad_escape", .path = "/sap/;sap-ext-sid=A%G1/foo"});
+  add({.name = "ext_sid_empty", .path = "/sap/;sap-ext-sid=/foo"});
+
+  // --- affinity cookie ---
+  add({.name = "affinity_cookie",
+       .cookies = {"kwd_affinity=abc.server1"},
+       .want_affinity = "abc.server1"});
+
+  // --- cookie syntax ---
+  add({.name = "multiple_cookie_headers_first_occurrence_wins",
+       .cookies = {"JSESSIONID=one; other=1", "JSESSIONID=two; kwd_affinity=a1",
+                   "kwd_affinity=a2; sap-contextid=SID%3aANON%3ainst_I_00%3ax"},
+       .want_contextid = "inst_I_00",
+       .want_jsessionid = "one",
+       .want_affinity = "a1"});
+  add({.name = "whitespace_and_garbage_pairs",
+       .cookies = {" ; foo ;  =bar ;;\tJSESSIONID = spaced ; novalue; kwd_affinity=\"q.s\""},
+       .want_jsessionid = "spaced",
+       .want_affinity = "q.s"});
+  add({.name = "empty_everything", .path = "", .cookies = {"", ";", "=", "=="}});
+  return cases;
+}
+
+class SessionIdsTableTest : public ::testing::TestWithParam<IdsCase> {};
+
+TEST_P(SessionIdsTableTest, Extracts) {
+  const IdsCase& c = GetParam();
+  std::vector<std::string_view> cookie_views(c.cookies.begin(), c.cookies.end());
+  RequestParts request{c.path, c.query, cookie_views, c.bracket};
+  SessionIds ids;
+  ExtractSessionIds(request, "kwd_affinity", &ids);
+
+  EXPECT_EQ(ids.contextid_instance, c.want_contextid);
+  ASSERT_EQ(ids.saplb_count, c.want_saplb.size());
+  for (size_t i = 0; i < ids.saplb_count; ++i) {
+    EXPECT_EQ(ids.saplb[i].group, c.want_saplb[i].first) << i;
+    EXPECT_EQ(ids.saplb[i].instance, c.want_saplb[i].second) << i;
+  }
+  EXPECT_EQ(ids.jsessionid, c.want_jsessionid);
+  EXPECT_EQ(ids.jsessionid_instance, c.want_jsessionid_instance);
+  EXPECT_EQ(ids.ext_sid, c.want_ext_sid);
+  EXPECT_EQ(ids.affinity_cookie, c.want_affinity);
+  EXPECT_LE(ids.scratch_used, ids.scratch.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllForms, SessionIdsTableTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(SessionIdsTest, ReusedOutputIsReset) {
+  std::string_view full_cookies[] = {
+      "JSESSIONID=x; saplb_*=(a)1; kwd_affinity=v; "
+      "sap-contextid=SID%3aANON%3ainst%3aid"};
+  RequestParts full{"/sap/;sap-ext-sid=E/x", "", full_cookies, ""};
+  SessionIds ids;
+  ExtractSessionIds(full, "kwd_affinity", &ids);
+  ASSERT_EQ(ids.contextid_instance, "inst");
+  ASSERT_EQ(ids.saplb_count, 1u);
+  ASSERT_EQ(ids.ext_sid, "E");
+
+  RequestParts empty{"/", "", {}, ""};
+  ExtractSessionIds(empty, "kwd_affinity", &ids);
+  EXPECT_TRUE(ids.contextid_instance.empty());
+  EXPECT_EQ(ids.saplb_count, 0u);
+  EXPECT_TRUE(ids.jsessionid.empty());
+  EXPECT_TRUE(ids.ext_sid.empty());
+  EXPECT_TRUE(ids.affinity_cookie.empty());
+  EXPECT_EQ(ids.scratch_used, 0u);
+}
+
+TEST(SessionIdsTest, EmptyAffinityNameIsNotLookedUp) {
+  std::string_view cookies[] = {"=empty; kwd_affinity=v"};
+  RequestParts request{"/", "", cookies, ""};
+  SessionIds ids;
+  ExtractSessionIds(request, "", &ids);
+  EXPECT_TRUE(ids.affinity_cookie.empty());
+  ExtractSessionIds(request, "kwd_affinity", &ids);
+  EXPECT_EQ(ids.affinity_cookie, "v");
+}
+
+TEST(SessionIdsTest, ValuesThatDoNotFitScratchAreAbsent) {
+  // Encoded characters force decoding into scratch; 1500 decoded bytes do
+  // not fit the 1024-byte scratch.
+  std::string cookie = "sap-contextid=SID%3aANON%3ainst%3a";
+  for (int i = 0; i < 1500; ++i) {
+    cookie += "%41";
+  }
+  std::string_view cookies[] = {cookie};
+  std::string path = "/sap/;sap-ext-sid=";
+  for (int i = 0; i < 1500; ++i) {
+    path += "%42";
+  }
+  RequestParts request{path, "", cookies, ""};
+  SessionIds ids;
+  ExtractSessionIds(request, "kwd_affinity", &ids);
+  EXPECT_TRUE(ids.contextid_instance.empty());
+  EXPECT_TRUE(ids.ext_sid.empty());
+}
+
+TEST(SessionIdsTest, FailedDecodingGivesScratchBack) {
+  // The bracket blob is large but has no context id: its scratch space must
+  // be released so the ext-sid after it still fits.
+  std::string blob = "l=en&c=001&x=";
+  blob += std::string(700, 'a');
+  std::string path = "/sap/;sap-ext-sid=";
+  for (int i = 0; i < 400; ++i) {
+    path += "%43";
+  }
+  RequestParts request{path, "", {}, StdBase64(blob)};
+  SessionIds ids;
+  ExtractSessionIds(request, "", &ids);
+  EXPECT_TRUE(ids.contextid_instance.empty());
+  EXPECT_EQ(ids.ext_sid, std::string(400, 'C'));
+}
+
+TEST(SessionIdsTest, ExtractionDoesNotAllocate) {
+  std::string bracket = StdBase64(std::string("l=en&s=") + kSapContextId);
+  std::string_view cookies[] = {
+      "JSESSIONID=(j1)abcEnd; saplb_*=%28J2EE1%291; kwd_affinity=mac.server",
+      std::string_view("sap-contextid=garbage")};
+  RequestParts request{"/sap/bc;sap-ext-sid=A%2FB/x;jsessionid=q", "sap-contextid=%zz", cookies,
+                       bracket};
+  SessionIds ids;
+  testing::AllocScope scope;
+  for (int i = 0; i < 100; ++i) {
+    ExtractSessionIds(request, "kwd_affinity", &ids);
+  }
+  EXPECT_EQ(scope.Delta().count, 0u);
+  EXPECT_EQ(ids.contextid_instance, "ls3022_BIN_12");
+  EXPECT_EQ(ids.ext_sid, "A/B");
+  EXPECT_EQ(ids.jsessionid_instance, "j1");
+}
+
+struct DecodeCase {
+  std::string in;
+  bool plus_is_space;
+  int want_length;  // -1: rejected
+  std::string want;
+};
+
+TEST(PercentDecodeTest, Table) {
+  const DecodeCase cases[] = {
+      {"", false, 0, ""},
+      {"abc", false, 3, "abc"},
+      {"a%3ab%3Ac", false, 5, "a:b:c"},
+      {"a+b", false, 3, "a+b"},
+      {"a+b", true, 3, "a b"},
+      {"%2B", true, 1, "+"},
+      {"%00", false, 1, std::string(1, '\0')},
+      {"%", false, -1, ""},
+      {"%4", false, -1, ""},
+      {"ab%4", false, -1, ""},
+      {"%g1", false, -1, ""},
+      {"%1g", false, -1, ""},
+  };
+  for (const DecodeCase& c : cases) {
+    char out[16];
+    int n = PercentDecode(c.in, out, sizeof(out), c.plus_is_space);
+    ASSERT_EQ(n, c.want_length) << c.in;
+    if (n >= 0) {
+      EXPECT_EQ(std::string(out, static_cast<size_t>(n)), c.want) << c.in;
+    }
+  }
+}
+
+TEST(PercentDecodeTest, RejectsOutputThatDoesNotFit) {
+  char out[4];
+  EXPECT_EQ(PercentDecode("abcd", out, 4, false), 4);
+  EXPECT_EQ(PercentDecode("abcde", out, 4, false), -1);
+  EXPECT_EQ(PercentDecode("%41%41%41%41%41", out, 4, false), -1);
+  EXPECT_EQ(PercentDecode("a", out, 0, false), -1);
+}
+
+TEST(ContextIdInstanceTest, Table) {
+  const std::pair<std::string_view, std::string_view> cases[] = {
+      {"SID:ANON:ls3022_BIN_12:VXJs82VIOdbyJChzNHUbrFGpo275YjC3XTsuZ4P0-ATT", "ls3022_BIN_12"},
+      {"SID:ANON:a:b", "a"},
+      {"SID:ANON:a:b:c", "a"},
+      {"SID:ANON::b", ""},
+      {"SID:ANON:a:", ""},
+      {"SID:ANON:a", ""},
+      {"SID:ANON:", ""},
+      {"sid:anon:a:b", ""},
+      {"SID:USER:a:b", ""},
+      {"SID:ANON:a b:c", ""},
+      {"", ""},
+  };
+  for (const auto& [in, want] : cases) {
+    EXPECT_EQ(ContextIdInstance(in), want) << in;
+  }
+}
+
+TEST(NextCookieTest, IteratesPairsPerRfc6265) {
+  std::string_view header = " a=1;b = 2 ;;c=\"3\"; bad; =x; d=; e=\"\"; f=\"unbalanced";
+  std::vector<std::pair<std::string, std::string>> got;
+  std::string_view name;
+  std::string_view value;
+  while (NextCookie(&header, &name, &value)) {
+    got.emplace_back(name, value);
+  }
+  std::vector<std::pair<std::string, std::string>> want = {
+      {"a", "1"}, {"b", "2"}, {"c", "3"}, {"d", ""}, {"e", ""}, {"f", "\"unbalanced"}};
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(header.empty());
+  EXPECT_FALSE(NextCookie(&header, &name, &value));
+}
+
+}  // namespace
+}  // namespace kwd::session
