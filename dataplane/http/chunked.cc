@@ -1,0 +1,193 @@
+#include "dataplane/http/chunked.h"
+
+#include <algorithm>
+
+#include "dataplane/http/chars.h"
+
+namespace kwd::http {
+
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+}  // namespace
+
+ChunkedResult ChunkedDecoder::Fail(ParseError error, int status, size_t consumed) {
+  state_ = State::kError;
+  error_ = error;
+  error_status_ = status;
+  ChunkedResult r;
+  r.status = ChunkedStatus::kError;
+  r.consumed = consumed;
+  r.error = error;
+  r.http_status = status;
+  return r;
+}
+
+ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
+  if (state_ == State::kError) {
+    return Fail(error_, error_status_, 0);
+  }
+  if (state_ == State::kDone) {
+    ChunkedResult r;
+    r.status = ChunkedStatus::kDone;
+    return r;
+  }
+  size_t i = 0;
+  while (i < input.size()) {
+    if (state_ == State::kData) {
+      size_t n = static_cast<size_t>(
+          std::min<uint64_t>(chunk_remaining_, static_cast<uint64_t>(input.size() - i)));
+      chunk_remaining_ -= n;
+      if (chunk_remaining_ == 0) {
+        state_ = State::kDataCr;
+      }
+      ChunkedResult r;
+      r.status = ChunkedStatus::kData;
+      r.data = input.substr(i, n);
+      r.consumed = i + n;
+      return r;
+    }
+    char c = input[i];
+    switch (state_) {
+      case State::kSizeStart:
+      case State::kSize: {
+        int digit = HexValue(c);
+        if (digit >= 0) {
+          if ((chunk_remaining_ >> 60) != 0) {
+            return Fail(ParseError::kBadChunkSize, 400, i);
+          }
+          chunk_remaining_ = (chunk_remaining_ << 4) | static_cast<uint64_t>(digit);
+          state_ = State::kSize;
+        } else if (state_ == State::kSizeStart) {
+          return Fail(ParseError::kBadChunkSize, 400, i);
+        } else if (c == ';') {
+          state_ = State::kExtension;
+        } else if (c == ' ' || c == '\t') {
+          state_ = State::kSizeBws;
+        } else if (c == '\r') {
+          state_ = State::kSizeLf;
+        } else {
+          return Fail(ParseError::kBadChunkSize, 400, i);
+        }
+        break;
+      }
+      case State::kSizeBws:
+        // Whitespace after the size is only allowed before an extension.
+        if (c == ';') {
+          state_ = State::kExtension;
+        } else if (c != ' ' && c != '\t') {
+          return Fail(ParseError::kBadChunkExtension, 400, i);
+        }
+        break;
+      case State::kExtension:
+        if (c == '\r') {
+          state_ = State::kSizeLf;
+        } else if (!chars::IsFieldValueChar(c)) {
+          return Fail(ParseError::kBadChunkExtension, 400, i);
+        }
+        break;
+      case State::kSizeLf:
+        if (c != '\n') {
+          return Fail(ParseError::kBareCr, 400, i);
+        }
+        line_bytes_ = 0;
+        if (chunk_remaining_ == 0) {
+          state_ = State::kTrailerLineStart;
+        } else if (chunk_remaining_ > limits_.max_body_bytes - body_bytes_) {
+          return Fail(ParseError::kBodyTooLarge, 413, i);
+        } else {
+          body_bytes_ += chunk_remaining_;
+          state_ = State::kData;
+        }
+        ++i;
+        continue;
+      case State::kDataCr:
+        if (c != '\r') {
+          return Fail(ParseError::kMissingChunkCrlf, 400, i);
+        }
+        state_ = State::kDataLf;
+        break;
+      case State::kDataLf:
+        if (c != '\n') {
+          return Fail(ParseError::kMissingChunkCrlf, 400, i);
+        }
+        state_ = State::kSizeStart;
+        break;
+      case State::kTrailerLineStart:
+        if (c == '\r') {
+          state_ = State::kFinalLf;
+        } else if (chars::IsToken(c)) {
+          state_ = State::kTrailerName;
+        } else {
+          return Fail(ParseError::kBadTrailer, 400, i);
+        }
+        break;
+      case State::kTrailerName:
+        if (c == ':') {
+          state_ = State::kTrailerValue;
+        } else if (!chars::IsToken(c)) {
+          return Fail(ParseError::kBadTrailer, 400, i);
+        }
+        break;
+      case State::kTrailerValue:
+        if (c == '\r') {
+          state_ = State::kTrailerLf;
+        } else if (!chars::IsFieldValueChar(c)) {
+          return Fail(ParseError::kBadTrailer, 400, i);
+        }
+        break;
+      case State::kTrailerLf:
+        if (c != '\n') {
+          return Fail(ParseError::kBadTrailer, 400, i);
+        }
+        if (++trailer_fields_ > limits_.max_trailer_fields) {
+          return Fail(ParseError::kTrailerTooLarge, 431, i);
+        }
+        state_ = State::kTrailerLineStart;
+        break;
+      case State::kFinalLf: {
+        if (c != '\n') {
+          return Fail(ParseError::kBadTrailer, 400, i);
+        }
+        state_ = State::kDone;
+        ChunkedResult r;
+        r.status = ChunkedStatus::kDone;
+        r.consumed = i + 1;
+        return r;
+      }
+      case State::kData:
+      case State::kDone:
+      case State::kError:
+        break;  // handled before the switch
+    }
+    if (state_ == State::kSize || state_ == State::kSizeBws || state_ == State::kExtension ||
+        state_ == State::kSizeLf) {
+      if (++line_bytes_ > limits_.max_size_line_bytes) {
+        return Fail(ParseError::kChunkLineTooLong, 400, i);
+      }
+    } else if (state_ >= State::kTrailerLineStart && state_ <= State::kFinalLf) {
+      if (++trailer_bytes_ > limits_.max_trailer_bytes) {
+        return Fail(ParseError::kTrailerTooLarge, 431, i);
+      }
+    }
+    ++i;
+  }
+  ChunkedResult r;
+  r.status = ChunkedStatus::kNeedMore;
+  r.consumed = input.size();
+  return r;
+}
+
+}  // namespace kwd::http

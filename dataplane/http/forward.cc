@@ -1,0 +1,177 @@
+#include "dataplane/http/forward.h"
+
+#include "dataplane/http/chars.h"
+
+namespace kwd::http {
+
+namespace {
+
+bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && EqualsIgnoreCase(s.substr(0, prefix.size()), prefix);
+}
+
+// Header names where '_' and '-' are interchangeable: some backends fold one
+// into the other, so a client must not smuggle either spelling through.
+bool IsProxyAssertedTlsField(std::string_view name) {
+  char buffer[32];
+  size_t n = name.size() < sizeof(buffer) ? name.size() : sizeof(buffer);
+  for (size_t i = 0; i < n; ++i) {
+    buffer[i] = name[i] == '-' ? '_' : chars::Lower(name[i]);
+  }
+  std::string_view folded(buffer, n);
+  return StartsWithIgnoreCase(folded, "ssl_client_cert") || folded == "ssl_cipher_suite" ||
+         folded == "ssl_cipher_usekeysize";
+}
+
+bool IsAlwaysHopByHop(std::string_view name) {
+  return EqualsIgnoreCase(name, "connection") || EqualsIgnoreCase(name, "keep-alive") ||
+         EqualsIgnoreCase(name, "proxy-connection") || EqualsIgnoreCase(name, "te") ||
+         EqualsIgnoreCase(name, "trailer");
+}
+
+// Fields that frame or address the message: a client listing them in
+// Connection must not make the proxy drop them (that would desynchronise
+// the upstream connection), so nomination does not apply to them.
+bool IsProtectedFromNomination(std::string_view name) {
+  return EqualsIgnoreCase(name, "content-length") || EqualsIgnoreCase(name, "host") ||
+         EqualsIgnoreCase(name, "transfer-encoding");
+}
+
+bool NamedByConnection(std::string_view name, std::span<const Header> fields) {
+  if (IsProtectedFromNomination(name)) {
+    return false;
+  }
+  for (const Header& h : fields) {
+    if (EqualsIgnoreCase(h.name, "connection") && HasToken(h.value, name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether to drop the field for this hop; Transfer-Encoding and Upgrade
+// depend on whether the proxy re-frames or tunnels.
+bool Drop(std::string_view name, std::span<const Header> fields, bool reframe, bool tunnel) {
+  if (IsAlwaysHopByHop(name)) {
+    return true;
+  }
+  if (EqualsIgnoreCase(name, "transfer-encoding")) {
+    return reframe;
+  }
+  if (EqualsIgnoreCase(name, "upgrade")) {
+    return !tunnel;
+  }
+  return NamedByConnection(name, fields);
+}
+
+void AppendField(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name);
+  out.append(": ");
+  out.append(value);
+  out.append("\r\n");
+}
+
+}  // namespace
+
+bool IsHopByHop(std::string_view name, std::span<const Header> fields) {
+  return IsAlwaysHopByHop(name) || EqualsIgnoreCase(name, "transfer-encoding") ||
+         EqualsIgnoreCase(name, "upgrade") || NamedByConnection(name, fields);
+}
+
+void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
+                          const ForwardRequestOptions& options, std::string& out) {
+  out.clear();
+  std::span<const Header> fields = head.fields();
+  out.append(head.method);
+  out.push_back(' ');
+  if (head.target_form == TargetForm::kAbsolute) {
+    if (head.path_and_query.empty() || head.path_and_query.front() == '?') {
+      out.push_back('/');
+    }
+    out.append(head.path_and_query);
+  } else {
+    out.append(head.target);
+  }
+  out.append(" HTTP/1.1\r\n");
+  AppendField(out, "Host", info.host);
+
+  bool has_forwarded_for = false;
+  std::string_view original_host;
+  for (const Header& h : fields) {
+    if (EqualsIgnoreCase(h.name, "host")) {
+      original_host = h.value;
+      continue;
+    }
+    if (EqualsIgnoreCase(h.name, "x-forwarded-for")) {
+      has_forwarded_for = true;
+      continue;
+    }
+    if (EqualsIgnoreCase(h.name, "x-forwarded-proto") ||
+        EqualsIgnoreCase(h.name, "x-forwarded-host") || IsProxyAssertedTlsField(h.name) ||
+        Drop(h.name, fields, options.reframe_body, options.tunnel_upgrade)) {
+      continue;
+    }
+    AppendField(out, h.name, h.value);
+  }
+
+  if (has_forwarded_for || !options.client_ip.empty()) {
+    out.append("X-Forwarded-For: ");
+    bool first = true;
+    for (const Header& h : fields) {
+      if (EqualsIgnoreCase(h.name, "x-forwarded-for") && !h.value.empty()) {
+        if (!first) {
+          out.append(", ");
+        }
+        out.append(h.value);
+        first = false;
+      }
+    }
+    if (!options.client_ip.empty()) {
+      if (!first) {
+        out.append(", ");
+      }
+      out.append(options.client_ip);
+    }
+    out.append("\r\n");
+  }
+  AppendField(out, "X-Forwarded-Proto", options.proto);
+  AppendField(out, "X-Forwarded-Host", original_host.empty() ? info.host : original_host);
+  if (options.tunnel_upgrade) {
+    AppendField(out, "Connection", "Upgrade");
+  }
+  for (const Header& h : options.extra_headers) {
+    AppendField(out, h.name, h.value);
+  }
+  out.append("\r\n");
+}
+
+void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
+                           std::string& out) {
+  out.clear();
+  std::span<const Header> fields = head.fields();
+  out.append("HTTP/1.1 ");
+  int code = head.status_code;
+  out.push_back(static_cast<char>('0' + (code / 100) % 10));
+  out.push_back(static_cast<char>('0' + (code / 10) % 10));
+  out.push_back(static_cast<char>('0' + code % 10));
+  out.push_back(' ');
+  out.append(head.reason);
+  out.append("\r\n");
+  for (const Header& h : fields) {
+    if (Drop(h.name, fields, options.reframe_body, options.tunnel_upgrade)) {
+      continue;
+    }
+    AppendField(out, h.name, h.value);
+  }
+  if (options.tunnel_upgrade) {
+    AppendField(out, "Connection", "Upgrade");
+  } else if (!options.connection.empty()) {
+    AppendField(out, "Connection", options.connection);
+  }
+  for (const Header& h : options.extra_headers) {
+    AppendField(out, h.name, h.value);
+  }
+  out.append("\r\n");
+}
+
+}  // namespace kwd::http

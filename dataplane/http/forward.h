@@ -1,0 +1,52 @@
+#pragma once
+
+// Serialising heads for the next hop (RFC 9110 7.6): hop-by-hop fields are
+// dropped, X-Forwarded-* added. The output is a caller-owned string that is
+// cleared and refilled, so a reused buffer stops allocating once it has grown.
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "dataplane/http/framing.h"
+#include "dataplane/http/parser.h"
+
+namespace kwd::http {
+
+struct ForwardRequestOptions {
+  std::string_view client_ip;       // appended to X-Forwarded-For
+  std::string_view proto = "http";  // X-Forwarded-Proto: how the client reached us
+  // The proxy re-frames the body (e.g. de-chunks and sends Content-Length,
+  // given in extra_headers): drop Transfer-Encoding.
+  bool reframe_body = false;
+  // Keep Upgrade and send "Connection: Upgrade" (WebSocket tunnel).
+  bool tunnel_upgrade = false;
+  // Appended verbatim after the forwarded fields.
+  std::span<const Header> extra_headers;
+};
+
+// Request line in origin-form (absolute-form is rewritten, its authority
+// becomes Host) and HTTP/1.1; Host from info.host; client-sent
+// X-Forwarded-Proto/-Host and SSL_CLIENT_* / SSL_CIPHER_* fields are replaced
+// or dropped, since only the proxy may assert them.
+void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
+                          const ForwardRequestOptions& options, std::string& out);
+
+struct ForwardResponseOptions {
+  bool reframe_body = false;    // drop Transfer-Encoding (caller adds framing)
+  bool tunnel_upgrade = false;  // 101: keep Upgrade, send "Connection: Upgrade"
+  // Connection field towards the client ("close", "keep-alive"), empty: none.
+  std::string_view connection;
+  std::span<const Header> extra_headers;
+};
+
+// Status line as HTTP/1.1, hop-by-hop fields dropped.
+void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
+                           std::string& out);
+
+// Whether `name` is hop-by-hop for a message with these fields: the fixed
+// list (Connection, Keep-Alive, Proxy-Connection, TE, Trailer,
+// Transfer-Encoding, Upgrade) or named by a Connection field.
+bool IsHopByHop(std::string_view name, std::span<const Header> fields);
+
+}  // namespace kwd::http

@@ -1,0 +1,138 @@
+#include "dataplane/http/chunked.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kwd::http {
+namespace {
+
+struct Decoded {
+  ChunkedStatus status = ChunkedStatus::kNeedMore;
+  std::string body;
+  size_t consumed = 0;  // of the whole input, when done
+  int http_status = 0;
+  int data_spans = 0;
+};
+
+// Feeds the input in pieces of `step` bytes (0: all at once).
+Decoded DecodeAll(std::string_view input, size_t step, ChunkedLimits limits = {}) {
+  ChunkedDecoder decoder(limits);
+  Decoded d;
+  size_t offset = 0;
+  size_t available = step == 0 ? input.size() : std::min(step, input.size());
+  while (true) {
+    ChunkedResult r = decoder.Decode(input.substr(offset, available - offset));
+    offset += r.consumed;
+    if (r.status == ChunkedStatus::kData) {
+      d.body.append(r.data);
+      ++d.data_spans;
+      // Zero-copy: the span lies inside the input.
+      EXPECT_GE(r.data.data(), input.data());
+      EXPECT_LE(r.data.data() + r.data.size(), input.data() + input.size());
+      continue;
+    }
+    if (r.status == ChunkedStatus::kNeedMore && available < input.size()) {
+      available = step == 0 ? input.size() : std::min(available + step, input.size());
+      continue;
+    }
+    d.status = r.status;
+    d.consumed = offset;
+    d.http_status = r.http_status;
+    return d;
+  }
+}
+
+TEST(ChunkedDecoder, DecodesChunksExtensionsAndTrailers) {
+  std::string_view body =
+      "4\r\nWiki\r\n5;a=b;c=\"d e\"\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX: y\r\n\r\nNEXT";
+  for (size_t step : {0, 1, 3}) {
+    Decoded d = DecodeAll(body, step);
+    ASSERT_EQ(d.status, ChunkedStatus::kDone) << step;
+    EXPECT_EQ(d.body, "Wikipedia in\r\n\r\nchunks.") << step;
+    EXPECT_EQ(body.substr(d.consumed), "NEXT") << step;
+  }
+}
+
+TEST(ChunkedDecoder, UppercaseAndLeadingZeroSizes) {
+  Decoded d = DecodeAll("00A\r\n0123456789\r\n000\r\n\r\n", 0);
+  ASSERT_EQ(d.status, ChunkedStatus::kDone);
+  EXPECT_EQ(d.body, "0123456789");
+}
+
+TEST(ChunkedDecoder, YieldsDataAsItArrives) {
+  ChunkedDecoder decoder;
+  ChunkedResult r = decoder.Decode("a\r\nhel");
+  ASSERT_EQ(r.status, ChunkedStatus::kData);
+  EXPECT_EQ(r.data, "hel");
+  EXPECT_EQ(r.consumed, 6u);
+  r = decoder.Decode("");
+  EXPECT_EQ(r.status, ChunkedStatus::kNeedMore);
+  r = decoder.Decode("lo worl");
+  ASSERT_EQ(r.status, ChunkedStatus::kData);
+  EXPECT_EQ(r.data, "lo worl");
+  EXPECT_EQ(decoder.body_bytes(), 10u);
+}
+
+TEST(ChunkedDecoder, Errors) {
+  struct Case {
+    std::string_view name;
+    std::string input;
+    int status;
+    ParseError error;
+  };
+  ChunkedLimits limits;
+  limits.max_body_bytes = 16;
+  const Case cases[] = {
+      {"0x", "0x5\r\nhello\r\n0\r\n\r\n", 400, ParseError::kBadChunkSize},
+      {"negative", "-1\r\n", 400, ParseError::kBadChunkSize},
+      {"empty", "\r\n", 400, ParseError::kBadChunkSize},
+      {"overflow", "1ffffffffffffffff\r\n", 400, ParseError::kBadChunkSize},
+      {"over_limit_single", "11\r\n", 413, ParseError::kBodyTooLarge},
+      {"over_limit_running", "8\r\n12345678\r\n9\r\n", 413, ParseError::kBodyTooLarge},
+      {"missing_crlf", "1\r\nab\r\n", 400, ParseError::kMissingChunkCrlf},
+      {"missing_lf", "1\r\na\rb", 400, ParseError::kMissingChunkCrlf},
+      {"ext_control", "1;a\x01\r\n", 400, ParseError::kBadChunkExtension},
+      {"ws_no_ext", "1 x\r\n", 400, ParseError::kBadChunkExtension},
+      {"line_too_long", "1;" + std::string(5000, 'x') + "\r\n", 400, ParseError::kChunkLineTooLong},
+      {"bad_trailer_name", "0\r\nX(: y\r\n\r\n", 400, ParseError::kBadTrailer},
+      {"trailer_ctl", "0\r\nX: \x01\r\n\r\n", 400, ParseError::kBadTrailer},
+      {"trailer_too_large", "0\r\nX: " + std::string(9000, 'v') + "\r\n\r\n", 431,
+       ParseError::kTrailerTooLarge},
+      {"final_bare_cr", "0\r\n\rX", 400, ParseError::kBadTrailer},
+  };
+  for (const Case& c : cases) {
+    for (size_t step : {0, 1}) {
+      ChunkedDecoder decoder(limits);
+      std::string_view rest = c.input;
+      ChunkedResult r;
+      size_t available = step == 0 ? rest.size() : 1;
+      std::string_view input = c.input;
+      size_t offset = 0;
+      do {
+        r = decoder.Decode(input.substr(offset, available - offset));
+        offset += r.consumed;
+        if (r.status == ChunkedStatus::kNeedMore && available < input.size()) {
+          ++available;
+        }
+      } while (r.status == ChunkedStatus::kData ||
+               (r.status == ChunkedStatus::kNeedMore && offset < input.size()));
+      EXPECT_EQ(r.status, ChunkedStatus::kError) << c.name << " step " << step;
+      EXPECT_EQ(r.http_status, c.status) << c.name;
+      EXPECT_EQ(r.error, c.error) << c.name << " " << ParseErrorName(r.error);
+      // Errors are sticky.
+      EXPECT_EQ(decoder.Decode("0\r\n\r\n").status, ChunkedStatus::kError) << c.name;
+    }
+  }
+}
+
+TEST(ChunkedDecoder, ResetStartsOver) {
+  ChunkedDecoder decoder;
+  EXPECT_EQ(decoder.Decode("0\r\n\r\n").status, ChunkedStatus::kDone);
+  EXPECT_TRUE(decoder.done());
+  decoder.Reset();
+  EXPECT_EQ(decoder.Decode("1\r\n").status, ChunkedStatus::kNeedMore);
+}
+
+}  // namespace
+}  // namespace kwd::http

@@ -1,0 +1,135 @@
+#include "dataplane/http/forward.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kwd::http {
+namespace {
+
+struct Parsed {
+  RequestHead head;
+  RequestInfo info;
+};
+
+void ParseRequest(std::string_view text, Parsed* p) {
+  RequestParser parser;
+  ASSERT_TRUE(parser.Parse(text, &p->head).complete()) << text;
+  ASSERT_TRUE(AnalyzeRequest(p->head, {}, &p->info).ok()) << text;
+}
+
+TEST(SerializeRequestHead, StripsHopByHopAndAddsForwardedFields) {
+  Parsed p;
+  ParseRequest(
+      "POST /sap/bc/x?a=1 HTTP/1.1\r\n"
+      "Host: erp.example\r\n"
+      "Connection: keep-alive, X-Secret, Content-Length\r\n"
+      "Keep-Alive: timeout=5\r\n"
+      "Proxy-Connection: keep-alive\r\n"
+      "TE: trailers\r\n"
+      "Trailer: X-T\r\n"
+      "X-Secret: s\r\n"
+      "Upgrade: h2c\r\n"
+      "X-Forwarded-For: 10.0.0.1\r\n"
+      "X-Forwarded-Proto: https\r\n"
+      "X-Forwarded-Host: evil\r\n"
+      "SSL_CLIENT_CERT: forged\r\n"
+      "ssl-client-cert-chain-1: forged\r\n"
+      "Content-Length: 3\r\n"
+      "Cookie: a=b\r\n"
+      "\r\n",
+      &p);
+  ForwardRequestOptions options;
+  options.client_ip = "192.0.2.7";
+  std::string out;
+  SerializeRequestHead(p.head, p.info, options, out);
+  EXPECT_EQ(out,
+            "POST /sap/bc/x?a=1 HTTP/1.1\r\n"
+            "Host: erp.example\r\n"
+            "Content-Length: 3\r\n"
+            "Cookie: a=b\r\n"
+            "X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n"
+            "X-Forwarded-Proto: http\r\n"
+            "X-Forwarded-Host: erp.example\r\n"
+            "\r\n");
+}
+
+TEST(SerializeRequestHead, TransferEncodingKeptUnlessReframed) {
+  Parsed p;
+  ParseRequest("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", &p);
+  std::string out;
+  SerializeRequestHead(p.head, p.info, {}, out);
+  EXPECT_NE(out.find("Transfer-Encoding: chunked\r\n"), std::string::npos);
+  ForwardRequestOptions reframe;
+  reframe.reframe_body = true;
+  const Header length[] = {{"Content-Length", "5"}};
+  reframe.extra_headers = length;
+  SerializeRequestHead(p.head, p.info, reframe, out);
+  EXPECT_EQ(out.find("Transfer-Encoding"), std::string::npos);
+  EXPECT_NE(out.find("Content-Length: 5\r\n\r\n"), std::string::npos);
+}
+
+TEST(SerializeRequestHead, AbsoluteFormBecomesOriginFormAndWebSocketTunnels) {
+  Parsed p;
+  ParseRequest(
+      "GET http://abs.example:8000?q=1 HTTP/1.1\r\nHost: ignored\r\nConnection: Upgrade\r\n"
+      "Upgrade: websocket\r\n\r\n",
+      &p);
+  ForwardRequestOptions options;
+  options.proto = "https";
+  options.tunnel_upgrade = true;
+  std::string out;
+  SerializeRequestHead(p.head, p.info, options, out);
+  EXPECT_EQ(out,
+            "GET /?q=1 HTTP/1.1\r\n"
+            "Host: abs.example:8000\r\n"
+            "Upgrade: websocket\r\n"
+            "X-Forwarded-Proto: https\r\n"
+            "X-Forwarded-Host: ignored\r\n"
+            "Connection: Upgrade\r\n"
+            "\r\n");
+}
+
+TEST(SerializeResponseHead, StripsHopByHopAndSetsConnection) {
+  ResponseParser parser;
+  ResponseHead head;
+  ASSERT_TRUE(parser
+                  .Parse("HTTP/1.0 200 OK\r\nConnection: X-Internal\r\nX-Internal: 1\r\n"
+                         "Keep-Alive: timeout=3\r\nContent-Length: 2\r\nSet-Cookie: a=b\r\n\r\n",
+                         &head)
+                  .complete());
+  ForwardResponseOptions options;
+  options.connection = "close";
+  std::string out;
+  SerializeResponseHead(head, options, out);
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: a=b\r\nConnection: close\r\n\r\n");
+}
+
+TEST(SerializeResponseHead, SwitchingProtocolsKeepsUpgrade) {
+  ResponseParser parser;
+  ResponseHead head;
+  ASSERT_TRUE(parser
+                  .Parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                         "Connection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n",
+                         &head)
+                  .complete());
+  ForwardResponseOptions options;
+  options.tunnel_upgrade = true;
+  std::string out;
+  SerializeResponseHead(head, options, out);
+  EXPECT_EQ(out,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: x\r\n"
+            "Connection: Upgrade\r\n\r\n");
+}
+
+TEST(IsHopByHop, FixedListAndNominated) {
+  const Header fields[] = {{"Connection", "x-a, close"}, {"X-A", "1"}};
+  EXPECT_TRUE(IsHopByHop("keep-alive", fields));
+  EXPECT_TRUE(IsHopByHop("TE", fields));
+  EXPECT_TRUE(IsHopByHop("x-a", fields));
+  EXPECT_FALSE(IsHopByHop("x-b", fields));
+}
+
+}  // namespace
+}  // namespace kwd::http
