@@ -68,6 +68,9 @@ class Balancer {
   // new_to_old[i] is the previous index of new server i, or -1 for a new one.
   virtual void Rebind(std::span<const int> new_to_old);
 
+  // A new snapshot may change the group's interval; the next reset uses it.
+  void set_load_reset_interval_ms(int64_t interval_ms) { load_reset_interval_ms_ = interval_ms; }
+
   size_t size() const { return assigned_.size(); }
   uint64_t assigned(size_t index) const { return assigned_[index]; }
   uint64_t outstanding(size_t index) const { return outstanding_[index]; }

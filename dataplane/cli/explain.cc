@@ -1,0 +1,283 @@
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/snapshot_io.h"
+#include "dataplane/cli/proxy_cli.h"
+#include "dataplane/routing/clock.h"
+#include "dataplane/routing/router.h"
+#include "dataplane/routing/routing_table.h"
+
+namespace kwd::cli {
+namespace {
+
+constexpr const char kExplainUsage[] =
+    "usage: kwd-proxy explain --snapshot FILE --url URL [--host HOST]\n"
+    "                         [--header 'Name: value']... [--count N]\n"
+    "                         [--affinity-key-file FILE]\n"
+    "\n"
+    "Routes N simulated sequential requests (each answered before the next) with\n"
+    "the snapshot FILE (what 'kwd-controller compile' prints) and prints one JSON\n"
+    "object per request: group, server, address, rule, kind, reason, status, lost,\n"
+    "set_cookie, path, host. Session tables persist across the N requests; the\n"
+    "requests carry only what the flags give (add cookies with --header 'Cookie: ...').\n"
+    "\n"
+    "  --snapshot FILE           snapshot JSON\n"
+    "  --url URL                 http(s)://host/path?query (scheme sets https, host is\n"
+    "                            the Host unless --host) or /path?query\n"
+    "  --host HOST               Host header\n"
+    "  --header 'Name: value'    a request header; Cookie and Host are used (repeatable)\n"
+    "  --count N                 number of requests (default 1)\n"
+    "  --affinity-key-file FILE  affinity-cookie signing key; else $KWD_AFFINITY_KEY,\n"
+    "                            else the development key \"kwd-development-affinity-key\"\n";
+
+struct ExplainFlags {
+  std::string snapshot;
+  std::string url;
+  std::string host;
+  bool host_given = false;
+  std::vector<std::string> headers;
+  int count = 1;
+  std::string affinity_key_file;
+};
+
+bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    char c = s[i];
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+    if (c != prefix[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Returns 0 to go on, or the exit code (usage shown / error).
+int ParseFlags(int argc, char** argv, ExplainFlags* flags, std::ostream& out, std::ostream& err) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      out << kExplainUsage;
+      return -1;
+    }
+    std::string_view name = arg;
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = std::string(arg.substr(eq + 1));
+      has_value = true;
+    }
+    auto take_value = [&]() -> bool {
+      if (has_value) {
+        return true;
+      }
+      if (i + 1 >= argc) {
+        err << "kwd-proxy explain: " << name << " needs a value\n";
+        return false;
+      }
+      value = argv[++i];
+      return true;
+    };
+    if (name == "--snapshot") {
+      if (!take_value()) {
+        return 2;
+      }
+      flags->snapshot = value;
+    } else if (name == "--url") {
+      if (!take_value()) {
+        return 2;
+      }
+      flags->url = value;
+    } else if (name == "--host") {
+      if (!take_value()) {
+        return 2;
+      }
+      flags->host = value;
+      flags->host_given = true;
+    } else if (name == "--header") {
+      if (!take_value()) {
+        return 2;
+      }
+      if (value.find(':') == std::string::npos || value.front() == ':') {
+        err << "kwd-proxy explain: --header wants 'Name: value', got \"" << value << "\"\n";
+        return 2;
+      }
+      flags->headers.push_back(value);
+    } else if (name == "--count") {
+      if (!take_value()) {
+        return 2;
+      }
+      int count = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), count);
+      if (ec != std::errc() || end != value.data() + value.size() || count < 1 || count > 1000000) {
+        err << "kwd-proxy explain: --count wants a number from 1 to 1000000, got \"" << value
+            << "\"\n";
+        return 2;
+      }
+      flags->count = count;
+    } else if (name == "--affinity-key-file") {
+      if (!take_value()) {
+        return 2;
+      }
+      flags->affinity_key_file = value;
+    } else {
+      err << "kwd-proxy explain: unknown flag \"" << arg << "\"\n\n" << kExplainUsage;
+      return 2;
+    }
+  }
+  if (flags->snapshot.empty() || flags->url.empty()) {
+    err << "kwd-proxy explain: --snapshot and --url are required\n\n" << kExplainUsage;
+    return 2;
+  }
+  return 0;
+}
+
+bool LoadAffinityKey(const ExplainFlags& flags, std::string* key, std::ostream& err) {
+  if (!flags.affinity_key_file.empty()) {
+    std::ifstream in(flags.affinity_key_file, std::ios::binary);
+    if (!in) {
+      err << "kwd-proxy explain: cannot read affinity key file " << flags.affinity_key_file << "\n";
+      return false;
+    }
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    *key = std::string(Trim(buffer.str()));
+    if (key->empty()) {
+      err << "kwd-proxy explain: affinity key file " << flags.affinity_key_file << " is empty\n";
+      return false;
+    }
+    return true;
+  }
+  if (const char* env = std::getenv("KWD_AFFINITY_KEY"); env != nullptr && *env != '\0') {
+    *key = env;
+    return true;
+  }
+  *key = kDevelopmentAffinityKey;
+  return true;
+}
+
+nlohmann::ordered_json DecisionJson(const routing::Router& router,
+                                    const routing::Decision& decision, bool https) {
+  using nlohmann::ordered_json;
+  ordered_json line;
+  line["group"] = decision.group != nullptr ? ordered_json(decision.group->key) : ordered_json();
+  line["server"] =
+      decision.server != nullptr ? ordered_json(decision.server->name) : ordered_json();
+  line["address"] =
+      decision.server != nullptr
+          ? ordered_json(decision.server->address + ":" + std::to_string(decision.server->port))
+          : ordered_json();
+  line["rule"] = decision.rule.empty() ? ordered_json() : ordered_json(std::string(decision.rule));
+  line["kind"] = decision.kind == v1::KIND_ABAP   ? ordered_json("abap")
+                 : decision.kind == v1::KIND_JAVA ? ordered_json("java")
+                                                  : ordered_json();
+  line["reason"] = std::string(routing::ReasonName(decision.reason));
+  line["status"] = decision.status != 0 ? ordered_json(decision.status) : ordered_json();
+  line["lost"] = decision.lost != routing::Identifier::kNone
+                     ? ordered_json(std::string(routing::IdentifierName(decision.lost)))
+                     : ordered_json();
+  line["set_cookie"] = decision.set_affinity_cookie
+                           ? ordered_json(router.AffinityCookieHeader(decision, https))
+                           : ordered_json();
+  line["path"] = decision.status == 400 ? ordered_json() : ordered_json(std::string(decision.path));
+  line["host"] =
+      decision.virtual_host != nullptr ? ordered_json(decision.virtual_host->host) : ordered_json();
+  return line;
+}
+
+}  // namespace
+
+int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  ExplainFlags flags;
+  if (int code = ParseFlags(argc, argv, &flags, out, err); code != 0) {
+    return code < 0 ? 0 : code;
+  }
+
+  // The request the flags describe.
+  std::string target = flags.url;
+  std::string host;
+  bool https = false;
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (StartsWithIgnoreCase(flags.url, scheme)) {
+      https = scheme == "https://";
+      std::string_view rest = std::string_view(flags.url).substr(scheme.size());
+      size_t path_start = rest.find_first_of("/?#");
+      host = std::string(rest.substr(0, path_start));
+      std::string_view path =
+          path_start == std::string_view::npos ? std::string_view("/") : rest.substr(path_start);
+      target = path.front() == '/' ? std::string(path) : "/" + std::string(path);
+    }
+  }
+  std::vector<std::string> cookies;
+  for (const std::string& header : flags.headers) {
+    size_t colon = header.find(':');
+    std::string_view name = Trim(std::string_view(header).substr(0, colon));
+    std::string_view value = Trim(std::string_view(header).substr(colon + 1));
+    if (StartsWithIgnoreCase(name, "cookie") && name.size() == 6) {
+      cookies.emplace_back(value);
+    } else if (StartsWithIgnoreCase(name, "host") && name.size() == 4 && host.empty()) {
+      host = std::string(value);
+    }
+  }
+  if (flags.host_given) {
+    host = flags.host;
+  }
+
+  std::string affinity_key;
+  if (!LoadAffinityKey(flags, &affinity_key, err)) {
+    return 1;
+  }
+  v1::Snapshot snapshot;
+  std::string error;
+  if (!LoadSnapshotFile(flags.snapshot, &snapshot, &error)) {
+    err << "kwd-proxy explain: cannot load snapshot " << flags.snapshot << ": " << error << "\n";
+    return 1;
+  }
+  session::SessionRegistry sessions;
+  routing::ServerHealthRegistry health;
+  auto table = routing::RoutingTable::Build(snapshot, {&sessions, &health}, &error);
+  if (table == nullptr) {
+    err << "kwd-proxy explain: snapshot " << flags.snapshot << " rejected: " << error << "\n";
+    return 1;
+  }
+  auto clock = std::make_shared<routing::ManualClock>(0);
+  routing::Router router(std::make_shared<session::AffinityCookieCodec>(affinity_key), clock);
+  router.Apply(table);
+
+  std::vector<std::string_view> cookie_views(cookies.begin(), cookies.end());
+  routing::Request request{"GET", target, host, https, cookie_views};
+  for (int i = 0; i < flags.count; ++i) {
+    routing::Decision decision = router.Route(request);
+    out << DecisionJson(router, decision, https).dump() << "\n";
+    router.Complete(decision);
+    clock->Advance(1);  // simulated requests are one millisecond apart
+  }
+  out.flush();
+  return 0;
+}
+
+}  // namespace kwd::cli

@@ -1,0 +1,5 @@
+#include "dataplane/cli/proxy_cli.h"
+
+int main(int argc, char** argv) {
+  return kwd::cli::ProxyMain(argc, argv);
+}

@@ -1,0 +1,197 @@
+#include "dataplane/routing/path.h"
+
+namespace kwd::routing {
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+bool IsUnreserved(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
+}
+
+// Characters of a Base64 bracket segment as SAP writes it (standard or
+// URL-safe alphabet, padding possibly percent-encoded).
+bool IsBracketChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+         c == '/' || c == '=' || c == '-' || c == '_' || c == '%';
+}
+
+// Appends to the output, failing when the scratch is full.
+class Writer {
+ public:
+  explicit Writer(std::span<char> scratch) : data_(scratch.data()), capacity_(scratch.size()) {}
+  bool Put(char c) {
+    if (size_ == capacity_) {
+      return false;
+    }
+    data_[size_++] = c;
+    return true;
+  }
+  size_t size() const { return size_; }
+  void Truncate(size_t size) { size_ = size; }
+  const char* data() const { return data_; }
+  char at(size_t i) const { return data_[i]; }
+
+ private:
+  char* data_;
+  size_t capacity_;
+  size_t size_ = 0;
+};
+
+constexpr char kHexDigits[] = "0123456789ABCDEF";
+
+// Writes one raw segment (no "/" inside) decoded as "/<segment>" and applies
+// dot-segment rules. `ends_with_slash` is set when the output should keep a
+// trailing "/" if this turns out to be the last segment.
+bool WriteSegment(std::string_view segment, Writer* out, bool* ends_with_slash) {
+  // Decode into the output first, then look at what was written: "%2e%2E" is ".." too.
+  const size_t start = out->size();
+  if (segment.empty()) {
+    *ends_with_slash = true;
+    return true;
+  }
+  if (!out->Put('/')) {
+    return false;
+  }
+  for (size_t i = 0; i < segment.size(); ++i) {
+    char c = segment[i];
+    if (c != '%') {
+      if (!out->Put(c)) {
+        return false;
+      }
+      continue;
+    }
+    if (i + 2 >= segment.size()) {
+      return false;
+    }
+    int high = HexValue(segment[i + 1]);
+    int low = HexValue(segment[i + 2]);
+    if (high < 0 || low < 0) {
+      return false;
+    }
+    auto decoded = static_cast<unsigned char>(high * 16 + low);
+    if (IsUnreserved(decoded)) {
+      if (!out->Put(static_cast<char>(decoded))) {
+        return false;
+      }
+    } else if (!out->Put('%') || !out->Put(kHexDigits[high]) || !out->Put(kHexDigits[low])) {
+      return false;
+    }
+    i += 2;
+  }
+  std::string_view written(out->data() + start + 1, out->size() - start - 1);
+  if (written == ".") {
+    out->Truncate(start);
+    *ends_with_slash = true;
+  } else if (written == "..") {
+    if (start == 0) {
+      return false;  // above the root
+    }
+    size_t parent = start;
+    while (parent > 0 && out->at(parent - 1) != '/') {
+      --parent;
+    }
+    out->Truncate(parent - 1);
+    *ends_with_slash = true;
+  } else {
+    *ends_with_slash = false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out) {
+  *out = NormalizedTarget{};
+  size_t end = target.find_first_of("?#");
+  std::string_view raw_path = target.substr(0, end);
+  if (end != std::string_view::npos && target[end] == '?') {
+    std::string_view rest = target.substr(end + 1);
+    out->query = rest.substr(0, rest.find('#'));
+  }
+  out->raw_path = raw_path;
+  if (raw_path.empty() || raw_path.front() != '/') {
+    return false;
+  }
+  for (char c : raw_path) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte == 0x7f) {
+      return false;
+    }
+  }
+
+  Writer writer(scratch);
+  bool ends_with_slash = true;
+  size_t i = 1;
+  while (i <= raw_path.size()) {
+    // One segment: name characters, an optional "(...)" bracket, then
+    // optional ";params", up to the next "/".
+    const size_t name_start = i;
+    size_t name_end = i;
+    while (name_end < raw_path.size() && raw_path[name_end] != '/' && raw_path[name_end] != ';' &&
+           raw_path[name_end] != '(') {
+      ++name_end;
+    }
+    size_t next = name_end;
+    if (next < raw_path.size() && raw_path[next] == '(') {
+      size_t close = raw_path.find(')', next + 1);
+      bool is_bracket = close != std::string_view::npos &&
+                        (close + 1 == raw_path.size() || raw_path[close + 1] == '/' ||
+                         raw_path[close + 1] == ';');
+      for (size_t k = next + 1; is_bracket && k < close; ++k) {
+        is_bracket = IsBracketChar(raw_path[k]);
+      }
+      if (is_bracket) {
+        if (out->bracket_segment.empty()) {
+          out->bracket_segment = raw_path.substr(next + 1, close - next - 1);
+        }
+        next = close + 1;
+      } else {
+        // An ordinary "(" belongs to the name.
+        while (name_end < raw_path.size() && raw_path[name_end] != '/' &&
+               raw_path[name_end] != ';') {
+          ++name_end;
+        }
+        next = name_end;
+      }
+    }
+    while (next < raw_path.size() && raw_path[next] != '/') {
+      ++next;  // path parameters
+    }
+    if (!WriteSegment(raw_path.substr(name_start, name_end - name_start), &writer,
+                      &ends_with_slash)) {
+      return false;
+    }
+    i = next + 1;
+  }
+  if ((ends_with_slash || writer.size() == 0) && !writer.Put('/')) {
+    return false;
+  }
+  out->path = std::string_view(writer.data(), writer.size());
+  return true;
+}
+
+void AsciiLowerInto(std::string_view in, char* out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    out[i] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  }
+}
+
+bool IsRootPath(std::string_view path) {
+  return !path.empty() && path.find('/', 1) == std::string_view::npos;
+}
+
+}  // namespace kwd::routing

@@ -1,0 +1,49 @@
+#include "dataplane/routing/permissions.h"
+
+#include "dataplane/routing/path.h"
+
+namespace kwd::routing {
+
+PermissionTable::PermissionTable(
+    const google::protobuf::RepeatedPtrField<v1::Permission>& permissions) {
+  for (const v1::Permission& permission : permissions) {
+    std::string_view pattern = permission.pattern();
+    Entry entry{permission.action(), {}, false, false};
+    if (!pattern.empty() && pattern.front() == '*') {
+      entry.any_start = true;
+      pattern.remove_prefix(1);
+    }
+    if (!pattern.empty() && pattern.back() == '*') {
+      entry.any_end = true;
+      pattern.remove_suffix(1);
+    }
+    entry.text.resize(pattern.size());
+    AsciiLowerInto(pattern, entry.text.data());
+    entries_.push_back(std::move(entry));
+  }
+}
+
+bool PermissionTable::Matches(const Entry& entry, std::string_view path) {
+  std::string_view text = entry.text;
+  if (entry.any_start && entry.any_end) {
+    return path.find(text) != std::string_view::npos;
+  }
+  if (entry.any_start) {
+    return path.ends_with(text);
+  }
+  if (entry.any_end) {
+    return path.starts_with(text);
+  }
+  return path == text;
+}
+
+v1::PermissionAction PermissionTable::Evaluate(std::string_view lowercase_path) const {
+  for (const Entry& entry : entries_) {
+    if (Matches(entry, lowercase_path)) {
+      return entry.action;
+    }
+  }
+  return v1::PERMISSION_ACTION_PERMIT;
+}
+
+}  // namespace kwd::routing

@@ -1,0 +1,436 @@
+#include "dataplane/routing/router.h"
+
+#include <algorithm>
+
+namespace kwd::routing {
+namespace {
+
+// Longest normalised path we route; longer targets get a 400.
+constexpr size_t kPathScratchBytes = 8192;
+
+char AsciiLower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (AsciiLower(s[i]) != prefix[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return AsciiLower(x) == AsciiLower(y);
+         });
+}
+
+// Splits an absolute-form target into authority and origin-form target.
+// Returns false when `target` is not absolute-form.
+bool SplitAbsoluteForm(std::string_view target, std::string_view* authority,
+                       std::string_view* origin_form) {
+  size_t scheme_length;
+  if (StartsWithIgnoreCase(target, "http://")) {
+    scheme_length = 7;
+  } else if (StartsWithIgnoreCase(target, "https://")) {
+    scheme_length = 8;
+  } else {
+    return false;
+  }
+  std::string_view rest = target.substr(scheme_length);
+  size_t path_start = rest.find_first_of("/?#");
+  *authority = rest.substr(0, path_start);
+  if (size_t at = authority->rfind('@'); at != std::string_view::npos) {
+    authority->remove_prefix(at + 1);  // userinfo never names the host
+  }
+  *origin_form =
+      path_start == std::string_view::npos ? std::string_view("/") : rest.substr(path_start);
+  return true;
+}
+
+Reason StickyReason(Identifier identifier) {
+  switch (identifier) {
+    case Identifier::kSapContextId:
+      return Reason::kStickyContextId;
+    case Identifier::kSaplb:
+      return Reason::kStickySaplb;
+    case Identifier::kJSessionId:
+      return Reason::kStickyJSessionId;
+    case Identifier::kSapExtSid:
+      return Reason::kStickySapExtSid;
+    case Identifier::kAffinityCookie:
+      return Reason::kStickyAffinityCookie;
+    case Identifier::kNone:
+      break;
+  }
+  return Reason::kBalance;
+}
+
+}  // namespace
+
+std::string_view ReasonName(Reason reason) {
+  switch (reason) {
+    case Reason::kBalance:
+      return "balance";
+    case Reason::kStickyContextId:
+      return "sticky:sap-contextid";
+    case Reason::kStickySaplb:
+      return "sticky:saplb";
+    case Reason::kStickyJSessionId:
+      return "sticky:jsessionid";
+    case Reason::kStickySapExtSid:
+      return "sticky:sap-ext-sid";
+    case Reason::kStickyAffinityCookie:
+      return "sticky:affinity-cookie";
+    case Reason::kDenied:
+      return "denied";
+    case Reason::kNoServer:
+      return "no-server";
+    case Reason::kBadRequest:
+      return "bad-request";
+  }
+  return "unknown";
+}
+
+std::string_view IdentifierName(Identifier identifier) {
+  switch (identifier) {
+    case Identifier::kSapContextId:
+      return "sap-contextid";
+    case Identifier::kSaplb:
+      return "saplb";
+    case Identifier::kJSessionId:
+      return "jsessionid";
+    case Identifier::kSapExtSid:
+      return "sap-ext-sid";
+    case Identifier::kAffinityCookie:
+      return "affinity-cookie";
+    case Identifier::kNone:
+      break;
+  }
+  return "";
+}
+
+Router::Router(std::shared_ptr<const session::AffinityCookieCodec> affinity_codec,
+               std::shared_ptr<const Clock> clock)
+    : affinity_codec_(std::move(affinity_codec)),
+      clock_(std::move(clock)),
+      path_scratch_(kPathScratchBytes),
+      lower_scratch_(kPathScratchBytes) {}
+
+void Router::Apply(std::shared_ptr<const RoutingTable> table) {
+  std::vector<std::unique_ptr<balancer::Balancer>> balancers;
+  if (table != nullptr) {
+    balancers.reserve(table->groups().size());
+    for (const GroupEntry& group : table->groups()) {
+      const int old_index = table_ == nullptr ? -1 : table_->FindGroup(group.key);
+      std::unique_ptr<balancer::Balancer> balancer;
+      if (old_index >= 0 && balancers_[old_index] != nullptr &&
+          balancers_[old_index]->strategy() == group.strategy) {
+        const GroupEntry& old_group = table_->groups()[old_index];
+        std::vector<int> new_to_old;
+        new_to_old.reserve(group.servers.size());
+        for (const ServerEntry& server : group.servers) {
+          new_to_old.push_back(old_group.FindServer(server.name));
+        }
+        balancer = std::move(balancers_[old_index]);
+        balancer->Rebind(new_to_old);
+        balancer->set_load_reset_interval_ms(group.load_reset_interval_ms);
+      } else {
+        balancer = balancer::MakeBalancer(group.strategy, group.servers.size(),
+                                          group.load_reset_interval_ms);
+      }
+      balancers.push_back(std::move(balancer));
+    }
+  }
+  if (table_ != nullptr && in_flight_ > 0) {
+    retired_.push_back(RetiredTable{table_, generation_, in_flight_});
+  }
+  table_ = std::move(table);
+  balancers_ = std::move(balancers);
+  in_flight_ = 0;
+  ++generation_;
+}
+
+const balancer::Balancer* Router::BalancerFor(size_t group_index) const {
+  return group_index < balancers_.size() ? balancers_[group_index].get() : nullptr;
+}
+
+int Router::StickyServer(const GroupEntry& group, std::string_view name, Identifier identifier,
+                         Identifier* lost) const {
+  int index = group.FindServer(name);
+  if (index >= 0 && group.inputs[index].Healthy()) {
+    // Ready or draining: a terminating server that still serves keeps its sessions.
+    return index;
+  }
+  if (*lost == Identifier::kNone) {
+    *lost = identifier;
+  }
+  return -1;
+}
+
+int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
+                          bool* record_ext_sid, int64_t now_ms) {
+  // DESIGN.md section 4 order. An identifier that names a lost server does not
+  // end the search: a later one may still name a live server of the group.
+  if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_CONTEXTID) && !ids_.contextid_instance.empty()) {
+    int index = StickyServer(group, ids_.contextid_instance, Identifier::kSapContextId, lost);
+    if (index >= 0) {
+      *routed_by = Identifier::kSapContextId;
+      return index;
+    }
+  }
+
+  if (group.Enabled(v1::SESSION_IDENTIFIER_SAPLB) && ids_.saplb_count > 0) {
+    std::span<const session::SaplbCookie> cookies(ids_.saplb.data(), ids_.saplb_count);
+    // saplb_<group name>, then saplb_*, then any other whose instance is ours.
+    for (const session::SaplbCookie& cookie : cookies) {
+      if (EqualsIgnoreCase(cookie.group, group.name)) {
+        int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
+        if (index >= 0) {
+          *routed_by = Identifier::kSaplb;
+          return index;
+        }
+      }
+    }
+    for (const session::SaplbCookie& cookie : cookies) {
+      if (cookie.group == "*") {
+        int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
+        if (index >= 0) {
+          *routed_by = Identifier::kSaplb;
+          return index;
+        }
+      }
+    }
+    for (const session::SaplbCookie& cookie : cookies) {
+      if (cookie.group != "*" && !EqualsIgnoreCase(cookie.group, group.name) &&
+          group.FindServer(cookie.instance) >= 0) {
+        int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
+        if (index >= 0) {
+          *routed_by = Identifier::kSaplb;
+          return index;
+        }
+      }
+    }
+  }
+
+  if (group.Enabled(v1::SESSION_IDENTIFIER_JSESSIONID) && !ids_.jsessionid.empty()) {
+    if (!ids_.jsessionid_instance.empty()) {
+      int index = StickyServer(group, ids_.jsessionid_instance, Identifier::kJSessionId, lost);
+      if (index >= 0) {
+        *routed_by = Identifier::kJSessionId;
+        return index;
+      }
+    } else {
+      int length = group.sessions->Lookup(session::TableKey::kJSessionId, ids_.jsessionid, now_ms,
+                                          server_scratch_.data(), server_scratch_.size());
+      if (length >= 0) {
+        int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
+                                 Identifier::kJSessionId, lost);
+        if (index >= 0) {
+          *routed_by = Identifier::kJSessionId;
+          return index;
+        }
+        group.sessions->Erase(session::TableKey::kJSessionId, ids_.jsessionid);
+      }
+    }
+  }
+
+  if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_EXT_SID) && !ids_.ext_sid.empty()) {
+    int length = group.sessions->Lookup(session::TableKey::kSapExtSid, ids_.ext_sid, now_ms,
+                                        server_scratch_.data(), server_scratch_.size());
+    if (length >= 0) {
+      int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
+                               Identifier::kSapExtSid, lost);
+      if (index >= 0) {
+        *routed_by = Identifier::kSapExtSid;
+        return index;
+      }
+      group.sessions->Erase(session::TableKey::kSapExtSid, ids_.ext_sid);
+    }
+    *record_ext_sid = true;
+  }
+
+  if (group.affinity_cookie_enabled && !ids_.affinity_cookie.empty() &&
+      affinity_codec_ != nullptr) {
+    std::string_view server;
+    if (affinity_codec_->Verify(ids_.affinity_cookie, group.key, &server)) {
+      int index = StickyServer(group, server, Identifier::kAffinityCookie, lost);
+      if (index >= 0) {
+        *routed_by = Identifier::kAffinityCookie;
+        return index;
+      }
+    }
+  }
+  return -1;
+}
+
+Decision Router::Route(const Request& request) {
+  Decision decision;
+  decision.table_generation = generation_;
+  const RoutingTable* table = table_.get();
+  if (table == nullptr) {
+    decision.reason = Reason::kNoServer;
+    decision.status = 503;
+    return decision;
+  }
+
+  std::string_view target = request.target;
+  std::string_view host = request.host;
+  const bool https = request.https;
+  std::string_view authority;
+  std::string_view origin_form;
+  // The connection, not the target's scheme, says whether the request came over TLS.
+  if (SplitAbsoluteForm(target, &authority, &origin_form)) {
+    target = origin_form;
+    host = authority;
+  }
+  decision.virtual_host = table->FindVirtualHost(host, host_scratch_);
+
+  NormalizedTarget normalized;
+  if (!NormalizeTarget(target, path_scratch_, &normalized)) {
+    decision.reason = Reason::kBadRequest;
+    decision.status = 400;
+    return decision;
+  }
+  decision.path = normalized.path;
+  AsciiLowerInto(normalized.path, lower_scratch_.data());
+  const std::string_view lower_path(lower_scratch_.data(), normalized.path.size());
+
+  const VirtualHostEntry* vhost = decision.virtual_host;
+  if (vhost == nullptr) {
+    decision.reason = Reason::kNoServer;
+    decision.status = 503;
+    return decision;
+  }
+
+  // Classification first so that a denied request still shows where it
+  // would have gone; permissions decide before any server is chosen.
+  int group_index;
+  if (IsRootPath(normalized.path)) {
+    decision.kind = vhost->default_root_handler;
+    decision.rule = "root";
+    group_index = vhost->DefaultGroup(decision.kind);
+  } else if (int rule = vhost->prefixes.LongestMatch(lower_path); rule >= 0) {
+    decision.kind = vhost->rules[rule].kind;
+    decision.rule = vhost->rules[rule].prefix;
+    group_index = vhost->rules[rule].group;
+  } else {
+    decision.kind = v1::KIND_JAVA;
+    decision.rule = "default";
+    group_index = vhost->default_java_group;
+  }
+  if (group_index >= 0) {
+    decision.group_index = group_index;
+    decision.group = &table->groups()[group_index];
+  }
+
+  const v1::PermissionAction action = vhost->permissions.Evaluate(lower_path);
+  if (action == v1::PERMISSION_ACTION_DENY || (action == v1::PERMISSION_ACTION_SECURE && !https)) {
+    decision.reason = Reason::kDenied;
+    decision.status = 403;
+    return decision;
+  }
+  if (decision.group == nullptr) {
+    decision.reason = Reason::kNoServer;
+    decision.status = 503;
+    return decision;
+  }
+
+  const GroupEntry& group = *decision.group;
+  balancer::Balancer& balancer = *balancers_[group_index];
+  const int64_t now_ms = clock_->NowMs();
+  session::RequestParts parts;
+  parts.path = normalized.raw_path;
+  parts.query = normalized.query;
+  parts.cookie_headers = request.cookie_headers;
+  parts.bracket_segment = normalized.bracket_segment;
+  session::ExtractSessionIds(parts, group.affinity_cookie_name, &ids_);
+
+  Identifier routed_by = Identifier::kNone;
+  bool record_ext_sid = false;
+  int server = ResolveSticky(group, &routed_by, &decision.lost, &record_ext_sid, now_ms);
+  if (server >= 0) {
+    balancer.CountSticky(server, now_ms);
+    decision.reason = StickyReason(routed_by);
+  } else {
+    server = balancer.Pick(group.inputs, now_ms);
+    if (server < 0) {
+      decision.reason = Reason::kNoServer;
+      decision.status = 503;
+      return decision;
+    }
+    decision.reason = Reason::kBalance;
+    if (record_ext_sid) {
+      group.sessions->Record(session::TableKey::kSapExtSid, ids_.ext_sid,
+                             group.servers[server].name, now_ms);
+      decision.set_affinity_cookie = group.affinity_cookie_enabled;
+    }
+  }
+  decision.server_index = server;
+  decision.server = &group.servers[server];
+  decision.counted = true;
+  ++in_flight_;
+  return decision;
+}
+
+void Router::Complete(const Decision& decision) {
+  if (!decision.counted) {
+    return;
+  }
+  if (decision.table_generation == generation_) {
+    if (decision.group_index >= 0 &&
+        static_cast<size_t>(decision.group_index) < balancers_.size()) {
+      balancers_[decision.group_index]->Complete(decision.server_index);
+    }
+    if (in_flight_ > 0) {
+      --in_flight_;
+    }
+    return;
+  }
+  // Routed on an earlier table, which is kept alive until its last request
+  // completes: the counters moved to the same group and server by name.
+  auto retired = std::find_if(retired_.begin(), retired_.end(), [&](const RetiredTable& r) {
+    return r.generation == decision.table_generation;
+  });
+  if (retired == retired_.end()) {
+    return;
+  }
+  if (table_ != nullptr && decision.group != nullptr && decision.server != nullptr) {
+    int group_index = table_->FindGroup(decision.group->key);
+    if (group_index >= 0) {
+      int server_index = table_->groups()[group_index].FindServer(decision.server->name);
+      if (server_index >= 0) {
+        balancers_[group_index]->Complete(server_index);
+      }
+    }
+  }
+  if (--retired->in_flight == 0) {
+    retired_.erase(retired);
+  }
+}
+
+bool Router::LearnJSessionId(const Decision& decision, std::string_view jsessionid) {
+  if (decision.group == nullptr || decision.server == nullptr || jsessionid.empty() ||
+      !decision.group->Enabled(v1::SESSION_IDENTIFIER_JSESSIONID)) {
+    return false;
+  }
+  decision.group->sessions->Record(session::TableKey::kJSessionId, jsessionid,
+                                   decision.server->name, clock_->NowMs());
+  return decision.group->affinity_cookie_enabled;
+}
+
+std::string Router::AffinityCookieHeader(const Decision& decision, bool https) const {
+  if (decision.group == nullptr || decision.server == nullptr || affinity_codec_ == nullptr) {
+    return {};
+  }
+  return session::AffinityCookieCodec::SetCookieValue(
+      decision.group->affinity_cookie_name,
+      affinity_codec_->Encode(decision.group->key, decision.server->name), https);
+}
+
+}  // namespace kwd::routing

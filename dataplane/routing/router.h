@@ -1,0 +1,148 @@
+#pragma once
+
+// The per-worker routing engine: classification, permissions, stickiness and
+// balancing for one request at a time (DESIGN.md section 4). A Router is
+// owned by one worker thread and never locked; what it shares with other
+// workers is read-only (the RoutingTable, the affinity codec) or has its own
+// synchronisation (session tables, health atomics).
+//
+// Steady-state Route() calls allocate nothing: scratch buffers are members,
+// balancer state is sized when a table is applied.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dataplane/balancer/balancer.h"
+#include "dataplane/routing/clock.h"
+#include "dataplane/routing/path.h"
+#include "dataplane/routing/routing_table.h"
+#include "dataplane/session/affinity_cookie.h"
+#include "dataplane/session/session_ids.h"
+
+namespace kwd::routing {
+
+// A request as the proxy sees it: views into its buffers.
+struct Request {
+  std::string_view method;
+  std::string_view target;  // origin-form "/p?q" or absolute-form "http://h/p?q"
+  std::string_view host;    // Host header value (absolute-form authority wins)
+  bool https = false;
+  std::span<const std::string_view> cookie_headers;  // every Cookie header value
+};
+
+enum class Reason : uint8_t {
+  kBalance,
+  kStickyContextId,
+  kStickySaplb,
+  kStickyJSessionId,
+  kStickySapExtSid,
+  kStickyAffinityCookie,
+  kDenied,
+  kNoServer,
+  kBadRequest,
+};
+// "balance", "sticky:sap-contextid", ..., "denied", "no-server", "bad-request".
+std::string_view ReasonName(Reason reason);
+
+enum class Identifier : uint8_t {
+  kNone,
+  kSapContextId,
+  kSaplb,
+  kJSessionId,
+  kSapExtSid,
+  kAffinityCookie,
+};
+// "sap-contextid", "saplb", "jsessionid", "sap-ext-sid", "affinity-cookie"; "" for none.
+std::string_view IdentifierName(Identifier identifier);
+
+struct Decision {
+  // Views into the routing table: valid while the router keeps the table
+  // (until Complete() for a forwarded request; until the next Apply() else).
+  const VirtualHostEntry* virtual_host = nullptr;
+  const GroupEntry* group = nullptr;
+  std::string_view rule;  // matched prefix, "root" or "default"; empty if unclassified
+  v1::Kind kind = v1::KIND_UNSPECIFIED;
+  const ServerEntry* server = nullptr;  // null: the proxy answers `status` itself
+  int server_index = -1;
+  Reason reason = Reason::kNoServer;
+  int status = 0;  // 403/503/400 when the proxy answers itself, else 0
+  // A sticky identifier that named a server which is gone or unhealthy: the
+  // request was balanced anew (kwd_proxy_sticky_lost_total).
+  Identifier lost = Identifier::kNone;
+  // A table session was recorded for this request: send the affinity cookie
+  // (AffinityCookieHeader).
+  bool set_affinity_cookie = false;
+  // The normalised path; valid until the next Route() on the same router.
+  std::string_view path;
+
+  // Bookkeeping for Complete().
+  int group_index = -1;
+  uint64_t table_generation = 0;
+  bool counted = false;
+};
+
+class Router {
+ public:
+  Router(std::shared_ptr<const session::AffinityCookieCodec> affinity_codec,
+         std::shared_ptr<const Clock> clock);
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // Switches to `table` (off the request path). Balancer state is carried over
+  // per group key and server name; decisions routed on the previous table can
+  // still be completed.
+  void Apply(std::shared_ptr<const RoutingTable> table);
+  const std::shared_ptr<const RoutingTable>& table() const { return table_; }
+
+  Decision Route(const Request& request);
+  // The response to a forwarded decision arrived (outstanding -= 1). Call once
+  // per decision; decisions that were not forwarded are ignored.
+  void Complete(const Decision& decision);
+  // The backend set JSESSIONID=`jsessionid` on the response to `decision`:
+  // records it in the group's session table. Returns true when the proxy
+  // should also set the affinity cookie (AffinityCookieHeader).
+  bool LearnJSessionId(const Decision& decision, std::string_view jsessionid);
+
+  // The Set-Cookie header value naming the decision's server (allocates; only
+  // when a session starts).
+  std::string AffinityCookieHeader(const Decision& decision, bool https) const;
+
+  // Balancer state of group `group_index` of the current table (admin pages).
+  const balancer::Balancer* BalancerFor(size_t group_index) const;
+
+ private:
+  struct RetiredTable {
+    std::shared_ptr<const RoutingTable> table;
+    uint64_t generation;
+    uint64_t in_flight;
+  };
+
+  // Index of a server of `group` that may take sticky traffic for `name`:
+  // present and healthy (ready or draining). -1 otherwise, noting the loss.
+  int StickyServer(const GroupEntry& group, std::string_view name, Identifier identifier,
+                   Identifier* lost) const;
+  int ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
+                    bool* record_ext_sid, int64_t now_ms);
+
+  std::shared_ptr<const session::AffinityCookieCodec> affinity_codec_;
+  std::shared_ptr<const Clock> clock_;
+  std::shared_ptr<const RoutingTable> table_;
+  uint64_t generation_ = 0;
+  uint64_t in_flight_ = 0;  // counted decisions on the current table
+  std::vector<std::unique_ptr<balancer::Balancer>> balancers_;  // per group
+  std::vector<RetiredTable> retired_;
+
+  // Per-request scratch.
+  std::vector<char> path_scratch_;
+  std::vector<char> lower_scratch_;
+  std::array<char, 256> host_scratch_{};
+  std::array<char, 256> server_scratch_{};
+  session::SessionIds ids_;
+};
+
+}  // namespace kwd::routing

@@ -1,0 +1,181 @@
+#include "dataplane/routing/routing_table.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "common/snapshot_io.h"
+#include "dataplane/routing/path.h"
+
+namespace kwd::routing {
+namespace {
+
+std::string Lowercase(std::string_view in) {
+  std::string out(in.size(), '\0');
+  AsciiLowerInto(in, out.data());
+  return out;
+}
+
+// "host:port" -> "host", "[v6]:port" -> "[v6]", without a trailing dot.
+std::string_view StripPort(std::string_view host) {
+  if (!host.empty() && host.front() == '[') {
+    size_t close = host.find(']');
+    return close == std::string_view::npos ? host : host.substr(0, close + 1);
+  }
+  size_t colon = host.find(':');
+  if (colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (!host.empty() && host.back() == '.') {
+    host.remove_suffix(1);
+  }
+  return host;
+}
+
+std::string_view TrimSpaces(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snapshot,
+                                                        const TableContext& context,
+                                                        std::string* error) {
+  std::vector<std::string> problems = CheckSnapshot(snapshot);
+  if (!problems.empty()) {
+    std::string message = "invalid snapshot: ";
+    for (size_t i = 0; i < problems.size(); ++i) {
+      message += (i == 0 ? "" : "; ") + problems[i];
+    }
+    *error = std::move(message);
+    return nullptr;
+  }
+  if (context.sessions == nullptr || context.health == nullptr) {
+    *error = "routing table context lacks a session or health registry";
+    return nullptr;
+  }
+
+  std::shared_ptr<RoutingTable> table(new RoutingTable());
+  table->version_ = snapshot.version();
+  std::vector<std::string> live_groups;
+  std::unordered_set<std::string> live_servers;
+
+  table->groups_.reserve(snapshot.groups_size());
+  for (const v1::Group& group : snapshot.groups()) {
+    GroupEntry entry;
+    entry.key = group.key();
+    size_t slash = entry.key.rfind('/');
+    entry.name = slash == std::string::npos ? entry.key : entry.key.substr(slash + 1);
+    entry.kind = group.kind();
+    entry.strategy = group.strategy();
+    entry.load_reset_interval_ms = int64_t{group.load_reset_interval_seconds()} * 1000;
+    const v1::SessionAffinity& affinity = group.session_affinity();
+    for (int identifier : affinity.identifiers()) {
+      if (identifier > 0 && static_cast<size_t>(identifier) < entry.identifier_enabled.size()) {
+        entry.identifier_enabled[identifier] = true;
+      }
+    }
+    entry.affinity_cookie_enabled = affinity.affinity_cookie_enabled();
+    entry.affinity_cookie_name = affinity.affinity_cookie_name().empty()
+                                     ? std::string(kDefaultAffinityCookieName)
+                                     : affinity.affinity_cookie_name();
+    for (const v1::Server& server : group.servers()) {
+      ServerEntry s;
+      s.name = server.name();
+      s.address = server.address();
+      s.port = server.port();
+      s.capacity = std::max<uint32_t>(server.capacity(), 1);
+      s.state = server.state();
+      s.pod = server.pod();
+      s.health = context.health->Get(entry.key, s.name);
+      live_servers.insert(ServerHealthRegistry::Key(entry.key, s.name));
+      entry.server_index.emplace(s.name, static_cast<int>(entry.servers.size()));
+      entry.servers.push_back(std::move(s));
+    }
+    for (const ServerEntry& s : entry.servers) {
+      entry.inputs.push_back(
+          balancer::ServerInput{s.capacity, s.state == v1::SERVER_STATE_READY, s.health.get()});
+    }
+    session::SessionTableOptions options;
+    options.max_entries = affinity.session_table_max_entries() > 0
+                              ? affinity.session_table_max_entries()
+                              : kDefaultSessionTableEntries;
+    options.idle_timeout_ms = int64_t{affinity.session_table_idle_timeout_seconds() > 0
+                                          ? affinity.session_table_idle_timeout_seconds()
+                                          : kDefaultSessionIdleSeconds} *
+                              1000;
+    entry.sessions = context.sessions->TableFor(entry.key, options);
+    entry.sessions->Reconfigure(options);
+    live_groups.push_back(entry.key);
+    table->group_index_.emplace(entry.key, static_cast<int>(table->groups_.size()));
+    table->groups_.push_back(std::move(entry));
+  }
+
+  for (const v1::VirtualHost& vhost : snapshot.virtual_hosts()) {
+    VirtualHostEntry entry;
+    entry.host = vhost.host();
+    entry.default_root_handler =
+        vhost.default_root_handler() == v1::KIND_ABAP ? v1::KIND_ABAP : v1::KIND_JAVA;
+    entry.default_abap_group = table->FindGroup(vhost.default_abap_group());
+    entry.default_java_group = table->FindGroup(vhost.default_java_group());
+    std::vector<std::string> lowercase_prefixes;
+    for (const v1::Rule& rule : vhost.rules()) {
+      entry.rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table->FindGroup(rule.group())});
+      lowercase_prefixes.push_back(Lowercase(rule.prefix()));
+    }
+    entry.prefixes = PrefixIndex(std::move(lowercase_prefixes));
+    entry.permissions = PermissionTable(vhost.permissions());
+    const int index = static_cast<int>(table->virtual_hosts_.size());
+    std::string host = Lowercase(entry.host);
+    if (host.empty()) {
+      table->any_host_ = index;
+    } else if (host.starts_with("*.")) {
+      table->wildcard_hosts_.emplace(host.substr(1), index);
+    } else {
+      table->exact_hosts_.emplace(host, index);
+    }
+    table->virtual_hosts_.push_back(std::move(entry));
+  }
+
+  std::sort(live_groups.begin(), live_groups.end());
+  context.sessions->Retain(live_groups);
+  context.health->Retain(live_servers);
+  return table;
+}
+
+int RoutingTable::FindGroup(std::string_view key) const {
+  if (key.empty()) {
+    return -1;
+  }
+  auto it = group_index_.find(key);
+  return it == group_index_.end() ? -1 : it->second;
+}
+
+const VirtualHostEntry* RoutingTable::FindVirtualHost(std::string_view host_header,
+                                                      std::span<char> scratch) const {
+  std::string_view host = StripPort(TrimSpaces(host_header));
+  if (!host.empty() && host.size() <= scratch.size()) {
+    AsciiLowerInto(host, scratch.data());
+    std::string_view lower(scratch.data(), host.size());
+    if (auto it = exact_hosts_.find(lower); it != exact_hosts_.end()) {
+      return &virtual_hosts_[it->second];
+    }
+    if (!wildcard_hosts_.empty()) {
+      // "a.b.example.com" tries ".b.example.com", then ".example.com", ".com".
+      for (size_t dot = lower.find('.'); dot != std::string_view::npos;
+           dot = lower.find('.', dot + 1)) {
+        if (auto it = wildcard_hosts_.find(lower.substr(dot)); it != wildcard_hosts_.end()) {
+          return &virtual_hosts_[it->second];
+        }
+      }
+    }
+  }
+  return any_host_ >= 0 ? &virtual_hosts_[any_host_] : nullptr;
+}
+
+}  // namespace kwd::routing

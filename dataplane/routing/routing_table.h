@@ -1,0 +1,129 @@
+#pragma once
+
+// The immutable routing table a proxy builds from a Snapshot, off the request
+// path, and shares read-only between workers as
+// std::shared_ptr<const RoutingTable> (Envoy's route config shape). Mutable
+// state it points at (server health atomics, session tables) outlives it: the
+// registries hand the same objects to the next table for the same group key.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "dataplane/balancer/balancer.h"
+#include "dataplane/routing/permissions.h"
+#include "dataplane/routing/prefix_index.h"
+#include "dataplane/routing/server_health_registry.h"
+#include "dataplane/session/session_table.h"
+#include "kwd/v1/snapshot.pb.h"
+
+namespace kwd::routing {
+
+struct StringViewHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+// Looked up with std::string_view, so lookups never allocate.
+using NameIndex = std::unordered_map<std::string, int, StringViewHash, std::equal_to<>>;
+
+struct ServerEntry {
+  std::string name;  // SAP instance name
+  std::string address;
+  uint32_t port = 0;
+  uint32_t capacity = 1;
+  v1::ServerState state = v1::SERVER_STATE_READY;
+  std::string pod;
+  std::shared_ptr<balancer::ServerHealth> health;
+};
+
+struct GroupEntry {
+  std::string key;   // "namespace/name"
+  std::string name;  // the part after "/": what saplb_<group> cookies name
+  v1::Kind kind = v1::KIND_UNSPECIFIED;
+  v1::Strategy strategy = v1::STRATEGY_WEIGHTED_ROUND_ROBIN;
+  int64_t load_reset_interval_ms = 0;
+  std::array<bool, 5> identifier_enabled{};  // indexed by v1::SessionIdentifier
+  bool affinity_cookie_enabled = false;
+  std::string affinity_cookie_name;           // "kwd_affinity" unless configured
+  std::vector<ServerEntry> servers;           // the snapshot's order (by name)
+  std::vector<balancer::ServerInput> inputs;  // parallel to `servers`
+  NameIndex server_index;
+  std::shared_ptr<session::SessionTable> sessions;
+
+  bool Enabled(v1::SessionIdentifier identifier) const {
+    return identifier_enabled[static_cast<size_t>(identifier)];
+  }
+  int FindServer(std::string_view name) const {
+    auto it = server_index.find(name);
+    return it == server_index.end() ? -1 : it->second;
+  }
+};
+
+struct RuleEntry {
+  std::string prefix;
+  v1::Kind kind = v1::KIND_UNSPECIFIED;
+  int group = -1;  // index into RoutingTable::groups(), -1: none
+};
+
+struct VirtualHostEntry {
+  std::string host;  // "" = any host
+  v1::Kind default_root_handler = v1::KIND_JAVA;
+  int default_abap_group = -1;
+  int default_java_group = -1;
+  std::vector<RuleEntry> rules;
+  PrefixIndex prefixes;  // parallel to `rules`, lowercase
+  PermissionTable permissions;
+
+  int DefaultGroup(v1::Kind kind) const {
+    return kind == v1::KIND_ABAP ? default_abap_group : default_java_group;
+  }
+};
+
+// What a table is built with: the registries shared by every table of a proxy.
+struct TableContext {
+  session::SessionRegistry* sessions = nullptr;
+  ServerHealthRegistry* health = nullptr;
+};
+
+inline constexpr std::string_view kDefaultAffinityCookieName = "kwd_affinity";
+inline constexpr size_t kDefaultSessionTableEntries = 50000;
+inline constexpr int64_t kDefaultSessionIdleSeconds = 3600;
+
+class RoutingTable {
+ public:
+  // Builds a table, or returns null with `error` set when the snapshot breaks
+  // its invariants (common/snapshot_io CheckSnapshot). On success the
+  // registries drop state of groups and servers the snapshot no longer has.
+  static std::shared_ptr<const RoutingTable> Build(const v1::Snapshot& snapshot,
+                                                   const TableContext& context, std::string* error);
+
+  const std::string& version() const { return version_; }
+  std::span<const GroupEntry> groups() const { return groups_; }
+  std::span<const VirtualHostEntry> virtual_hosts() const { return virtual_hosts_; }
+  int FindGroup(std::string_view key) const;
+
+  // The virtual host for a Host header value: lowercased, port stripped; an
+  // exact entry, else the "*.suffix" entry with the longest suffix, else the
+  // "" entry; null when none applies. `scratch` holds the lowercased host.
+  const VirtualHostEntry* FindVirtualHost(std::string_view host_header,
+                                          std::span<char> scratch) const;
+
+ private:
+  RoutingTable() = default;
+
+  std::string version_;
+  std::vector<GroupEntry> groups_;
+  NameIndex group_index_;
+  std::vector<VirtualHostEntry> virtual_hosts_;
+  NameIndex exact_hosts_;     // host -> virtual host index
+  NameIndex wildcard_hosts_;  // ".suffix" -> virtual host index
+  int any_host_ = -1;
+};
+
+}  // namespace kwd::routing
