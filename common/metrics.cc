@@ -149,12 +149,17 @@ MetricsRegistry::Child& MetricsRegistry::ChildFor(std::string_view name, std::st
 
 Counter& MetricsRegistry::GetCounter(std::string_view name, std::string_view help,
                                      const Labels& labels) {
+  return *CounterPtr(name, help, labels);
+}
+
+std::shared_ptr<Counter> MetricsRegistry::CounterPtr(std::string_view name, std::string_view help,
+                                                     const Labels& labels) {
   std::lock_guard lock(mu_);
   Child& child = ChildFor(name, help, Type::kCounter, labels);
   if (!child.counter) {
-    child.counter = std::make_unique<Counter>();
+    child.counter = std::make_shared<Counter>();
   }
-  return *child.counter;
+  return child.counter;
 }
 
 Gauge& MetricsRegistry::GetGauge(std::string_view name, std::string_view help,
@@ -162,19 +167,26 @@ Gauge& MetricsRegistry::GetGauge(std::string_view name, std::string_view help,
   std::lock_guard lock(mu_);
   Child& child = ChildFor(name, help, Type::kGauge, labels);
   if (!child.gauge) {
-    child.gauge = std::make_unique<Gauge>();
+    child.gauge = std::make_shared<Gauge>();
   }
   return *child.gauge;
 }
 
 Histogram& MetricsRegistry::GetHistogram(std::string_view name, std::string_view help,
                                          const Labels& labels, std::vector<double> upper_bounds) {
+  return *HistogramPtr(name, help, labels, std::move(upper_bounds));
+}
+
+std::shared_ptr<Histogram> MetricsRegistry::HistogramPtr(std::string_view name,
+                                                         std::string_view help,
+                                                         const Labels& labels,
+                                                         std::vector<double> upper_bounds) {
   std::lock_guard lock(mu_);
   Child& child = ChildFor(name, help, Type::kHistogram, labels);
   if (!child.histogram) {
-    child.histogram = std::make_unique<Histogram>(std::move(upper_bounds));
+    child.histogram = std::make_shared<Histogram>(std::move(upper_bounds));
   }
-  return *child.histogram;
+  return child.histogram;
 }
 
 void MetricsRegistry::AddCallbackGauge(std::string_view name, std::string_view help,

@@ -73,6 +73,14 @@ class MetricsRegistry {
   Histogram& GetHistogram(std::string_view name, std::string_view help, const Labels& labels = {},
                           std::vector<double> upper_bounds = LatencyBuckets());
 
+  // Shared ownership of a child: a holder keeps it alive after
+  // RetainLabelValues drops it from the exposition.
+  std::shared_ptr<Counter> CounterPtr(std::string_view name, std::string_view help,
+                                      const Labels& labels = {});
+  std::shared_ptr<Histogram> HistogramPtr(std::string_view name, std::string_view help,
+                                          const Labels& labels = {},
+                                          std::vector<double> upper_bounds = LatencyBuckets());
+
   // A gauge computed at scrape time (e.g. session-table size).
   void AddCallbackGauge(std::string_view name, std::string_view help, const Labels& labels,
                         std::function<double()> read);
@@ -87,9 +95,9 @@ class MetricsRegistry {
  private:
   struct Child {
     Labels labels;
-    std::unique_ptr<Counter> counter;
-    std::unique_ptr<Gauge> gauge;
-    std::unique_ptr<Histogram> histogram;
+    std::shared_ptr<Counter> counter;
+    std::shared_ptr<Gauge> gauge;
+    std::shared_ptr<Histogram> histogram;
     std::function<double()> callback;
   };
   struct Family {

@@ -1,0 +1,1020 @@
+#include "dataplane/proxy/client_connection.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/log.h"
+#include "dataplane/http/forward.h"
+#include "dataplane/net/socket.h"
+#include "dataplane/proxy/worker.h"
+
+namespace kwd::proxy {
+
+namespace {
+
+// Pending bytes towards one side beyond which the other side is not read.
+constexpr size_t kHighWater = 64 * 1024;
+// Read buffers while streaming bodies.
+constexpr size_t kBodyBufferBytes = 64 * 1024;
+constexpr ssize_t kWouldBlock = -1;
+constexpr ssize_t kIoError = -2;
+constexpr ssize_t kBufferFull = -3;
+
+bool IsIdempotent(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" ||
+         method == "DELETE" || method == "TRACE";
+}
+
+void AppendChunk(std::string_view data, std::string& out) {
+  char size_line[24];
+  int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+  out.append(size_line, static_cast<size_t>(n));
+  out.append(data);
+  out.append("\r\n");
+}
+
+void AppendChunk(std::string_view data, Buffer& out) {
+  char size_line[24];
+  int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+  out.Append(std::string_view(size_line, static_cast<size_t>(n)));
+  out.Append(data);
+  out.Append("\r\n");
+}
+
+constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+}  // namespace
+
+ClientConnection::ClientConnection(Worker* worker, int fd, std::string client_ip)
+    : worker_(worker),
+      fd_(fd),
+      client_ip_(std::move(client_ip)),
+      request_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
+      request_chunked_(http::ChunkedLimits{worker->options().max_body_bytes}),
+      upstream_in_(16 * 1024),
+      response_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
+      response_chunked_(http::ChunkedLimits{~0ull}),
+      timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
+  method_.reserve(16);
+  target_.reserve(256);
+  upstream_out_.reserve(16 * 1024);
+  sent_head_.reserve(2048);
+  scratch_.reserve(2048);
+}
+
+ClientConnection::~ClientConnection() = default;
+
+void ClientConnection::Start() {
+  worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+}
+
+void ClientConnection::OnIo(uint32_t events) {
+  if (phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting) {
+    return;  // the client waits until the upstream answers the connect
+  }
+  Drive();
+}
+
+void ClientConnection::OnUpstreamIo(uint32_t events) {
+  if (phase_ == Phase::kReconnecting) {
+    int err = net::SocketError(upstream_->fd);
+    if (err != 0 || (events & EPOLLERR) != 0) {
+      AbortTransaction(ErrorCode::kBadGateway, "the selected server is not reachable");
+    } else if ((events & EPOLLOUT) != 0) {
+      upstream_->connecting = false;
+      phase_ = Phase::kForward;
+      ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+    } else {
+      return;
+    }
+  } else if (phase_ == Phase::kConnecting) {
+    int err = net::SocketError(upstream_->fd);
+    if (err != 0 || (events & EPOLLERR) != 0) {
+      OnConnectFailed(err != 0 ? err : ECONNREFUSED);
+    } else if ((events & EPOLLOUT) != 0) {
+      upstream_->connecting = false;
+      OnConnected();
+    } else {
+      return;
+    }
+  }
+  Drive();
+}
+
+void ClientConnection::BeginDrain() {
+  draining_ = true;
+  if (idle()) {
+    Close();
+  }
+}
+
+void ClientConnection::Drive() {
+  // Edge-triggered: keep going until neither side can make progress. Every
+  // round that reports progress moved bytes or changed the phase, so the loop
+  // ends when the sockets would block; the bound only guards against a bug.
+  for (int round = 0; round < 1'000'000 && !closed_; ++round) {
+    bool progressed = false;
+    switch (phase_) {
+      case Phase::kHead:
+        progressed = StepHead();
+        break;
+      case Phase::kConnecting:
+      case Phase::kReconnecting:
+        return;
+      case Phase::kForward:
+        progressed = StepForward();
+        break;
+      case Phase::kTunnel:
+        progressed = StepTunnel();
+        break;
+      case Phase::kClosing:
+        if (FlushClient() && out_.empty()) {
+          Close();
+        }
+        return;
+    }
+    if (!progressed) {
+      return;
+    }
+  }
+  if (!closed_) {
+    Log(LogLevel::kError, "proxy", "connection made no final progress; closing it",
+        {{"client", client_ip_}});
+    Close();
+  }
+}
+
+// ---- reading the request head ----
+
+bool ClientConnection::StepHead() {
+  size_t pending = out_.size();
+  if (!FlushClient()) {
+    return false;
+  }
+  bool progressed = out_.size() != pending;
+  if (out_.size() >= kHighWater) {
+    return progressed;  // answer what is queued before reading more requests
+  }
+  if (!in_.empty()) {
+    http::ParseResult r = request_parser_.Parse(in_.view(), &request_head_);
+    if (r.complete()) {
+      StartRequest(r.consumed);
+      return true;
+    }
+    if (r.failed()) {
+      worker_->metrics().bad_requests.Inc();
+      method_.clear();
+      target_.clear();
+      AnswerLocally(ErrorCodeForStatus(r.http_status), http::ParseErrorName(r.error), true);
+      return true;
+    }
+  }
+  if (draining_ && in_.empty()) {
+    Close();
+    return false;
+  }
+  if (client_eof_) {
+    Close();
+    return false;
+  }
+  ssize_t n = ReadInto(fd_, in_, worker_->options().max_header_bytes + 4096);
+  if (n > 0) {
+    if (!request_started_) {
+      request_started_ = true;
+      ArmTimer(TimerKind::kHeader, worker_->options().header_timeout_ms);
+    }
+    return true;
+  }
+  if (n == 0 || n == kIoError) {
+    client_eof_ = true;
+    return true;
+  }
+  if (n == kBufferFull) {
+    worker_->metrics().bad_requests.Inc();
+    AnswerLocally(ErrorCode::kHeadersTooLarge, "request header section too large", true);
+    return true;
+  }
+  return progressed;
+}
+
+void ClientConnection::StartRequest(size_t head_bytes) {
+  head_bytes_ = head_bytes;
+  request_start_ms_ = worker_->loop().now_ms();
+  method_.assign(request_head_.method);
+  target_.assign(request_head_.target);
+  version_minor_ = request_head_.version_minor;
+  const http::Header* accept = request_head_.Find("accept");
+  wants_json_ = accept != nullptr && accept->value.find("application/json") != std::string::npos;
+
+  http::FramingLimits limits{worker_->options().max_body_bytes};
+  http::FramingResult framing = http::AnalyzeRequest(request_head_, limits, &request_info_);
+  if (!framing.ok()) {
+    worker_->metrics().bad_requests.Inc();
+    AnswerLocally(ErrorCodeForStatus(framing.http_status), http::ParseErrorName(framing.error),
+                  true);
+    return;
+  }
+  size_t cookie_count = 0;
+  for (const auto& field : request_head_.fields()) {
+    if (cookie_count < cookies_.size() && http::EqualsIgnoreCase(field.name, "cookie")) {
+      cookies_[cookie_count++] = field.value;
+    }
+  }
+  routing::Request request;
+  request.method = request_head_.method;
+  request.target = request_head_.target;
+  request.host = request_info_.host;
+  request.https = false;
+  request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
+  decision_ = worker_->router().Route(request);
+  decided_ = true;
+  retried_ = false;
+
+  ProxyMetrics& metrics = worker_->metrics();
+  if (decision_.lost != routing::Identifier::kNone) {
+    metrics.sticky_lost[static_cast<size_t>(decision_.lost)]->Inc();
+  }
+  if (decision_.server == nullptr) {
+    bool has_body = request_info_.body != http::BodyKind::kNone;
+    bool close = has_body || !request_info_.keep_alive;
+    if (decision_.status == 403) {
+      AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted", close);
+    } else if (decision_.status == 400) {
+      worker_->metrics().bad_requests.Inc();
+      AnswerLocally(ErrorCode::kBadRequest, "malformed request target", true);
+    } else {
+      AnswerLocally(ErrorCode::kNoServer,
+                    decision_.group == nullptr ? "no logon group serves this URL"
+                                               : "no server of the logon group is available",
+                    close);
+    }
+    return;
+  }
+  switch (decision_.reason) {
+    case routing::Reason::kStickyContextId:
+    case routing::Reason::kStickySaplb:
+    case routing::Reason::kStickyJSessionId:
+    case routing::Reason::kStickySapExtSid:
+    case routing::Reason::kStickyAffinityCookie: {
+      static constexpr routing::Identifier kByReason[] = {
+          routing::Identifier::kNone,       routing::Identifier::kSapContextId,
+          routing::Identifier::kSaplb,      routing::Identifier::kJSessionId,
+          routing::Identifier::kSapExtSid,  routing::Identifier::kAffinityCookie};
+      metrics.sticky_routed[static_cast<size_t>(
+          kByReason[static_cast<size_t>(decision_.reason)])]->Inc();
+      break;
+    }
+    default:
+      break;
+  }
+  request_remaining_ = request_info_.content_length;
+  request_chunked_.Reset();
+  request_done_ = request_info_.body == http::BodyKind::kNone ||
+                  (request_info_.body == http::BodyKind::kContentLength &&
+                   request_info_.content_length == 0);
+  ConnectUpstream();
+}
+
+// ---- the upstream connection ----
+
+void ClientConnection::ConnectUpstream() {
+  const routing::ServerEntry* server = decision_.server;
+  upstream_ = worker_->TakeIdle(server->address, server->port);
+  if (upstream_ != nullptr) {
+    upstream_->owner = this;
+    upstream_reused_ = true;
+    worker_->metrics().upstream_reused.Inc();
+    OnConnected();
+    return;
+  }
+  upstream_reused_ = false;
+  net::Endpoint endpoint;
+  if (!net::MakeEndpoint(server->address, static_cast<uint16_t>(server->port), &endpoint)) {
+    OnConnectFailed(EINVAL);
+    return;
+  }
+  int err = 0;
+  int fd = net::ConnectNonBlocking(endpoint, &err);
+  if (fd < 0) {
+    OnConnectFailed(err);
+    return;
+  }
+  worker_->metrics().upstream_connects.Inc();
+  upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
+  upstream_->owner = this;
+  phase_ = Phase::kConnecting;
+  worker_->loop().Add(fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, upstream_);
+  ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
+}
+
+void ClientConnection::OnConnected() {
+  phase_ = Phase::kForward;
+  std::array<http::Header, 1> extra{};
+  http::ForwardRequestOptions options;
+  options.client_ip = client_ip_;
+  options.proto = "http";
+  options.tunnel_upgrade = request_info_.upgrade_websocket;
+  if (request_info_.body == http::BodyKind::kChunked) {
+    options.reframe_body = true;
+    extra[0] = {"Transfer-Encoding", "chunked"};
+    options.extra_headers = std::span<const http::Header>(extra.data(), 1);
+  }
+  http::SerializeRequestHead(request_head_, request_info_, options, sent_head_);
+  upstream_out_.assign(sent_head_);
+  upstream_sent_ = 0;
+  in_.Consume(head_bytes_);
+  head_bytes_ = 0;
+  const auto& table_metrics = worker_->table_metrics();
+  if (decision_.group_index >= 0 &&
+      static_cast<size_t>(decision_.group_index) < table_metrics->groups.size()) {
+    const auto& group = table_metrics->groups[decision_.group_index];
+    if (static_cast<size_t>(decision_.server_index) < group.servers.size()) {
+      group.servers[decision_.server_index].requests->Inc();
+    }
+  }
+  ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+}
+
+void ClientConnection::OnConnectFailed(int error_number) {
+  if (upstream_ != nullptr) {
+    upstream_->Close();
+    upstream_ = nullptr;
+  }
+  phase_ = Phase::kForward;  // no longer waiting for the connect
+  const routing::ServerEntry* server = decision_.server;
+  const auto& table_metrics = worker_->table_metrics();
+  if (decision_.group_index >= 0 &&
+      static_cast<size_t>(decision_.group_index) < table_metrics->groups.size()) {
+    const auto& group = table_metrics->groups[decision_.group_index];
+    if (static_cast<size_t>(decision_.server_index) < group.servers.size()) {
+      group.servers[decision_.server_index].connect_errors->Inc();
+    }
+  }
+  // Passive health: the health checker re-admits the server once its pings
+  // succeed again.
+  if (server->health != nullptr && server->health->healthy.exchange(false)) {
+    Log(LogLevel::kWarn, "proxy", "server marked down after a failed connect",
+        {{"group", decision_.group->key},
+         {"server", server->name},
+         {"error", std::strerror(error_number)}});
+  }
+  if (RetryElsewhere()) {
+    return;
+  }
+  AbortTransaction(ErrorCode::kBadGateway, "the selected server is not reachable");
+}
+
+bool ClientConnection::RetryElsewhere() {
+  // Only a request nobody is stuck to, that may safely be sent twice, whose
+  // head is still in the buffer (nothing was sent yet).
+  if (retried_ || decision_.reason != routing::Reason::kBalance || !IsIdempotent(method_) ||
+      head_bytes_ == 0) {
+    return false;
+  }
+  const routing::ServerEntry* failed = decision_.server;
+  worker_->router().Complete(decision_);
+  decided_ = false;
+  routing::Request request;
+  request.method = request_head_.method;
+  request.target = request_head_.target;
+  request.host = request_info_.host;
+  size_t cookie_count = 0;
+  for (const auto& field : request_head_.fields()) {
+    if (cookie_count < cookies_.size() && http::EqualsIgnoreCase(field.name, "cookie")) {
+      cookies_[cookie_count++] = field.value;
+    }
+  }
+  request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
+  decision_ = worker_->router().Route(request);
+  decided_ = true;
+  retried_ = true;
+  if (decision_.server == nullptr || decision_.server == failed) {
+    bool close = request_info_.body != http::BodyKind::kNone || !request_info_.keep_alive;
+    AnswerLocally(ErrorCode::kNoServer, "no server of the logon group is reachable", close);
+    return true;
+  }
+  worker_->metrics().retries.Inc();
+  ConnectUpstream();
+  return true;
+}
+
+// ---- forwarding ----
+
+bool ClientConnection::StepForward() {
+  bool progressed = MoveRequestBody();
+  if (closed_ || phase_ != Phase::kForward) {
+    return true;
+  }
+  size_t before = upstream_sent_;
+  if (!FlushUpstream()) {
+    upstream_eof_ = true;
+  }
+  progressed = progressed || upstream_sent_ != before;
+  progressed = MoveResponse() || progressed;
+  if (closed_ || phase_ != Phase::kForward) {
+    return true;
+  }
+  size_t pending = out_.size();
+  if (!FlushClient()) {
+    return false;
+  }
+  progressed = progressed || out_.size() != pending;
+  if (response_done_) {
+    FinishTransaction();
+    return true;
+  }
+  if (progressed) {
+    ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+  }
+  return progressed;
+}
+
+bool ClientConnection::MoveRequestBody() {
+  bool progressed = false;
+  while (!request_done_ && upstream_out_.size() - upstream_sent_ < kHighWater) {
+    if (in_.empty()) {
+      if (client_eof_) {
+        // The client went away in the middle of its body.
+        Close();
+        return true;
+      }
+      ssize_t n = ReadInto(fd_, in_, kBodyBufferBytes);
+      if (n > 0) {
+        progressed = true;
+        continue;
+      }
+      if (n == 0 || n == kIoError) {
+        client_eof_ = true;
+        continue;
+      }
+      break;
+    }
+    if (request_info_.body == http::BodyKind::kContentLength) {
+      size_t take = static_cast<size_t>(std::min<uint64_t>(in_.size(), request_remaining_));
+      upstream_out_.append(in_.view().data(), take);
+      in_.Consume(take);
+      request_remaining_ -= take;
+      request_done_ = request_remaining_ == 0;
+      progressed = true;
+      continue;
+    }
+    http::ChunkedResult r = request_chunked_.Decode(in_.view());
+    switch (r.status) {
+      case http::ChunkedStatus::kData:
+        AppendChunk(r.data, upstream_out_);
+        break;
+      case http::ChunkedStatus::kNeedMore:
+        break;
+      case http::ChunkedStatus::kDone:
+        upstream_out_.append(kLastChunk);
+        request_done_ = true;
+        break;
+      case http::ChunkedStatus::kError:
+        worker_->metrics().bad_requests.Inc();
+        AbortTransaction(ErrorCodeForStatus(r.http_status), http::ParseErrorName(r.error));
+        return true;
+    }
+    in_.Consume(r.consumed);
+    progressed = true;
+  }
+  return progressed;
+}
+
+bool ClientConnection::MoveResponse() {
+  bool progressed = false;
+  while (!response_done_ && !closed_ && phase_ == Phase::kForward) {
+    if (!response_head_done_) {
+      if (!upstream_in_.empty()) {
+        http::ParseResult r = response_parser_.Parse(upstream_in_.view(), &response_head_);
+        if (r.complete()) {
+          head_consumed_ = r.consumed;
+          if (!HandleResponseHead()) {
+            return true;
+          }
+          progressed = true;
+          continue;
+        }
+        if (r.failed()) {
+          AbortTransaction(ErrorCode::kBadGateway, "the server sent a malformed response");
+          return true;
+        }
+      }
+    } else if (!upstream_in_.empty()) {
+      if (out_.size() >= kHighWater) {
+        break;
+      }
+      std::string_view data = upstream_in_.view();
+      switch (response_info_.body) {
+        case http::BodyKind::kContentLength: {
+          size_t take = static_cast<size_t>(std::min<uint64_t>(data.size(), response_remaining_));
+          out_.Append(data.substr(0, take));
+          upstream_in_.Consume(take);
+          response_remaining_ -= take;
+          response_body_bytes_ += take;
+          response_done_ = response_remaining_ == 0;
+          break;
+        }
+        case http::BodyKind::kChunked: {
+          http::ChunkedResult r = response_chunked_.Decode(data);
+          if (r.status == http::ChunkedStatus::kError) {
+            AbortTransaction(ErrorCode::kBadGateway, "the server sent a malformed chunked body");
+            return true;
+          }
+          if (r.status == http::ChunkedStatus::kData) {
+            response_body_bytes_ += r.data.size();
+            if (chunk_response_) {
+              AppendChunk(r.data, out_);
+            } else {
+              out_.Append(r.data);
+            }
+          } else if (r.status == http::ChunkedStatus::kDone) {
+            if (chunk_response_) {
+              out_.Append(kLastChunk);
+            }
+            response_done_ = true;
+          }
+          upstream_in_.Consume(r.consumed);
+          break;
+        }
+        default:  // until close
+          out_.Append(data);
+          response_body_bytes_ += data.size();
+          upstream_in_.Consume(data.size());
+          break;
+      }
+      progressed = true;
+      continue;
+    }
+    if (out_.size() >= kHighWater) {
+      break;
+    }
+    if (upstream_eof_) {
+      if (response_head_done_ && response_info_.body == http::BodyKind::kUntilClose) {
+        response_done_ = true;
+        return true;
+      }
+      if (!response_started_ && upstream_reused_ && !retried_reuse_ &&
+          request_info_.body == http::BodyKind::kNone) {
+        // A pooled connection the server had closed: send again on a new one.
+        retried_reuse_ = true;
+        ReleaseUpstream(false);
+        upstream_reused_ = false;
+        RetryOnFreshConnection();
+        return true;
+      }
+      if (!response_head_done_) {
+        AbortTransaction(ErrorCode::kBadGateway,
+                         "the server closed the connection without a response");
+      } else {
+        Close();  // truncated body: the client sees the connection end
+      }
+      return true;
+    }
+    ssize_t n = ReadInto(upstream_->fd, upstream_in_, kBodyBufferBytes +
+                                                          worker_->options().max_header_bytes);
+    if (n > 0) {
+      response_started_ = true;
+      progressed = true;
+      continue;
+    }
+    if (n == 0 || n == kIoError) {
+      upstream_eof_ = true;
+      continue;
+    }
+    if (n == kBufferFull) {
+      AbortTransaction(ErrorCode::kBadGateway, "the server's response head is too large");
+      return true;
+    }
+    break;
+  }
+  return progressed;
+}
+
+void ClientConnection::RetryOnFreshConnection() {
+  const routing::ServerEntry* server = decision_.server;
+  net::Endpoint endpoint;
+  int err = 0;
+  int fd = -1;
+  if (net::MakeEndpoint(server->address, static_cast<uint16_t>(server->port), &endpoint)) {
+    fd = net::ConnectNonBlocking(endpoint, &err);
+  }
+  if (fd < 0) {
+    AbortTransaction(ErrorCode::kBadGateway, "the selected server is not reachable");
+    return;
+  }
+  worker_->metrics().upstream_connects.Inc();
+  upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
+  upstream_->owner = this;
+  upstream_out_.assign(sent_head_);
+  upstream_sent_ = 0;
+  upstream_eof_ = false;
+  phase_ = Phase::kReconnecting;
+  worker_->loop().Add(fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, upstream_);
+  ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
+}
+
+bool ClientConnection::HandleResponseHead() {
+  http::FramingResult framing = http::AnalyzeResponse(response_head_, method_, &response_info_);
+  if (!framing.ok()) {
+    AbortTransaction(ErrorCode::kBadGateway, "the server sent a response with invalid framing");
+    return false;
+  }
+  if (response_info_.interim) {
+    // 100 Continue and other 1xx: pass on, the final response follows.
+    http::ForwardResponseOptions options;
+    http::SerializeResponseHead(response_head_, options, head_out_);
+    out_.Append(head_out_);
+    upstream_in_.Consume(head_consumed_);
+    response_parser_.Reset();
+    return true;
+  }
+  response_head_done_ = true;
+  response_status_ = response_head_.status_code;
+
+  std::array<http::Header, 2> extra{};
+  size_t extra_count = 0;
+  bool set_affinity = decision_.set_affinity_cookie;
+  for (const auto& field : response_head_.fields()) {
+    if (!http::EqualsIgnoreCase(field.name, "set-cookie")) {
+      continue;
+    }
+    std::string_view cookie = field.value;
+    size_t eq = cookie.find('=');
+    if (eq == std::string_view::npos || cookie.substr(0, eq) != "JSESSIONID") {
+      continue;
+    }
+    std::string_view value = cookie.substr(eq + 1);
+    value = value.substr(0, value.find(';'));
+    if (!value.empty() && worker_->router().LearnJSessionId(decision_, value)) {
+      worker_->metrics().sessions_learned.Inc();
+      set_affinity = true;
+    }
+  }
+  if (set_affinity) {
+    scratch_ = worker_->router().AffinityCookieHeader(decision_, false);
+    if (!scratch_.empty()) {
+      extra[extra_count++] = {"Set-Cookie", scratch_};
+    }
+  }
+
+  http::ForwardResponseOptions options;
+  switch (response_info_.body) {
+    case http::BodyKind::kNone:
+      response_done_ = true;
+      break;
+    case http::BodyKind::kContentLength:
+      response_remaining_ = response_info_.content_length;
+      response_done_ = response_remaining_ == 0;
+      break;
+    case http::BodyKind::kChunked:
+      response_chunked_.Reset();
+      options.reframe_body = true;
+      if (version_minor_ >= 1) {
+        chunk_response_ = true;
+        extra[extra_count++] = {"Transfer-Encoding", "chunked"};
+      } else {
+        close_after_response_ = true;
+      }
+      break;
+    case http::BodyKind::kUntilClose:
+      close_after_response_ = true;
+      break;
+    case http::BodyKind::kTunnel:
+      options.tunnel_upgrade = true;
+      break;
+  }
+  if (!request_done_ || !request_info_.keep_alive || draining_) {
+    close_after_response_ = true;
+  }
+  if (response_info_.body != http::BodyKind::kTunnel) {
+    if (close_after_response_) {
+      options.connection = "close";
+    } else if (version_minor_ == 0) {
+      options.connection = "keep-alive";
+    }
+  }
+  options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
+  http::SerializeResponseHead(response_head_, options, head_out_);
+  out_.Append(head_out_);
+  upstream_in_.Consume(head_consumed_);
+  if (response_info_.body == http::BodyKind::kTunnel) {
+    phase_ = Phase::kTunnel;
+    ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  }
+  return true;
+}
+
+bool ClientConnection::StepTunnel() {
+  bool progressed = false;
+  if (!in_.empty()) {
+    upstream_out_.append(in_.view());
+    in_.Consume(in_.size());
+    progressed = true;
+  }
+  if (!upstream_in_.empty()) {
+    out_.Append(upstream_in_.view());
+    upstream_in_.Consume(upstream_in_.size());
+    progressed = true;
+  }
+  size_t before_up = upstream_sent_;
+  size_t before_out = out_.size();
+  bool up_ok = FlushUpstream();
+  if (!FlushClient()) {
+    return false;
+  }
+  progressed = progressed || before_up != upstream_sent_ || before_out != out_.size();
+  if (!client_eof_ && upstream_out_.size() - upstream_sent_ < kHighWater) {
+    ssize_t n = ReadInto(fd_, in_, kBodyBufferBytes);
+    if (n > 0) {
+      progressed = true;
+    } else if (n == 0 || n == kIoError) {
+      client_eof_ = true;
+    }
+  }
+  if (!upstream_eof_ && out_.size() < kHighWater) {
+    ssize_t n = ReadInto(upstream_->fd, upstream_in_, kBodyBufferBytes);
+    if (n > 0) {
+      progressed = true;
+    } else if (n == 0 || n == kIoError) {
+      upstream_eof_ = true;
+    }
+  }
+  if (!up_ok || ((client_eof_ || upstream_eof_) && in_.empty() && upstream_in_.empty())) {
+    // Either side ended the tunnel: deliver what is buffered, then close.
+    phase_ = Phase::kClosing;
+    LogAndCount(response_status_, routing::ReasonName(decision_.reason));
+    worker_->router().Complete(decision_);
+    decided_ = false;
+    ReleaseUpstream(false);
+    return true;
+  }
+  if (progressed) {
+    ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  }
+  return progressed;
+}
+
+void ClientConnection::FinishTransaction() {
+  bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ &&
+                  response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
+                  upstream_sent_ == upstream_out_.size();
+  ReleaseUpstream(reusable);
+  LogAndCount(response_status_, routing::ReasonName(decision_.reason));
+  worker_->router().Complete(decision_);
+  decided_ = false;
+  ResetRequest();
+  if (close_after_response_) {
+    phase_ = Phase::kClosing;
+    close_after_response_ = false;
+    return;
+  }
+  phase_ = Phase::kHead;
+  request_started_ = !in_.empty();
+  if (request_started_) {
+    ArmTimer(TimerKind::kHeader, worker_->options().header_timeout_ms);
+  } else {
+    ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  }
+}
+
+void ClientConnection::ResetRequest() {
+  request_parser_.Reset();
+  response_parser_.Reset();
+  response_head_done_ = false;
+  response_started_ = false;
+  response_done_ = false;
+  chunk_response_ = false;
+  response_remaining_ = 0;
+  response_status_ = 0;
+  response_body_bytes_ = 0;
+  request_done_ = false;
+  retried_ = false;
+  retried_reuse_ = false;
+  upstream_reused_ = false;
+}
+
+void ClientConnection::AbortTransaction(ErrorCode code, std::string_view detail) {
+  if (!response_head_done_) {
+    AnswerLocally(code, detail, true);
+  } else {
+    Close();
+  }
+}
+
+void ClientConnection::AnswerLocally(ErrorCode code, std::string_view detail, bool close) {
+  scratch_.clear();
+  AppendErrorResponse(code, detail, wants_json_, close, method_ == "HEAD", &scratch_);
+  out_.Append(scratch_);
+  ReleaseUpstream(false);
+  response_status_ = ErrorInfoFor(code).status;
+  LogAndCount(response_status_, decided_ ? routing::ReasonName(decision_.reason)
+                                         : std::string_view("bad-request"));
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
+  if (head_bytes_ > 0) {
+    in_.Consume(head_bytes_);
+    head_bytes_ = 0;
+  }
+  ResetRequest();
+  wants_json_ = false;
+  if (close || draining_) {
+    phase_ = Phase::kClosing;
+    return;
+  }
+  phase_ = Phase::kHead;
+  request_started_ = !in_.empty();
+  ArmTimer(request_started_ ? TimerKind::kHeader : TimerKind::kIdle,
+           request_started_ ? worker_->options().header_timeout_ms
+                            : worker_->options().idle_timeout_ms);
+}
+
+void ClientConnection::ReleaseUpstream(bool reusable) {
+  if (upstream_ == nullptr) {
+    return;
+  }
+  if (reusable) {
+    upstream_->owner = nullptr;
+    worker_->ReleaseIdle(upstream_);
+  } else {
+    upstream_->Close();
+  }
+  upstream_ = nullptr;
+  upstream_in_.Clear();
+  upstream_out_.clear();
+  upstream_sent_ = 0;
+  upstream_eof_ = false;
+}
+
+void ClientConnection::LogAndCount(int status, std::string_view reason) {
+  int64_t now = worker_->loop().now_ms();
+  double duration_ms = static_cast<double>(now - request_start_ms_);
+  if (request_start_ms_ == 0) {
+    duration_ms = 0;
+  }
+  const auto& table_metrics = *worker_->table_metrics();
+  const GroupMetrics* group = &table_metrics.no_group;
+  if (decided_ && decision_.group_index >= 0 &&
+      static_cast<size_t>(decision_.group_index) < table_metrics.groups.size() &&
+      decision_.group != nullptr) {
+    group = &table_metrics.groups[decision_.group_index];
+  }
+  int status_class = status >= 100 && status < 600 ? status / 100 : 0;
+  group->requests[status_class]->Inc();
+  group->duration->Observe(duration_ms / 1000.0);
+  AccessLog& log = worker_->access_log();
+  if (log.enabled()) {
+    AccessLogEntry entry;
+    entry.client_ip = client_ip_;
+    entry.method = method_.empty() ? std::string_view("-") : std::string_view(method_);
+    entry.target = target_;
+    entry.version_minor = version_minor_;
+    entry.status = status;
+    entry.bytes_sent = response_body_bytes_;
+    if (decided_ && decision_.group != nullptr) {
+      entry.group = decision_.group->key;
+    }
+    if (decided_ && decision_.server != nullptr && response_head_done_) {
+      entry.server = decision_.server->name;
+    }
+    entry.duration_ms = duration_ms;
+    entry.reason = reason;
+    log.Write(entry, time(nullptr));
+  }
+}
+
+// ---- timers ----
+
+void ClientConnection::ArmTimer(TimerKind kind, int64_t delay_ms) {
+  timer_kind_ = kind;
+  worker_->loop().Schedule(&timer_, delay_ms);
+}
+
+void ClientConnection::OnTimer() {
+  if (closed_) {
+    return;
+  }
+  ProxyMetrics& metrics = worker_->metrics();
+  switch (timer_kind_) {
+    case TimerKind::kNone:
+      return;
+    case TimerKind::kIdle:
+      if (phase_ == Phase::kTunnel) {
+        metrics.timeouts_client.Inc();
+      }
+      Close();
+      return;
+    case TimerKind::kHeader:
+      metrics.timeouts_client.Inc();
+      method_.clear();
+      target_.clear();
+      AnswerLocally(ErrorCode::kRequestTimeout, "the request head did not arrive in time", true);
+      break;
+    case TimerKind::kConnect:
+      metrics.timeouts_upstream.Inc();
+      if (phase_ == Phase::kReconnecting) {
+        AbortTransaction(ErrorCode::kGatewayTimeout, "the selected server did not accept in time");
+      } else {
+        OnConnectFailed(ETIMEDOUT);
+      }
+      break;
+    case TimerKind::kResponse:
+      metrics.timeouts_upstream.Inc();
+      AbortTransaction(ErrorCode::kGatewayTimeout, "the server did not answer in time");
+      break;
+  }
+  Drive();
+}
+
+// ---- socket I/O ----
+
+ssize_t ClientConnection::ReadInto(int fd, Buffer& buffer, size_t max_capacity) {
+  size_t free_bytes = 0;
+  char* p = buffer.PrepareWrite(4096, max_capacity, &free_bytes);
+  if (free_bytes == 0) {
+    return kBufferFull;
+  }
+  for (;;) {
+    ssize_t n = ::recv(fd, p, free_bytes, 0);
+    if (n > 0) {
+      buffer.Commit(static_cast<size_t>(n));
+      return n;
+    }
+    if (n == 0) {
+      return 0;
+    }
+    if (errno == EINTR) {
+      continue;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kIoError;
+  }
+}
+
+bool ClientConnection::FlushClient() {
+  while (!out_.empty()) {
+    std::string_view pending = out_.view();
+    ssize_t n = ::send(fd_, pending.data(), pending.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      out_.Consume(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return true;
+    }
+    Close();  // the client is gone
+    return false;
+  }
+  return true;
+}
+
+bool ClientConnection::FlushUpstream() {
+  if (upstream_ == nullptr) {
+    return true;
+  }
+  while (upstream_sent_ < upstream_out_.size()) {
+    ssize_t n = ::send(upstream_->fd, upstream_out_.data() + upstream_sent_,
+                       upstream_out_.size() - upstream_sent_, MSG_NOSIGNAL);
+    if (n > 0) {
+      upstream_sent_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return true;
+    }
+    return false;
+  }
+  upstream_out_.clear();
+  upstream_sent_ = 0;
+  return true;
+}
+
+void ClientConnection::Close() {
+  if (closed_) {
+    return;
+  }
+  closed_ = true;
+  ReleaseUpstream(false);
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
+  worker_->loop().Cancel(&timer_);
+  worker_->loop().Remove(fd_);
+  ::close(fd_);
+  worker_->ConnectionClosed(this);
+  worker_->loop().DeleteLater(this);
+}
+
+}  // namespace kwd::proxy

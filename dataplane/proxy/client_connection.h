@@ -1,0 +1,134 @@
+#pragma once
+
+// One client connection and the request it is carrying. Requests on a
+// connection are handled one after the other (pipelined requests wait in the
+// buffer and are answered in order). Bodies stream both ways through bounded
+// buffers: when one side cannot take more, the other side is not read.
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "dataplane/http/chunked.h"
+#include "dataplane/http/framing.h"
+#include "dataplane/http/parser.h"
+#include "dataplane/net/event_loop.h"
+#include "dataplane/proxy/buffer.h"
+#include "dataplane/proxy/error_page.h"
+#include "dataplane/routing/router.h"
+
+namespace kwd::proxy {
+
+class Worker;
+class UpstreamConnection;
+struct GroupMetrics;
+
+class ClientConnection final : public net::IoHandler, public net::Deletable {
+ public:
+  ClientConnection(Worker* worker, int fd, std::string client_ip);
+  ~ClientConnection() override;
+
+  void Start();
+  void OnIo(uint32_t events) override;
+  void OnUpstreamIo(uint32_t events);
+  // Worker is draining: finish the current request, then close.
+  void BeginDrain();
+  bool idle() const { return phase_ == Phase::kHead && in_.empty() && !request_started_; }
+  size_t slot = 0;  // index in the worker's connection list
+
+ private:
+  enum class Phase { kHead, kConnecting, kReconnecting, kForward, kTunnel, kClosing };
+  enum class TimerKind { kNone, kIdle, kHeader, kConnect, kResponse };
+
+  void Drive();
+  bool StepHead();
+  bool StepForward();
+  bool StepTunnel();
+  void StartRequest(size_t head_bytes);
+  void ConnectUpstream();
+  void OnConnected();
+  void OnConnectFailed(int error_number);
+  bool RetryElsewhere();
+  void RetryOnFreshConnection();
+  void ResetRequest();
+  bool MoveRequestBody();
+  bool MoveResponse();
+  bool HandleResponseHead();
+  void FinishTransaction();
+  void AbortTransaction(ErrorCode code, std::string_view detail);
+  void AnswerLocally(ErrorCode code, std::string_view detail, bool close);
+  void ReleaseUpstream(bool reusable);
+  void Close();
+  void ArmTimer(TimerKind kind, int64_t delay_ms);
+  void OnTimer();
+  void LogAndCount(int status, std::string_view reason);
+
+  // I/O: return bytes moved, 0 on EOF, -1 when the socket would block, -2 on
+  // error.
+  static ssize_t ReadInto(int fd, Buffer& buffer, size_t max_capacity);
+  bool FlushClient();
+  bool FlushUpstream();
+
+  Worker* worker_;
+  int fd_;
+  std::string client_ip_;
+  Phase phase_ = Phase::kHead;
+  bool closed_ = false;
+  bool client_eof_ = false;
+  bool close_after_response_ = false;
+  bool draining_ = false;
+
+  Buffer in_;
+  Buffer out_;
+  size_t out_sent_ = 0;
+
+  // The request being handled.
+  http::RequestParser request_parser_;
+  http::RequestHead request_head_;
+  http::RequestInfo request_info_;
+  size_t head_bytes_ = 0;
+  bool request_started_ = false;  // bytes of a new request arrived
+  int64_t request_start_ms_ = 0;
+  std::string method_;  // copies for logging after the head left the buffer
+  std::string target_;
+  int version_minor_ = 1;
+  bool wants_json_ = false;
+  std::array<std::string_view, 16> cookies_{};
+  routing::Decision decision_;
+  bool decided_ = false;
+  bool retried_ = false;
+  bool retried_reuse_ = false;
+
+  // Request body towards the upstream.
+  uint64_t request_remaining_ = 0;
+  http::ChunkedDecoder request_chunked_;
+  bool request_done_ = false;
+
+  // The upstream side.
+  UpstreamConnection* upstream_ = nullptr;
+  bool upstream_reused_ = false;
+  bool upstream_eof_ = false;
+  std::string upstream_out_;
+  size_t upstream_sent_ = 0;
+  std::string sent_head_;  // to resend on a fresh connection
+  Buffer upstream_in_;
+  http::ResponseParser response_parser_;
+  http::ResponseHead response_head_;
+  http::ResponseInfo response_info_;
+  bool response_head_done_ = false;
+  size_t head_consumed_ = 0;
+  bool response_started_ = false;  // any response byte arrived
+  bool response_done_ = false;
+  bool chunk_response_ = false;  // re-chunk towards the client
+  uint64_t response_remaining_ = 0;
+  http::ChunkedDecoder response_chunked_;
+  int response_status_ = 0;
+  uint64_t response_body_bytes_ = 0;
+  std::string scratch_;   // error pages, the affinity cookie
+  std::string head_out_;  // serialised response heads
+
+  TimerKind timer_kind_ = TimerKind::kNone;
+  net::Timer timer_;
+};
+
+}  // namespace kwd::proxy

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "dataplane/net/socket.h"
+
+namespace kwd::proxy {
+
+// Everything `kwd-proxy serve` can be told. Defaults follow SAP's ICM where
+// it has one (keep-alive 60 s, max request 100 MB) and common proxy practice
+// elsewhere.
+struct ProxyOptions {
+  net::Endpoint listen;        // --listen, default 0.0.0.0:8080
+  net::Endpoint admin_listen;  // --admin-listen, default 0.0.0.0:9901
+  int workers = 1;             // --workers
+  std::string node_id;         // --node-id, default the host name
+
+  int64_t header_timeout_ms = 10'000;    // --header-timeout: whole request head
+  int64_t idle_timeout_ms = 60'000;      // --idle-timeout: keep-alive between requests
+  int64_t connect_timeout_ms = 5'000;    // --connect-timeout: upstream connect
+  int64_t response_timeout_ms = 60'000;  // --response-timeout: upstream response head (504)
+  int64_t body_timeout_ms = 60'000;      // no progress while streaming a body
+  uint64_t max_body_bytes = 102400ull * 1024;  // --max-body-size (413)
+  size_t max_header_bytes = 64 * 1024;         // --max-header-size (431)
+  size_t max_idle_upstream_per_server = 64;    // per worker
+  int64_t upstream_idle_timeout_ms = 30'000;   // pooled connections close after this
+  size_t max_connections = 10'000;             // per worker; beyond: accept and close
+
+  std::string access_log = "-";  // --access-log FILE | - (stdout) | off
+  std::string affinity_key;      // from --affinity-key-file or KWD_AFFINITY_KEY
+};
+
+}  // namespace kwd::proxy

@@ -1,0 +1,148 @@
+#include "dataplane/proxy/proxy.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "common/log.h"
+#include "dataplane/routing/clock.h"
+
+namespace kwd::proxy {
+
+Proxy::Proxy(ProxyOptions options)
+    : options_(std::move(options)),
+      codec_(std::make_shared<session::AffinityCookieCodec>(options_.affinity_key)),
+      clock_(std::make_shared<routing::SteadyClock>()) {
+  metrics_.registry().AddCallbackGauge("kwd_proxy_ready",
+                                       "1 once a snapshot has been applied.", {},
+                                       [this] { return ready() ? 1.0 : 0.0; });
+  metrics_.registry().AddCallbackGauge("kwd_proxy_workers", "Worker threads.", {},
+                                       [this] { return static_cast<double>(workers_.size()); });
+}
+
+Proxy::~Proxy() {
+  Shutdown(0);
+  if (owns_access_log_fd_) {
+    ::close(access_log_fd_);
+  }
+}
+
+bool Proxy::Start(std::string* error) {
+  if (options_.access_log == "-") {
+    access_log_fd_ = STDOUT_FILENO;
+  } else if (options_.access_log != "off" && !options_.access_log.empty()) {
+    access_log_fd_ = ::open(options_.access_log.c_str(),
+                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (access_log_fd_ < 0) {
+      *error = "cannot open access log " + options_.access_log + ": " + std::strerror(errno);
+      return false;
+    }
+    owns_access_log_fd_ = true;
+  }
+  // An empty table until the first snapshot: every request gets a 503.
+  routing::TableContext context{&sessions_, &health_};
+  std::string build_error;
+  auto empty = routing::RoutingTable::Build(v1::Snapshot(), context, &build_error);
+  if (empty == nullptr) {
+    *error = "cannot build the empty routing table: " + build_error;
+    return false;
+  }
+  auto empty_metrics = metrics_.ForTable(*empty);
+  {
+    std::lock_guard lock(mu_);
+    if (table_ == nullptr) {
+      table_ = empty;
+    }
+  }
+  int count = std::max(1, options_.workers);
+  for (int i = 0; i < count; ++i) {
+    auto worker = std::make_unique<Worker>(i, options_, &metrics_, codec_, clock_, access_log_fd_);
+    std::shared_ptr<const routing::RoutingTable> table;
+    {
+      std::lock_guard lock(mu_);
+      table = table_;
+    }
+    worker->Apply(table, table == empty ? empty_metrics : metrics_.ForTable(*table));
+    if (!worker->Start(error)) {
+      return false;
+    }
+    if (i == 0) {
+      bound_ = worker->bound();
+      // Port 0: the other workers share the port the first one got.
+      options_.listen = bound_;
+    }
+    workers_.push_back(std::move(worker));
+  }
+  return true;
+}
+
+bool Proxy::ApplySnapshot(const v1::Snapshot& snapshot, std::string* error) {
+  auto start = std::chrono::steady_clock::now();
+  routing::TableContext context{&sessions_, &health_};
+  auto table = routing::RoutingTable::Build(snapshot, context, error);
+  if (table == nullptr) {
+    metrics_.snapshot_rejects.Inc();
+    return false;
+  }
+  auto table_metrics = metrics_.ForTable(*table);
+  for (auto& worker : workers_) {
+    worker->Apply(table, table_metrics);
+  }
+  std::string previous;
+  {
+    std::lock_guard lock(mu_);
+    previous = table_ != nullptr ? table_->version() : "";
+    table_ = table;
+    ready_ = true;
+  }
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  metrics_.snapshot_apply_seconds.Observe(seconds);
+  metrics_.snapshot_applies.Inc();
+  if (version_info_ != nullptr) {
+    version_info_->Set(0);
+  }
+  version_info_ = &metrics_.registry().GetGauge(
+      "kwd_proxy_snapshot_info", "The applied snapshot (value 1 for the current version).",
+      {{"version", snapshot.version().substr(0, 16)}});
+  version_info_->Set(1);
+  metrics_.registry().GetGauge("kwd_proxy_snapshot_applied_timestamp_seconds",
+                               "Unix time the current snapshot was applied.")
+      .Set(static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count()));
+  Log(LogLevel::kInfo, "proxy", "snapshot applied",
+      {{"version", snapshot.version()},
+       {"previous", previous},
+       {"groups", std::to_string(snapshot.groups_size())},
+       {"virtual_hosts", std::to_string(snapshot.virtual_hosts_size())}});
+  return true;
+}
+
+void Proxy::Shutdown(int64_t grace_ms) {
+  for (auto& worker : workers_) {
+    worker->Drain(grace_ms);
+  }
+  for (auto& worker : workers_) {
+    worker->Join();
+  }
+}
+
+bool Proxy::ready() const {
+  std::lock_guard lock(mu_);
+  return ready_;
+}
+
+std::string Proxy::version() const {
+  std::lock_guard lock(mu_);
+  return table_ != nullptr ? table_->version() : "";
+}
+
+std::shared_ptr<const routing::RoutingTable> Proxy::table() const {
+  std::lock_guard lock(mu_);
+  return table_;
+}
+
+}  // namespace kwd::proxy

@@ -1,0 +1,70 @@
+#pragma once
+
+// The serving proxy: N workers, the snapshot they route with, and what the
+// admin port and the health checker read. Applying a snapshot validates it
+// completely and builds the RoutingTable off the request path, then hands the
+// same immutable table to every worker; a worker switches between requests.
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dataplane/proxy/options.h"
+#include "dataplane/proxy/proxy_metrics.h"
+#include "dataplane/proxy/worker.h"
+#include "dataplane/routing/routing_table.h"
+#include "dataplane/routing/server_health_registry.h"
+#include "dataplane/session/affinity_cookie.h"
+#include "dataplane/session/session_table.h"
+#include "kwd/v1/snapshot.pb.h"
+
+namespace kwd::proxy {
+
+class Proxy {
+ public:
+  explicit Proxy(ProxyOptions options);
+  ~Proxy();
+
+  // Opens the listeners and starts the workers (with an empty table until a
+  // snapshot is applied: every request gets 503).
+  bool Start(std::string* error);
+  // Validates `snapshot` and swaps it in on every worker. On failure the
+  // previous snapshot keeps serving and `error` says why (a NACK's detail).
+  bool ApplySnapshot(const v1::Snapshot& snapshot, std::string* error);
+  // Stops accepting, lets in-flight requests finish (up to grace_ms), returns
+  // when every worker stopped.
+  void Shutdown(int64_t grace_ms);
+
+  bool ready() const;
+  std::string version() const;
+  std::shared_ptr<const routing::RoutingTable> table() const;
+  const net::Endpoint& bound() const { return bound_; }
+  ProxyMetrics& metrics() { return metrics_; }
+  routing::ServerHealthRegistry& health() { return health_; }
+  session::SessionRegistry& sessions() { return sessions_; }
+  const std::shared_ptr<const session::AffinityCookieCodec>& affinity_codec() const {
+    return codec_;
+  }
+  std::vector<std::unique_ptr<Worker>>& workers() { return workers_; }
+  const ProxyOptions& options() const { return options_; }
+
+ private:
+  ProxyOptions options_;
+  ProxyMetrics metrics_;
+  routing::ServerHealthRegistry health_;
+  session::SessionRegistry sessions_;
+  std::shared_ptr<const session::AffinityCookieCodec> codec_;
+  std::shared_ptr<const routing::Clock> clock_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  net::Endpoint bound_;
+  int access_log_fd_ = -1;
+  bool owns_access_log_fd_ = false;
+
+  mutable std::mutex mu_;  // guards the fields below; never taken per request
+  std::shared_ptr<const routing::RoutingTable> table_;
+  bool ready_ = false;
+  Gauge* version_info_ = nullptr;
+};
+
+}  // namespace kwd::proxy

@@ -1,0 +1,121 @@
+#include "dataplane/proxy/proxy_metrics.h"
+
+#include <algorithm>
+
+#include "dataplane/routing/router.h"
+
+namespace kwd::proxy {
+
+namespace {
+constexpr const char* kStatusClasses[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
+}  // namespace
+
+ProxyMetrics::ProxyMetrics()
+    : connections_accepted(registry_.GetCounter("kwd_proxy_connections_accepted_total",
+                                                "Client connections accepted.")),
+      connections_rejected(registry_.GetCounter(
+          "kwd_proxy_connections_rejected_total",
+          "Client connections closed at once because the worker was at its limit.")),
+      connections_active(
+          registry_.GetGauge("kwd_proxy_connections_active", "Open client connections.")),
+      bad_requests(registry_.GetCounter(
+          "kwd_proxy_bad_requests_total",
+          "Requests rejected as malformed (400, 413, 414, 431, 501, 505).")),
+      timeouts_client(registry_.GetCounter(
+          "kwd_proxy_client_timeouts_total",
+          "Client connections closed for a header, body or idle timeout.")),
+      timeouts_upstream(registry_.GetCounter(
+          "kwd_proxy_upstream_timeouts_total",
+          "Upstream connects or responses that timed out.")),
+      retries(registry_.GetCounter(
+          "kwd_proxy_retries_total",
+          "Requests sent to another server after a connect failure.")),
+      upstream_reused(registry_.GetCounter("kwd_proxy_upstream_reused_total",
+                                           "Requests sent over a pooled keep-alive connection.")),
+      upstream_connects(registry_.GetCounter("kwd_proxy_upstream_connects_total",
+                                             "Upstream connections opened.")),
+      snapshot_apply_seconds(registry_.GetHistogram(
+          "kwd_proxy_snapshot_apply_seconds",
+          "Time to validate a snapshot and build its routing table.")),
+      snapshot_applies(registry_.GetCounter("kwd_proxy_snapshot_applies_total",
+                                            "Snapshots applied.")),
+      snapshot_rejects(registry_.GetCounter(
+          "kwd_proxy_snapshot_rejects_total",
+          "Snapshots rejected as invalid (the previous one keeps serving).")),
+      sessions_learned(registry_.GetCounter(
+          "kwd_proxy_sessions_learned_total",
+          "JSESSIONID values learned from backend Set-Cookie headers.")) {
+  using routing::Identifier;
+  for (Identifier id : {Identifier::kSapContextId, Identifier::kSaplb, Identifier::kJSessionId,
+                        Identifier::kSapExtSid, Identifier::kAffinityCookie}) {
+    Labels labels{{"identifier", std::string(routing::IdentifierName(id))}};
+    sticky_routed[static_cast<size_t>(id)] = &registry_.GetCounter(
+        "kwd_proxy_sticky_routed_total", "Requests routed by a session identifier.", labels);
+    sticky_lost[static_cast<size_t>(id)] = &registry_.GetCounter(
+        "kwd_proxy_sticky_lost_total",
+        "Requests whose session identifier named a server that is gone or unhealthy; "
+        "balanced anew.",
+        labels);
+  }
+}
+
+GroupMetrics ProxyMetrics::MakeGroup(const std::string& group,
+                                     const std::vector<std::string>& servers,
+                                     TableMetrics* owner) {
+  auto keep = [owner](auto ptr) {
+    auto* raw = ptr.get();
+    owner->owned.push_back(std::move(ptr));
+    return raw;
+  };
+  GroupMetrics m;
+  for (size_t i = 0; i < 6; ++i) {
+    m.requests[i] = keep(registry_.CounterPtr("kwd_proxy_requests_total",
+                                              "Requests by group and status class.",
+                                              {{"group", group}, {"code", kStatusClasses[i]}}));
+  }
+  m.duration = keep(registry_.HistogramPtr(
+      "kwd_proxy_request_duration_seconds",
+      "Time from the request head to the end of the response.", {{"group", group}}));
+  for (const auto& server : servers) {
+    ServerMetrics s;
+    s.requests = keep(registry_.CounterPtr("kwd_proxy_server_requests_total",
+                                           "Requests forwarded to a server.",
+                                           {{"group", group}, {"server", server}}));
+    s.connect_errors = keep(registry_.CounterPtr("kwd_proxy_upstream_connect_errors_total",
+                                                 "Failed upstream connects.",
+                                                 {{"group", group}, {"server", server}}));
+    m.servers.push_back(s);
+  }
+  return m;
+}
+
+std::shared_ptr<const TableMetrics> ProxyMetrics::ForTable(const routing::RoutingTable& table) {
+  auto metrics = std::make_shared<TableMetrics>();
+  std::vector<std::string> live_groups{"none"};
+  std::vector<std::string> live_servers;
+  for (const auto& group : table.groups()) {
+    std::vector<std::string> names;
+    for (const auto& server : group.servers) {
+      names.push_back(server.name);
+      live_servers.push_back(server.name);
+    }
+    metrics->groups.push_back(MakeGroup(group.key, names, metrics.get()));
+    live_groups.push_back(group.key);
+  }
+  metrics->no_group = MakeGroup("none", {}, metrics.get());
+  std::sort(live_groups.begin(), live_groups.end());
+  for (const char* family :
+       {"kwd_proxy_requests_total", "kwd_proxy_request_duration_seconds",
+        "kwd_proxy_server_requests_total", "kwd_proxy_upstream_connect_errors_total"}) {
+    registry_.RetainLabelValues(family, "group", live_groups);
+  }
+  // Pods come and go: series of servers no group has any more are dropped.
+  std::sort(live_servers.begin(), live_servers.end());
+  for (const char* family :
+       {"kwd_proxy_server_requests_total", "kwd_proxy_upstream_connect_errors_total"}) {
+    registry_.RetainLabelValues(family, "server", live_servers);
+  }
+  return metrics;
+}
+
+}  // namespace kwd::proxy

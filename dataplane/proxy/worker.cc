@@ -1,0 +1,265 @@
+#include "dataplane/proxy/worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "dataplane/proxy/client_connection.h"
+
+namespace kwd::proxy {
+
+// ---- UpstreamConnection ----
+
+UpstreamConnection::UpstreamConnection(Worker* worker, int fd, std::string_view address,
+                                       uint32_t port)
+    : worker(worker),
+      fd(fd),
+      address(address),
+      port(port),
+      idle_timer(this, [](void* self) {
+        auto* c = static_cast<UpstreamConnection*>(self);
+        c->worker->ForgetIdle(c);
+        c->Close();
+      }) {}
+
+UpstreamConnection::~UpstreamConnection() = default;
+
+void UpstreamConnection::OnIo(uint32_t events) {
+  if (closed) {
+    return;
+  }
+  if (owner != nullptr) {
+    owner->OnUpstreamIo(events);
+    return;
+  }
+  // Idle in the pool: any readiness means the server closed it or sent
+  // something unexpected. Either way it cannot carry another request.
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    worker->ForgetIdle(this);
+    Close();
+  }
+}
+
+void UpstreamConnection::Close() {
+  if (closed) {
+    return;
+  }
+  closed = true;
+  owner = nullptr;
+  worker->loop().Cancel(&idle_timer);
+  worker->loop().Remove(fd);
+  ::close(fd);
+  worker->loop().DeleteLater(this);
+}
+
+// ---- Worker ----
+
+Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
+               std::shared_ptr<const session::AffinityCookieCodec> codec,
+               std::shared_ptr<const routing::Clock> clock, int access_log_fd)
+    : id_(id),
+      options_(options),
+      metrics_(metrics),
+      router_(std::move(codec), std::move(clock)),
+      access_log_(access_log_fd),
+      flush_timer_(this,
+                   [](void* self) {
+                     auto* w = static_cast<Worker*>(self);
+                     w->access_log_.Flush();
+                     w->loop_.Schedule(&w->flush_timer_, 100);
+                   }),
+      drain_timer_(this, [](void* self) { static_cast<Worker*>(self)->CheckDrained(); }) {
+  acceptor_.worker = this;
+}
+
+Worker::~Worker() {
+  Join();
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+  }
+}
+
+bool Worker::Start(std::string* error) {
+  listen_fd_ = net::Listen(options_.listen, /*reuse_port=*/true, 4096, error);
+  if (listen_fd_ < 0) {
+    return false;
+  }
+  bound_ = net::LocalEndpoint(listen_fd_);
+  loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
+  loop_.Schedule(&flush_timer_, 100);
+  thread_ = std::thread([this] { Run(); });
+  return true;
+}
+
+void Worker::Run() {
+  loop_.Run();
+  // Stopped: close what is left. Connections are deleted with the loop's
+  // graveyard only while it runs, so delete them here.
+  for (ClientConnection* c : std::vector<ClientConnection*>(connections_)) {
+    delete c;
+  }
+  connections_.clear();
+  for (auto& [key, bucket] : pool_) {
+    for (UpstreamConnection* u : bucket.idle) {
+      ::close(u->fd);
+      delete u;
+    }
+  }
+  pool_.clear();
+  access_log_.Flush();
+}
+
+void Worker::Join() {
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void Worker::Apply(std::shared_ptr<const routing::RoutingTable> table,
+                   std::shared_ptr<const TableMetrics> metrics) {
+  loop_.Post([this, table = std::move(table), metrics = std::move(metrics)]() mutable {
+    router_.Apply(std::move(table));
+    table_metrics_ = std::move(metrics);
+  });
+}
+
+void Worker::Accept() {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) {
+        continue;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        Log(LogLevel::kWarn, "proxy", "accept failed", {{"error", std::strerror(errno)}});
+      }
+      return;
+    }
+    if (connection_count_ >= options_.max_connections || draining_ ||
+        table_metrics_ == nullptr) {
+      metrics_->connections_rejected.Inc();
+      ::close(fd);
+      continue;
+    }
+    net::SetNoDelay(fd);
+    net::Endpoint peer;
+    peer.addr = addr;
+    peer.len = len;
+    auto* connection = new ClientConnection(this, fd, net::AddressString(peer));
+    connection->slot = connections_.size();
+    connections_.push_back(connection);
+    ++connection_count_;
+    metrics_->connections_accepted.Inc();
+    metrics_->connections_active.Add(1);
+    connection->Start();
+  }
+}
+
+void Worker::ConnectionClosed(ClientConnection* connection) {
+  size_t slot = connection->slot;
+  if (slot < connections_.size() && connections_[slot] == connection) {
+    connections_[slot] = connections_.back();
+    connections_[slot]->slot = slot;
+    connections_.pop_back();
+  }
+  --connection_count_;
+  metrics_->connections_active.Add(-1);
+  if (draining_) {
+    CheckDrained();
+  }
+}
+
+uint64_t Worker::PoolKey(std::string_view address, uint32_t port) {
+  return std::hash<std::string_view>{}(address) * 31 + port;
+}
+
+UpstreamConnection* Worker::TakeIdle(std::string_view address, uint32_t port) {
+  auto it = pool_.find(PoolKey(address, port));
+  if (it == pool_.end() || it->second.address != address || it->second.port != port) {
+    return nullptr;
+  }
+  auto& idle = it->second.idle;
+  while (!idle.empty()) {
+    UpstreamConnection* c = idle.back();
+    idle.pop_back();
+    loop_.Cancel(&c->idle_timer);
+    if (!c->closed) {
+      return c;
+    }
+  }
+  return nullptr;
+}
+
+void Worker::ReleaseIdle(UpstreamConnection* connection) {
+  auto& bucket = pool_[PoolKey(connection->address, connection->port)];
+  if (bucket.address.empty()) {
+    bucket.address = connection->address;
+    bucket.port = connection->port;
+  }
+  if (draining_ || bucket.address != connection->address || bucket.port != connection->port ||
+      bucket.idle.size() >= options_.max_idle_upstream_per_server) {
+    connection->Close();
+    return;
+  }
+  bucket.idle.push_back(connection);
+  loop_.Schedule(&connection->idle_timer, options_.upstream_idle_timeout_ms);
+}
+
+void Worker::ForgetIdle(UpstreamConnection* connection) {
+  auto it = pool_.find(PoolKey(connection->address, connection->port));
+  if (it == pool_.end()) {
+    return;
+  }
+  auto& idle = it->second.idle;
+  for (size_t i = 0; i < idle.size(); ++i) {
+    if (idle[i] == connection) {
+      idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+void Worker::StopAccepting() {
+  if (listen_fd_ >= 0) {
+    loop_.Remove(listen_fd_);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
+}
+
+void Worker::Drain(int64_t grace_ms) {
+  loop_.Post([this, grace_ms] {
+    draining_ = true;
+    drain_deadline_ms_ = loop_.now_ms() + grace_ms;
+    StopAccepting();
+    for (auto& [key, bucket] : pool_) {
+      for (UpstreamConnection* u : bucket.idle) {
+        u->Close();
+      }
+      bucket.idle.clear();
+    }
+    for (ClientConnection* c : std::vector<ClientConnection*>(connections_)) {
+      c->BeginDrain();
+    }
+    CheckDrained();
+  });
+}
+
+void Worker::CheckDrained() {
+  if (connection_count_ == 0 || loop_.now_ms() >= drain_deadline_ms_) {
+    access_log_.Flush();
+    loop_.Stop();
+    return;
+  }
+  if (!drain_timer_.armed()) {
+    loop_.Schedule(&drain_timer_, 50);
+  }
+}
+
+}  // namespace kwd::proxy

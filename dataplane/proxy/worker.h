@@ -1,0 +1,125 @@
+#pragma once
+
+// A worker: one thread, one event loop, its own SO_REUSEPORT listener, its
+// own Router (balancer state), upstream keep-alive pool and access-log
+// buffer. Workers share only read-only tables and atomics, so the request
+// path takes no lock.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dataplane/net/event_loop.h"
+#include "dataplane/proxy/access_log.h"
+#include "dataplane/proxy/options.h"
+#include "dataplane/proxy/proxy_metrics.h"
+#include "dataplane/routing/router.h"
+
+namespace kwd::proxy {
+
+class ClientConnection;
+class Worker;
+
+// An upstream connection. Owned by its client connection while it carries a
+// request, by the pool while idle.
+class UpstreamConnection final : public net::IoHandler, public net::Deletable {
+ public:
+  UpstreamConnection(Worker* worker, int fd, std::string_view address, uint32_t port);
+  ~UpstreamConnection() override;
+
+  void OnIo(uint32_t events) override;
+  void Close();  // removes from epoll, closes the fd and deletes later
+
+  Worker* worker;
+  int fd;
+  std::string address;
+  uint32_t port;
+  bool connecting = true;
+  ClientConnection* owner = nullptr;  // null while idle in the pool
+  net::Timer idle_timer;
+  bool closed = false;
+};
+
+class Worker {
+ public:
+  Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
+         std::shared_ptr<const session::AffinityCookieCodec> codec,
+         std::shared_ptr<const routing::Clock> clock, int access_log_fd);
+  ~Worker();
+
+  // Opens the listener (SO_REUSEPORT) and starts the thread.
+  bool Start(std::string* error);
+  // Thread-safe: the worker switches tables between requests.
+  void Apply(std::shared_ptr<const routing::RoutingTable> table,
+             std::shared_ptr<const TableMetrics> metrics);
+  // Thread-safe: stop accepting, let in-flight requests finish (up to
+  // `grace_ms`), then stop the loop.
+  void Drain(int64_t grace_ms);
+  void Join();
+  // Runs `fn` on the worker's thread (admin state, tests).
+  void Post(std::function<void()> fn) { loop_.Post(std::move(fn)); }
+
+  int id() const { return id_; }
+  const net::Endpoint& bound() const { return bound_; }
+  const routing::Router& router() const { return router_; }
+  size_t connection_count() const { return connection_count_; }
+
+  // ---- used by connections, on the worker thread ----
+  net::EventLoop& loop() { return loop_; }
+  const ProxyOptions& options() const { return options_; }
+  ProxyMetrics& metrics() { return *metrics_; }
+  routing::Router& router() { return router_; }
+  const std::shared_ptr<const TableMetrics>& table_metrics() const { return table_metrics_; }
+  AccessLog& access_log() { return access_log_; }
+  bool draining() const { return draining_; }
+
+  // An idle pooled connection to address:port, or null.
+  UpstreamConnection* TakeIdle(std::string_view address, uint32_t port);
+  // Parks a healthy keep-alive connection (or closes it when the pool is full).
+  void ReleaseIdle(UpstreamConnection* connection);
+  void ForgetIdle(UpstreamConnection* connection);
+  void ConnectionClosed(ClientConnection* connection);
+
+ private:
+  struct Acceptor final : net::IoHandler {
+    Worker* worker;
+    void OnIo(uint32_t events) override { worker->Accept(); }
+  };
+  struct PoolBucket {
+    std::string address;
+    uint32_t port = 0;
+    std::vector<UpstreamConnection*> idle;
+  };
+
+  void Run();
+  void Accept();
+  void StopAccepting();
+  void CheckDrained();
+  static uint64_t PoolKey(std::string_view address, uint32_t port);
+
+  int id_;
+  ProxyOptions options_;
+  ProxyMetrics* metrics_;
+  net::EventLoop loop_;
+  routing::Router router_;
+  std::shared_ptr<const TableMetrics> table_metrics_;
+  AccessLog access_log_;
+  int listen_fd_ = -1;
+  net::Endpoint bound_;
+  Acceptor acceptor_;
+  std::thread thread_;
+  size_t connection_count_ = 0;
+  std::vector<ClientConnection*> connections_;  // for draining; swap-removed
+  std::unordered_map<uint64_t, PoolBucket> pool_;
+  bool draining_ = false;
+  int64_t drain_deadline_ms_ = 0;
+  net::Timer flush_timer_;
+  net::Timer drain_timer_;
+};
+
+}  // namespace kwd::proxy
