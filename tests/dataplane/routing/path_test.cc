@@ -1,0 +1,87 @@
+#include "dataplane/routing/path.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <string>
+
+namespace kwd::routing {
+namespace {
+
+TEST(NormalizeTargetTest, Table) {
+  struct Case {
+    std::string target;
+    bool ok;
+    std::string path;
+    std::string bracket = "";
+    std::string query = "";
+  };
+  const Case cases[] = {
+      {"/", true, "/"},
+      {"/index.html", true, "/index.html"},
+      {"/sap/bc/x?a=1&b=2", true, "/sap/bc/x", "", "a=1&b=2"},
+      {"/sap/bc/x#frag", true, "/sap/bc/x"},
+      {"/sap(bD1lbiZjPTAwMQ==)/bc/bsp/x", true, "/sap/bc/bsp/x", "bD1lbiZjPTAwMQ=="},
+      {"/sap(bD1l)/bc(cz1T)/x", true, "/sap/bc/x", "bD1l"},
+      {"/sap(====)", true, "/sap", "===="},
+      {"/irj/portal(not-b64!)/x", true, "/irj/portal(not-b64!)/x"},
+      {"/irj/portal(abc", true, "/irj/portal(abc"},
+      {"/sap/bc/x;sap-contextid=SID%3aANON%3aapp1%3aX/y", true, "/sap/bc/x/y"},
+      {"/sap/;sap-ext-sid=abc/foo/bar", true, "/sap/foo/bar"},
+      {"/a;x=1;y=2", true, "/a"},
+      {"/a//b///c/", true, "/a/b/c/"},
+      {"/%7Euser/%41%62c", true, "/~user/Abc"},
+      {"/a%2fb/%2F", true, "/a%2Fb/%2F"},
+      {"/a%zz", false, ""},
+      {"/a%4", false, ""},
+      {"/a/./b/../c", true, "/a/c"},
+      {"/a/b/..", true, "/a/"},
+      {"/a/b/.", true, "/a/b/"},
+      {"/a/%2e%2E/b", true, "/b"},
+      {"/..", false, ""},
+      {"/a/../..", false, ""},
+      {"/a/../../etc/passwd", false, ""},
+      {"/a/..;x=1/b", true, "/b"},
+      {"", false, ""},
+      {"*", false, ""},
+      {"sap/bc", false, ""},
+      {"/a b", false, ""},
+      {std::string("/a\0b", 4), false, ""},
+      {"/a\x7f", false, ""},
+  };
+  std::array<char, 256> scratch{};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.target);
+    NormalizedTarget out;
+    ASSERT_EQ(NormalizeTarget(c.target, scratch, &out), c.ok);
+    if (c.ok) {
+      EXPECT_EQ(out.path, c.path);
+      EXPECT_EQ(out.bracket_segment, c.bracket);
+      EXPECT_EQ(out.query, c.query);
+    }
+  }
+}
+
+TEST(NormalizeTargetTest, RawPathKeepsParametersForSessionExtraction) {
+  std::array<char, 64> scratch{};
+  NormalizedTarget out;
+  ASSERT_TRUE(NormalizeTarget("/sap/;sap-ext-sid=abc/x?q=1", scratch, &out));
+  EXPECT_EQ(out.raw_path, "/sap/;sap-ext-sid=abc/x");
+}
+
+TEST(NormalizeTargetTest, TooLongForTheScratchIsABadRequest) {
+  std::array<char, 8> scratch{};
+  NormalizedTarget out;
+  EXPECT_TRUE(NormalizeTarget("/abcdef", scratch, &out));
+  EXPECT_FALSE(NormalizeTarget("/abcdefgh/", scratch, &out));
+}
+
+TEST(PathTest, RootPathHasExactlyOneSlash) {
+  EXPECT_TRUE(IsRootPath("/"));
+  EXPECT_TRUE(IsRootPath("/index.html"));
+  EXPECT_FALSE(IsRootPath("/sap/"));
+  EXPECT_FALSE(IsRootPath("/a/b"));
+}
+
+}  // namespace
+}  // namespace kwd::routing

@@ -1,0 +1,92 @@
+#include "dataplane/routing/prefix_index.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "dataplane/routing/permissions.h"
+
+namespace kwd::routing {
+namespace {
+
+TEST(PrefixIndexTest, LongestSegmentPrefixWins) {
+  PrefixIndex index({"/sap/", "/sap/bc/gui/", "/irj/", "/a/b/c/"});
+  struct Case {
+    std::string path;
+    int want;
+  };
+  const Case cases[] = {
+      {"/sap", 0},
+      {"/sap/", 0},
+      {"/sap/bc/x", 0},
+      {"/sapx/", -1},
+      {"/sapx", -1},
+      {"/sap/bc/gui", 1},
+      {"/sap/bc/gui/x", 1},
+      {"/sap/bc/guix", 0},
+      {"/irj/portal", 2},
+      {"/a/b", -1},
+      {"/a/b/c", 3},
+      {"/a/b/c/d/e", 3},
+      {"/", -1},
+      {"/other/thing/", -1},
+      {"", -1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    EXPECT_EQ(index.LongestMatch(c.path), c.want);
+  }
+}
+
+TEST(PrefixIndexTest, EmptyIndexMatchesNothing) {
+  PrefixIndex index;
+  EXPECT_EQ(index.LongestMatch("/sap/"), -1);
+}
+
+TEST(PrefixIndexTest, ManyPrefixesAllFound) {
+  std::vector<std::string> prefixes;
+  for (int i = 0; i < 1000; ++i) {
+    prefixes.push_back("/p" + std::to_string(i) + "/s/");
+  }
+  PrefixIndex index(prefixes);
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(index.LongestMatch("/p" + std::to_string(i) + "/s/x/y"), i);
+  }
+  EXPECT_EQ(index.LongestMatch("/p1000/s/"), -1);
+}
+
+TEST(PermissionTableTest, FirstMatchWinsAndStarsAnchor) {
+  google::protobuf::RepeatedPtrField<v1::Permission> list;
+  auto add = [&](v1::PermissionAction action, const char* pattern) {
+    v1::Permission* p = list.Add();
+    p->set_action(action);
+    p->set_pattern(pattern);
+  };
+  add(v1::PERMISSION_ACTION_PERMIT, "/sap/bc/test.cgi");
+  add(v1::PERMISSION_ACTION_DENY, "*.cgi");
+  add(v1::PERMISSION_ACTION_PERMIT, "/sap/bc/public/*");
+  add(v1::PERMISSION_ACTION_SECURE, "*/secret/*");
+  add(v1::PERMISSION_ACTION_DENY, "/sap/BC/*");
+  PermissionTable table(list);
+  struct Case {
+    const char* path;  // lowercase, as the router passes it
+    v1::PermissionAction want;
+  };
+  const Case cases[] = {
+      {"/sap/bc/test.cgi", v1::PERMISSION_ACTION_PERMIT},
+      {"/sap/bc/other.cgi", v1::PERMISSION_ACTION_DENY},
+      {"/x.cgi", v1::PERMISSION_ACTION_DENY},
+      {"/sap/bc/public/x", v1::PERMISSION_ACTION_PERMIT},
+      {"/a/secret/b", v1::PERMISSION_ACTION_SECURE},
+      {"/sap/bc/bsp", v1::PERMISSION_ACTION_DENY},    // pattern case is ignored
+      {"/irj/portal", v1::PERMISSION_ACTION_PERMIT},  // no match: permit
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    EXPECT_EQ(table.Evaluate(c.path), c.want);
+  }
+  EXPECT_EQ(PermissionTable().Evaluate("/anything"), v1::PERMISSION_ACTION_PERMIT);
+}
+
+}  // namespace
+}  // namespace kwd::routing

@@ -1,0 +1,489 @@
+#include "dataplane/routing/router.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/crypto.h"
+#include "dataplane/routing/routing_table.h"
+#include "tests/dataplane/routing/test_snapshot.h"
+
+namespace kwd::routing {
+namespace {
+
+using testing::AddGroup;
+using testing::StandardSnapshot;
+
+class RouterTest : public ::testing::Test {
+ protected:
+  RouterTest()
+      : clock_(std::make_shared<ManualClock>(1000)),
+        codec_(std::make_shared<session::AffinityCookieCodec>("test-key")),
+        router_(codec_, clock_) {
+    Apply(StandardSnapshot());
+  }
+
+  void Apply(const v1::Snapshot& snapshot) {
+    std::string error;
+    auto table = RoutingTable::Build(snapshot, TableContext{&sessions_, &health_}, &error);
+    ASSERT_NE(table, nullptr) << error;
+    router_.Apply(table);
+  }
+
+  // Routes one request and completes it (sequential traffic).
+  Decision Go(std::string_view target, std::vector<std::string> cookies = {},
+              std::string_view host = "erp.internal", bool https = false) {
+    cookies_ = std::move(cookies);
+    cookie_views_.assign(cookies_.begin(), cookies_.end());
+    Request request{"GET", target, host, https, cookie_views_};
+    Decision decision = router_.Route(request);
+    router_.Complete(decision);
+    return decision;
+  }
+
+  static std::string ServerOf(const Decision& d) { return d.server ? d.server->name : "-"; }
+  static std::string GroupOf(const Decision& d) { return d.group ? d.group->key : "-"; }
+
+  void SetHealthy(const std::string& group, const std::string& server, bool healthy) {
+    auto state = health_.Find(group, server);
+    ASSERT_NE(state, nullptr);
+    state->healthy = healthy;
+  }
+
+  std::shared_ptr<ManualClock> clock_;
+  std::shared_ptr<session::AffinityCookieCodec> codec_;
+  session::SessionRegistry sessions_;
+  ServerHealthRegistry health_;
+  Router router_;
+  std::vector<std::string> cookies_;
+  std::vector<std::string_view> cookie_views_;
+};
+
+TEST_F(RouterTest, VirtualHostMatching) {
+  struct Case {
+    const char* host;
+    const char* want_vhost;
+  };
+  const Case cases[] = {
+      {"shop.example.com", "shop.example.com"},
+      {"SHOP.Example.COM:8443", "shop.example.com"},
+      {"shop.example.com.", "shop.example.com"},
+      {"a.example.com", "*.example.com"},
+      {"a.b.example.com", "*.example.com"},
+      {"example.com", ""},
+      {"", ""},
+      {"[::1]:8080", ""},
+      {"10.0.0.1", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.host);
+    Decision d = Go("/x/y", {}, c.host);
+    ASSERT_NE(d.virtual_host, nullptr);
+    EXPECT_EQ(d.virtual_host->host, c.want_vhost);
+  }
+}
+
+TEST_F(RouterTest, AbsoluteFormAuthorityIsTheHost) {
+  Decision d = Go("http://user@SHOP.example.com:80/shop/cart?x=1", {}, "other");
+  EXPECT_EQ(d.virtual_host->host, "shop.example.com");
+  EXPECT_EQ(d.rule, "/shop/");
+  EXPECT_EQ(d.path, "/shop/cart");
+}
+
+TEST_F(RouterTest, NoVirtualHostIs503) {
+  v1::Snapshot s = StandardSnapshot();
+  s.mutable_virtual_hosts()->DeleteSubrange(0, 1);  // drop the any-host entry
+  StampSnapshotVersion(&s);
+  Apply(s);
+  Decision d = Go("/sap/bc/x", {}, "unknown.org");
+  EXPECT_EQ(d.virtual_host, nullptr);
+  EXPECT_EQ(d.status, 503);
+  EXPECT_EQ(d.reason, Reason::kNoServer);
+  EXPECT_EQ(Go("/", {}, "x.example.com").status, 0);
+}
+
+TEST_F(RouterTest, Classification) {
+  struct Case {
+    const char* target;
+    const char* host;
+    const char* rule;
+    v1::Kind kind;
+    const char* group;
+    int status;
+  };
+  const Case cases[] = {
+      {"/", "h", "root", v1::KIND_ABAP, "erp/diag", 0},
+      {"/index.html", "h", "root", v1::KIND_ABAP, "erp/diag", 0},
+      {"/", "a.example.com", "root", v1::KIND_JAVA, "erp/j2ee", 0},
+      {"/", "shop.example.com", "root", v1::KIND_ABAP, "erp/public", 0},
+      {"/sap", "h", "root", v1::KIND_ABAP, "erp/diag", 0},  // one "/": a root URL
+      {"/sap/", "h", "/sap/", v1::KIND_ABAP, "erp/diag", 0},
+      {"/SAP/BC/bsp/x", "h", "/sap/", v1::KIND_ABAP, "erp/diag", 0},
+      {"/sap/bc/gui/sap/its", "h", "/sap/bc/gui/", v1::KIND_ABAP, "erp/public", 0},
+      {"/sapx/y", "h", "default", v1::KIND_JAVA, "erp/j2ee", 0},
+      {"/irj/portal", "h", "/irj/", v1::KIND_JAVA, "erp/j2ee", 0},
+      {"/sap(bD1lbiZjPTAwMQ==)/bc/bsp/x", "h", "/sap/", v1::KIND_ABAP, "erp/diag", 0},
+      {"/x/../sap/y", "h", "/sap/", v1::KIND_ABAP, "erp/diag", 0},
+      {"/%73ap/y", "h", "/sap/", v1::KIND_ABAP, "erp/diag", 0},
+      {"/nogroup/x", "h", "/nogroup/", v1::KIND_ABAP, "-", 503},
+      {"/empty/x", "h", "/empty/", v1::KIND_ABAP, "erp/empty", 503},
+      {"/shop/x", "shop.example.com", "/shop/", v1::KIND_JAVA, "erp/j2ee", 0},
+      {"/sap/x", "shop.example.com", "default", v1::KIND_JAVA, "-", 503},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.target) + " @ " + c.host);
+    Decision d = Go(c.target, {}, c.host, /*https=*/true);
+    EXPECT_EQ(d.rule, c.rule);
+    EXPECT_EQ(d.kind, c.kind);
+    EXPECT_EQ(GroupOf(d), c.group);
+    EXPECT_EQ(d.status, c.status);
+    EXPECT_EQ(d.reason, c.status == 0 ? Reason::kBalance : Reason::kNoServer);
+    EXPECT_EQ(d.server == nullptr, c.status != 0);
+  }
+}
+
+TEST_F(RouterTest, BadTargetsAre400) {
+  for (const char* target : {"/..", "/a/%zz", "*", "/a/../../b"}) {
+    SCOPED_TRACE(target);
+    Decision d = Go(target);
+    EXPECT_EQ(d.status, 400);
+    EXPECT_EQ(d.reason, Reason::kBadRequest);
+    EXPECT_EQ(d.server, nullptr);
+  }
+}
+
+TEST_F(RouterTest, Permissions) {
+  struct Case {
+    const char* target;
+    bool https;
+    int status;
+  };
+  const Case cases[] = {
+      {"/sap/bc/public/x.cgi", false, 0},  // permit comes first
+      {"/sap/bc/y.cgi", false, 403},
+      {"/sap/bc/Y.CGI", false, 403},  // case-insensitive
+      {"/sap/bc/y.cgi;p=1?x=1", false, 403},
+      {"/sap/bc/gui/x", false, 403},  // secure over plain http
+      {"/sap/bc/gui/x", true, 0},
+      {"/SAP/BC/GUI/x", false, 403},
+      {"/sap/admin", false, 403},
+      {"/sap/administration/x", false, 403},
+      {"/sap/x/../admin", false, 403},  // normalised before matching
+      {"/sap/%61dmin", false, 403},
+      {"/sap/bc/bsp", false, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.target);
+    Decision d = Go(c.target, {}, "h", c.https);
+    EXPECT_EQ(d.status, c.status);
+    EXPECT_EQ(d.reason, c.status == 403 ? Reason::kDenied : Reason::kBalance);
+  }
+  // Other virtual hosts have no permission table: everything is permitted.
+  EXPECT_EQ(Go("/x/y.cgi", {}, "shop.example.com").status, 503);  // no java default there
+  EXPECT_EQ(Go("/shop/x.cgi", {}, "shop.example.com").status, 0);
+}
+
+TEST_F(RouterTest, BalancesWithTheSeedSequence) {
+  std::string seen;
+  for (int i = 0; i < 6; ++i) {
+    seen += ServerOf(Go("/sap/bc/x")) + " ";
+  }
+  EXPECT_EQ(seen, "app1 app1 app2 app1 app1 app2 ");
+}
+
+TEST_F(RouterTest, ContextIdInEveryPlace) {
+  const std::string value = "SID%3aANON%3aapp2%3aVXJs82VIOdbyJChz-NEW";
+  const std::string bracket = Base64UrlEncode("s=" + value + "&c=001");
+  struct Case {
+    std::string target;
+    std::vector<std::string> cookies;
+  };
+  const Case cases[] = {
+      {"/sap/bc/x", {"a=b; sap-contextid=" + value}},
+      {"/sap/bc/x?sap-contextid=" + value, {}},
+      {"/sap/bc/x;sap-contextid=" + value, {}},
+      {"/sap(" + bracket + ")/bc/x", {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.target);
+    for (int i = 0; i < 3; ++i) {
+      Decision d = Go(c.target, c.cookies);
+      EXPECT_EQ(ServerOf(d), "app2");
+      EXPECT_EQ(d.reason, Reason::kStickyContextId);
+      EXPECT_EQ(d.path, "/sap/bc/x");
+    }
+  }
+}
+
+TEST_F(RouterTest, StickyOnlyToAServerOfTheGroup) {
+  // j1 exists, but in erp/j2ee: for an erp/diag request it is a lost session.
+  Decision d = Go("/sap/bc/x", {"sap-contextid=SID%3aANON%3aj1%3aX"});
+  EXPECT_EQ(d.reason, Reason::kBalance);
+  EXPECT_EQ(d.lost, Identifier::kSapContextId);
+  EXPECT_EQ(GroupOf(d), "erp/diag");
+}
+
+TEST_F(RouterTest, SaplbCookies) {
+  struct Case {
+    std::vector<std::string> cookies;
+    const char* want;
+    Reason reason;
+    Identifier lost;
+  };
+  const Case cases[] = {
+      {{"saplb_diag=(app2)node1"}, "app2", Reason::kStickySaplb, Identifier::kNone},
+      {{"saplb_DIAG=(app2)node1"}, "app2", Reason::kStickySaplb, Identifier::kNone},
+      {{"saplb_*=(app2)"}, "app2", Reason::kStickySaplb, Identifier::kNone},
+      // The group's own cookie wins over saplb_*.
+      {{"saplb_*=(app1)x; saplb_diag=(app2)x"}, "app2", Reason::kStickySaplb, Identifier::kNone},
+      // Another group's cookie counts only when its instance is in this group.
+      {{"saplb_portal=(j1)x; saplb_other=(app2)x"},
+       "app2",
+       Reason::kStickySaplb,
+       Identifier::kNone},
+      {{"saplb_portal=(j1)x"}, "app1", Reason::kBalance, Identifier::kNone},
+      {{"saplb_diag=(gone)x"}, "app1", Reason::kBalance, Identifier::kSaplb},
+      {{"saplb_diag=(gone)x", "saplb_*=(app2)x"}, "app2", Reason::kStickySaplb, Identifier::kSaplb},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.cookies[0]);
+    Apply(StandardSnapshot());  // fresh balancer counters: balancing starts at app1
+    router_.Apply(nullptr);
+    Apply(StandardSnapshot());
+    Decision d = Go("/sap/bc/x", c.cookies);
+    EXPECT_EQ(ServerOf(d), c.want);
+    EXPECT_EQ(d.reason, c.reason);
+    EXPECT_EQ(d.lost, c.lost);
+  }
+}
+
+TEST_F(RouterTest, JSessionIdNamedAndLearned) {
+  // "(<instance>)...End" names the server directly.
+  Decision named = Go("/irj/portal", {"JSESSIONID=(j2)ID4750.51381End"});
+  EXPECT_EQ(ServerOf(named), "j2");
+  EXPECT_EQ(named.reason, Reason::kStickyJSessionId);
+  Decision by_param = Go("/irj/portal;jsessionid=(j2)ID1End");
+  EXPECT_EQ(ServerOf(by_param), "j2");
+
+  // Otherwise the session table, learned from the backend's Set-Cookie.
+  Decision first = Go("/irj/portal", {"JSESSIONID=opaque123"});
+  EXPECT_EQ(first.reason, Reason::kBalance);
+  EXPECT_FALSE(first.set_affinity_cookie);
+  EXPECT_TRUE(router_.LearnJSessionId(first, "opaque123"));
+  const std::string learned = ServerOf(first);
+  for (int i = 0; i < 4; ++i) {
+    Decision d = Go("/irj/portal", {"JSESSIONID=opaque123"});
+    EXPECT_EQ(ServerOf(d), learned);
+    EXPECT_EQ(d.reason, Reason::kStickyJSessionId);
+  }
+}
+
+TEST_F(RouterTest, SapExtSidIsRecordedWhenFirstBalanced) {
+  const std::string target = "/sap/;sap-ext-sid=PortalSession42/foo/bar";
+  Decision first = Go(target);
+  EXPECT_EQ(first.reason, Reason::kBalance);
+  EXPECT_TRUE(first.set_affinity_cookie);
+  EXPECT_EQ(first.path, "/sap/foo/bar");
+  std::string cookie = router_.AffinityCookieHeader(first, /*https=*/true);
+  EXPECT_EQ(cookie.rfind("kwd_affinity=", 0), 0u) << cookie;
+  EXPECT_NE(cookie.find("Secure"), std::string::npos);
+  for (int i = 0; i < 5; ++i) {
+    Decision d = Go(target);
+    EXPECT_EQ(ServerOf(d), ServerOf(first));
+    EXPECT_EQ(d.reason, Reason::kStickySapExtSid);
+    EXPECT_FALSE(d.set_affinity_cookie);
+  }
+}
+
+TEST_F(RouterTest, AffinityCookie) {
+  const std::string good = "kwd_affinity=" + codec_->Encode("erp/diag", "app2");
+  for (int i = 0; i < 3; ++i) {
+    Decision d = Go("/sap/bc/x", {good});
+    EXPECT_EQ(ServerOf(d), "app2");
+    EXPECT_EQ(d.reason, Reason::kStickyAffinityCookie);
+  }
+  // Signed for another group, or tampered with: ignored (not a lost session).
+  const std::string other_group = "kwd_affinity=" + codec_->Encode("erp/j2ee", "app2");
+  std::string tampered = good;
+  tampered.back() = tampered.back() == '2' ? '1' : '2';
+  for (const std::string& cookie : {other_group, tampered}) {
+    Decision d = Go("/sap/bc/x", {cookie});
+    EXPECT_EQ(d.reason, Reason::kBalance);
+    EXPECT_EQ(d.lost, Identifier::kNone);
+  }
+}
+
+TEST_F(RouterTest, IdentifiersFollowTheDesignOrder) {
+  const std::string affinity = "kwd_affinity=" + codec_->Encode("erp/diag", "app1");
+  Decision d =
+      Go("/sap/bc/x", {"sap-contextid=SID%3aANON%3aapp2%3aX; saplb_diag=(app1)n; " + affinity});
+  EXPECT_EQ(d.reason, Reason::kStickyContextId);
+  d = Go("/sap/bc/x", {"saplb_diag=(app2)n; " + affinity});
+  EXPECT_EQ(d.reason, Reason::kStickySaplb);
+  EXPECT_EQ(ServerOf(d), "app2");
+}
+
+TEST_F(RouterTest, DisabledIdentifiersAreIgnored) {
+  v1::Snapshot s = StandardSnapshot();
+  auto* affinity = s.mutable_groups(0)->mutable_session_affinity();
+  affinity->clear_identifiers();
+  affinity->add_identifiers(v1::SESSION_IDENTIFIER_SAPLB);
+  affinity->set_affinity_cookie_enabled(false);
+  StampSnapshotVersion(&s);
+  Apply(s);
+  Decision d =
+      Go("/sap/bc/x;sap-ext-sid=E1", {"sap-contextid=SID%3aANON%3aapp2%3aX; " +
+                                      ("kwd_affinity=" + codec_->Encode("erp/diag", "app2"))});
+  EXPECT_EQ(d.reason, Reason::kBalance);
+  EXPECT_FALSE(d.set_affinity_cookie);
+  EXPECT_EQ(Go("/sap/bc/x;sap-ext-sid=E1").reason, Reason::kBalance);  // not recorded
+  EXPECT_EQ(Go("/sap/bc/x", {"saplb_diag=(app2)n"}).reason, Reason::kStickySaplb);
+}
+
+TEST_F(RouterTest, LostStickyServerIsRebalancedAndTableEntryErased) {
+  Decision first = Go("/irj/x", {"JSESSIONID=abc"});
+  ASSERT_TRUE(router_.LearnJSessionId(first, "abc"));
+  const std::string owner = ServerOf(first);
+  const std::string other = owner == "j1" ? "j2" : "j1";
+  SetHealthy("erp/j2ee", owner, false);
+
+  Decision lost = Go("/irj/x", {"JSESSIONID=abc"});
+  EXPECT_EQ(lost.reason, Reason::kBalance);
+  EXPECT_EQ(lost.lost, Identifier::kJSessionId);
+  EXPECT_EQ(ServerOf(lost), other);
+
+  // The entry was erased: once the owner is back, the id is simply unknown.
+  SetHealthy("erp/j2ee", owner, true);
+  Decision after = Go("/irj/x", {"JSESSIONID=abc"});
+  EXPECT_EQ(after.lost, Identifier::kNone);
+  EXPECT_EQ(after.reason, Reason::kBalance);
+
+  // Identifiers that name a server directly.
+  SetHealthy("erp/diag", "app2", false);
+  Decision ctx = Go("/sap/x", {"sap-contextid=SID%3aANON%3aapp2%3aX"});
+  EXPECT_EQ(ctx.lost, Identifier::kSapContextId);
+  EXPECT_EQ(ServerOf(ctx), "app1");
+}
+
+TEST_F(RouterTest, LostSapExtSidIsRecordedAgainOnTheNewServer) {
+  const std::string target = "/sap/;sap-ext-sid=S1/x";
+  Decision first = Go(target);
+  SetHealthy("erp/diag", ServerOf(first), false);
+  Decision moved = Go(target);
+  EXPECT_EQ(moved.lost, Identifier::kSapExtSid);
+  EXPECT_NE(ServerOf(moved), ServerOf(first));
+  EXPECT_TRUE(moved.set_affinity_cookie);
+  SetHealthy("erp/diag", ServerOf(first), true);
+  Decision again = Go(target);
+  EXPECT_EQ(again.reason, Reason::kStickySapExtSid);
+  EXPECT_EQ(ServerOf(again), ServerOf(moved));
+}
+
+TEST_F(RouterTest, DrainingServerKeepsStickyTrafficOnly) {
+  v1::Snapshot s = StandardSnapshot();
+  s.mutable_groups(0)->mutable_servers(1)->set_state(v1::SERVER_STATE_DRAINING);  // app2
+  StampSnapshotVersion(&s);
+  Apply(s);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(ServerOf(Go("/sap/x")), "app1");
+  }
+  Decision sticky = Go("/sap/x", {"sap-contextid=SID%3aANON%3aapp2%3aX"});
+  EXPECT_EQ(ServerOf(sticky), "app2");
+  EXPECT_EQ(sticky.reason, Reason::kStickyContextId);
+  EXPECT_EQ(sticky.lost, Identifier::kNone);
+
+  // Draining and unhealthy: lost.
+  SetHealthy("erp/diag", "app2", false);
+  Decision lost = Go("/sap/x", {"sap-contextid=SID%3aANON%3aapp2%3aX"});
+  EXPECT_EQ(lost.lost, Identifier::kSapContextId);
+  EXPECT_EQ(ServerOf(lost), "app1");
+}
+
+TEST_F(RouterTest, NoUsableServerIs503) {
+  SetHealthy("erp/diag", "app1", false);
+  SetHealthy("erp/diag", "app2", false);
+  Decision d = Go("/sap/x", {"sap-contextid=SID%3aANON%3aapp2%3aX"});
+  EXPECT_EQ(d.status, 503);
+  EXPECT_EQ(d.reason, Reason::kNoServer);
+  EXPECT_EQ(d.lost, Identifier::kSapContextId);
+  EXPECT_EQ(d.server, nullptr);
+}
+
+TEST_F(RouterTest, TableSwapKeepsHealthSessionsAndBalancerState) {
+  Decision learned = Go("/irj/x", {"JSESSIONID=keep"});
+  router_.LearnJSessionId(learned, "keep");
+  const std::string learned_server = ServerOf(learned);
+  SetHealthy("erp/diag", "app1", false);
+  EXPECT_EQ(ServerOf(Go("/sap/x")), "app2");
+  SetHealthy("erp/diag", "app1", true);
+  EXPECT_EQ(ServerOf(Go("/sap/x")), "app1");  // app1 1/6 < app2 2/3
+
+  // A request in flight across the swap.
+  cookie_views_.clear();
+  Decision in_flight = router_.Route(Request{"GET", "/sap/x", "h", false, {}});
+  ASSERT_EQ(ServerOf(in_flight), "app1");
+
+  v1::Snapshot s = StandardSnapshot();
+  // A new server sorts first; the others keep their counters by name.
+  auto* servers = s.mutable_groups(0)->mutable_servers();
+  v1::Server* added = servers->Add();
+  *added = servers->Get(0);
+  added->set_name("app0");
+  servers->SwapElements(0, 2);
+  servers->SwapElements(1, 2);
+  StampSnapshotVersion(&s);
+  SetHealthy("erp/public", "pub1", false);
+  Apply(s);
+  EXPECT_FALSE(health_.Find("erp/public", "pub1")->healthy.load());  // kept across the swap
+  EXPECT_EQ(ServerOf(Go("/sap/bc/gui/x", {}, "h", true)), "pub2");
+
+  const balancer::Balancer* b = router_.BalancerFor(0);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(b->size(), 3u);
+  EXPECT_EQ(router_.table()->groups()[0].servers[1].name, "app1");
+  EXPECT_EQ(b->outstanding(1), 1u);
+  EXPECT_EQ(b->assigned(1), 2u);
+  router_.Complete(in_flight);  // routed on the previous table
+  EXPECT_EQ(b->outstanding(1), 0u);
+
+  Decision sticky = Go("/irj/x", {"JSESSIONID=keep"});
+  EXPECT_EQ(sticky.reason, Reason::kStickyJSessionId);
+  EXPECT_EQ(ServerOf(sticky), learned_server);
+}
+
+TEST_F(RouterTest, NoTableIs503) {
+  Router empty(codec_, clock_);
+  Decision d = empty.Route(Request{"GET", "/sap/x", "h", false, {}});
+  EXPECT_EQ(d.status, 503);
+}
+
+TEST(RoutingTableTest, RejectsAnInvalidSnapshotWithTheProblem) {
+  v1::Snapshot s = StandardSnapshot();
+  s.mutable_virtual_hosts(0)->mutable_rules(0)->set_group("erp/missing");
+  StampSnapshotVersion(&s);
+  session::SessionRegistry sessions;
+  ServerHealthRegistry health;
+  std::string error;
+  EXPECT_EQ(RoutingTable::Build(s, TableContext{&sessions, &health}, &error), nullptr);
+  EXPECT_NE(error.find("unknown group erp/missing"), std::string::npos) << error;
+}
+
+TEST(RoutingTableTest, RegistriesForgetRemovedGroupsAndServers) {
+  session::SessionRegistry sessions;
+  ServerHealthRegistry health;
+  std::string error;
+  ASSERT_NE(RoutingTable::Build(StandardSnapshot(), {&sessions, &health}, &error), nullptr);
+  ASSERT_NE(health.Find("erp/public", "pub1"), nullptr);
+  v1::Snapshot s = StandardSnapshot();
+  s.mutable_groups()->RemoveLast();  // erp/public
+  s.mutable_virtual_hosts(0)->mutable_rules(4)->clear_group();
+  s.mutable_virtual_hosts(2)->clear_default_abap_group();
+  StampSnapshotVersion(&s);
+  ASSERT_NE(RoutingTable::Build(s, {&sessions, &health}, &error), nullptr) << error;
+  EXPECT_EQ(health.Find("erp/public", "pub1"), nullptr);
+  EXPECT_NE(health.Find("erp/diag", "app1"), nullptr);
+}
+
+}  // namespace
+}  // namespace kwd::routing
