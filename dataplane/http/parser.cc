@@ -361,6 +361,7 @@ ParseResult Fail(LineError e) {
 
 // A partial request line whose target already exceeds the limit gets 414
 // without waiting for the rest; a method longer than any sane one gets 400.
+// Also run on every complete request line, so both paths agree.
 constexpr size_t kMaxMethodBytes = 64;
 
 LineError CheckPartialRequestLine(std::string_view partial, const HeadLimits& limits) {
@@ -421,6 +422,16 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
     }
     size_t lf = static_cast<size_t>(found - buffer.data());
     std::string_view line = buffer.substr(s.line_start, lf - s.line_start);
+    // The same checks, in the same order, as on a partial line above, so that
+    // any split of the input yields the same error as the whole.
+    if (!s.start_line_done) {
+      if (LineError e = partial_start_line(line); e.error != ParseError::kNone) {
+        return Fail(e);
+      }
+    }
+    if (lf + 1 > limits.max_head_bytes) {
+      return Fail({ParseError::kHeadTooLarge, too_large_status});
+    }
     if (line.empty() || line.back() != '\r') {
       return Fail({ParseError::kBareLf, error_status});
     }
@@ -439,9 +450,6 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
         s.start_line_done = true;
       }
     } else if (line.empty()) {
-      if (lf + 1 > limits.max_head_bytes) {
-        return Fail({ParseError::kHeadTooLarge, too_large_status});
-      }
       ParseResult r;
       r.status = ParseStatus::kComplete;
       r.consumed = lf + 1;
@@ -450,9 +458,6 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
                    ParseHeaderLine(line, head->headers.data(), &head->header_count, error_status);
                e.error != ParseError::kNone) {
       return Fail(e);
-    }
-    if (lf + 1 > limits.max_head_bytes) {
-      return Fail({ParseError::kHeadTooLarge, too_large_status});
     }
     s.line_start = s.search_from = lf + 1;
   }
