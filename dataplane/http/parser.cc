@@ -393,7 +393,9 @@ template <typename Head, typename StartLine, typename PartialStartLine>
 ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits& limits,
                  int error_status, Head* head, StartLine start_line,
                  PartialStartLine partial_start_line) {
-  if (buffer.data() != s.base) {
+  // A moved buffer invalidates the views written so far; a shrunk one breaks
+  // the append-only contract. Either way, start over from the first byte.
+  if (buffer.data() != s.base || buffer.size() < s.search_from) {
     s = {};
     s.base = buffer.data();
   }

@@ -257,6 +257,19 @@ TEST(RequestParser, IncrementalMatchesWholeForValidRequests) {
   }
 }
 
+TEST(RequestParser, ShrunkBufferStartsOverInsteadOfReadingPastTheEnd) {
+  RequestParser parser;
+  RequestHead head;
+  std::string buffer = "GET /long-target HTTP/1.1\r\nHost: h\r\n";
+  EXPECT_TRUE(parser.Parse(buffer, &head).partial());
+  buffer.resize(3);
+  EXPECT_TRUE(parser.Parse(buffer, &head).partial());
+  buffer = "GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+  ParseResult r = parser.Parse(buffer, &head);
+  ASSERT_TRUE(r.complete());
+  EXPECT_EQ(head.target, "/");
+}
+
 TEST(RequestParser, ResetAllowsNextMessage) {
   RequestParser parser;
   RequestHead head;
