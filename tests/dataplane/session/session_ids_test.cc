@@ -271,7 +271,8 @@ TEST(SessionIdsTest, FailedDecodingGivesScratchBack) {
   for (int i = 0; i < 400; ++i) {
     path += "%43";
   }
-  RequestParts request{path, "", {}, StdBase64(blob)};
+  std::string bracket = StdBase64(blob);
+  RequestParts request{path, "", {}, bracket};
   SessionIds ids;
   ExtractSessionIds(request, "", &ids);
   EXPECT_TRUE(ids.contextid_instance.empty());
