@@ -19,6 +19,12 @@ Reflector::Reflector(KubeClient& client, ReflectorOptions options, ReflectorSink
       clock_(options_.clock ? options_.clock : std::make_shared<RealClock>()) {}
 
 void Reflector::OnEvent(WatchEventType type, const nlohmann::json& object) {
+  if (auto metadata = object.find("metadata"); metadata != object.end() && metadata->is_object()) {
+    if (auto rv = metadata->find("resourceVersion"); rv != metadata->end() && rv->is_string()) {
+      std::lock_guard lock(rv_mutex_);
+      resource_version_ = rv->get<std::string>();
+    }
+  }
   switch (type) {
     case WatchEventType::kAdded:
       ++added_;

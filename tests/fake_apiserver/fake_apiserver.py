@@ -21,7 +21,7 @@ Control API for tests (never authenticated):
                              "METHOD /path?query" contains match with that error.
   POST /_fake/config         {"token": "...", "watchGoneMode": "event"|"http",
                              "bookmarkIntervalSeconds": S}
-  GET  /_fake/requests       request log; DELETE /_fake/requests clears it.
+  GET  /_fake/requests       log of API requests (not control ones); DELETE /_fake/requests clears it.
   GET  /_fake/state          {"resourceVersion": "...", "compactedResourceVersion": "...",
                              "openWatches": N}
 """
@@ -277,10 +277,11 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         body = self.read_body()
         with STATE.cond:
-            STATE.requests.append({
-                "method": method, "path": url.path, "query": query,
-                "contentType": self.headers.get("Content-Type", ""),
-                "authorization": self.headers.get("Authorization", "")})
+            if not url.path.startswith("/_fake/"):  # the log shows what clients did
+                STATE.requests.append({
+                    "method": method, "path": url.path, "query": query,
+                    "contentType": self.headers.get("Content-Type", ""),
+                    "authorization": self.headers.get("Authorization", "")})
         try:
             if url.path.startswith("/_fake/"):
                 self.control(method, url.path, body)
