@@ -1,0 +1,252 @@
+// Black-box tests: run the built kwd-controller binary and check exit codes
+// and output.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/snapshot_io.h"
+
+namespace kwd {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string ShellQuote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  }
+  return out + "'";
+}
+
+RunResult RunController(const std::string& args) {
+  fs::path tmp =
+      fs::path(testing::TempDir()) /
+      ("kwd_cli_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+  fs::create_directories(tmp);
+  fs::path out = tmp / "stdout";
+  fs::path err = tmp / "stderr";
+  std::string command = ShellQuote(KWD_CONTROLLER_BINARY) + " " + args + " >" +
+                        ShellQuote(out.string()) + " 2>" + ShellQuote(err.string());
+  int status = std::system(command.c_str());
+  RunResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = ReadFile(out);
+  result.err = ReadFile(err);
+  return result;
+}
+
+std::string Example(const std::string& name) {
+  return std::string(KWD_SOURCE_DIR) + "/examples/" + name;
+}
+
+class ExampleTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(ExampleTest, ValidatesClean) {
+  RunResult r = RunController("validate --source=dir:" + Example(GetParam()));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("ok: ", 0), 0u) << r.out;
+}
+
+TEST_P(ExampleTest, CompilesToACheckedSnapshot) {
+  RunResult r = RunController("compile --source=dir:" + Example(GetParam()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  v1::Snapshot snapshot;
+  std::string error;
+  ASSERT_TRUE(SnapshotFromJson(r.out, &snapshot, &error)) << error;
+  EXPECT_EQ(CheckSnapshot(snapshot), std::vector<std::string>{});
+  EXPECT_EQ(snapshot.version(), ComputeSnapshotVersion(snapshot));
+  EXPECT_GT(snapshot.groups_size(), 0);
+  // Same input, same bytes.
+  EXPECT_EQ(RunController("compile --source dir:" + Example(GetParam())).out, r.out);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ExampleTest, testing::Values("quickstart", "seed-002", "k8s"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::erase(name, '-');
+                           return name;
+                         });
+
+TEST(CliTest, QuickstartContent) {
+  RunResult r = RunController("compile --source=dir:" + Example("quickstart"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  v1::Snapshot snapshot;
+  std::string error;
+  ASSERT_TRUE(SnapshotFromJson(r.out, &snapshot, &error)) << error;
+  std::vector<std::string> keys;
+  for (const auto& g : snapshot.groups()) {
+    keys.push_back(g.key());
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"default/diag", "default/j2ee", "default/portal",
+                                            "default/public"}));
+  const auto& public_group = snapshot.groups(3);
+  ASSERT_EQ(public_group.servers_size(), 2);
+  EXPECT_EQ(public_group.servers(0).port(), 18001u);
+  EXPECT_EQ(public_group.servers(0).capacity(), 2u);
+  EXPECT_EQ(public_group.servers(1).capacity(), 1u);
+  ASSERT_EQ(snapshot.virtual_hosts_size(), 1);
+  const auto& vhost = snapshot.virtual_hosts(0);
+  EXPECT_EQ(vhost.default_root_handler(), v1::KIND_JAVA);
+  EXPECT_EQ(vhost.default_abap_group(), "default/diag");
+  EXPECT_EQ(vhost.default_java_group(), "default/j2ee");
+  ASSERT_EQ(vhost.rules_size(), 3);
+  EXPECT_EQ(vhost.rules(0).prefix(), "/irj/");
+  EXPECT_EQ(vhost.rules(0).group(), "default/portal");
+  EXPECT_EQ(vhost.rules(1).prefix(), "/sap/");
+  EXPECT_EQ(vhost.rules(1).group(), "default/diag");
+  EXPECT_EQ(vhost.rules(2).prefix(), "/sap/bc/gui/");
+  EXPECT_EQ(vhost.rules(2).group(), "default/public");
+  EXPECT_GT(vhost.permissions_size(), 0);
+}
+
+class CliTempDirTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) /
+           ("kwd_cli_in_" +
+            std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+  std::string Source() const { return "--source=dir:" + dir_.string(); }
+
+  fs::path dir_;
+};
+
+constexpr const char* kConflicting = R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: g, namespace: erp}
+spec: {strategy: fastest, backend: {staticServers: []}}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: ok, namespace: erp}
+spec: {backend: {staticServers: [{name: s, address: 127.0.0.1, port: 1}]}}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: a, namespace: erp, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec: {rules: [{prefix: /sap/, kind: abap, logonGroup: ok}]}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: erp, namespace: erp, creationTimestamp: "2026-02-01T00:00:00Z"}
+spec: {rules: [{prefix: /sap/, kind: abap, logonGroup: ok}]}
+)";
+
+TEST_F(CliTempDirTest, ValidateListsProblemsPerObject) {
+  Write("x.yaml", kConflicting);
+  RunResult r = RunController("validate " + Source());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("LogonGroup erp/g: Accepted=False InvalidStrategy: spec.strategy: "
+                       "\"fastest\""),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("UrlMapping erp/erp: Accepted=False Conflicted: rule /sap/ on any host "
+                       "dropped: UrlMapping erp/a (older) defines it"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("ok:"), std::string::npos);
+}
+
+TEST_F(CliTempDirTest, CompileWarnsButSucceedsOnInvalidObjects) {
+  Write("x.yaml", kConflicting);
+  RunResult r = RunController("compile " + Source());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: LogonGroup erp/g: Accepted=False InvalidStrategy"),
+            std::string::npos)
+      << r.err;
+  v1::Snapshot snapshot;
+  std::string error;
+  ASSERT_TRUE(SnapshotFromJson(r.out, &snapshot, &error)) << error;
+  ASSERT_EQ(snapshot.groups_size(), 1);
+  EXPECT_EQ(snapshot.groups(0).key(), "erp/ok");
+}
+
+TEST_F(CliTempDirTest, YamlSyntaxErrorExitsOneNamingFileAndLine) {
+  Write("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: [x}\n");
+  RunResult compile = RunController("compile " + Source());
+  EXPECT_EQ(compile.exit_code, 1);
+  EXPECT_EQ(compile.out, "");
+  EXPECT_NE(compile.err.find((dir_ / "broken.yaml").string() + ":3: YAML syntax error"),
+            std::string::npos)
+      << compile.err;
+  RunResult validate = RunController("validate " + Source());
+  EXPECT_EQ(validate.exit_code, 1);
+  EXPECT_NE(validate.out.find((dir_ / "broken.yaml").string() + ":3:"), std::string::npos)
+      << validate.out;
+}
+
+TEST_F(CliTempDirTest, UnknownKindsAreNotProblems) {
+  Write("svc.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n");
+  RunResult r = RunController("validate " + Source());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out, "ok: 0 objects\n");
+  EXPECT_NE(r.err.find("note: "), std::string::npos);
+}
+
+struct UsageCase {
+  std::string name;
+  std::string args;
+  int want_exit;
+  std::string want_out;  // substring of stdout
+  std::string want_err;  // substring of stderr
+};
+
+class UsageTest : public testing::TestWithParam<UsageCase> {};
+
+TEST_P(UsageTest, ExitCodeAndMessage) {
+  const UsageCase& c = GetParam();
+  RunResult r = RunController(c.args);
+  EXPECT_EQ(r.exit_code, c.want_exit) << r.out << r.err;
+  EXPECT_NE(r.out.find(c.want_out), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find(c.want_err), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, UsageTest,
+    testing::Values(
+        UsageCase{"Help", "--help", 0, "usage: kwd-controller <command>", ""},
+        UsageCase{"ShortHelp", "-h", 0, "validate", ""},
+        UsageCase{"CompileHelp", "compile --help", 0, "usage: kwd-controller compile", ""},
+        UsageCase{"ValidateHelp", "validate -h", 0, "usage: kwd-controller validate", ""},
+        UsageCase{"NoCommand", "", 2, "", "usage: kwd-controller"},
+        UsageCase{"UnknownCommand", "frobnicate", 2, "", "unknown command \"frobnicate\""},
+        UsageCase{"MissingSource", "compile", 2, "", "missing --source=dir:DIR"},
+        UsageCase{"UnknownFlag", "validate --source=dir:. --frob", 2, "", "unknown flag --frob"},
+        UsageCase{"BadSource", "compile --source=file:x", 2, "",
+                  "--source must be dir:DIR or kube"},
+        UsageCase{"KubeNotForCompile", "compile --source=kube", 2, "",
+                  "only --source=dir:DIR is supported here"},
+        UsageCase{"MissingDirectory", "validate --source=dir:/nonexistent/kwd", 1,
+                  "not a readable directory", ""},
+        UsageCase{"ServeNotYet", "serve --source=dir:.", 2, "", "serve is not implemented yet"}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kwd

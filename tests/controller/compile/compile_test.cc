@@ -1,0 +1,635 @@
+#include "controller/compile/compile.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/snapshot_io.h"
+
+namespace kwd::compile {
+namespace {
+
+using nlohmann::json;
+
+// ---- Object builders (shaped as the API server returns them) ----
+
+json Meta(const std::string& ns, const std::string& name, const std::string& created = "",
+          int generation = 1) {
+  json meta = {{"name", name}, {"namespace", ns}, {"generation", generation}};
+  if (!created.empty()) {
+    meta["creationTimestamp"] = created;
+  }
+  return meta;
+}
+
+json Lg(const std::string& ns, const std::string& name, json spec) {
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "LogonGroup"},
+          {"metadata", Meta(ns, name)},
+          {"spec", std::move(spec)}};
+}
+
+json StaticLg(const std::string& ns, const std::string& name, const std::string& kind = "abap") {
+  return Lg(ns, name,
+            {{"kind", kind},
+             {"backend",
+              {{"staticServers",
+                json::array({{{"name", name + "1"}, {"address", "10.0.0.1"}, {"port", 8000}}})}}}});
+}
+
+json Um(const std::string& ns, const std::string& name, const std::string& created, json spec) {
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "UrlMapping"},
+          {"metadata", Meta(ns, name, created)},
+          {"spec", std::move(spec)}};
+}
+
+json Slice(const std::string& ns, const std::string& name, const std::string& service,
+           json endpoints, json ports = json::array({{{"name", "http"}, {"port", 8000}}})) {
+  return {
+      {"apiVersion", "discovery.k8s.io/v1"},
+      {"kind", "EndpointSlice"},
+      {"metadata",
+       {{"name", name}, {"namespace", ns}, {"labels", {{"kubernetes.io/service-name", service}}}}},
+      {"addressType", "IPv4"},
+      {"endpoints", std::move(endpoints)},
+      {"ports", std::move(ports)}};
+}
+
+json Ep(const std::string& address, const std::string& pod, json conditions = json::object()) {
+  json ep = {{"addresses", {address}}, {"conditions", std::move(conditions)}};
+  if (!pod.empty()) {
+    ep["targetRef"] = {{"kind", "Pod"}, {"name", pod}};
+  }
+  return ep;
+}
+
+json PodJ(const std::string& ns, const std::string& name, json annotations) {
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", name}, {"namespace", ns}, {"annotations", std::move(annotations)}}}};
+}
+
+json ServiceLg(const std::string& ns, const std::string& name, json service, json extra = {}) {
+  json spec = {{"backend", {{"service", std::move(service)}}}};
+  if (extra.is_object()) {
+    spec.update(extra);
+  }
+  return Lg(ns, name, spec);
+}
+
+model::ObjectSet Objects(const std::vector<json>& objects) {
+  model::ObjectSet set;
+  for (const auto& object : objects) {
+    auto decoded = model::DecodeObject(object);
+    EXPECT_TRUE(decoded.ok()) << decoded.error << "\n" << object.dump();
+    if (decoded.ok()) {
+      set.Upsert(std::move(*decoded.object));
+    }
+  }
+  return set;
+}
+
+// ---- A readable rendering of the output, one fact per line ----
+
+std::string KindText(v1::Kind kind) {
+  return kind == v1::KIND_ABAP ? "abap" : "java";
+}
+
+std::vector<std::string> Summary(const CompileResult& result) {
+  std::vector<std::string> lines;
+  for (const auto& g : result.snapshot.groups()) {
+    const auto& hc = g.health_check();
+    const auto& sa = g.session_affinity();
+    std::string ids;
+    for (int id : sa.identifiers()) {
+      ids += std::to_string(id);
+    }
+    lines.push_back(
+        "group " + g.key() + " " + KindText(g.kind()) + " " + v1::Strategy_Name(g.strategy()) +
+        " reset=" + std::to_string(g.load_reset_interval_seconds()) + " hc=" + hc.path() + "," +
+        std::to_string(hc.interval_seconds()) + "," + std::to_string(hc.timeout_seconds()) + "," +
+        std::to_string(hc.unhealthy_threshold()) + "," + std::to_string(hc.healthy_threshold()) +
+        " ids=" + ids + " table=" + std::to_string(sa.session_table_max_entries()) + "," +
+        std::to_string(sa.session_table_idle_timeout_seconds()) +
+        " cookie=" + (sa.affinity_cookie_enabled() ? "on:" : "off:") + sa.affinity_cookie_name() +
+        " tls=" + v1::UpstreamTlsMode_Name(g.upstream_tls().mode()));
+    lines.push_back("servers " + g.key() + " " + std::to_string(g.servers_size()));
+    for (const auto& s : g.servers()) {
+      lines.push_back("server " + g.key() + " " + s.name() + " " + s.address() + ":" +
+                      std::to_string(s.port()) + " c=" + std::to_string(s.capacity()) + " " +
+                      v1::ServerState_Name(s.state()) + " pod=" + s.pod());
+    }
+  }
+  for (const auto& vh : result.snapshot.virtual_hosts()) {
+    std::string host = "\"" + vh.host() + "\"";
+    lines.push_back("vhost " + host + " root=" + KindText(vh.default_root_handler()) +
+                    " abap=" + vh.default_abap_group() + " java=" + vh.default_java_group() +
+                    " src=" + vh.source());
+    lines.push_back("rules " + host + " " + std::to_string(vh.rules_size()));
+    for (const auto& r : vh.rules()) {
+      lines.push_back("rule " + host + " " + r.prefix() + " " + KindText(r.kind()) +
+                      " group=" + r.group() + " src=" + r.source());
+    }
+    std::string permissions;
+    for (const auto& p : vh.permissions()) {
+      permissions += " " + v1::PermissionAction_Name(p.action()) + ":" + p.pattern();
+    }
+    lines.push_back("perms " + host + permissions);
+  }
+  for (const auto& s : result.snapshot.sources()) {
+    lines.push_back("source " + s.kind() + " " + s.namespace_() + "/" + s.name() +
+                    " gen=" + std::to_string(s.generation()));
+  }
+  for (const auto& st : result.statuses) {
+    std::string who = st.kind + " " + st.namespace_ + "/" + st.name;
+    if (st.kind == "LogonGroup") {
+      lines.push_back("ready " + who + " " + std::to_string(st.ready_servers));
+    }
+    for (const auto& c : st.conditions) {
+      lines.push_back(who + " " + c.type + "=" + c.status + " " + c.reason);
+    }
+  }
+  return lines;
+}
+
+std::string AllMessages(const CompileResult& result) {
+  std::string out;
+  for (const auto& st : result.statuses) {
+    for (const auto& c : st.conditions) {
+      out += st.kind + " " + st.namespace_ + "/" + st.name + " " + c.type + ": " + c.message + "\n";
+    }
+  }
+  return out;
+}
+
+struct CompileCase {
+  std::string name;
+  std::vector<json> objects;
+  std::vector<std::string> want;           // lines that must be in the summary
+  std::vector<std::string> not_want = {};  // line prefixes that must not be
+  std::vector<std::string> messages = {};  // substrings of some condition message
+};
+
+class CompileTableTest : public testing::TestWithParam<CompileCase> {};
+
+TEST_P(CompileTableTest, Compiles) {
+  const CompileCase& c = GetParam();
+  CompileResult result = Compile(Objects(c.objects));
+  std::vector<std::string> lines = Summary(result);
+  std::string rendered;
+  for (const auto& line : lines) {
+    rendered += "  " + line + "\n";
+  }
+  for (const auto& want : c.want) {
+    EXPECT_NE(std::find(lines.begin(), lines.end(), want), lines.end())
+        << "missing: " << want << "\ngot:\n"
+        << rendered;
+  }
+  for (const auto& prefix : c.not_want) {
+    for (const auto& line : lines) {
+      EXPECT_NE(line.rfind(prefix, 0), 0u) << "unexpected: " << line << "\ngot:\n" << rendered;
+    }
+  }
+  std::string messages = AllMessages(result);
+  for (const auto& part : c.messages) {
+    EXPECT_NE(messages.find(part), std::string::npos)
+        << "no message contains: " << part << "\nmessages:\n"
+        << messages;
+  }
+  EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+  // Every LogonGroup and UrlMapping gets both conditions.
+  for (const auto& status : result.statuses) {
+    EXPECT_NE(status.Find(kAccepted), nullptr);
+    EXPECT_NE(status.Find(kResolvedRefs), nullptr);
+  }
+}
+
+const json kEmpty = json::object();
+const json kDraining = {{"ready", false}, {"serving", true}, {"terminating", true}};
+const json kGone = {{"ready", false}, {"serving", false}, {"terminating", true}};
+const json kNotReady = {{"ready", false}};
+
+std::vector<CompileCase> Cases() {
+  return {
+      // ---- LogonGroup: defaults and validation ----
+      {"DefaultsAbap",
+       {StaticLg("erp", "a")},
+       {"group erp/a abap STRATEGY_WEIGHTED_ROUND_ROBIN reset=25 "
+        "hc=/sap/public/icman/ping,25,5,2,1 "
+        "ids=1234 table=50000,3600 cookie=on:kwd_affinity tls=UPSTREAM_TLS_MODE_NONE",
+        "server erp/a a1 10.0.0.1:8000 c=1 SERVER_STATE_READY pod=",
+        "LogonGroup erp/a Accepted=True Accepted",
+        "LogonGroup erp/a ResolvedRefs=True ResolvedRefs", "ready LogonGroup erp/a 1"},
+       {},
+       {"strategy weighted_round_robin, 1 server"}},
+      {"DefaultsJavaAndNoKind",
+       {StaticLg("erp", "j", "java"),
+        Lg("erp", "nokind",
+           {{"backend",
+             {{"staticServers", json::array({{{"name", "s"}, {"address", "h"}, {"port", 1}}})}}}})},
+       {"group erp/j java STRATEGY_WEIGHTED_ROUND_ROBIN reset=25 hc=/index.html,25,5,2,1 ids=1234 "
+        "table=50000,3600 cookie=on:kwd_affinity tls=UPSTREAM_TLS_MODE_NONE",
+        "group erp/nokind abap STRATEGY_WEIGHTED_ROUND_ROBIN reset=25 "
+        "hc=/sap/public/icman/ping,25,5,2,1 ids=1234 table=50000,3600 cookie=on:kwd_affinity "
+        "tls=UPSTREAM_TLS_MODE_NONE"}},
+      {"ExplicitSettings",
+       {Lg("erp", "a",
+           {{"strategy", "simple_weighted_round_robin"},
+            {"loadResetIntervalSeconds", 60},
+            {"healthCheck",
+             {{"path", "/ping"},
+              {"intervalSeconds", 10},
+              {"timeoutSeconds", 2},
+              {"unhealthyThreshold", 3},
+              {"healthyThreshold", 2}}},
+            {"sessionAffinity",
+             {{"identifiers", {"jsessionid", "sap-contextid", "jsessionid"}},
+              {"sessionTable", {{"maxEntries", 10}, {"idleTimeoutSeconds", 60}}},
+              {"affinityCookie", {{"enabled", false}, {"name", "lb"}}}}},
+            {"upstreamTLS", {{"mode", "reencrypt"}, {"serverName", "erp.example"}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"group erp/a abap STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN reset=60 hc=/ping,10,2,3,2 ids=13 "
+        "table=10,60 cookie=off:lb tls=UPSTREAM_TLS_MODE_REENCRYPT",
+        "servers erp/a 0"}},
+      {"BothBackends",
+       {Lg("erp", "a",
+           {{"backend",
+             {{"service", {{"name", "svc"}}},
+              {"staticServers", json::array({{{"name", "s"}, {"address", "h"}, {"port", 1}}})}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidBackend",
+        "LogonGroup erp/a ResolvedRefs=False InvalidBackend", "source LogonGroup erp/a gen=1"},
+       {"group erp/a"},
+       {"exactly one of service or staticServers must be set, got both"}},
+      {"NeitherBackend",
+       {Lg("erp", "a", {{"kind", "abap"}}), Lg("erp", "b", {{"backend", json::object()}})},
+       {"LogonGroup erp/a Accepted=False InvalidBackend",
+        "LogonGroup erp/b Accepted=False InvalidBackend"},
+       {"group "},
+       {"got neither"}},
+      {"InvalidStrategy",
+       {Lg("erp", "a", {{"strategy", "fastest"}, {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidStrategy", "ready LogonGroup erp/a 0"},
+       {"group erp/a"},
+       {"spec.strategy: \"fastest\" is not one of weighted_round_robin, "
+        "simple_weighted_round_robin, adaptive"}},
+      {"InvalidKind",
+       {Lg("erp", "a", {{"kind", "cobol"}, {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidKind"},
+       {"group erp/a"},
+       {"spec.kind: \"cobol\" is not one of abap, java"}},
+      {"InvalidNumbers",
+       {Lg("erp", "a",
+           {{"defaultCapacity", 0},
+            {"healthCheck", {{"timeoutSeconds", -1}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField"},
+       {"group erp/a"},
+       {"spec.defaultCapacity: must be an integer from 1 to 4294967295, got 0",
+        "spec.healthCheck.timeoutSeconds: must be an integer from 1 to 4294967295, got -1"}},
+      {"InvalidIdentifierAndCookie",
+       {Lg("erp", "a",
+           {{"sessionAffinity",
+             {{"identifiers", {"cookie"}}, {"affinityCookie", {{"name", "a b"}}}}},
+            {"upstreamTLS", {{"mode", "mtls"}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField"},
+       {"group erp/a"},
+       {"\"cookie\" is not one of sap-contextid, saplb, jsessionid, sap-ext-sid",
+        "\"a b\" is not a valid cookie name", "\"mtls\" is not one of none, reencrypt"}},
+      {"StaticServersSortedWithDefaultCapacity",
+       {Lg("erp", "a",
+           {{"defaultCapacity", 3},
+            {"backend",
+             {{"staticServers",
+               json::array({{{"name", "b"}, {"address", "10.0.0.2"}, {"port", 8001}},
+                            {{"name", "a"},
+                             {"address", "10.0.0.1"},
+                             {"port", 8000},
+                             {"capacity", 6}}})}}}})},
+       {"server erp/a a 10.0.0.1:8000 c=6 SERVER_STATE_READY pod=",
+        "server erp/a b 10.0.0.2:8001 c=3 SERVER_STATE_READY pod=", "ready LogonGroup erp/a 2"},
+       {},
+       {"strategy weighted_round_robin, 2 servers"}},
+      {"StaticServerBadPortAndCapacity",
+       {Lg("erp", "a",
+           {{"backend",
+             {{"staticServers",
+               json::array({{{"name", "a"}, {"address", "h"}, {"port", 70000}},
+                            {{"name", "b"}, {"address", "h"}, {"port", 1}, {"capacity", 0}},
+                            {{"name", "c"}, {"address", "h"}}})}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField"},
+       {"group erp/a"},
+       {"spec.backend.staticServers[0].port: must be an integer from 1 to 65535, got 70000",
+        "spec.backend.staticServers[1].capacity: must be an integer from 1",
+        "spec.backend.staticServers[2].port: missing"}},
+      {"DuplicateStaticServer",
+       {Lg("erp", "a",
+           {{"backend",
+             {{"staticServers", json::array({{{"name", "a"}, {"address", "h"}, {"port", 1}},
+                                             {{"name", "a"}, {"address", "i"}, {"port", 2}}})}}}})},
+       {"LogonGroup erp/a Accepted=False DuplicateServer"},
+       {"group erp/a"},
+       {"server name \"a\" is used twice"}},
+
+      // ---- LogonGroup: service backends ----
+      {"SlicesMergedAndStates",
+       {ServiceLg("erp", "a", {{"name", "svc"}, {"port", 8000}}),
+        Slice("erp", "svc-1", "svc",
+              {Ep("10.0.0.1", "p1"), Ep("10.0.0.2", "p2", kDraining), Ep("10.0.0.3", "p3", kGone),
+               Ep("10.0.0.4", "p4", kNotReady)}),
+        Slice("erp", "svc-2", "svc", {Ep("10.0.0.5", "p5", {{"ready", true}})}),
+        Slice("erp", "other", "other-svc", {Ep("10.0.0.9", "p9")}),
+        Slice("sap", "svc-x", "svc", {Ep("10.0.0.8", "p8")})},
+       {"servers erp/a 3", "server erp/a p1 10.0.0.1:8000 c=1 SERVER_STATE_READY pod=erp/p1",
+        "server erp/a p2 10.0.0.2:8000 c=1 SERVER_STATE_DRAINING pod=erp/p2",
+        "server erp/a p5 10.0.0.5:8000 c=1 SERVER_STATE_READY pod=erp/p5",
+        "ready LogonGroup erp/a 2", "LogonGroup erp/a ResolvedRefs=True ResolvedRefs"},
+       {},
+       {"strategy weighted_round_robin, 3 servers (1 draining)",
+        "Service erp/svc: 2 EndpointSlices"}},
+      {"PodAnnotations",
+       {ServiceLg("erp", "a", {{"name", "svc"}}, {{"defaultCapacity", 2}}),
+        Slice(
+            "erp", "svc-1", "svc",
+            {Ep("10.0.0.1", "p1"), Ep("10.0.0.2", "p2"), Ep("10.0.0.3", "p3"), Ep("10.0.0.4", "")}),
+        PodJ("erp", "p1",
+             {{"dispatch.kwd.io/instance-name", "erp1_ERP_00"}, {"dispatch.kwd.io/capacity", "6"}}),
+        PodJ("erp", "p2", {{"dispatch.kwd.io/capacity", "many"}}),
+        PodJ("erp", "p3", {{"dispatch.kwd.io/capacity", "0"}})},
+       {"server erp/a erp1_ERP_00 10.0.0.1:8000 c=6 SERVER_STATE_READY pod=erp/p1",
+        "server erp/a p2 10.0.0.2:8000 c=2 SERVER_STATE_READY pod=erp/p2",
+        "server erp/a p3 10.0.0.3:8000 c=2 SERVER_STATE_READY pod=erp/p3",
+        "server erp/a 10.0.0.4 10.0.0.4:8000 c=2 SERVER_STATE_READY pod=",
+        "LogonGroup erp/a Accepted=True Accepted"},
+       {},
+       {"pod erp/p2: annotation dispatch.kwd.io/capacity=\"many\" is not a positive integer, "
+        "using capacity 2",
+        "pod erp/p3: annotation dispatch.kwd.io/capacity=\"0\""}},
+      {"SliceHandoverPrefersReady",
+       {ServiceLg("erp", "a", {{"name", "svc"}}),
+        Slice("erp", "svc-a", "svc", {Ep("10.0.0.1", "p1", kDraining)}),
+        Slice("erp", "svc-b", "svc", {Ep("10.0.0.1", "p1")})},
+       {"servers erp/a 1", "server erp/a p1 10.0.0.1:8000 c=1 SERVER_STATE_READY pod=erp/p1"}},
+      {"NoSlices",
+       {ServiceLg("erp", "a", {{"name", "svc"}, {"port", "http"}})},
+       {"servers erp/a 0", "LogonGroup erp/a Accepted=True Accepted",
+        "LogonGroup erp/a ResolvedRefs=False NoEndpoints"},
+       {},
+       {"no EndpointSlice labelled kubernetes.io/service-name=svc in namespace erp"}},
+      {"PortByNameNumberAndSingle",
+       {ServiceLg("erp", "byname", {{"name", "svc"}, {"port", "admin"}}),
+        ServiceLg("erp", "bynumber", {{"name", "svc"}, {"port", 8000}}),
+        ServiceLg("erp", "single", {{"name", "one"}}),
+        ServiceLg("erp", "unnamed", {{"name", "bare"}, {"port", 9000}}),
+        Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1")},
+              {{{"name", "http"}, {"port", 8000}}, {{"name", "admin"}, {"port", 8100}}}),
+        Slice("erp", "one-1", "one", {Ep("10.0.0.2", "p2")}, {{{"name", ""}, {"port", 7000}}}),
+        Slice("erp", "bare-1", "bare", {Ep("10.0.0.3", "p3")}, nullptr)},
+       {"server erp/byname p1 10.0.0.1:8100 c=1 SERVER_STATE_READY pod=erp/p1",
+        "server erp/bynumber p1 10.0.0.1:8000 c=1 SERVER_STATE_READY pod=erp/p1",
+        "server erp/single p2 10.0.0.2:7000 c=1 SERVER_STATE_READY pod=erp/p2",
+        "server erp/unnamed p3 10.0.0.3:9000 c=1 SERVER_STATE_READY pod=erp/p3"}},
+      {"PortNotFound",
+       {ServiceLg("erp", "a", {{"name", "svc"}, {"port", "https"}}),
+        ServiceLg("erp", "b", {{"name", "svc"}}),
+        Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1")},
+              {{{"name", "http"}, {"port", 8000}}, {{"name", "admin"}, {"port", 8100}}})},
+       {"servers erp/a 0", "LogonGroup erp/a ResolvedRefs=False PortNotFound",
+        "LogonGroup erp/b ResolvedRefs=False PortNotFound"},
+       {},
+       {"no EndpointSlice of Service erp/svc has port \"https\""}},
+      {"DuplicateInstanceNamesKeepOne",
+       {ServiceLg("erp", "a", {{"name", "svc"}}),
+        Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1", kDraining), Ep("10.0.0.2", "p2")}),
+        PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "same"}}),
+        PodJ("erp", "p2", {{"dispatch.kwd.io/instance-name", "same"}})},
+       {"servers erp/a 1", "server erp/a same 10.0.0.2:8000 c=1 SERVER_STATE_READY pod=erp/p2"},
+       {},
+       {"endpoint 10.0.0.1:8000 left out: server name \"same\" is used twice"}},
+
+      // ---- UrlMapping ----
+      {"RulesAndImplicitDefaults",
+       {StaticLg("erp", "diag"), StaticLg("erp", "j2ee", "java"), StaticLg("erp", "public"),
+        Um("erp", "m", "",
+           {{"rules",
+             {{{"prefix", "/SAP/BC/GUI/"}, {"kind", "abap"}, {"logonGroup", "public"}},
+              {{"prefix", "/sap/"}, {"kind", "abap"}},
+              {{"prefix", "/irj/"}, {"kind", "java"}}}}})},
+       {"vhost \"\" root=java abap=erp/diag java=erp/j2ee src=erp/m", "rules \"\" 3",
+        "rule \"\" /irj/ java group=erp/j2ee src=erp/m",
+        "rule \"\" /sap/ abap group=erp/diag src=erp/m",
+        "rule \"\" /sap/bc/gui/ abap group=erp/public src=erp/m", "perms \"\"",
+        "UrlMapping erp/m Accepted=True Accepted",
+        "UrlMapping erp/m ResolvedRefs=True ResolvedRefs"},
+       {},
+       {"3 rules, 0 permissions on any host"}},
+      {"ImplicitDefaultsMissingIsFine",
+       {Um("erp", "m", "", {{"rules", {{{"prefix", "/sap/"}, {"kind", "abap"}}}}})},
+       {"vhost \"\" root=java abap= java= src=erp/m", "rule \"\" /sap/ abap group= src=erp/m",
+        "UrlMapping erp/m Accepted=True Accepted",
+        "UrlMapping erp/m ResolvedRefs=True ResolvedRefs"}},
+      {"InvalidRulesDroppedRestServed",
+       {StaticLg("erp", "diag"), Um("erp", "m", "",
+                                    {{"rules",
+                                      {{{"prefix", "/"}, {"kind", "abap"}},
+                                       {{"prefix", "sap/"}, {"kind", "abap"}},
+                                       {{"prefix", "/x"}, {"kind", "abap"}},
+                                       {{"prefix", "/y/"}, {"kind", "cobol"}},
+                                       {{"prefix", "/ok/"}, {"kind", "abap"}},
+                                       {{"prefix", "/OK/"}, {"kind", "abap"}}}}})},
+       {"rules \"\" 1", "rule \"\" /ok/ abap group=erp/diag src=erp/m",
+        "UrlMapping erp/m Accepted=False InvalidRule"},
+       {},
+       {"spec.rules[0].prefix: \"/\" must start and end with / and not be / alone; rule dropped",
+        "spec.rules[1].prefix", "spec.rules[2].prefix",
+        "spec.rules[3].kind: \"cobol\" is not one of abap, java",
+        "spec.rules[5].prefix: \"/ok/\" is listed twice"}},
+      {"DanglingLogonGroup",
+       {StaticLg("erp", "diag"), Lg("erp", "broken", {{"strategy", "x"}}),
+        Um("erp", "m", "",
+           {{"rules",
+             {{{"prefix", "/a/"}, {"kind", "abap"}, {"logonGroup", "missing"}},
+              {{"prefix", "/b/"}, {"kind", "abap"}, {"logonGroup", "broken"}},
+              {{"prefix", "/c/"}, {"kind", "abap"}}}}})},
+       {"rule \"\" /a/ abap group= src=erp/m", "rule \"\" /b/ abap group= src=erp/m",
+        "rule \"\" /c/ abap group=erp/diag src=erp/m", "UrlMapping erp/m Accepted=True Accepted",
+        "UrlMapping erp/m ResolvedRefs=False LogonGroupNotFound"},
+       {},
+       {"spec.rules[0].logonGroup: LogonGroup erp/missing does not exist",
+        "spec.rules[1].logonGroup: LogonGroup erp/broken is not accepted"}},
+      {"ExplicitDefaultGroupsDangling",
+       {StaticLg("erp", "diag"), StaticLg("erp", "portal", "java"),
+        Um("erp", "m", "",
+           {{"defaultGroups", {{"abap", "nope"}, {"java", "portal"}}},
+            {"rules", {{{"prefix", "/sap/"}, {"kind", "abap"}}}}})},
+       {"vhost \"\" root=java abap= java=erp/portal src=erp/m",
+        "rule \"\" /sap/ abap group= src=erp/m",
+        "UrlMapping erp/m ResolvedRefs=False LogonGroupNotFound"},
+       {},
+       {"spec.defaultGroups.abap: LogonGroup erp/nope does not exist"}},
+      {"ConflictOlderWinsByTimestamp",
+       {StaticLg("erp", "g1"), StaticLg("erp", "g2"),
+        // "a" is newer than "b" by creationTimestamp although it sorts first by name.
+        Um("erp", "a", "2026-11-30T11:00:00Z",
+           {{"rules",
+             {{{"prefix", "/sap/"}, {"kind", "abap"}, {"logonGroup", "g1"}},
+              {{"prefix", "/only-a/"}, {"kind", "abap"}, {"logonGroup", "g1"}}}}}),
+        Um("erp", "b", "2026-11-30T10:00:00Z",
+           {{"rules", {{{"prefix", "/sap/"}, {"kind", "abap"}, {"logonGroup", "g2"}}}}})},
+       {"rule \"\" /sap/ abap group=erp/g2 src=erp/b",
+        "rule \"\" /only-a/ abap group=erp/g1 src=erp/a",
+        "vhost \"\" root=java abap= java= src=erp/b", "UrlMapping erp/a Accepted=False Conflicted",
+        "UrlMapping erp/b Accepted=True Accepted"},
+       {},
+       {"rule /sap/ on any host dropped: UrlMapping erp/b (older) defines it"}},
+      {"ConflictOnHostDefaults",
+       {StaticLg("erp", "diag"), StaticLg("erp", "other"),
+        Um("erp", "old", "2026-01-01T00:00:00Z", {{"defaultRootHandler", "j2ee"}}),
+        Um("erp", "new", "2026-02-01T00:00:00Z",
+           {{"defaultRootHandler", "abap"},
+            {"defaultGroups", {{"abap", "other"}}},
+            {"rules", {{{"prefix", "/new/"}, {"kind", "abap"}}}}}),
+        Um("erp", "quiet", "2026-03-01T00:00:00Z",
+           {{"rules", {{{"prefix", "/quiet/"}, {"kind", "java"}}}}})},
+       {"vhost \"\" root=java abap=erp/diag java= src=erp/old",
+        "rule \"\" /new/ abap group=erp/other src=erp/new",
+        "UrlMapping erp/new Accepted=False Conflicted", "UrlMapping erp/old Accepted=True Accepted",
+        "UrlMapping erp/quiet Accepted=True Accepted"},
+       {},
+       {"defaultRootHandler abap, defaultGroups.abap erp/other ignored on any host: UrlMapping "
+        "erp/old (older) sets the defaults there"}},
+      {"HostsLowercasedAndSeparate",
+       {StaticLg("erp", "g"),
+        Um("erp", "m", "",
+           {{"hosts", {"ERP.Example.com", "*.corp.example"}},
+            {"rules", {{{"prefix", "/sap/"}, {"kind", "abap"}, {"logonGroup", "g"}}}}}),
+        Um("erp", "any", "", {{"hosts", json::array()}, {"defaultRootHandler", "abap"}})},
+       {"vhost \"\" root=abap abap= java= src=erp/any", "rules \"\" 0",
+        "vhost \"*.corp.example\" root=java abap= java= src=erp/m",
+        "rule \"*.corp.example\" /sap/ abap group=erp/g src=erp/m",
+        "rule \"erp.example.com\" /sap/ abap group=erp/g src=erp/m"},
+       {},
+       {"1 rule, 0 permissions on hosts erp.example.com, *.corp.example"}},
+      {"InvalidSpecLeavesMappingOut",
+       {Um("erp", "m", "", {{"defaultRootHandler", "cobol"}, {"rules", {{{"prefix", "/sap/"}}}}}),
+        Um("erp", "h", "", {{"hosts", {"bad host/"}}, {"rules", {{{"prefix", "/h/"}}}}})},
+       {"UrlMapping erp/m Accepted=False InvalidField",
+        "UrlMapping erp/h Accepted=False InvalidField"},
+       {"vhost ", "rule "},
+       {"spec.defaultRootHandler: \"cobol\" is not one of abap, java (or j2ee)",
+        "spec.hosts: \"bad host/\" is not a host name or *.suffix"}},
+      {"PermissionsConcatenateInAgeOrder",
+       {Um("erp", "second", "2026-02-01T00:00:00Z",
+           {{"permissions", {{{"action", "deny"}, {"pattern", "*"}}}}}),
+        Um("erp", "first", "2026-01-01T00:00:00Z",
+           {{"permissions",
+             {{{"action", "permit"}, {"pattern", "/sap/bc/public/*"}},
+              {{"action", "deny"}, {"pattern", "*.CGI"}},
+              {{"action", "deny"}, {"pattern", "/a*b"}},
+              {{"action", "allow"}, {"pattern", "/x"}},
+              {{"action", "secure"}, {"pattern", "/sap/bc/gui/*"}}}}})},
+       {"perms \"\" PERMISSION_ACTION_PERMIT:/sap/bc/public/* PERMISSION_ACTION_DENY:*.cgi "
+        "PERMISSION_ACTION_SECURE:/sap/bc/gui/* PERMISSION_ACTION_DENY:*",
+        "UrlMapping erp/first Accepted=False InvalidPermission",
+        "UrlMapping erp/second Accepted=True Accepted"},
+       {},
+       {"spec.permissions[2].pattern: \"/a*b\" may hold * only at the start or the end; entry "
+        "dropped",
+        "spec.permissions[3].action: \"allow\" is not one of permit, deny, secure"}},
+      {"SourcesWithGenerations",
+       {StaticLg("b", "x"), StaticLg("a", "y"), Um("a", "m", "", json::object()),
+        Lg("a", "bad", {{"strategy", "?"}})},
+       {"source LogonGroup a/bad gen=1", "source LogonGroup a/y gen=1",
+        "source LogonGroup b/x gen=1", "source UrlMapping a/m gen=1"}},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CompileTableTest, testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(CompileTest, SourcesAndStatusesAreSorted) {
+  CompileResult result = Compile(Objects({Um("b", "m", "", json::object()), StaticLg("b", "x"),
+                                          StaticLg("a", "y"), Um("a", "z", "", json::object())}));
+  std::vector<std::string> order;
+  for (const auto& s : result.snapshot.sources()) {
+    order.push_back(s.kind() + " " + s.namespace_() + "/" + s.name());
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"LogonGroup a/y", "LogonGroup b/x", "UrlMapping a/z",
+                                             "UrlMapping b/m"}));
+  std::vector<std::string> statuses;
+  for (const auto& s : result.statuses) {
+    statuses.push_back(s.kind + " " + s.namespace_ + "/" + s.name);
+  }
+  EXPECT_EQ(statuses, order);
+}
+
+TEST(CompileTest, GenerationIsReported) {
+  json lg = StaticLg("erp", "a");
+  lg["metadata"]["generation"] = 7;
+  CompileResult result = Compile(Objects({lg}));
+  ASSERT_EQ(result.statuses.size(), 1u);
+  EXPECT_EQ(result.statuses[0].generation, 7);
+  EXPECT_EQ(result.snapshot.sources(0).generation(), 7);
+}
+
+// A mixed configuration exercising every kind of object and conflict.
+std::vector<json> MixedObjects() {
+  std::vector<json> objects = {
+      StaticLg("erp", "diag"),
+      StaticLg("erp", "j2ee", "java"),
+      ServiceLg("erp", "public", {{"name", "svc"}, {"port", "http"}}),
+      Lg("erp", "bad", {{"strategy", "nope"}}),
+      Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1"), Ep("10.0.0.2", "p2", kDraining)}),
+      Slice("erp", "svc-2", "svc", {Ep("10.0.0.1", "p1", kDraining), Ep("10.0.0.3", "p3")}),
+      PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "erp1_ERP_00"}}),
+      PodJ("erp", "p3", {{"dispatch.kwd.io/capacity", "4"}}),
+      Um("erp", "a", "2026-01-01T00:00:00Z",
+         {{"rules",
+           {{{"prefix", "/sap/"}, {"kind", "abap"}, {"logonGroup", "public"}},
+            {{"prefix", "/irj/"}, {"kind", "java"}}}},
+          {"permissions", {{{"action", "deny"}, {"pattern", "*.cgi"}}}}}),
+      Um("erp", "b", "2026-01-01T00:00:00Z",
+         {{"rules",
+           {{{"prefix", "/sap/"}, {"kind", "abap"}}, {{"prefix", "/b/"}, {"kind", "abap"}}}},
+          {"permissions", {{{"action", "permit"}, {"pattern", "/b/*"}}}}}),
+      Um("sap", "c", "", {{"hosts", {"Host.Example"}}, {"rules", {{{"prefix", "/c/"}}}}}),
+  };
+  for (int i = 0; i < 20; ++i) {
+    objects.push_back(StaticLg("many", "g" + std::to_string(i)));
+  }
+  return objects;
+}
+
+TEST(CompileTest, InsertOrderDoesNotChangeTheOutput) {
+  std::vector<json> objects = MixedObjects();
+  CompileResult reference = Compile(Objects(objects));
+  ASSERT_EQ(CheckSnapshot(reference.snapshot), std::vector<std::string>{});
+  std::string reference_json = SnapshotToJson(reference.snapshot);
+  std::mt19937 rng(42);  // fixed seed: a failure reproduces
+  for (int round = 0; round < 50; ++round) {
+    std::shuffle(objects.begin(), objects.end(), rng);
+    CompileResult result = Compile(Objects(objects));
+    EXPECT_EQ(result.snapshot.version(), reference.snapshot.version()) << "round " << round;
+    EXPECT_EQ(SnapshotToJson(result.snapshot), reference_json) << "round " << round;
+    EXPECT_EQ(result.statuses, reference.statuses) << "round " << round;
+  }
+}
+
+TEST(CompileTest, VersionIsTheContentHashAndChangesWithContent) {
+  std::vector<json> objects = MixedObjects();
+  CompileResult a = Compile(Objects(objects));
+  EXPECT_EQ(a.snapshot.version(), ComputeSnapshotVersion(a.snapshot));
+  EXPECT_EQ(a.snapshot.version().size(), 64u);
+  objects.push_back(PodJ("erp", "p2", {{"dispatch.kwd.io/capacity", "9"}}));
+  CompileResult b = Compile(Objects(objects));
+  EXPECT_NE(b.snapshot.version(), a.snapshot.version());
+}
+
+}  // namespace
+}  // namespace kwd::compile

@@ -1,0 +1,204 @@
+#include "controller/model/model.h"
+
+#include <gtest/gtest.h>
+
+namespace kwd::model {
+namespace {
+
+using nlohmann::json;
+
+TEST(DecodeObjectTest, LogonGroupFromTheInterfaceExample) {
+  json in = R"({
+    "apiVersion": "dispatch.kwd.io/v1alpha1", "kind": "LogonGroup",
+    "metadata": {"name": "public", "namespace": "erp", "uid": "u1", "generation": 3,
+                 "resourceVersion": "48214", "creationTimestamp": "2026-11-30T10:00:00Z",
+                 "labels": {"app": "erp"}},
+    "spec": {"kind": "abap", "strategy": "weighted_round_robin", "defaultCapacity": 1,
+             "loadResetIntervalSeconds": 25,
+             "backend": {"service": {"name": "erp-abap", "port": 8000},
+                         "staticServers": [{"name": "erp1_ERP_00", "address": "10.0.0.5",
+                                            "port": 8000, "capacity": 6}]},
+             "healthCheck": {"path": "/sap/public/icman/ping", "intervalSeconds": 25,
+                             "timeoutSeconds": 5, "unhealthyThreshold": 2,
+                             "healthyThreshold": 1},
+             "sessionAffinity": {"identifiers": ["sap-contextid", "saplb"],
+                                 "sessionTable": {"maxEntries": 50000,
+                                                  "idleTimeoutSeconds": 3600},
+                                 "affinityCookie": {"enabled": true, "name": "kwd_affinity"}},
+             "upstreamTLS": {"mode": "none"}}})"_json;
+  DecodeResult result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  const auto& lg = std::get<LogonGroup>(*result.object);
+  EXPECT_EQ(lg.metadata.name, "public");
+  EXPECT_EQ(lg.metadata.namespace_, "erp");
+  EXPECT_EQ(lg.metadata.generation, 3);
+  EXPECT_EQ(lg.metadata.resource_version, "48214");
+  EXPECT_EQ(lg.metadata.creation_timestamp, "2026-11-30T10:00:00Z");
+  EXPECT_EQ(lg.metadata.labels.at("app"), "erp");
+  EXPECT_EQ(lg.spec.kind, "abap");
+  ASSERT_TRUE(lg.spec.backend.has_value());
+  ASSERT_TRUE(lg.spec.backend->service.has_value());
+  EXPECT_TRUE(lg.spec.backend->service->port->is_number);
+  EXPECT_EQ(lg.spec.backend->service->port->number, 8000);
+  ASSERT_EQ(lg.spec.backend->static_servers->size(), 1u);
+  EXPECT_EQ((*lg.spec.backend->static_servers)[0].capacity, 6);
+  EXPECT_EQ(lg.spec.health_check.timeout_seconds, 5);
+  EXPECT_EQ(lg.spec.session_affinity.identifiers->size(), 2u);
+  EXPECT_EQ(lg.spec.session_affinity.affinity_cookie.enabled, true);
+  EXPECT_EQ(lg.spec.upstream_tls.mode, "none");
+  EXPECT_EQ(KeyOf(*result.object), (ObjectKey{"LogonGroup", "erp", "public"}));
+}
+
+TEST(DecodeObjectTest, KeepsInvalidValuesForTheCompiler) {
+  json in = R"({"apiVersion": "dispatch.kwd.io/v1alpha1", "kind": "LogonGroup",
+    "metadata": {"name": "x"},
+    "spec": {"strategy": "fastest", "kind": "cobol", "defaultCapacity": -4,
+             "backend": {"service": {"name": "svc", "port": "http"}}}})"_json;
+  DecodeResult result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  const auto& lg = std::get<LogonGroup>(*result.object);
+  EXPECT_EQ(lg.metadata.namespace_, "default");
+  EXPECT_EQ(lg.spec.strategy, "fastest");
+  EXPECT_EQ(lg.spec.kind, "cobol");
+  EXPECT_EQ(lg.spec.default_capacity, -4);
+  EXPECT_FALSE(lg.spec.backend->service->port->is_number);
+  EXPECT_EQ(lg.spec.backend->service->port->name, "http");
+}
+
+struct ShapeErrorCase {
+  std::string name;
+  std::string json_text;
+  std::string want_error;
+};
+
+class ShapeErrorTest : public testing::TestWithParam<ShapeErrorCase> {};
+
+TEST_P(ShapeErrorTest, NamesTheFieldPath) {
+  DecodeResult result = DecodeObject(json::parse(GetParam().json_text));
+  EXPECT_FALSE(result.ok());
+  EXPECT_FALSE(result.unsupported_kind);
+  EXPECT_EQ(result.error, GetParam().want_error);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ShapeErrorTest,
+    testing::Values(
+        ShapeErrorCase{"StaticServerPortString",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"LogonGroup",
+                           "metadata":{"name":"a"},"spec":{"backend":{"staticServers":[
+                           {"name":"s","address":"h","port":1},
+                           {"name":"t","address":"h","port":"80"}]}}})",
+                       "spec.backend.staticServers[1].port: expected an integer, got a string"},
+        ShapeErrorCase{"StrategyNumber",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"LogonGroup",
+                           "metadata":{"name":"a"},"spec":{"strategy":3}})",
+                       "spec.strategy: expected a string, got an integer"},
+        ShapeErrorCase{"RulesNotAList",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"UrlMapping",
+                           "metadata":{"name":"a"},"spec":{"rules":{"prefix":"/sap/"}}})",
+                       "spec.rules: expected a list, got an object"},
+        ShapeErrorCase{"MissingName",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"UrlMapping",
+                           "metadata":{"namespace":"a"}})",
+                       "metadata.name: missing"},
+        ShapeErrorCase{"ReadyNotBool",
+                       R"({"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+                           "metadata":{"name":"a"},"endpoints":[{"addresses":["1.2.3.4"],
+                           "conditions":{"ready":"yes"}}]})",
+                       "endpoints[0].conditions.ready: expected a boolean, got a string"},
+        ShapeErrorCase{"AnnotationNotString",
+                       R"({"apiVersion":"v1","kind":"Pod",
+                           "metadata":{"name":"a","annotations":{"dispatch.kwd.io/capacity":6}}})",
+                       "metadata.annotations.dispatch.kwd.io/capacity: expected a string, got "
+                       "an integer"},
+        ShapeErrorCase{"FractionalCapacity",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"LogonGroup",
+                           "metadata":{"name":"a"},"spec":{"defaultCapacity":1.5}})",
+                       "spec.defaultCapacity: expected an integer, got a number with a "
+                       "fraction"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(DecodeObjectTest, EndpointSliceDefaultsAndPortShapes) {
+  json in = R"({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+    "metadata": {"name": "s", "namespace": "erp",
+                 "labels": {"kubernetes.io/service-name": "svc"}},
+    "addressType": "IPv4",
+    "endpoints": [
+      {"addresses": ["10.0.0.1"]},
+      {"addresses": ["10.0.0.2"], "conditions": {"ready": false}},
+      {"addresses": ["10.0.0.3"], "conditions": {"ready": false, "serving": true,
+                                                 "terminating": true},
+       "targetRef": {"kind": "Pod", "name": "p3"}}],
+    "ports": [{"port": 8000}, {"name": "", "port": 8001}, {"name": "http", "port": 8002}]})"_json;
+  DecodeResult result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  const auto& slice = std::get<EndpointSlice>(*result.object);
+  ASSERT_EQ(slice.endpoints.size(), 3u);
+  EXPECT_TRUE(slice.endpoints[0].conditions.IsReady());
+  EXPECT_TRUE(slice.endpoints[0].conditions.IsServing());
+  EXPECT_FALSE(slice.endpoints[0].conditions.IsTerminating());
+  EXPECT_FALSE(slice.endpoints[1].conditions.IsReady());
+  EXPECT_FALSE(slice.endpoints[1].conditions.IsServing());  // serving unset follows ready
+  EXPECT_TRUE(slice.endpoints[2].conditions.IsServing());
+  EXPECT_TRUE(slice.endpoints[2].conditions.IsTerminating());
+  EXPECT_EQ(slice.endpoints[2].target_ref->name, "p3");
+  ASSERT_EQ(slice.ports.size(), 3u);
+  EXPECT_EQ(slice.ports[0].name, "");
+  EXPECT_EQ(slice.ports[1].name, "");
+  EXPECT_EQ(slice.ports[2].name, "http");
+  EXPECT_EQ(slice.ports[2].port, 8002);
+
+  for (const char* ports : {R"(null)", R"([])"}) {
+    json copy = in;
+    copy["ports"] = json::parse(ports);
+    DecodeResult r = DecodeObject(copy);
+    ASSERT_TRUE(r.ok()) << ports << ": " << r.error;
+    EXPECT_TRUE(std::get<EndpointSlice>(*r.object).ports.empty()) << ports;
+  }
+}
+
+TEST(DecodeObjectTest, UnsupportedKindsAreFlagged) {
+  for (const char* text :
+       {R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}})",
+        R"({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}})",
+        R"({"apiVersion":"other.io/v1","kind":"LogonGroup","metadata":{"name":"a"}})"}) {
+    DecodeResult result = DecodeObject(json::parse(text));
+    EXPECT_FALSE(result.ok()) << text;
+    EXPECT_TRUE(result.unsupported_kind) << text;
+  }
+  DecodeResult no_kind = DecodeObject(json::parse(R"({"metadata":{"name":"a"}})"));
+  EXPECT_FALSE(no_kind.ok());
+  EXPECT_FALSE(no_kind.unsupported_kind);
+}
+
+TEST(DecodeObjectTest, TypedListItemsWithoutKind) {
+  json item = R"({"metadata": {"name": "erp-abap-0", "namespace": "erp",
+                  "annotations": {"dispatch.kwd.io/capacity": "6"}}})"_json;
+  DecodeResult result = DecodeObjectOfKind(kPodKind, item);
+  ASSERT_TRUE(result.ok()) << result.error;
+  EXPECT_EQ(std::get<Pod>(*result.object).metadata.annotations.at("dispatch.kwd.io/capacity"), "6");
+  EXPECT_TRUE(DecodeObjectOfKind("Service", item).unsupported_kind);
+}
+
+TEST(ObjectSetTest, UpsertReportsChangesAndRemoveDeletes) {
+  auto decode = [](const char* text) { return *DecodeObject(json::parse(text)).object; };
+  Object v1 = decode(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"n",
+                         "annotations":{"a":"1"}}})");
+  Object v2 = decode(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"n",
+                         "annotations":{"a":"2"}}})");
+  ObjectSet set;
+  EXPECT_TRUE(set.Upsert(v1));
+  EXPECT_FALSE(set.Upsert(v1));
+  EXPECT_TRUE(set.Upsert(v2));
+  EXPECT_EQ(set.size(), 1u);
+  ObjectKey key{"Pod", "n", "p"};
+  ASSERT_TRUE(set.Find(key).has_value());
+  EXPECT_EQ(std::get<Pod>(*set.Find(key)).metadata.annotations.at("a"), "2");
+  EXPECT_FALSE(set.Remove(ObjectKey{"LogonGroup", "n", "p"}));
+  EXPECT_TRUE(set.Remove(key));
+  EXPECT_FALSE(set.Find(key).has_value());
+  EXPECT_EQ(set.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kwd::model

@@ -1,0 +1,186 @@
+#include "controller/source/dir_source.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace kwd::source {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DirSourceTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) /
+           ("kwd_dir_source_" +
+            std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Write(const std::string& relative, const std::string& text) {
+    fs::path path = dir_ / relative;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+  }
+
+  fs::path dir_;
+};
+
+constexpr const char* kTwoGroups = R"(# two documents
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: a, namespace: erp}
+spec:
+  strategy: adaptive
+  defaultCapacity: 3
+  backend:
+    staticServers:
+      - {name: s1, address: 10.0.0.1, port: 8000, capacity: 6}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: b}
+spec:
+  backend: {service: {name: "8000", port: "8000"}}
+---
+)";
+
+TEST_F(DirSourceTest, LoadsMultiDocumentFilesWithTypedScalars) {
+  Write("groups.yaml", kTwoGroups);
+  LoadResult result = LoadDirectory(dir_);
+  ASSERT_FALSE(result.has_errors()) << result.problems[0].ToString();
+  ASSERT_EQ(result.objects.logon_groups().size(), 2u);
+  const auto& a = result.objects.logon_groups().at({"erp", "a"});
+  EXPECT_EQ(a.spec.strategy, "adaptive");
+  EXPECT_EQ(a.spec.default_capacity, 3);
+  EXPECT_EQ((*a.spec.backend->static_servers)[0].port, 8000);
+  // Quoted scalars stay strings: a quoted port is a port name.
+  const auto& b = result.objects.logon_groups().at({"default", "b"});
+  EXPECT_EQ(b.spec.backend->service->name, "8000");
+  EXPECT_FALSE(b.spec.backend->service->port->is_number);
+  EXPECT_EQ(result.origins.at(model::ObjectKey{"LogonGroup", "erp", "a"}),
+            (dir_ / "groups.yaml").string() + ":2");
+}
+
+TEST_F(DirSourceTest, SyntaxErrorNamesFileAndLine) {
+  Write("ok.yaml", kTwoGroups);
+  Write("bad.yml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: [unclosed\n  namespace: x\n");
+  LoadResult result = LoadDirectory(dir_);
+  ASSERT_TRUE(result.has_errors());
+  ASSERT_EQ(result.problems.size(), 1u);
+  std::string text = result.problems[0].ToString();
+  std::string prefix = (dir_ / "bad.yml").string() + ":";
+  EXPECT_EQ(text.rfind(prefix, 0), 0u) << text;
+  EXPECT_NE(text.find("YAML syntax error"), std::string::npos) << text;
+  EXPECT_GT(result.problems[0].line, 0);
+  EXPECT_EQ(result.objects.size(), 2u);  // the good file still loads
+}
+
+TEST_F(DirSourceTest, UnknownKindsAreSkippedWithANote) {
+  Write("mixed.yaml", R"(apiVersion: v1
+kind: Service
+metadata: {name: erp-abap}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: erp, annotations: {dispatch.kwd.io/capacity: "6"}}
+)");
+  LoadResult result = LoadDirectory(dir_);
+  EXPECT_FALSE(result.has_errors());
+  ASSERT_EQ(result.problems.size(), 2u);
+  EXPECT_FALSE(result.problems[0].is_error());
+  EXPECT_EQ(result.problems[0].line, 1);
+  EXPECT_NE(result.problems[0].message.find("skipping Service default/erp-abap"),
+            std::string::npos);
+  EXPECT_EQ(result.problems[1].line, 5);
+  EXPECT_EQ(result.objects.size(), 1u);
+  EXPECT_EQ(
+      result.objects.pods().at({"erp", "p"}).metadata.annotations.at("dispatch.kwd.io/capacity"),
+      "6");
+}
+
+TEST_F(DirSourceTest, ShapeErrorsAndDuplicatesAreErrorsWithLines) {
+  Write("a.yaml", R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: m}
+spec:
+  rules: {prefix: /sap/}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: g}
+---
+- not a mapping
+)");
+  Write("b.yaml", R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: g}
+)");
+  LoadResult result = LoadDirectory(dir_);
+  ASSERT_EQ(result.problems.size(), 3u);
+  std::string a = (dir_ / "a.yaml").string();
+  std::string b = (dir_ / "b.yaml").string();
+  EXPECT_EQ(result.problems[0].ToString(),
+            a + ":1: UrlMapping default/m: spec.rules: expected a list, got an object");
+  EXPECT_EQ(result.problems[1].ToString(), a + ":11: a document must be a mapping (an object)");
+  EXPECT_EQ(result.problems[2].ToString(),
+            b + ":1: LogonGroup default/g is defined twice (first at " + a + ":7)");
+}
+
+TEST_F(DirSourceTest, RecursiveSortedAndOnlyYaml) {
+  Write("z/deep/one.yml", "apiVersion: v1\nkind: Pod\nmetadata: {name: z}\n");
+  Write("a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n");
+  Write("notes.txt", "not: [yaml\n");
+  Write("README.md", "# hi\n");
+  LoadResult result = LoadDirectory(dir_);
+  EXPECT_TRUE(result.problems.empty());
+  EXPECT_EQ(result.objects.pods().size(), 2u);
+}
+
+TEST_F(DirSourceTest, MissingDirectoryIsAnError) {
+  LoadResult result = LoadDirectory(dir_ / "nope");
+  ASSERT_TRUE(result.has_errors());
+  EXPECT_NE(result.problems[0].ToString().find("not a readable directory"), std::string::npos);
+}
+
+TEST(YamlScalarsTest, CoreSchemaTypes) {
+  LoadResult result;
+  LoadYamlText(R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: g, generation: 12}
+spec:
+  defaultCapacity: "3"
+)",
+               "mem.yaml", &result);
+  // A quoted number is a string, which the decoder rejects as a shape error.
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_EQ(result.problems[0].ToString(),
+            "mem.yaml:1: LogonGroup default/g: spec.defaultCapacity: expected an integer, got a "
+            "string");
+
+  LoadResult ok;
+  LoadYamlText(R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: g, generation: 12}
+spec:
+  sessionAffinity: {affinityCookie: {enabled: false, name: null}}
+  upstreamTLS: {mode: ~}
+)",
+               "mem.yaml", &ok);
+  ASSERT_TRUE(ok.problems.empty()) << ok.problems[0].ToString();
+  const auto& g = ok.objects.logon_groups().at({"default", "g"});
+  EXPECT_EQ(g.metadata.generation, 12);
+  EXPECT_EQ(g.spec.session_affinity.affinity_cookie.enabled, false);
+  EXPECT_FALSE(g.spec.session_affinity.affinity_cookie.name.has_value());
+  EXPECT_FALSE(g.spec.upstream_tls.mode.has_value());
+}
+
+}  // namespace
+}  // namespace kwd::source
