@@ -19,6 +19,7 @@ Control API for tests (never authenticated):
   POST /_fake/fail           {"count": N, "code": 429, "reason": "", "retryAfter": 1,
                              "match": "substr"}: answer the next N API requests whose
                              "METHOD /path?query" contains match with that error.
+                             {"clear": true} forgets every injected failure.
   POST /_fake/config         {"token": "...", "watchGoneMode": "event"|"http",
                              "bookmarkIntervalSeconds": S}
   GET  /_fake/requests       log of API requests (not control ones); DELETE /_fake/requests clears it.
@@ -643,6 +644,9 @@ class Handler(BaseHTTPRequestHandler):
                     watch.bookmark_now = True
                 STATE.cond.notify_all()
                 self.send_json(200, {"resourceVersion": str(STATE.rv)})
+            elif path == "/_fake/fail" and payload.get("clear"):
+                STATE.failures.clear()
+                self.send_json(200, {})
             elif path == "/_fake/fail":
                 STATE.failures.append({"count": int(payload.get("count", 1)),
                                        "code": int(payload.get("code", 500)),
