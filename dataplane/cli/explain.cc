@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "common/snapshot_io.h"
 #include "dataplane/cli/proxy_cli.h"
 #include "dataplane/routing/clock.h"
+#include "dataplane/routing/decision_json.h"
 #include "dataplane/routing/router.h"
 #include "dataplane/routing/routing_table.h"
 
@@ -47,22 +49,6 @@ struct ExplainFlags {
   int count = 1;
   std::string affinity_key_file;
 };
-
-bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    char c = s[i];
-    if (c >= 'A' && c <= 'Z') {
-      c = static_cast<char>(c - 'A' + 'a');
-    }
-    if (c != prefix[i]) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
@@ -180,35 +166,6 @@ bool LoadAffinityKey(const ExplainFlags& flags, std::string* key, std::ostream& 
   return true;
 }
 
-nlohmann::ordered_json DecisionJson(const routing::Router& router,
-                                    const routing::Decision& decision, bool https) {
-  using nlohmann::ordered_json;
-  ordered_json line;
-  line["group"] = decision.group != nullptr ? ordered_json(decision.group->key) : ordered_json();
-  line["server"] =
-      decision.server != nullptr ? ordered_json(decision.server->name) : ordered_json();
-  line["address"] =
-      decision.server != nullptr
-          ? ordered_json(decision.server->address + ":" + std::to_string(decision.server->port))
-          : ordered_json();
-  line["rule"] = decision.rule.empty() ? ordered_json() : ordered_json(std::string(decision.rule));
-  line["kind"] = decision.kind == v1::KIND_ABAP   ? ordered_json("abap")
-                 : decision.kind == v1::KIND_JAVA ? ordered_json("java")
-                                                  : ordered_json();
-  line["reason"] = std::string(routing::ReasonName(decision.reason));
-  line["status"] = decision.status != 0 ? ordered_json(decision.status) : ordered_json();
-  line["lost"] = decision.lost != routing::Identifier::kNone
-                     ? ordered_json(std::string(routing::IdentifierName(decision.lost)))
-                     : ordered_json();
-  line["set_cookie"] = decision.set_affinity_cookie
-                           ? ordered_json(router.AffinityCookieHeader(decision, https))
-                           : ordered_json();
-  line["path"] = decision.status == 400 ? ordered_json() : ordered_json(std::string(decision.path));
-  line["host"] =
-      decision.virtual_host != nullptr ? ordered_json(decision.virtual_host->host) : ordered_json();
-  return line;
-}
-
 }  // namespace
 
 int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -218,34 +175,9 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
 
   // The request the flags describe.
-  std::string target = flags.url;
-  std::string host;
-  bool https = false;
-  for (std::string_view scheme : {"http://", "https://"}) {
-    if (StartsWithIgnoreCase(flags.url, scheme)) {
-      https = scheme == "https://";
-      std::string_view rest = std::string_view(flags.url).substr(scheme.size());
-      size_t path_start = rest.find_first_of("/?#");
-      host = std::string(rest.substr(0, path_start));
-      std::string_view path =
-          path_start == std::string_view::npos ? std::string_view("/") : rest.substr(path_start);
-      target = path.front() == '/' ? std::string(path) : "/" + std::string(path);
-    }
-  }
-  std::vector<std::string> cookies;
-  for (const std::string& header : flags.headers) {
-    size_t colon = header.find(':');
-    std::string_view name = Trim(std::string_view(header).substr(0, colon));
-    std::string_view value = Trim(std::string_view(header).substr(colon + 1));
-    if (StartsWithIgnoreCase(name, "cookie") && name.size() == 6) {
-      cookies.emplace_back(value);
-    } else if (StartsWithIgnoreCase(name, "host") && name.size() == 4 && host.empty()) {
-      host = std::string(value);
-    }
-  }
-  if (flags.host_given) {
-    host = flags.host;
-  }
+  routing::ExplainRequest request = routing::MakeExplainRequest(
+      flags.url, flags.headers,
+      flags.host_given ? std::optional<std::string_view>(flags.host) : std::nullopt);
 
   std::string affinity_key;
   if (!LoadAffinityKey(flags, &affinity_key, err)) {
@@ -268,11 +200,9 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   routing::Router router(std::make_shared<session::AffinityCookieCodec>(affinity_key), clock);
   router.Apply(table);
 
-  std::vector<std::string_view> cookie_views(cookies.begin(), cookies.end());
-  routing::Request request{"GET", target, host, https, cookie_views};
   for (int i = 0; i < flags.count; ++i) {
-    routing::Decision decision = router.Route(request);
-    out << DecisionJson(router, decision, https).dump() << "\n";
+    routing::Decision decision = router.Route(request.View());
+    out << routing::DecisionJson(router, decision, request.https).dump() << "\n";
     router.Complete(decision);
     clock->Advance(1);  // simulated requests are one millisecond apart
   }

@@ -55,6 +55,7 @@ struct GroupEntry {
   std::vector<balancer::ServerInput> inputs;  // parallel to `servers`
   NameIndex server_index;
   std::shared_ptr<session::SessionTable> sessions;
+  v1::HealthCheck health_check;  // as compiled (defaults filled in); read by the health checker
 
   bool Enabled(v1::SessionIdentifier identifier) const {
     return identifier_enabled[static_cast<size_t>(identifier)];
