@@ -115,9 +115,13 @@ bool WriteSegment(std::string_view segment, Writer* out, bool* ends_with_slash) 
 
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out) {
   *out = NormalizedTarget{};
-  size_t end = target.find_first_of("?#");
+  // A plain loop: find_first_of calls memchr once per character.
+  size_t end = 0;
+  while (end < target.size() && target[end] != '?' && target[end] != '#') {
+    ++end;
+  }
   std::string_view raw_path = target.substr(0, end);
-  if (end != std::string_view::npos && target[end] == '?') {
+  if (end < target.size() && target[end] == '?') {
     std::string_view rest = target.substr(end + 1);
     out->query = rest.substr(0, rest.find('#'));
   }

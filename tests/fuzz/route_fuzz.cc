@@ -1,0 +1,80 @@
+// Arbitrary bytes through Router::Route on a fixed table. Input: the first
+// line is the request target, the second the Host header, every further line a
+// Cookie header value; a first byte of 'S' makes the request https. Must never
+// crash; every decision must be self-consistent.
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dataplane/routing/router.h"
+#include "dataplane/routing/routing_table.h"
+#include "tests/dataplane/routing/test_snapshot.h"
+
+namespace {
+
+struct Engine {
+  kwd::session::SessionRegistry sessions;
+  kwd::routing::ServerHealthRegistry health;
+  std::shared_ptr<kwd::routing::ManualClock> clock = std::make_shared<kwd::routing::ManualClock>(0);
+  std::unique_ptr<kwd::routing::Router> router;
+
+  Engine() {
+    std::string error;
+    auto table = kwd::routing::RoutingTable::Build(kwd::routing::testing::StandardSnapshot(),
+                                                   {&sessions, &health}, &error);
+    if (table == nullptr) {
+      std::abort();
+    }
+    router = std::make_unique<kwd::routing::Router>(
+        std::make_shared<kwd::session::AffinityCookieCodec>("fuzz-key"), clock);
+    router->Apply(table);
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static Engine engine;
+  std::string_view input(reinterpret_cast<const char*>(data), size);
+  bool https = false;
+  if (!input.empty() && input.front() == 'S') {
+    https = true;
+    input.remove_prefix(1);
+  }
+  std::vector<std::string_view> lines;
+  while (!input.empty() && lines.size() < 16) {
+    size_t newline = input.find('\n');
+    lines.push_back(input.substr(0, newline));
+    input = newline == std::string_view::npos ? std::string_view() : input.substr(newline + 1);
+  }
+  std::string_view target = lines.size() > 0 ? lines[0] : std::string_view();
+  std::string_view host = lines.size() > 1 ? lines[1] : std::string_view();
+  std::span<const std::string_view> cookies;
+  if (lines.size() > 2) {
+    cookies = std::span<const std::string_view>(lines.data() + 2, lines.size() - 2);
+  }
+  kwd::routing::Request request{"GET", target, host, https, cookies};
+  kwd::routing::Decision decision = engine.router->Route(request);
+  // A forwarded decision names a server of its group; others carry a status.
+  if ((decision.server != nullptr) == (decision.status != 0)) {
+    std::abort();
+  }
+  if (decision.server != nullptr &&
+      (decision.group == nullptr || decision.server_index < 0 ||
+       &decision.group->servers[decision.server_index] != decision.server)) {
+    std::abort();
+  }
+  if (decision.set_affinity_cookie) {
+    std::string header = engine.router->AffinityCookieHeader(decision, https);
+    if (header.empty()) {
+      std::abort();
+    }
+  }
+  engine.router->LearnJSessionId(decision, host);
+  engine.router->Complete(decision);
+  engine.clock->Advance(1);
+  return 0;
+}
