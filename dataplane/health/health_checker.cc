@@ -1,0 +1,453 @@
+#include "dataplane/health/health_checker.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/log.h"
+#include "dataplane/net/socket.h"
+#include "dataplane/routing/server_health_registry.h"
+
+namespace kwd::health {
+namespace {
+
+constexpr double kRttAlpha = 0.3;
+constexpr size_t kMaxResponseHead = 8192;  // a status line longer than this is not one
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// What to check on one server, and its consecutive results. Shared with the
+// probe in flight so a server removed by a new snapshot mid-check is safe.
+struct Target {
+  std::string group;
+  std::string server;
+  std::string address;
+  uint32_t port = 0;
+  std::string path;
+  int64_t interval_us = 0;
+  int64_t timeout_us = 0;
+  uint32_t unhealthy_threshold = kDefaultUnhealthyThreshold;
+  uint32_t healthy_threshold = kDefaultHealthyThreshold;
+  std::shared_ptr<balancer::ServerHealth> health;
+
+  uint32_t consecutive_successes = 0;
+  uint32_t consecutive_failures = 0;
+  int64_t next_due_us = 0;
+  bool in_flight = false;
+  bool removed = false;
+};
+
+struct Probe {
+  enum class Phase { kConnecting, kSending, kReading };
+
+  std::shared_ptr<Target> target;
+  int fd = -1;
+  Phase phase = Phase::kConnecting;
+  std::string request;
+  size_t sent = 0;
+  std::string response;
+  int64_t start_us = 0;
+  int64_t deadline_us = 0;
+  bool done = false;
+};
+
+std::string HostHeader(const std::string& address, uint32_t port) {
+  bool v6 = address.find(':') != std::string::npos;
+  return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+int ParseStatusLine(std::string_view response) {
+  size_t line_end = response.find("\r\n");
+  if (line_end == std::string_view::npos) {
+    if (response.size() >= kMaxResponseHead) {
+      return -1;
+    }
+    // A prefix that can still become "HTTP/1.x ": wait for more.
+    std::string_view expected = "HTTP/1.";
+    size_t n = std::min(response.size(), expected.size());
+    return response.substr(0, n) == expected.substr(0, n) ? 0 : -1;
+  }
+  std::string_view line = response.substr(0, line_end);
+  // "HTTP/1.x SSS" then optionally " reason".
+  if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || line[8] != ' ' ||
+      (line.size() > 12 && line[12] != ' ')) {
+    return -1;
+  }
+  int status = 0;
+  for (size_t i = 9; i < 12; ++i) {
+    if (line[i] < '0' || line[i] > '9') {
+      return -1;
+    }
+    status = status * 10 + (line[i] - '0');
+  }
+  return status >= 100 ? status : -1;
+}
+
+// The checker thread's state; lives on that thread only.
+class HealthChecker::Loop {
+ public:
+  explicit Loop(HealthChecker* owner) : owner_(owner) {}
+
+  ~Loop() {
+    for (Probe& probe : probes_) {
+      if (probe.fd >= 0) {
+        ::close(probe.fd);
+      }
+    }
+  }
+
+  void Run() {
+    std::vector<pollfd> fds;
+    while (!owner_->stop_.load(std::memory_order_acquire)) {
+      int64_t now = NowUs();
+      if (now >= next_table_read_us_) {
+        Refresh(owner_->tables_());
+        next_table_read_us_ = now + owner_->options_.table_poll_ms * 1000;
+      }
+      StartDueProbes(now);
+
+      fds.clear();
+      fds.push_back(pollfd{owner_->wake_fd_, POLLIN, 0});
+      int64_t wake_at = next_table_read_us_;
+      for (const Probe& probe : probes_) {
+        short events = probe.phase == Probe::Phase::kReading ? POLLIN : POLLOUT;
+        fds.push_back(pollfd{probe.fd, events, 0});
+        wake_at = std::min(wake_at, probe.deadline_us);
+      }
+      if (probes_.size() < owner_->options_.max_concurrent_checks) {
+        for (const auto& [key, target] : targets_) {
+          if (!target->in_flight) {
+            wake_at = std::min(wake_at, target->next_due_us);
+          }
+        }
+      }
+      int64_t wait_us = std::max<int64_t>(wake_at - NowUs(), 0);
+      int timeout_ms = static_cast<int>(std::min<int64_t>((wait_us + 999) / 1000, 60'000));
+      int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+      if (ready < 0 && errno != EINTR) {
+        Log(LogLevel::kError, "health", "poll failed", {{"error", std::strerror(errno)}});
+        return;
+      }
+      if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
+        uint64_t value;
+        ssize_t ignored = ::read(owner_->wake_fd_, &value, sizeof value);
+        (void)ignored;
+      }
+      now = NowUs();
+      // fds[i + 1] belongs to probes_[i]: probes are only added after this.
+      for (size_t i = 0; i < probes_.size(); ++i) {
+        Probe& probe = probes_[i];
+        if (ready > 0 && fds[i + 1].revents != 0) {
+          Advance(probe, fds[i + 1].revents);
+        }
+        if (!probe.done && NowUs() >= probe.deadline_us) {
+          Finish(probe, false,
+                 "timeout after " + std::to_string(probe.target->timeout_us / 1000) + " ms");
+        }
+      }
+      std::erase_if(probes_, [](const Probe& probe) { return probe.done; });
+    }
+  }
+
+ private:
+  void Refresh(const std::shared_ptr<const routing::RoutingTable>& table) {
+    if (table == nullptr || table == table_) {
+      return;
+    }
+    table_ = table;
+    const HealthCheckerOptions& options = owner_->options_;
+    std::unordered_map<std::string, std::shared_ptr<Target>> next;
+    std::vector<std::string> live_groups;
+    std::vector<std::string> live_servers;
+    for (const routing::GroupEntry& group : table->groups()) {
+      live_groups.push_back(group.key);
+      const v1::HealthCheck& check = group.health_check;
+      for (const routing::ServerEntry& server : group.servers) {
+        live_servers.push_back(server.name);
+        std::string key = routing::ServerHealthRegistry::Key(group.key, server.name);
+        std::shared_ptr<Target> target;
+        if (auto it = targets_.find(key); it != targets_.end()) {
+          target = it->second;
+        } else {
+          target = std::make_shared<Target>();
+          target->group = group.key;
+          target->server = server.name;
+          target->next_due_us = 0;  // a new server is checked at once
+        }
+        target->address = server.address;
+        target->port = server.port;
+        target->path = !check.path().empty()         ? check.path()
+                       : group.kind == v1::KIND_ABAP ? std::string(kDefaultAbapHealthPath)
+                                                     : std::string(kDefaultJavaHealthPath);
+        int64_t interval_s =
+            check.interval_seconds() > 0 ? check.interval_seconds() : kDefaultIntervalSeconds;
+        int64_t timeout_s =
+            check.timeout_seconds() > 0 ? check.timeout_seconds() : kDefaultTimeoutSeconds;
+        target->interval_us =
+            (options.interval_override_ms > 0 ? options.interval_override_ms : interval_s * 1000) *
+            1000;
+        target->timeout_us =
+            (options.timeout_override_ms > 0 ? options.timeout_override_ms : timeout_s * 1000) *
+            1000;
+        target->unhealthy_threshold = check.unhealthy_threshold() > 0 ? check.unhealthy_threshold()
+                                                                      : kDefaultUnhealthyThreshold;
+        target->healthy_threshold =
+            check.healthy_threshold() > 0 ? check.healthy_threshold() : kDefaultHealthyThreshold;
+        if (target->health != server.health) {
+          // New server, or one that left and came back: the registry made
+          // fresh state, so the exported gauge must read that.
+          target->health = server.health;
+          std::shared_ptr<balancer::ServerHealth> health = server.health;
+          owner_->registry_->AddCallbackGauge(
+              "kwd_proxy_server_up",
+              "1 while the server takes new requests (health checks and passive marking).",
+              {{"group", group.key}, {"server", server.name}}, [health] {
+                return health != nullptr && health->healthy.load(std::memory_order_relaxed) ? 1.0
+                                                                                            : 0.0;
+              });
+        }
+        next.emplace(std::move(key), std::move(target));
+      }
+    }
+    for (auto& [key, target] : targets_) {
+      if (!next.contains(key)) {
+        target->removed = true;
+      }
+    }
+    targets_ = std::move(next);
+    std::sort(live_groups.begin(), live_groups.end());
+    std::sort(live_servers.begin(), live_servers.end());
+    owner_->registry_->RetainLabelValues("kwd_proxy_server_up", "group", live_groups);
+    owner_->registry_->RetainLabelValues("kwd_proxy_server_up", "server", live_servers);
+  }
+
+  void StartDueProbes(int64_t now) {
+    for (auto& [key, target] : targets_) {
+      if (probes_.size() >= owner_->options_.max_concurrent_checks) {
+        return;
+      }
+      if (target->in_flight || now < target->next_due_us) {
+        continue;
+      }
+      target->in_flight = true;
+      // The next check is due one interval after this one started; a check
+      // slower than the interval delays the next one (in_flight).
+      target->next_due_us = now + target->interval_us;
+      Probe probe;
+      probe.target = target;
+      probe.start_us = now;
+      probe.deadline_us = now + target->timeout_us;
+      net::Endpoint endpoint;
+      if (target->port == 0 || target->port > 65535 ||
+          !net::MakeEndpoint(target->address, static_cast<uint16_t>(target->port), &endpoint)) {
+        Finish(probe, false, "address is not numeric: " + target->address);
+        continue;
+      }
+      int error_number = 0;
+      probe.fd = net::ConnectNonBlocking(endpoint, &error_number);
+      if (probe.fd < 0) {
+        Finish(probe, false, std::string("connect: ") + std::strerror(error_number));
+        continue;
+      }
+      probe.request = "GET " + target->path +
+                      " HTTP/1.1\r\nHost: " + HostHeader(target->address, target->port) +
+                      "\r\nUser-Agent: kwd-health-check\r\nAccept: */*\r\nConnection: "
+                      "close\r\n\r\n";
+      probes_.push_back(std::move(probe));
+    }
+  }
+
+  void Advance(Probe& probe, short revents) {
+    if (probe.phase == Probe::Phase::kConnecting) {
+      int err = net::SocketError(probe.fd);
+      if (err != 0 || (revents & (POLLERR | POLLHUP)) != 0) {
+        Finish(probe, false, std::string("connect: ") + std::strerror(err != 0 ? err : ECONNRESET));
+        return;
+      }
+      probe.phase = Probe::Phase::kSending;
+    }
+    if (probe.phase == Probe::Phase::kSending) {
+      while (probe.sent < probe.request.size()) {
+        ssize_t n = ::send(probe.fd, probe.request.data() + probe.sent,
+                           probe.request.size() - probe.sent, MSG_NOSIGNAL);
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+            return;
+          }
+          Finish(probe, false, std::string("send: ") + std::strerror(errno));
+          return;
+        }
+        probe.sent += static_cast<size_t>(n);
+      }
+      probe.phase = Probe::Phase::kReading;
+      return;  // wait for POLLIN
+    }
+    char buffer[2048];
+    while (true) {
+      ssize_t n = ::recv(probe.fd, buffer, sizeof buffer, 0);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+          return;
+        }
+        Finish(probe, false, std::string("recv: ") + std::strerror(errno));
+        return;
+      }
+      if (n == 0) {
+        Finish(probe, false, "connection closed before a status line");
+        return;
+      }
+      probe.response.append(buffer, static_cast<size_t>(n));
+      int status = ParseStatusLine(probe.response);
+      if (status < 0) {
+        Finish(probe, false, "not an HTTP response");
+        return;
+      }
+      if (status > 0) {
+        Finish(probe, status == 200, "status " + std::to_string(status));
+        return;
+      }
+    }
+  }
+
+  void Finish(Probe& probe, bool success, const std::string& reason) {
+    probe.done = true;
+    if (probe.fd >= 0) {
+      ::close(probe.fd);
+      probe.fd = -1;
+    }
+    Target& target = *probe.target;
+    target.in_flight = false;
+    if (target.removed) {
+      return;  // the server left the snapshot while we checked it
+    }
+    balancer::ServerHealth* health = target.health.get();
+    bool healthy = health == nullptr || health->healthy.load(std::memory_order_relaxed);
+    if (success) {
+      owner_->successes_->Inc();
+      int64_t rtt_us = std::max<int64_t>(NowUs() - probe.start_us, 1);
+      owner_->rtt_->Observe(static_cast<double>(rtt_us) / 1e6);
+      if (health != nullptr) {
+        int64_t previous = health->smoothed_rtt_us.load(std::memory_order_relaxed);
+        int64_t smoothed =
+            previous <= 0 ? rtt_us
+                          : static_cast<int64_t>(kRttAlpha * static_cast<double>(rtt_us) +
+                                                 (1 - kRttAlpha) * static_cast<double>(previous));
+        health->smoothed_rtt_us.store(std::max<int64_t>(smoothed, 1), std::memory_order_relaxed);
+      }
+      target.consecutive_failures = 0;
+      ++target.consecutive_successes;
+      if (!healthy && target.consecutive_successes >= target.healthy_threshold) {
+        SetHealthy(target, true,
+                   std::to_string(target.consecutive_successes) + " consecutive successful checks");
+      }
+    } else {
+      owner_->failures_->Inc();
+      target.consecutive_successes = 0;
+      ++target.consecutive_failures;
+      if (healthy && target.consecutive_failures >= target.unhealthy_threshold) {
+        SetHealthy(target, false, reason);
+      } else {
+        Log(LogLevel::kDebug, "health", "check failed",
+            {{"group", target.group}, {"server", target.server}, {"reason", reason}});
+      }
+    }
+  }
+
+  void SetHealthy(Target& target, bool up, const std::string& reason) {
+    if (target.health != nullptr) {
+      target.health->healthy.store(up, std::memory_order_relaxed);
+    }
+    std::string address = HostHeader(target.address, target.port);
+    if (up) {
+      Log(LogLevel::kInfo, "health", "server up",
+          {{"group", target.group},
+           {"server", target.server},
+           {"address", address},
+           {"reason", reason}});
+    } else {
+      Log(LogLevel::kWarn, "health", "server down",
+          {{"group", target.group},
+           {"server", target.server},
+           {"address", address},
+           {"reason", reason},
+           {"failures", std::to_string(target.consecutive_failures)}});
+    }
+    if (owner_->options_.on_transition) {
+      owner_->options_.on_transition(Transition{target.group, target.server, up, reason});
+    }
+  }
+
+  HealthChecker* owner_;
+  std::shared_ptr<const routing::RoutingTable> table_;
+  std::unordered_map<std::string, std::shared_ptr<Target>> targets_;
+  std::vector<Probe> probes_;
+  int64_t next_table_read_us_ = 0;
+};
+
+HealthChecker::HealthChecker(TableSource tables, MetricsRegistry* registry,
+                             HealthCheckerOptions options)
+    : tables_(std::move(tables)),
+      registry_(registry),
+      options_(std::move(options)),
+      successes_(&registry->GetCounter("kwd_proxy_health_checks_total",
+                                       "Active health checks by result.", {{"result", "success"}})),
+      failures_(&registry->GetCounter("kwd_proxy_health_checks_total",
+                                      "Active health checks by result.", {{"result", "failure"}})),
+      rtt_(&registry->GetHistogram("kwd_proxy_health_check_rtt_seconds",
+                                   "Round-trip time of successful health checks, connect "
+                                   "included.")) {
+  options_.max_concurrent_checks = std::max<size_t>(options_.max_concurrent_checks, 1);
+  options_.table_poll_ms = std::max<int64_t>(options_.table_poll_ms, 1);
+}
+
+HealthChecker::~HealthChecker() {
+  Stop();
+}
+
+bool HealthChecker::Start(std::string* error) {
+  if (thread_.joinable()) {
+    *error = "health checker already started";
+    return false;
+  }
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    *error = std::string("eventfd: ") + std::strerror(errno);
+    return false;
+  }
+  stop_.store(false, std::memory_order_release);
+  thread_ = std::thread([this] {
+    Loop loop(this);
+    loop.Run();
+  });
+  return true;
+}
+
+void HealthChecker::Stop() {
+  if (!thread_.joinable()) {
+    return;
+  }
+  stop_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+  thread_.join();
+  ::close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+}  // namespace kwd::health
