@@ -466,9 +466,7 @@ class LogonGroupCompiler {
       return;
     }
 
-    // Endpoint (address, port) -> server. The same endpoint can sit in two
-    // slices during a slice handover: keep one, preferring READY.
-    std::map<std::pair<std::string, std::uint32_t>, v1::Server> by_endpoint;
+    std::vector<Candidate> candidates;
     std::vector<std::string> unmatched_slices;
     for (const EndpointSlice* slice : it->second) {
       auto port = SelectPort(service.port, *slice);
@@ -489,39 +487,46 @@ class LogonGroupCompiler {
         } else {
           continue;
         }
-        v1::Server server = MakeServer(*slice, endpoint, *port, state, default_capacity, findings);
-        auto key = std::make_pair(server.address(), server.port());
-        auto existing = by_endpoint.find(key);
-        if (existing == by_endpoint.end()) {
-          by_endpoint.emplace(key, std::move(server));
-        } else if (existing->second.state() != v1::SERVER_STATE_READY &&
-                   state == v1::SERVER_STATE_READY) {
-          existing->second = std::move(server);
-        }
+        candidates.push_back(
+            MakeCandidate(*slice, endpoint, *port, state, default_capacity, findings));
       }
     }
 
+    // The same endpoint can sit in two slices during a slice handover: keep
+    // one, preferring READY, then the earlier slice (stable sort).
+    auto ready_rank = [](const Candidate& c) { return c.state == v1::SERVER_STATE_READY ? 0 : 1; };
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&](const Candidate& a, const Candidate& b) {
+                       return std::tuple(a.address, a.port, ready_rank(a)) <
+                              std::tuple(b.address, b.port, ready_rank(b));
+                     });
+    candidates.erase(std::unique(candidates.begin(), candidates.end(),
+                                 [](const Candidate& a, const Candidate& b) {
+                                   return a.address == b.address && a.port == b.port;
+                                 }),
+                     candidates.end());
     // Server names must be unique: on a clash keep the READY one, then the
-    // lowest address:port (map order), and say which endpoint was left out.
-    std::map<std::string, v1::Server> by_name;
-    for (auto& [key, server] : by_endpoint) {
-      auto existing = by_name.find(server.name());
-      if (existing == by_name.end()) {
-        std::string name = server.name();
-        by_name.emplace(std::move(name), std::move(server));
+    // lowest address:port, and say which endpoint was left out.
+    std::sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+      return std::tuple(std::string_view(a.name), ready_rank(a), a.address, a.port) <
+             std::tuple(std::string_view(b.name), ready_rank(b), b.address, b.port);
+    });
+    group->mutable_servers()->Reserve(static_cast<int>(candidates.size()));
+    const Candidate* previous = nullptr;
+    for (const Candidate& c : candidates) {
+      if (previous != nullptr && previous->name == c.name) {
+        findings.Note("endpoint " + std::string(c.address) + ":" + std::to_string(c.port) +
+                      " left out: server name " + Quote(c.name) + " is used twice");
         continue;
       }
-      v1::Server* dropped = &server;
-      if (existing->second.state() != v1::SERVER_STATE_READY &&
-          server.state() == v1::SERVER_STATE_READY) {
-        std::swap(existing->second, server);
-        dropped = &server;
-      }
-      findings.Note("endpoint " + dropped->address() + ":" + std::to_string(dropped->port()) +
-                    " left out: server name " + Quote(dropped->name()) + " is used twice");
-    }
-    for (auto& [name, server] : by_name) {
-      *group->add_servers() = std::move(server);
+      previous = &c;
+      v1::Server* server = group->add_servers();
+      server->set_name(c.name);
+      server->set_address(std::string(c.address));
+      server->set_port(c.port);
+      server->set_capacity(c.capacity);
+      server->set_state(c.state);
+      server->set_pod(c.pod);
     }
 
     if (unmatched_slices.size() == it->second.size()) {
@@ -544,44 +549,56 @@ class LogonGroupCompiler {
                         (slice_count == 1 ? " EndpointSlice" : " EndpointSlices");
   }
 
-  v1::Server MakeServer(const EndpointSlice& slice, const model::Endpoint& endpoint,
-                        std::uint32_t port, v1::ServerState state, std::uint32_t default_capacity,
-                        Findings& findings) {
-    v1::Server server;
-    server.set_address(endpoint.addresses.front());
-    server.set_port(port);
-    server.set_state(state);
-    server.set_capacity(default_capacity);
-    std::string name = endpoint.addresses.front();
+  // A server built from an endpoint, before de-duplication.
+  struct Candidate {
+    std::string_view address;  // points into the EndpointSlice
+    std::uint32_t port = 0;
+    v1::ServerState state = v1::SERVER_STATE_UNSPECIFIED;
+    std::uint32_t capacity = 1;
+    std::string name;
+    std::string pod;
+  };
+
+  Candidate MakeCandidate(const EndpointSlice& slice, const model::Endpoint& endpoint,
+                          std::uint32_t port, v1::ServerState state, std::uint32_t default_capacity,
+                          Findings& findings) {
+    static const std::string kInstanceName(model::kInstanceNameAnnotation);
+    static const std::string kCapacity(model::kCapacityAnnotation);
+    Candidate c;
+    c.address = endpoint.addresses.front();
+    c.port = port;
+    c.state = state;
+    c.capacity = default_capacity;
+    const std::string* name = &endpoint.addresses.front();
     if (endpoint.target_ref && !endpoint.target_ref->name.empty()) {
       const auto& ref = *endpoint.target_ref;
-      std::string pod_ns = ref.namespace_.empty() ? slice.metadata.namespace_ : ref.namespace_;
-      name = ref.name;
+      const std::string& pod_ns =
+          ref.namespace_.empty() ? slice.metadata.namespace_ : ref.namespace_;
+      name = &ref.name;
       if (ref.kind.empty() || ref.kind == model::kPodKind) {
-        server.set_pod(GroupKey(pod_ns, ref.name));
+        c.pod = GroupKey(pod_ns, ref.name);
         auto pod = objects_.pods().find({pod_ns, ref.name});
         if (pod != objects_.pods().end()) {
           const auto& annotations = pod->second.metadata.annotations;
-          auto instance = annotations.find(std::string(model::kInstanceNameAnnotation));
+          auto instance = annotations.find(kInstanceName);
           if (instance != annotations.end() && !instance->second.empty()) {
-            name = instance->second;
+            name = &instance->second;
           }
-          auto capacity = annotations.find(std::string(model::kCapacityAnnotation));
+          auto capacity = annotations.find(kCapacity);
           if (capacity != annotations.end()) {
             if (auto parsed = ParseCapacity(capacity->second)) {
-              server.set_capacity(*parsed);
+              c.capacity = *parsed;
             } else {
               findings.Note(
-                  "pod " + server.pod() + ": annotation " +
-                  std::string(model::kCapacityAnnotation) + "=" + Quote(capacity->second) +
+                  "pod " + c.pod + ": annotation " + kCapacity + "=" + Quote(capacity->second) +
                   " is not a positive integer, using capacity " + std::to_string(default_capacity));
             }
           }
         }
       }
     }
-    server.set_name(name);
-    return server;
+    c.name = *name;
+    return c;
   }
 
   const ObjectSet& objects_;
