@@ -1,0 +1,450 @@
+#include "dataplane/admin/admin_server.h"
+
+#include <cpprest/http_listener.h>
+#include <pplx/threadpool.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <vector>
+
+#include "common/log.h"
+#include "dataplane/admin/admin_page.h"
+#include "dataplane/balancer/balancer.h"
+#include "dataplane/routing/decision_json.h"
+
+namespace kwd::admin {
+namespace {
+
+namespace http = web::http;
+using http::experimental::listener::http_listener;
+using http::experimental::listener::http_listener_config;
+using nlohmann::ordered_json;
+
+__extension__ typedef unsigned __int128 Uint128;
+
+constexpr const char kJson[] = "application/json";
+constexpr const char kPrometheusText[] = "text/plain; version=0.0.4";
+constexpr const char kPlainText[] = "text/plain; charset=utf-8";
+constexpr const char kHtml[] = "text/html; charset=utf-8";
+
+// Load counts of one group's servers, summed over the workers.
+struct GroupLoad {
+  std::vector<uint64_t> assigned;
+  std::vector<uint64_t> outstanding;
+};
+
+struct WorkerLoad {
+  std::vector<GroupLoad> groups;  // parallel to the table's groups
+};
+
+// Reads one worker's balancer counters for the groups of `table`, on the
+// worker's thread. The worker may route with another table for a moment
+// (a swap in flight): groups and servers are matched by key and name.
+WorkerLoad ReadWorkerLoad(const routing::Router& router, const routing::RoutingTable& table) {
+  WorkerLoad load;
+  load.groups.resize(table.groups().size());
+  const std::shared_ptr<const routing::RoutingTable>& worker_table = router.table();
+  for (size_t g = 0; g < table.groups().size(); ++g) {
+    const routing::GroupEntry& group = table.groups()[g];
+    GroupLoad& out = load.groups[g];
+    out.assigned.assign(group.servers.size(), 0);
+    out.outstanding.assign(group.servers.size(), 0);
+    if (worker_table == nullptr) {
+      continue;
+    }
+    int worker_group = worker_table->FindGroup(group.key);
+    if (worker_group < 0) {
+      continue;
+    }
+    const balancer::Balancer* balancer = router.BalancerFor(static_cast<size_t>(worker_group));
+    if (balancer == nullptr) {
+      continue;
+    }
+    const routing::GroupEntry& theirs = worker_table->groups()[worker_group];
+    for (size_t s = 0; s < group.servers.size(); ++s) {
+      int index = theirs.FindServer(group.servers[s].name);
+      if (index >= 0 && static_cast<size_t>(index) < balancer->size()) {
+        out.assigned[s] = balancer->assigned(index);
+        out.outstanding[s] = balancer->outstanding(index);
+      }
+    }
+  }
+  return load;
+}
+
+std::string_view KindName(v1::Kind kind) {
+  return kind == v1::KIND_ABAP ? "abap" : kind == v1::KIND_JAVA ? "java" : "unspecified";
+}
+
+char FromHex(char c) {
+  if (c >= '0' && c <= '9') {
+    return static_cast<char>(c - '0');
+  }
+  if (c >= 'a' && c <= 'f') {
+    return static_cast<char>(c - 'a' + 10);
+  }
+  if (c >= 'A' && c <= 'F') {
+    return static_cast<char>(c - 'A' + 10);
+  }
+  return -1;
+}
+
+// Decodes a query component (form semantics: '+' is a space). False on a
+// malformed escape.
+bool DecodeQueryComponent(std::string_view in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '+') {
+      out->push_back(' ');
+    } else if (c == '%') {
+      if (i + 2 >= in.size()) {
+        return false;
+      }
+      char hi = FromHex(in[i + 1]);
+      char lo = FromHex(in[i + 2]);
+      if (hi < 0 || lo < 0) {
+        return false;
+      }
+      out->push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else {
+      out->push_back(c);
+    }
+  }
+  return true;
+}
+
+std::string ListenUri(const net::Endpoint& endpoint) {
+  std::string address = net::AddressString(endpoint);
+  if (address.find(':') != std::string::npos) {
+    address = "[" + address + "]";
+  }
+  return "http://" + address + ":" + std::to_string(endpoint.port());
+}
+
+}  // namespace
+
+bool InitializeCpprestThreads(size_t threads) {
+  static std::once_flag once;
+  bool initialized = false;
+  std::call_once(once, [&] {
+    try {
+      crossplat::threadpool::initialize_with_threads(std::max<size_t>(threads, 1));
+      initialized = true;
+    } catch (const std::exception& e) {
+      Log(LogLevel::kWarn, "admin", "cpprest thread pool already initialised",
+          {{"error", e.what()}});
+    }
+  });
+  return initialized;
+}
+
+int NextPreferredServer(const routing::GroupEntry& group, std::span<const uint64_t> assigned,
+                        std::span<const uint64_t> outstanding) {
+  const std::vector<balancer::ServerInput>& servers = group.inputs;
+  uint64_t rtt_sum = 0;
+  uint64_t measured = 0;
+  if (group.strategy == v1::STRATEGY_ADAPTIVE) {
+    for (const balancer::ServerInput& server : servers) {
+      if (int64_t rtt = server.RttUs(); rtt > 0) {
+        rtt_sum += static_cast<uint64_t>(rtt);
+        ++measured;
+      }
+    }
+  }
+  const uint64_t mean_rtt = measured > 0 ? std::max<uint64_t>(rtt_sum / measured, 1) : 0;
+  int best = -1;
+  Uint128 best_load = 0;
+  Uint128 best_divisor = 1;
+  for (size_t i = 0; i < servers.size() && i < assigned.size() && i < outstanding.size(); ++i) {
+    const balancer::ServerInput& server = servers[i];
+    if (!server.Usable()) {
+      continue;
+    }
+    Uint128 load = Uint128{assigned[i]} + outstanding[i] + 1;
+    Uint128 divisor = 1;
+    if (measured > 0) {
+      int64_t rtt = server.RttUs();
+      load *= rtt > 0 ? static_cast<uint64_t>(rtt) : mean_rtt;  // cost = load * rtt
+    } else {
+      divisor = std::max<uint32_t>(server.capacity, 1);  // cost = load / capacity
+    }
+    if (best < 0 || load * best_divisor < best_load * divisor) {
+      best = static_cast<int>(i);
+      best_load = load;
+      best_divisor = divisor;
+    }
+  }
+  return best;
+}
+
+// Dispatches admin requests on cpprest's pool threads.
+class AdminServer::Handler {
+ public:
+  explicit Handler(AdminServer* server) : server_(server) {}
+
+  void operator()(http::http_request request) {
+    http::http_response response;
+    try {
+      response = Respond(request);
+    } catch (const std::exception& e) {
+      response = JsonResponse(http::status_codes::InternalError,
+                              ordered_json{{"error", "internal error"}, {"detail", e.what()}});
+    }
+    response.headers().add("Cache-Control", "no-store");
+    request.reply(response).then([](pplx::task<void> sent) {
+      try {
+        sent.get();
+      } catch (const std::exception&) {
+        // The client went away; nothing to answer.
+      }
+    });
+  }
+
+ private:
+  static http::http_response TextResponse(http::status_code status, std::string body,
+                                          const std::string& content_type) {
+    http::http_response response(status);
+    response.set_body(std::move(body), content_type);
+    return response;
+  }
+  static http::http_response JsonResponse(http::status_code status, const ordered_json& body) {
+    return TextResponse(status, body.dump() + "\n", kJson);
+  }
+
+  http::http_response Respond(const http::http_request& request) {
+    const std::string path = request.relative_uri().path();
+    const std::string& method = request.method();
+    if (method != http::methods::GET && method != http::methods::HEAD) {
+      http::http_response response = JsonResponse(
+          http::status_codes::MethodNotAllowed,
+          ordered_json{
+              {"error", "method not allowed"}, {"method", method}, {"allow", "GET, HEAD"}});
+      response.headers().add("Allow", "GET, HEAD");
+      return response;
+    }
+    proxy::Proxy& proxy = *server_->proxy_;
+    if (path == "/metrics") {
+      return TextResponse(http::status_codes::OK, proxy.metrics().registry().Render(),
+                          kPrometheusText);
+    }
+    if (path == "/healthz") {
+      return TextResponse(http::status_codes::OK, "ok\n", kPlainText);
+    }
+    if (path == "/readyz") {
+      return proxy.ready() ? TextResponse(http::status_codes::OK, "ready\n", kPlainText)
+                           : TextResponse(http::status_codes::ServiceUnavailable,
+                                          "not ready: no snapshot applied\n", kPlainText);
+    }
+    if (path == "/admin" || path == "/admin/") {
+      return TextResponse(http::status_codes::OK, std::string(kAdminPage), kHtml);
+    }
+    if (path == "/admin/api/state") {
+      return JsonResponse(http::status_codes::OK, server_->State());
+    }
+    if (path == "/admin/api/explain") {
+      return Explain(request.relative_uri().query());
+    }
+    return JsonResponse(http::status_codes::NotFound,
+                        ordered_json{{"error", "not found"}, {"path", path}});
+  }
+
+  http::http_response Explain(const std::string& query) {
+    std::optional<std::string> url;
+    std::optional<std::string> host;
+    std::vector<std::string> headers;
+    size_t start = 0;
+    while (start <= query.size()) {
+      size_t end = query.find('&', start);
+      if (end == std::string::npos) {
+        end = query.size();
+      }
+      std::string_view pair = std::string_view(query).substr(start, end - start);
+      start = end + 1;
+      if (pair.empty()) {
+        continue;
+      }
+      size_t eq = pair.find('=');
+      std::string name;
+      std::string value;
+      if (!DecodeQueryComponent(pair.substr(0, eq), &name) ||
+          !DecodeQueryComponent(eq == std::string_view::npos ? "" : pair.substr(eq + 1), &value)) {
+        return JsonResponse(http::status_codes::BadRequest,
+                            ordered_json{{"error", "malformed percent-encoding in the query"}});
+      }
+      if (name == "url") {
+        url = std::move(value);
+      } else if (name == "host") {
+        host = std::move(value);
+      } else if (name == "header") {
+        if (value.find(':') == std::string::npos || value.front() == ':') {
+          return JsonResponse(
+              http::status_codes::BadRequest,
+              ordered_json{{"error", "header wants 'Name: value'"}, {"header", value}});
+        }
+        headers.push_back(std::move(value));
+      }
+    }
+    if (!url.has_value() || url->empty()) {
+      return JsonResponse(
+          http::status_codes::BadRequest,
+          ordered_json{{"error", "missing url parameter"},
+                       {"usage", "/admin/api/explain?url=/path&host=HOST&header=Name:%20value"}});
+    }
+    return JsonResponse(
+        http::status_codes::OK,
+        server_->Explain(*url,
+                         host.has_value() ? std::optional<std::string_view>(*host) : std::nullopt,
+                         headers));
+  }
+
+  AdminServer* server_;
+};
+
+AdminServer::AdminServer(proxy::Proxy* proxy, AdminOptions options)
+    : proxy_(proxy),
+      options_(std::move(options)),
+      clock_(std::make_shared<routing::SteadyClock>()),
+      explain_router_(proxy->affinity_codec(), clock_) {}
+
+AdminServer::~AdminServer() {
+  Stop();
+}
+
+bool AdminServer::Start(std::string* error) {
+  if (listener_ != nullptr) {
+    *error = "admin server already started";
+    return false;
+  }
+  InitializeCpprestThreads(options_.threads);
+  std::string uri = ListenUri(options_.listen);
+  try {
+    http_listener_config config;
+    config.set_timeout(std::chrono::seconds(30));
+    auto listener = std::make_unique<http_listener>(uri, config);
+    listener->support(Handler(this));
+    listener->open().wait();
+    listener_ = std::move(listener);
+  } catch (const std::exception& e) {
+    *error = "cannot listen on " + uri + " (admin): " + e.what();
+    return false;
+  }
+  Log(LogLevel::kInfo, "admin", "admin server listening", {{"uri", uri}});
+  return true;
+}
+
+void AdminServer::Stop() {
+  if (listener_ == nullptr) {
+    return;
+  }
+  try {
+    listener_->close().wait();
+  } catch (const std::exception& e) {
+    Log(LogLevel::kWarn, "admin", "closing the admin listener failed", {{"error", e.what()}});
+  }
+  listener_.reset();
+}
+
+ordered_json AdminServer::State() {
+  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  auto& workers = proxy_->workers();
+
+  // Ask every worker for its counters; they answer between requests.
+  std::vector<std::future<WorkerLoad>> answers;
+  for (auto& worker : workers) {
+    auto promise = std::make_shared<std::promise<WorkerLoad>>();
+    answers.push_back(promise->get_future());
+    if (table == nullptr) {
+      promise->set_value(WorkerLoad{});
+      continue;
+    }
+    proxy::Worker* raw = worker.get();
+    raw->Post([raw, table, promise] { promise->set_value(ReadWorkerLoad(raw->router(), *table)); });
+  }
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.worker_timeout_ms);
+  size_t groups = table != nullptr ? table->groups().size() : 0;
+  std::vector<GroupLoad> total(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    total[g].assigned.assign(table->groups()[g].servers.size(), 0);
+    total[g].outstanding.assign(table->groups()[g].servers.size(), 0);
+  }
+  int answered = 0;
+  for (auto& answer : answers) {
+    if (answer.wait_until(deadline) != std::future_status::ready) {
+      continue;  // a stuck or stopped worker: report what the others said
+    }
+    WorkerLoad load = answer.get();
+    ++answered;
+    for (size_t g = 0; g < groups && g < load.groups.size(); ++g) {
+      for (size_t s = 0; s < total[g].assigned.size(); ++s) {
+        total[g].assigned[s] += load.groups[g].assigned[s];
+        total[g].outstanding[s] += load.groups[g].outstanding[s];
+      }
+    }
+  }
+
+  ordered_json state;
+  state["version"] = table != nullptr ? table->version() : "";
+  state["ready"] = proxy_->ready();
+  state["workers"] = workers.size();
+  state["workers_answered"] = answered;
+  state["groups"] = ordered_json::array();
+  for (size_t g = 0; g < groups; ++g) {
+    const routing::GroupEntry& group = table->groups()[g];
+    ordered_json entry;
+    entry["key"] = group.key;
+    entry["kind"] = KindName(group.kind);
+    entry["strategy"] = balancer::StrategyName(group.strategy);
+    entry["session_table_entries"] =
+        group.sessions != nullptr ? group.sessions->Stats().entries : 0;
+    int next = NextPreferredServer(group, total[g].assigned, total[g].outstanding);
+    entry["next_preferred_server"] =
+        next >= 0 ? ordered_json(group.servers[next].name) : ordered_json();
+    entry["servers"] = ordered_json::array();
+    for (size_t s = 0; s < group.servers.size(); ++s) {
+      const routing::ServerEntry& server = group.servers[s];
+      const balancer::ServerInput& input = group.inputs[s];
+      ordered_json item;
+      item["name"] = server.name;
+      item["address"] = server.address;
+      item["port"] = server.port;
+      item["capacity"] = server.capacity;
+      item["state"] = server.state == v1::SERVER_STATE_DRAINING ? "draining" : "ready";
+      item["healthy"] = input.Healthy();
+      int64_t rtt_us = input.RttUs();
+      item["rtt_ms"] =
+          rtt_us > 0 ? ordered_json(static_cast<double>(rtt_us) / 1000.0) : ordered_json();
+      item["assigned"] = total[g].assigned[s];
+      item["outstanding"] = total[g].outstanding[s];
+      item["load_factor"] = static_cast<double>(total[g].assigned[s] + total[g].outstanding[s]) /
+                            static_cast<double>(std::max<uint32_t>(server.capacity, 1));
+      entry["servers"].push_back(std::move(item));
+    }
+    state["groups"].push_back(std::move(entry));
+  }
+  return state;
+}
+
+ordered_json AdminServer::Explain(std::string_view url, std::optional<std::string_view> host,
+                                  std::span<const std::string> headers) {
+  routing::ExplainRequest request = routing::MakeExplainRequest(url, headers, host);
+  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  std::lock_guard lock(explain_mu_);
+  if (table != nullptr && explain_router_.table() != table) {
+    explain_router_.Apply(table);
+  }
+  if (explain_router_.table() == nullptr) {
+    return ordered_json{{"error", "no routing table"}};
+  }
+  routing::Decision decision = explain_router_.Route(request.View());
+  ordered_json body = routing::DecisionJson(explain_router_, decision, request.https);
+  // Answered at once: the admin router's outstanding count stays zero.
+  explain_router_.Complete(decision);
+  return body;
+}
+
+}  // namespace kwd::admin

@@ -1,0 +1,594 @@
+#include "dataplane/admin/admin_server.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/snapshot_io.h"
+#include "dataplane/health/health_checker.h"
+#include "dataplane/proxy/proxy.h"
+#include "tests/dataplane/health/test_backend.h"
+
+namespace kwd::admin {
+namespace {
+
+using kwd::testing::TestBackend;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr auto kDeadline = std::chrono::seconds(10);
+
+// cpprest's listener cannot report an ephemeral port: reserve a free one
+// (bind 127.0.0.1:0, read it, close) and start the listener on it.
+uint16_t ReserveFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lowercase names
+  std::string body;
+};
+
+// One HTTP/1.1 exchange over a fresh loopback connection, bounded by a
+// deadline: write the request, read until the server closes.
+HttpResponse Fetch(uint16_t port, const std::string& method, const std::string& target) {
+  HttpResponse response;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    ADD_FAILURE() << "connect to port " << port << " failed";
+    return response;
+  }
+  std::string request = method + " " + target +
+                        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                        "Content-Length: 0\r\n\r\n";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string raw;
+  auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  char buffer[8192];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) {
+      continue;
+    }
+    ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) {
+      break;
+    }
+    raw.append(buffer, static_cast<size_t>(n));
+    // cpprest may keep the connection open: stop once the body is complete.
+    size_t head_end = raw.find("\r\n\r\n");
+    if (head_end != std::string::npos) {
+      std::string lower = raw.substr(0, head_end);
+      for (char& c : lower) {
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
+      size_t cl = lower.find("content-length:");
+      if (cl != std::string::npos &&
+          raw.size() - head_end - 4 >= std::stoul(lower.substr(cl + 15))) {
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  size_t head_end = raw.find("\r\n\r\n");
+  if (raw.size() < 12 || head_end == std::string::npos) {
+    ADD_FAILURE() << "no HTTP response: " << raw;
+    return response;
+  }
+  response.status = std::stoi(raw.substr(9, 3));
+  size_t line_start = raw.find("\r\n") + 2;
+  while (line_start < head_end) {
+    size_t line_end = raw.find("\r\n", line_start);
+    std::string line = raw.substr(line_start, line_end - line_start);
+    size_t colon = line.find(':');
+    std::string name = line.substr(0, colon);
+    for (char& c : name) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    size_t value_start = line.find_first_not_of(' ', colon + 1);
+    response.headers[name] = value_start == std::string::npos ? "" : line.substr(value_start);
+    line_start = line_end + 2;
+  }
+  response.body = raw.substr(head_end + 4);
+  return response;
+}
+
+// Snapshot: erp/diag (abap, weighted_round_robin: app1 c=6, app2 c=3,
+// app3 c=1 draining), erp/j2ee (java: j1); rules /sap/ -> erp/diag, /irj/
+// -> erp/j2ee.
+v1::Snapshot MakeSnapshot(uint16_t app1, uint16_t app2, uint16_t app3, uint16_t j1) {
+  v1::Snapshot snapshot;
+  auto add_server = [](v1::Group* group, const std::string& name, uint16_t port, uint32_t capacity,
+                       v1::ServerState state) {
+    v1::Server* server = group->add_servers();
+    server->set_name(name);
+    server->set_address("127.0.0.1");
+    server->set_port(port);
+    server->set_capacity(capacity);
+    server->set_state(state);
+  };
+  auto add_group = [&](const std::string& key, v1::Kind kind) {
+    v1::Group* group = snapshot.add_groups();
+    group->set_key(key);
+    group->set_kind(kind);
+    group->set_strategy(v1::STRATEGY_WEIGHTED_ROUND_ROBIN);
+    group->set_load_reset_interval_seconds(0);
+    v1::HealthCheck* check = group->mutable_health_check();
+    check->set_path("/ping");
+    check->set_interval_seconds(1);
+    check->set_timeout_seconds(1);
+    check->set_unhealthy_threshold(1);
+    check->set_healthy_threshold(1);
+    auto* affinity = group->mutable_session_affinity();
+    affinity->add_identifiers(v1::SESSION_IDENTIFIER_SAP_CONTEXTID);
+    affinity->add_identifiers(v1::SESSION_IDENTIFIER_SAPLB);
+    affinity->add_identifiers(v1::SESSION_IDENTIFIER_JSESSIONID);
+    affinity->add_identifiers(v1::SESSION_IDENTIFIER_SAP_EXT_SID);
+    return group;
+  };
+  v1::Group* diag = add_group("erp/diag", v1::KIND_ABAP);
+  add_server(diag, "app1", app1, 6, v1::SERVER_STATE_READY);
+  add_server(diag, "app2", app2, 3, v1::SERVER_STATE_READY);
+  add_server(diag, "app3", app3, 1, v1::SERVER_STATE_DRAINING);
+  v1::Group* j2ee = add_group("erp/j2ee", v1::KIND_JAVA);
+  add_server(j2ee, "j1", j1, 1, v1::SERVER_STATE_READY);
+
+  v1::VirtualHost* any = snapshot.add_virtual_hosts();
+  any->set_default_root_handler(v1::KIND_ABAP);
+  any->set_default_abap_group("erp/diag");
+  any->set_default_java_group("erp/j2ee");
+  for (auto [prefix, kind, group] :
+       {std::tuple{"/irj/", v1::KIND_JAVA, "erp/j2ee"}, {"/sap/", v1::KIND_ABAP, "erp/diag"}}) {
+    v1::Rule* rule = any->add_rules();
+    rule->set_prefix(prefix);
+    rule->set_kind(kind);
+    rule->set_group(group);
+  }
+  StampSnapshotVersion(&snapshot);
+  return snapshot;
+}
+
+class AdminServerTest : public ::testing::Test {
+ protected:
+  AdminServerTest()
+      : app1_(TestBackend::Mode::kOk),
+        app2_(TestBackend::Mode::kOk),
+        app3_(TestBackend::Mode::kOk),
+        j1_(TestBackend::Mode::kOk) {}
+
+  void SetUp() override {
+    proxy::ProxyOptions options;
+    std::string error;
+    ASSERT_TRUE(net::ParseEndpoint("127.0.0.1:0", &options.listen, &error)) << error;
+    options.workers = 2;
+    options.access_log = "off";
+    options.affinity_key = "test-affinity-key";
+    admin_port_ = ReserveFreePort();
+    ASSERT_TRUE(net::ParseEndpoint("127.0.0.1:" + std::to_string(admin_port_),
+                                   &options.admin_listen, &error))
+        << error;
+    proxy_ = std::make_unique<proxy::Proxy>(options);
+    ASSERT_TRUE(proxy_->Start(&error)) << error;
+    admin_ = std::make_unique<AdminServer>(proxy_.get(), AdminOptions{options.admin_listen});
+    ASSERT_TRUE(admin_->Start(&error)) << error;
+  }
+
+  void TearDown() override {
+    if (admin_ != nullptr) {
+      admin_->Stop();
+    }
+    if (proxy_ != nullptr) {
+      proxy_->Shutdown(0);
+    }
+  }
+
+  void ApplySnapshot() {
+    std::string error;
+    ASSERT_TRUE(proxy_->ApplySnapshot(
+        MakeSnapshot(app1_.port(), app2_.port(), app3_.port(), j1_.port()), &error))
+        << error;
+  }
+
+  HttpResponse Get(const std::string& target) { return Fetch(admin_port_, "GET", target); }
+
+  json State() {
+    HttpResponse response = Get("/admin/api/state");
+    EXPECT_EQ(response.status, 200);
+    return json::parse(response.body);
+  }
+
+  TestBackend app1_;
+  TestBackend app2_;
+  TestBackend app3_;
+  TestBackend j1_;
+  uint16_t admin_port_ = 0;
+  std::unique_ptr<proxy::Proxy> proxy_;
+  std::unique_ptr<AdminServer> admin_;
+};
+
+TEST_F(AdminServerTest, HealthzAndReadyzFollowTheSnapshot) {
+  HttpResponse healthz = Get("/healthz");
+  EXPECT_EQ(healthz.status, 200);
+  EXPECT_EQ(healthz.body, "ok\n");
+  EXPECT_THAT(healthz.headers["content-type"], StartsWith("text/plain"));
+
+  HttpResponse before = Get("/readyz");
+  EXPECT_EQ(before.status, 503);
+  EXPECT_THAT(before.body, HasSubstr("not ready"));
+
+  ApplySnapshot();
+  HttpResponse after = Get("/readyz");
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.body, "ready\n");
+}
+
+TEST_F(AdminServerTest, UnknownPathIsJson404AndOnlyGetIsAllowed) {
+  HttpResponse missing = Get("/nope");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(missing.headers["content-type"], "application/json");
+  json body = json::parse(missing.body);
+  EXPECT_EQ(body["error"], "not found");
+  EXPECT_EQ(body["path"], "/nope");
+
+  HttpResponse post = Fetch(admin_port_, "POST", "/metrics");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.headers["allow"], "GET, HEAD");
+}
+
+TEST_F(AdminServerTest, MetricsPassPromtool) {
+  ApplySnapshot();
+  // The health checker registers its families in the same registry.
+  health::HealthCheckerOptions options;
+  options.interval_override_ms = 20;
+  options.timeout_override_ms = 500;
+  health::HealthChecker checker([this] { return proxy_->table(); }, &proxy_->metrics().registry(),
+                                options);
+  std::string error;
+  ASSERT_TRUE(checker.Start(&error)) << error;
+  auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (checker.checks_succeeded() < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(checker.checks_succeeded(), 4u);
+
+  HttpResponse metrics = Get("/metrics");
+  checker.Stop();
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.headers["content-type"], "text/plain; version=0.0.4");
+  EXPECT_THAT(metrics.body, HasSubstr("kwd_proxy_ready 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("kwd_proxy_server_up{group=\"erp/diag\",server=\"app1\"} 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("kwd_proxy_health_checks_total{result=\"success\"}"));
+
+  std::string path = ::testing::TempDir() + "admin_metrics.txt";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << metrics.body;
+  }
+  std::string command = "promtool check metrics < " + path + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[512];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) {
+    output.append(buffer, n);
+  }
+  int status = ::pclose(pipe);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(output, "");
+  std::remove(path.c_str());
+}
+
+TEST_F(AdminServerTest, CpprestRunsOnASmallThreadPool) {
+  ASSERT_EQ(Get("/healthz").status, 200);
+  // cpprest's default pool has 40 threads; ours has AdminOptions::threads.
+  // The rest: main, 2 workers, cpprest's listener and timer threads, backends.
+  size_t threads = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++threads;
+  }
+  RecordProperty("threads", static_cast<int>(threads));
+  EXPECT_LT(threads, 20u);
+  // Already initialised by Start(): a second initialisation is refused.
+  EXPECT_FALSE(InitializeCpprestThreads(8));
+}
+
+TEST_F(AdminServerTest, AdminPageIsSelfContainedHtml) {
+  HttpResponse page = Get("/admin");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.headers["content-type"], "text/html; charset=utf-8");
+  EXPECT_THAT(page.body, StartsWith("<!doctype html>"));
+  EXPECT_THAT(page.body, HasSubstr("api/state"));
+  EXPECT_THAT(page.body, HasSubstr("api/explain"));
+  // No external assets: nothing is loaded from another origin.
+  EXPECT_THAT(page.body, ::testing::Not(HasSubstr("http://")));
+  EXPECT_THAT(page.body, ::testing::Not(HasSubstr("https://")));
+  EXPECT_THAT(page.body, ::testing::Not(HasSubstr("src=")));
+}
+
+TEST_F(AdminServerTest, StateBeforeAnySnapshot) {
+  json state = State();
+  EXPECT_EQ(state["ready"], false);
+  EXPECT_EQ(state["workers"], 2);
+  EXPECT_EQ(state["workers_answered"], 2);
+  EXPECT_TRUE(state["groups"].empty());
+}
+
+TEST_F(AdminServerTest, StateShowsGroupsServersLoadAndHealth) {
+  ApplySnapshot();
+  // Three requests through the proxy; each answered before the next.
+  for (int i = 0; i < 3; ++i) {
+    HttpResponse response = Fetch(proxy_->bound().port(), "GET", "/sap/bc/x");
+    ASSERT_EQ(response.status, 200) << response.body;
+  }
+  HttpResponse raw = Get("/admin/api/state");
+  EXPECT_EQ(raw.status, 200);
+  EXPECT_EQ(raw.headers["content-type"], "application/json");
+  json state = json::parse(raw.body);
+  EXPECT_EQ(state["version"], proxy_->version());
+  EXPECT_EQ(state["ready"], true);
+  EXPECT_EQ(state["workers"], 2);
+  EXPECT_EQ(state["workers_answered"], 2);
+  ASSERT_EQ(state["groups"].size(), 2u);
+
+  const json& diag = state["groups"][0];
+  EXPECT_EQ(diag["key"], "erp/diag");
+  EXPECT_EQ(diag["kind"], "abap");
+  EXPECT_EQ(diag["strategy"], "weighted_round_robin");
+  EXPECT_EQ(diag["session_table_entries"], 0);
+  ASSERT_EQ(diag["servers"].size(), 3u);
+  uint64_t assigned = 0;
+  std::vector<std::string> names;
+  for (const json& server : diag["servers"]) {
+    names.push_back(server["name"]);
+    EXPECT_EQ(server["address"], "127.0.0.1");
+    EXPECT_EQ(server["outstanding"], 0) << server;  // every response arrived
+    EXPECT_EQ(server["healthy"], true);
+    EXPECT_TRUE(server["rtt_ms"].is_null());  // no health checker in this test
+    assigned += server["assigned"].get<uint64_t>();
+    double load = (server["assigned"].get<double>() + server["outstanding"].get<double>()) /
+                  server["capacity"].get<double>();
+    EXPECT_DOUBLE_EQ(server["load_factor"].get<double>(), load);
+  }
+  EXPECT_EQ(assigned, 3u);  // summed over both workers
+  EXPECT_EQ(names, (std::vector<std::string>{"app1", "app2", "app3"}));
+  EXPECT_EQ(diag["servers"][0]["port"], app1_.port());
+  EXPECT_EQ(diag["servers"][0]["capacity"], 6);
+  EXPECT_EQ(diag["servers"][0]["state"], "ready");
+  EXPECT_EQ(diag["servers"][2]["state"], "draining");
+  EXPECT_EQ(diag["servers"][2]["assigned"], 0);  // draining: no new traffic
+  EXPECT_EQ(app1_.requests() + app2_.requests(), 3);
+
+  const json& j2ee = state["groups"][1];
+  EXPECT_EQ(j2ee["key"], "erp/j2ee");
+  EXPECT_EQ(j2ee["kind"], "java");
+  EXPECT_EQ(j2ee["next_preferred_server"], "j1");
+
+  // app1 goes down: state reports it, and app2 becomes the next preferred.
+  proxy_->health().Find("erp/diag", "app1")->healthy.store(false);
+  proxy_->health().Find("erp/diag", "app2")->smoothed_rtt_us.store(1500);
+  json later = State();
+  EXPECT_EQ(later["groups"][0]["servers"][0]["healthy"], false);
+  EXPECT_DOUBLE_EQ(later["groups"][0]["servers"][1]["rtt_ms"].get<double>(), 1.5);
+  EXPECT_EQ(later["groups"][0]["next_preferred_server"], "app2");
+}
+
+TEST_F(AdminServerTest, ExplainAnswersLikeTheCliWithoutMovingLiveBalancing) {
+  ApplySnapshot();
+  // The admin router balances on its own counters: A A B with capacities 6, 3.
+  std::vector<std::string> picks;
+  for (int i = 0; i < 3; ++i) {
+    picks.push_back(admin_->Explain("/sap/x", std::nullopt, {})["server"]);
+  }
+  EXPECT_EQ(picks, (std::vector<std::string>{"app1", "app1", "app2"}));
+
+  // Next by the same rule: app1 (3/6 beats 2/3).
+  HttpResponse response =
+      Get("/admin/api/explain?url=%2Fsap%2Fbc%2Fgui%2Fx%3Fa%3D1&host=erp.local");
+  EXPECT_EQ(response.status, 200);
+  EXPECT_EQ(response.headers["content-type"], "application/json");
+  json decision = json::parse(response.body);
+  EXPECT_EQ(decision["group"], "erp/diag");
+  EXPECT_EQ(decision["server"], "app1");
+  EXPECT_EQ(decision["address"], "127.0.0.1:" + std::to_string(app1_.port()));
+  EXPECT_EQ(decision["rule"], "/sap/");
+  EXPECT_EQ(decision["kind"], "abap");
+  EXPECT_EQ(decision["reason"], "balance");
+  EXPECT_TRUE(decision["status"].is_null());
+  EXPECT_EQ(decision["path"], "/sap/bc/gui/x");
+
+  // Sticky by saplb cookie (repeatable header= parameters).
+  json sticky = json::parse(
+      Get("/admin/api/explain?url=/sap/bc/x&header=Cookie:%20saplb_diag%3D(app2)00&header=X-A:+b")
+          .body);
+  EXPECT_EQ(sticky["server"], "app2");
+  EXPECT_EQ(sticky["reason"], "sticky:saplb");
+
+  // Java rule and root URL.
+  EXPECT_EQ(json::parse(Get("/admin/api/explain?url=http://h/irj/portal").body)["group"],
+            "erp/j2ee");
+  EXPECT_EQ(json::parse(Get("/admin/api/explain?url=/index.html").body)["rule"], "root");
+
+  // Explaining many times never touched the workers' counters.
+  for (int i = 0; i < 5; ++i) {
+    Get("/admin/api/explain?url=/sap/bc/x");
+  }
+  json state = State();
+  for (const json& group : state["groups"]) {
+    for (const json& server : group["servers"]) {
+      EXPECT_EQ(server["assigned"], 0) << server;
+    }
+  }
+  HttpResponse missing = Get("/admin/api/explain");
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_THAT(json::parse(missing.body)["error"].get<std::string>(), HasSubstr("url"));
+  EXPECT_EQ(Get("/admin/api/explain?url=%zz").status, 400);
+  EXPECT_EQ(Get("/admin/api/explain?url=/x&header=nocolon").status, 400);
+}
+
+TEST(AdminServerStartTest, ReportsBindFailures) {
+  // Port taken by a listener.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  uint16_t taken = ntohs(addr.sin_port);
+
+  proxy::ProxyOptions options;
+  options.access_log = "off";
+  proxy::Proxy proxy(options);
+  struct Case {
+    std::string endpoint;
+    std::string want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"127.0.0.1:" + std::to_string(taken), "127.0.0.1:" + std::to_string(taken)},
+           {"192.0.2.1:" + std::to_string(ReserveFreePort()), "192.0.2.1"},  // not local
+       }) {
+    AdminOptions admin_options;
+    std::string error;
+    ASSERT_TRUE(net::ParseEndpoint(c.endpoint, &admin_options.listen, &error)) << error;
+    AdminServer admin(&proxy, admin_options);
+    EXPECT_FALSE(admin.Start(&error)) << c.endpoint;
+    EXPECT_THAT(error, HasSubstr("cannot listen on http://" + c.want)) << error;
+  }
+  ::close(fd);
+}
+
+TEST(NextPreferredServerTest, FollowsTheBalancingRules) {
+  struct Case {
+    std::string name;
+    v1::Strategy strategy;
+    std::vector<uint32_t> capacities;
+    std::vector<bool> usable;
+    std::vector<int64_t> rtt_us;
+    std::vector<uint64_t> assigned;
+    std::vector<uint64_t> outstanding;
+    int want;
+  };
+  using S = v1::Strategy;
+  std::vector<Case> cases = {
+      {"idle: first",
+       S::STRATEGY_WEIGHTED_ROUND_ROBIN,
+       {6, 3},
+       {true, true},
+       {0, 0},
+       {0, 0},
+       {0, 0},
+       0},
+      {"A A then B",
+       S::STRATEGY_WEIGHTED_ROUND_ROBIN,
+       {6, 3},
+       {true, true},
+       {0, 0},
+       {2, 0},
+       {0, 0},
+       1},
+      {"tie to earlier",
+       S::STRATEGY_WEIGHTED_ROUND_ROBIN,
+       {2, 1},
+       {true, true},
+       {0, 0},
+       {1, 0},
+       {0, 0},
+       0},
+      {"outstanding counts",
+       S::STRATEGY_WEIGHTED_ROUND_ROBIN,
+       {1, 1},
+       {true, true},
+       {0, 0},
+       {0, 0},
+       {3, 0},
+       1},
+      {"unusable skipped",
+       S::STRATEGY_WEIGHTED_ROUND_ROBIN,
+       {6, 3},
+       {false, true},
+       {0, 0},
+       {0, 9},
+       {0, 0},
+       1},
+      {"none usable",
+       S::STRATEGY_WEIGHTED_ROUND_ROBIN,
+       {6, 3},
+       {false, false},
+       {0, 0},
+       {0, 0},
+       {0, 0},
+       -1},
+      {"adaptive: faster wins",
+       S::STRATEGY_ADAPTIVE,
+       {1, 1},
+       {true, true},
+       {9000, 1000},
+       {0, 0},
+       {0, 0},
+       1},
+      {"adaptive: load times rtt",
+       S::STRATEGY_ADAPTIVE,
+       {1, 1},
+       {true, true},
+       {1000, 3000},
+       {3, 0},
+       {0, 0},
+       1},
+      {"adaptive without rtt: weighted",
+       S::STRATEGY_ADAPTIVE,
+       {6, 3},
+       {true, true},
+       {0, 0},
+       {2, 0},
+       {0, 0},
+       1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    routing::GroupEntry group;
+    group.strategy = c.strategy;
+    std::vector<balancer::ServerHealth> health(c.capacities.size());
+    for (size_t i = 0; i < c.capacities.size(); ++i) {
+      health[i].smoothed_rtt_us.store(c.rtt_us[i]);
+      health[i].healthy.store(c.usable[i]);
+      group.inputs.push_back(balancer::ServerInput{c.capacities[i], true, &health[i]});
+    }
+    EXPECT_EQ(NextPreferredServer(group, c.assigned, c.outstanding), c.want);
+  }
+}
+
+}  // namespace
+}  // namespace kwd::admin
