@@ -90,8 +90,9 @@ void EventLoop::Schedule(Timer* timer, int64_t delay_ms) {
     delay_ms = 0;
   }
   timer->deadline_ms_ = now_ms_ + delay_ms;
-  // A timer never lands in the slot being processed: at least one tick ahead.
-  int64_t tick = std::max(timer->deadline_ms_, wheel_time_ms_ + kTickMs) / kTickMs;
+  // wheel_time_ms_ is the first tick not processed yet, so a timer never lands
+  // in a tick that was processed (or is being processed) already.
+  int64_t tick = std::max(timer->deadline_ms_, wheel_time_ms_) / kTickMs;
   timer->slot_ = static_cast<size_t>(tick) % kWheelSlots;
   timer->loop_ = this;
   timer->prev_ = nullptr;
@@ -110,22 +111,25 @@ void EventLoop::Cancel(Timer* timer) {
 }
 
 void EventLoop::RunTimers() {
-  while (wheel_time_ms_ + kTickMs <= now_ms_) {
+  // A tick is processed once every deadline in it has passed.
+  while (wheel_time_ms_ + kTickMs - 1 <= now_ms_) {
+    int64_t tick_start = wheel_time_ms_;
     wheel_time_ms_ += kTickMs;
     if (armed_timers_ == 0) {
       wheel_time_ms_ = now_ms_ - now_ms_ % kTickMs;
       return;
     }
-    size_t slot = static_cast<size_t>(wheel_time_ms_ / kTickMs) % kWheelSlots;
+    size_t slot = static_cast<size_t>(tick_start / kTickMs) % kWheelSlots;
     Timer* t = wheel_[slot];
     while (t != nullptr) {
       Timer* next = t->next_;
+      // Timers a whole wheel turn (or more) ahead share the slot: they wait.
       if (t->deadline_ms_ <= now_ms_) {
         Unlink(t);
-        // The callback may re-arm this timer or cancel `next` (it cannot
-        // delete other timers' owners without cancelling them, which unlinks).
+        // The callback may re-arm or cancel any timer, `next` included, so
+        // the scan restarts from the slot's head. Re-armed timers land in
+        // later ticks and are not met again here.
         t->callback_(t->owner_);
-        // `next` may have been cancelled by the callback; restart the slot.
         next = wheel_[slot];
         while (next != nullptr && next->deadline_ms_ > now_ms_) {
           next = next->next_;

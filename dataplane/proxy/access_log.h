@@ -43,7 +43,7 @@ class AccessLog {
   static constexpr size_t kFlushBytes = 32 * 1024;
   int fd_;
   std::string buffer_;
-  time_t cached_second_ = 0;
+  time_t cached_second_ = -1;
   char cached_time_[40] = {0};
 };
 

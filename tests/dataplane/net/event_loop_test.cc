@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,47 @@ TEST(EventLoopTest, TimerBeyondOneWheelTurnWaitsForItsDeadline) {
   stopper.join();
   EXPECT_EQ(order, (std::vector<int>{2}));
   EXPECT_TRUE(far.timer.armed());
+}
+
+// Regression: a timer armed in the middle of a tick (from an I/O handler)
+// must fire even when the loop reaches that tick before its deadline.
+TEST(EventLoopTest, TimersArmedAtAnyPhaseOfATickFire) {
+  EventLoop loop;
+  std::vector<int> unused;
+  struct Periodic {
+    EventLoop* loop;
+    Timer timer{this, [](void* self) {
+                  auto* p = static_cast<Periodic*>(self);
+                  p->loop->Schedule(&p->timer, 7);
+                }};
+  } periodic{&loop};
+  loop.Schedule(&periodic.timer, 7);
+  std::thread runner([&] { loop.Run(); });
+  int missed = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::atomic<int> fired{0};
+    struct Once {
+      std::atomic<int>* fired;
+      Timer timer{this, [](void* self) { static_cast<Once*>(self)->fired->fetch_add(1); }};
+    } once{&fired};
+    loop.Post([&] {
+      loop.UpdateTime();
+      loop.Schedule(&once.timer, 23);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(60 + i % 7));
+    std::atomic<bool> checked{false};
+    loop.Post([&] {
+      loop.Cancel(&once.timer);
+      checked = true;
+    });
+    while (!checked) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    missed += fired.load() == 1 ? 0 : 1;
+  }
+  loop.Stop();
+  runner.join();
+  EXPECT_EQ(missed, 0);
 }
 
 TEST(EventLoopTest, PostRunsOnTheLoopThread) {

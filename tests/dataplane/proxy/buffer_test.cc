@@ -1,0 +1,34 @@
+#include "dataplane/proxy/buffer.h"
+
+#include <gtest/gtest.h>
+
+namespace kwd::proxy {
+namespace {
+
+TEST(BufferTest, AppendConsumeAndCompact) {
+  Buffer b(8);
+  b.Append("hello");
+  EXPECT_EQ(b.view(), "hello");
+  b.Consume(2);
+  EXPECT_EQ(b.view(), "llo");
+  size_t free_bytes = 0;
+  char* p = b.PrepareWrite(6, 64, &free_bytes);  // compacts, then grows
+  ASSERT_GE(free_bytes, 6u);
+  std::memcpy(p, " world", 6);
+  b.Commit(6);
+  EXPECT_EQ(b.view(), "llo world");
+  b.Consume(b.size());
+  EXPECT_TRUE(b.empty());
+}
+
+TEST(BufferTest, NeverGrowsBeyondTheLimit) {
+  Buffer b(16);
+  b.Append(std::string(16, 'x'));
+  size_t free_bytes = 1;
+  b.PrepareWrite(8, 16, &free_bytes);
+  EXPECT_EQ(free_bytes, 0u);
+  EXPECT_EQ(b.capacity(), 16u);
+}
+
+}  // namespace
+}  // namespace kwd::proxy

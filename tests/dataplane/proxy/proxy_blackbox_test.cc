@@ -1,0 +1,539 @@
+// Black-box tests of `kwd-proxy serve`: real proxy and demo-backend processes
+// on loopback, real HTTP. The snapshot is written by the test (the controller
+// has its own tests); the proxy reads it like `kwd-controller compile` output.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/snapshot_io.h"
+#include "tests/support/http_client.h"
+#include "tests/support/process.h"
+
+namespace kwd {
+namespace {
+
+using testing::HttpClient;
+using testing::HttpGet;
+using testing::HttpReply;
+using testing::Process;
+
+std::unique_ptr<Process> StartBackend(const std::string& instance, const std::string& kind) {
+  return std::make_unique<Process>(std::vector<std::string>{
+      testing::BinaryPath("kwd-demo-backend"), "--listen", "127.0.0.1:0", "--instance", instance,
+      "--kind", kind});
+}
+
+struct ServerSpec {
+  std::string name;
+  uint16_t port;
+  uint32_t capacity;
+  v1::ServerState state = v1::SERVER_STATE_READY;
+};
+
+v1::Group* AddGroup(v1::Snapshot* s, const std::string& key, v1::Kind kind,
+                    const std::vector<ServerSpec>& servers,
+                    v1::Strategy strategy = v1::STRATEGY_WEIGHTED_ROUND_ROBIN) {
+  auto* g = s->add_groups();
+  g->set_key(key);
+  g->set_kind(kind);
+  g->set_strategy(strategy);
+  g->set_load_reset_interval_seconds(25);
+  auto* hc = g->mutable_health_check();
+  hc->set_path(kind == v1::KIND_ABAP ? "/sap/public/icman/ping" : "/index.html");
+  hc->set_interval_seconds(1);
+  hc->set_timeout_seconds(1);
+  hc->set_unhealthy_threshold(1);
+  hc->set_healthy_threshold(1);
+  auto* sa = g->mutable_session_affinity();
+  for (auto id : {v1::SESSION_IDENTIFIER_SAP_CONTEXTID, v1::SESSION_IDENTIFIER_SAPLB,
+                  v1::SESSION_IDENTIFIER_JSESSIONID, v1::SESSION_IDENTIFIER_SAP_EXT_SID}) {
+    sa->add_identifiers(id);
+  }
+  sa->set_session_table_max_entries(1000);
+  sa->set_session_table_idle_timeout_seconds(3600);
+  sa->set_affinity_cookie_enabled(true);
+  sa->set_affinity_cookie_name("kwd_affinity");
+  for (const auto& spec : servers) {
+    auto* server = g->add_servers();
+    server->set_name(spec.name);
+    server->set_address("127.0.0.1");
+    server->set_port(spec.port);
+    server->set_capacity(spec.capacity);
+    server->set_state(spec.state);
+  }
+  return g;
+}
+
+// ABAP group "erp/public" (A, B), Java group "erp/portal" (J1, J2), rules
+// /sap/ -> public, /irj/ -> portal, a deny and a secure permission.
+v1::Snapshot SapSnapshot(const std::vector<ServerSpec>& abap, const std::vector<ServerSpec>& java) {
+  v1::Snapshot s;
+  AddGroup(&s, "erp/portal", v1::KIND_JAVA, java);
+  AddGroup(&s, "erp/public", v1::KIND_ABAP, abap);
+  auto* vh = s.add_virtual_hosts();
+  vh->set_default_root_handler(v1::KIND_JAVA);
+  vh->set_default_abap_group("erp/public");
+  vh->set_default_java_group("erp/portal");
+  auto* irj = vh->add_rules();
+  irj->set_prefix("/irj/");
+  irj->set_kind(v1::KIND_JAVA);
+  irj->set_group("erp/portal");
+  auto* nogroup = vh->add_rules();
+  nogroup->set_prefix("/nogroup/");
+  nogroup->set_kind(v1::KIND_ABAP);
+  auto* sap = vh->add_rules();
+  sap->set_prefix("/sap/");
+  sap->set_kind(v1::KIND_ABAP);
+  sap->set_group("erp/public");
+  auto* deny = vh->add_permissions();
+  deny->set_action(v1::PERMISSION_ACTION_DENY);
+  deny->set_pattern("*.cgi");
+  auto* secure = vh->add_permissions();
+  secure->set_action(v1::PERMISSION_ACTION_SECURE);
+  secure->set_pattern("/sap/bc/secure/*");
+  StampSnapshotVersion(&s);
+  return s;
+}
+
+void WriteSnapshot(const std::string& path, const v1::Snapshot& snapshot) {
+  std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << SnapshotToJson(snapshot);
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+class ProxyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/kwd_proxy_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(dir_);
+    a_ = StartBackend("A", "abap");
+    b_ = StartBackend("B", "abap");
+    j1_ = StartBackend("J1", "java");
+    j2_ = StartBackend("J2", "java");
+    ASSERT_TRUE(a_->started() && b_->started() && j1_->started() && j2_->started());
+    snapshot_path_ = dir_ + "/snapshot.json";
+    WriteSnapshot(snapshot_path_, DefaultSnapshot());
+  }
+
+  v1::Snapshot DefaultSnapshot() {
+    return SapSnapshot({{"A", a_->port(), 2}, {"B", b_->port(), 1}},
+                       {{"J1", j1_->port(), 1}, {"J2", j2_->port(), 1}});
+  }
+
+  void StartProxy(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{testing::BinaryPath("kwd-proxy"),
+                                  "serve",
+                                  "--snapshot",
+                                  snapshot_path_,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--admin-listen",
+                                  "127.0.0.1:0",
+                                  "--access-log",
+                                  dir_ + "/access.log"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proxy_ = std::make_unique<Process>(argv, dir_ + "/proxy.log");
+    ASSERT_TRUE(proxy_->started()) << proxy_->Log();
+  }
+
+  uint16_t port() const { return proxy_->port(); }
+
+  std::string dir_;
+  std::string snapshot_path_;
+  std::unique_ptr<Process> a_, b_, j1_, j2_;
+  std::unique_ptr<Process> proxy_;
+};
+
+TEST_F(ProxyTest, BalancesByCapacityTwoToOne) {
+  StartProxy();
+  HttpClient client(port());
+  std::map<std::string, int> served;
+  std::string sequence;
+  for (int i = 0; i < 300; ++i) {
+    HttpReply r = client.Get("/sap/bc/ping_" + std::to_string(i),
+                             {"Cookie: sap-contextid=none"});
+    ASSERT_EQ(r.status, 200) << i;
+    std::string by = r.Header("x-served-by");
+    served[by]++;
+    if (i < 6) {
+      sequence += by;
+    }
+  }
+  // weighted_round_robin with capacities 2 and 1, one request at a time.
+  EXPECT_EQ(sequence, "AABAAB");
+  EXPECT_EQ(served["A"], 200);
+  EXPECT_EQ(served["B"], 100);
+}
+
+TEST_F(ProxyTest, SapContextIdCookieIssuedByTheBackendKeepsTheSessionOnItsServer) {
+  StartProxy();
+  HttpReply first = HttpGet(port(), "/sap/bc/gui/start");
+  ASSERT_EQ(first.status, 200);
+  std::string server = first.Header("x-served-by");
+  std::string cookie;
+  for (const auto& [name, value] : testing::SetCookies(first)) {
+    if (name == "sap-contextid") {
+      cookie = "sap-contextid=" + value;
+    }
+  }
+  ASSERT_FALSE(cookie.empty());
+  for (int i = 0; i < 10; ++i) {
+    HttpReply r = HttpGet(port(), "/sap/bc/gui/step", {"Cookie: " + cookie});
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.Header("x-served-by"), server) << i;
+  }
+  // The same identifier in the query and as a path parameter.
+  std::string value = cookie.substr(cookie.find('=') + 1);
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/x?sap-contextid=" + value).Header("x-served-by"), server);
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/x;sap-contextid=" + value + "/y").Header("x-served-by"),
+            server);
+}
+
+TEST_F(ProxyTest, SaplbCookieRoutesToTheNamedJavaInstance) {
+  StartProxy();
+  for (const char* instance : {"J1", "J2"}) {
+    for (int i = 0; i < 5; ++i) {
+      HttpReply r = HttpGet(port(), "/irj/portal",
+                            {std::string("Cookie: saplb_*=(") + instance + ")12345"});
+      ASSERT_EQ(r.status, 200);
+      EXPECT_EQ(r.Header("x-served-by"), instance);
+    }
+  }
+}
+
+TEST_F(ProxyTest, LearnsJsessionidFromSetCookieAndSetsTheAffinityCookie) {
+  StartProxy();
+  HttpReply first = HttpGet(port(), "/irj/portal/start");
+  ASSERT_EQ(first.status, 200);
+  std::string server = first.Header("x-served-by");
+  std::string jsessionid;
+  std::string affinity;
+  for (const auto& [name, value] : testing::SetCookies(first)) {
+    if (name == "JSESSIONID") {
+      jsessionid = value;
+    }
+    if (name == "kwd_affinity") {
+      affinity = value;
+    }
+  }
+  ASSERT_FALSE(jsessionid.empty());
+  ASSERT_FALSE(affinity.empty()) << "the proxy sets its affinity cookie when it learns a session";
+  for (int i = 0; i < 8; ++i) {
+    HttpReply r = HttpGet(port(), "/irj/portal/next", {"Cookie: JSESSIONID=" + jsessionid});
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.Header("x-served-by"), server) << "by JSESSIONID, request " << i;
+  }
+  for (int i = 0; i < 8; ++i) {
+    HttpReply r = HttpGet(port(), "/irj/portal/next",
+                          {"Cookie: kwd_affinity=" + affinity + "; JSESSIONID=unknown-id"});
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.Header("x-served-by"), server) << "by affinity cookie, request " << i;
+  }
+  // A forged affinity cookie is ignored, not trusted: the requests are
+  // balanced, and after 17 sticky requests to `server` the balancer sends the
+  // next ones to the other server of equal capacity.
+  std::string forged = affinity;
+  forged[0] = forged[0] == 'A' ? 'B' : 'A';
+  for (int i = 0; i < 6; ++i) {
+    HttpReply r = HttpGet(port(), "/irj/x", {"Cookie: kwd_affinity=" + forged});
+    EXPECT_NE(r.Header("x-served-by"), server) << i;
+  }
+}
+
+TEST_F(ProxyTest, SapExtSidIsRecordedWhenFirstBalanced) {
+  StartProxy();
+  std::string first = HttpGet(port(), "/sap/;sap-ext-sid=PORTAL42/bc/x").Header("x-served-by");
+  ASSERT_FALSE(first.empty());
+  for (int i = 0; i < 9; ++i) {
+    EXPECT_EQ(HttpGet(port(), "/sap/;sap-ext-sid=PORTAL42/bc/y").Header("x-served-by"), first);
+  }
+}
+
+TEST_F(ProxyTest, AnswersDeniedUnknownAndSecureWithSapErrorPages) {
+  StartProxy();
+  HttpReply denied = HttpGet(port(), "/sap/bc/run.cgi");
+  EXPECT_EQ(denied.status, 403);
+  EXPECT_EQ(denied.Header("x-kwd-error"), "EPERM");
+  EXPECT_NE(denied.body.find("<html>"), std::string::npos);
+  HttpReply secure = HttpGet(port(), "/sap/bc/secure/x");
+  EXPECT_EQ(secure.status, 403);
+  HttpReply nogroup = HttpGet(port(), "/nogroup/x", {"Accept: application/json"});
+  EXPECT_EQ(nogroup.status, 503);
+  EXPECT_EQ(nogroup.Header("content-type"), "application/json");
+  EXPECT_NE(nogroup.body.find("\"error\":\"EDISPATCHERR\""), std::string::npos) << nogroup.body;
+  // The connection stays usable after an answer the proxy made itself.
+  HttpClient client(port());
+  EXPECT_EQ(client.Get("/sap/bc/run.cgi").status, 403);
+  EXPECT_EQ(client.Get("/sap/bc/ok").status, 200);
+}
+
+TEST_F(ProxyTest, PipelinedRequestsAreAnsweredInOrder) {
+  StartProxy();
+  HttpClient client(port());
+  std::string batch;
+  for (int i = 0; i < 5; ++i) {
+    batch += "GET /sap/bc/p" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  batch += "HEAD /sap/bc/head HTTP/1.1\r\nHost: x\r\n\r\n";
+  batch += "GET /sap/bc/last HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(client.Send(batch));
+  for (int i = 0; i < 5; ++i) {
+    HttpReply r = client.Read();
+    ASSERT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("/sap/bc/p" + std::to_string(i)), std::string::npos) << r.body;
+  }
+  HttpReply head = client.Read("HEAD");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_TRUE(head.body.empty());
+  HttpReply last = client.Read();
+  EXPECT_NE(last.body.find("/sap/bc/last"), std::string::npos);
+}
+
+TEST_F(ProxyTest, StreamsContentLengthAndChunkedBodies) {
+  StartProxy();
+  std::string payload;
+  for (int i = 0; i < 20000; ++i) {
+    payload += "line " + std::to_string(i) + "\n";
+  }
+  HttpClient client(port());
+  HttpReply plain = client.Request("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                   std::to_string(payload.size()) + "\r\n\r\n" + payload);
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_EQ(plain.body, payload);
+  std::string chunked = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (size_t off = 0; off < payload.size(); off += 7000) {
+    std::string part = payload.substr(off, 7000);
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", part.size());
+    chunked += std::string(size) + ";ext=1\r\n" + part + "\r\n";
+  }
+  chunked += "0\r\nX-Trailer: t\r\n\r\n";
+  HttpReply echoed = client.Request(chunked);
+  ASSERT_EQ(echoed.status, 200);
+  EXPECT_EQ(echoed.body, payload);
+}
+
+TEST_F(ProxyTest, LargeUploadStreamsWithFlatMemory) {
+  StartProxy();
+  long before = proxy_->RssKiB();
+  const size_t total = 48u << 20;  // 48 MiB up and 48 MiB back
+  HttpClient client(port(), std::chrono::seconds(60));
+  ASSERT_TRUE(client.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                          std::to_string(total) + "\r\n\r\n"));
+  std::thread reader_thread;
+  std::string block(1 << 20, 'k');
+  HttpReply reply;
+  std::thread sender([&] {
+    for (size_t sent = 0; sent < total; sent += block.size()) {
+      if (!client.Send(block)) {
+        return;
+      }
+    }
+  });
+  sender.join();  // the demo backend reads the whole body before answering
+  reply = client.Read("POST");
+  ASSERT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body.size(), total);
+  long peak = proxy_->PeakRssKiB();
+  // Bodies stream through bounded buffers: nowhere near the 96 MiB that passed.
+  EXPECT_LT(peak - before, 8 * 1024) << "before " << before << " KiB, peak " << peak << " KiB";
+}
+
+TEST_F(ProxyTest, TunnelsWebSocketEcho) {
+  StartProxy();
+  HttpClient client(port());
+  HttpReply upgrade = client.Request(
+      "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  ASSERT_EQ(upgrade.status, 101);
+  EXPECT_EQ(upgrade.Header("sec-websocket-accept"), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+  // A masked text frame "hello" (RFC 6455 5.7 example).
+  const unsigned char frame[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58};
+  ASSERT_TRUE(client.Send(std::string_view(reinterpret_cast<const char*>(frame), sizeof frame)));
+  std::string echoed;
+  testing::WaitFor([&] {
+    client.ReadMore();
+    echoed = client.TakeBuffered();
+    return !echoed.empty();
+  });
+  ASSERT_GE(echoed.size(), 7u);
+  EXPECT_EQ(static_cast<unsigned char>(echoed[0]), 0x81);
+  EXPECT_EQ(echoed.substr(2, 5), "Hello");
+}
+
+TEST_F(ProxyTest, SlowClientGets408AndIsDisconnected) {
+  StartProxy({"--header-timeout", "300ms"});
+  HttpClient client(port());
+  ASSERT_TRUE(client.Send("GET /sap/bc/x HTTP/1.1\r\nHost: x\r\n"));  // never finished
+  HttpReply r = client.Read();
+  EXPECT_EQ(r.status, 408);
+  EXPECT_TRUE(client.WaitClosed());
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/x").status, 200);
+}
+
+struct BadRequest {
+  const char* name;
+  std::string raw;
+  int status;
+};
+
+std::vector<BadRequest> BadRequests() {
+  const std::string big_header = "X-Big: " + std::string(70 * 1024, 'a') + "\r\n";
+  return {
+      {"cl_and_te", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+      {"te_and_cl", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 400},
+      {"differing_cl", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
+      {"cl_list_differs", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\nhello!", 400},
+      {"cl_plus_sign", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 400},
+      {"cl_negative", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400},
+      {"cl_hex", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: 0x5\r\n\r\nhello", 400},
+      {"cl_overflow", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", 400},
+      {"te_chunked_identity", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", 400},
+      {"te_xchunked", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 400},
+      {"te_on_http10", "POST /sap/x HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+      {"te_chunked_twice", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", 400},
+      {"obs_fold", "GET /sap/x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n  folded\r\n\r\n", 400},
+      {"bare_cr_in_value", "GET /sap/x HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400},
+      {"bare_lf_line", "GET /sap/x HTTP/1.1\nHost: x\n\n", 400},
+      {"nul_in_value", std::string("GET /sap/x HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n", 42), 400},
+      {"space_before_colon", "GET /sap/x HTTP/1.1\r\nHost : x\r\n\r\n", 400},
+      {"empty_header_name", "GET /sap/x HTTP/1.1\r\nHost: x\r\n: v\r\n\r\n", 400},
+      {"bad_method", "G(T /sap/x HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"bad_target_space", "GET /sap/a b HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"target_not_slash", "GET sap/x HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"unsupported_version", "GET /sap/x HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+      {"bad_version", "GET /sap/x HTTQ/1.1\r\nHost: x\r\n\r\n", 400},
+      {"missing_host", "GET /sap/x HTTP/1.1\r\nX-A: b\r\n\r\n", 400},
+      {"duplicate_host", "GET /sap/x HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400},
+      {"chunk_size_hex_prefix", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", 400},
+      {"chunk_size_negative", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nhello\r\n0\r\n\r\n", 400},
+      {"chunk_size_huge", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffffff\r\nhello\r\n0\r\n\r\n", 400},
+      {"chunk_missing_crlf", "POST /sap/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400},
+      {"header_section_too_large", "GET /sap/x HTTP/1.1\r\nHost: x\r\n" + big_header + "\r\n", 431},
+      {"body_too_large", "POST /sap/x HTTP/1.1\r\nHost: x\r\nContent-Length: 104857601\r\n\r\n", 413},
+      {"dot_segments_above_root", "GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"control_char_in_target", "GET /sap/\x01x HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+  };
+}
+
+TEST_F(ProxyTest, RejectsMalformedAndSmugglingRequestsAndKeepsServing) {
+  StartProxy();
+  auto cases = BadRequests();
+  ASSERT_GE(cases.size(), 30u);
+  for (const auto& c : cases) {
+    HttpClient client(port());
+    ASSERT_TRUE(client.Send(c.raw)) << c.name;
+    HttpReply r = client.Read();
+    EXPECT_EQ(r.status, c.status) << c.name;
+    EXPECT_TRUE(client.WaitClosed()) << c.name << ": the connection must be closed";
+    EXPECT_EQ(HttpGet(port(), "/sap/bc/x").status, 200) << "after " << c.name;
+  }
+  EXPECT_TRUE(proxy_->Alive());
+}
+
+TEST_F(ProxyTest, FailsOverWhenABackendIsKilled) {
+  StartProxy();
+  b_->Kill();
+  // A balanced GET to the dead server is retried once on another server.
+  for (int i = 0; i < 30; ++i) {
+    HttpReply r = HttpGet(port(), "/sap/bc/x" + std::to_string(i));
+    ASSERT_EQ(r.status, 200) << i;
+    EXPECT_EQ(r.Header("x-served-by"), "A");
+  }
+  // A session stuck to the dead server is balanced anew (and counted).
+  HttpReply lost = HttpGet(port(), "/sap/bc/x", {"Cookie: sap-contextid=SID%3aANON%3aB%3aold"});
+  EXPECT_EQ(lost.status, 200);
+  EXPECT_EQ(lost.Header("x-served-by"), "A");
+}
+
+TEST_F(ProxyTest, SighupSwapsSnapshotsUnderLoadWithoutFailedRequests) {
+  StartProxy();
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> load;
+  for (int t = 0; t < 4; ++t) {
+    load.emplace_back([&] {
+      HttpClient client(port());
+      for (int i = 0; i < 100000 && !stop.load(); ++i) {
+        HttpReply r = client.Get("/sap/bc/load");
+        if (r.status == 200) {
+          ok++;
+        } else {
+          failed++;
+          return;
+        }
+      }
+    });
+  }
+  // Alternate between two snapshots: B's capacity changes, then A drains.
+  for (int i = 0; i < 10; ++i) {
+    v1::Snapshot s = i % 2 == 0 ? SapSnapshot({{"A", a_->port(), 1}, {"B", b_->port(), 5}},
+                                              {{"J1", j1_->port(), 1}})
+                                : DefaultSnapshot();
+    WriteSnapshot(snapshot_path_, s);
+    proxy_->Signal(SIGHUP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop = true;
+  for (auto& t : load) {
+    t.join();
+  }
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(ok.load(), 100);
+  // An invalid snapshot is rejected and the previous one keeps serving.
+  std::ofstream(snapshot_path_) << "{\"groups\": 42}";
+  proxy_->Signal(SIGHUP);
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return proxy_->Log().find("snapshot rejected") != std::string::npos; }));
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/after").status, 200);
+}
+
+TEST_F(ProxyTest, SigtermLetsInFlightRequestsFinish) {
+  StartProxy({"--drain-timeout", "5s"});
+  HttpClient client(port());
+  ASSERT_TRUE(client.Send("GET /slow?ms=400 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  proxy_->Signal(SIGTERM);
+  HttpReply r = client.Read();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("slept 400ms"), std::string::npos);
+  int status = proxy_->Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST_F(ProxyTest, AccessLogMasksSessionIdentifiers) {
+  StartProxy();
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/x?sap-contextid=SID%3aANON%3aA%3asecret&a=1").status, 200);
+  std::string log;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    std::ifstream in(dir_ + "/access.log");
+    log.assign(std::istreambuf_iterator<char>(in), {});
+    return !log.empty();
+  }));
+  EXPECT_EQ(log.find("secret"), std::string::npos) << log;
+  EXPECT_NE(log.find("sap-contextid=***&a=1"), std::string::npos) << log;
+  EXPECT_NE(log.find("\"erp/public\" \"A\""), std::string::npos) << log;
+}
+
+TEST_F(ProxyTest, RefusesToStartWithAnInvalidSnapshot) {
+  std::ofstream(snapshot_path_) << "not json";
+  Process proxy({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", snapshot_path_,
+                 "--listen", "127.0.0.1:0"},
+                dir_ + "/bad.log", /*wait_for_listening=*/false);
+  EXPECT_TRUE(testing::WaitFor([&] { return !proxy.Alive(); }));
+  EXPECT_NE(proxy.Log().find("snapshot.json"), std::string::npos) << proxy.Log();
+}
+
+}  // namespace
+}  // namespace kwd
