@@ -926,6 +926,16 @@ void ClientConnection::OnTimer() {
       break;
     case TimerKind::kResponse:
       metrics.timeouts_upstream.Inc();
+      Log(LogLevel::kWarn, "proxy", "no progress on a forwarded request: timing out",
+          {{"target", target_},
+           {"server", decision_.server != nullptr ? std::string_view(decision_.server->name)
+                                                   : std::string_view("-")},
+           {"request_done", request_done_ ? "true" : "false"},
+           {"request_remaining", std::to_string(request_remaining_)},
+           {"client_buffered", std::to_string(in_.size())},
+           {"upstream_pending", std::to_string(upstream_out_.size() - upstream_sent_)},
+           {"response_started", response_started_ ? "true" : "false"},
+           {"client_pending", std::to_string(out_.size())}});
       AbortTransaction(ErrorCode::kGatewayTimeout, "the server did not answer in time");
       break;
   }
@@ -991,6 +1001,11 @@ bool ClientConnection::FlushUpstream() {
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // Keep the pending bytes at the front so the buffer stays bounded.
+      if (upstream_sent_ >= kHighWater) {
+        upstream_out_.erase(0, upstream_sent_);
+        upstream_sent_ = 0;
+      }
       return true;
     }
     return false;
