@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -26,8 +27,11 @@ namespace kwd::testing {
 
 class FakeApiServer {
  public:
-  // Extra command-line flags, e.g. {"--token", "secret"}.
-  explicit FakeApiServer(std::vector<std::string> flags = {}) {
+  // Extra command-line flags, e.g. {"--token", "secret"}. With --tls-cert, pass
+  // the TLS settings (CA, client certificate) that Config() and the control
+  // client should use.
+  explicit FakeApiServer(std::vector<std::string> flags = {}, kube::KubeConfig tls = {})
+      : tls_(std::move(tls)) {
     int out[2];
     if (pipe(out) != 0) {
       throw std::runtime_error("pipe failed");
@@ -62,10 +66,9 @@ class FakeApiServer {
       Stop();
       throw std::runtime_error("fake apiserver did not start: '" + line + "'");
     }
-    address_ = "http://" + line.substr(10);
-    kube::KubeConfig config;
-    config.server = address_;
-    control_ = std::make_unique<kube::KubeClient>(config);
+    bool https = std::find(flags.begin(), flags.end(), "--tls-cert") != flags.end();
+    address_ = (https ? "https://" : "http://") + line.substr(10);
+    control_ = std::make_unique<kube::KubeClient>(Config());
   }
 
   ~FakeApiServer() { Stop(); }
@@ -75,7 +78,7 @@ class FakeApiServer {
   const std::string& address() const { return address_; }
 
   kube::KubeConfig Config(std::string token = {}) const {
-    kube::KubeConfig config;
+    kube::KubeConfig config = tls_;
     config.server = address_;
     config.token = std::move(token);
     return config;
@@ -109,6 +112,7 @@ class FakeApiServer {
     }
   }
 
+  kube::KubeConfig tls_;
   pid_t pid_ = -1;
   std::string address_;
   std::unique_ptr<kube::KubeClient> control_;
