@@ -71,7 +71,7 @@ std::optional<std::chrono::system_clock::time_point> ParseMicroTime(std::string_
          std::chrono::microseconds(micros);
 }
 
-LeaderElector::LeaderElector(KubeClient& client, LeaderElectionConfig config,
+LeaderElector::LeaderElector(KubeApi& client, LeaderElectionConfig config,
                              LeaderCallbacks callbacks)
     : client_(client),
       config_(std::move(config)),

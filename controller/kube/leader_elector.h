@@ -11,7 +11,7 @@
 #include <string>
 
 #include "controller/kube/clock.h"
-#include "controller/kube/kube_client.h"
+#include "controller/kube/kube_api.h"
 
 namespace kwd::kube {
 
@@ -48,7 +48,7 @@ struct LeaderCallbacks {
 // tolerate a short overlap, as with client-go.
 class LeaderElector {
  public:
-  LeaderElector(KubeClient& client, LeaderElectionConfig config, LeaderCallbacks callbacks);
+  LeaderElector(KubeApi& client, LeaderElectionConfig config, LeaderCallbacks callbacks);
 
   // Campaigns, leads, and campaigns again after losing the lease, until `stop`.
   // Calls on_stopped_leading before returning if it was leading.
@@ -63,7 +63,7 @@ class LeaderElector {
   void Release();
   void NoteLeader(const std::string& holder);
 
-  KubeClient& client_;
+  KubeApi& client_;
   const LeaderElectionConfig config_;
   const LeaderCallbacks callbacks_;
   std::shared_ptr<const Clock> clock_;

@@ -11,7 +11,7 @@ constexpr std::string_view kComponent = "kube-reflector";
 constexpr auto kMinHealthyWatch = std::chrono::seconds(1);
 }  // namespace
 
-Reflector::Reflector(KubeClient& client, ReflectorOptions options, ReflectorSink& sink)
+Reflector::Reflector(KubeApi& client, ReflectorOptions options, ReflectorSink& sink)
     : client_(client),
       options_(std::move(options)),
       sink_(sink),

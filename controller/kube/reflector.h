@@ -13,7 +13,7 @@
 
 #include "controller/kube/backoff.h"
 #include "controller/kube/clock.h"
-#include "controller/kube/kube_client.h"
+#include "controller/kube/kube_api.h"
 
 namespace kwd::kube {
 
@@ -59,7 +59,7 @@ struct ReflectorStats {
 // resourceVersion without relisting.
 class Reflector {
  public:
-  Reflector(KubeClient& client, ReflectorOptions options, ReflectorSink& sink);
+  Reflector(KubeApi& client, ReflectorOptions options, ReflectorSink& sink);
 
   // Blocks until `stop` is requested; run it on its own (j)thread.
   void Run(std::stop_token stop);
@@ -71,7 +71,7 @@ class Reflector {
  private:
   void OnEvent(WatchEventType type, const nlohmann::json& object);
 
-  KubeClient& client_;
+  KubeApi& client_;
   const ReflectorOptions options_;
   ReflectorSink& sink_;
   std::shared_ptr<Sleeper> sleeper_;

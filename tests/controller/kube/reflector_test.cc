@@ -308,6 +308,102 @@ TEST(ReflectorTest, FailedListsBackOffWithJitter) {
   thread.request_stop();
 }
 
+// A scripted KubeApi: each Watch call plays the next scripted outcome; the
+// last call requests stop so Run returns.
+class ScriptedApi : public KubeApi {
+ public:
+  struct Step {
+    WatchEnd end;
+    std::vector<json> added;
+  };
+  explicit ScriptedApi(std::vector<Step> steps, std::stop_source& stop)
+      : steps_(std::move(steps)), stop_(stop) {}
+
+  ApiResult Get(std::string_view) override { return {}; }
+  ApiResult Post(std::string_view, const json&) override { return {}; }
+  ApiResult Put(std::string_view, const json&) override { return {}; }
+  ApiResult Patch(std::string_view, const json&, std::string_view) override { return {}; }
+  ApiResult Delete(std::string_view) override { return {}; }
+  ApiResult MergePatchStatus(std::string_view, const json&) override { return {}; }
+  ApiResult GetLease(std::string_view, std::string_view, std::chrono::milliseconds) override {
+    return {};
+  }
+  ApiResult CreateLease(std::string_view, const json&, std::chrono::milliseconds) override {
+    return {};
+  }
+  ApiResult UpdateLease(std::string_view, std::string_view, const json&,
+                        std::chrono::milliseconds) override {
+    return {};
+  }
+  ListResult List(std::string_view, std::string_view, std::stop_token) override {
+    ++lists;
+    ListResult result;
+    result.status.http_code = 200;
+    result.resource_version = "list-" + std::to_string(lists);
+    return result;
+  }
+  WatchResult Watch(std::string_view, const WatchOptions& options, const WatchCallback& callback,
+                    std::stop_token) override {
+    watched_from.push_back(options.resource_version);
+    WatchResult result;
+    result.last_resource_version = options.resource_version;
+    if (next_ >= steps_.size()) {
+      stop_.request_stop();
+      result.end = WatchEnd::kStopped;
+      return result;
+    }
+    const Step& step = steps_[next_++];
+    for (const json& object : step.added) {
+      callback(WatchEventType::kAdded, object);
+      result.last_resource_version = object["metadata"]["resourceVersion"];
+      ++result.events;
+    }
+    result.end = step.end;
+    return result;
+  }
+
+  int lists = 0;
+  std::vector<std::string> watched_from;
+
+ private:
+  std::vector<Step> steps_;
+  size_t next_ = 0;
+  std::stop_source& stop_;
+};
+
+TEST(ReflectorTest, BackToBack410sAndEmptyClosesBackOffButHealthyOnesDoNot) {
+  json a = LogonGroup("a");
+  a["metadata"]["resourceVersion"] = "7";
+  std::stop_source stop;
+  ScriptedApi api({{WatchEnd::kClosed, {a}},       // timeoutSeconds after an event: resume now
+                   {WatchEnd::kRelistNeeded, {}},  // 410 at once: pause, relist
+                   {WatchEnd::kRelistNeeded, {}},  // again: longer pause
+                   {WatchEnd::kFailed, {}},        // drop: pause, resume without relist
+                   {WatchEnd::kClosed, {}}},       // closed at once, no events: pause
+                  stop);
+  RecordingSink sink;
+  auto sleeper = std::make_shared<RecordingSleeper>();
+  ReflectorOptions options = FastOptions();
+  options.backoff.initial = std::chrono::milliseconds(100);
+  options.backoff.max = std::chrono::milliseconds(10000);
+  options.backoff.jitter = 0;
+  options.sleeper = sleeper;
+  Reflector reflector(api, options, sink);
+  reflector.Run(stop.get_token());
+
+  using std::chrono::milliseconds;
+  EXPECT_EQ(sleeper->Delays(),
+            (std::vector<std::chrono::nanoseconds>{milliseconds(100), milliseconds(200),
+                                                   milliseconds(400), milliseconds(800)}));
+  EXPECT_EQ(api.lists, 3);
+  EXPECT_EQ(api.watched_from,
+            (std::vector<std::string>{"list-1", "7", "list-2", "list-3", "list-3", "list-3"}));
+  ReflectorStats stats = reflector.Stats();
+  EXPECT_EQ(stats.relists, 2u);
+  EXPECT_EQ(stats.errors, 1u);
+  EXPECT_EQ(stats.added, 1u);
+}
+
 TEST(ReflectorTest, StopEndsRunPromptly) {
   FakeApiServer server;
   KubeClient client(server.Config());
