@@ -73,7 +73,14 @@ void ClientConnection::Start() {
   ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
 }
 
+namespace {
+constexpr uint32_t kReadableEvents = EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
+}  // namespace
+
 void ClientConnection::OnIo(uint32_t events) {
+  if ((events & kReadableEvents) != 0) {
+    client_readable_ = true;
+  }
   if (phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting) {
     return;  // the client waits until the upstream answers the connect
   }
@@ -81,6 +88,9 @@ void ClientConnection::OnIo(uint32_t events) {
 }
 
 void ClientConnection::OnUpstreamIo(uint32_t events) {
+  if ((events & kReadableEvents) != 0) {
+    upstream_readable_ = true;
+  }
   if (phase_ == Phase::kReconnecting) {
     int err = net::SocketError(upstream_->fd);
     if (err != 0 || (events & EPOLLERR) != 0) {
@@ -182,7 +192,7 @@ bool ClientConnection::StepHead() {
     Close();
     return false;
   }
-  ssize_t n = ReadInto(fd_, in_, worker_->options().max_header_bytes + 4096);
+  ssize_t n = ReadInto(fd_, &client_readable_, in_, worker_->options().max_header_bytes + 4096);
   if (n > 0) {
     if (!request_started_) {
       request_started_ = true;
@@ -284,6 +294,7 @@ void ClientConnection::StartRequest(size_t head_bytes) {
 
 void ClientConnection::ConnectUpstream() {
   const routing::ServerEntry* server = decision_.server;
+  upstream_readable_ = false;
   upstream_ = worker_->TakeIdle(server->address, server->port);
   if (upstream_ != nullptr) {
     upstream_->owner = this;
@@ -443,7 +454,7 @@ bool ClientConnection::MoveRequestBody() {
         Close();
         return true;
       }
-      ssize_t n = ReadInto(fd_, in_, kBodyBufferBytes);
+      ssize_t n = ReadInto(fd_, &client_readable_, in_, kBodyBufferBytes);
       if (n > 0) {
         progressed = true;
         continue;
@@ -575,7 +586,7 @@ bool ClientConnection::MoveResponse() {
       }
       return true;
     }
-    ssize_t n = ReadInto(upstream_->fd, upstream_in_, kBodyBufferBytes +
+    ssize_t n = ReadInto(upstream_->fd, &upstream_readable_, upstream_in_, kBodyBufferBytes +
                                                           worker_->options().max_header_bytes);
     if (n > 0) {
       response_started_ = true;
@@ -610,6 +621,7 @@ void ClientConnection::RetryOnFreshConnection() {
   worker_->metrics().upstream_connects.Inc();
   upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
   upstream_->owner = this;
+  upstream_readable_ = false;
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
   upstream_eof_ = false;
@@ -729,7 +741,7 @@ bool ClientConnection::StepTunnel() {
   }
   progressed = progressed || before_up != upstream_sent_ || before_out != out_.size();
   if (!client_eof_ && upstream_out_.size() - upstream_sent_ < kHighWater) {
-    ssize_t n = ReadInto(fd_, in_, kBodyBufferBytes);
+    ssize_t n = ReadInto(fd_, &client_readable_, in_, kBodyBufferBytes);
     if (n > 0) {
       progressed = true;
     } else if (n == 0 || n == kIoError) {
@@ -737,7 +749,7 @@ bool ClientConnection::StepTunnel() {
     }
   }
   if (!upstream_eof_ && out_.size() < kHighWater) {
-    ssize_t n = ReadInto(upstream_->fd, upstream_in_, kBodyBufferBytes);
+    ssize_t n = ReadInto(upstream_->fd, &upstream_readable_, upstream_in_, kBodyBufferBytes);
     if (n > 0) {
       progressed = true;
     } else if (n == 0 || n == kIoError) {
@@ -944,7 +956,12 @@ void ClientConnection::OnTimer() {
 
 // ---- socket I/O ----
 
-ssize_t ClientConnection::ReadInto(int fd, Buffer& buffer, size_t max_capacity) {
+ssize_t ClientConnection::ReadInto(int fd, bool* readable, Buffer& buffer,
+                                   size_t max_capacity) {
+  // Edge-triggered readiness is cached: no recv() that is known to block.
+  if (!*readable) {
+    return kWouldBlock;
+  }
   size_t free_bytes = 0;
   char* p = buffer.PrepareWrite(4096, max_capacity, &free_bytes);
   if (free_bytes == 0) {
@@ -954,6 +971,10 @@ ssize_t ClientConnection::ReadInto(int fd, Buffer& buffer, size_t max_capacity) 
     ssize_t n = ::recv(fd, p, free_bytes, 0);
     if (n > 0) {
       buffer.Commit(static_cast<size_t>(n));
+      // A short read drained the socket; new data raises a new edge.
+      if (static_cast<size_t>(n) < free_bytes) {
+        *readable = false;
+      }
       return n;
     }
     if (n == 0) {
@@ -962,7 +983,11 @@ ssize_t ClientConnection::ReadInto(int fd, Buffer& buffer, size_t max_capacity) 
     if (errno == EINTR) {
       continue;
     }
-    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kIoError;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      *readable = false;
+      return kWouldBlock;
+    }
+    return kIoError;
   }
 }
 

@@ -65,7 +65,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
 
   // I/O: return bytes moved, 0 on EOF, -1 when the socket would block, -2 on
   // error.
-  static ssize_t ReadInto(int fd, Buffer& buffer, size_t max_capacity);
+  static ssize_t ReadInto(int fd, bool* readable, Buffer& buffer, size_t max_capacity);
   bool FlushClient();
   bool FlushUpstream();
 
@@ -75,6 +75,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
   bool client_eof_ = false;
+  bool client_readable_ = true;     // cached edge-triggered readiness
+  bool upstream_readable_ = false;
   bool close_after_response_ = false;
   bool draining_ = false;
 
