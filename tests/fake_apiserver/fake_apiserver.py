@@ -294,6 +294,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(error.code, error.body, error.headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as error:  # a fake bug or a malformed control request: still a Status
+            self.send_json(500, status_body(500, "InternalError", f"fake apiserver: {error!r}"))
 
     def do_GET(self):
         self.dispatch("GET")
