@@ -5,12 +5,13 @@ JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test unit fuzz-smoke bench format clean help
+.PHONY: all deps configure build run test unit fuzz-smoke bench format clean help
 
 all: build
 
 help:
 	@echo "make build       build build/kwd-controller and build/kwd-proxy"
+	@echo "make run         start the quickstart: demo backends and a proxy on 127.0.0.1:8080 (admin :9901)"
 	@echo "make test        install missing Debian packages, build, run every test (ctest) and a short fuzz run"
 	@echo "make bench       build and run the benchmarks (not part of make test)"
 	@echo "make format      clang-format the sources"
@@ -23,6 +24,9 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	@./scripts/run-quickstart.sh $(BUILD_DIR)
 
 unit: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300

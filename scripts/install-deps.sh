@@ -12,7 +12,7 @@ packages=(
   libcpprest-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
   libboost-dev libyaml-cpp-dev
   # tests and fuzzing
-  libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl prometheus
+  libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl openssl prometheus
   # benchmarks
   libbenchmark-dev
 )

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark program of a bench build directory and prints the results.
+# `make bench`: every Google Benchmark program of the bench build, then the
+# proxy comparison against HAProxy and nginx (scripts/bench-proxies.sh).
 set -euo pipefail
 dir=${1:-build-bench}
 for b in "$dir"/*_bench; do
@@ -7,3 +8,5 @@ for b in "$dir"/*_bench; do
   echo "== $(basename "$b")"
   "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 done
+echo "== kwd-proxy vs HAProxy vs nginx"
+"$(dirname "$0")/bench-proxies.sh" "$dir"
