@@ -1,5 +1,9 @@
 #include "dataplane/routing/path.h"
 
+#include <array>
+#include <cstdint>
+#include <cstring>
+
 namespace kwd::routing {
 namespace {
 
@@ -111,21 +115,109 @@ bool WriteSegment(std::string_view segment, Writer* out, bool* ends_with_slash) 
   return true;
 }
 
+// What one byte of a request target means to the fast-path scan.
+enum ByteClass : uint8_t {
+  kPlain = 0,
+  kInvalid,  // control characters, space, DEL: a 400
+  kEnd,      // "?" or "#": the path ends
+  kSlash,    // "/"
+  kDot,      // "." (may start a dot segment)
+  kRewrite,  // "%", ";", "(": the general algorithm decides
+};
+
+constexpr std::array<uint8_t, 256> MakeByteClasses() {
+  std::array<uint8_t, 256> classes{};
+  for (int c = 0; c <= 0x20; ++c) {
+    classes[c] = kInvalid;
+  }
+  classes[0x7f] = kInvalid;
+  classes['?'] = kEnd;
+  classes['#'] = kEnd;
+  classes['/'] = kSlash;
+  classes['.'] = kDot;
+  classes['%'] = kRewrite;
+  classes[';'] = kRewrite;
+  classes['('] = kRewrite;
+  return classes;
+}
+constexpr std::array<uint8_t, 256> kByteClasses = MakeByteClasses();
+
+// Splits `target` into raw path and query, as both algorithms need.
+void SplitTarget(std::string_view target, size_t path_end, NormalizedTarget* out) {
+  out->raw_path = target.substr(0, path_end);
+  if (path_end < target.size() && target[path_end] == '?') {
+    std::string_view rest = target.substr(path_end + 1);
+    out->query = rest.substr(0, rest.find('#'));
+  }
+}
+
 }  // namespace
 
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out) {
+  // Almost every real path is already normal: no escapes, parameters,
+  // brackets, empty or dot segments. One scan over the bytes proves that, and
+  // the normalised path is then a plain copy of the raw one. Anything else
+  // goes to the general algorithm, which gives the same answer for these.
+  const size_t size = target.size();
+  if (size == 0 || target.front() != '/') {
+    return NormalizeTargetGeneral(target, scratch, out);
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(target.data());
+  size_t i = 1;
+  bool after_slash = true;
+  for (; i < size; ++i) {
+    const uint8_t byte_class = kByteClasses[bytes[i]];
+    if (byte_class == kPlain) {
+      after_slash = false;
+      continue;
+    }
+    if (byte_class == kSlash) {
+      if (after_slash) {
+        return NormalizeTargetGeneral(target, scratch, out);  // empty segment
+      }
+      after_slash = true;
+      continue;
+    }
+    if (byte_class == kDot) {
+      if (after_slash) {
+        // "." or ".." as a whole segment.
+        const size_t rest = size - i;
+        const uint8_t next = rest > 1 ? kByteClasses[bytes[i + 1]] : uint8_t{kEnd};
+        const uint8_t after_next = rest > 2 ? kByteClasses[bytes[i + 2]] : uint8_t{kEnd};
+        if (next == kSlash || next == kEnd ||
+            (next == kDot && (after_next == kSlash || after_next == kEnd))) {
+          return NormalizeTargetGeneral(target, scratch, out);
+        }
+      }
+      after_slash = false;
+      continue;
+    }
+    if (byte_class == kEnd) {
+      break;
+    }
+    // kInvalid or kRewrite.
+    return NormalizeTargetGeneral(target, scratch, out);
+  }
+  if (i > scratch.size()) {
+    return NormalizeTargetGeneral(target, scratch, out);
+  }
+  *out = NormalizedTarget{};
+  SplitTarget(target, i, out);
+  std::memcpy(scratch.data(), target.data(), i);
+  out->path = std::string_view(scratch.data(), i);
+  return true;
+}
+
+bool NormalizeTargetGeneral(std::string_view target, std::span<char> scratch,
+                            NormalizedTarget* out) {
   *out = NormalizedTarget{};
   // A plain loop: find_first_of calls memchr once per character.
   size_t end = 0;
   while (end < target.size() && target[end] != '?' && target[end] != '#') {
     ++end;
   }
-  std::string_view raw_path = target.substr(0, end);
-  if (end < target.size() && target[end] == '?') {
-    std::string_view rest = target.substr(end + 1);
-    out->query = rest.substr(0, rest.find('#'));
-  }
-  out->raw_path = raw_path;
+  SplitTarget(target, end, out);
+  std::string_view raw_path = out->raw_path;
   if (raw_path.empty() || raw_path.front() != '/') {
     return false;
   }

@@ -29,6 +29,11 @@ struct NormalizedTarget {
 // fit in `scratch`.
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out);
 
+// The general algorithm behind NormalizeTarget, without its fast path for
+// paths that are already normal. Same contract; tests compare the two.
+bool NormalizeTargetGeneral(std::string_view target, std::span<char> scratch,
+                            NormalizedTarget* out);
+
 // Lowercases ASCII letters of `in` into `out` (same size or larger).
 void AsciiLowerInto(std::string_view in, char* out);
 

@@ -4,6 +4,8 @@
 
 #include <array>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace kwd::routing {
 namespace {
@@ -74,6 +76,59 @@ TEST(NormalizeTargetTest, TooLongForTheScratchIsABadRequest) {
   NormalizedTarget out;
   EXPECT_TRUE(NormalizeTarget("/abcdef", scratch, &out));
   EXPECT_FALSE(NormalizeTarget("/abcdefgh/", scratch, &out));
+}
+
+// The fast path for already-normal paths must agree with the general
+// algorithm on every input: exhaustive over short targets from an alphabet
+// that holds every byte the fast path treats specially.
+TEST(NormalizeTargetTest, FastPathAgreesWithTheGeneralAlgorithm) {
+  constexpr std::string_view kAlphabet = "/a.%2e;(=)?# B";
+  std::array<char, 16> fast_scratch{};
+  std::array<char, 16> general_scratch{};
+  int compared = 0;
+  int accepted = 0;
+  std::string target;
+  // Every target of length 1..5 over the alphabet (14^5 ~ 540k).
+  for (size_t length = 1; length <= 5; ++length) {
+    std::vector<size_t> digits(length, 0);
+    while (true) {
+      target.clear();
+      for (size_t d : digits) {
+        target += kAlphabet[d];
+      }
+      NormalizedTarget fast;
+      NormalizedTarget general;
+      const bool fast_ok = NormalizeTarget(target, fast_scratch, &fast);
+      const bool general_ok = NormalizeTargetGeneral(target, general_scratch, &general);
+      ASSERT_EQ(fast_ok, general_ok) << target;
+      if (fast_ok) {
+        ASSERT_EQ(fast.path, general.path) << target;
+        ASSERT_EQ(fast.raw_path, general.raw_path) << target;
+        ASSERT_EQ(fast.query, general.query) << target;
+        ASSERT_EQ(fast.bracket_segment, general.bracket_segment) << target;
+        ++accepted;
+      }
+      ++compared;
+      size_t k = 0;
+      while (k < length && ++digits[k] == kAlphabet.size()) {
+        digits[k++] = 0;
+      }
+      if (k == length) {
+        break;
+      }
+    }
+  }
+  EXPECT_GT(compared, 500000);
+  EXPECT_GT(accepted, 1000);
+}
+
+TEST(NormalizeTargetTest, FastPathRespectsTheScratchSize) {
+  std::array<char, 4> scratch{};
+  NormalizedTarget out;
+  EXPECT_TRUE(NormalizeTarget("/abc?long-query-is-fine", scratch, &out));
+  EXPECT_EQ(out.path, "/abc");
+  EXPECT_EQ(out.path.data(), scratch.data());  // the path lives in the scratch
+  EXPECT_FALSE(NormalizeTarget("/abcd", scratch, &out));
 }
 
 TEST(PathTest, RootPathHasExactlyOneSlash) {
