@@ -85,17 +85,22 @@ void Balancer::Rebind(std::span<const int> new_to_old) {
 
 int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) const {
   int best = -1;
-  Uint128 best_load = 0;
-  Uint128 best_capacity = 1;
+  uint64_t best_load = 0;
+  uint64_t best_capacity = 1;
+  const uint64_t* assigned = assigned_.data();
+  const uint64_t* outstanding = outstanding_.data();
   for (size_t i = 0; i < servers.size(); ++i) {
     const ServerInput& server = servers[i];
     if (!server.Usable()) {
       continue;
     }
-    Uint128 load = Uint128{assigned_[i]} + outstanding_[i] + 1;
-    Uint128 capacity = std::max<uint32_t>(server.capacity, 1);
+    // The counters count requests, so their sum fits 64 bits; each product
+    // is then one 64x64->128-bit multiplication (a general 128x128 one costs
+    // several times more in this loop over every server).
+    const uint64_t load = assigned[i] + outstanding[i] + 1;
+    const uint64_t capacity = std::max<uint32_t>(server.capacity, 1);
     // load / capacity < best_load / best_capacity, without division.
-    if (best < 0 || load * best_capacity < best_load * capacity) {
+    if (best < 0 || Uint128{load} * best_capacity < Uint128{best_load} * capacity) {
       best = static_cast<int>(i);
       best_load = load;
       best_capacity = capacity;
