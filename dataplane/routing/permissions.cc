@@ -1,5 +1,7 @@
 #include "dataplane/routing/permissions.h"
 
+#include <cstring>
+
 #include "dataplane/routing/path.h"
 
 namespace kwd::routing {
@@ -23,10 +25,38 @@ PermissionTable::PermissionTable(
   }
 }
 
+namespace {
+
+// Whether `text` occurs in `path`. Patterns and paths are short: a byte loop
+// that checks the first and last byte before comparing the rest beats
+// string_view::find, which calls memchr and memcmp for every candidate.
+bool Contains(std::string_view path, std::string_view text) {
+  const size_t n = path.size();
+  const size_t m = text.size();
+  if (m == 0) {
+    return true;
+  }
+  if (m > n) {
+    return false;
+  }
+  const char first = text.front();
+  const char last = text.back();
+  const char* p = path.data();
+  for (size_t i = 0; i + m <= n; ++i) {
+    if (p[i] == first && p[i + m - 1] == last &&
+        std::memcmp(p + i + 1, text.data() + 1, m > 2 ? m - 2 : 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool PermissionTable::Matches(const Entry& entry, std::string_view path) {
   std::string_view text = entry.text;
   if (entry.any_start && entry.any_end) {
-    return path.find(text) != std::string_view::npos;
+    return Contains(path, text);
   }
   if (entry.any_start) {
     return path.ends_with(text);

@@ -95,7 +95,7 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
       s.pod = server.pod();
       s.health = context.health->Get(entry.key, s.name);
       live_servers.insert(ServerHealthRegistry::Key(entry.key, s.name));
-      entry.server_index.emplace(s.name, static_cast<int>(entry.servers.size()));
+      entry.server_index.Insert(s.name, static_cast<int>(entry.servers.size()));
       entry.servers.push_back(std::move(s));
     }
     for (const ServerEntry& s : entry.servers) {
@@ -113,7 +113,7 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     entry.sessions = context.sessions->TableFor(entry.key, options);
     entry.sessions->Reconfigure(options);
     live_groups.push_back(entry.key);
-    table->group_index_.emplace(entry.key, static_cast<int>(table->groups_.size()));
+    table->group_index_.Insert(entry.key, static_cast<int>(table->groups_.size()));
     table->groups_.push_back(std::move(entry));
   }
 
@@ -136,9 +136,9 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     if (host.empty()) {
       table->any_host_ = index;
     } else if (host.starts_with("*.")) {
-      table->wildcard_hosts_.emplace(host.substr(1), index);
+      table->wildcard_hosts_.Insert(std::string_view(host).substr(1), index);
     } else {
-      table->exact_hosts_.emplace(host, index);
+      table->exact_hosts_.Insert(host, index);
     }
     table->virtual_hosts_.push_back(std::move(entry));
   }
@@ -153,25 +153,28 @@ int RoutingTable::FindGroup(std::string_view key) const {
   if (key.empty()) {
     return -1;
   }
-  auto it = group_index_.find(key);
-  return it == group_index_.end() ? -1 : it->second;
+  return group_index_.Find(key);
 }
 
 const VirtualHostEntry* RoutingTable::FindVirtualHost(std::string_view host_header,
                                                       std::span<char> scratch) const {
+  if (exact_hosts_.empty() && wildcard_hosts_.empty()) {
+    // Only the any-host entry (the common single-mapping setup): nothing to parse.
+    return any_host_ >= 0 ? &virtual_hosts_[any_host_] : nullptr;
+  }
   std::string_view host = StripPort(TrimSpaces(host_header));
   if (!host.empty() && host.size() <= scratch.size()) {
     AsciiLowerInto(host, scratch.data());
     std::string_view lower(scratch.data(), host.size());
-    if (auto it = exact_hosts_.find(lower); it != exact_hosts_.end()) {
-      return &virtual_hosts_[it->second];
+    if (int index = exact_hosts_.Find(lower); index >= 0) {
+      return &virtual_hosts_[index];
     }
     if (!wildcard_hosts_.empty()) {
       // "a.b.example.com" tries ".b.example.com", then ".example.com", ".com".
       for (size_t dot = lower.find('.'); dot != std::string_view::npos;
            dot = lower.find('.', dot + 1)) {
-        if (auto it = wildcard_hosts_.find(lower.substr(dot)); it != wildcard_hosts_.end()) {
-          return &virtual_hosts_[it->second];
+        if (int index = wildcard_hosts_.Find(lower.substr(dot)); index >= 0) {
+          return &virtual_hosts_[index];
         }
       }
     }

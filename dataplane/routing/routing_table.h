@@ -8,15 +8,14 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "dataplane/balancer/balancer.h"
+#include "dataplane/routing/name_index.h"
 #include "dataplane/routing/permissions.h"
 #include "dataplane/routing/prefix_index.h"
 #include "dataplane/routing/server_health_registry.h"
@@ -24,13 +23,6 @@
 #include "kwd/v1/snapshot.pb.h"
 
 namespace kwd::routing {
-
-struct StringViewHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-// Looked up with std::string_view, so lookups never allocate.
-using NameIndex = std::unordered_map<std::string, int, StringViewHash, std::equal_to<>>;
 
 struct ServerEntry {
   std::string name;  // SAP instance name
@@ -60,10 +52,7 @@ struct GroupEntry {
   bool Enabled(v1::SessionIdentifier identifier) const {
     return identifier_enabled[static_cast<size_t>(identifier)];
   }
-  int FindServer(std::string_view name) const {
-    auto it = server_index.find(name);
-    return it == server_index.end() ? -1 : it->second;
-  }
+  int FindServer(std::string_view name) const { return server_index.Find(name); }
 };
 
 struct RuleEntry {

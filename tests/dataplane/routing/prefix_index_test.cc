@@ -88,5 +88,39 @@ TEST(PermissionTableTest, FirstMatchWinsAndStarsAnchor) {
   EXPECT_EQ(PermissionTable().Evaluate("/anything"), v1::PERMISSION_ACTION_PERMIT);
 }
 
+// "*text*" patterns: the match is a substring search of its own.
+TEST(PermissionTableTest, BothStarsMatchTheTextAnywhere) {
+  struct Case {
+    const char* pattern;
+    const char* path;
+    bool denied;
+  };
+  const Case cases[] = {
+      {"*/secret/*", "/secret/", true},
+      {"*/secret/*", "/a/secret/b", true},
+      {"*/secret/*", "/a/b/secret/", true},
+      {"*/secret/*", "/a/secret", false},
+      {"*/secret/*", "/a/secrets/b", false},
+      {"*/secret/*", "/", false},
+      {"*x*", "/x", true},
+      {"*x*", "/y", false},
+      {"*ab*", "/aab", true},
+      {"*ab*", "/ba", false},
+      {"*aba*", "/abababa", true},
+      {"*aba*", "/abba", false},
+      {"**", "/", true},
+      {"*", "/anything", true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.pattern) + " " + c.path);
+    google::protobuf::RepeatedPtrField<v1::Permission> list;
+    v1::Permission* p = list.Add();
+    p->set_action(v1::PERMISSION_ACTION_DENY);
+    p->set_pattern(c.pattern);
+    PermissionTable table(list);
+    EXPECT_EQ(table.Evaluate(c.path) == v1::PERMISSION_ACTION_DENY, c.denied);
+  }
+}
+
 }  // namespace
 }  // namespace kwd::routing
