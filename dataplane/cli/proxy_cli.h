@@ -15,8 +15,9 @@ int ProxyMain(int argc, char** argv);
 // messages to `err`.
 int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err);
 
-// `kwd-proxy serve ...`: not implemented yet; the event loop will build a
-// routing::RoutingTable per snapshot and one routing::Router per worker.
+// `kwd-proxy serve ...` (argv[0] is "serve"): workers, health checks and the
+// admin port until SIGTERM/SIGINT; SIGHUP reloads --snapshot FILE. Exit codes:
+// 0 after a clean shutdown, 1 when it cannot start, 2 for usage errors.
 int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err);
 
 // The affinity-cookie key used when neither --affinity-key-file nor

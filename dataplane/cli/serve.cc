@@ -1,12 +1,273 @@
-#include <ostream>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "common/log.h"
+#include "common/snapshot_io.h"
+#include "dataplane/admin/admin_server.h"
 #include "dataplane/cli/proxy_cli.h"
-#include "dataplane/proxy/serve.h"
+#include "dataplane/health/health_checker.h"
+#include "dataplane/proxy/proxy.h"
 
 namespace kwd::cli {
 
+using proxy::Proxy;
+using proxy::ProxyOptions;
+
+namespace {
+
+constexpr const char kServeUsage[] =
+    "usage: kwd-proxy serve --snapshot FILE | --controller HOST:PORT\n"
+    "                       [--listen 0.0.0.0:8080] [--admin-listen 0.0.0.0:9901]\n"
+    "                       [--workers N] [--node-id ID] [--access-log FILE|-|off]\n"
+    "                       [--affinity-key-file FILE] [--header-timeout 10s]\n"
+    "                       [--idle-timeout 60s] [--connect-timeout 5s]\n"
+    "                       [--response-timeout 60s] [--max-body-size 104857600]\n"
+    "                       [--max-header-size 65536] [--drain-timeout 10s]\n"
+    "                       [--log-level debug|info|warn|error]\n"
+    "\n"
+    "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
+    "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
+    "rejected and the previous one keeps serving. SIGTERM stops accepting, lets\n"
+    "in-flight requests finish (up to --drain-timeout) and exits.\n"
+    "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
+    "every replica must use the same key. Durations take ms, s or m suffixes.\n";
+
+bool ParseDurationMs(std::string_view text, int64_t* out) {
+  int64_t multiplier = 1000;
+  if (text.ends_with("ms")) {
+    multiplier = 1;
+    text.remove_suffix(2);
+  } else if (text.ends_with("s")) {
+    text.remove_suffix(1);
+  } else if (text.ends_with("m")) {
+    multiplier = 60'000;
+    text.remove_suffix(1);
+  }
+  int64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || value < 0) {
+    return false;
+  }
+  *out = value * multiplier;
+  return true;
+}
+
+bool ParseUnsigned(std::string_view text, uint64_t* out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && ptr == text.data() + text.size();
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return false;
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  *out = buffer.str();
+  return true;
+}
+
+bool LoadAndApply(proxy::Proxy& proxy, const std::string& path, std::string* error) {
+  v1::Snapshot snapshot;
+  if (!LoadSnapshotFile(path, &snapshot, error)) {
+    return false;
+  }
+  if (!proxy.ApplySnapshot(snapshot, error)) {
+    *error = path + ": " + *error;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
-  return proxy::RunServe(argc, argv, out, err);
+  ProxyOptions options;
+  std::string error;
+  net::ParseEndpoint("0.0.0.0:8080", &options.listen, &error);
+  net::ParseEndpoint("0.0.0.0:9901", &options.admin_listen, &error);
+  std::string snapshot_path;
+  std::string controller;
+  std::string affinity_key_file;
+  int64_t drain_ms = 10'000;
+
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      out << kServeUsage;
+      return 0;
+    }
+    std::string_view value;
+    auto eq = arg.find('=');
+    std::string_view name = arg.substr(0, eq);
+    if (eq != std::string_view::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      err << "kwd-proxy serve: " << name << " needs a value\n\n" << kServeUsage;
+      return 2;
+    }
+    bool ok = true;
+    uint64_t number = 0;
+    if (name == "--snapshot") {
+      snapshot_path = value;
+    } else if (name == "--controller") {
+      controller = value;
+    } else if (name == "--listen") {
+      ok = net::ParseEndpoint(value, &options.listen, &error);
+    } else if (name == "--admin-listen") {
+      ok = net::ParseEndpoint(value, &options.admin_listen, &error);
+    } else if (name == "--workers") {
+      ok = ParseUnsigned(value, &number) && number >= 1 && number <= 256;
+      options.workers = static_cast<int>(number);
+      error = "--workers takes a number from 1 to 256";
+    } else if (name == "--node-id") {
+      options.node_id = value;
+    } else if (name == "--access-log") {
+      options.access_log = value;
+    } else if (name == "--affinity-key-file") {
+      affinity_key_file = value;
+    } else if (name == "--header-timeout") {
+      ok = ParseDurationMs(value, &options.header_timeout_ms);
+    } else if (name == "--idle-timeout") {
+      ok = ParseDurationMs(value, &options.idle_timeout_ms);
+    } else if (name == "--connect-timeout") {
+      ok = ParseDurationMs(value, &options.connect_timeout_ms);
+    } else if (name == "--response-timeout") {
+      ok = ParseDurationMs(value, &options.response_timeout_ms);
+    } else if (name == "--drain-timeout") {
+      ok = ParseDurationMs(value, &drain_ms);
+    } else if (name == "--max-body-size") {
+      ok = ParseUnsigned(value, &options.max_body_bytes);
+    } else if (name == "--max-header-size") {
+      ok = ParseUnsigned(value, &number) && number >= 1024 && number <= 1024 * 1024;
+      options.max_header_bytes = number;
+      error = "--max-header-size takes 1024 to 1048576 bytes";
+    } else if (name == "--log-level") {
+      LogLevel level;
+      ok = ParseLogLevel(value, &level);
+      if (ok) {
+        SetLogLevel(level);
+      }
+      error = "--log-level takes debug, info, warn or error";
+    } else {
+      err << "kwd-proxy serve: unknown flag \"" << name << "\"\n\n" << kServeUsage;
+      return 2;
+    }
+    if (!ok) {
+      err << "kwd-proxy serve: invalid value \"" << value << "\" for " << name;
+      if (name == "--listen" || name == "--admin-listen" || name == "--workers" ||
+          name == "--max-header-size" || name == "--log-level") {
+        err << ": " << error;
+      }
+      err << "\n";
+      return 2;
+    }
+  }
+  if (snapshot_path.empty() == controller.empty()) {
+    err << "kwd-proxy serve: give exactly one of --snapshot FILE or --controller HOST:PORT\n\n"
+        << kServeUsage;
+    return 2;
+  }
+  if (!controller.empty()) {
+    err << "kwd-proxy serve: --controller is not supported yet; use --snapshot FILE\n";
+    return 2;
+  }
+  if (!affinity_key_file.empty()) {
+    if (!ReadFile(affinity_key_file, &options.affinity_key) || options.affinity_key.empty()) {
+      err << "kwd-proxy serve: cannot read a key from " << affinity_key_file << "\n";
+      return 1;
+    }
+  } else if (const char* key = std::getenv("KWD_AFFINITY_KEY"); key != nullptr && *key != 0) {
+    options.affinity_key = key;
+  } else {
+    options.affinity_key = kDevelopmentAffinityKey;
+    Log(LogLevel::kWarn, "serve",
+        "no affinity-cookie key given (--affinity-key-file or KWD_AFFINITY_KEY): using the "
+        "public development key; affinity cookies can be forged");
+  }
+  if (options.node_id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    options.node_id = host;
+  }
+
+  // Signals go to this thread only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Proxy proxy(options);
+  if (!proxy.Start(&error)) {
+    err << "kwd-proxy serve: " << error << "\n";
+    return 1;
+  }
+  if (!LoadAndApply(proxy, snapshot_path, &error)) {
+    err << "kwd-proxy serve: " << error << "\n";
+    proxy.Shutdown(0);
+    return 1;
+  }
+  health::HealthChecker checker([&proxy] { return proxy.table(); }, &proxy.metrics().registry());
+  if (!checker.Start(&error)) {
+    err << "kwd-proxy serve: cannot start health checks: " << error << "\n";
+    proxy.Shutdown(0);
+    return 1;
+  }
+  admin::AdminOptions admin_options;
+  admin_options.listen = options.admin_listen;
+  admin::AdminServer admin(&proxy, admin_options);
+  if (!admin.Start(&error)) {
+    err << "kwd-proxy serve: cannot serve the admin port: " << error << "\n";
+    checker.Stop();
+    proxy.Shutdown(0);
+    return 1;
+  }
+  Log(LogLevel::kInfo, "serve", "listening",
+      {{"address", proxy.bound().ToString()},
+       {"workers", std::to_string(options.workers)},
+       {"admin", options.admin_listen.ToString()},
+       {"node", options.node_id},
+       {"snapshot", snapshot_path}});
+  // Tests and scripts read the bound address (useful with port 0).
+  out << "listening " << proxy.bound().ToString() << std::endl;
+
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) {
+      continue;
+    }
+    if (sig == SIGHUP) {
+      if (LoadAndApply(proxy, snapshot_path, &error)) {
+        Log(LogLevel::kInfo, "serve", "snapshot reloaded", {{"version", proxy.version()}});
+      } else {
+        Log(LogLevel::kError, "serve", "snapshot rejected; the previous one keeps serving",
+            {{"error", error}});
+      }
+      continue;
+    }
+    Log(LogLevel::kInfo, "serve", "shutting down: draining in-flight requests",
+        {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+    proxy.Shutdown(drain_ms);
+    checker.Stop();
+    admin.Stop();
+    Log(LogLevel::kInfo, "serve", "stopped");
+    return 0;
+  }
 }
 
 }  // namespace kwd::cli

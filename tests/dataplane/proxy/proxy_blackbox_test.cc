@@ -456,6 +456,47 @@ TEST_F(ProxyTest, FailsOverWhenABackendIsKilled) {
   EXPECT_EQ(lost.Header("x-served-by"), "A");
 }
 
+TEST_F(ProxyTest, ReadmitsABackendWhenItReturns) {
+  StartProxy();
+  uint16_t b_port = b_->port();
+  b_->Kill();
+  // Passive marking (failed connect) and the active checks take B out.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_EQ(HttpGet(port(), "/sap/bc/x").Header("x-served-by"), "A");
+  }
+  b_ = std::make_unique<Process>(std::vector<std::string>{
+      testing::BinaryPath("kwd-demo-backend"), "--listen", "127.0.0.1:" + std::to_string(b_port),
+      "--instance", "B", "--kind", "abap"});
+  ASSERT_TRUE(b_->started());
+  // The health checker pings every second (intervalSeconds: 1 in the snapshot).
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return HttpGet(port(), "/sap/bc/x").Header("x-served-by") == "B"; },
+      std::chrono::seconds(10)));
+  EXPECT_NE(proxy_->Log().find("server up"), std::string::npos) << proxy_->Log();
+}
+
+TEST_F(ProxyTest, AdminPortServesHealthMetricsStateAndExplain) {
+  uint16_t admin = testing::ReserveFreePort();
+  StartProxy({"--admin-listen", "127.0.0.1:" + std::to_string(admin)});
+  ASSERT_TRUE(testing::WaitFor([&] { return HttpGet(admin, "/healthz").status == 200; }));
+  EXPECT_EQ(HttpGet(admin, "/readyz").status, 200);
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/x").status, 200);
+  HttpReply metrics = HttpGet(admin, "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("kwd_proxy_requests_total{group=\"erp/public\",code=\"2xx\"} 1"),
+            std::string::npos)
+      << metrics.body;
+  HttpReply state = HttpGet(admin, "/admin/api/state");
+  EXPECT_EQ(state.status, 200);
+  EXPECT_NE(state.body.find("\"erp/public\""), std::string::npos) << state.body;
+  HttpReply explain = HttpGet(admin, "/admin/api/explain?url=/irj/portal");
+  EXPECT_EQ(explain.status, 200);
+  EXPECT_NE(explain.body.find("\"group\":\"erp/portal\""), std::string::npos) << explain.body;
+  // The traffic port never serves admin paths.
+  EXPECT_NE(HttpGet(port(), "/metrics").body.find("kwd_proxy_"), 0u);
+  EXPECT_EQ(HttpGet(port(), "/metrics").body.find("# TYPE"), std::string::npos);
+}
+
 TEST_F(ProxyTest, SighupSwapsSnapshotsUnderLoadWithoutFailedRequests) {
   StartProxy();
   std::atomic<bool> stop{false};
