@@ -3,7 +3,12 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <openssl/evp.h>
 
+#include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,17 +17,109 @@
 
 namespace kwd {
 
-std::string ComputeSnapshotVersion(const v1::Snapshot& snapshot) {
-  v1::Snapshot copy = snapshot;
-  copy.clear_version();
+namespace {
+
+// Feeds serialized bytes straight into SHA-256 through a small buffer, so the
+// content hash needs neither a copy of the message (to clear `version`) nor
+// the whole serialization in memory. The first bytes written are compared
+// against `skipped_prefix` and left out of the hash: that is how the
+// `version` field is dropped.
+class Sha256OutputStream final : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  explicit Sha256OutputStream(std::string_view skipped_prefix)
+      : context_(EVP_MD_CTX_new()), skipped_prefix_(skipped_prefix) {
+    if (context_ == nullptr || EVP_DigestInit_ex(context_, EVP_sha256(), nullptr) != 1) {
+      std::abort();  // out of memory or a broken OpenSSL: nothing sensible to do
+    }
+  }
+  ~Sha256OutputStream() override { EVP_MD_CTX_free(context_); }
+  Sha256OutputStream(const Sha256OutputStream&) = delete;
+  Sha256OutputStream& operator=(const Sha256OutputStream&) = delete;
+
+  bool Next(void** data, int* size) override {
+    Consume();
+    *data = buffer_.data();
+    *size = static_cast<int>(buffer_.size());
+    used_ = buffer_.size();
+    return true;
+  }
+  void BackUp(int count) override { used_ -= static_cast<size_t>(count); }
+  int64_t ByteCount() const override { return static_cast<int64_t>(consumed_ + used_); }
+
+  // The digest of everything after the prefix; false when the stream did not
+  // start with the prefix.
+  bool Finish(Sha256Digest* digest) {
+    Consume();
+    unsigned int length = 0;
+    EVP_DigestFinal_ex(context_, digest->data(), &length);
+    return prefix_matched_ == skipped_prefix_.size();
+  }
+
+ private:
+  void Consume() {
+    std::string_view chunk(buffer_.data(), used_);
+    if (prefix_matched_ < skipped_prefix_.size()) {
+      const size_t n = std::min(chunk.size(), skipped_prefix_.size() - prefix_matched_);
+      if (chunk.substr(0, n) != skipped_prefix_.substr(prefix_matched_, n)) {
+        // Not the expected layout: Finish reports it. Hash nothing more.
+        prefix_matched_ = skipped_prefix_.size() + 1;
+      } else {
+        prefix_matched_ += n;
+        chunk.remove_prefix(n);
+      }
+    }
+    if (!chunk.empty() && prefix_matched_ == skipped_prefix_.size()) {
+      EVP_DigestUpdate(context_, chunk.data(), chunk.size());
+    }
+    consumed_ += used_;
+    used_ = 0;
+  }
+
+  EVP_MD_CTX* context_;
+  std::string_view skipped_prefix_;
+  size_t prefix_matched_ = 0;
+  std::array<char, 16384> buffer_;
+  size_t used_ = 0;
+  size_t consumed_ = 0;
+};
+
+// The wire bytes of field 1 (`version`) as they lead a serialized Snapshot:
+// generated code writes known fields in field-number order.
+std::string VersionFieldBytes(const std::string& version) {
+  if (version.empty()) {
+    return {};  // proto3: an empty string is not serialized
+  }
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
     google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    copy.SerializeToCodedStream(&coded);
+    coded.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+        v1::Snapshot::kVersionFieldNumber,
+        google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    coded.WriteVarint32(static_cast<uint32_t>(version.size()));
+    coded.WriteString(version);
   }
-  return HexEncode(Sha256(bytes));
+  return bytes;
+}
+
+}  // namespace
+
+std::string ComputeSnapshotVersion(const v1::Snapshot& snapshot) {
+  const std::string version_bytes = VersionFieldBytes(snapshot.version());
+  Sha256OutputStream stream(version_bytes);
+  {
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    snapshot.SerializeToCodedStream(&coded);
+  }
+  Sha256Digest digest{};
+  if (stream.Finish(&digest)) {
+    return HexEncode(digest);
+  }
+  // Cannot happen with generated code; the definition, slowly, if it does.
+  v1::Snapshot copy = snapshot;
+  copy.clear_version();
+  return ComputeSnapshotVersion(copy);
 }
 
 void StampSnapshotVersion(v1::Snapshot* snapshot) {
@@ -110,8 +207,7 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
                            " has no address");
       }
       if (server.state() == v1::SERVER_STATE_UNSPECIFIED) {
-        problems.push_back("group " + group.key() + ": server " + server.name() +
-                           " has no state");
+        problems.push_back("group " + group.key() + ": server " + server.name() + " has no state");
       }
     }
   }
