@@ -1,0 +1,48 @@
+#pragma once
+
+// Feeds the pipeline from a directory (--source=dir:DIR): loads every YAML
+// file, then polls the files' names, sizes and modification times and
+// reloads the whole directory when any of them changes. The store diffs the
+// reload, so only real changes rebuild. A reload with errors (a YAML syntax
+// error mid-edit) keeps the last good objects and logs the errors.
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+#include "controller/pipeline/pipeline.h"
+#include "controller/source/dir_source.h"
+
+namespace kwd::pipeline {
+
+class DirWatcher {
+ public:
+  DirWatcher(std::filesystem::path dir, Pipeline& pipeline,
+             std::chrono::milliseconds poll_interval = std::chrono::seconds(1));
+
+  // Loads once, then polls until `stop`.
+  void Run(std::stop_token stop);
+  // One poll step; returns whether the directory was (re)loaded into the pipeline.
+  bool PollOnce();
+
+  std::uint64_t reloads() const { return reloads_; }
+  std::uint64_t failed_reloads() const { return failed_reloads_; }
+
+ private:
+  using Signature = std::map<std::string, std::pair<std::int64_t, std::uintmax_t>>;
+  Signature Scan() const;
+
+  const std::filesystem::path dir_;
+  Pipeline& pipeline_;
+  const std::chrono::milliseconds poll_interval_;
+  const int source_;
+  bool loaded_once_ = false;
+  Signature signature_;
+  std::uint64_t reloads_ = 0;
+  std::uint64_t failed_reloads_ = 0;
+};
+
+}  // namespace kwd::pipeline

@@ -1,0 +1,125 @@
+#pragma once
+
+// The controller's core loop. Sources (Kubernetes reflectors, the directory
+// watcher) only enqueue; one thread applies the queue to the ObjectStore it
+// owns, coalesces bursts of relevant changes, compiles (pure), checks the
+// snapshot and hands it to a SnapshotSink, then diffs statuses for the
+// StatusWriter.
+//
+// The first compile waits until every source has delivered its initial
+// list: a snapshot built from LogonGroups without their EndpointSlices would
+// publish empty groups and write wrong conditions.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/metrics.h"
+#include "controller/compile/compile.h"
+#include "controller/kube/clock.h"
+#include "controller/pipeline/coalescer.h"
+#include "controller/pipeline/status.h"
+#include "controller/pipeline/store.h"
+
+namespace kwd::pipeline {
+
+// Where compiled snapshots go: the admin port's /debug/snapshot now, the
+// gRPC snapshot server later. Called on the pipeline thread with each new
+// snapshot version; must not block for long.
+class SnapshotSink {
+ public:
+  virtual ~SnapshotSink() = default;
+  virtual void Publish(std::shared_ptr<const compile::CompileResult> result) = 0;
+};
+
+struct PipelineOptions {
+  std::chrono::milliseconds hold_off{10};
+  std::chrono::milliseconds max_delay{100};
+  std::shared_ptr<const kube::Clock> clock;  // default: RealClock
+};
+
+class Pipeline {
+ public:
+  Pipeline(PipelineOptions options, SnapshotSink& sink, MetricsRegistry* metrics);
+
+  // Registers a source before Run; the pipeline is ready once every source
+  // has called Replace (or ReplaceAll) once and the first compile ran.
+  int AddSource(std::string name);
+  // Status diffs go to `writer` (optional; not with --source=dir).
+  void SetStatusWriter(StatusWriter* writer) { status_writer_ = writer; }
+
+  // Thread-safe; only enqueue.
+  void Upsert(ObservedObject observed);
+  void Delete(model::ObjectKey key);
+  // The complete set of `kind` objects in `namespace_` ("" = all namespaces).
+  void Replace(int source, std::string kind, std::string namespace_,
+               std::vector<ObservedObject> objects);
+  // The complete set of every kind (a directory reload).
+  void ReplaceAll(int source, std::vector<ObservedObject> objects);
+  // Diff every status again (this replica just became the leader).
+  void ResyncStatus();
+
+  void Run(std::stop_token stop);
+
+  bool ready() const { return ready_.load(); }
+  std::shared_ptr<const compile::CompileResult> current() const;
+  std::uint64_t compiles() const { return compiles_.load(); }
+
+ private:
+  struct UpsertEvent {
+    ObservedObject observed;
+  };
+  struct DeleteEvent {
+    model::ObjectKey key;
+  };
+  struct ReplaceEvent {
+    int source = 0;
+    std::vector<std::string> kinds;
+    std::string namespace_;
+    std::vector<ObservedObject> objects;
+  };
+  struct ResyncEvent {};
+  using Event = std::variant<UpsertEvent, DeleteEvent, ReplaceEvent, ResyncEvent>;
+
+  void Enqueue(Event event);
+  // Applies one event; returns whether the compile's view changed.
+  bool Apply(Event& event, bool* resync);
+  void Rebuild();
+  void DiffStatuses();
+  void UpdateObjectGauges();
+
+  const PipelineOptions options_;
+  SnapshotSink& sink_;
+  MetricsRegistry* metrics_;
+  std::shared_ptr<const kube::Clock> clock_;
+  StatusWriter* status_writer_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable_any wake_;
+  std::deque<Event> queue_;
+  std::shared_ptr<const compile::CompileResult> current_;
+
+  // Pipeline thread only.
+  ObjectStore store_;
+  Coalescer coalescer_;
+  std::vector<std::string> source_names_;
+  std::vector<bool> source_synced_;
+  bool all_synced_ = false;
+  std::string published_version_;
+
+  std::atomic<bool> ready_{false};
+  std::atomic<std::uint64_t> compiles_{0};
+  Histogram* compile_seconds_ = nullptr;
+  Counter* snapshots_published_ = nullptr;
+  Counter* snapshots_rejected_ = nullptr;
+};
+
+}  // namespace kwd::pipeline

@@ -1,0 +1,66 @@
+#pragma once
+
+// The controller's object store: the compiler's ObjectSet plus what the
+// compile does not read but the controller needs (each custom resource's
+// current status, for status diffs). Owned by the pipeline thread; not
+// thread-safe.
+//
+// Every write reports whether something the compile reads changed, so that
+// unrelated churn (pod status, status writes echoed back by the watch,
+// EndpointSlices of Services no LogonGroup names) never triggers a rebuild.
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "controller/model/model.h"
+
+namespace kwd::pipeline {
+
+// One object as a watch or a file delivers it, decoded.
+struct ObservedObject {
+  model::Object object;
+  // The status as the API server holds it (LogonGroup/UrlMapping); null when absent.
+  nlohmann::json status;
+};
+
+// Reduces an object to what the compile reads, so equality means "no
+// relevant change": resourceVersions are dropped everywhere, and pods keep
+// only the two dispatch.kwd.io annotations.
+void TrimForCompile(model::Object* object);
+
+class ObjectStore {
+ public:
+  // Each returns whether the compile's view changed.
+  bool Upsert(ObservedObject observed);
+  bool Remove(const model::ObjectKey& key);
+  // Makes the objects of `kind` (in `namespace_`, or everywhere when it is
+  // empty) exactly `objects`: what a relist or a directory reload delivers.
+  bool Replace(std::string_view kind, std::string_view namespace_,
+               std::vector<ObservedObject> objects);
+
+  const model::ObjectSet& objects() const { return objects_; }
+  // The status the API server last reported for a LogonGroup/UrlMapping, or null.
+  const nlohmann::json* ObservedStatus(const model::ObjectKey& key) const;
+  std::size_t CountOf(std::string_view kind) const;
+
+ private:
+  using NamespacedName = model::ObjectSet::NamespacedName;
+
+  bool IsRelevant(const model::Object& object) const;
+  void Index(const model::Object& object, int delta);
+  std::vector<model::ObjectKey> KeysOf(std::string_view kind, std::string_view namespace_) const;
+
+  model::ObjectSet objects_;
+  std::map<model::ObjectKey, nlohmann::json> statuses_;
+  // (namespace, service) named by LogonGroups, with reference counts.
+  std::map<NamespacedName, int> referenced_services_;
+  // (namespace, pod) named by EndpointSlice targetRefs, with reference counts.
+  std::map<NamespacedName, int> referenced_pods_;
+};
+
+}  // namespace kwd::pipeline

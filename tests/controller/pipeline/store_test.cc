@@ -1,0 +1,141 @@
+#include "controller/pipeline/store.h"
+
+#include <gtest/gtest.h>
+
+namespace kwd::pipeline {
+namespace {
+
+using nlohmann::json;
+
+ObservedObject Decode(const json& object, json status = nullptr) {
+  auto decoded = model::DecodeObject(object);
+  EXPECT_TRUE(decoded.ok()) << decoded.error;
+  return ObservedObject{std::move(*decoded.object), std::move(status)};
+}
+
+json Group(const std::string& name, const std::string& service, int generation = 1) {
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "LogonGroup"},
+          {"metadata", {{"name", name}, {"namespace", "erp"}, {"generation", generation}}},
+          {"spec", {{"backend", {{"service", {{"name", service}, {"port", 8000}}}}}}}};
+}
+
+json Slice(const std::string& name, const std::string& service, const std::string& pod,
+           bool ready = true) {
+  return {{"apiVersion", "discovery.k8s.io/v1"},
+          {"kind", "EndpointSlice"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "erp"},
+            {"resourceVersion", "1"},
+            {"labels", {{"kubernetes.io/service-name", service}}}}},
+          {"addressType", "IPv4"},
+          {"endpoints",
+           {{{"addresses", {"10.0.0.1"}},
+             {"conditions", {{"ready", ready}}},
+             {"targetRef", {{"kind", "Pod"}, {"name", pod}}}}}},
+          {"ports", {{{"port", 8000}}}}};
+}
+
+json Pod(const std::string& name, json annotations, json labels = json::object(),
+         const std::string& resource_version = "1") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "erp"},
+            {"resourceVersion", resource_version},
+            {"labels", labels},
+            {"annotations", annotations}}}};
+}
+
+TEST(ObjectStoreTest, LogonGroupChangesAreRelevantAndEqualWritesAreNot) {
+  ObjectStore store;
+  EXPECT_TRUE(store.Upsert(Decode(Group("g", "svc"))));
+  EXPECT_FALSE(store.Upsert(Decode(Group("g", "svc"))));
+  EXPECT_TRUE(store.Upsert(Decode(Group("g", "svc2", 2))));
+  EXPECT_EQ(store.CountOf(model::kLogonGroupKind), 1u);
+  EXPECT_TRUE(store.Remove({"LogonGroup", "erp", "g"}));
+  EXPECT_FALSE(store.Remove({"LogonGroup", "erp", "g"}));
+}
+
+TEST(ObjectStoreTest, StatusOnlyChangeIsRecordedButNotRelevant) {
+  ObjectStore store;
+  ASSERT_TRUE(store.Upsert(Decode(Group("g", "svc"))));
+  json status = {{"observedGeneration", 1}};
+  json with_rv = Group("g", "svc");
+  with_rv["metadata"]["resourceVersion"] = "77";
+  EXPECT_FALSE(store.Upsert(Decode(with_rv, status)));
+  const json* observed = store.ObservedStatus({"LogonGroup", "erp", "g"});
+  ASSERT_NE(observed, nullptr);
+  EXPECT_EQ(*observed, status);
+}
+
+TEST(ObjectStoreTest, SliceIsRelevantOnlyWhenALogonGroupNamesItsService) {
+  ObjectStore store;
+  EXPECT_FALSE(store.Upsert(Decode(Slice("other-1", "other", "p1"))));
+  EXPECT_FALSE(store.Upsert(Decode(Slice("other-1", "other", "p1", false))));
+  EXPECT_TRUE(store.Upsert(Decode(Group("g", "svc"))));
+  EXPECT_TRUE(store.Upsert(Decode(Slice("svc-1", "svc", "p2"))));
+  EXPECT_TRUE(store.Upsert(Decode(Slice("svc-1", "svc", "p2", false))));
+  EXPECT_FALSE(store.Upsert(Decode(Slice("other-1", "other", "p1"))));
+  EXPECT_EQ(store.CountOf(model::kEndpointSliceKind), 2u);
+  EXPECT_TRUE(store.Remove({"EndpointSlice", "erp", "svc-1"}));
+  EXPECT_FALSE(store.Remove({"EndpointSlice", "erp", "other-1"}));
+}
+
+TEST(ObjectStoreTest, PodIsRelevantOnlyWhenReferencedAndOnlyForItsAnnotations) {
+  ObjectStore store;
+  ASSERT_TRUE(store.Upsert(Decode(Group("g", "svc"))));
+  EXPECT_FALSE(store.Upsert(Decode(Pod("p2", {{"dispatch.kwd.io/capacity", "3"}}))));
+  ASSERT_TRUE(store.Upsert(Decode(Slice("svc-1", "svc", "p2"))));
+  // Labels, other annotations and the resourceVersion are not compile inputs.
+  EXPECT_FALSE(store.Upsert(
+      Decode(Pod("p2", {{"dispatch.kwd.io/capacity", "3"}, {"x", "y"}}, {{"app", "erp"}}, "9"))));
+  EXPECT_TRUE(store.Upsert(Decode(Pod("p2", {{"dispatch.kwd.io/capacity", "4"}}))));
+  EXPECT_TRUE(store.Upsert(Decode(Pod("p2", {{"dispatch.kwd.io/capacity", "4"},
+                                             {"dispatch.kwd.io/instance-name", "erp1_ERP_00"}}))));
+  EXPECT_FALSE(store.Upsert(Decode(Pod("unreferenced", {{"dispatch.kwd.io/capacity", "4"}}))));
+  const auto& pods = store.objects().pods();
+  auto it = pods.find({"erp", "p2"});
+  ASSERT_NE(it, pods.end());
+  EXPECT_EQ(it->second.metadata.annotations.size(), 2u);
+  EXPECT_TRUE(it->second.metadata.labels.empty());
+}
+
+TEST(ObjectStoreTest, ReplaceRemovesWhatIsMissingWithinItsScope) {
+  ObjectStore store;
+  ASSERT_TRUE(store.Upsert(Decode(Group("a", "svc"))));
+  ASSERT_TRUE(store.Upsert(Decode(Group("b", "svc"))));
+  json other_ns = Group("c", "svc");
+  other_ns["metadata"]["namespace"] = "hr";
+  ASSERT_TRUE(store.Upsert(Decode(other_ns)));
+
+  std::vector<ObservedObject> same;
+  same.push_back(Decode(Group("a", "svc")));
+  same.push_back(Decode(Group("b", "svc")));
+  EXPECT_FALSE(store.Replace(model::kLogonGroupKind, "erp", std::move(same)));
+
+  std::vector<ObservedObject> only_a;
+  only_a.push_back(Decode(Group("a", "svc")));
+  EXPECT_TRUE(store.Replace(model::kLogonGroupKind, "erp", std::move(only_a)));
+  EXPECT_EQ(store.CountOf(model::kLogonGroupKind), 2u);  // a, and c in another namespace
+  EXPECT_TRUE(store.objects().Find({"LogonGroup", "hr", "c"}).has_value());
+
+  EXPECT_TRUE(store.Replace(model::kLogonGroupKind, "", {}));
+  EXPECT_EQ(store.CountOf(model::kLogonGroupKind), 0u);
+}
+
+TEST(ObjectStoreTest, RemovingTheLastReferenceMakesSlicesIrrelevant) {
+  ObjectStore store;
+  ASSERT_TRUE(store.Upsert(Decode(Group("a", "svc"))));
+  ASSERT_TRUE(store.Upsert(Decode(Group("b", "svc"))));
+  ASSERT_TRUE(store.Upsert(Decode(Slice("svc-1", "svc", "p"))));
+  ASSERT_TRUE(store.Remove({"LogonGroup", "erp", "a"}));
+  EXPECT_TRUE(store.Upsert(Decode(Slice("svc-1", "svc", "p", false))));  // b still names it
+  ASSERT_TRUE(store.Remove({"LogonGroup", "erp", "b"}));
+  EXPECT_FALSE(store.Upsert(Decode(Slice("svc-1", "svc", "p", true))));
+}
+
+}  // namespace
+}  // namespace kwd::pipeline
