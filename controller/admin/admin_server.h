@@ -1,0 +1,69 @@
+#pragma once
+
+// The controller's admin port, served like the proxy's (dataplane/admin) by
+// cpprestsdk's http_listener on a small thread pool:
+//   /metrics          Prometheus text format 0.0.4
+//   /healthz          200 while the process runs
+//   /readyz           200 after the initial lists and the first compile, else 503
+//   /debug/snapshot   the current snapshot as JSON (503 before the first one)
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "controller/pipeline/pipeline.h"
+
+namespace web::http::experimental::listener {
+class http_listener;
+}  // namespace web::http::experimental::listener
+
+namespace kwd::controller_admin {
+
+// The snapshot sink behind /debug/snapshot: keeps the latest published result.
+class LatestSnapshot final : public pipeline::SnapshotSink {
+ public:
+  void Publish(std::shared_ptr<const compile::CompileResult> result) override;
+  std::shared_ptr<const compile::CompileResult> Get() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const compile::CompileResult> latest_;
+};
+
+struct AdminHandlers {
+  std::function<std::string()> metrics;                  // the exposition text
+  std::function<bool()> ready;                           // /readyz
+  std::function<std::optional<std::string>()> snapshot;  // JSON, nullopt before the first
+};
+
+struct AdminOptions {
+  std::string host = "0.0.0.0";
+  uint16_t port = 9902;
+  size_t threads = 2;  // cpprest's process-wide pool; effective before its first use
+};
+
+// Splits "HOST:PORT" ("[::1]:9902" for IPv6). False on a malformed address.
+bool ParseHostPort(const std::string& text, std::string* host, uint16_t* port);
+
+class AdminServer {
+ public:
+  AdminServer(AdminOptions options, AdminHandlers handlers);
+  ~AdminServer();
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
+
+  bool Start(std::string* error);
+  void Stop();
+
+ private:
+  class Handler;
+
+  AdminOptions options_;
+  AdminHandlers handlers_;
+  std::unique_ptr<web::http::experimental::listener::http_listener> listener_;
+};
+
+}  // namespace kwd::controller_admin
