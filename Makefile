@@ -2,7 +2,7 @@
 BUILD_DIR  ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 10
 CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build run test unit fuzz-smoke bench format clean help
