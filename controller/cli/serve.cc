@@ -1,10 +1,432 @@
 #include "controller/cli/serve.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/snapshot_io.h"
+#include "controller/admin/admin_server.h"
+#include "controller/cli/cli.h"
+#include "controller/kube/kube_client.h"
+#include "controller/kube/kube_config.h"
+#include "controller/kube/leader_elector.h"
+#include "controller/pipeline/dir_watcher.h"
+#include "controller/pipeline/kube_source.h"
+#include "controller/pipeline/pipeline.h"
+#include "controller/pipeline/status.h"
+
 namespace kwd::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr std::string_view kServeUsage =
+    "usage: kwd-controller serve --source=dir:DIR | --source=kube [flags]\n"
+    "\n"
+    "Follows a directory or a cluster, compiles a routing snapshot on every change\n"
+    "and serves it; writes status conditions on LogonGroups and UrlMappings (kube).\n"
+    "\n"
+    "flags:\n"
+    "  --source=dir:DIR | kube          where the objects come from (required)\n"
+    "  --kubeconfig FILE                kubeconfig (default: $KUBECONFIG, else in-cluster)\n"
+    "  --namespace NS                   watch only NS (repeatable; default: all namespaces)\n"
+    "  --grpc-listen HOST:PORT          snapshot gRPC server (default 0.0.0.0:18000; not served "
+    "yet)\n"
+    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot\n"
+    "                                   (default 0.0.0.0:9902)\n"
+    "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
+    "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
+    "                                   else \"default\")\n"
+    "  --leader-election-identity ID    (default: hostname + random suffix)\n"
+    "  --lease-duration D               (default 15s)\n"
+    "  --renew-deadline D               (default 10s)\n"
+    "  --retry-period D                 (default 2s)\n"
+    "  --hold-off D                     wait this long after a change for more (default 10ms)\n"
+    "  --max-delay D                    compile at most this long after the first change\n"
+    "                                   of a burst (default 100ms)\n"
+    "  --poll-interval D                dir source: how often files are checked (default 1s)\n"
+    "  --log-level debug|info|warn|error  (default info)\n"
+    "\n"
+    "Durations take a unit: 500ms, 2s, 1m. Stdout carries one line, \"listening HOST:PORT\",\n"
+    "once the admin port is bound; logs go to stderr. SIGTERM/SIGINT stop cleanly (exit 0).\n";
+
+struct ServeFlags {
+  std::optional<SourceSpec> source;
+  std::string kubeconfig;
+  std::vector<std::string> namespaces;
+  std::string grpc_listen = "0.0.0.0:18000";
+  std::string admin_listen = "0.0.0.0:9902";
+  bool leader_elect = false;
+  std::string lease_namespace;
+  std::string identity;
+  milliseconds lease_duration{15000};
+  milliseconds renew_deadline{10000};
+  milliseconds retry_period{2000};
+  milliseconds hold_off{10};
+  milliseconds max_delay{100};
+  milliseconds poll_interval{1000};
+  LogLevel log_level = LogLevel::kInfo;
+};
+
+bool ParseDuration(std::string_view text, milliseconds* out) {
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || value < 0) {
+    return false;
+  }
+  std::string_view unit(end, text.data() + text.size() - end);
+  if (unit == "ms") {
+    *out = milliseconds(value);
+  } else if (unit == "s") {
+    *out = milliseconds(value * 1000);
+  } else if (unit == "m") {
+    *out = milliseconds(value * 60000);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Returns an exit code to stop with (help or usage error), or nullopt.
+std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::ostream& out,
+                                   std::ostream& err, ServeFlags* flags) {
+  auto usage_error = [&](const std::string& message) {
+    err << "kwd-controller serve: " << message << "\n"
+        << "Run 'kwd-controller serve --help' for usage.\n";
+    return 2;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      out << kServeUsage;
+      return 0;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return usage_error("unexpected argument " + arg);
+    }
+    std::string name = arg;
+    std::optional<std::string> inline_value;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      inline_value = arg.substr(eq + 1);
+    }
+    if (name == "--leader-elect") {
+      if (inline_value && *inline_value != "true" && *inline_value != "false") {
+        return usage_error("--leader-elect takes no value (or =true/=false)");
+      }
+      flags->leader_elect = !inline_value || *inline_value == "true";
+      continue;
+    }
+    std::string value;
+    if (inline_value) {
+      value = *inline_value;
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return usage_error(name + " needs a value");
+    }
+    milliseconds* duration = nullptr;
+    if (name == "--source") {
+      std::string error;
+      flags->source = ParseSource(value, &error);
+      if (!flags->source) {
+        return usage_error(error);
+      }
+    } else if (name == "--kubeconfig") {
+      flags->kubeconfig = value;
+    } else if (name == "--namespace") {
+      if (value.empty()) {
+        return usage_error("--namespace needs a namespace");
+      }
+      flags->namespaces.push_back(value);
+    } else if (name == "--grpc-listen") {
+      flags->grpc_listen = value;
+    } else if (name == "--admin-listen") {
+      flags->admin_listen = value;
+    } else if (name == "--leader-election-namespace") {
+      flags->lease_namespace = value;
+    } else if (name == "--leader-election-identity") {
+      flags->identity = value;
+    } else if (name == "--lease-duration") {
+      duration = &flags->lease_duration;
+    } else if (name == "--renew-deadline") {
+      duration = &flags->renew_deadline;
+    } else if (name == "--retry-period") {
+      duration = &flags->retry_period;
+    } else if (name == "--hold-off") {
+      duration = &flags->hold_off;
+    } else if (name == "--max-delay") {
+      duration = &flags->max_delay;
+    } else if (name == "--poll-interval") {
+      duration = &flags->poll_interval;
+    } else if (name == "--log-level") {
+      if (!ParseLogLevel(value, &flags->log_level)) {
+        return usage_error("--log-level must be debug, info, warn or error");
+      }
+    } else {
+      return usage_error("unknown flag " + name);
+    }
+    if (duration != nullptr && !ParseDuration(value, duration)) {
+      return usage_error(name + " wants a duration such as 500ms, 2s or 1m, got \"" + value + "\"");
+    }
+  }
+  if (!flags->source) {
+    return usage_error("missing --source=dir:DIR or --source=kube");
+  }
+  std::string host;
+  uint16_t port = 0;
+  if (!controller_admin::ParseHostPort(flags->admin_listen, &host, &port)) {
+    return usage_error("--admin-listen wants HOST:PORT, got \"" + flags->admin_listen + "\"");
+  }
+  if (!controller_admin::ParseHostPort(flags->grpc_listen, &host, &port)) {
+    return usage_error("--grpc-listen wants HOST:PORT, got \"" + flags->grpc_listen + "\"");
+  }
+  if (flags->leader_elect && flags->renew_deadline >= flags->lease_duration) {
+    return usage_error("--renew-deadline must be shorter than --lease-duration");
+  }
+  if (flags->source->type == SourceSpec::Type::kDir &&
+      (flags->leader_elect || !flags->namespaces.empty() || !flags->kubeconfig.empty())) {
+    return usage_error("--leader-elect, --namespace and --kubeconfig apply to --source=kube only");
+  }
+  return std::nullopt;
+}
+
+std::string DefaultLeaseNamespace() {
+  std::ifstream file(std::string(kube::kDefaultServiceAccountDir) + "/namespace");
+  std::string ns;
+  if (file && std::getline(file, ns) && !ns.empty()) {
+    return ns;
+  }
+  return "default";
+}
+
+std::string DefaultIdentity() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    std::snprintf(host, sizeof(host), "kwd-controller");
+  }
+  std::random_device random;
+  char suffix[16];
+  std::snprintf(suffix, sizeof(suffix), "%06x", random() & 0xffffff);
+  return std::string(host) + "_" + suffix;
+}
+
+// Copies the reflectors' counters into registry counters at scrape time.
+class WatchMetrics {
+ public:
+  WatchMetrics(MetricsRegistry& registry, const pipeline::KubeSource* source)
+      : registry_(registry), source_(source) {}
+
+  void Sync() {
+    if (source_ == nullptr) {
+      return;
+    }
+    std::lock_guard lock(mu_);
+    for (const auto& [kind, stats] : source_->Stats()) {
+      Set("kwd_controller_watch_events_total", "Watch events received, by kind and type.",
+          {{"kind", kind}, {"type", "ADDED"}}, stats.added);
+      Set("kwd_controller_watch_events_total", "Watch events received, by kind and type.",
+          {{"kind", kind}, {"type", "MODIFIED"}}, stats.modified);
+      Set("kwd_controller_watch_events_total", "Watch events received, by kind and type.",
+          {{"kind", kind}, {"type", "DELETED"}}, stats.deleted);
+      Set("kwd_controller_watch_events_total", "Watch events received, by kind and type.",
+          {{"kind", kind}, {"type", "BOOKMARK"}}, stats.bookmarks);
+      Set("kwd_controller_lists_total", "Successful lists (initial and relists), by kind.",
+          {{"kind", kind}}, stats.lists);
+      Set("kwd_controller_relists_total",
+          "Lists after the first (410 Gone, watch ERROR events), by kind.", {{"kind", kind}},
+          stats.relists);
+      Set("kwd_controller_watch_errors_total",
+          "Failed lists and watches (transport, stall, drop, HTTP errors), by kind.",
+          {{"kind", kind}}, stats.errors);
+    }
+  }
+
+ private:
+  void Set(std::string_view name, std::string_view help, const Labels& labels, uint64_t value) {
+    Counter& counter = registry_.GetCounter(name, help, labels);
+    if (value > counter.Value()) {
+      counter.Inc(value - counter.Value());
+    }
+  }
+
+  MetricsRegistry& registry_;
+  const pipeline::KubeSource* source_;
+  std::mutex mu_;
+};
+
+int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
+  SetLogLevel(flags.log_level);
+
+  // Signals are taken by sigwait on this thread; every thread started below
+  // inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  MetricsRegistry metrics;
+  Gauge& leader_gauge = metrics.GetGauge("kwd_controller_leader",
+                                         "1 while this replica writes status (leader), else 0.");
+  controller_admin::LatestSnapshot latest;
+  pipeline::Pipeline pipeline(pipeline::PipelineOptions{flags.hold_off, flags.max_delay, nullptr},
+                              latest, &metrics);
+
+  std::unique_ptr<pipeline::DirWatcher> dir_watcher;
+  std::unique_ptr<kube::KubeClient> client;
+  std::unique_ptr<pipeline::KubeSource> kube_source;
+  std::unique_ptr<pipeline::StatusWriter> status_writer;
+  std::unique_ptr<kube::LeaderElector> elector;
+
+  if (flags.source->type == SourceSpec::Type::kDir) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(flags.source->dir, error)) {
+      err << "kwd-controller serve: " << flags.source->dir << " is not a directory\n";
+      return 1;
+    }
+    dir_watcher =
+        std::make_unique<pipeline::DirWatcher>(flags.source->dir, pipeline, flags.poll_interval);
+  } else {
+    kube::KubeConfigSource config_source;
+    config_source.kubeconfig_path = flags.kubeconfig;
+    kube::KubeConfig config;
+    std::string error;
+    if (!kube::LoadKubeConfig(config_source, &config, &error)) {
+      err << "kwd-controller serve: " << error << "\n";
+      return 1;
+    }
+    client = std::make_unique<kube::KubeClient>(config);
+    pipeline::KubeSourceOptions source_options;
+    source_options.namespaces = flags.namespaces;
+    kube_source = std::make_unique<pipeline::KubeSource>(*client, pipeline, source_options);
+    status_writer = std::make_unique<pipeline::StatusWriter>(
+        *client, pipeline::StatusWriterOptions{}, &metrics);
+    pipeline.SetStatusWriter(status_writer.get());
+    if (flags.leader_elect) {
+      kube::LeaderElectionConfig election;
+      election.lease_namespace =
+          flags.lease_namespace.empty() ? DefaultLeaseNamespace() : flags.lease_namespace;
+      election.identity = flags.identity.empty() ? DefaultIdentity() : flags.identity;
+      election.lease_duration = flags.lease_duration;
+      election.renew_deadline = flags.renew_deadline;
+      election.retry_period = flags.retry_period;
+      Log(LogLevel::kInfo, "leader", "leader election enabled",
+          {{"lease", election.lease_namespace + "/" + election.lease_name},
+           {"identity", election.identity}});
+      kube::LeaderCallbacks callbacks;
+      pipeline::StatusWriter* writer = status_writer.get();
+      callbacks.on_started_leading = [writer, &pipeline, &leader_gauge] {
+        Log(LogLevel::kInfo, "leader", "started leading: writing status");
+        writer->SetLeader(true);
+        leader_gauge.Set(1);
+        pipeline.ResyncStatus();
+      };
+      callbacks.on_stopped_leading = [writer, &leader_gauge] {
+        writer->SetLeader(false);
+        leader_gauge.Set(0);
+        Log(LogLevel::kInfo, "leader", "stopped leading: status writes stopped");
+      };
+      callbacks.on_new_leader = [](const std::string& identity) {
+        Log(LogLevel::kInfo, "leader", "observed leader", {{"identity", identity}});
+      };
+      elector = std::make_unique<kube::LeaderElector>(*client, election, callbacks);
+    } else {
+      status_writer->SetLeader(true);
+      leader_gauge.Set(1);
+    }
+  }
+  Log(LogLevel::kInfo, "serve", "gRPC snapshot server is not served yet; flag recorded",
+      {{"grpc_listen", flags.grpc_listen}});
+
+  WatchMetrics watch_metrics(metrics, kube_source.get());
+  controller_admin::AdminHandlers handlers;
+  handlers.metrics = [&] {
+    watch_metrics.Sync();
+    return metrics.Render();
+  };
+  handlers.ready = [&] { return pipeline.ready(); };
+  handlers.snapshot = [&]() -> std::optional<std::string> {
+    auto result = latest.Get();
+    if (!result) {
+      return std::nullopt;
+    }
+    return SnapshotToJson(result->snapshot);
+  };
+  controller_admin::AdminOptions admin_options;
+  controller_admin::ParseHostPort(flags.admin_listen, &admin_options.host, &admin_options.port);
+  controller_admin::AdminServer admin(admin_options, handlers);
+  std::string error;
+  if (!admin.Start(&error)) {
+    err << "kwd-controller serve: " << error << "\n";
+    return 1;
+  }
+  out << "listening " << flags.admin_listen << "\n";
+  out.flush();
+  Log(LogLevel::kInfo, "serve", "admin port listening", {{"address", flags.admin_listen}});
+
+  std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
+  std::jthread writer_thread;
+  std::jthread elector_thread;
+  std::jthread dir_thread;
+  if (dir_watcher) {
+    dir_thread = std::jthread([&](std::stop_token stop) { dir_watcher->Run(stop); });
+  } else {
+    kube_source->Start();
+    writer_thread = std::jthread([&](std::stop_token stop) { status_writer->Run(stop); });
+    if (elector) {
+      elector_thread = std::jthread([&](std::stop_token stop) { elector->Run(stop); });
+    }
+  }
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  Log(LogLevel::kInfo, "serve", "stopping", {{"signal", signal_number == SIGINT ? "INT" : "TERM"}});
+
+  // The lease first, so another replica takes over without waiting it out.
+  if (elector_thread.joinable()) {
+    elector_thread.request_stop();
+    elector_thread.join();
+  }
+  if (status_writer) {
+    status_writer->SetLeader(false);
+  }
+  if (kube_source) {
+    kube_source->Stop();
+  }
+  if (dir_thread.joinable()) {
+    dir_thread.request_stop();
+    dir_thread.join();
+  }
+  if (writer_thread.joinable()) {
+    writer_thread.request_stop();
+    writer_thread.join();
+  }
+  pipeline_thread.request_stop();
+  pipeline_thread.join();
+  admin.Stop();
+  Log(LogLevel::kInfo, "serve", "stopped");
+  return 0;
+}
+
+}  // namespace
 
 int RunServe(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  err << "kwd-controller: serve is not implemented yet\n";
-  return 2;
+  ServeFlags flags;
+  if (auto code = ParseServeFlags(args, out, err, &flags)) {
+    return *code;
+  }
+  return Serve(flags, out, err);
 }
 
 }  // namespace kwd::cli
