@@ -1,0 +1,454 @@
+// Black-box tests of `kwd-controller serve`: the real binary against the fake
+// API server (tests/fake_apiserver), observed through its admin port and the
+// fake's object store and request log.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+
+#include "controller/cli/cli.h"
+#include "controller/kube/kube_client.h"
+#include "tests/fake_apiserver/fake_apiserver_process.h"
+#include "tests/support/http_client.h"
+#include "tests/support/process.h"
+
+namespace kwd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+json LogonGroup(const std::string& name, const std::string& service, json extra_spec = {}) {
+  json spec = {{"kind", "abap"}, {"backend", {{"service", {{"name", service}, {"port", 8000}}}}}};
+  if (extra_spec.is_object()) {
+    spec.update(extra_spec);
+  }
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "LogonGroup"},
+          {"metadata", {{"name", name}, {"namespace", "erp"}}},
+          {"spec", spec}};
+}
+
+struct Ep {
+  std::string pod;
+  std::string ip;
+  bool ready = true;
+  bool serving = true;
+  bool terminating = false;
+};
+
+json Slice(const std::string& service, const std::vector<Ep>& endpoints) {
+  json items = json::array();
+  for (const Ep& ep : endpoints) {
+    items.push_back(
+        {{"addresses", {ep.ip}},
+         {"conditions",
+          {{"ready", ep.ready}, {"serving", ep.serving}, {"terminating", ep.terminating}}},
+         {"targetRef", {{"kind", "Pod"}, {"namespace", "erp"}, {"name", ep.pod}}}});
+  }
+  return {{"apiVersion", "discovery.k8s.io/v1"},
+          {"kind", "EndpointSlice"},
+          {"metadata",
+           {{"name", service + "-abc"},
+            {"namespace", "erp"},
+            {"labels", {{"kubernetes.io/service-name", service}}}}},
+          {"addressType", "IPv4"},
+          {"endpoints", items},
+          {"ports", {{{"name", "http"}, {"port", 8000}, {"protocol", "TCP"}}}}};
+}
+
+json Pod(const std::string& name, const std::string& instance, int capacity) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "erp"},
+            {"annotations",
+             {{"dispatch.kwd.io/instance-name", instance},
+              {"dispatch.kwd.io/capacity", std::to_string(capacity)}}}}},
+          {"status", {{"phase", "Running"}}}};
+}
+
+json UrlMapping(const std::string& prefix, const std::string& group) {
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "UrlMapping"},
+          {"metadata", {{"name", "erp"}, {"namespace", "erp"}}},
+          {"spec",
+           {{"defaultGroups", {{"abap", "diag"}}},
+            {"rules", {{{"prefix", prefix}, {"kind", "abap"}, {"logonGroup", group}}}}}}};
+}
+
+std::optional<json> Snapshot(uint16_t port) {
+  HttpReply reply = HttpGet(port, "/debug/snapshot");
+  if (reply.status != 200) {
+    return std::nullopt;
+  }
+  return json::parse(reply.body, nullptr, false);
+}
+
+const json* FindGroup(const json& snapshot, const std::string& key) {
+  if (!snapshot.contains("groups")) {
+    return nullptr;
+  }
+  for (const json& group : snapshot["groups"]) {
+    if (group.value("key", "") == key) {
+      return &group;
+    }
+  }
+  return nullptr;
+}
+
+// "name:capacity:state" of each server of group `key`, or "absent".
+std::string Servers(uint16_t port, const std::string& key) {
+  auto snapshot = Snapshot(port);
+  if (!snapshot) {
+    return "no snapshot";
+  }
+  const json* group = FindGroup(*snapshot, key);
+  if (group == nullptr) {
+    return "absent";
+  }
+  std::string out;
+  for (const json& server : group->value("servers", json::array())) {
+    if (!out.empty()) {
+      out += ",";
+    }
+    std::string state = server.value("state", "");
+    out += server.value("name", "") + ":" + std::to_string(server.value("capacity", 0)) +
+           (state == "SERVER_STATE_DRAINING" ? ":draining" : "");
+  }
+  return out;
+}
+
+double Metric(uint16_t port, const std::string& series) {
+  HttpReply reply = HttpGet(port, "/metrics");
+  std::istringstream lines(reply.body);
+  std::string line;
+  double sum = 0;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind(series, 0) == 0 && line.size() > series.size() &&
+        (line[series.size()] == ' ' || line[series.size()] == '{' ||
+         line[series.size() - 1] == '}')) {
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+      found = true;
+    }
+  }
+  return found ? sum : -1;
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake_ = std::make_unique<FakeApiServer>();
+    client_ = std::make_unique<kube::KubeClient>(fake_->Config());
+    dir_ = fs::temp_directory_path() /
+           ("kwd-serve-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "kubeconfig")
+        << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {server: '"
+        << fake_->address() << "'}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: c\n"
+        << "  context: {cluster: fake, user: u, namespace: default}\ncurrent-context: c\n";
+  }
+  void TearDown() override {
+    controllers_.clear();
+    if (!HasFailure()) {
+      fs::remove_all(dir_);
+    }
+  }
+
+  Process& Start(std::vector<std::string> extra = {}) {
+    uint16_t port = ReserveFreePort();
+    std::vector<std::string> argv = {BinaryPath("kwd-controller"),
+                                     "serve",
+                                     "--source=kube",
+                                     "--kubeconfig",
+                                     (dir_ / "kubeconfig").string(),
+                                     "--admin-listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--hold-off",
+                                     "5ms",
+                                     "--log-level",
+                                     "debug"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    std::string log = (dir_ / ("controller-" + std::to_string(controllers_.size()) + ".log"));
+    controllers_.push_back(std::make_unique<Process>(argv, log));
+    EXPECT_TRUE(controllers_.back()->started()) << controllers_.back()->Log();
+    return *controllers_.back();
+  }
+
+  json Get(const std::string& kind, const std::string& name) {
+    std::string plural = kind == "LogonGroup" ? "logongroups" : "urlmappings";
+    return client_->Get("/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/" + plural + "/" + name)
+        .body;
+  }
+
+  // The condition `type` of an object's status, or null.
+  json Condition(const std::string& kind, const std::string& name, const std::string& type) {
+    json object = Get(kind, name);
+    if (!object.contains("status") || !object["status"].is_object()) {
+      return nullptr;
+    }
+    for (const json& condition : object["status"].value("conditions", json::array())) {
+      if (condition.value("type", "") == type) {
+        return condition;
+      }
+    }
+    return nullptr;
+  }
+
+  // A spec edit as kubectl makes it: the fake's control API replaces the whole
+  // object, so carry the current status over.
+  void Edit(json object) {
+    json current = Get(object["kind"], object["metadata"]["name"]);
+    if (current.contains("status")) {
+      object["status"] = current["status"];
+    }
+    fake_->Upsert(object);
+  }
+
+  int StatusPatches() {
+    int count = 0;
+    for (const json& request : fake_->Requests()) {
+      std::string path = request.value("path", "");
+      if (request.value("method", "") == "PATCH" && path.size() > 7 &&
+          path.substr(path.size() - 7) == "/status") {
+        ++count;
+      }
+    }
+    return count;
+  }
+
+  void Seed() {
+    fake_->Upsert(Pod("erp-0", "erp0_ERP_00", 6));
+    fake_->Upsert(Pod("erp-1", "erp1_ERP_00", 3));
+    fake_->Upsert(Slice("erp-abap", {{"erp-0", "10.0.0.1"}, {"erp-1", "10.0.0.2"}}));
+    fake_->Upsert(LogonGroup("public", "erp-abap"));
+    fake_->Upsert(LogonGroup("diag", "erp-abap"));
+    fake_->Upsert(UrlMapping("/sap/", "public"));
+  }
+
+  std::unique_ptr<FakeApiServer> fake_;
+  std::unique_ptr<kube::KubeClient> client_;
+  fs::path dir_;
+  std::vector<std::unique_ptr<Process>> controllers_;
+};
+
+TEST_F(ServeTest, InitialSyncPublishesTheSnapshotAndWritesStatus) {
+  Seed();
+  fake_->Upsert(LogonGroup("broken", "erp-abap", {{"strategy", "fastest"}}));
+  Process& controller = Start();
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(controller.port(), "/readyz").status == 200; }))
+      << controller.Log();
+  EXPECT_EQ(Servers(controller.port(), "erp/public"), "erp0_ERP_00:6,erp1_ERP_00:3");
+  EXPECT_EQ(Servers(controller.port(), "erp/broken"), "absent");
+  ASSERT_TRUE(WaitFor([&] { return Condition("LogonGroup", "public", "Accepted").is_object(); }))
+      << controller.Log();
+  json accepted = Condition("LogonGroup", "public", "Accepted");
+  EXPECT_EQ(accepted["status"], "True");
+  EXPECT_EQ(accepted["observedGeneration"], 1);
+  EXPECT_EQ(Get("LogonGroup", "public")["status"]["readyServers"], 2);
+  EXPECT_EQ(Condition("LogonGroup", "public", "ResolvedRefs")["status"], "True");
+  ASSERT_TRUE(WaitFor([&] { return Condition("LogonGroup", "broken", "Accepted").is_object(); }));
+  EXPECT_EQ(Condition("LogonGroup", "broken", "Accepted")["status"], "False");
+  EXPECT_EQ(Condition("LogonGroup", "broken", "Accepted")["reason"], "InvalidStrategy");
+  ASSERT_TRUE(WaitFor([&] { return Condition("UrlMapping", "erp", "Accepted").is_object(); }));
+  EXPECT_EQ(Condition("UrlMapping", "erp", "Accepted")["status"], "True");
+  EXPECT_EQ(Metric(controller.port(), "kwd_controller_leader"), 1);
+  EXPECT_GE(Metric(controller.port(), "kwd_controller_lists_total"), 4);
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+TEST_F(ServeTest, EveryKindOfChangeReachesTheSnapshot) {
+  Seed();
+  Process& controller = Start();
+  uint16_t port = controller.port();
+  ASSERT_TRUE(WaitFor([&] { return Servers(port, "erp/public") == "erp0_ERP_00:6,erp1_ERP_00:3"; }))
+      << controller.Log();
+
+  // Pod annotation change.
+  fake_->Upsert(Pod("erp-1", "erp1_ERP_00", 4));
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "erp/public") == "erp0_ERP_00:6,erp1_ERP_00:4"; }))
+      << Servers(port, "erp/public");
+  // An endpoint terminating but serving drains; a not-ready one leaves.
+  fake_->Upsert(Slice("erp-abap", {{"erp-0", "10.0.0.1", false, true, true},
+                                   {"erp-1", "10.0.0.2", false, false, false}}));
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "erp/public") == "erp0_ERP_00:6:draining"; }))
+      << Servers(port, "erp/public");
+  // LogonGroup add, modify, delete.
+  fake_->Upsert(LogonGroup("extra", "erp-abap"));
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "erp/extra") != "absent"; }));
+  fake_->Upsert(LogonGroup("extra", "erp-abap", {{"strategy", "simple_weighted_round_robin"}}));
+  EXPECT_TRUE(WaitFor([&] {
+    auto snapshot = Snapshot(port);
+    const json* group = snapshot ? FindGroup(*snapshot, "erp/extra") : nullptr;
+    return group != nullptr &&
+           group->value("strategy", "") == "STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN";
+  }));
+  fake_->Remove(LogonGroup("extra", "erp-abap"));
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "erp/extra") == "absent"; }));
+  // UrlMapping change.
+  fake_->Upsert(UrlMapping("/irj/", "diag"));
+  EXPECT_TRUE(WaitFor([&] {
+    auto snapshot = Snapshot(port);
+    return snapshot && snapshot->dump().find("\"/irj/\"") != std::string::npos &&
+           snapshot->dump().find("\"/sap/\"") == std::string::npos;
+  }));
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+TEST_F(ServeTest, CompactionAndDroppedWatchesMissNothing) {
+  Seed();
+  Process& controller = Start();
+  uint16_t port = controller.port();
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(port, "/readyz").status == 200; }));
+  double relists = Metric(port, "kwd_controller_relists_total");
+  // Changes while watches are cut, then history compacted: only a relist sees them.
+  fake_->Control("stall-watches", {{"stalled", true}});
+  fake_->Upsert(Pod("erp-0", "erp0_ERP_00", 2));
+  fake_->Upsert(LogonGroup("late", "erp-abap"));
+  fake_->Control("compact", {{"expireWatches", true}});
+  fake_->Control("drop-watches");
+  fake_->Control("stall-watches", {{"stalled", false}});
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "erp/late") == "erp0_ERP_00:2,erp1_ERP_00:3"; },
+                      seconds(20)))
+      << Servers(port, "erp/late") << controller.Log();
+  EXPECT_GT(Metric(port, "kwd_controller_relists_total"), relists);
+  // And the watches work again afterwards.
+  fake_->Remove(LogonGroup("late", "erp-abap"));
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "erp/late") == "absent"; }));
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+TEST_F(ServeTest, StatusIsWrittenOnlyWhenItChanges) {
+  Seed();
+  Process& controller = Start();
+  uint16_t port = controller.port();
+  ASSERT_TRUE(WaitFor([&] { return Metric(port, "kwd_controller_status_writes_total") >= 3; }))
+      << controller.Log();
+  ASSERT_TRUE(WaitFor([&] { return Condition("UrlMapping", "erp", "Accepted").is_object(); }));
+  EXPECT_EQ(StatusPatches(), 3);  // two LogonGroups, one UrlMapping: once each
+  json before = Condition("LogonGroup", "public", "Accepted");
+
+  // A relist of everything (compaction) that changes nothing writes nothing.
+  client_->Delete("/_fake/requests");
+  double relists = Metric(port, "kwd_controller_relists_total");
+  fake_->Control("compact", {{"expireWatches", true}});
+  ASSERT_TRUE(WaitFor([&] { return Metric(port, "kwd_controller_relists_total") >= relists + 4; }))
+      << controller.Log();
+  EXPECT_FALSE(WaitFor([&] { return StatusPatches() > 0; }, milliseconds(300)));
+
+  // A spec change writes the new observedGeneration and keeps lastTransitionTime.
+  Edit(LogonGroup("public", "erp-abap", {{"defaultCapacity", 2}}));
+  ASSERT_TRUE(WaitFor([&] {
+    return Condition("LogonGroup", "public", "Accepted").value("observedGeneration", 0) == 2;
+  }));
+  EXPECT_EQ(Condition("LogonGroup", "public", "Accepted")["lastTransitionTime"],
+            before["lastTransitionTime"]);
+  EXPECT_EQ(StatusPatches(), 1);
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+TEST_F(ServeTest, OneLeaderWritesStatusAndAnotherTakesOverAfterSigkill) {
+  Seed();
+  std::vector<std::string> election = {"--leader-elect",
+                                       "--leader-election-namespace",
+                                       "kwd-system",
+                                       "--lease-duration",
+                                       "2s",
+                                       "--renew-deadline",
+                                       "1500ms",
+                                       "--retry-period",
+                                       "200ms"};
+  Process& a = Start(election);
+  Process& b = Start(election);
+  auto leader = [&](Process& p) { return Metric(p.port(), "kwd_controller_leader") == 1; };
+  ASSERT_TRUE(WaitFor([&] { return leader(a) || leader(b); })) << a.Log() << b.Log();
+  ASSERT_TRUE(WaitFor([&] { return Condition("UrlMapping", "erp", "Accepted").is_object(); }));
+  Process& first = leader(a) ? a : b;
+  Process& second = leader(a) ? b : a;
+  EXPECT_FALSE(leader(second));
+  EXPECT_GE(Metric(first.port(), "kwd_controller_status_writes_total{result=\"ok\"}"), 3);
+  EXPECT_EQ(Metric(second.port(), "kwd_controller_status_writes_total{result=\"ok\"}"), 0);
+  // The follower compiled the same snapshot.
+  ASSERT_TRUE(WaitFor([&] { return Snapshot(second.port()).has_value(); }));
+  EXPECT_EQ((*Snapshot(second.port()))["version"], (*Snapshot(first.port()))["version"]);
+
+  auto killed_at = std::chrono::steady_clock::now();
+  first.Kill();
+  ASSERT_TRUE(WaitFor([&] { return leader(second); }, seconds(10))) << second.Log();
+  auto takeover = std::chrono::steady_clock::now() - killed_at;
+  EXPECT_LT(takeover, seconds(2) + milliseconds(1500)) << "lease 2s, retry 200ms";
+  Edit(LogonGroup("public", "erp-abap", {{"defaultCapacity", 3}}));
+  EXPECT_TRUE(WaitFor([&] {
+    return Condition("LogonGroup", "public", "Accepted").value("observedGeneration", 0) == 2;
+  }));
+  EXPECT_GE(Metric(second.port(), "kwd_controller_status_writes_total{result=\"ok\"}"), 1);
+  EXPECT_EQ(second.Stop(), 0);
+}
+
+TEST_F(ServeTest, DirSourcePicksUpAFileChange) {
+  fs::path config = dir_ / "config";
+  fs::create_directories(config);
+  auto write = [&](int capacity) {
+    std::ofstream(config / "group.yaml")
+        << "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n"
+        << "metadata: {name: diag, namespace: default}\nspec:\n  backend:\n    staticServers:\n"
+        << "      - {name: s1, address: 127.0.0.1, port: 8000, capacity: " << capacity << "}\n";
+  };
+  write(2);
+  uint16_t port = ReserveFreePort();
+  Process controller(
+      {BinaryPath("kwd-controller"), "serve", "--source=dir:" + config.string(), "--admin-listen",
+       "127.0.0.1:" + std::to_string(port), "--poll-interval", "50ms"},
+      (dir_ / "dir.log").string());
+  ASSERT_TRUE(controller.started());
+  EXPECT_EQ(controller.first_line(), "listening 127.0.0.1:" + std::to_string(port));
+  ASSERT_TRUE(WaitFor([&] { return Servers(port, "default/diag") == "s1:2"; })) << controller.Log();
+  write(15);
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "default/diag") == "s1:15"; }))
+      << controller.Log();
+  std::ofstream(config / "group.yaml") << "kind: [broken\n";
+  EXPECT_FALSE(
+      WaitFor([&] { return Servers(port, "default/diag") != "s1:15"; }, milliseconds(300)));
+  EXPECT_EQ(Metric(port, "kwd_controller_leader"), 0);
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+TEST(ServeFlagsTest, UsageErrorsExitTwo) {
+  std::vector<std::vector<std::string>> cases = {
+      {"serve"},
+      {"serve", "--source=dir:/tmp", "--hold-off", "10"},
+      {"serve", "--source=kube", "--admin-listen", "nowhere"},
+      {"serve", "--source=dir:/tmp", "--leader-elect"},
+      {"serve", "--source=kube", "--bogus"},
+      {"serve", "--source=kube", "--leader-elect", "--lease-duration", "1s", "--renew-deadline",
+       "2s"},
+  };
+  for (const auto& args : cases) {
+    std::ostringstream out;
+    std::ostringstream err;
+    EXPECT_EQ(cli::RunController(args, out, err), 2) << args.back();
+    EXPECT_EQ(out.str(), "") << args.back();
+    EXPECT_NE(err.str().find("kwd-controller serve: "), std::string::npos) << err.str();
+  }
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(cli::RunController({"serve", "--help"}, out, err), 0);
+  EXPECT_NE(out.str().find("--leader-elect"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwd::testing
