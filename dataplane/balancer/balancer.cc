@@ -7,13 +7,6 @@
 #include "dataplane/balancer/weighted_round_robin.h"
 
 namespace kwd::balancer {
-namespace {
-
-// Load counters times capacities can exceed 64 bits only in theory; 128-bit
-// products keep the comparison exact without a branch.
-__extension__ typedef unsigned __int128 Uint128;
-
-}  // namespace
 
 Balancer::Balancer(size_t server_count, int64_t load_reset_interval_ms)
     : load_reset_interval_ms_(load_reset_interval_ms) {
@@ -84,29 +77,38 @@ void Balancer::Rebind(std::span<const int> new_to_old) {
 }
 
 int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) const {
-  int best = -1;
-  uint64_t best_load = 0;
-  uint64_t best_capacity = 1;
+  // Runs over every server of the group for each balanced request: the
+  // counters are read through raw pointers and the comparison is
+  // LoadPerCapacityLess, 64-bit in practice.
   const uint64_t* assigned = assigned_.data();
   const uint64_t* outstanding = outstanding_.data();
-  for (size_t i = 0; i < servers.size(); ++i) {
+  const size_t count = servers.size();
+  size_t i = 0;
+  while (i < count && !servers[i].Usable()) {
+    ++i;
+  }
+  if (i == count) {
+    return -1;
+  }
+  size_t best = i;
+  uint64_t best_load = assigned[i] + outstanding[i] + 1;
+  uint32_t best_capacity = std::max<uint32_t>(servers[i].capacity, 1);
+  for (++i; i < count; ++i) {
     const ServerInput& server = servers[i];
     if (!server.Usable()) {
       continue;
     }
-    // The counters count requests, so their sum fits 64 bits; each product
-    // is then one 64x64->128-bit multiplication (a general 128x128 one costs
-    // several times more in this loop over every server).
+    // The counters count requests, so their sum fits 64 bits.
     const uint64_t load = assigned[i] + outstanding[i] + 1;
-    const uint64_t capacity = std::max<uint32_t>(server.capacity, 1);
-    // load / capacity < best_load / best_capacity, without division.
-    if (best < 0 || Uint128{load} * best_capacity < Uint128{best_load} * capacity) {
-      best = static_cast<int>(i);
+    const uint32_t capacity = std::max<uint32_t>(server.capacity, 1);
+    // Strictly less: ties go to the earlier server.
+    if (LoadPerCapacityLess(load, capacity, best_load, best_capacity)) {
+      best = i;
       best_load = load;
       best_capacity = capacity;
     }
   }
-  return best;
+  return static_cast<int>(best);
 }
 
 std::unique_ptr<Balancer> MakeBalancer(v1::Strategy strategy, size_t server_count,

@@ -44,6 +44,18 @@ struct ServerInput {
   }
 };
 
+// Whether load_a / capacity_a < load_b / capacity_b, compared exactly
+// without division. Loads below 2^32 (always, in practice) take 64-bit
+// products; larger ones 128-bit products.
+inline bool LoadPerCapacityLess(uint64_t load_a, uint32_t capacity_a, uint64_t load_b,
+                                uint32_t capacity_b) {
+  if (((load_a | load_b) >> 32) == 0) {
+    return load_a * capacity_b < load_b * capacity_a;
+  }
+  __extension__ typedef unsigned __int128 Uint128;
+  return Uint128{load_a} * capacity_b < Uint128{load_b} * capacity_a;
+}
+
 class Balancer {
  public:
   // `load_reset_interval_ms` <= 0 never resets `assigned`.

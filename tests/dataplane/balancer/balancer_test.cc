@@ -66,6 +66,36 @@ TEST(BalancerTest, SeedSequences) {
   }
 }
 
+TEST(BalancerTest, LoadPerCapacityComparisonIsExactAtAnySize) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  constexpr uint32_t kMaxCapacity = ~uint32_t{0};
+  struct Case {
+    uint64_t load_a;
+    uint32_t capacity_a;
+    uint64_t load_b;
+    uint32_t capacity_b;
+    bool less;
+  };
+  const Case cases[] = {
+      {1, 1, 2, 1, true},
+      {2, 1, 2, 1, false},  // equal is not less
+      {2, 2, 1, 1, false},  // 1/1 == 2/2
+      {3, 6, 1, 1, true},
+      {(uint64_t{1} << 32) - 1, kMaxCapacity, (uint64_t{1} << 32) - 1, kMaxCapacity - 1, true},
+      // Products beyond 64 bits: the 128-bit path.
+      {uint64_t{1} << 32, kMaxCapacity, (uint64_t{1} << 32) + 1, kMaxCapacity, true},
+      {kMax, kMaxCapacity, kMax, kMaxCapacity - 1, true},
+      {kMax, kMaxCapacity - 1, kMax, kMaxCapacity, false},
+      {kMax - 1, 1, kMax, 1, true},
+      {kMax, 2, kMax - 1, 1, true},  // ~2^63 < ~2^64
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.load_a) + "/" + std::to_string(c.capacity_a) + " < " +
+                 std::to_string(c.load_b) + "/" + std::to_string(c.capacity_b));
+    EXPECT_EQ(LoadPerCapacityLess(c.load_a, c.capacity_a, c.load_b, c.capacity_b), c.less);
+  }
+}
+
 TEST(BalancerTest, FactoryPicksTheStrategy) {
   for (v1::Strategy strategy : {v1::STRATEGY_WEIGHTED_ROUND_ROBIN,
                                 v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN, v1::STRATEGY_ADAPTIVE}) {
