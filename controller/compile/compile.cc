@@ -8,10 +8,12 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/snapshot_io.h"
+#include "common/string_hash.h"
 
 namespace kwd::compile {
 namespace {
@@ -172,13 +174,38 @@ std::optional<std::uint32_t> ParseCapacity(std::string_view text) {
 using SliceIndex = std::map<std::pair<std::string, std::string>, std::vector<const EndpointSlice*>>;
 
 SliceIndex IndexSlices(const ObjectSet& objects) {
+  static const std::string kServiceNameLabel(model::kServiceNameLabel);
   SliceIndex index;
   for (const auto& [key, slice] : objects.endpoint_slices()) {
-    auto label = slice.metadata.labels.find(std::string(model::kServiceNameLabel));
+    auto label = slice.metadata.labels.find(kServiceNameLabel);
     if (label == slice.metadata.labels.end()) {
       continue;
     }
     index[{slice.metadata.namespace_, label->second}].push_back(&slice);
+  }
+  return index;
+}
+
+// Pods by (namespace, name), as views into the ObjectSet's keys. Every
+// endpoint looks its pod up: a hash lookup instead of a walk down the
+// ordered map comparing string pairs (only lookups: no order leaks out).
+struct PodKey {
+  std::string_view namespace_;
+  std::string_view name;
+  bool operator==(const PodKey&) const = default;
+};
+struct PodKeyHash {
+  size_t operator()(const PodKey& key) const {
+    return static_cast<size_t>(HashString(key.name, HashString(key.namespace_)));
+  }
+};
+using PodIndex = std::unordered_map<PodKey, const model::Pod*, PodKeyHash>;
+
+PodIndex IndexPods(const ObjectSet& objects) {
+  PodIndex index;
+  index.reserve(objects.pods().size());
+  for (const auto& [key, pod] : objects.pods()) {
+    index.emplace(PodKey{key.first, key.second}, &pod);
   }
   return index;
 }
@@ -190,8 +217,8 @@ struct GroupResult {
 
 class LogonGroupCompiler {
  public:
-  LogonGroupCompiler(const ObjectSet& objects, const SliceIndex& slices)
-      : objects_(objects), slices_(slices) {}
+  LogonGroupCompiler(const PodIndex& pods, const SliceIndex& slices)
+      : pods_(pods), slices_(slices) {}
 
   GroupResult Compile(const LogonGroup& lg) {
     Findings findings;
@@ -237,8 +264,12 @@ class LogonGroupCompiler {
     std::string resolved_summary;
     CompileBackend(lg, default_capacity, &group, findings, &resolved_summary);
 
-    std::sort(group.mutable_servers()->begin(), group.mutable_servers()->end(),
-              [](const v1::Server& a, const v1::Server& b) { return a.name() < b.name(); });
+    // Service backends come out sorted already; sorting protobuf messages
+    // moves every one of them even then.
+    auto by_name = [](const v1::Server& a, const v1::Server& b) { return a.name() < b.name(); };
+    if (!std::is_sorted(group.servers().begin(), group.servers().end(), by_name)) {
+      std::sort(group.mutable_servers()->begin(), group.mutable_servers()->end(), by_name);
+    }
 
     int ready = 0;
     int draining = 0;
@@ -521,12 +552,14 @@ class LogonGroupCompiler {
       }
       previous = &c;
       v1::Server* server = group->add_servers();
-      server->set_name(c.name);
-      server->set_address(std::string(c.address));
+      server->set_name(c.name.data(), c.name.size());
+      server->set_address(c.address.data(), c.address.size());
       server->set_port(c.port);
       server->set_capacity(c.capacity);
       server->set_state(c.state);
-      server->set_pod(c.pod);
+      if (c.has_pod) {
+        server->set_pod(GroupKey(c.pod_namespace, c.pod_name));
+      }
     }
 
     if (unmatched_slices.size() == it->second.size()) {
@@ -549,14 +582,18 @@ class LogonGroupCompiler {
                         (slice_count == 1 ? " EndpointSlice" : " EndpointSlices");
   }
 
-  // A server built from an endpoint, before de-duplication.
+  // A server built from an endpoint, before de-duplication. Views into the
+  // objects only, so the sorts below move a few words per candidate.
   struct Candidate {
     std::string_view address;  // points into the EndpointSlice
     std::uint32_t port = 0;
     v1::ServerState state = v1::SERVER_STATE_UNSPECIFIED;
     std::uint32_t capacity = 1;
-    std::string name;
-    std::string pod;
+    std::string_view name;
+    // The backing pod "pod_namespace/pod_name", when has_pod.
+    bool has_pod = false;
+    std::string_view pod_namespace;
+    std::string_view pod_name;
   };
 
   Candidate MakeCandidate(const EndpointSlice& slice, const model::Endpoint& endpoint,
@@ -576,10 +613,12 @@ class LogonGroupCompiler {
           ref.namespace_.empty() ? slice.metadata.namespace_ : ref.namespace_;
       name = &ref.name;
       if (ref.kind.empty() || ref.kind == model::kPodKind) {
-        c.pod = GroupKey(pod_ns, ref.name);
-        auto pod = objects_.pods().find({pod_ns, ref.name});
-        if (pod != objects_.pods().end()) {
-          const auto& annotations = pod->second.metadata.annotations;
+        c.has_pod = true;
+        c.pod_namespace = pod_ns;
+        c.pod_name = ref.name;
+        auto pod = pods_.find(PodKey{pod_ns, ref.name});
+        if (pod != pods_.end()) {
+          const auto& annotations = pod->second->metadata.annotations;
           auto instance = annotations.find(kInstanceName);
           if (instance != annotations.end() && !instance->second.empty()) {
             name = &instance->second;
@@ -589,9 +628,10 @@ class LogonGroupCompiler {
             if (auto parsed = ParseCapacity(capacity->second)) {
               c.capacity = *parsed;
             } else {
-              findings.Note(
-                  "pod " + c.pod + ": annotation " + kCapacity + "=" + Quote(capacity->second) +
-                  " is not a positive integer, using capacity " + std::to_string(default_capacity));
+              findings.Note("pod " + GroupKey(pod_ns, ref.name) + ": annotation " + kCapacity +
+                            "=" + Quote(capacity->second) +
+                            " is not a positive integer, using capacity " +
+                            std::to_string(default_capacity));
             }
           }
         }
@@ -601,7 +641,7 @@ class LogonGroupCompiler {
     return c;
   }
 
-  const ObjectSet& objects_;
+  const PodIndex& pods_;
   const SliceIndex& slices_;
 };
 
@@ -894,7 +934,8 @@ CompileResult Compile(const ObjectSet& objects) {
   v1::Snapshot& snapshot = result.snapshot;
 
   SliceIndex slices = IndexSlices(objects);
-  LogonGroupCompiler group_compiler(objects, slices);
+  PodIndex pods = IndexPods(objects);
+  LogonGroupCompiler group_compiler(pods, slices);
   std::set<std::string> accepted_groups;
   std::set<std::string> existing_groups;
   for (const auto& [key, lg] : objects.logon_groups()) {
