@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "common/snapshot_io.h"
 #include "controller/admin/admin_server.h"
 #include "controller/cli/cli.h"
+#include "controller/grpc/snapshot_server.h"
 #include "controller/kube/kube_client.h"
 #include "controller/kube/kube_config.h"
 #include "controller/kube/leader_elector.h"
@@ -40,8 +42,11 @@ constexpr std::string_view kServeUsage =
     "  --source=dir:DIR | kube          where the objects come from (required)\n"
     "  --kubeconfig FILE                kubeconfig (default: $KUBECONFIG, else in-cluster)\n"
     "  --namespace NS                   watch only NS (repeatable; default: all namespaces)\n"
-    "  --grpc-listen HOST:PORT          snapshot gRPC server (default 0.0.0.0:18000; not served "
-    "yet)\n"
+    "  --grpc-listen HOST:PORT          snapshot gRPC server for kwd-proxy --controller\n"
+    "                                   (default 0.0.0.0:18000)\n"
+    "  --grpc-tls-cert FILE             serve gRPC over TLS with this certificate (PEM)...\n"
+    "  --grpc-tls-key FILE              ...and key\n"
+    "  --grpc-client-ca FILE            require proxy client certificates signed by this CA\n"
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot\n"
     "                                   (default 0.0.0.0:9902)\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
@@ -65,6 +70,10 @@ struct ServeFlags {
   std::string kubeconfig;
   std::vector<std::string> namespaces;
   std::string grpc_listen = "0.0.0.0:18000";
+  bool grpc_listen_given = false;
+  std::string grpc_tls_cert;
+  std::string grpc_tls_key;
+  std::string grpc_client_ca;
   std::string admin_listen = "0.0.0.0:9902";
   bool leader_elect = false;
   std::string lease_namespace;
@@ -127,6 +136,23 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       flags->leader_elect = !inline_value || *inline_value == "true";
       continue;
     }
+    static constexpr std::string_view kValueFlags[] = {"--source",
+                                                       "--kubeconfig",
+                                                       "--namespace",
+                                                       "--grpc-listen",
+                                                       "--admin-listen",
+                                                       "--leader-election-namespace",
+                                                       "--leader-election-identity",
+                                                       "--lease-duration",
+                                                       "--renew-deadline",
+                                                       "--retry-period",
+                                                       "--hold-off",
+                                                       "--max-delay",
+                                                       "--poll-interval",
+                                                       "--log-level"};
+    if (std::find(std::begin(kValueFlags), std::end(kValueFlags), name) == std::end(kValueFlags)) {
+      return usage_error("unknown flag " + name);
+    }
     std::string value;
     if (inline_value) {
       value = *inline_value;
@@ -151,6 +177,13 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       flags->namespaces.push_back(value);
     } else if (name == "--grpc-listen") {
       flags->grpc_listen = value;
+      flags->grpc_listen_given = true;
+    } else if (name == "--grpc-tls-cert") {
+      flags->grpc_tls_cert = value;
+    } else if (name == "--grpc-tls-key") {
+      flags->grpc_tls_key = value;
+    } else if (name == "--grpc-client-ca") {
+      flags->grpc_client_ca = value;
     } else if (name == "--admin-listen") {
       flags->admin_listen = value;
     } else if (name == "--leader-election-namespace") {
@@ -190,6 +223,12 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
   }
   if (!controller_admin::ParseHostPort(flags->grpc_listen, &host, &port)) {
     return usage_error("--grpc-listen wants HOST:PORT, got \"" + flags->grpc_listen + "\"");
+  }
+  if (flags->grpc_tls_cert.empty() != flags->grpc_tls_key.empty()) {
+    return usage_error("--grpc-tls-cert and --grpc-tls-key go together");
+  }
+  if (!flags->grpc_client_ca.empty() && flags->grpc_tls_cert.empty()) {
+    return usage_error("--grpc-client-ca needs --grpc-tls-cert and --grpc-tls-key");
   }
   if (flags->leader_elect && flags->renew_deadline >= flags->lease_duration) {
     return usage_error("--renew-deadline must be shorter than --lease-duration");
@@ -280,8 +319,36 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   Gauge& leader_gauge = metrics.GetGauge("kwd_controller_leader",
                                          "1 while this replica writes status (leader), else 0.");
   controller_admin::LatestSnapshot latest;
+  snapshot_server::SnapshotServerOptions grpc_options;
+  grpc_options.listen = flags.grpc_listen;
+  if (!flags.grpc_tls_cert.empty()) {
+    grpc_options.tls.emplace();
+    std::string tls_error;
+    if (!snapshot_server::LoadServerTls(flags.grpc_tls_cert, flags.grpc_tls_key,
+                                        flags.grpc_client_ca, &*grpc_options.tls, &tls_error)) {
+      err << "kwd-controller serve: " << tls_error << "\n";
+      return 1;
+    }
+  }
+  snapshot_server::SnapshotServer grpc_server(grpc_options, &metrics);
+  {
+    std::string grpc_error;
+    if (!grpc_server.Start(&grpc_error)) {
+      // An explicit address that cannot be served is fatal. The default one
+      // is not: several controllers on one machine (tests, `make run` next
+      // to a test run) would otherwise refuse to start; proxies then cannot
+      // connect to this replica, which the log says loudly.
+      if (flags.grpc_listen_given) {
+        err << "kwd-controller serve: " << grpc_error << "\n";
+        return 1;
+      }
+      Log(LogLevel::kError, "serve", "snapshot gRPC server not started",
+          {{"address", flags.grpc_listen}, {"error", grpc_error}});
+    }
+  }
+  snapshot_server::FanOutSink sinks({&latest, &grpc_server});
   pipeline::Pipeline pipeline(pipeline::PipelineOptions{flags.hold_off, flags.max_delay, nullptr},
-                              latest, &metrics);
+                              sinks, &metrics);
 
   std::unique_ptr<pipeline::DirWatcher> dir_watcher;
   std::unique_ptr<kube::KubeClient> client;
@@ -346,8 +413,6 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       leader_gauge.Set(1);
     }
   }
-  Log(LogLevel::kInfo, "serve", "gRPC snapshot server is not served yet; flag recorded",
-      {{"grpc_listen", flags.grpc_listen}});
 
   WatchMetrics watch_metrics(metrics, kube_source.get());
   controller_admin::AdminHandlers handlers;
@@ -414,6 +479,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   }
   pipeline_thread.request_stop();
   pipeline_thread.join();
+  grpc_server.Stop();
   admin.Stop();
   Log(LogLevel::kInfo, "serve", "stopped");
   return 0;

@@ -245,7 +245,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "only --source=dir:DIR is supported here"},
         UsageCase{"MissingDirectory", "validate --source=dir:/nonexistent/kwd", 1,
                   "not a readable directory", ""},
-        UsageCase{"ServeNotYet", "serve --source=dir:.", 2, "", "serve is not implemented yet"}),
+        UsageCase{"ServeUnknownFlag", "serve --source=dir:. --frob", 2, "", "unknown flag --frob"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
