@@ -122,7 +122,8 @@ enum ByteClass : uint8_t {
   kEnd,      // "?" or "#": the path ends
   kSlash,    // "/"
   kDot,      // "." (may start a dot segment)
-  kRewrite,  // "%", ";", "(": the general algorithm decides
+  kParams,   // ";": path parameters up to the next "/"
+  kRewrite,  // "%", "(": the general algorithm decides
 };
 
 constexpr std::array<uint8_t, 256> MakeByteClasses() {
@@ -135,8 +136,8 @@ constexpr std::array<uint8_t, 256> MakeByteClasses() {
   classes['#'] = kEnd;
   classes['/'] = kSlash;
   classes['.'] = kDot;
+  classes[';'] = kParams;
   classes['%'] = kRewrite;
-  classes[';'] = kRewrite;
   classes['('] = kRewrite;
   return classes;
 }
@@ -151,60 +152,110 @@ void SplitTarget(std::string_view target, size_t path_end, NormalizedTarget* out
   }
 }
 
+// Whether the byte class after a segment's dot(s) can end the segment, making
+// it "." or "..": then the general algorithm resolves it.
+bool MayEndSegment(uint8_t byte_class) {
+  return byte_class != kPlain && byte_class != kDot;
+}
+
 }  // namespace
 
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out) {
-  // Almost every real path is already normal: no escapes, parameters,
-  // brackets, empty or dot segments. One scan over the bytes proves that, and
-  // the normalised path is then a plain copy of the raw one. Anything else
-  // goes to the general algorithm, which gives the same answer for these.
+  // Almost every real path is already normal apart from, at most, ";name=value"
+  // parameters: no escapes, brackets, empty or dot segments. One scan over the
+  // bytes proves that and copies the path without its parameters. Anything
+  // else goes to the general algorithm, which gives the same answer for these
+  // (path_test compares the two exhaustively over short targets).
   const size_t size = target.size();
   if (size == 0 || target.front() != '/') {
     return NormalizeTargetGeneral(target, scratch, out);
   }
   const auto* bytes = reinterpret_cast<const unsigned char*>(target.data());
+  const uint8_t* classes = kByteClasses.data();
+  char* const output = scratch.data();
+  const size_t capacity = scratch.size();
+  size_t written = 0;
+  size_t copy_from = 0;  // raw bytes from here on are not in the output yet
   size_t i = 1;
-  bool after_slash = true;
-  for (; i < size; ++i) {
-    const uint8_t byte_class = kByteClasses[bytes[i]];
-    if (byte_class == kPlain) {
-      after_slash = false;
-      continue;
+  size_t path_end = size;
+  while (true) {
+    // Plain bytes, four at a time while they last.
+    while (i + 4 <= size && (classes[bytes[i]] | classes[bytes[i + 1]] | classes[bytes[i + 2]] |
+                             classes[bytes[i + 3]]) == kPlain) {
+      i += 4;
     }
+    while (i < size && classes[bytes[i]] == kPlain) {
+      ++i;
+    }
+    if (i == size) {
+      break;
+    }
+    // bytes[0] is "/", so there always is a previous byte.
+    const bool after_slash = bytes[i - 1] == '/';
+    const uint8_t byte_class = classes[bytes[i]];
     if (byte_class == kSlash) {
       if (after_slash) {
         return NormalizeTargetGeneral(target, scratch, out);  // empty segment
       }
-      after_slash = true;
+      ++i;
       continue;
     }
     if (byte_class == kDot) {
       if (after_slash) {
-        // "." or ".." as a whole segment.
-        const size_t rest = size - i;
-        const uint8_t next = rest > 1 ? kByteClasses[bytes[i + 1]] : uint8_t{kEnd};
-        const uint8_t after_next = rest > 2 ? kByteClasses[bytes[i + 2]] : uint8_t{kEnd};
-        if (next == kSlash || next == kEnd ||
-            (next == kDot && (after_next == kSlash || after_next == kEnd))) {
+        const uint8_t next = i + 1 < size ? classes[bytes[i + 1]] : uint8_t{kEnd};
+        const uint8_t after_next = i + 2 < size ? classes[bytes[i + 2]] : uint8_t{kEnd};
+        if (MayEndSegment(next) || (next == kDot && MayEndSegment(after_next))) {
           return NormalizeTargetGeneral(target, scratch, out);
         }
       }
-      after_slash = false;
+      ++i;
       continue;
     }
     if (byte_class == kEnd) {
+      path_end = i;
       break;
     }
-    // kInvalid or kRewrite.
+    if (byte_class != kParams) {
+      return NormalizeTargetGeneral(target, scratch, out);  // escapes, brackets, control bytes
+    }
+    // ";params" up to the next "/" are dropped. A segment that is nothing but
+    // parameters ("/sap/;sap-ext-sid=x/ui") adds nothing either: its "/"
+    // goes too, unless it is the last segment ("/sap/;x" is "/sap/").
+    const size_t params_start = i;
+    ++i;
+    while (i < size && bytes[i] != '/') {
+      const uint8_t param_class = classes[bytes[i]];
+      if (param_class == kInvalid) {
+        return NormalizeTargetGeneral(target, scratch, out);
+      }
+      if (param_class == kEnd) {
+        break;
+      }
+      ++i;
+    }
+    const bool last_segment = i == size || bytes[i] != '/';
+    const size_t run_end = after_slash && !last_segment ? params_start - 1 : params_start;
+    const size_t run = run_end - copy_from;
+    if (written + run > capacity) {
+      return NormalizeTargetGeneral(target, scratch, out);
+    }
+    std::memcpy(output + written, target.data() + copy_from, run);
+    written += run;
+    copy_from = i;
+    if (last_segment) {
+      path_end = i;
+      break;
+    }
+  }
+  const size_t run = path_end - copy_from;
+  if (written + run > capacity) {
     return NormalizeTargetGeneral(target, scratch, out);
   }
-  if (i > scratch.size()) {
-    return NormalizeTargetGeneral(target, scratch, out);
-  }
+  std::memcpy(output + written, target.data() + copy_from, run);
+  written += run;
   *out = NormalizedTarget{};
-  SplitTarget(target, i, out);
-  std::memcpy(scratch.data(), target.data(), i);
-  out->path = std::string_view(scratch.data(), i);
+  SplitTarget(target, path_end, out);
+  out->path = std::string_view(output, written);
   return true;
 }
 
@@ -279,10 +330,39 @@ bool NormalizeTargetGeneral(std::string_view target, std::span<char> scratch,
   return true;
 }
 
+namespace {
+
+// Lowercases the ASCII letters among 8 bytes at once (SWAR): a byte is an
+// uppercase letter when its top bit is clear and its low 7 bits lie in
+// ['A', 'Z']; adding 0x3f / 0x25 to the low 7 bits carries into the top bit
+// exactly when they are >= 'A' / > 'Z', and never into the next byte.
+uint64_t LowerWord(uint64_t word) {
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
+  constexpr uint64_t kTop = 0x8080808080808080ull;
+  const uint64_t low = word & kLow7;
+  const uint64_t at_least_a = low + 0x3f3f3f3f3f3f3f3full;
+  const uint64_t above_z = low + 0x2525252525252525ull;
+  const uint64_t upper = (at_least_a ^ above_z) & ~word & kTop;
+  return word | (upper >> 2);
+}
+
+char LowerByte(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+}  // namespace
+
 void AsciiLowerInto(std::string_view in, char* out) {
-  for (size_t i = 0; i < in.size(); ++i) {
-    char c = in[i];
-    out[i] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  const size_t size = in.size();
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, in.data() + i, 8);
+    word = LowerWord(word);
+    std::memcpy(out + i, &word, 8);
+  }
+  for (; i < size; ++i) {
+    out[i] = LowerByte(in[i]);
   }
 }
 

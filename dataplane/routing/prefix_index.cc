@@ -1,28 +1,22 @@
 #include "dataplane/routing/prefix_index.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+
+#include "common/string_hash.h"
 
 namespace kwd::routing {
 namespace {
 
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr uint64_t kFnvPrime = 1099511628211ull;
-
-uint64_t Mix(uint64_t hash, char c) {
-  return (hash ^ static_cast<unsigned char>(c)) * kFnvPrime;
-}
-
-uint64_t Hash(std::string_view s) {
-  uint64_t hash = kFnvOffset;
-  for (char c : s) {
-    hash = Mix(hash, c);
-  }
-  return hash;
-}
-
 // Deeper prefixes than this are not looked up; rules are far shallower.
 constexpr size_t kMaxDepth = 128;
+
+// A prefix "<text>/" is keyed by the hash of <text>: a candidate taken from a
+// path is then always a contiguous piece of it, even "/sap" for "/sap/".
+uint64_t KeyHash(std::string_view without_final_slash) {
+  return HashString(without_final_slash);
+}
 
 }  // namespace
 
@@ -33,8 +27,11 @@ PrefixIndex::PrefixIndex(std::vector<std::string> lowercase_prefixes)
   mask_ = capacity - 1;
   for (size_t i = 0; i < prefixes_.size(); ++i) {
     const std::string& prefix = prefixes_[i];
+    if (prefix.size() < 2 || prefix.front() != '/' || prefix.back() != '/') {
+      continue;  // outside the contract: such a prefix can never match
+    }
     max_length_ = std::max(max_length_, prefix.size());
-    uint64_t hash = Hash(prefix);
+    uint64_t hash = KeyHash(std::string_view(prefix).substr(0, prefix.size() - 1));
     uint64_t position = hash & mask_;
     while (slots_[position].index >= 0) {
       position = (position + 1) & mask_;
@@ -62,33 +59,35 @@ int PrefixIndex::Find(uint64_t hash, std::string_view lowercase_path, size_t len
 }
 
 int PrefixIndex::LongestMatch(std::string_view lowercase_path) const {
-  if (prefixes_.empty() || lowercase_path.empty() || lowercase_path.front() != '/') {
+  if (max_length_ == 0 || lowercase_path.empty() || lowercase_path.front() != '/') {
     return -1;
   }
-  // Hashes of the candidates "<segments>/", shortest first.
-  uint64_t hashes[kMaxDepth];
-  size_t lengths[kMaxDepth];
+  // Candidates "<path up to a '/'>/" and, when the path does not end with
+  // "/", "<path>/" ("/sap" matches "/sap/"), shortest first; each is hashed
+  // only when probed, longest first, so a typical lookup hashes once.
+  const size_t size = lowercase_path.size();
+  size_t ends[kMaxDepth];  // candidate lengths without the final "/"
   size_t count = 0;
-  uint64_t hash = Mix(kFnvOffset, '/');
-  for (size_t i = 1; i < lowercase_path.size() && count < kMaxDepth; ++i) {
-    if (i + 1 > max_length_) {
-      break;
+  const size_t scan_end = std::min(size, max_length_);
+  if (scan_end <= kMaxDepth) {
+    // Cannot fill `ends`: branch-free.
+    for (size_t i = 1; i < scan_end; ++i) {
+      ends[count] = i;
+      count += lowercase_path[i] == '/' ? 1 : 0;
     }
-    char c = lowercase_path[i];
-    hash = Mix(hash, c);
-    if (c == '/') {
-      hashes[count] = hash;
-      lengths[count] = i + 1;
-      ++count;
-    } else if (i + 1 == lowercase_path.size() && i + 2 <= max_length_ && count < kMaxDepth) {
-      // The path's last segment without a trailing "/": "/sap" matches "/sap/".
-      hashes[count] = Mix(hash, '/');
-      lengths[count] = i + 2;
-      ++count;
+  } else {
+    for (size_t i = 1; i < scan_end && count < kMaxDepth; ++i) {
+      if (lowercase_path[i] == '/') {
+        ends[count++] = i;
+      }
     }
   }
+  if (size >= 2 && lowercase_path.back() != '/' && size + 1 <= max_length_ && count < kMaxDepth) {
+    ends[count++] = size;
+  }
   for (size_t k = count; k > 0; --k) {
-    int found = Find(hashes[k - 1], lowercase_path, lengths[k - 1]);
+    const size_t end = ends[k - 1];
+    int found = Find(KeyHash(lowercase_path.substr(0, end)), lowercase_path, end + 1);
     if (found >= 0) {
       return found;
     }

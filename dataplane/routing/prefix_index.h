@@ -1,8 +1,9 @@
 #pragma once
 
 // Longest path-segment prefix lookup without allocation: the prefixes live in
-// an open-addressing table keyed by their hash; a lookup hashes each segment
-// prefix of the path once (one pass) and probes from the longest down.
+// an open-addressing table keyed by their hash; a lookup finds the segment
+// boundaries of the path and probes candidates from the longest down,
+// hashing each (kwd::HashString, a word at a time) only when it is probed.
 
 #include <cstdint>
 #include <string>

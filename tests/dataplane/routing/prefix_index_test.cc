@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "dataplane/routing/permissions.h"
 
@@ -36,6 +38,54 @@ TEST(PrefixIndexTest, LongestSegmentPrefixWins) {
     SCOPED_TRACE(c.path);
     EXPECT_EQ(index.LongestMatch(c.path), c.want);
   }
+}
+
+// Against the definition, exhaustively over short paths: the longest prefix
+// P with path.starts_with(P) or path + "/" == P.
+TEST(PrefixIndexTest, AgreesWithTheDefinition) {
+  const std::vector<std::string> prefixes = {"/a/", "/a/b/",   "/ab/", "/b/a/b/",
+                                             "//",  "/a/a/a/", "/bb/"};
+  PrefixIndex index(prefixes);
+  auto reference = [&](const std::string& path) {
+    int best = -1;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      const std::string& p = prefixes[i];
+      bool match = path.starts_with(p) || path + "/" == p;
+      if (match && (best < 0 || p.size() > prefixes[best].size())) {
+        best = static_cast<int>(i);
+      }
+    }
+    return best;
+  };
+  constexpr std::string_view kAlphabet = "ab/";
+  int matched = 0;
+  for (size_t length = 1; length <= 8; ++length) {
+    std::vector<size_t> digits(length, 0);
+    while (true) {
+      std::string path = "/";
+      for (size_t d : digits) {
+        path += kAlphabet[d];
+      }
+      ASSERT_EQ(index.LongestMatch(path), reference(path)) << path;
+      matched += reference(path) >= 0;
+      size_t k = 0;
+      while (k < length && ++digits[k] == kAlphabet.size()) {
+        digits[k++] = 0;
+      }
+      if (k == length) {
+        break;
+      }
+    }
+  }
+  EXPECT_GT(matched, 1000);
+}
+
+TEST(PrefixIndexTest, PrefixesOutsideTheContractNeverMatch) {
+  PrefixIndex index({"/sap", "", "/", "sap/", "/ok/"});
+  EXPECT_EQ(index.LongestMatch("/sap"), -1);
+  EXPECT_EQ(index.LongestMatch("/sap/x"), -1);
+  EXPECT_EQ(index.LongestMatch("/"), -1);
+  EXPECT_EQ(index.LongestMatch("/ok"), 4);
 }
 
 TEST(PrefixIndexTest, EmptyIndexMatchesNothing) {
