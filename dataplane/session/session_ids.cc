@@ -228,7 +228,14 @@ void ReadPathParams(std::string_view path, PathParams* params) {
   size_t pos = path.find(';');
   while (pos != std::string_view::npos) {
     size_t start = pos + 1;
-    size_t end = path.find_first_of("/;?", start);
+    // A byte loop: find_first_of calls memchr on the set once per byte.
+    size_t end = start;
+    while (end < path.size() && path[end] != '/' && path[end] != ';' && path[end] != '?') {
+      ++end;
+    }
+    if (end == path.size()) {
+      end = std::string_view::npos;
+    }
     std::string_view param = path.substr(start, end == std::string_view::npos ? end : end - start);
     size_t eq = param.find('=');
     if (eq != std::string_view::npos) {
@@ -320,6 +327,41 @@ bool NextCookie(std::string_view* header, std::string_view* name, std::string_vi
 
 int PercentDecode(std::string_view in, char* out, size_t capacity, bool plus_is_space) {
   capacity = std::min(capacity, static_cast<size_t>(std::numeric_limits<int>::max()));
+  if (in.empty()) {
+    return 0;
+  }
+  if (!plus_is_space) {
+    // Runs between escapes are copied whole (sap-contextid cookies are ~50
+    // bytes with three escapes).
+    size_t n = 0;
+    size_t i = 0;
+    while (i < in.size()) {
+      const void* found = std::memchr(in.data() + i, '%', in.size() - i);
+      const size_t escape = found == nullptr
+                                ? in.size()
+                                : static_cast<size_t>(static_cast<const char*>(found) - in.data());
+      const size_t run = escape - i;
+      if (run > capacity - n) {
+        return -1;
+      }
+      std::memcpy(out + n, in.data() + i, run);
+      n += run;
+      if (escape == in.size()) {
+        break;
+      }
+      if (in.size() - escape < 3) {
+        return -1;
+      }
+      const int hi = HexValue(in[escape + 1]);
+      const int lo = HexValue(in[escape + 2]);
+      if (hi < 0 || lo < 0 || n >= capacity) {
+        return -1;
+      }
+      out[n++] = static_cast<char>((hi << 4) | lo);
+      i = escape + 3;
+    }
+    return static_cast<int>(n);
+  }
   size_t n = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     char c = in[i];

@@ -7,6 +7,8 @@
 #include <new>
 #include <unordered_set>
 
+#include "common/string_hash.h"
+
 namespace kwd::session {
 namespace {
 
@@ -21,10 +23,9 @@ struct LookupKey {
 };
 
 size_t HashKey(TableKey kind, std::string_view id) {
-  size_t h = std::hash<std::string_view>{}(id);
-  // Mixes the kind in so a JSESSIONID and an sap-ext-sid with the same text
-  // land in different slots.
-  return h ^ ((static_cast<size_t>(kind) + 1) * 0x9E3779B97F4A7C15ull);
+  // The kind seeds the hash so a JSESSIONID and an sap-ext-sid with the same
+  // text land in different slots. HashString reads words, std::hash bytes.
+  return static_cast<size_t>(HashString(id, static_cast<uint64_t>(kind) + 1));
 }
 
 // One allocation per session: the header followed by the id and server

@@ -337,6 +337,69 @@ TEST(PercentDecodeTest, RejectsOutputThatDoesNotFit) {
   EXPECT_EQ(PercentDecode("a", out, 0, false), -1);
 }
 
+// The run-copying decoder against a byte-at-a-time reference, exhaustively
+// over short inputs and every output capacity up to their length.
+TEST(PercentDecodeTest, AgreesWithAByteLoop) {
+  auto reference = [](std::string_view in, size_t capacity, bool plus_is_space, std::string* out) {
+    out->clear();
+    for (size_t i = 0; i < in.size(); ++i) {
+      char c = in[i];
+      if (c == '%') {
+        auto hex = [](char h) {
+          return h >= '0' && h <= '9'   ? h - '0'
+                 : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                 : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                        : -1;
+        };
+        if (in.size() - i < 3 || hex(in[i + 1]) < 0 || hex(in[i + 2]) < 0) {
+          return -1;
+        }
+        c = static_cast<char>(hex(in[i + 1]) * 16 + hex(in[i + 2]));
+        i += 2;
+      } else if (c == '+' && plus_is_space) {
+        c = ' ';
+      }
+      if (out->size() >= capacity) {
+        return -1;
+      }
+      *out += c;
+    }
+    return static_cast<int>(out->size());
+  };
+  constexpr std::string_view kAlphabet = "%4a+g";
+  std::string in;
+  std::string want;
+  int compared = 0;
+  for (size_t length = 0; length <= 6; ++length) {
+    std::vector<size_t> digits(length, 0);
+    while (true) {
+      in.clear();
+      for (size_t d : digits) {
+        in += kAlphabet[d];
+      }
+      for (bool plus_is_space : {false, true}) {
+        for (size_t capacity = 0; capacity <= length; ++capacity) {
+          char out[8];
+          const int n = PercentDecode(in, out, capacity, plus_is_space);
+          ASSERT_EQ(n, reference(in, capacity, plus_is_space, &want)) << in << " " << capacity;
+          if (n >= 0) {
+            ASSERT_EQ(std::string(out, static_cast<size_t>(n)), want) << in;
+          }
+          ++compared;
+        }
+      }
+      size_t k = 0;
+      while (k < length && ++digits[k] == kAlphabet.size()) {
+        digits[k++] = 0;
+      }
+      if (k == length) {
+        break;
+      }
+    }
+  }
+  EXPECT_GT(compared, 100000);
+}
+
 TEST(ContextIdInstanceTest, Table) {
   const std::pair<std::string_view, std::string_view> cases[] = {
       {"SID:ANON:ls3022_BIN_12:VXJs82VIOdbyJChzNHUbrFGpo275YjC3XTsuZ4P0-ATT", "ls3022_BIN_12"},
