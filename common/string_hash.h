@@ -1,5 +1,8 @@
 #pragma once
 
+// Short-string primitives for the request path: a fast non-cryptographic
+// hash and an inline equality test.
+//
 // A fast non-cryptographic hash for short strings (names, session ids) on the
 // request path: a few 64x64->128-bit multiplications in the style of wyhash,
 // reading the bytes a word at a time. std::hash (MurmurHash over bytes) costs
@@ -69,6 +72,31 @@ inline uint64_t HashString(std::string_view s, uint64_t seed = 0) {
     b = Read8(p + remaining - 8);
   }
   return Mum(kSecret1 ^ n, Mum(a ^ kSecret1, b ^ seed ^ kSecret2));
+}
+
+// Whether the `size` bytes at `a` and `b` are equal. Inline word compares for
+// the short keys of the routing tables (names, path prefixes), where a call
+// to memcmp costs more than the comparison itself.
+inline bool BytesEqual(const char* a, const char* b, size_t size) {
+  using namespace string_hash_internal;
+  const auto* x = reinterpret_cast<const unsigned char*>(a);
+  const auto* y = reinterpret_cast<const unsigned char*>(b);
+  if (size >= 8) {
+    if (size > 16) {
+      return std::memcmp(a, b, size) == 0;
+    }
+    // Two words that overlap when size < 16 cover every byte.
+    return Read8(x) == Read8(y) && Read8(x + size - 8) == Read8(y + size - 8);
+  }
+  if (size >= 4) {
+    return Read4(x) == Read4(y) && Read4(x + size - 4) == Read4(y + size - 4);
+  }
+  for (size_t i = 0; i < size; ++i) {
+    if (x[i] != y[i]) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace kwd

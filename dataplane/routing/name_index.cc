@@ -15,8 +15,12 @@ int NameIndex::FindEntry(std::string_view name, uint64_t hash) const {
     if (slot.entry < 0) {
       return -1;
     }
-    if (slot.hash == hash && names_[slot.entry] == name) {
-      return slot.entry;
+    if (slot.hash == hash) {
+      const std::string& candidate = names_[slot.entry];
+      if (candidate.size() == name.size() &&
+          BytesEqual(candidate.data(), name.data(), name.size())) {
+        return slot.entry;
+      }
     }
   }
 }

@@ -1,7 +1,6 @@
 #include "dataplane/routing/permissions.h"
 
-#include <cstring>
-
+#include "common/string_hash.h"
 #include "dataplane/routing/path.h"
 
 namespace kwd::routing {
@@ -27,6 +26,15 @@ PermissionTable::PermissionTable(
 
 namespace {
 
+bool StartsWith(std::string_view path, std::string_view text) {
+  return path.size() >= text.size() && BytesEqual(path.data(), text.data(), text.size());
+}
+
+bool EndsWith(std::string_view path, std::string_view text) {
+  return path.size() >= text.size() &&
+         BytesEqual(path.data() + path.size() - text.size(), text.data(), text.size());
+}
+
 // Whether `text` occurs in `path`. Patterns and paths are short: a byte loop
 // that checks the first and last byte before comparing the rest beats
 // string_view::find, which calls memchr and memcmp for every candidate.
@@ -43,8 +51,7 @@ bool Contains(std::string_view path, std::string_view text) {
   const char last = text.back();
   const char* p = path.data();
   for (size_t i = 0; i + m <= n; ++i) {
-    if (p[i] == first && p[i + m - 1] == last &&
-        std::memcmp(p + i + 1, text.data() + 1, m > 2 ? m - 2 : 0) == 0) {
+    if (p[i] == first && p[i + m - 1] == last && BytesEqual(p + i, text.data(), m)) {
       return true;
     }
   }
@@ -59,12 +66,12 @@ bool PermissionTable::Matches(const Entry& entry, std::string_view path) {
     return Contains(path, text);
   }
   if (entry.any_start) {
-    return path.ends_with(text);
+    return EndsWith(path, text);
   }
   if (entry.any_end) {
-    return path.starts_with(text);
+    return StartsWith(path, text);
   }
-  return path == text;
+  return path.size() == text.size() && BytesEqual(path.data(), text.data(), text.size());
 }
 
 v1::PermissionAction PermissionTable::Evaluate(std::string_view lowercase_path) const {

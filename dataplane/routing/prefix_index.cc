@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstring>
 
 #include "common/string_hash.h"
 
@@ -51,8 +50,7 @@ int PrefixIndex::Find(uint64_t hash, std::string_view lowercase_path, size_t len
     }
     const std::string& prefix = prefixes_[slot.index];
     // The candidate is lowercase_path[0, length - 1) followed by "/".
-    if (prefix.size() == length &&
-        std::memcmp(prefix.data(), lowercase_path.data(), length - 1) == 0) {
+    if (prefix.size() == length && BytesEqual(prefix.data(), lowercase_path.data(), length - 1)) {
       return slot.index;
     }
   }

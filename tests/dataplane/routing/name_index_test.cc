@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "common/string_hash.h"
+
 namespace kwd::routing {
 namespace {
 
@@ -55,6 +57,19 @@ TEST(NameIndexTest, NamesDifferingInOneByteAreDistinct) {
     std::string variant = base;
     variant[i] = '#';
     EXPECT_EQ(index.Find(variant), static_cast<int>(i));
+  }
+}
+
+TEST(BytesEqualTest, EveryLengthAndEveryDifferingByte) {
+  const std::string base = "/sap/bc/gui/sap/its/webgui/abcdefghij";
+  for (size_t size = 0; size <= base.size(); ++size) {
+    std::string same = base;
+    EXPECT_TRUE(BytesEqual(base.data(), same.data(), size)) << size;
+    for (size_t i = 0; i < size; ++i) {
+      std::string other = base;
+      other[i] = '#';
+      EXPECT_FALSE(BytesEqual(base.data(), other.data(), size)) << size << " " << i;
+    }
   }
 }
 
