@@ -20,6 +20,7 @@ constexpr size_t kMaxServerLength = 255;
 struct LookupKey {
   TableKey kind;
   std::string_view id;
+  size_t hash;  // HashKey(kind, id), computed once: it also picks the shard
 };
 
 size_t HashKey(TableKey kind, std::string_view id) {
@@ -65,7 +66,7 @@ static_assert(std::is_trivially_destructible_v<Entry>);
 struct EntryHash {
   using is_transparent = void;
   size_t operator()(const Entry* e) const { return HashKey(e->kind, e->Id()); }
-  size_t operator()(const LookupKey& k) const { return HashKey(k.kind, k.id); }
+  size_t operator()(const LookupKey& k) const { return k.hash; }
 };
 
 struct EntryEqual {
@@ -165,8 +166,8 @@ void SessionTable::Reconfigure(SessionTableOptions options) {
 
 int SessionTable::Lookup(TableKey kind, std::string_view session_id, int64_t now_ms,
                          char* server_out, size_t server_capacity) {
-  LookupKey key{kind, session_id};
   size_t hash = HashKey(kind, session_id);
+  LookupKey key{kind, session_id, hash};
   Shard& shard = shards_[(hash >> 7) & shard_mask_];
   int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
   std::lock_guard lock(shard.mu);
@@ -201,8 +202,8 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
   if (limit == 0) {
     return;
   }
-  LookupKey key{kind, session_id};
   size_t hash = HashKey(kind, session_id);
+  LookupKey key{kind, session_id, hash};
   Shard& shard = shards_[(hash >> 7) & shard_mask_];
   int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
   std::lock_guard lock(shard.mu);
@@ -230,8 +231,8 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
 }
 
 void SessionTable::Erase(TableKey kind, std::string_view session_id) {
-  LookupKey key{kind, session_id};
   size_t hash = HashKey(kind, session_id);
+  LookupKey key{kind, session_id, hash};
   Shard& shard = shards_[(hash >> 7) & shard_mask_];
   std::lock_guard lock(shard.mu);
   auto it = shard.entries.find(key);
