@@ -398,6 +398,17 @@ void ExtractSessionIds(const RequestParts& request, std::string_view affinity_co
   out->scratch_used = 0;
   Scratch scratch(out);
 
+  if (request.cookie_headers.empty() && request.bracket_segment.empty() &&
+      request.path.find(';') == std::string_view::npos) {
+    // The first request of a session: only the query can name one.
+    std::string_view query_value;
+    if (FindFormValue(request.query, kContextIdName, &query_value)) {
+      out->contextid_instance =
+          ContextIdInstanceFromEncoded(query_value, /*plus_is_space=*/true, &scratch);
+    }
+    return;
+  }
+
   CookieFindings cookies;
   ReadCookies(request, affinity_cookie_name, out, &cookies, &scratch);
   PathParams params;
