@@ -1,0 +1,47 @@
+#pragma once
+
+// The `Programmed` condition of a LogonGroup or UrlMapping: True once every
+// connected proxy runs a snapshot compiled from the object's current
+// generation (Snapshot.sources), False with the NACK's reason when a proxy
+// rejected such a snapshot, False "Pending" while a proxy has not got there.
+// Pure: the caller supplies what each proxy runs and how to find a snapshot
+// by version.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "controller/compile/compile.h"
+#include "kwd/v1/snapshot.pb.h"
+
+namespace kwd::snapshot_server {
+
+inline constexpr std::string_view kProgrammed = "Programmed";
+inline constexpr std::string_view kReasonProgrammed = "Programmed";
+inline constexpr std::string_view kReasonPending = "Pending";
+inline constexpr std::string_view kReasonRejected = "Rejected";
+inline constexpr std::string_view kReasonNoProxies = "NoProxies";
+
+// What one connected proxy runs and what it rejected last.
+struct ProxyVersions {
+  std::string node_id;
+  std::string acked_version;   // the version it runs ("" before its first)
+  std::string nacked_version;  // the last version it rejected, or ""
+  std::string nack_message;
+};
+
+// The snapshot with this version, or nullptr when it is not known (any more).
+using SnapshotLookup = std::function<const v1::Snapshot*(std::string_view version)>;
+
+// Whether `snapshot` was compiled from generation >= `generation` of the object.
+bool SnapshotIncludes(const v1::Snapshot& snapshot, std::string_view kind,
+                      std::string_view namespace_, std::string_view name, int64_t generation);
+
+compile::Condition ProgrammedCondition(std::string_view kind, std::string_view namespace_,
+                                       std::string_view name, int64_t generation,
+                                       const std::vector<ProxyVersions>& proxies,
+                                       const SnapshotLookup& lookup);
+
+}  // namespace kwd::snapshot_server

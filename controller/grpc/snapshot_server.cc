@@ -1,0 +1,446 @@
+#include "controller/grpc/snapshot_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+#include "kwd/v1/discovery.grpc.pb.h"
+
+namespace kwd::snapshot_server {
+namespace {
+
+bool ReadWholeFile(const std::string& path, std::string* out, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = "cannot read " + path;
+    return false;
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  *out = buffer.str();
+  return true;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+bool LoadServerTls(const std::string& cert_path, const std::string& key_path,
+                   const std::string& client_ca_path, ServerTls* out, std::string* error) {
+  if (cert_path.empty() || key_path.empty()) {
+    *error = "TLS needs both a certificate and a key";
+    return false;
+  }
+  if (!ReadWholeFile(cert_path, &out->cert_pem, error) ||
+      !ReadWholeFile(key_path, &out->key_pem, error)) {
+    return false;
+  }
+  return client_ca_path.empty() || ReadWholeFile(client_ca_path, &out->client_ca_pem, error);
+}
+
+// One stream. Reads run one at a time (each StartRead after the previous
+// request was handled); writes run one at a time with at most one newer
+// response waiting. StartWrite and Finish are called without mu_ held: gRPC
+// may run the completion on the calling thread.
+class SnapshotServer::Subscriber final
+    : public grpc::ServerBidiReactor<v1::SnapshotRequest, v1::SnapshotResponse> {
+ public:
+  Subscriber(SnapshotServer* server, grpc::CallbackServerContext* context) : server_(server) {
+    stream_id_ = server_->Register(this, context->peer());
+    StartRead(&request_);
+  }
+
+  // Thread-safe. Queues `response` (replacing one that waits).
+  void Push(std::shared_ptr<const v1::SnapshotResponse> response) {
+    const v1::SnapshotResponse* first = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (closing_) {
+        return;
+      }
+      if (in_flight_) {
+        waiting_ = std::move(response);
+        return;
+      }
+      in_flight_ = std::move(response);
+      first = in_flight_.get();
+    }
+    StartWrite(first);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Close();
+      return;
+    }
+    server_->HandleRequest(stream_id_, request_);
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::SnapshotResponse* next = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard lock(mu_);
+      in_flight_.reset();
+      if (!ok) {
+        closing_ = true;
+      }
+      if (!closing_ && waiting_) {
+        in_flight_ = std::move(waiting_);
+        next = in_flight_.get();
+      }
+      waiting_.reset();
+      finish = closing_ && !finished_;
+      finished_ = finished_ || finish;
+    }
+    if (next != nullptr) {
+      StartWrite(next);
+    } else if (finish) {
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  void OnDone() override {
+    server_->Unregister(stream_id_);
+    delete this;
+  }
+
+ private:
+  void Close() {
+    bool finish = false;
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+      waiting_.reset();
+      finish = !in_flight_ && !finished_;
+      finished_ = finished_ || finish;
+    }
+    if (finish) {
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  SnapshotServer* server_;
+  uint64_t stream_id_ = 0;
+  v1::SnapshotRequest request_;
+  std::mutex mu_;
+  std::shared_ptr<const v1::SnapshotResponse> in_flight_;
+  std::shared_ptr<const v1::SnapshotResponse> waiting_;
+  bool closing_ = false;
+  bool finished_ = false;
+};
+
+class SnapshotServer::Service final : public v1::SnapshotDiscovery::CallbackService {
+ public:
+  explicit Service(SnapshotServer* server) : server_(server) {}
+
+  grpc::ServerBidiReactor<v1::SnapshotRequest, v1::SnapshotResponse>* StreamSnapshots(
+      grpc::CallbackServerContext* context) override {
+    return new Subscriber(server_, context);
+  }
+
+ private:
+  SnapshotServer* server_;
+};
+
+SnapshotServer::SnapshotServer(SnapshotServerOptions options, MetricsRegistry* metrics)
+    : options_(std::move(options)), metrics_(metrics), service_(std::make_unique<Service>(this)) {
+  if (metrics_ != nullptr) {
+    connected_ = &metrics_->GetGauge("kwd_controller_connected_proxies",
+                                     "Proxies with an open snapshot stream.");
+    snapshot_bytes_ = &metrics_->GetGauge("kwd_controller_snapshot_bytes",
+                                          "Serialized size of the current snapshot.");
+    pushes_ = &metrics_->GetCounter("kwd_controller_snapshot_pushes_total",
+                                    "Snapshot responses queued to proxies.");
+    acks_ = &metrics_->GetCounter("kwd_controller_snapshot_acks_total",
+                                  "Snapshot responses proxies accepted (ACK).");
+    nacks_ = &metrics_->GetCounter("kwd_controller_snapshot_nacks_total",
+                                   "Snapshot responses proxies rejected (NACK).");
+    push_to_ack_seconds_ =
+        &metrics_->GetHistogram("kwd_controller_snapshot_push_to_ack_seconds",
+                                "Time from queuing a snapshot to a proxy until its ACK or NACK.");
+  }
+}
+
+SnapshotServer::~SnapshotServer() {
+  Stop();
+}
+
+bool SnapshotServer::Start(std::string* error) {
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (options_.tls) {
+    grpc::SslServerCredentialsOptions ssl(
+        options_.tls->client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options_.tls->client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options_.tls->key_pem, options_.tls->cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+  builder.AddListeningPort(options_.listen, credentials, &port_);
+  builder.RegisterService(service_.get());
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(options_.keepalive_time.count()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(options_.keepalive_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Proxies ping as often as we do; without these the server would answer
+  // their pings with GOAWAY ("too_many_pings").
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(options_.keepalive_time.count() / 2));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.SetMaxSendMessageSize(-1);
+  // A second controller on the same address must fail to bind, not share
+  // the port and split the proxies between two configurations.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    *error = "cannot serve gRPC on " + options_.listen;
+    server_.reset();
+    return false;
+  }
+  Log(LogLevel::kInfo, "grpc", "snapshot server listening",
+      {{"address", options_.listen},
+       {"port", std::to_string(port_)},
+       {"tls", options_.tls ? "on" : "off"}});
+  return true;
+}
+
+void SnapshotServer::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) {
+      return;
+    }
+    stopped_ = true;
+  }
+  if (server_) {
+    // Cancels every stream at once; proxies keep serving their snapshot and reconnect.
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
+}
+
+uint64_t SnapshotServer::Register(Subscriber* subscriber, std::string peer) {
+  std::lock_guard lock(mu_);
+  uint64_t id = next_stream_id_++;
+  StreamState& stream = streams_[id];
+  stream.subscriber = subscriber;
+  stream.status.stream_id = id;
+  stream.status.peer = std::move(peer);
+  return id;
+}
+
+void SnapshotServer::Unregister(uint64_t stream_id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = streams_.find(stream_id);
+    if (it == streams_.end()) {
+      return;
+    }
+    if (it->second.hello_seen) {
+      Log(LogLevel::kInfo, "grpc", "proxy disconnected",
+          {{"node", it->second.status.versions.node_id}, {"peer", it->second.status.peer}});
+      if (connected_ != nullptr) {
+        connected_->Add(-1);
+      }
+    }
+    streams_.erase(it);
+    PruneHistoryLocked();
+  }
+  NotifyChanged();
+}
+
+void SnapshotServer::PushLocked(StreamState& stream) {
+  if (!current_) {
+    return;
+  }
+  const std::string& version = current_->snapshot.version();
+  std::shared_ptr<const v1::SnapshotResponse> response;
+  if (stream.status.versions.acked_version == version) {
+    // The proxy runs it already (e.g. after a controller restart): a small
+    // reply so that it knows it is current, and ACKs.
+    auto reply = std::make_shared<v1::SnapshotResponse>();
+    reply->set_version_info(version);
+    reply->set_nonce(std::to_string(next_nonce_++));
+    response = std::move(reply);
+  } else {
+    response = current_response_;
+  }
+  stream.last_nonce = response->nonce();
+  stream.status.sent_version = version;
+  stream.status.awaiting_reply = true;
+  stream.sent_at = std::chrono::steady_clock::now();
+  if (pushes_ != nullptr) {
+    pushes_->Inc();
+  }
+  stream.subscriber->Push(std::move(response));
+}
+
+void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> result) {
+  if (!result) {
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (current_ && current_->snapshot.version() == result->snapshot.version()) {
+      return;  // same content: nothing to push
+    }
+    auto response = std::make_shared<v1::SnapshotResponse>();
+    response->set_version_info(result->snapshot.version());
+    response->set_nonce(std::to_string(next_nonce_++));
+    *response->mutable_snapshot() = result->snapshot;
+    if (snapshot_bytes_ != nullptr) {
+      snapshot_bytes_->Set(static_cast<double>(result->snapshot.ByteSizeLong()));
+    }
+    current_ = std::move(result);
+    current_response_ = std::move(response);
+    history_[current_->snapshot.version()] = current_;
+    for (auto& [id, stream] : streams_) {
+      if (stream.hello_seen) {
+        PushLocked(stream);
+      }
+    }
+    PruneHistoryLocked();
+  }
+  NotifyChanged();
+}
+
+void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = streams_.find(stream_id);
+    if (it == streams_.end()) {
+      return;
+    }
+    StreamState& stream = it->second;
+    ProxyVersions& versions = stream.status.versions;
+    if (!stream.hello_seen) {
+      stream.hello_seen = true;
+      versions.node_id = request.node_id();
+      versions.acked_version = request.version_info();
+      if (connected_ != nullptr) {
+        connected_->Add(1);
+      }
+      Log(LogLevel::kInfo, "grpc", "proxy connected",
+          {{"node", versions.node_id},
+           {"peer", stream.status.peer},
+           {"version", versions.acked_version}});
+      PushLocked(stream);
+    } else if (request.response_nonce() != stream.last_nonce) {
+      // An answer to a response that a newer one replaced: ignore it (xDS).
+      return;
+    } else {
+      stream.status.awaiting_reply = false;
+      if (push_to_ack_seconds_ != nullptr) {
+        push_to_ack_seconds_->Observe(SecondsSince(stream.sent_at));
+      }
+      versions.acked_version = request.version_info();
+      if (request.has_error_detail()) {
+        versions.nacked_version = stream.status.sent_version;
+        versions.nack_message = request.error_detail().message();
+        if (nacks_ != nullptr) {
+          nacks_->Inc();
+        }
+        Log(LogLevel::kWarn, "grpc", "proxy rejected a snapshot (NACK)",
+            {{"node", versions.node_id},
+             {"version", versions.nacked_version},
+             {"running", versions.acked_version},
+             {"error", versions.nack_message}});
+      } else {
+        if (acks_ != nullptr) {
+          acks_->Inc();
+        }
+        // It runs what we sent last: an earlier rejection no longer describes it.
+        if (versions.acked_version == stream.status.sent_version) {
+          versions.nacked_version.clear();
+          versions.nack_message.clear();
+        }
+      }
+    }
+    PruneHistoryLocked();
+  }
+  NotifyChanged();
+}
+
+void SnapshotServer::PruneHistoryLocked() {
+  for (auto it = history_.begin(); it != history_.end();) {
+    bool used = current_ && it->first == current_->snapshot.version();
+    for (const auto& [id, stream] : streams_) {
+      used = used || stream.status.versions.acked_version == it->first ||
+             stream.status.versions.nacked_version == it->first;
+    }
+    it = used ? std::next(it) : history_.erase(it);
+  }
+}
+
+void SnapshotServer::NotifyChanged() {
+  std::function<void()> callback;
+  {
+    std::lock_guard lock(mu_);
+    callback = on_changed_;
+  }
+  if (callback) {
+    callback();
+  }
+}
+
+void SnapshotServer::SetOnProxiesChanged(std::function<void()> callback) {
+  std::lock_guard lock(mu_);
+  on_changed_ = std::move(callback);
+}
+
+std::string SnapshotServer::current_version() const {
+  std::lock_guard lock(mu_);
+  return current_ ? current_->snapshot.version() : std::string();
+}
+
+std::vector<ProxyStatus> SnapshotServer::Proxies() const {
+  std::lock_guard lock(mu_);
+  std::vector<ProxyStatus> proxies;
+  for (const auto& [id, stream] : streams_) {
+    if (stream.hello_seen) {
+      proxies.push_back(stream.status);
+    }
+  }
+  return proxies;
+}
+
+std::vector<ProgrammedStatus> SnapshotServer::ProgrammedConditions() const {
+  std::lock_guard lock(mu_);
+  std::vector<ProgrammedStatus> conditions;
+  if (!current_) {
+    return conditions;
+  }
+  std::vector<ProxyVersions> proxies;
+  for (const auto& [id, stream] : streams_) {
+    if (stream.hello_seen) {
+      proxies.push_back(stream.status.versions);
+    }
+  }
+  SnapshotLookup lookup = [this](std::string_view version) -> const v1::Snapshot* {
+    auto it = history_.find(version);
+    return it == history_.end() ? nullptr : &it->second->snapshot;
+  };
+  for (const auto& object : current_->statuses) {
+    ProgrammedStatus status;
+    status.kind = object.kind;
+    status.namespace_ = object.namespace_;
+    status.name = object.name;
+    status.generation = object.generation;
+    status.condition = ProgrammedCondition(object.kind, object.namespace_, object.name,
+                                           object.generation, proxies, lookup);
+    conditions.push_back(std::move(status));
+  }
+  return conditions;
+}
+
+}  // namespace kwd::snapshot_server

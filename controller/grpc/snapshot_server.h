@@ -1,0 +1,160 @@
+#pragma once
+
+// The controller's side of snapshot distribution (proto/kwd/v1/discovery.proto):
+// a gRPC server (callback API, one reactor and one writer per subscribed
+// proxy) that pushes every new snapshot the pipeline publishes, tracks what
+// each proxy ACKed and NACKed, and derives the `Programmed` condition of
+// every LogonGroup and UrlMapping from it.
+//
+// Each new version is serialized into one shared response (its nonce is a
+// server-wide sequence number, so it is unique on every stream); a slow
+// subscriber's queue holds at most one response, the newest.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/metrics.h"
+#include "controller/compile/compile.h"
+#include "controller/grpc/programmed.h"
+#include "controller/pipeline/pipeline.h"
+#include "kwd/v1/discovery.pb.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace kwd::snapshot_server {
+
+// PEM contents. With client_ca_pem set, proxies must present a certificate
+// signed by it.
+struct ServerTls {
+  std::string cert_pem;
+  std::string key_pem;
+  std::string client_ca_pem;
+};
+
+// Reads the files (client_ca_path may be empty).
+bool LoadServerTls(const std::string& cert_path, const std::string& key_path,
+                   const std::string& client_ca_path, ServerTls* out, std::string* error);
+
+struct SnapshotServerOptions {
+  std::string listen = "0.0.0.0:18000";  // HOST:PORT; port 0 picks one (see port())
+  std::optional<ServerTls> tls;
+  // HTTP/2 pings on idle streams: a proxy that vanished without closing its
+  // TCP connection is dropped after keepalive_time + keepalive_timeout.
+  std::chrono::milliseconds keepalive_time{10'000};
+  std::chrono::milliseconds keepalive_timeout{5'000};
+};
+
+// One connected proxy as the server sees it.
+struct ProxyStatus {
+  uint64_t stream_id = 0;
+  std::string peer;
+  ProxyVersions versions;
+  std::string sent_version;  // the newest version pushed to it
+  bool awaiting_reply = false;
+};
+
+// The Programmed condition of one object of the current snapshot.
+struct ProgrammedStatus {
+  std::string kind;
+  std::string namespace_;
+  std::string name;
+  int64_t generation = 0;
+  compile::Condition condition;
+};
+
+class SnapshotServer final : public pipeline::SnapshotSink {
+ public:
+  SnapshotServer(SnapshotServerOptions options, MetricsRegistry* metrics);
+  ~SnapshotServer() override;
+  SnapshotServer(const SnapshotServer&) = delete;
+  SnapshotServer& operator=(const SnapshotServer&) = delete;
+
+  // Binds and starts serving. False with `error` when the address cannot be bound.
+  bool Start(std::string* error);
+  // The bound port (after Start).
+  int port() const { return port_; }
+  // Ends every stream and stops; idempotent.
+  void Stop();
+
+  // Pipeline thread: a new compile result. Pushed only if its version differs.
+  void Publish(std::shared_ptr<const compile::CompileResult> result) override;
+
+  std::string current_version() const;
+  std::vector<ProxyStatus> Proxies() const;
+  // Programmed for every object of the current compile result, in its order.
+  std::vector<ProgrammedStatus> ProgrammedConditions() const;
+  // Called (on a gRPC thread, without locks held) whenever a proxy connects,
+  // disconnects, ACKs or NACKs: e.g. to refresh status conditions.
+  void SetOnProxiesChanged(std::function<void()> callback);
+
+  class Subscriber;  // the per-stream reactor (snapshot_server.cc)
+
+ private:
+  class Service;
+  struct StreamState {
+    Subscriber* subscriber = nullptr;
+    ProxyStatus status;
+    bool hello_seen = false;
+    std::string last_nonce;
+    std::chrono::steady_clock::time_point sent_at{};
+  };
+
+  // Called by the reactors.
+  uint64_t Register(Subscriber* subscriber, std::string peer);
+  void Unregister(uint64_t stream_id);
+  void HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request);
+  // Under mu_: queue the current snapshot (or a "you are current" reply) on a stream.
+  void PushLocked(StreamState& stream);
+  void PruneHistoryLocked();
+  void NotifyChanged();
+
+  const SnapshotServerOptions options_;
+  MetricsRegistry* metrics_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+
+  mutable std::mutex mu_;
+  std::shared_ptr<const compile::CompileResult> current_;
+  std::shared_ptr<const v1::SnapshotResponse> current_response_;  // shared by streams
+  uint64_t next_nonce_ = 1;
+  uint64_t next_stream_id_ = 1;
+  std::map<uint64_t, StreamState> streams_;
+  // Snapshots some connected proxy runs or rejected, by version (for Programmed).
+  std::map<std::string, std::shared_ptr<const compile::CompileResult>, std::less<>> history_;
+  std::function<void()> on_changed_;
+  bool stopped_ = false;
+
+  Gauge* connected_ = nullptr;
+  Gauge* snapshot_bytes_ = nullptr;
+  Counter* pushes_ = nullptr;
+  Counter* acks_ = nullptr;
+  Counter* nacks_ = nullptr;
+  Histogram* push_to_ack_seconds_ = nullptr;
+};
+
+// Passes each result to several sinks (e.g. the admin port and the gRPC server).
+class FanOutSink final : public pipeline::SnapshotSink {
+ public:
+  explicit FanOutSink(std::vector<pipeline::SnapshotSink*> sinks) : sinks_(std::move(sinks)) {}
+  void Publish(std::shared_ptr<const compile::CompileResult> result) override {
+    for (auto* sink : sinks_) {
+      sink->Publish(result);
+    }
+  }
+
+ private:
+  std::vector<pipeline::SnapshotSink*> sinks_;
+};
+
+}  // namespace kwd::snapshot_server

@@ -1,0 +1,293 @@
+#include "dataplane/xds/snapshot_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+#include "kwd/v1/discovery.grpc.pb.h"
+
+namespace kwd::xds {
+namespace {
+
+bool ReadWholeFile(const std::string& path, std::string* out, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = "cannot read " + path;
+    return false;
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  *out = buffer.str();
+  return true;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::optional<ClientTls>& tls) {
+  if (!tls) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls->ca_pem;
+  ssl.pem_private_key = tls->key_pem;
+  ssl.pem_cert_chain = tls->cert_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+void SetNack(v1::SnapshotRequest* reply, const std::string& message) {
+  reply->mutable_error_detail()->set_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  reply->mutable_error_detail()->set_message(message);
+}
+
+}  // namespace
+
+bool LoadClientTls(const std::string& ca_path, const std::string& cert_path,
+                   const std::string& key_path, ClientTls* out, std::string* error) {
+  if (cert_path.empty() != key_path.empty()) {
+    *error = "a client certificate needs both --controller-cert and --controller-key";
+    return false;
+  }
+  if (!ca_path.empty() && !ReadWholeFile(ca_path, &out->ca_pem, error)) {
+    return false;
+  }
+  return cert_path.empty() || (ReadWholeFile(cert_path, &out->cert_pem, error) &&
+                               ReadWholeFile(key_path, &out->key_pem, error));
+}
+
+std::chrono::milliseconds BackoffDelay(const BackoffPolicy& policy, int failures, double random01) {
+  double base = static_cast<double>(policy.initial.count()) *
+                std::pow(policy.multiplier, std::max(0, failures - 1));
+  base = std::min(base, static_cast<double>(policy.max.count()));
+  double scaled = base * (1.0 - policy.jitter * std::clamp(random01, 0.0, 1.0));
+  return std::chrono::milliseconds(static_cast<int64_t>(scaled));
+}
+
+SnapshotClient::SnapshotClient(SnapshotClientOptions options, ApplyFunction apply,
+                               MetricsRegistry* metrics)
+    : options_(std::move(options)), apply_(std::move(apply)), random_(options_.random_seed) {
+  if (metrics != nullptr) {
+    connected_gauge_ = &metrics->GetGauge(
+        "kwd_proxy_controller_connected",
+        "1 while the snapshot stream to the controller is up (a response arrived), else 0.");
+    connects_ = &metrics->GetCounter("kwd_proxy_controller_streams_total",
+                                     "Snapshot streams that received at least one response.");
+    acks_counter_ = &metrics->GetCounter("kwd_proxy_snapshot_acks_total",
+                                         "Snapshot responses accepted (ACK sent).");
+    nacks_counter_ = &metrics->GetCounter(
+        "kwd_proxy_snapshot_nacks_total",
+        "Snapshot responses rejected (NACK sent); the previous snapshot kept serving.");
+  }
+}
+
+SnapshotClient::~SnapshotClient() {
+  Stop();
+}
+
+void SnapshotClient::Start() {
+  std::lock_guard lock(mu_);
+  if (!thread_.joinable()) {
+    stopping_ = false;
+    thread_ = std::thread([this] { Run(); });
+  }
+}
+
+void SnapshotClient::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    if (context_ != nullptr) {
+      context_->TryCancel();
+    }
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+bool SnapshotClient::connected() const {
+  std::lock_guard lock(mu_);
+  return connected_;
+}
+
+std::string SnapshotClient::version() const {
+  std::lock_guard lock(mu_);
+  return version_;
+}
+
+uint64_t SnapshotClient::acks() const {
+  std::lock_guard lock(mu_);
+  return acks_;
+}
+
+uint64_t SnapshotClient::nacks() const {
+  std::lock_guard lock(mu_);
+  return nacks_;
+}
+
+uint64_t SnapshotClient::streams_started() const {
+  std::lock_guard lock(mu_);
+  return streams_;
+}
+
+bool SnapshotClient::WaitForVersion(const std::string& version,
+                                    std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] { return version_ == version; });
+}
+
+bool SnapshotClient::WaitForConnected(bool connected, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] { return connected_ == connected; });
+}
+
+void SnapshotClient::SetConnected(bool connected) {
+  {
+    std::lock_guard lock(mu_);
+    connected_ = connected;
+    if (connected) {
+      ++streams_;
+    }
+  }
+  if (connected_gauge_ != nullptr) {
+    connected_gauge_->Set(connected ? 1 : 0);
+  }
+  if (connected && connects_ != nullptr) {
+    connects_->Inc();
+  }
+  changed_.notify_all();
+}
+
+void SnapshotClient::Run() {
+  int failures = 0;
+  for (;;) {
+    bool received = RunStream();
+    std::unique_lock lock(mu_);
+    if (stopping_) {
+      return;
+    }
+    failures = received ? 1 : failures + 1;
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    auto delay = BackoffDelay(options_.backoff, failures, uniform(random_));
+    Log(LogLevel::kWarn, "xds", "controller stream down; serving the last good snapshot",
+        {{"controller", options_.target},
+         {"version", version_.empty() ? "none" : version_},
+         {"retry_in_ms", std::to_string(delay.count())}});
+    changed_.wait_for(lock, delay, [&] { return stopping_; });
+    if (stopping_) {
+      return;
+    }
+  }
+}
+
+bool SnapshotClient::RunStream() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options_.keepalive_timeout.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxReceiveMessageSize(-1);
+  // A channel of its own per attempt: our backoff decides when to retry, not
+  // a shared channel's reconnect timer.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(options_.target, Credentials(options_.tls), args);
+  auto stub = v1::SnapshotDiscovery::NewStub(channel);
+  grpc::ClientContext context;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      return false;
+    }
+    context_ = &context;
+  }
+  auto stream = stub->StreamSnapshots(&context);
+  v1::SnapshotRequest hello;
+  hello.set_node_id(options_.node_id);
+  hello.set_version_info(version());
+  bool received = false;
+  if (stream->Write(hello)) {
+    v1::SnapshotResponse response;
+    while (stream->Read(&response)) {
+      if (!received) {
+        received = true;
+        SetConnected(true);
+        Log(LogLevel::kInfo, "xds", "connected to the controller",
+            {{"controller", options_.target}, {"version", response.version_info()}});
+      }
+      v1::SnapshotRequest reply;
+      reply.set_node_id(options_.node_id);
+      reply.set_response_nonce(response.nonce());
+      std::string running = version();
+      reply.set_version_info(running);
+      std::string error;
+      bool applied = false;
+      if (!response.has_snapshot()) {
+        if (response.version_info() != running) {
+          error = "response for version " + response.version_info() + " carries no snapshot";
+        }
+      } else if (response.snapshot().version() != response.version_info()) {
+        error = "response version " + response.version_info() +
+                " differs from its snapshot's version " + response.snapshot().version();
+      } else if (response.version_info() != running) {
+        if (apply_(response.snapshot(), &error)) {
+          applied = true;
+          reply.set_version_info(response.version_info());
+        }
+      }
+      {
+        std::lock_guard lock(mu_);
+        if (error.empty()) {
+          ++acks_;
+          if (applied) {
+            version_ = response.version_info();
+          }
+        } else {
+          ++nacks_;
+        }
+      }
+      if (error.empty()) {
+        if (acks_counter_ != nullptr) {
+          acks_counter_->Inc();
+        }
+        if (applied) {
+          Log(LogLevel::kInfo, "xds", "snapshot applied", {{"version", response.version_info()}});
+          changed_.notify_all();
+          if (options_.on_applied) {
+            options_.on_applied(response.version_info());
+          }
+        }
+      } else {
+        SetNack(&reply, error);
+        if (nacks_counter_ != nullptr) {
+          nacks_counter_->Inc();
+        }
+        Log(LogLevel::kError, "xds", "snapshot rejected (NACK); the previous one keeps serving",
+            {{"version", response.version_info()},
+             {"running", running.empty() ? "none" : running},
+             {"error", error}});
+        changed_.notify_all();
+      }
+      if (!stream->Write(reply)) {
+        break;
+      }
+    }
+  }
+  context.TryCancel();
+  grpc::Status status = stream->Finish();
+  {
+    std::lock_guard lock(mu_);
+    context_ = nullptr;
+  }
+  if (received) {
+    SetConnected(false);
+  }
+  if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+    Log(LogLevel::kDebug, "xds", "stream ended",
+        {{"code", std::to_string(status.error_code())}, {"message", status.error_message()}});
+  }
+  return received;
+}
+
+}  // namespace kwd::xds

@@ -1,0 +1,117 @@
+#pragma once
+
+// The proxy's side of snapshot distribution (proto/kwd/v1/discovery.proto):
+// one thread keeps a stream to the controller open, applies each snapshot it
+// receives through `apply` (which validates completely before swapping) and
+// answers with an ACK, or a NACK with the reason while the last good
+// snapshot keeps serving. When the stream breaks, the proxy keeps serving
+// what it has and reconnects with jittered exponential backoff.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "common/metrics.h"
+#include "kwd/v1/snapshot.pb.h"
+
+namespace grpc {
+class ClientContext;
+}
+
+namespace kwd::xds {
+
+// PEM contents. ca_pem verifies the controller (empty: the system roots);
+// cert_pem/key_pem, when set, are the proxy's client certificate.
+struct ClientTls {
+  std::string ca_pem;
+  std::string cert_pem;
+  std::string key_pem;
+};
+
+// Reads the files (each may be empty, but cert and key come together).
+bool LoadClientTls(const std::string& ca_path, const std::string& cert_path,
+                   const std::string& key_path, ClientTls* out, std::string* error);
+
+struct BackoffPolicy {
+  std::chrono::milliseconds initial{100};
+  std::chrono::milliseconds max{5'000};
+  double multiplier = 2.0;
+  double jitter = 0.5;  // the delay is scaled by a factor in [1 - jitter, 1]
+};
+
+// The delay before reconnect attempt `failures` (1 = after the first
+// failure), given a uniform `random01` in [0, 1).
+std::chrono::milliseconds BackoffDelay(const BackoffPolicy& policy, int failures, double random01);
+
+// Validates and applies; on failure returns false and says why in `error`.
+using ApplyFunction = std::function<bool(const v1::Snapshot& snapshot, std::string* error)>;
+
+struct SnapshotClientOptions {
+  std::string target;   // HOST:PORT of the controller
+  std::string node_id;  // sent on every stream
+  std::optional<ClientTls> tls;
+  BackoffPolicy backoff;
+  std::chrono::milliseconds keepalive_time{10'000};
+  std::chrono::milliseconds keepalive_timeout{5'000};
+  uint64_t random_seed = std::random_device{}();
+  // Called after each snapshot is applied (on the client thread).
+  std::function<void(const std::string& version)> on_applied;
+};
+
+class SnapshotClient {
+ public:
+  // `metrics` may be null (e.g. many in-process subscribers in a benchmark).
+  SnapshotClient(SnapshotClientOptions options, ApplyFunction apply, MetricsRegistry* metrics);
+  ~SnapshotClient();
+  SnapshotClient(const SnapshotClient&) = delete;
+  SnapshotClient& operator=(const SnapshotClient&) = delete;
+
+  void Start();
+  void Stop();
+
+  bool connected() const;
+  // The version applied last ("" before the first).
+  std::string version() const;
+  uint64_t acks() const;
+  uint64_t nacks() const;
+  uint64_t streams_started() const;
+  // Blocks until version() == `version` or the timeout passes.
+  bool WaitForVersion(const std::string& version, std::chrono::milliseconds timeout) const;
+  // Blocks until connected() == `connected` or the timeout passes.
+  bool WaitForConnected(bool connected, std::chrono::milliseconds timeout) const;
+
+ private:
+  void Run();
+  // One stream until it breaks; returns whether it received anything.
+  bool RunStream();
+  void SetConnected(bool connected);
+
+  const SnapshotClientOptions options_;
+  const ApplyFunction apply_;
+  std::mt19937_64 random_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  bool stopping_ = false;
+  bool connected_ = false;
+  std::string version_;
+  uint64_t acks_ = 0;
+  uint64_t nacks_ = 0;
+  uint64_t streams_ = 0;
+  grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
+  std::thread thread_;
+
+  Gauge* connected_gauge_ = nullptr;
+  Counter* connects_ = nullptr;
+  Counter* acks_counter_ = nullptr;
+  Counter* nacks_counter_ = nullptr;
+};
+
+}  // namespace kwd::xds

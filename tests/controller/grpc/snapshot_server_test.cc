@@ -1,0 +1,305 @@
+#include "controller/grpc/snapshot_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "common/snapshot_io.h"
+#include "dataplane/xds/snapshot_client.h"
+#include "kwd/v1/discovery.grpc.pb.h"
+
+namespace kwd::snapshot_server {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Waits for server-side state through the server's change callback.
+class ServerWatch {
+ public:
+  explicit ServerWatch(SnapshotServer& server) : server_(server) {
+    server_.SetOnProxiesChanged([this] {
+      std::lock_guard lock(mu_);
+      ++changes_;
+      changed_.notify_all();
+    });
+  }
+  ~ServerWatch() { server_.SetOnProxiesChanged(nullptr); }
+
+  bool Until(const std::function<bool()>& condition, milliseconds timeout = seconds(10)) {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, timeout, [&] {
+      lock.unlock();
+      bool holds = condition();
+      lock.lock();
+      return holds;
+    });
+  }
+
+ private:
+  SnapshotServer& server_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  uint64_t changes_ = 0;
+};
+
+std::shared_ptr<const compile::CompileResult> Result(int capacity, int64_t generation) {
+  auto result = std::make_shared<compile::CompileResult>();
+  auto* group = result->snapshot.add_groups();
+  group->set_key("erp/public");
+  group->set_kind(v1::KIND_ABAP);
+  auto* server = group->add_servers();
+  server->set_name("erp0_ERP_00");
+  server->set_address("127.0.0.1");
+  server->set_port(3200);
+  server->set_capacity(static_cast<uint32_t>(capacity));
+  server->set_state(v1::SERVER_STATE_READY);
+  auto* source = result->snapshot.add_sources();
+  source->set_kind("LogonGroup");
+  source->set_namespace_("erp");
+  source->set_name("public");
+  source->set_generation(generation);
+  StampSnapshotVersion(&result->snapshot);
+  compile::ObjectStatus status;
+  status.kind = "LogonGroup";
+  status.namespace_ = "erp";
+  status.name = "public";
+  status.generation = generation;
+  result->statuses.push_back(status);
+  return result;
+}
+
+std::unique_ptr<SnapshotServer> StartServer(MetricsRegistry* metrics, int port = 0) {
+  SnapshotServerOptions options;
+  options.listen = "127.0.0.1:" + std::to_string(port);
+  auto server = std::make_unique<SnapshotServer>(options, metrics);
+  std::string error;
+  EXPECT_TRUE(server->Start(&error)) << error;
+  return server;
+}
+
+// A proxy stand-in: the real client with an apply function that records.
+struct FakeProxy {
+  explicit FakeProxy(int port, std::string node, std::string reject_capacity = "") {
+    xds::SnapshotClientOptions options;
+    options.target = "127.0.0.1:" + std::to_string(port);
+    options.node_id = std::move(node);
+    options.backoff.initial = milliseconds(20);
+    options.backoff.max = milliseconds(200);
+    client = std::make_unique<xds::SnapshotClient>(
+        options,
+        [this, reject_capacity](const v1::Snapshot& snapshot, std::string* error) {
+          if (!reject_capacity.empty() &&
+              std::to_string(snapshot.groups(0).servers(0).capacity()) == reject_capacity) {
+            *error = "capacity " + reject_capacity + " is not allowed here";
+            return false;
+          }
+          applies.fetch_add(1);
+          return true;
+        },
+        nullptr);
+    client->Start();
+  }
+  std::atomic<int> applies{0};
+  std::unique_ptr<xds::SnapshotClient> client;
+};
+
+ProxyStatus Only(const SnapshotServer& server) {
+  auto proxies = server.Proxies();
+  return proxies.size() == 1 ? proxies[0] : ProxyStatus{};
+}
+
+TEST(SnapshotServerTest, PushesEachNewVersionAndTracksAcks) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  FakeProxy proxy(server->port(), "proxy-a");
+  ASSERT_TRUE(proxy.client->WaitForVersion(v1->snapshot.version(), seconds(10)));
+  ASSERT_TRUE(
+      watch.Until([&] { return Only(*server).versions.acked_version == v1->snapshot.version(); }));
+  EXPECT_EQ(Only(*server).versions.node_id, "proxy-a");
+  EXPECT_TRUE(proxy.client->connected());
+
+  auto v2 = Result(2, 2);
+  server->Publish(v2);
+  ASSERT_TRUE(proxy.client->WaitForVersion(v2->snapshot.version(), seconds(10)));
+  ASSERT_TRUE(
+      watch.Until([&] { return Only(*server).versions.acked_version == v2->snapshot.version(); }));
+  EXPECT_EQ(proxy.applies.load(), 2);
+  EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_acks_total", "").Value(), 2u);
+  EXPECT_EQ(metrics.GetGauge("kwd_controller_connected_proxies", "").Value(), 1.0);
+  EXPECT_EQ(metrics.GetHistogram("kwd_controller_snapshot_push_to_ack_seconds", "").Count(), 2u);
+
+  // The same content again is not pushed.
+  uint64_t pushes = metrics.GetCounter("kwd_controller_snapshot_pushes_total", "").Value();
+  server->Publish(Result(2, 2));
+  EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_pushes_total", "").Value(), pushes);
+
+  auto programmed = server->ProgrammedConditions();
+  ASSERT_EQ(programmed.size(), 1u);
+  EXPECT_EQ(programmed[0].condition.status, "True") << programmed[0].condition.message;
+}
+
+TEST(SnapshotServerTest, NackKeepsTheLastGoodVersionAndSetsProgrammedFalse) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto good = Result(1, 1);
+  server->Publish(good);
+  FakeProxy proxy(server->port(), "proxy-a", /*reject_capacity=*/"7");
+  ASSERT_TRUE(proxy.client->WaitForVersion(good->snapshot.version(), seconds(10)));
+
+  auto bad = Result(7, 2);
+  server->Publish(bad);
+  ASSERT_TRUE(watch.Until([&] { return !Only(*server).versions.nacked_version.empty(); }));
+  ProxyStatus status = Only(*server);
+  EXPECT_EQ(status.versions.nacked_version, bad->snapshot.version());
+  EXPECT_EQ(status.versions.acked_version, good->snapshot.version());
+  EXPECT_EQ(status.versions.nack_message, "capacity 7 is not allowed here");
+  EXPECT_EQ(proxy.client->version(), good->snapshot.version());
+  EXPECT_EQ(proxy.client->nacks(), 1u);
+  EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_nacks_total", "").Value(), 1u);
+  auto programmed = server->ProgrammedConditions();
+  ASSERT_EQ(programmed.size(), 1u);
+  EXPECT_EQ(programmed[0].condition.status, "False");
+  EXPECT_EQ(programmed[0].condition.reason, "Rejected");
+  EXPECT_NE(programmed[0].condition.message.find("capacity 7 is not allowed"), std::string::npos);
+
+  // A fixed configuration is accepted and clears the NACK.
+  auto fixed = Result(3, 3);
+  server->Publish(fixed);
+  ASSERT_TRUE(proxy.client->WaitForVersion(fixed->snapshot.version(), seconds(10)));
+  ASSERT_TRUE(watch.Until(
+      [&] { return Only(*server).versions.acked_version == fixed->snapshot.version(); }));
+  EXPECT_TRUE(Only(*server).versions.nacked_version.empty());
+  EXPECT_EQ(server->ProgrammedConditions()[0].condition.status, "True");
+}
+
+TEST(SnapshotServerTest, StaleNonceIsIgnored) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::SnapshotDiscovery::NewStub(channel);
+  grpc::ClientContext context;
+  auto stream = stub->StreamSnapshots(&context);
+  v1::SnapshotRequest hello;
+  hello.set_node_id("raw");
+  ASSERT_TRUE(stream->Write(hello));
+  v1::SnapshotResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  EXPECT_EQ(first.version_info(), v1->snapshot.version());
+  ASSERT_TRUE(first.has_snapshot());
+
+  auto v2 = Result(2, 2);
+  server->Publish(v2);
+  v1::SnapshotResponse second;
+  ASSERT_TRUE(stream->Read(&second));
+  EXPECT_NE(second.nonce(), first.nonce());
+
+  // A NACK for the replaced response: stale, ignored.
+  v1::SnapshotRequest stale;
+  stale.set_node_id("raw");
+  stale.set_response_nonce(first.nonce());
+  stale.mutable_error_detail()->set_code(3);
+  stale.mutable_error_detail()->set_message("too late");
+  ASSERT_TRUE(stream->Write(stale));
+  v1::SnapshotRequest ack;
+  ack.set_node_id("raw");
+  ack.set_version_info(v2->snapshot.version());
+  ack.set_response_nonce(second.nonce());
+  ASSERT_TRUE(stream->Write(ack));
+  ASSERT_TRUE(
+      watch.Until([&] { return Only(*server).versions.acked_version == v2->snapshot.version(); }));
+  EXPECT_TRUE(Only(*server).versions.nacked_version.empty());
+  EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_nacks_total", "").Value(), 0u);
+  context.TryCancel();
+}
+
+TEST(SnapshotServerTest, ProxyThatRunsTheCurrentVersionGetsNoSnapshot) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  auto stub = v1::SnapshotDiscovery::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto stream = stub->StreamSnapshots(&context);
+  v1::SnapshotRequest hello;
+  hello.set_node_id("resync");
+  hello.set_version_info(v1->snapshot.version());
+  ASSERT_TRUE(stream->Write(hello));
+  v1::SnapshotResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.version_info(), v1->snapshot.version());
+  EXPECT_FALSE(response.has_snapshot());
+  EXPECT_FALSE(response.nonce().empty());
+  context.TryCancel();
+}
+
+TEST(SnapshotServerTest, ProxyKeepsItsSnapshotAcrossAControllerRestartAndResyncs) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  const int port = server->port();
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  FakeProxy proxy(port, "proxy-a");
+  ASSERT_TRUE(proxy.client->WaitForVersion(v1->snapshot.version(), seconds(10)));
+  server->Stop();
+  server.reset();
+  ASSERT_TRUE(proxy.client->WaitForConnected(false, seconds(10)));
+  EXPECT_EQ(proxy.client->version(), v1->snapshot.version());
+
+  // Restarted with the same content: the proxy reconnects and is current
+  // without applying again; then a change reaches it.
+  MetricsRegistry metrics2;
+  auto restarted = StartServer(&metrics2, port);
+  ServerWatch restarted_watch(*restarted);
+  restarted->Publish(Result(1, 1));
+  ASSERT_TRUE(proxy.client->WaitForConnected(true, seconds(10)));
+  ASSERT_TRUE(restarted_watch.Until(
+      [&] { return Only(*restarted).versions.acked_version == v1->snapshot.version(); }));
+  EXPECT_EQ(proxy.applies.load(), 1);
+  auto v2 = Result(2, 2);
+  restarted->Publish(v2);
+  ASSERT_TRUE(proxy.client->WaitForVersion(v2->snapshot.version(), seconds(10)));
+  EXPECT_EQ(proxy.applies.load(), 2);
+}
+
+TEST(SnapshotServerTest, DisconnectedProxiesLeaveTheCount) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  server->Publish(Result(1, 1));
+  {
+    FakeProxy a(server->port(), "a");
+    FakeProxy b(server->port(), "b");
+    ASSERT_TRUE(watch.Until([&] { return server->Proxies().size() == 2; }));
+    EXPECT_EQ(metrics.GetGauge("kwd_controller_connected_proxies", "").Value(), 2.0);
+  }
+  ASSERT_TRUE(watch.Until([&] { return server->Proxies().empty(); }));
+  EXPECT_EQ(metrics.GetGauge("kwd_controller_connected_proxies", "").Value(), 0.0);
+  EXPECT_EQ(server->ProgrammedConditions()[0].condition.reason, "NoProxies");
+}
+
+TEST(SnapshotServerTest, SecondServerOnTheSameAddressFailsToStart) {
+  auto server = StartServer(nullptr);
+  SnapshotServerOptions options;
+  options.listen = "127.0.0.1:" + std::to_string(server->port());
+  SnapshotServer second(options, nullptr);
+  std::string error;
+  EXPECT_FALSE(second.Start(&error));
+  EXPECT_NE(error.find("cannot serve"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwd::snapshot_server
