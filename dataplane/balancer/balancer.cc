@@ -1,6 +1,7 @@
 #include "dataplane/balancer/balancer.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "dataplane/balancer/adaptive.h"
 #include "dataplane/balancer/simple_weighted_round_robin.h"
@@ -16,6 +17,7 @@ Balancer::Balancer(size_t server_count, int64_t load_reset_interval_ms)
 void Balancer::Resize(size_t server_count) {
   assigned_.assign(server_count, 0);
   outstanding_.assign(server_count, 0);
+  tree_valid_ = false;
 }
 
 void Balancer::MaybeResetAssigned(int64_t now_ms) {
@@ -30,6 +32,7 @@ void Balancer::MaybeResetAssigned(int64_t now_ms) {
   if (now_ms >= next_reset_ms_) {
     std::fill(assigned_.begin(), assigned_.end(), 0);
     next_reset_ms_ = now_ms + load_reset_interval_ms_;
+    tree_all_dirty_ = true;
   }
 }
 
@@ -43,6 +46,7 @@ int Balancer::Pick(std::span<const ServerInput> servers, int64_t now_ms) {
   if (chosen >= 0) {
     ++assigned_[chosen];
     ++outstanding_[chosen];
+    MarkChanged(static_cast<size_t>(chosen));
   }
   return chosen;
 }
@@ -54,11 +58,13 @@ void Balancer::CountSticky(size_t index, int64_t now_ms) {
   MaybeResetAssigned(now_ms);
   ++assigned_[index];
   ++outstanding_[index];
+  MarkChanged(index);
 }
 
 void Balancer::Complete(size_t index) {
   if (index < outstanding_.size() && outstanding_[index] > 0) {
     --outstanding_[index];
+    MarkChanged(index);
   }
 }
 
@@ -74,9 +80,10 @@ void Balancer::Rebind(std::span<const int> new_to_old) {
   }
   assigned_ = std::move(assigned);
   outstanding_ = std::move(outstanding);
+  tree_valid_ = false;
 }
 
-int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) const {
+int Balancer::ScanLowestLoadPerCapacity(std::span<const ServerInput> servers) const {
   // Runs over every server of the group for each balanced request. Usability
   // (readiness, a health atomic behind a pointer) is only checked for a
   // server that would become the best: the same choice as filtering first,
@@ -106,6 +113,95 @@ int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) 
     }
   }
   return static_cast<int>(best);
+}
+
+bool Balancer::Better(uint32_t a, uint32_t b) const {
+  if (b == kNoServer) {
+    return a != kNoServer;
+  }
+  if (a == kNoServer) {
+    return false;
+  }
+  if (tree_ready_[a] != tree_ready_[b]) {
+    return tree_ready_[a] != 0;
+  }
+  const uint64_t load_a = assigned_[a] + outstanding_[a] + 1;
+  const uint64_t load_b = assigned_[b] + outstanding_[b] + 1;
+  if (((load_a | load_b) >> 32) == 0) {
+    // The usual case, one pair of 64-bit products (see LoadPerCapacityLess).
+    const uint64_t scaled_a = load_a * tree_capacity_[b];
+    const uint64_t scaled_b = load_b * tree_capacity_[a];
+    return scaled_a != scaled_b ? scaled_a < scaled_b : a < b;
+  }
+  if (LoadPerCapacityLess(load_a, tree_capacity_[a], load_b, tree_capacity_[b])) {
+    return true;
+  }
+  if (LoadPerCapacityLess(load_b, tree_capacity_[b], load_a, tree_capacity_[a])) {
+    return false;
+  }
+  return a < b;
+}
+
+void Balancer::BuildTree(std::span<const ServerInput> servers) {
+  const size_t count = servers.size();
+  tree_servers_ = servers.data();
+  tree_leaves_ = std::bit_ceil(std::max<size_t>(count, 1));
+  tree_.assign(2 * tree_leaves_, kNoServer);
+  tree_capacity_.resize(count);
+  tree_ready_.resize(count);
+  dirty_.clear();
+  dirty_.reserve(count);  // MarkChanged then never allocates
+  dirty_flag_.assign(count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    tree_capacity_[i] = std::max<uint32_t>(servers[i].capacity, 1);
+    tree_ready_[i] = servers[i].ready ? 1 : 0;
+    tree_[tree_leaves_ + i] = static_cast<uint32_t>(i);
+  }
+  tree_all_dirty_ = true;
+  tree_valid_ = true;
+  RefreshTree();
+}
+
+void Balancer::MarkChanged(size_t index) {
+  if (tree_valid_ && !tree_all_dirty_ && dirty_flag_[index] == 0) {
+    dirty_flag_[index] = 1;
+    dirty_.push_back(static_cast<uint32_t>(index));
+  }
+}
+
+void Balancer::RefreshTree() {
+  auto better_of = [this](uint32_t a, uint32_t b) { return Better(b, a) ? b : a; };
+  const size_t depth = static_cast<size_t>(std::bit_width(tree_leaves_));
+  if (tree_all_dirty_ || dirty_.size() * depth >= tree_leaves_) {
+    for (size_t node = tree_leaves_ - 1; node >= 1; --node) {
+      tree_[node] = better_of(tree_[2 * node], tree_[2 * node + 1]);
+    }
+  } else {
+    for (uint32_t index : dirty_) {
+      for (size_t node = (tree_leaves_ + index) / 2; node >= 1; node /= 2) {
+        tree_[node] = better_of(tree_[2 * node], tree_[2 * node + 1]);
+      }
+    }
+  }
+  for (uint32_t index : dirty_) {
+    dirty_flag_[index] = 0;
+  }
+  dirty_.clear();
+  tree_all_dirty_ = false;
+}
+
+int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) {
+  if (!tree_valid_ || servers.data() != tree_servers_ || servers.size() != assigned_.size()) {
+    BuildTree(servers);
+  } else if (tree_all_dirty_ || !dirty_.empty()) {
+    RefreshTree();
+  }
+  const uint32_t top = servers.empty() ? kNoServer : tree_[1];
+  if (top != kNoServer && tree_ready_[top] != 0 && servers[top].Usable()) {
+    return static_cast<int>(top);
+  }
+  // Every ready server is down, or the best one is unhealthy: scan.
+  return ScanLowestLoadPerCapacity(servers);
 }
 
 std::unique_ptr<Balancer> MakeBalancer(v1::Strategy strategy, size_t server_count,

@@ -93,18 +93,45 @@ class Balancer {
 
   // The weighted_round_robin rule, shared with adaptive's fallback: lowest
   // (assigned + outstanding + 1) / capacity, ties to the earlier server.
-  int ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) const;
+  // The servers' capacity and readiness must not change in place between
+  // calls with the same span (a RoutingTable's never do); health may.
+  int ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers);
 
   std::vector<uint64_t> assigned_;
   std::vector<uint64_t> outstanding_;
 
  private:
+  static constexpr uint32_t kNoServer = ~uint32_t{0};
+
   void Resize(size_t server_count);
   void MaybeResetAssigned(int64_t now_ms);
+
+  // The rule by a linear scan over every server.
+  int ScanLowestLoadPerCapacity(std::span<const ServerInput> servers) const;
+  // A tournament tree over the servers keeps the lowest load per capacity
+  // among the ready ones (health ignored) at its root: when that server is
+  // healthy it is the answer, found in O(1) after O(log n) updates per
+  // counter change, instead of a scan of the group per balanced request.
+  // Counter changes only mark leaves; the next choice replays them (or
+  // rebuilds the inner nodes when that is cheaper).
+  bool Better(uint32_t a, uint32_t b) const;
+  void BuildTree(std::span<const ServerInput> servers);
+  void RefreshTree();
+  void MarkChanged(size_t index);
 
   int64_t load_reset_interval_ms_;
   bool reset_scheduled_ = false;
   int64_t next_reset_ms_ = 0;
+
+  bool tree_valid_ = false;      // built for tree_servers_, counters applied up to dirty_
+  bool tree_all_dirty_ = false;  // every counter may have changed (load reset)
+  const ServerInput* tree_servers_ = nullptr;
+  size_t tree_leaves_ = 0;
+  std::vector<uint32_t> tree_;           // node -> server index; leaves at [tree_leaves_, ...)
+  std::vector<uint32_t> tree_capacity_;  // per server, >= 1
+  std::vector<uint8_t> tree_ready_;      // per server
+  std::vector<uint32_t> dirty_;          // servers whose counters changed since the last choice
+  std::vector<uint8_t> dirty_flag_;
 };
 
 // The balancer for `strategy` (STRATEGY_UNSPECIFIED: weighted_round_robin).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,63 @@ TEST(BalancerTest, LoadPerCapacityComparisonIsExactAtAnySize) {
     SCOPED_TRACE(std::to_string(c.load_a) + "/" + std::to_string(c.capacity_a) + " < " +
                  std::to_string(c.load_b) + "/" + std::to_string(c.capacity_b));
     EXPECT_EQ(LoadPerCapacityLess(c.load_a, c.capacity_a, c.load_b, c.capacity_b), c.less);
+  }
+}
+
+// weighted_round_robin keeps its best server in a tree updated as counters
+// change; every pick must still be the plain rule over the current counters
+// and health, through sticky counts, completions, health flips, load resets
+// and rebinds.
+TEST(BalancerTest, WeightedRoundRobinMatchesAScanOfTheRuleUnderRandomTraffic) {
+  std::mt19937 random(12345);
+  for (int round = 0; round < 20; ++round) {
+    Group group;
+    const int servers = 1 + static_cast<int>(random() % 40);
+    for (int i = 0; i < servers; ++i) {
+      group.Add(1 + random() % 7, random() % 8 != 0);
+    }
+    auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, group.inputs.size(), 1000);
+    int64_t now_ms = 0;
+    for (int step = 0; step < 3000; ++step) {
+      const uint32_t op = random() % 100;
+      const size_t target = random() % group.inputs.size();
+      if (op < 45) {
+        // The rule, from the balancer's own counters before the pick.
+        int want = -1;
+        for (size_t i = 0; i < group.inputs.size(); ++i) {
+          if (!group.inputs[i].Usable()) {
+            continue;
+          }
+          const uint64_t load = balancer->assigned(i) + balancer->outstanding(i) + 1;
+          if (want < 0 ||
+              LoadPerCapacityLess(load, group.inputs[i].capacity,
+                                  balancer->assigned(want) + balancer->outstanding(want) + 1,
+                                  group.inputs[want].capacity)) {
+            want = static_cast<int>(i);
+          }
+        }
+        ASSERT_EQ(balancer->Pick(group.inputs, now_ms), want)
+            << "round " << round << " step " << step;
+      } else if (op < 80) {
+        balancer->Complete(target);
+      } else if (op < 90) {
+        balancer->CountSticky(target, now_ms);
+      } else if (op < 96) {
+        group.health[target].healthy = !group.health[target].healthy;
+      } else if (op < 98) {
+        // Every other step of this kind resets `assigned`; the sticky count
+        // makes the reset happen here rather than inside the next Pick,
+        // where the expectation above could not see it.
+        now_ms += 600;
+        balancer->CountSticky(target, now_ms);
+      } else {
+        std::vector<int> same(group.inputs.size());
+        for (size_t i = 0; i < same.size(); ++i) {
+          same[i] = static_cast<int>(i);
+        }
+        balancer->Rebind(same);
+      }
+    }
   }
 }
 
