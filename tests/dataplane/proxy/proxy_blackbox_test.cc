@@ -1,8 +1,11 @@
 // Black-box tests of `kwd-proxy serve`: real proxy and demo-backend processes
 // on loopback, real HTTP. The snapshot is written by the test (the controller
 // has its own tests); the proxy reads it like `kwd-controller compile` output.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -321,6 +325,112 @@ TEST_F(ProxyTest, StreamsContentLengthAndChunkedBodies) {
   HttpReply echoed = client.Request(chunked);
   ASSERT_EQ(echoed.status, 200);
   EXPECT_EQ(echoed.body, payload);
+}
+
+// A backend that answers every request with one canned raw response (to send
+// what the demo backend never does). A thread per connection.
+class CannedBackend {
+ public:
+  explicit CannedBackend(std::string response) : response_(std::move(response)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listener_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~CannedBackend() {
+    ::shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    ::close(listener_);
+    std::lock_guard lock(mu_);
+    for (int fd : fds_) {
+      ::shutdown(fd, SHUT_RDWR);
+    }
+    for (auto& t : connections_) {
+      t.join();
+    }
+    for (int fd : fds_) {
+      ::close(fd);
+    }
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  void Accept() {
+    for (int i = 0; i < 1000; ++i) {  // bounded
+      int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) {
+        return;
+      }
+      std::lock_guard lock(mu_);
+      fds_.push_back(fd);
+      connections_.emplace_back([this, fd] { Serve(fd); });
+    }
+  }
+  void Serve(int fd) {
+    std::string in;
+    char buf[4096];
+    for (int i = 0; i < 100; ++i) {  // bounded: requests on one connection
+      while (in.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          return;
+        }
+        in.append(buf, n);
+      }
+      in.erase(0, in.find("\r\n\r\n") + 4);
+      ::send(fd, response_.data(), response_.size(), MSG_NOSIGNAL);
+    }
+  }
+  std::string response_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> connections_;
+};
+
+TEST_F(ProxyTest, ReframesChunkedResponsesAndDropsTrailers) {
+  CannedBackend chunked(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n"
+      "X-Served-By: canned\r\n\r\n"
+      "5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Checksum: 42\r\n\r\n");
+  WriteSnapshot(snapshot_path_,
+                SapSnapshot({{"C", chunked.port(), 1}}, {{"J1", j1_->port(), 1}}));
+  StartProxy();
+  HttpClient client(port());
+  for (int i = 0; i < 3; ++i) {  // keep-alive across re-framed responses
+    HttpReply r = client.Get("/sap/bc/chunked");
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "hello, world");
+    EXPECT_EQ(r.Header("transfer-encoding"), "chunked");
+    EXPECT_EQ(r.Header("trailer"), "");
+  }
+  // An HTTP/1.0 client cannot take chunks: the body ends with the connection.
+  HttpClient old(port());
+  ASSERT_TRUE(old.Send("GET /sap/bc/chunked HTTP/1.0\r\nHost: x\r\n\r\n"));
+  HttpReply r = old.Read();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello, world");
+}
+
+TEST_F(ProxyTest, ExpectContinueIsPassedThrough) {
+  StartProxy();
+  HttpClient client(port());
+  ASSERT_TRUE(client.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                          "Expect: 100-continue\r\n\r\n"));
+  HttpReply interim = client.Read("POST", /*keep_interim=*/true);
+  EXPECT_EQ(interim.status, 100);
+  ASSERT_TRUE(client.Send("hello"));
+  HttpReply r = client.Read("POST");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello");
 }
 
 TEST_F(ProxyTest, LargeUploadStreamsWithFlatMemory) {
