@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -16,6 +18,7 @@
 #include "dataplane/cli/proxy_cli.h"
 #include "dataplane/health/health_checker.h"
 #include "dataplane/proxy/proxy.h"
+#include "dataplane/xds/snapshot_client.h"
 
 namespace kwd::cli {
 
@@ -33,10 +36,17 @@ constexpr const char kServeUsage[] =
     "                       [--response-timeout 60s] [--max-body-size 104857600]\n"
     "                       [--max-header-size 65536] [--drain-timeout 10s]\n"
     "                       [--log-level debug|info|warn|error]\n"
+    "                       [--controller-ca FILE] [--controller-cert FILE]\n"
+    "                       [--controller-key FILE]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
     "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
-    "rejected and the previous one keeps serving. SIGTERM stops accepting, lets\n"
+    "rejected and the previous one keeps serving.\n"
+    "With --controller the snapshots stream from kwd-controller over gRPC (TLS with\n"
+    "--controller-ca, a client certificate with --controller-cert/--controller-key);\n"
+    "an invalid one is rejected (NACK) and the previous one keeps serving, as it\n"
+    "does while the controller is away; /readyz answers 200 once a snapshot is\n"
+    "applied. SIGTERM stops accepting, lets\n"
     "in-flight requests finish (up to --drain-timeout) and exits.\n"
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
     "every replica must use the same key. Durations take ms, s or m suffixes.\n";
@@ -77,6 +87,24 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
+// Test seam (black-box tests of the NACK path): reject every snapshot that
+// contains the group named by $KWD_TEST_REJECT_GROUP ("namespace/name"), as
+// if it broke an invariant. The controller never publishes a snapshot that
+// fails CheckSnapshot, so a real process cannot be made to NACK otherwise.
+bool RejectedByTestSeam(const v1::Snapshot& snapshot, std::string* error) {
+  const char* group = std::getenv("KWD_TEST_REJECT_GROUP");
+  if (group == nullptr || *group == 0) {
+    return false;
+  }
+  for (const auto& candidate : snapshot.groups()) {
+    if (candidate.key() == group) {
+      *error = std::string("group ") + group + " rejected by KWD_TEST_REJECT_GROUP";
+      return true;
+    }
+  }
+  return false;
+}
+
 bool LoadAndApply(proxy::Proxy& proxy, const std::string& path, std::string* error) {
   v1::Snapshot snapshot;
   if (!LoadSnapshotFile(path, &snapshot, error)) {
@@ -99,6 +127,9 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string snapshot_path;
   std::string controller;
   std::string affinity_key_file;
+  std::string controller_ca;
+  std::string controller_cert;
+  std::string controller_key;
   int64_t drain_ms = 10'000;
 
   for (int i = 1; i < argc; ++i) {
@@ -124,6 +155,12 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       snapshot_path = value;
     } else if (name == "--controller") {
       controller = value;
+    } else if (name == "--controller-ca") {
+      controller_ca = value;
+    } else if (name == "--controller-cert") {
+      controller_cert = value;
+    } else if (name == "--controller-key") {
+      controller_key = value;
     } else if (name == "--listen") {
       ok = net::ParseEndpoint(value, &options.listen, &error);
     } else if (name == "--admin-listen") {
@@ -180,9 +217,20 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
         << kServeUsage;
     return 2;
   }
-  if (!controller.empty()) {
-    err << "kwd-proxy serve: --controller is not supported yet; use --snapshot FILE\n";
+  std::optional<xds::ClientTls> controller_tls;
+  if (controller.empty() &&
+      (!controller_ca.empty() || !controller_cert.empty() || !controller_key.empty())) {
+    err << "kwd-proxy serve: --controller-ca/--controller-cert/--controller-key need "
+           "--controller\n";
     return 2;
+  }
+  if (!controller_ca.empty() || !controller_cert.empty() || !controller_key.empty()) {
+    controller_tls.emplace();
+    if (!xds::LoadClientTls(controller_ca, controller_cert, controller_key, &*controller_tls,
+                            &error)) {
+      err << "kwd-proxy serve: " << error << "\n";
+      return 1;
+    }
   }
   if (!affinity_key_file.empty()) {
     if (!ReadFile(affinity_key_file, &options.affinity_key) || options.affinity_key.empty()) {
@@ -217,10 +265,29 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     err << "kwd-proxy serve: " << error << "\n";
     return 1;
   }
-  if (!LoadAndApply(proxy, snapshot_path, &error)) {
-    err << "kwd-proxy serve: " << error << "\n";
-    proxy.Shutdown(0);
-    return 1;
+  std::unique_ptr<xds::SnapshotClient> client;
+  if (!snapshot_path.empty()) {
+    if (!LoadAndApply(proxy, snapshot_path, &error)) {
+      err << "kwd-proxy serve: " << error << "\n";
+      proxy.Shutdown(0);
+      return 1;
+    }
+  } else {
+    xds::SnapshotClientOptions client_options;
+    client_options.target = controller;
+    client_options.node_id = options.node_id;
+    client_options.tls = controller_tls;
+    client = std::make_unique<xds::SnapshotClient>(
+        client_options,
+        [&proxy](const v1::Snapshot& snapshot, std::string* apply_error) {
+          if (RejectedByTestSeam(snapshot, apply_error)) {
+            return false;
+          }
+          return proxy.ApplySnapshot(snapshot, apply_error);
+        },
+        &proxy.metrics().registry());
+    // Workers answer 503 and /readyz 503 until the first snapshot arrives.
+    client->Start();
   }
   health::HealthChecker checker([&proxy] { return proxy.table(); }, &proxy.metrics().registry());
   if (!checker.Start(&error)) {
@@ -242,13 +309,17 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
        {"workers", std::to_string(options.workers)},
        {"admin", options.admin_listen.ToString()},
        {"node", options.node_id},
-       {"snapshot", snapshot_path}});
+       {"snapshot", snapshot_path.empty() ? "controller " + controller : snapshot_path}});
   // Tests and scripts read the bound address (useful with port 0).
   out << "listening " << proxy.bound().ToString() << std::endl;
 
   for (;;) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) {
+      continue;
+    }
+    if (sig == SIGHUP && client) {
+      Log(LogLevel::kInfo, "serve", "SIGHUP ignored: snapshots come from the controller");
       continue;
     }
     if (sig == SIGHUP) {
@@ -262,6 +333,9 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     Log(LogLevel::kInfo, "serve", "shutting down: draining in-flight requests",
         {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+    if (client) {
+      client->Stop();
+    }
     proxy.Shutdown(drain_ms);
     checker.Stop();
     admin.Stop();

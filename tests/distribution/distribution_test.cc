@@ -1,0 +1,308 @@
+// End to end: kwd-controller serve --source=dir plus two kwd-proxy serve
+// --controller processes and demo backends, all real processes on loopback.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/http_client.h"
+#include "tests/support/process.h"
+
+namespace kwd {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::BinaryPath;
+using testing::HttpGet;
+using testing::Process;
+using testing::ReserveFreePort;
+using testing::WaitFor;
+
+std::string Config(uint16_t backend0, uint16_t backend1, bool with_second, bool with_poison) {
+  std::string yaml =
+      "apiVersion: dispatch.kwd.io/v1alpha1\n"
+      "kind: LogonGroup\n"
+      "metadata: {name: public, namespace: erp}\n"
+      "spec:\n"
+      "  kind: abap\n"
+      "  backend:\n"
+      "    staticServers:\n"
+      "      - {name: erp0_ERP_00, address: 127.0.0.1, port: " +
+      std::to_string(backend0) + ", capacity: 1}\n";
+  if (with_second) {
+    yaml += "      - {name: erp1_ERP_00, address: 127.0.0.1, port: " + std::to_string(backend1) +
+            ", capacity: 1}\n";
+  }
+  if (with_poison) {
+    yaml +=
+        "---\n"
+        "apiVersion: dispatch.kwd.io/v1alpha1\n"
+        "kind: LogonGroup\n"
+        "metadata: {name: poison, namespace: erp}\n"
+        "spec:\n"
+        "  kind: abap\n"
+        "  backend:\n"
+        "    staticServers:\n"
+        "      - {name: erp0_ERP_00, address: 127.0.0.1, port: " +
+        std::to_string(backend0) + "}\n";
+  }
+  yaml +=
+      "---\n"
+      "apiVersion: dispatch.kwd.io/v1alpha1\n"
+      "kind: UrlMapping\n"
+      "metadata: {name: erp, namespace: erp}\n"
+      "spec:\n"
+      "  hosts: []\n"
+      "  defaultRootHandler: abap\n"
+      "  defaultGroups: {abap: public, java: public}\n"
+      "  rules:\n"
+      "    - {prefix: /sap/, kind: abap, logonGroup: public}\n";
+  return yaml;
+}
+
+// Writes atomically (rename) so the controller never reads half a file.
+void WriteConfig(const fs::path& dir, const std::string& yaml) {
+  fs::path temp = dir / ".erp.yaml.tmp";
+  {
+    std::ofstream out(temp);
+    out << yaml;
+  }
+  fs::rename(temp, dir / "erp.yaml");
+}
+
+std::string ControllerVersion(uint16_t admin_port) {
+  auto reply = HttpGet(admin_port, "/debug/snapshot");
+  if (reply.status != 200) {
+    return "";
+  }
+  auto json = nlohmann::json::parse(reply.body, nullptr, false);
+  return json.is_object() ? json.value("version", "") : "";
+}
+
+// The value of an unlabelled series, or -1.
+double Metric(uint16_t admin_port, const std::string& name) {
+  auto reply = HttpGet(admin_port, "/metrics");
+  size_t at = reply.body.find("\n" + name + " ");
+  if (at == std::string::npos) {
+    return -1;
+  }
+  return std::stod(reply.body.substr(at + name.size() + 2));
+}
+
+// The first 16 hex digits of the proxy's applied version ("" if none).
+std::string ProxyVersion(uint16_t admin_port) {
+  auto reply = HttpGet(admin_port, "/metrics");
+  std::string prefix = "kwd_proxy_snapshot_info{version=\"";
+  size_t at = 0;
+  while ((at = reply.body.find(prefix, at)) != std::string::npos) {
+    size_t end = reply.body.find('"', at + prefix.size());
+    std::string version = reply.body.substr(at + prefix.size(), end - at - prefix.size());
+    if (reply.body.compare(end, 4, "\"} 1") == 0) {
+      return version;
+    }
+    at = end;
+  }
+  return "";
+}
+
+class DistributionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kwd-distribution-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    for (const char* instance : {"erp0_ERP_00", "erp1_ERP_00"}) {
+      backends_.push_back(std::make_unique<Process>(
+          std::vector<std::string>{BinaryPath("kwd-demo-backend"), "--listen", "127.0.0.1:0",
+                                   "--instance", instance, "--kind", "abap"}));
+      ASSERT_TRUE(backends_.back()->started());
+    }
+    WriteConfig(dir_, Config(backends_[0]->port(), backends_[1]->port(), false, false));
+    grpc_port_ = ReserveFreePort();
+    controller_admin_ = ReserveFreePort();
+    StartController();
+  }
+
+  void TearDown() override {
+    proxies_.clear();
+    controller_.reset();
+    backends_.clear();
+    fs::remove_all(dir_);
+  }
+
+  void StartController() {
+    controller_ = std::make_unique<Process>(
+        std::vector<std::string>{
+            BinaryPath("kwd-controller"), "serve", "--source=dir:" + dir_.string(), "--grpc-listen",
+            "127.0.0.1:" + std::to_string(grpc_port_), "--admin-listen",
+            "127.0.0.1:" + std::to_string(controller_admin_), "--poll-interval", "50ms"},
+        (dir_ / "controller.log").string());
+    ASSERT_TRUE(controller_->started());
+    ASSERT_TRUE(WaitFor([&] { return !ControllerVersion(controller_admin_).empty(); }));
+  }
+
+  struct ProxyProcess {
+    std::unique_ptr<Process> process;
+    uint16_t admin = 0;
+  };
+
+  void StartProxy(const std::string& node, const std::string& reject_group = "") {
+    ProxyProcess proxy;
+    proxy.admin = ReserveFreePort();
+    std::vector<std::string> argv = {"/usr/bin/env"};
+    if (!reject_group.empty()) {
+      argv.push_back("KWD_TEST_REJECT_GROUP=" + reject_group);
+    }
+    for (std::string arg :
+         {BinaryPath("kwd-proxy"), std::string("serve"), std::string("--controller"),
+          "127.0.0.1:" + std::to_string(grpc_port_), std::string("--listen"),
+          std::string("127.0.0.1:0"), std::string("--admin-listen"),
+          "127.0.0.1:" + std::to_string(proxy.admin), std::string("--node-id"), node,
+          std::string("--access-log"), std::string("off")}) {
+      argv.push_back(arg);
+    }
+    proxy.process = std::make_unique<Process>(argv, (dir_ / (node + ".log")).string());
+    ASSERT_TRUE(proxy.process->started());
+    proxies_.push_back(std::move(proxy));
+  }
+
+  bool AllProxiesRun(const std::string& version) {
+    return WaitFor([&] {
+      for (auto& proxy : proxies_) {
+        if (ProxyVersion(proxy.admin) != version.substr(0, 16)) {
+          return false;
+        }
+      }
+      return true;
+    });
+  }
+
+  std::string Logs() {
+    std::string logs = controller_ ? controller_->Log() : "";
+    for (auto& proxy : proxies_) {
+      logs += proxy.process->Log();
+    }
+    return logs;
+  }
+
+  fs::path dir_;
+  std::vector<std::unique_ptr<Process>> backends_;
+  std::unique_ptr<Process> controller_;
+  std::vector<ProxyProcess> proxies_;
+  uint16_t grpc_port_ = 0;
+  uint16_t controller_admin_ = 0;
+};
+
+TEST_F(DistributionTest, AChangeReachesBothProxies) {
+  StartProxy("proxy-a");
+  StartProxy("proxy-b");
+  std::string first = ControllerVersion(controller_admin_);
+  ASSERT_TRUE(AllProxiesRun(first)) << Logs();
+  for (auto& proxy : proxies_) {
+    EXPECT_EQ(HttpGet(proxy.admin, "/readyz").status, 200);
+    auto reply = HttpGet(proxy.process->port(), "/sap/bc/ping");
+    EXPECT_EQ(reply.status, 200);
+    EXPECT_EQ(reply.Header("X-Served-By"), "erp0_ERP_00");
+  }
+  ASSERT_TRUE(
+      WaitFor([&] { return Metric(controller_admin_, "kwd_controller_connected_proxies") == 2; }));
+
+  WriteConfig(dir_, Config(backends_[0]->port(), backends_[1]->port(), true, false));
+  ASSERT_TRUE(WaitFor([&] { return ControllerVersion(controller_admin_) != first; })) << Logs();
+  std::string second = ControllerVersion(controller_admin_);
+  ASSERT_TRUE(AllProxiesRun(second)) << Logs();
+  for (auto& proxy : proxies_) {
+    std::set<std::string> served;
+    for (int i = 0; i < 4; ++i) {
+      served.insert(HttpGet(proxy.process->port(), "/sap/bc/ping").Header("X-Served-By"));
+    }
+    EXPECT_EQ(served, (std::set<std::string>{"erp0_ERP_00", "erp1_ERP_00"}));
+  }
+  EXPECT_EQ(Metric(controller_admin_, "kwd_controller_snapshot_nacks_total"), 0);
+}
+
+TEST_F(DistributionTest, AnInvalidSnapshotIsNackedAndTheOldOneKeepsServing) {
+  StartProxy("proxy-a", "erp/poison");
+  StartProxy("proxy-b");
+  std::string good = ControllerVersion(controller_admin_);
+  ASSERT_TRUE(AllProxiesRun(good)) << Logs();
+
+  WriteConfig(dir_, Config(backends_[0]->port(), backends_[1]->port(), false, true));
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(controller_admin_, "kwd_controller_snapshot_nacks_total") == 1;
+  })) << Logs();
+  std::string poisoned = ControllerVersion(controller_admin_);
+  ASSERT_NE(poisoned, good);
+  // proxy-b took it, proxy-a kept the last good one and still serves with it.
+  ASSERT_TRUE(WaitFor([&] { return ProxyVersion(proxies_[1].admin) == poisoned.substr(0, 16); }));
+  EXPECT_EQ(ProxyVersion(proxies_[0].admin), good.substr(0, 16));
+  EXPECT_EQ(HttpGet(proxies_[0].process->port(), "/sap/bc/ping").status, 200);
+  EXPECT_EQ(Metric(proxies_[0].admin, "kwd_proxy_snapshot_nacks_total"), 1);
+  EXPECT_NE(proxies_[0].process->Log().find("rejected by KWD_TEST_REJECT_GROUP"),
+            std::string::npos);
+
+  // Reverted: both run the good version again.
+  WriteConfig(dir_, Config(backends_[0]->port(), backends_[1]->port(), false, false));
+  ASSERT_TRUE(AllProxiesRun(good)) << Logs();
+}
+
+TEST_F(DistributionTest, ControllerKilledUnderLoadThenRestartedProxiesResync) {
+  StartProxy("proxy-a");
+  StartProxy("proxy-b");
+  std::string first = ControllerVersion(controller_admin_);
+  ASSERT_TRUE(AllProxiesRun(first)) << Logs();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0};
+  std::atomic<int> failed{0};
+  std::thread load([&] {
+    while (!stop.load()) {
+      for (auto& proxy : proxies_) {
+        auto reply = HttpGet(proxy.process->port(), "/sap/bc/ping");
+        sent.fetch_add(1);
+        if (reply.status != 200) {
+          failed.fetch_add(1);
+        }
+      }
+    }
+  });
+  ASSERT_TRUE(WaitFor([&] { return sent.load() >= 50; }));
+  controller_->Kill();
+  for (auto& proxy : proxies_) {
+    EXPECT_TRUE(
+        WaitFor([&] { return Metric(proxy.admin, "kwd_proxy_controller_connected") == 0; }));
+  }
+  int at_kill = sent.load();
+  ASSERT_TRUE(WaitFor([&] { return sent.load() >= at_kill + 200; }));
+  for (auto& proxy : proxies_) {
+    EXPECT_EQ(HttpGet(proxy.admin, "/readyz").status, 200);
+  }
+
+  // Restarted with a changed configuration: the proxies reconnect and resync.
+  WriteConfig(dir_, Config(backends_[0]->port(), backends_[1]->port(), true, false));
+  StartController();
+  std::string second = ControllerVersion(controller_admin_);
+  ASSERT_NE(second, first);
+  ASSERT_TRUE(AllProxiesRun(second)) << Logs();
+  int at_resync = sent.load();
+  ASSERT_TRUE(WaitFor([&] { return sent.load() >= at_resync + 50; }));
+  stop = true;
+  load.join();
+  EXPECT_EQ(failed.load(), 0) << "of " << sent.load();
+  EXPECT_GE(sent.load(), 300);
+}
+
+}  // namespace
+}  // namespace kwd
