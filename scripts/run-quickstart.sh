@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make run`: the quickstart on one machine. Three demo SAP instances, the
-# routing snapshot compiled from examples/quickstart/, and one kwd-proxy on
-# 127.0.0.1:8080 (admin on 127.0.0.1:9901). Editing the YAML recompiles it and
-# reloads the proxy (SIGHUP). Ctrl-C stops everything.
+# `make run`: the quickstart on one machine. Three demo SAP instances,
+# kwd-controller following examples/quickstart/ (admin on 127.0.0.1:9902, gRPC
+# on 127.0.0.1:18000) and one kwd-proxy on 127.0.0.1:8080 (admin on
+# 127.0.0.1:9901) fed by the controller. Editing the YAML changes routing live.
+# Ctrl-C stops everything.
 set -euo pipefail
 build=${1:-build}
 examples=${KWD_EXAMPLES:-examples/quickstart}
@@ -30,27 +31,39 @@ start_backend 18001 demo1_QS_00 abap
 start_backend 18002 demo2_QS_01 abap
 start_backend 18003 demo3_QS_02 java
 
-compile() {
-  if "$build/kwd-controller" compile --source="dir:$examples" >"$snapshot.new" 2>"$run_dir/compile.log"; then
-    mv "$snapshot.new" "$snapshot"
-    return 0
-  fi
-  cat "$run_dir/compile.log" >&2
+controller_admin=${KWD_CONTROLLER_ADMIN:-127.0.0.1:9902}
+grpc=${KWD_GRPC_LISTEN:-127.0.0.1:18000}
+
+wait_listening() {  # file log
+  for _ in $(seq 1 100); do
+    grep -q '^listening' "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  cat "$2" >&2
   return 1
 }
-compile || { echo "the quickstart does not compile" >&2; exit 1; }
-[[ -s $run_dir/compile.log ]] && cat "$run_dir/compile.log" >&2
 
-KWD_AFFINITY_KEY=${KWD_AFFINITY_KEY:-quickstart-key} "$build/kwd-proxy" serve --snapshot "$snapshot" \
-  --listen "$listen" --admin-listen "$admin" --access-log "$run_dir/access.log" \
+# The controller follows the YAML (it notices file changes) and streams each
+# new snapshot to the proxy over gRPC.
+"$build/kwd-controller" serve --source="dir:$examples" --grpc-listen "$grpc" \
+  --admin-listen "$controller_admin" >"$run_dir/controller.out" 2>"$run_dir/controller.log" &
+controller_pid=$!
+pids+=($controller_pid)
+wait_listening "$run_dir/controller.out" "$run_dir/controller.log" || exit 1
+
+KWD_AFFINITY_KEY=${KWD_AFFINITY_KEY:-quickstart-key} "$build/kwd-proxy" serve --controller "$grpc" \
+  --listen "$listen" --admin-listen "$admin" --access-log "$run_dir/access.log" --node-id quickstart \
   >"$run_dir/proxy.out" 2>"$run_dir/proxy.log" &
 proxy_pid=$!
 pids+=($proxy_pid)
-for _ in $(seq 1 50); do
-  grep -q '^listening' "$run_dir/proxy.out" 2>/dev/null && break
+wait_listening "$run_dir/proxy.out" "$run_dir/proxy.log" || exit 1
+for _ in $(seq 1 100); do
+  curl -sf "http://$admin/readyz" >/dev/null 2>&1 && break
   sleep 0.1
 done
-grep -q '^listening' "$run_dir/proxy.out" || { cat "$run_dir/proxy.log" >&2; exit 1; }
+curl -sf "http://$admin/readyz" >/dev/null 2>&1 || { echo "the proxy got no snapshot; see $run_dir/" >&2; exit 1; }
+# For the explain hint: the snapshot the controller serves, as JSON.
+curl -s "http://$controller_admin/debug/snapshot" >"$snapshot"
 
 cat <<HINTS
 
@@ -69,24 +82,17 @@ Try:
   curl -s 'http://$admin/admin/api/explain?url=/irj/portal'
   # state and metrics:
   curl -s http://$admin/admin/api/state; curl -s http://$admin/metrics | grep kwd_proxy_requests_total
-Edit $examples/*.yaml: the snapshot is recompiled and the proxy reloads (logs in $run_dir/).
+  # the controller: connected proxies, ACKs/NACKs, the snapshot it serves:
+  curl -s http://$controller_admin/metrics | grep -E 'kwd_controller_(connected_proxies|snapshot_(acks|nacks))'
+  curl -s http://$controller_admin/debug/snapshot
+Edit $examples/*.yaml: the controller recompiles and streams the new snapshot to the proxy
+over gRPC ($grpc); an invalid change is reported and the proxy keeps the previous one
+(logs in $run_dir/).
 Ctrl-C stops everything.
 HINTS
 
-stamp() { find "$examples" -name '*.yaml' -o -name '*.yml' | sort | xargs stat -c '%n %Y %s' 2>/dev/null | md5sum; }
-last=$(stamp)
-while kill -0 "$proxy_pid" 2>/dev/null; do
+while kill -0 "$proxy_pid" 2>/dev/null && kill -0 "$controller_pid" 2>/dev/null; do
   sleep 1
-  now=$(stamp)
-  if [[ $now != "$last" ]]; then
-    last=$now
-    if compile; then
-      kill -HUP "$proxy_pid"
-      echo "$(date +%T) configuration changed: snapshot recompiled, proxy reloaded"
-    else
-      echo "$(date +%T) configuration has errors: the proxy keeps the previous snapshot" >&2
-    fi
-  fi
 done
-echo "the proxy exited; see $run_dir/proxy.log" >&2
+echo "a process exited; see $run_dir/proxy.log and $run_dir/controller.log" >&2
 exit 1
