@@ -259,15 +259,16 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
   NotifyChanged();
 }
 
-void SnapshotServer::PushLocked(StreamState& stream) {
+void SnapshotServer::PushLocked(StreamState& stream, bool hello) {
   if (!current_) {
     return;
   }
   const std::string& version = current_->snapshot.version();
   std::shared_ptr<const v1::SnapshotResponse> response;
-  if (stream.status.versions.acked_version == version) {
-    // The proxy runs it already (e.g. after a controller restart): a small
-    // reply so that it knows it is current, and ACKs.
+  if (hello && stream.status.versions.acked_version == version) {
+    // The proxy says it runs it already (e.g. after a controller restart): a
+    // small reply so that it knows it is current, and ACKs. Only on the
+    // first request: later, what it ACKed may be older than what it runs.
     auto reply = std::make_shared<v1::SnapshotResponse>();
     reply->set_version_info(version);
     reply->set_nonce(std::to_string(next_nonce_++));
@@ -306,7 +307,7 @@ void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> resul
     history_[current_->snapshot.version()] = current_;
     for (auto& [id, stream] : streams_) {
       if (stream.hello_seen) {
-        PushLocked(stream);
+        PushLocked(stream, /*hello=*/false);
       }
     }
     PruneHistoryLocked();
@@ -334,7 +335,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
           {{"node", versions.node_id},
            {"peer", stream.status.peer},
            {"version", versions.acked_version}});
-      PushLocked(stream);
+      PushLocked(stream, /*hello=*/true);
     } else if (request.response_nonce() != stream.last_nonce) {
       // An answer to a response that a newer one replaced: ignore it (xDS).
       return;

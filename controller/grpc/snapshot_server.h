@@ -113,8 +113,9 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   uint64_t Register(Subscriber* subscriber, std::string peer);
   void Unregister(uint64_t stream_id);
   void HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request);
-  // Under mu_: queue the current snapshot (or a "you are current" reply) on a stream.
-  void PushLocked(StreamState& stream);
+  // Under mu_: queue the current snapshot on a stream (or, answering its
+  // first request, a "you are current" reply).
+  void PushLocked(StreamState& stream, bool hello);
   void PruneHistoryLocked();
   void NotifyChanged();
 

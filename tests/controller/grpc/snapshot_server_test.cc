@@ -246,6 +246,42 @@ TEST(SnapshotServerTest, ProxyThatRunsTheCurrentVersionGetsNoSnapshot) {
   context.TryCancel();
 }
 
+TEST(SnapshotServerTest, RevertBeforeTheAckArrivesSendsTheFullSnapshot) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  auto stub = v1::SnapshotDiscovery::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto stream = stub->StreamSnapshots(&context);
+  v1::SnapshotRequest hello;
+  hello.set_node_id("slow");
+  ASSERT_TRUE(stream->Write(hello));
+  v1::SnapshotResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  v1::SnapshotRequest ack;
+  ack.set_node_id("slow");
+  ack.set_version_info(v1->snapshot.version());
+  ack.set_response_nonce(response.nonce());
+  ASSERT_TRUE(stream->Write(ack));
+  ASSERT_TRUE(
+      watch.Until([&] { return Only(*server).versions.acked_version == v1->snapshot.version(); }));
+
+  // v2 is pushed (the proxy applies it, its ACK still on the way), then the
+  // change is reverted: the server's view "runs v1" is stale, so v1 must
+  // come with its snapshot.
+  server->Publish(Result(2, 2));
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(response.has_snapshot());
+  server->Publish(v1);
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.version_info(), v1->snapshot.version());
+  EXPECT_TRUE(response.has_snapshot());
+  context.TryCancel();
+}
+
 TEST(SnapshotServerTest, ProxyKeepsItsSnapshotAcrossAControllerRestartAndResyncs) {
   MetricsRegistry metrics;
   auto server = StartServer(&metrics);
