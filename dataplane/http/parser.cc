@@ -92,18 +92,6 @@ bool IsToken(std::string_view s) {
   return true;
 }
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (chars::Lower(a[i]) != chars::Lower(b[i])) {
-      return false;
-    }
-  }
-  return true;
-}
-
 namespace {
 
 struct LineError {

@@ -162,7 +162,24 @@ class ResponseParser {
 // Shared character rules (RFC 9110 5.6.2, 5.5; RFC 3986).
 bool IsTokenChar(char c);
 bool IsToken(std::string_view s);
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// ASCII case-insensitive equality. Inline: it runs for every header field
+// against every name the proxy looks for, so most calls end at the size check.
+inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    unsigned char x = static_cast<unsigned char>(a[i]);
+    unsigned char y = static_cast<unsigned char>(b[i]);
+    if (x != y) {
+      unsigned char lx = x | 0x20;
+      if (lx != (y | 0x20) || lx < 'a' || lx > 'z') {
+        return false;
+      }
+    }
+  }
+  return true;
+}
 // Host[:port] as in a Host header or an authority-form target: reg-name,
 // IPv4 or [IP-literal]; no userinfo; port 0-65535 when present.
 bool IsValidAuthority(std::string_view authority, bool require_port);
