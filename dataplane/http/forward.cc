@@ -37,12 +37,42 @@ bool IsProtectedFromNomination(std::string_view name) {
          EqualsIgnoreCase(name, "transfer-encoding");
 }
 
-bool NamedByConnection(std::string_view name, std::span<const Header> fields) {
-  if (IsProtectedFromNomination(name)) {
+// The values of a message's Connection fields, collected once per message so
+// that checking every field against them does not rescan all fields.
+struct ConnectionValues {
+  static constexpr size_t kMax = 8;
+  std::string_view values[kMax];
+  size_t count = 0;
+  bool overflow = false;  // more Connection fields than kept: fall back to a scan
+  std::span<const Header> fields;
+
+  explicit ConnectionValues(std::span<const Header> all) : fields(all) {
+    for (const Header& h : all) {
+      if (EqualsIgnoreCase(h.name, "connection")) {
+        if (count < kMax) {
+          values[count++] = h.value;
+        } else {
+          overflow = true;
+        }
+      }
+    }
+  }
+};
+
+bool NamedByConnection(std::string_view name, const ConnectionValues& connection) {
+  if (connection.count == 0 || IsProtectedFromNomination(name)) {
     return false;
   }
-  for (const Header& h : fields) {
-    if (EqualsIgnoreCase(h.name, "connection") && HasToken(h.value, name)) {
+  if (connection.overflow) {
+    for (const Header& h : connection.fields) {
+      if (EqualsIgnoreCase(h.name, "connection") && HasToken(h.value, name)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  for (size_t i = 0; i < connection.count; ++i) {
+    if (HasToken(connection.values[i], name)) {
       return true;
     }
   }
@@ -51,7 +81,7 @@ bool NamedByConnection(std::string_view name, std::span<const Header> fields) {
 
 // Whether to drop the field for this hop; Transfer-Encoding and Upgrade
 // depend on whether the proxy re-frames or tunnels.
-bool Drop(std::string_view name, std::span<const Header> fields, bool reframe, bool tunnel) {
+bool Drop(std::string_view name, const ConnectionValues& fields, bool reframe, bool tunnel) {
   if (IsAlwaysHopByHop(name)) {
     return true;
   }
@@ -75,7 +105,7 @@ void AppendField(std::string& out, std::string_view name, std::string_view value
 
 bool IsHopByHop(std::string_view name, std::span<const Header> fields) {
   return IsAlwaysHopByHop(name) || EqualsIgnoreCase(name, "transfer-encoding") ||
-         EqualsIgnoreCase(name, "upgrade") || NamedByConnection(name, fields);
+         EqualsIgnoreCase(name, "upgrade") || NamedByConnection(name, ConnectionValues(fields));
 }
 
 void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
@@ -97,6 +127,7 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
 
   bool has_forwarded_for = false;
   std::string_view original_host;
+  const ConnectionValues connection(fields);
   for (const Header& h : fields) {
     if (EqualsIgnoreCase(h.name, "host")) {
       original_host = h.value;
@@ -108,7 +139,7 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
     }
     if (EqualsIgnoreCase(h.name, "x-forwarded-proto") ||
         EqualsIgnoreCase(h.name, "x-forwarded-host") || IsProxyAssertedTlsField(h.name) ||
-        Drop(h.name, fields, options.reframe_body, options.tunnel_upgrade)) {
+        Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade)) {
       continue;
     }
     AppendField(out, h.name, h.value);
@@ -157,8 +188,9 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
   out.push_back(' ');
   out.append(head.reason);
   out.append("\r\n");
+  const ConnectionValues connection(fields);
   for (const Header& h : fields) {
-    if (Drop(h.name, fields, options.reframe_body, options.tunnel_upgrade)) {
+    if (Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade)) {
       continue;
     }
     AppendField(out, h.name, h.value);
