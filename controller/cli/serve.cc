@@ -352,6 +352,11 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   snapshot_server::FanOutSink sinks({&latest, &grpc_server});
   pipeline::Pipeline pipeline(pipeline::PipelineOptions{flags.hold_off, flags.max_delay, nullptr},
                               sinks, &metrics);
+  // The gRPC server's callbacks reach the pipeline: stop it first on every return path.
+  struct StopGrpcFirst {
+    snapshot_server::SnapshotServer& server;
+    ~StopGrpcFirst() { server.Stop(); }
+  } stop_grpc_first{grpc_server};
 
   std::unique_ptr<pipeline::DirWatcher> dir_watcher;
   std::unique_ptr<kube::KubeClient> client;
@@ -383,6 +388,11 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     status_writer = std::make_unique<pipeline::StatusWriter>(
         *client, pipeline::StatusWriterOptions{}, &metrics);
     pipeline.SetStatusWriter(status_writer.get());
+    // Programmed follows what the connected proxies ACK and NACK.
+    pipeline.SetExtraConditions([&grpc_server](const compile::ObjectStatus& object) {
+      return std::vector<compile::Condition>{grpc_server.ProgrammedFor(object)};
+    });
+    grpc_server.SetOnProxiesChanged([&pipeline] { pipeline.ResyncStatus(); });
     if (flags.leader_elect) {
       kube::LeaderElectionConfig election;
       election.lease_namespace =

@@ -312,7 +312,7 @@ void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> resul
     }
     PruneHistoryLocked();
   }
-  NotifyChanged();
+  // No NotifyChanged: the pipeline diffs statuses right after publishing.
 }
 
 void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request) {
@@ -415,22 +415,37 @@ std::vector<ProxyStatus> SnapshotServer::Proxies() const {
   return proxies;
 }
 
-std::vector<ProgrammedStatus> SnapshotServer::ProgrammedConditions() const {
-  std::lock_guard lock(mu_);
-  std::vector<ProgrammedStatus> conditions;
-  if (!current_) {
-    return conditions;
-  }
+std::vector<ProxyVersions> SnapshotServer::ConnectedLocked() const {
   std::vector<ProxyVersions> proxies;
   for (const auto& [id, stream] : streams_) {
     if (stream.hello_seen) {
       proxies.push_back(stream.status.versions);
     }
   }
-  SnapshotLookup lookup = [this](std::string_view version) -> const v1::Snapshot* {
+  return proxies;
+}
+
+SnapshotLookup SnapshotServer::LookupLocked() const {
+  return [this](std::string_view version) -> const v1::Snapshot* {
     auto it = history_.find(version);
     return it == history_.end() ? nullptr : &it->second->snapshot;
   };
+}
+
+compile::Condition SnapshotServer::ProgrammedFor(const compile::ObjectStatus& object) const {
+  std::lock_guard lock(mu_);
+  return ProgrammedCondition(object.kind, object.namespace_, object.name, object.generation,
+                             ConnectedLocked(), LookupLocked());
+}
+
+std::vector<ProgrammedStatus> SnapshotServer::ProgrammedConditions() const {
+  std::lock_guard lock(mu_);
+  std::vector<ProgrammedStatus> conditions;
+  if (!current_) {
+    return conditions;
+  }
+  std::vector<ProxyVersions> proxies = ConnectedLocked();
+  SnapshotLookup lookup = LookupLocked();
   for (const auto& object : current_->statuses) {
     ProgrammedStatus status;
     status.kind = object.kind;

@@ -93,8 +93,11 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   std::vector<ProxyStatus> Proxies() const;
   // Programmed for every object of the current compile result, in its order.
   std::vector<ProgrammedStatus> ProgrammedConditions() const;
+  // Programmed for one object (the status writer's view of it).
+  compile::Condition ProgrammedFor(const compile::ObjectStatus& object) const;
   // Called (on a gRPC thread, without locks held) whenever a proxy connects,
-  // disconnects, ACKs or NACKs: e.g. to refresh status conditions.
+  // disconnects, ACKs or NACKs: e.g. to refresh status conditions. Not on
+  // Publish: its caller (the pipeline) diffs statuses right after.
   void SetOnProxiesChanged(std::function<void()> callback);
 
   class Subscriber;  // the per-stream reactor (snapshot_server.cc)
@@ -117,6 +120,8 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   // first request, a "you are current" reply).
   void PushLocked(StreamState& stream, bool hello);
   void PruneHistoryLocked();
+  std::vector<ProxyVersions> ConnectedLocked() const;
+  SnapshotLookup LookupLocked() const;
   void NotifyChanged();
 
   const SnapshotServerOptions options_;

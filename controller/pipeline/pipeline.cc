@@ -208,7 +208,13 @@ void Pipeline::DiffStatuses() {
     if (!store_.objects().Find(key)) {
       continue;
     }
-    if (auto write = StatusToWrite(status, store_.ObservedStatus(key), now)) {
+    compile::ObjectStatus desired = status;
+    if (extra_conditions_) {
+      for (compile::Condition& condition : extra_conditions_(status)) {
+        desired.conditions.push_back(std::move(condition));
+      }
+    }
+    if (auto write = StatusToWrite(desired, store_.ObservedStatus(key), now)) {
       updates.push_back(StatusUpdate{std::move(key), std::move(*write)});
     }
   }

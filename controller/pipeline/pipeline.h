@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -55,6 +56,12 @@ class Pipeline {
   int AddSource(std::string name);
   // Status diffs go to `writer` (optional; not with --source=dir).
   void SetStatusWriter(StatusWriter* writer) { status_writer_ = writer; }
+  // Conditions the compile cannot know (Programmed, from the gRPC snapshot
+  // server), added to each object's status before the diff. Set before Run;
+  // called on the pipeline thread. ResyncStatus when their inputs change.
+  using ExtraConditions =
+      std::function<std::vector<compile::Condition>(const compile::ObjectStatus&)>;
+  void SetExtraConditions(ExtraConditions extra) { extra_conditions_ = std::move(extra); }
 
   // Thread-safe; only enqueue.
   void Upsert(ObservedObject observed);
@@ -101,6 +108,7 @@ class Pipeline {
   MetricsRegistry* metrics_;
   std::shared_ptr<const kube::Clock> clock_;
   StatusWriter* status_writer_ = nullptr;
+  ExtraConditions extra_conditions_;
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
