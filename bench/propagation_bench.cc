@@ -4,7 +4,11 @@
 // swap) have applied it. 10,000 endpoints (100 groups x 100 servers).
 // Counters: p50/p99/max milliseconds over the iterations, snapshot bytes.
 //
-//   build-bench/propagation_bench --benchmark_min_time=2
+//   cmake --build build-bench --target propagation_bench && build-bench/propagation_bench
+//
+// Every subscriber runs in this process, so with N = 50 the figure is bound
+// by this machine's cores: each subscriber parses ~530 KB (~4.6 ms) and
+// checks it (~1.7 ms); the server serializes per stream (~1.3 ms).
 
 #include <benchmark/benchmark.h>
 
@@ -16,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/log.h"
 #include "common/snapshot_io.h"
 #include "controller/grpc/snapshot_server.h"
 #include "dataplane/xds/snapshot_client.h"
@@ -172,4 +177,14 @@ BENCHMARK(BM_Propagation)
 }  // namespace
 }  // namespace kwd
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // Each subscriber logs every apply at info: thousands of lines otherwise.
+  kwd::SetLogLevel(kwd::LogLevel::kWarn);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
