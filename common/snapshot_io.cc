@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/crypto.h"
+#include "common/file.h"
 
 namespace kwd {
 
@@ -151,14 +152,11 @@ bool SnapshotFromJson(std::string_view json, v1::Snapshot* out, std::string* err
 }
 
 bool LoadSnapshotFile(const std::string& path, v1::Snapshot* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = "cannot read snapshot file " + path;
+  std::string json;
+  if (!ReadWholeFile(path, &json, error)) {
     return false;
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (!SnapshotFromJson(buffer.str(), out, error)) {
+  if (!SnapshotFromJson(json, out, error)) {
     *error = path + ": " + *error;
     return false;
   }

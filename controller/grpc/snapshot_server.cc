@@ -5,23 +5,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "kwd/v1/discovery.grpc.pb.h"
 
 namespace kwd::snapshot_server {
 namespace {
-
-bool ReadWholeFile(const std::string& path, std::string* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = "cannot read " + path;
-    return false;
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  *out = buffer.str();
-  return true;
-}
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,11 +1,9 @@
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,16 +48,6 @@ struct ExplainFlags {
   std::string affinity_key_file;
 };
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 // Returns 0 to go on, or the exit code (usage shown / error).
 int ParseFlags(int argc, char** argv, ExplainFlags* flags, std::ostream& out, std::ostream& err) {
@@ -142,27 +130,13 @@ int ParseFlags(int argc, char** argv, ExplainFlags* flags, std::ostream& out, st
   return 0;
 }
 
-bool LoadAffinityKey(const ExplainFlags& flags, std::string* key, std::ostream& err) {
-  if (!flags.affinity_key_file.empty()) {
-    std::ifstream in(flags.affinity_key_file, std::ios::binary);
-    if (!in) {
-      err << "kwd-proxy explain: cannot read affinity key file " << flags.affinity_key_file << "\n";
-      return false;
-    }
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    *key = std::string(Trim(buffer.str()));
-    if (key->empty()) {
-      err << "kwd-proxy explain: affinity key file " << flags.affinity_key_file << " is empty\n";
-      return false;
-    }
-    return true;
+bool LoadExplainAffinityKey(const ExplainFlags& flags, std::string* key, std::ostream& err) {
+  std::string error;
+  bool development = false;
+  if (!LoadAffinityKey(flags.affinity_key_file, key, &development, &error)) {
+    err << "kwd-proxy explain: " << error << "\n";
+    return false;
   }
-  if (const char* env = std::getenv("KWD_AFFINITY_KEY"); env != nullptr && *env != '\0') {
-    *key = env;
-    return true;
-  }
-  *key = kDevelopmentAffinityKey;
   return true;
 }
 
@@ -180,7 +154,7 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       flags.host_given ? std::optional<std::string_view>(flags.host) : std::nullopt);
 
   std::string affinity_key;
-  if (!LoadAffinityKey(flags, &affinity_key, err)) {
+  if (!LoadExplainAffinityKey(flags, &affinity_key, err)) {
     return 1;
   }
   v1::Snapshot snapshot;

@@ -1,9 +1,41 @@
 #include "dataplane/cli/proxy_cli.h"
 
+#include <cstdlib>
 #include <iostream>
+#include <string>
 #include <string_view>
 
+#include "common/file.h"
+
 namespace kwd::cli {
+
+bool LoadAffinityKey(const std::string& key_file, std::string* key, bool* development,
+                     std::string* error) {
+  *development = false;
+  if (!key_file.empty()) {
+    std::string contents;
+    if (!ReadWholeFile(key_file, &contents, error)) {
+      *error = "cannot read affinity key file: " + *error;
+      return false;
+    }
+    size_t begin = contents.find_first_not_of(" \t\r\n");
+    size_t end = contents.find_last_not_of(" \t\r\n");
+    if (begin == std::string::npos) {
+      *error = "affinity key file " + key_file + " is empty";
+      return false;
+    }
+    *key = contents.substr(begin, end - begin + 1);
+    return true;
+  }
+  if (const char* env = std::getenv("KWD_AFFINITY_KEY"); env != nullptr && *env != '\0') {
+    *key = env;
+    return true;
+  }
+  *key = kDevelopmentAffinityKey;
+  *development = true;
+  return true;
+}
+
 namespace {
 
 constexpr const char kUsage[] =

@@ -4,6 +4,7 @@
 // only calls ProxyMain.
 
 #include <iosfwd>
+#include <string>
 
 namespace kwd::cli {
 
@@ -23,5 +24,12 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err);
 // The affinity-cookie key used when neither --affinity-key-file nor
 // $KWD_AFFINITY_KEY is given: for development only, since anyone can read it.
 inline constexpr const char kDevelopmentAffinityKey[] = "kwd-development-affinity-key";
+
+// The affinity-cookie key, shared by `serve` and `explain` so both sign alike:
+// the contents of `key_file` without surrounding whitespace when given, else
+// $KWD_AFFINITY_KEY, else kDevelopmentAffinityKey (`*development` set).
+// Returns false with `error` set when the file is unreadable or empty.
+bool LoadAffinityKey(const std::string& key_file, std::string* key, bool* development,
+                     std::string* error);
 
 }  // namespace kwd::cli

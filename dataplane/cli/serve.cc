@@ -4,11 +4,9 @@
 
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -74,17 +72,6 @@ bool ParseDurationMs(std::string_view text, int64_t* out) {
 bool ParseUnsigned(std::string_view text, uint64_t* out) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
   return ec == std::errc() && ptr == text.data() + text.size();
-}
-
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return false;
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  *out = buffer.str();
-  return true;
 }
 
 // Test seam (black-box tests of the NACK path): reject every snapshot that
@@ -232,15 +219,12 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       return 1;
     }
   }
-  if (!affinity_key_file.empty()) {
-    if (!ReadFile(affinity_key_file, &options.affinity_key) || options.affinity_key.empty()) {
-      err << "kwd-proxy serve: cannot read a key from " << affinity_key_file << "\n";
-      return 1;
-    }
-  } else if (const char* key = std::getenv("KWD_AFFINITY_KEY"); key != nullptr && *key != 0) {
-    options.affinity_key = key;
-  } else {
-    options.affinity_key = kDevelopmentAffinityKey;
+  bool development_key = false;
+  if (!LoadAffinityKey(affinity_key_file, &options.affinity_key, &development_key, &error)) {
+    err << "kwd-proxy serve: " << error << "\n";
+    return 1;
+  }
+  if (development_key) {
     Log(LogLevel::kWarn, "serve",
         "no affinity-cookie key given (--affinity-key-file or KWD_AFFINITY_KEY): using the "
         "public development key; affinity cookies can be forged");

@@ -7,23 +7,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "kwd/v1/discovery.grpc.pb.h"
 
 namespace kwd::xds {
 namespace {
-
-bool ReadWholeFile(const std::string& path, std::string* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = "cannot read " + path;
-    return false;
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  *out = buffer.str();
-  return true;
-}
 
 std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::optional<ClientTls>& tls) {
   if (!tls) {
