@@ -16,6 +16,20 @@ Sha256Digest HmacSha256(std::string_view key, std::string_view data);
 std::string HexEncode(const uint8_t* data, size_t size);
 inline std::string HexEncode(const Sha256Digest& d) { return HexEncode(d.data(), d.size()); }
 
+// Value of one hexadecimal digit (either case), or -1.
+inline int HexDigitValue(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
 // Base64url without padding (RFC 4648 section 5), as cookie values need.
 std::string Base64UrlEncode(std::string_view data);
 

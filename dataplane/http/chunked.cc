@@ -2,24 +2,12 @@
 
 #include <algorithm>
 
+#include "common/crypto.h"
 #include "dataplane/http/chars.h"
 
 namespace kwd::http {
 
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
 
 }  // namespace
 
@@ -63,7 +51,7 @@ ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
     switch (state_) {
       case State::kSizeStart:
       case State::kSize: {
-        int digit = HexValue(c);
+        int digit = HexDigitValue(c);
         if (digit >= 0) {
           if ((chunk_remaining_ >> 60) != 0) {
             return Fail(ParseError::kBadChunkSize, 400, i);

@@ -4,21 +4,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/crypto.h"
+
 namespace kwd::routing {
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
 
 bool IsUnreserved(unsigned char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -80,8 +69,8 @@ bool WriteSegment(std::string_view segment, Writer* out, bool* ends_with_slash) 
     if (i + 2 >= segment.size()) {
       return false;
     }
-    int high = HexValue(segment[i + 1]);
-    int low = HexValue(segment[i + 2]);
+    int high = HexDigitValue(segment[i + 1]);
+    int low = HexDigitValue(segment[i + 2]);
     if (high < 0 || low < 0) {
       return false;
     }

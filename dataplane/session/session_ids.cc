@@ -47,19 +47,6 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
-
 // Instance names end up in logs, metrics lookups and server comparisons:
 // accept only visible ASCII so a decoded control byte never gets that far.
 bool IsVisibleAscii(std::string_view s) {
@@ -352,8 +339,8 @@ int PercentDecode(std::string_view in, char* out, size_t capacity, bool plus_is_
       if (in.size() - escape < 3) {
         return -1;
       }
-      const int hi = HexValue(in[escape + 1]);
-      const int lo = HexValue(in[escape + 2]);
+      const int hi = HexDigitValue(in[escape + 1]);
+      const int lo = HexDigitValue(in[escape + 2]);
       if (hi < 0 || lo < 0 || n >= capacity) {
         return -1;
       }
@@ -369,8 +356,8 @@ int PercentDecode(std::string_view in, char* out, size_t capacity, bool plus_is_
       if (in.size() - i < 3) {
         return -1;
       }
-      int hi = HexValue(in[i + 1]);
-      int lo = HexValue(in[i + 2]);
+      int hi = HexDigitValue(in[i + 1]);
+      int lo = HexDigitValue(in[i + 2]);
       if (hi < 0 || lo < 0) {
         return -1;
       }
