@@ -1,0 +1,246 @@
+{{/*
+Names. Kubernetes names are limited to 63 characters (DNS labels).
+*/}}
+{{- define "kwd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kwd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kwd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Component names leave room for the suffix within 63 characters. */}}
+{{- define "kwd.controller.fullname" -}}
+{{- printf "%s-controller" (include "kwd.fullname" . | trunc 52 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "kwd.proxy.fullname" -}}
+{{- printf "%s-proxy" (include "kwd.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "kwd.proxyAdmin.fullname" -}}
+{{- printf "%s-proxy-admin" (include "kwd.fullname" . | trunc 51 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "kwd.controller.serviceAccountName" -}}
+{{- if .Values.controller.serviceAccount.create }}
+{{- default (include "kwd.controller.fullname" .) .Values.controller.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.controller.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kwd.affinityKeySecretName" -}}
+{{- default (printf "%s-affinity-key" (include "kwd.fullname" . | trunc 50 | trimSuffix "-")) .Values.proxy.affinityKey.existingSecret }}
+{{- end }}
+
+{{/*
+Where proxies stream snapshots from: the controller Service's gRPC port. The
+cluster-local DNS name also works from sidecars in other namespaces.
+*/}}
+{{- define "kwd.controllerAddress" -}}
+{{- printf "%s.%s.svc:%d" (include "kwd.controller.fullname" .) .Release.Namespace (int .Values.controller.grpcPort) }}
+{{- end }}
+
+{{/*
+Labels. Selector labels never change across upgrades (Deployment selectors
+are immutable); the rest may.
+*/}}
+{{- define "kwd.labels" -}}
+helm.sh/chart: {{ include "kwd.chart" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kwd
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Usage: include "kwd.selectorLabels" (dict "root" . "component" "proxy") */}}
+{{- define "kwd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kwd.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Usage: include "kwd.componentLabels" (dict "root" . "component" "proxy") */}}
+{{- define "kwd.componentLabels" -}}
+{{ include "kwd.labels" .root }}
+{{ include "kwd.selectorLabels" . }}
+{{- end }}
+
+{{- define "kwd.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Restricted Pod Security Standard (pod and container level). The image's user
+is 65532 as well; the numbers here make runAsNonRoot checkable without
+inspecting the image.
+*/}}
+{{- define "kwd.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "kwd.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+privileged: false
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* Soft anti-affinity: replicas on different nodes when the scheduler can. */}}
+{{- define "kwd.spreadAffinity" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "kwd.selectorLabels" . | nindent 12 }}
+{{- end }}
+
+{{- define "kwd.proxy.terminationGracePeriodSeconds" -}}
+{{- $p := .Values.proxy }}
+{{- if gt (int $p.terminationGracePeriodSeconds) 0 }}
+{{- if le (int $p.terminationGracePeriodSeconds) (add $p.preStopSleepSeconds $p.drainTimeoutSeconds | int) }}
+{{- fail (printf "proxy.terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + drainTimeoutSeconds (%d)" (int $p.terminationGracePeriodSeconds) (add $p.preStopSleepSeconds $p.drainTimeoutSeconds | int)) }}
+{{- end }}
+{{- int $p.terminationGracePeriodSeconds }}
+{{- else }}
+{{- add $p.preStopSleepSeconds $p.drainTimeoutSeconds 5 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The kwd-proxy sidecar container, for a client workload's pod spec:
+
+  containers:
+    - name: my-client
+      ...
+    {{- include "kwd.proxySidecar" . | nindent 4 }}
+  volumes:
+    - name: kwd-affinity-key
+      secret:
+        secretName: <a copy of the release's affinity-key Secret>
+    - name: kwd-sidecar-tmp
+      emptyDir: {}
+
+The client then sends its requests to http://127.0.0.1:15080 (sidecar.listen).
+The sidecar drains like the shared proxy: a preStop sleep, then SIGTERM.
+*/}}
+{{- define "kwd.proxySidecar" -}}
+- name: kwd-proxy
+  image: {{ include "kwd.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: ["/usr/local/bin/kwd-proxy"]
+  args:
+    - serve
+    - --controller
+    - {{ include "kwd.controllerAddress" . }}
+    - --node-id
+    - $(POD_NAME).$(POD_NAMESPACE)
+    - --listen
+    - {{ .Values.sidecar.listen | quote }}
+    - --admin-listen
+    - {{ printf "0.0.0.0:%d" (int .Values.sidecar.adminPort) | quote }}
+    - --workers
+    - {{ .Values.sidecar.workers | quote }}
+    - --drain-timeout
+    - {{ printf "%ds" (int .Values.proxy.drainTimeoutSeconds) }}
+    - --affinity-key-file
+    - /etc/kwd/affinity/{{ .Values.proxy.affinityKey.secretKey }}
+    - --log-level
+    - {{ .Values.proxy.logLevel }}
+  env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+  ports:
+    - name: kwd-admin
+      containerPort: {{ .Values.sidecar.adminPort }}
+      protocol: TCP
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: {{ .Values.sidecar.adminPort }}
+    periodSeconds: 10
+    failureThreshold: 3
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: {{ .Values.sidecar.adminPort }}
+    periodSeconds: 5
+    failureThreshold: 2
+  lifecycle:
+    preStop:
+      exec:
+        command: ["/bin/sleep", "{{ .Values.proxy.preStopSleepSeconds }}"]
+  resources:
+    {{- toYaml .Values.sidecar.resources | nindent 4 }}
+  securityContext:
+    {{- include "kwd.containerSecurityContext" . | nindent 4 }}
+  volumeMounts:
+    - name: kwd-affinity-key
+      mountPath: /etc/kwd/affinity
+      readOnly: true
+    - name: kwd-sidecar-tmp
+      mountPath: /tmp
+{{- end }}
+
+{{/*
+What the controller reads and writes, nothing more (README "Run the
+controller", RBAC table; controller/pipeline/kube_source.cc, status.cc,
+controller/kube/leader_elector.cc): list+watch on everything it follows,
+patch on the two status subresources (merge patch), and its own Lease.
+*/}}
+{{- define "kwd.controller.watchRules" -}}
+- apiGroups: ["dispatch.kwd.io"]
+  resources: ["logongroups", "urlmappings"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["dispatch.kwd.io"]
+  resources: ["logongroups/status", "urlmappings/status"]
+  verbs: ["patch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+# Pod annotations dispatch.kwd.io/capacity and dispatch.kwd.io/instance-name.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end }}
