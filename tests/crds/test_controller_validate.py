@@ -1,0 +1,186 @@
+"""`kwd-controller validate` agrees with the CRDs: the cluster example
+validates, the bad objects the CRD rejects are rejected by the compiler where
+it has the same rule, schema defaults equal the compiler's defaults, and every
+enum value the schema allows is one the compiler accepts.
+
+The controller binary comes from $KWD_CONTROLLER (CMake passes
+$<TARGET_FILE:kwd-controller>)."""
+
+import copy
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import yaml
+
+import bad_objects
+import crd_support as s
+
+CONTROLLER = os.environ.get("KWD_CONTROLLER", "")
+
+
+def run(command, directory):
+    result = subprocess.run([CONTROLLER, command, f"--source=dir:{directory}"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    return result.returncode, result.stdout, result.stderr
+
+
+def write_objects(directory, objects):
+    with open(os.path.join(directory, "objects.yaml"), "w", encoding="utf-8") as f:
+        yaml.safe_dump_all(objects, f, sort_keys=False)
+
+
+class ControllerValidateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not CONTROLLER:
+            raise unittest.SkipTest("set KWD_CONTROLLER to the kwd-controller binary")
+        if not os.access(CONTROLLER, os.X_OK):
+            raise AssertionError(f"KWD_CONTROLLER={CONTROLLER} is not an executable (build it)")
+        cls.crds = s.load_crds()
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kwd-crds-")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def validate(self, objects):
+        write_objects(self.dir, objects)
+        return run("validate", self.dir)
+
+    def compile(self, objects):
+        write_objects(self.dir, objects)
+        code, out, err = run("compile", self.dir)
+        self.assertEqual(code, 0, err)
+        return json.loads(out)
+
+    def test_cluster_example_validates(self):
+        code, out, err = run("validate", os.path.join(s.SOURCE_DIR, "examples/cluster"))
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("ok: 12 objects", out)
+
+    def test_cluster_manifests_miss_only_the_endpoints_the_cluster_provides(self):
+        # What `kubectl apply -f examples/cluster/` applies (no offline/):
+        # the only problems are the EndpointSlices the cluster will create.
+        for path in glob.glob(os.path.join(s.SOURCE_DIR, "examples/cluster/*.yaml")):
+            shutil.copy(path, self.dir)
+        code, out, _ = run("validate", self.dir)
+        self.assertEqual(code, 1)
+        lines = out.strip().splitlines()
+        self.assertEqual(len(lines), 5, out)
+        for line in lines:
+            self.assertRegex(line, r"^LogonGroup default/\S+: ResolvedRefs=False NoEndpoints: ")
+
+    def test_other_examples_validate(self):
+        for folder in ("examples/quickstart", "examples/seed-002", "examples/k8s"):
+            with self.subTest(folder=folder):
+                code, out, err = run("validate", os.path.join(s.SOURCE_DIR, folder))
+                self.assertEqual(code, 0, out + err)
+
+    def test_bad_object_bases_validate(self):
+        code, out, err = self.validate(list(bad_objects.BASES.values()))
+        self.assertEqual(code, 0, out + err)
+
+    def test_bad_objects_are_rejected_by_the_compiler_too(self):
+        # One run over all of them (each has its own name, each UrlMapping its
+        # own host unless the case is about hosts, so they do not conflict);
+        # each must get the expected complaint on a line naming it.
+        cases = [c for c in bad_objects.CASES if c["compiler"] is not None]
+        self.assertGreaterEqual(len(cases), 30)
+        objects = [bad_objects.BASE_LOGON_GROUP]
+        for case in cases:
+            bad = bad_objects.bad_object(case)
+            base_hosts = bad_objects.BASE_URL_MAPPING["spec"]["hosts"]
+            if case["kind"] == "UrlMapping" and bad["spec"]["hosts"] == base_hosts:
+                bad["spec"]["hosts"] = [bad["metadata"]["name"] + ".example.com"]
+            objects.append(bad)
+        code, out, err = self.validate(objects)
+        self.assertEqual(code, 1, out + err)
+        lines = (out + err).splitlines()
+        for case, bad in zip(cases, objects[1:]):
+            with self.subTest(case=case["name"]):
+                name = f"{case['kind']} default/{bad['metadata']['name']}:"
+                mine = [line for line in lines if name in line]
+                self.assertTrue(any(case["compiler"] in line for line in mine),
+                                f"want {case['compiler']!r} for {name} in:\n" + "\n".join(mine))
+        # Nothing else failed: the base LogonGroup is clean.
+        self.assertFalse([line for line in lines if "LogonGroup default/grp:" in line])
+
+    def test_schema_defaults_equal_the_compiler_defaults(self):
+        # The same objects with and without the schema's defaults filled in
+        # compile to the same snapshot (same content, same version hash).
+        def group(name, kind, **spec):
+            return {"apiVersion": bad_objects.API_VERSION, "kind": "LogonGroup",
+                    "metadata": {"name": name},
+                    "spec": {"kind": kind, "backend": {"staticServers": [
+                        {"name": f"{name}_S_00", "address": "10.0.0.1", "port": 8000}]},
+                        **spec}}
+        minimal = [
+            group("abap", "abap"),
+            group("java", "java"),
+            group("nested", "abap", healthCheck={}, upstreamTLS={},
+                  sessionAffinity={"sessionTable": {}, "affinityCookie": {}}),
+            {"apiVersion": bad_objects.API_VERSION, "kind": "LogonGroup",
+             "metadata": {"name": "nokind"},
+             "spec": {"backend": {"staticServers": [
+                 {"name": "n_S_00", "address": "10.0.0.2", "port": 8000}]}}},
+            {"apiVersion": bad_objects.API_VERSION, "kind": "UrlMapping",
+             "metadata": {"name": "map"},
+             "spec": {"rules": [{"prefix": "/sap/"}, {"prefix": "/irj/", "logonGroup": "java"}]}},
+        ]
+        defaulted = [s.apply_defaults(s.schema_of(self.crds[o["kind"]]), o) for o in minimal]
+        self.assertNotEqual(defaulted, minimal)  # the schema did fill something in
+        self.assertEqual(self.compile(defaulted), self.compile(minimal))
+
+    def test_every_enum_value_is_accepted_by_the_compiler(self):
+        objects = []
+        enums = 0
+        for kind, crd in self.crds.items():
+            spec = s.schema_of(crd)["properties"]["spec"]
+            for path, node in s.schema_nodes(spec, "spec"):
+                if "enum" not in node:
+                    continue
+                enums += 1
+                for value in node["enum"]:
+                    obj = copy.deepcopy(bad_objects.BASES[kind])
+                    index = len(objects)
+                    obj["metadata"]["name"] = f"enum-{index}"
+                    if kind == "UrlMapping":  # one host each: no conflicts
+                        obj["spec"]["hosts"] = [f"h{index}.example.com"]
+                    set_path(obj, path, value)
+                    with self.subTest(field=path, value=value):
+                        self.assertEqual(s.rejections(crd, obj), set())
+                    objects.append(obj)
+        self.assertGreaterEqual(enums, 7)
+        code, out, err = self.validate([bad_objects.BASE_LOGON_GROUP] + objects)
+        self.assertEqual(code, 0, out + err)
+
+
+def set_path(obj, path, value):
+    """Sets a schema path such as spec.rules[*].kind (every item, or the
+    first list item for a list of scalars) to `value`."""
+    parts = path.replace("[*]", ".[*]").split(".")
+    _set(obj, parts, value)
+
+
+def _set(node, parts, value):
+    key, rest = parts[0], parts[1:]
+    if key == "[*]":
+        if not rest:
+            node[:] = [value]
+            return
+        for item in node:
+            _set(item, rest, value)
+        return
+    if not rest:
+        node[key] = value
+        return
+    node.setdefault(key, [] if rest[0] == "[*]" else {})
+    _set(node[key], rest, value)
+
+
+if __name__ == "__main__":
+    unittest.main()
