@@ -15,6 +15,8 @@ packages=(
   libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl openssl prometheus
   # deploy tests (tests/deploy): Debian's python with PyYAML; helm comes from npm (scripts/fetch-helm.sh)
   python3-yaml unzip
+  # CRD tests (tests/crds): python3-yaml and jsonschema for Debian's python
+  python3-jsonschema
   # benchmarks
   libbenchmark-dev
 )
