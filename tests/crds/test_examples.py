@@ -45,6 +45,41 @@ class ExamplesTest(unittest.TestCase):
                     self.assertEqual(obj["apiVersion"], "dispatch.kwd.io/v1alpha1")
                     self.assertNotIn("namespace", obj["metadata"])
 
+    def test_cluster_logon_groups_name_services_and_ports_that_exist(self):
+        objects = [doc for path in glob.glob(os.path.join(s.SOURCE_DIR, "examples/cluster/*.yaml"))
+                   for doc in s.load_yaml_documents(path)]
+        services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+        groups = [o for o in objects if o["kind"] == "LogonGroup"]
+        self.assertGreaterEqual(len(groups), 4)
+        for group in groups:
+            with self.subTest(group=group["metadata"]["name"]):
+                ref = group["spec"]["backend"]["service"]
+                self.assertIn(ref["name"], services)
+                ports = services[ref["name"]]["spec"]["ports"]
+                self.assertTrue(any(ref["port"] in (p.get("name"), p["port"]) for p in ports))
+        names = {g["metadata"]["name"] for g in groups}
+        self.assertTrue({"diag", "j2ee"} <= names, "the SAP internal groups")
+        mapping = next(o for o in objects if o["kind"] == "UrlMapping")
+        used = {r["logonGroup"] for r in mapping["spec"]["rules"] if "logonGroup" in r}
+        used |= set(mapping["spec"]["defaultGroups"].values())
+        self.assertEqual(used - names, set())
+
+    def test_cluster_demo_backends_use_the_chart_image(self):
+        values_path = os.path.join(s.SOURCE_DIR, "deploy/helm/kwd/values.yaml")
+        chart_path = os.path.join(s.SOURCE_DIR, "deploy/helm/kwd/Chart.yaml")
+        if not (os.path.exists(values_path) and os.path.exists(chart_path)):
+            self.skipTest("no Helm chart")
+        repository = s.load_yaml_documents(values_path)[0]["image"]["repository"]
+        app_version = s.load_yaml_documents(chart_path)[0]["appVersion"]
+        path = os.path.join(s.SOURCE_DIR, "examples/cluster/demo-backends.yaml")
+        deployments = [d for d in s.load_yaml_documents(path) if d["kind"] == "Deployment"]
+        self.assertEqual(len(deployments), 2)
+        for deployment in deployments:
+            for container in deployment["spec"]["template"]["spec"]["containers"]:
+                with self.subTest(deployment=deployment["metadata"]["name"]):
+                    self.assertEqual(container["image"], f"{repository}:{app_version}")
+                    self.assertEqual(container["command"], ["/usr/local/bin/kwd-demo-backend"])
+
     def test_examples_pass_the_schema(self):
         for where, obj in self.examples:
             with self.subTest(object=where):
