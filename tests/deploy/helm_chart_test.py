@@ -1,0 +1,688 @@
+#!/usr/bin/python3
+"""Tests of the Helm chart deploy/helm/kwd: lint, schema, and the rendered manifests.
+
+Runs with Debian's python3 and python3-yaml; helm comes from scripts/fetch-helm.sh.
+ctest runs each TestCase class as its own test (argument: the class name).
+"""
+import copy
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import unittest
+
+import yaml
+
+SOURCE_DIR = os.environ.get(
+    "KWD_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+CHART = os.path.join(SOURCE_DIR, "deploy", "helm", "kwd")
+CUSTOM_VALUES = os.path.join(SOURCE_DIR, "tests", "deploy", "values-custom.yaml")
+RELEASE = "wd"
+NAMESPACE = "sap-lb"
+
+_helm_path = None
+
+
+def helm_path():
+    global _helm_path
+    if _helm_path is None:
+        _helm_path = subprocess.run([os.path.join(SOURCE_DIR, "scripts", "fetch-helm.sh")],
+                                    check=True, capture_output=True, text=True).stdout.strip()
+    return _helm_path
+
+
+def helm(*args):
+    return subprocess.run([helm_path(), *args], capture_output=True, text=True)
+
+
+def render(*args, chart=CHART):
+    result = helm("template", RELEASE, chart, "--namespace", NAMESPACE, *args)
+    if result.returncode != 0:
+        raise AssertionError("helm template failed:\n" + result.stderr)
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def load_yaml(path):
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def chart_values(custom):
+    values = load_yaml(os.path.join(CHART, "values.yaml"))
+    if custom:
+        merge(values, load_yaml(CUSTOM_VALUES))
+    return values
+
+
+def merge(base, override):
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def matches(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def arg_after(args, flag):
+    index = args.index(flag)
+    return args[index + 1]
+
+
+def listen_port(args, flag):
+    return int(arg_after(args, flag).rsplit(":", 1)[1])
+
+
+def pod_specs(docs):
+    """(owner name, pod spec) for every workload."""
+    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs
+            if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+
+
+def container_port(container, port):
+    """A probe's or Service's port (number or name) as a number."""
+    if isinstance(port, int):
+        return port
+    for p in container.get("ports", []):
+        if p["name"] == port:
+            return p["containerPort"]
+    raise AssertionError(f"container {container['name']} has no port named {port}")
+
+
+# What the controller does with the API (README "Run the controller", RBAC
+# table): anything wider fails the test, anything missing too.
+ALLOWED_VERBS = {
+    ("dispatch.kwd.io", "logongroups"): {"get", "list", "watch"},
+    ("dispatch.kwd.io", "urlmappings"): {"get", "list", "watch"},
+    ("dispatch.kwd.io", "logongroups/status"): {"patch"},
+    ("dispatch.kwd.io", "urlmappings/status"): {"patch"},
+    ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
+    ("", "pods"): {"list", "watch"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+}
+LEASE = ("coordination.k8s.io", "leases")
+
+
+def granted(rules):
+    result = {}
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                result.setdefault((group, resource), set()).update(rule["verbs"])
+    return result
+
+
+class RenderedChecks:
+    """Checks that hold for every rendering; subclasses set the values."""
+    custom = False
+    expected_kinds = {}
+
+    @classmethod
+    def setUpClass(cls):
+        args = ["-f", CUSTOM_VALUES] if cls.custom else []
+        cls.docs = render(*args)
+        cls.values = chart_values(cls.custom)
+
+    def of_kind(self, kind):
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def named(self, kind, name):
+        found = [d for d in self.of_kind(kind) if d["metadata"]["name"] == name]
+        self.assertEqual(len(found), 1, f"{kind}/{name}")
+        return found[0]
+
+    def component(self, kind, component):
+        found = [d for d in self.of_kind(kind)
+                 if d["metadata"]["labels"].get("app.kubernetes.io/component") == component]
+        self.assertEqual(len(found), 1, f"one {kind} for {component}")
+        return found[0]
+
+    def container(self, deployment, name):
+        found = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == name]
+        self.assertEqual(len(found), 1, name)
+        return found[0]
+
+    def kwd_containers(self):
+        image = self.values["image"]["repository"]
+        for owner, spec in pod_specs(self.docs):
+            for c in spec["containers"]:
+                if c["image"].startswith(image + ":") or c["image"].startswith(image + "@"):
+                    yield owner, c
+
+    def test_kinds_and_counts(self):
+        counts = {}
+        for d in self.docs:
+            counts[d["kind"]] = counts.get(d["kind"], 0) + 1
+        self.assertEqual(counts, self.expected_kinds)
+
+    def test_every_object_in_release_namespace_unless_cluster_scoped(self):
+        watched = set(self.values["controller"]["watchNamespaces"])
+        for d in self.docs:
+            ns = d["metadata"].get("namespace")
+            if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                self.assertIsNone(ns)
+            elif d["kind"] in ("Role", "RoleBinding") and ns != NAMESPACE:
+                self.assertIn(ns, watched, d["metadata"]["name"])
+            else:
+                self.assertEqual(ns, NAMESPACE, f"{d['kind']}/{d['metadata']['name']}")
+
+    def test_restricted_pod_security(self):
+        specs = pod_specs(self.docs)
+        self.assertTrue(specs)
+        for owner, spec in specs:
+            pod = spec["securityContext"]
+            self.assertIs(pod["runAsNonRoot"], True, owner)
+            self.assertEqual(pod["runAsUser"], 65532, owner)
+            self.assertEqual(pod["runAsGroup"], 65532, owner)
+            self.assertEqual(pod["seccompProfile"], {"type": "RuntimeDefault"}, owner)
+            for host in ("hostNetwork", "hostPID", "hostIPC"):
+                self.assertFalse(spec.get(host, False), owner)
+            for c in spec["containers"] + spec.get("initContainers", []):
+                where = f"{owner}/{c['name']}"
+                sc = c["securityContext"]
+                self.assertIs(sc["runAsNonRoot"], True, where)
+                self.assertEqual(sc["runAsUser"], 65532, where)
+                self.assertIs(sc["readOnlyRootFilesystem"], True, where)
+                self.assertIs(sc["allowPrivilegeEscalation"], False, where)
+                self.assertFalse(sc.get("privileged", False), where)
+                self.assertEqual(sc["capabilities"], {"drop": ["ALL"]}, where)
+                self.assertEqual(sc["seccompProfile"], {"type": "RuntimeDefault"}, where)
+                self.assertIn("resources", c, where)
+
+    def test_kwd_containers_probe_their_admin_port(self):
+        seen = 0
+        for owner, c in self.kwd_containers():
+            seen += 1
+            where = f"{owner}/{c['name']}"
+            admin = listen_port(c["args"], "--admin-listen")
+            for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                get = c[probe]["httpGet"]
+                self.assertEqual(get["path"], path, where)
+                self.assertEqual(container_port(c, get["port"]), admin, where)
+        self.assertGreaterEqual(seen, 2)
+
+    def test_kwd_image(self):
+        image = self.values["image"]
+        if image["digest"]:
+            want = f"{image['repository']}@{image['digest']}"
+        else:
+            want = f"{image['repository']}:{image['tag'] or load_yaml(os.path.join(CHART, 'Chart.yaml'))['appVersion']}"
+        images = {c["image"] for _, c in self.kwd_containers()}
+        self.assertEqual(images, {want})
+        for _, c in self.kwd_containers():
+            self.assertEqual(c["imagePullPolicy"], image["pullPolicy"])
+
+    def test_controller_deployment(self):
+        c_values = self.values["controller"]
+        deployment = self.component("Deployment", "controller")
+        self.assertEqual(deployment["spec"]["replicas"], c_values["replicas"])
+        spec = deployment["spec"]["template"]["spec"]
+        self.assertIs(spec["automountServiceAccountToken"], True)
+        self.named("ServiceAccount", spec["serviceAccountName"])
+        c = self.container(deployment, "controller")
+        self.assertEqual(c["command"], ["/usr/local/bin/kwd-controller"])
+        args = c["args"]
+        self.assertEqual(args[:2], ["serve", "--source=kube"])
+        self.assertIn("--leader-elect", args)
+        self.assertEqual(arg_after(args, "--leader-election-namespace"), "$(POD_NAMESPACE)")
+        self.assertEqual(arg_after(args, "--leader-election-identity"), "$(POD_NAME)")
+        env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+        self.assertEqual(env, {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"})
+        namespaces = [args[i + 1] for i, a in enumerate(args) if a == "--namespace"]
+        self.assertEqual(namespaces, c_values["watchNamespaces"])
+        self.assertEqual(listen_port(args, "--grpc-listen"), c_values["grpcPort"])
+        self.assertEqual(listen_port(args, "--admin-listen"), c_values["adminPort"])
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        self.assertEqual(ports, {"grpc": c_values["grpcPort"], "admin": c_values["adminPort"]})
+
+    def test_proxy_deployment(self):
+        p = self.values["proxy"]
+        deployment = self.component("Deployment", "proxy")
+        spec = deployment["spec"]["template"]["spec"]
+        self.assertIs(spec["automountServiceAccountToken"], False)
+        if p["autoscaling"]["enabled"]:
+            self.assertNotIn("replicas", deployment["spec"])
+        else:
+            self.assertEqual(deployment["spec"]["replicas"], p["replicas"])
+        c = self.container(deployment, "proxy")
+        self.assertEqual(c["command"], ["/usr/local/bin/kwd-proxy"])
+        args = c["args"]
+        self.assertEqual(args[0], "serve")
+        self.assertEqual(arg_after(args, "--node-id"), "$(POD_NAME)")
+        self.assertEqual(c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name")
+        self.assertEqual(arg_after(args, "--workers"), str(p["workers"]))
+        self.assertEqual(listen_port(args, "--listen"), p["httpPort"])
+        self.assertEqual(container_port(c, "http"), p["httpPort"])
+        self.assertEqual(container_port(c, "admin"), p["adminPort"])
+        # The affinity key file comes from the mounted Secret.
+        key_file = arg_after(args, "--affinity-key-file")
+        secret_name = p["affinityKey"]["existingSecret"] or f"{self.fullname()}-affinity-key"
+        volume = [v for v in spec["volumes"] if v.get("secret", {}).get("secretName") == secret_name]
+        self.assertEqual(len(volume), 1)
+        mount = [m for m in c["volumeMounts"] if m["name"] == volume[0]["name"]][0]
+        self.assertEqual(key_file, f"{mount['mountPath']}/{p['affinityKey']['secretKey']}")
+        generated = [s for s in self.of_kind("Secret") if s["metadata"]["name"] == secret_name]
+        self.assertEqual(len(generated), 0 if p["affinityKey"]["existingSecret"] else 1)
+        for s in generated:
+            self.assertIn(p["affinityKey"]["secretKey"], s["data"])
+            self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
+
+    def test_proxy_drains_before_it_is_killed(self):
+        p = self.values["proxy"]
+        deployment = self.component("Deployment", "proxy")
+        spec = deployment["spec"]["template"]["spec"]
+        c = self.container(deployment, "proxy")
+        self.assertEqual(arg_after(c["args"], "--drain-timeout"), f"{p['drainTimeoutSeconds']}s")
+        self.assertEqual(c["lifecycle"]["preStop"]["exec"]["command"],
+                         ["/bin/sleep", str(p["preStopSleepSeconds"])])
+        self.assertGreater(spec["terminationGracePeriodSeconds"],
+                           p["preStopSleepSeconds"] + p["drainTimeoutSeconds"])
+        # No replica may go down before a new one is ready.
+        self.assertEqual(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0)
+
+    def test_proxy_controller_target_is_the_controller_service_grpc_port(self):
+        grpc_service = self.component("Service", "controller")
+        controller = self.container(self.component("Deployment", "controller"), "controller")
+        grpc_listen = listen_port(controller["args"], "--grpc-listen")
+        clients = [(o, c) for o, c in self.kwd_containers() if "--controller" in c["args"]]
+        self.assertGreaterEqual(len(clients), 1)
+        for owner, c in clients:
+            host, port = arg_after(c["args"], "--controller").rsplit(":", 1)
+            self.assertEqual(host, f"{grpc_service['metadata']['name']}.{NAMESPACE}.svc", owner)
+            service_port = [sp for sp in grpc_service["spec"]["ports"] if sp["port"] == int(port)]
+            self.assertEqual(len(service_port), 1, owner)
+            self.assertEqual(service_port[0]["name"], "grpc")
+            self.assertEqual(container_port(controller, service_port[0]["targetPort"]), grpc_listen)
+
+    def test_traffic_service_ports(self):
+        s = self.values["proxy"]["service"]
+        service = self.named("Service", self.fullname() + "-proxy")
+        self.assertEqual(service["spec"]["type"], s["type"])
+        ports = {p["name"]: p for p in service["spec"]["ports"]}
+        self.assertNotIn("admin", ports, "the admin port must not be on the traffic Service")
+        self.assertEqual(ports["http"]["port"], s["httpPort"])
+        self.assertEqual(ports["http"]["targetPort"], "http")
+        proxy = self.container(self.component("Deployment", "proxy"), "proxy")
+        if s["https"]["enabled"]:
+            self.assertEqual(set(ports), {"http", "https"})
+            self.assertEqual(ports["https"]["port"], s["https"]["port"])
+            self.assertEqual(container_port(proxy, ports["https"]["targetPort"]),
+                             s["https"]["containerPort"])
+            self.assertEqual(listen_port(proxy["args"], "--tls-listen"), s["https"]["containerPort"])
+        else:
+            self.assertEqual(set(ports), {"http"})
+            self.assertNotIn("--tls-listen", proxy["args"])
+            self.assertNotIn("https", {p["name"] for p in proxy["ports"]})
+
+    def test_service_selectors_match_exactly_one_workload(self):
+        templates = {name: d["spec"]["template"]["metadata"]["labels"]
+                     for d in self.of_kind("Deployment")
+                     for name in [d["metadata"]["name"]]}
+        for d in self.of_kind("Deployment"):
+            self.assertTrue(matches(d["spec"]["selector"]["matchLabels"],
+                                    d["spec"]["template"]["metadata"]["labels"]))
+        for kind, path in (("Service", ("spec", "selector")),
+                           ("PodDisruptionBudget", ("spec", "selector", "matchLabels")),
+                           ("NetworkPolicy", ("spec", "podSelector", "matchLabels"))):
+            for obj in self.of_kind(kind):
+                selector = obj
+                for key in path:
+                    selector = selector[key]
+                self.assertTrue(selector, obj["metadata"]["name"])
+                owners = [n for n, labels in templates.items() if matches(selector, labels)]
+                self.assertEqual(len(owners), 1, f"{kind}/{obj['metadata']['name']}: {owners}")
+                # Service ports resolve to container ports of that workload.
+                if kind == "Service":
+                    deployment = self.named("Deployment", owners[0])
+                    containers = deployment["spec"]["template"]["spec"]["containers"]
+                    names = {p["name"] for c in containers for p in c.get("ports", [])}
+                    for port in obj["spec"]["ports"]:
+                        self.assertIn(port["targetPort"], names, obj["metadata"]["name"])
+
+    def test_rbac_is_least_privilege(self):
+        roles = self.of_kind("ClusterRole") + self.of_kind("Role")
+        self.assertTrue(roles)
+        for role in roles:
+            name = f"{role['kind']}/{role['metadata'].get('namespace')}/{role['metadata']['name']}"
+            for rule in role["rules"]:
+                self.assertNotIn("nonResourceURLs", rule, name)
+                for field in ("apiGroups", "resources", "verbs"):
+                    self.assertNotIn("*", rule[field], name)
+            for key, verbs in granted(role["rules"]).items():
+                self.assertIn(key, ALLOWED_VERBS, name)
+                self.assertLessEqual(verbs, ALLOWED_VERBS[key], f"{name} {key}")
+                if key == LEASE:
+                    self.assertEqual(role["kind"], "Role", "Leases only in a namespaced Role")
+                    self.assertEqual(role["metadata"]["namespace"], NAMESPACE)
+
+    def test_rbac_grants_what_the_controller_needs_where_it_watches(self):
+        watched = self.values["controller"]["watchNamespaces"]
+        needed = {k: v for k, v in ALLOWED_VERBS.items() if k != LEASE}
+        bindings = self.of_kind("ClusterRoleBinding") + self.of_kind("RoleBinding")
+        account = self.component("Deployment", "controller")["spec"]["template"]["spec"][
+            "serviceAccountName"]
+
+        def bound(kind, name, namespace):
+            for b in bindings:
+                ref = b["roleRef"]
+                if ref["kind"] == kind and ref["name"] == name and \
+                        b["metadata"].get("namespace") == namespace:
+                    return any(s["kind"] == "ServiceAccount" and s["name"] == account and
+                               s["namespace"] == NAMESPACE for s in b["subjects"])
+            return False
+
+        if watched:
+            self.assertEqual(self.of_kind("ClusterRole"), [])
+            for ns in watched:
+                roles = [r for r in self.of_kind("Role") if r["metadata"]["namespace"] == ns]
+                self.assertEqual(len(roles), 1, ns)
+                self.assertEqual(granted(roles[0]["rules"]), needed)
+                self.assertTrue(bound("Role", roles[0]["metadata"]["name"], ns), ns)
+        else:
+            (cluster_role,) = self.of_kind("ClusterRole")
+            self.assertEqual(granted(cluster_role["rules"]), needed)
+            self.assertTrue(bound("ClusterRole", cluster_role["metadata"]["name"], None))
+        lease_roles = [r for r in self.of_kind("Role") if LEASE in granted(r["rules"])]
+        self.assertEqual(len(lease_roles), 1)
+        self.assertEqual(granted(lease_roles[0]["rules"]), {LEASE: ALLOWED_VERBS[LEASE]})
+        by_name = [r for r in lease_roles[0]["rules"] if r.get("resourceNames")]
+        self.assertEqual(by_name[0]["resourceNames"], ["kwd-controller"])
+        self.assertTrue(bound("Role", lease_roles[0]["metadata"]["name"], NAMESPACE))
+
+    def test_pod_disruption_budgets(self):
+        for component in ("controller", "proxy"):
+            pdb = self.component("PodDisruptionBudget", component)
+            self.assertEqual(pdb["spec"]["maxUnavailable"], 1)
+
+    def fullname(self):
+        return self.values["fullnameOverride"] or f"{RELEASE}-kwd"
+
+
+class DefaultValues(RenderedChecks, unittest.TestCase):
+    custom = False
+    expected_kinds = {
+        "Deployment": 2, "Service": 3, "ServiceAccount": 1, "Secret": 1,
+        "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+        "PodDisruptionBudget": 2,
+    }
+
+    def test_defaults_from_interface(self):
+        controller = self.container(self.component("Deployment", "controller"), "controller")
+        self.assertEqual(arg_after(controller["args"], "--grpc-listen"), "0.0.0.0:18000")
+        self.assertEqual(arg_after(controller["args"], "--admin-listen"), "0.0.0.0:9902")
+        proxy = self.container(self.component("Deployment", "proxy"), "proxy")
+        self.assertEqual(arg_after(proxy["args"], "--listen"), "0.0.0.0:8080")
+        self.assertEqual(arg_after(proxy["args"], "--admin-listen"), "0.0.0.0:9901")
+        self.assertEqual(self.component("Deployment", "controller")["spec"]["replicas"], 2)
+        self.assertEqual(self.named("Service", "wd-kwd-proxy")["spec"]["type"], "ClusterIP")
+
+
+class CustomValues(RenderedChecks, unittest.TestCase):
+    custom = True
+    expected_kinds = {
+        "Deployment": 3, "Service": 3, "ServiceAccount": 1,
+        "Role": 3, "RoleBinding": 3, "PodDisruptionBudget": 2,
+        "HorizontalPodAutoscaler": 1, "ServiceMonitor": 1, "NetworkPolicy": 2,
+    }
+
+    def test_hpa_targets_the_proxy(self):
+        (hpa,) = self.of_kind("HorizontalPodAutoscaler")
+        self.assertEqual(hpa["apiVersion"], "autoscaling/v2")
+        target = hpa["spec"]["scaleTargetRef"]
+        self.assertEqual((target["kind"], target["name"]),
+                         ("Deployment", self.component("Deployment", "proxy")["metadata"]["name"]))
+        self.assertEqual((hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]), (3, 12))
+
+    def test_service_monitor_scrapes_both_admin_ports(self):
+        (monitor,) = self.of_kind("ServiceMonitor")
+        self.assertEqual(monitor["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(monitor["metadata"]["labels"]["release"], "prometheus")
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        scraped = [s for s in self.of_kind("Service") if matches(selector, s["metadata"]["labels"])]
+        components = sorted(s["metadata"]["labels"]["app.kubernetes.io/component"] for s in scraped)
+        self.assertEqual(components, ["controller", "proxy"])
+        (endpoint,) = monitor["spec"]["endpoints"]
+        self.assertEqual(endpoint["path"], "/metrics")
+        admin_ports = {s["metadata"]["labels"]["app.kubernetes.io/component"]:
+                       [p["port"] for p in s["spec"]["ports"] if p["name"] == endpoint["port"]]
+                       for s in scraped}
+        self.assertEqual(admin_ports, {"controller": [9912], "proxy": [9911]})
+
+    def test_network_policies(self):
+        controller = self.component("NetworkPolicy", "controller")
+        proxy_labels = self.component("Deployment", "proxy")["spec"]["template"]["metadata"]["labels"]
+        ingress = {tuple(p["port"] for p in rule["ports"]): rule for rule in controller["spec"]["ingress"]}
+        self.assertEqual(set(ingress), {("grpc",), ("admin",)})
+        grpc_from = ingress[("grpc",)]["from"]
+        self.assertTrue(matches(grpc_from[0]["podSelector"]["matchLabels"], proxy_labels))
+        self.assertEqual(grpc_from[1]["namespaceSelector"],
+                         {"matchLabels": {"kwd.io/sidecars": "true"}})
+        monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+        self.assertEqual(ingress[("admin",)]["from"], [{"namespaceSelector": monitoring}])
+        proxy = self.component("NetworkPolicy", "proxy")
+        rules = {tuple(p["port"] for p in rule["ports"]): rule for rule in proxy["spec"]["ingress"]}
+        self.assertEqual(set(rules), {("http", "https"), ("admin",)})
+        self.assertNotIn("from", rules[("http", "https")], "traffic ports open to all")
+        self.assertEqual(rules[("admin",)]["from"], [{"namespaceSelector": monitoring}])
+
+    def test_sidecar_example(self):
+        example = self.component("Deployment", "sidecar-example")
+        spec = example["spec"]["template"]["spec"]
+        self.assertIs(spec["automountServiceAccountToken"], False)
+        names = [c["name"] for c in spec["containers"]]
+        self.assertEqual(names, ["client", "kwd-proxy"])
+        sidecar = spec["containers"][1]
+        self.assertEqual(arg_after(sidecar["args"], "--listen"), "127.0.0.1:15080")
+        self.assertIn("127.0.0.1:15080", spec["containers"][0]["args"][0])
+        volumes = {v["name"] for v in spec["volumes"]}
+        for mount in sidecar["volumeMounts"]:
+            self.assertIn(mount["name"], volumes)
+        self.assertIn("preStop", sidecar["lifecycle"])
+        self.assertGreater(spec["terminationGracePeriodSeconds"], 7 + 20)
+
+    def test_custom_labels_and_pull_secrets(self):
+        for d in self.docs:
+            self.assertEqual(d["metadata"]["labels"]["team"], "basis", d["metadata"]["name"])
+        for _, spec in pod_specs(self.docs):
+            if spec["containers"][0]["name"] != "client":
+                self.assertEqual(spec["imagePullSecrets"], [{"name": "regcred"}])
+
+    def test_load_balancer_settings(self):
+        service = self.named("Service", "sapwd-proxy")
+        self.assertEqual(service["spec"]["externalTrafficPolicy"], "Local")
+        self.assertEqual(service["spec"]["loadBalancerSourceRanges"], ["10.0.0.0/8"])
+        http = [p for p in service["spec"]["ports"] if p["name"] == "http"][0]
+        self.assertEqual(http["nodePort"], 30080)
+
+    def test_tls_secrets_mounted_under_cert_dir(self):
+        proxy = self.container(self.component("Deployment", "proxy"), "proxy")
+        self.assertEqual(arg_after(proxy["args"], "--tls-cert-dir"), "/etc/kwd/tls")
+        mounts = {m["mountPath"] for m in proxy["volumeMounts"]}
+        self.assertIn("/etc/kwd/tls/erp-tls", mounts)
+
+
+class SidecarOnly(unittest.TestCase):
+    def test_without_the_shared_proxy(self):
+        docs = render("--set", "proxy.enabled=false", "--set", "sidecar.example.enabled=true",
+                      "--set", "networkPolicy.enabled=true", "--set", "serviceMonitor.enabled=true")
+        components = sorted((d["kind"], d["metadata"]["labels"].get("app.kubernetes.io/component"))
+                            for d in docs if d["kind"] in ("Deployment", "Service", "NetworkPolicy"))
+        self.assertEqual(components, [("Deployment", "controller"), ("Deployment", "sidecar-example"),
+                                      ("NetworkPolicy", "controller"), ("Service", "controller")])
+
+
+class Lint(unittest.TestCase):
+    def test_lint(self):
+        for args in ([], ["--strict"], ["--strict", "-f", CUSTOM_VALUES]):
+            result = helm("lint", CHART, *args)
+            self.assertEqual(result.returncode, 0, f"helm lint {args}:\n{result.stdout}{result.stderr}")
+            self.assertIn("0 chart(s) failed", result.stdout)
+
+    def test_package(self):
+        with tempfile.TemporaryDirectory() as out:
+            result = helm("package", CHART, "--destination", out)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            (tgz,) = os.listdir(out)
+            with tarfile.open(os.path.join(out, tgz)) as tar:
+                for name in os.listdir(os.path.join(SOURCE_DIR, "crds")):
+                    member = tar.extractfile(f"kwd/crds/{name}")
+                    with open(os.path.join(SOURCE_DIR, "crds", name), "rb") as source:
+                        self.assertEqual(member.read(), source.read(), name)
+
+    def test_values_are_all_documented(self):
+        # Every key in values.yaml has a comment line right above it.
+        with open(os.path.join(CHART, "values.yaml")) as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#") or stripped.startswith("-"):
+                continue
+            if ":" not in stripped or not stripped.split(":")[0].replace("_", "").isalnum():
+                continue
+            indent = len(line) - len(line.lstrip())
+            value = stripped.split(":", 1)[1].strip()
+            if value == "" and i + 1 < len(lines):
+                # A map heading: documented by a comment above it or by its children.
+                continue
+            prev = lines[i - 1].strip() if i > 0 else ""
+            parent_is_resources = any(
+                lines[j].strip() in ("resources:", "requests:", "limits:", "matchLabels:",
+                                     "labels:", "commonLabels:")
+                and len(lines[j]) - len(lines[j].lstrip()) < indent
+                for j in range(max(0, i - 3), i))
+            if parent_is_resources:
+                continue
+            self.assertTrue(prev.startswith("#"), f"values.yaml:{i + 1} {stripped} has no comment")
+
+
+class Crds(unittest.TestCase):
+    def test_chart_crds_are_the_top_level_crds(self):
+        self.assertEqual(os.path.realpath(os.path.join(CHART, "crds")),
+                         os.path.realpath(os.path.join(SOURCE_DIR, "crds")))
+        files = [f for f in os.listdir(os.path.join(SOURCE_DIR, "crds")) if f.endswith(".yaml")]
+        self.assertGreaterEqual(len(files), 2)
+        want = sorted(load_yaml(os.path.join(SOURCE_DIR, "crds", f))["metadata"]["name"]
+                      for f in files)
+        rendered = sorted(d["metadata"]["name"] for d in render("--include-crds")
+                          if d["kind"] == "CustomResourceDefinition")
+        self.assertEqual(rendered, want)
+        self.assertIn("logongroups.dispatch.kwd.io", rendered)
+        self.assertIn("urlmappings.dispatch.kwd.io", rendered)
+
+
+class Notes(unittest.TestCase):
+    def render_notes(self, *args):
+        # helm template does not print NOTES.txt; a throwaway copy of the chart
+        # wraps it in a ConfigMap so it renders with the same engine and values.
+        with tempfile.TemporaryDirectory() as tmp:
+            chart = os.path.join(tmp, "kwd")
+            shutil.copytree(CHART, chart, symlinks=False)
+            with open(os.path.join(chart, "templates", "zz-notes-test.yaml"), "w") as f:
+                f.write("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+                        "data:\n  notes: {{ include \"kwd/templates/NOTES.txt\" . | toJson }}\n")
+            docs = render(*args, chart=chart)
+        return [d for d in docs if d["kind"] == "ConfigMap"][0]["data"]["notes"]
+
+    def test_default_notes(self):
+        notes = self.render_notes()
+        for text in ("kubectl get lg", "kubectl apply -f examples/cluster/",
+                     "kubectl apply --server-side -f crds/",
+                     f"port-forward svc/{RELEASE}-kwd-proxy 8080:80",
+                     f"port-forward svc/{RELEASE}-kwd-proxy-admin 9901",
+                     f"port-forward svc/{RELEASE}-kwd-controller 9902",
+                     f"{RELEASE}-kwd-controller.{NAMESPACE}.svc:18000",
+                     "watching all namespaces"):
+            self.assertIn(text, notes)
+        self.assertNotIn("<no value>", notes)
+
+    def test_custom_notes(self):
+        notes = self.render_notes("-f", CUSTOM_VALUES)
+        for text in ("watching namespaces erp, portal", "jsonpath='{.status.loadBalancer",
+                     "443 (https", "port-forward svc/sapwd-proxy-admin 9911"):
+            self.assertIn(text, notes)
+        self.assertNotIn("<no value>", notes)
+        sidecar_only = self.render_notes("--set", "proxy.enabled=false")
+        self.assertIn("kwd.proxySidecar", sidecar_only)
+
+
+class Schema(unittest.TestCase):
+    """Bad values make helm fail instead of rendering something wrong."""
+    REJECTED_BY_SCHEMA = [
+        ("unknown top-level key", ["--set", "replicas=3"]),
+        ("unknown nested key", ["--set", "proxy.port=80"]),
+        ("zero workers", ["--set", "proxy.workers=0"]),
+        ("zero controller replicas", ["--set", "controller.replicas=0"]),
+        ("port out of range", ["--set", "controller.grpcPort=70000"]),
+        ("port as text", ["--set-string", "proxy.httpPort=http"]),
+        ("service type", ["--set", "proxy.service.type=Ingress"]),
+        ("pull policy", ["--set", "image.pullPolicy=Sometimes"]),
+        ("log level", ["--set", "controller.logLevel=trace"]),
+        ("namespace name", ["--set", "controller.watchNamespaces[0]=Bad_NS"]),
+        ("negative drain", ["--set", "proxy.drainTimeoutSeconds=-1"]),
+        ("digest format", ["--set", "image.digest=latest"]),
+        ("node port range", ["--set", "proxy.service.httpNodePort=80"]),
+        ("cpu target", ["--set", "proxy.autoscaling.targetCPUUtilizationPercentage=0"]),
+        ("boolean as text", ["--set-string", "serviceMonitor.enabled=yes"]),
+        ("scrape interval", ["--set", "serviceMonitor.interval=often"]),
+        ("traffic policy", ["--set", "proxy.service.externalTrafficPolicy=Nearest"]),
+        ("resources quantity", ["--set", "proxy.resources.requests.cpu=lots"]),
+    ]
+    REJECTED_BY_TEMPLATE = [
+        ("grace period too short", ["--set", "proxy.terminationGracePeriodSeconds=15"],
+         "must exceed"),
+        ("autoscaling bounds", ["--set", "proxy.autoscaling.enabled=true",
+                                "--set", "proxy.autoscaling.minReplicas=5",
+                                "--set", "proxy.autoscaling.maxReplicas=2"], "must not exceed"),
+    ]
+
+    def test_schema_rejects_bad_values(self):
+        for name, args in self.REJECTED_BY_SCHEMA:
+            with self.subTest(name):
+                result = helm("template", RELEASE, CHART, *args)
+                self.assertNotEqual(result.returncode, 0, name)
+                self.assertIn("don't meet the specifications of the schema", result.stderr, name)
+
+    def test_templates_reject_inconsistent_values(self):
+        for name, args, message in self.REJECTED_BY_TEMPLATE:
+            with self.subTest(name):
+                result = helm("template", RELEASE, CHART, *args)
+                self.assertNotEqual(result.returncode, 0, name)
+                self.assertIn(message, result.stderr, name)
+
+    def test_explicit_grace_period_is_used(self):
+        docs = render("--set", "proxy.terminationGracePeriodSeconds=45")
+        (proxy,) = [d for d in docs if d["kind"] == "Deployment" and
+                    d["metadata"]["labels"]["app.kubernetes.io/component"] == "proxy"]
+        self.assertEqual(proxy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 45)
+
+    def test_schema_is_draft7_and_closed(self):
+        import json
+        with open(os.path.join(CHART, "values.schema.json")) as f:
+            schema = json.load(f)
+        self.assertEqual(schema["$schema"], "http://json-schema.org/draft-07/schema#")
+
+        def check(node, path):
+            if node.get("type") == "object" and "properties" in node:
+                self.assertIs(node.get("additionalProperties"), False, path)
+                for key, child in node["properties"].items():
+                    check(child, f"{path}.{key}")
+
+        check(schema, "values")
+        values = load_yaml(os.path.join(CHART, "values.yaml"))
+
+        def covered(values_node, schema_node, path):
+            for key, value in values_node.items():
+                self.assertIn(key, schema_node.get("properties", {}), f"{path}.{key}")
+                child = schema_node["properties"][key]
+                if isinstance(value, dict) and "properties" in child:
+                    covered(value, child, f"{path}.{key}")
+
+        covered(values, schema, "values")
+
+
+if __name__ == "__main__":
+    unittest.main()
