@@ -590,7 +590,7 @@ class Notes(unittest.TestCase):
 
     def test_default_notes(self):
         notes = self.render_notes()
-        for text in ("kubectl get lg", "kubectl apply -f examples/cluster/",
+        for text in ("kubectl get lg", "kubectl apply -n erp -f examples/cluster/",
                      "kubectl apply --server-side -f crds/",
                      f"port-forward svc/{RELEASE}-kwd-proxy 8080:80",
                      f"port-forward svc/{RELEASE}-kwd-proxy-admin 9901",
