@@ -4,10 +4,13 @@
 Usage: dockerfile_test.py [unittest args]; the binaries are looked up in
 $KWD_BINARY_DIR (the build tree: kwd-controller, kwd-proxy, kwd-demo-backend).
 """
+import fnmatch
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import tempfile
 import unittest
 
 SOURCE_DIR = os.environ.get(
@@ -188,6 +191,52 @@ class Dockerfile(unittest.TestCase):
         self.assertIn("libc6", needed)
         missing = {p: sorted(libs) for p, libs in needed.items() if p not in available}
         self.assertEqual(missing, {}, "libraries whose packages the runtime stage lacks")
+
+
+def dockerignore_patterns():
+    with open(os.path.join(SOURCE_DIR, ".dockerignore")) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def ignored(path, patterns):
+    """Docker's rule for these simple patterns: a pattern matches the path or a parent folder."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatchcase(prefix, pattern) or
+               (pattern.startswith("**/") and fnmatch.fnmatchcase(parts[-1], pattern[3:]))
+               for pattern in patterns for prefix in prefixes)
+
+
+class BuildContext(unittest.TestCase):
+    """The build stage's cmake configure works on what .dockerignore lets into the context."""
+
+    def test_configure_with_the_dockerfile_flags(self):
+        runs = [text for stage in stages(parse_dockerfile(os.path.join(SOURCE_DIR, "Dockerfile")))[:1]
+                for keyword, text in stage["body"] if keyword == "RUN" and "cmake -S" in text]
+        self.assertEqual(len(runs), 1)
+        configure = shlex.split(runs[0].split("&&")[0])
+        self.assertEqual(configure[:5], ["cmake", "-S", ".", "-B", "/build"])
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=SOURCE_DIR,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+        patterns = dockerignore_patterns()
+        context = [p for p in listed if not ignored(p, patterns)]
+        self.assertIn("CMakeLists.txt", context)
+        self.assertFalse([p for p in context if p.startswith("build/") or p.startswith("tests/")])
+        with tempfile.TemporaryDirectory() as tmp:
+            source = os.path.join(tmp, "src")
+            for path in context:
+                origin = os.path.join(SOURCE_DIR, path)
+                if not os.path.isfile(origin):
+                    continue  # deleted in the work tree
+                os.makedirs(os.path.dirname(os.path.join(source, path)), exist_ok=True)
+                shutil.copy2(origin, os.path.join(source, path))
+            argv = ["cmake", "-S", source, "-B", os.path.join(tmp, "build"), *configure[5:]]
+            result = subprocess.run(argv, capture_output=True, text=True)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            targets = subprocess.run(["ninja", "-C", os.path.join(tmp, "build"), "-t", "targets", "all"],
+                                     capture_output=True, text=True, check=True).stdout
+            for binary in BINARIES:
+                self.assertRegex(targets, rf"(?m)^{re.escape(binary)}:")
 
 
 class DockerIgnore(unittest.TestCase):
