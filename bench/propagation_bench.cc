@@ -1,14 +1,18 @@
 // Snapshot propagation: the time from the controller publishing a changed
 // snapshot until N proxies (in-process subscribers running the real gRPC
-// client, each validating with CheckSnapshot as the proxy does before its
-// swap) have applied it. 10,000 endpoints (100 groups x 100 servers).
+// client, which verifies the content hash, each validating with
+// CheckSnapshot as the proxy does before its swap) have applied it. 10,000
+// endpoints (100 groups x 100 servers); the change is one server's capacity,
+// so it goes out as an endpoint-only delta unless deltas are off.
 // Counters: p50/p99/max milliseconds over the iterations, snapshot bytes.
 //
 //   cmake --build build-bench --target propagation_bench && build-bench/propagation_bench
 //
 // Every subscriber runs in this process, so with N = 50 the figure is bound
-// by this machine's cores: each subscriber parses ~530 KB (~4.6 ms) and
-// checks it (~1.7 ms); the server serializes per stream (~1.3 ms).
+// by this machine's cores. A whole snapshot costs each subscriber a parse of
+// ~530 KB (~4.6 ms) and a full content hash (~1.5 ms); a delta costs it a
+// few kilobytes and one group's hash, and the controller ~3 ms once
+// (BM_ComputeEndpointDelta).
 
 #include <benchmark/benchmark.h>
 
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/snapshot_delta.h"
 #include "common/snapshot_io.h"
 #include "controller/grpc/snapshot_server.h"
 #include "dataplane/xds/snapshot_client.h"
@@ -73,6 +78,7 @@ std::shared_ptr<const compile::CompileResult> MakeResult(uint32_t changed_capaci
 
 void BM_Propagation(benchmark::State& state) {
   const int subscribers = static_cast<int>(state.range(0));
+  const bool deltas = state.range(1) != 0;
   snapshot_server::SnapshotServerOptions options;
   options.listen = "127.0.0.1:0";
   snapshot_server::SnapshotServer server(options, nullptr);
@@ -97,6 +103,7 @@ void BM_Propagation(benchmark::State& state) {
     xds::SnapshotClientOptions client_options;
     client_options.target = "127.0.0.1:" + std::to_string(server.port());
     client_options.node_id = "proxy-" + std::to_string(i);
+    client_options.accept_deltas = deltas;
     client_options.on_applied = [&](const std::string& version) {
       std::lock_guard lock(mu);
       if (version == target && ++applied == subscribers) {
@@ -166,10 +173,34 @@ void BM_Propagation(benchmark::State& state) {
   state.counters["endpoints"] = kGroups * kServersPerGroup;
 }
 
+// The controller's side of an endpoint change: finding the delta, once per version.
+void BM_ComputeEndpointDelta(benchmark::State& state) {
+  auto from = MakeResult(1);
+  auto to = MakeResult(2);
+  size_t groups = 0;
+  for (auto _ : state) {
+    auto delta = ComputeEndpointDelta(from->snapshot, to->snapshot);
+    groups = delta ? static_cast<size_t>(delta->groups_size()) : 0;
+    benchmark::DoNotOptimize(delta);
+  }
+  state.counters["changed_groups"] = static_cast<double>(groups);
+}
+BENCHMARK(BM_ComputeEndpointDelta)->Unit(benchmark::kMillisecond);
+
+// Each subscriber's check before its swap.
+void BM_CheckSnapshot(benchmark::State& state) {
+  auto result = MakeResult(1);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(CheckSnapshot(result->snapshot));
+  }
+}
+BENCHMARK(BM_CheckSnapshot)->Unit(benchmark::kMillisecond);
+
+// Args: subscribers, and whether they take endpoint-only deltas (1) or
+// whole snapshots only (0; what every change that is not endpoint-only costs).
 BENCHMARK(BM_Propagation)
-    ->Arg(1)
-    ->Arg(10)
-    ->Arg(50)
+    ->ArgNames({"proxies", "deltas"})
+    ->ArgsProduct({{1, 10, 50}, {1, 0}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);

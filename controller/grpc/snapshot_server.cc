@@ -7,6 +7,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/snapshot_delta.h"
 #include "kwd/v1/discovery.grpc.pb.h"
 
 namespace kwd::snapshot_server {
@@ -33,8 +34,13 @@ bool LoadServerTls(const std::string& cert_path, const std::string& key_path,
 
 // One stream. Reads run one at a time (each StartRead after the previous
 // request was handled); writes run one at a time with at most one newer
-// response waiting. StartWrite and Finish are called without mu_ held: gRPC
+// update waiting. StartWrite and Finish are called without mu_ held: gRPC
 // may run the completion on the calling thread.
+//
+// Whether an update goes out whole or as a delta is decided when it is
+// written, not when it is queued: a delta applies only on top of the
+// version this stream delivered last, which a replaced waiting update may
+// have changed.
 class SnapshotServer::Subscriber final
     : public grpc::ServerBidiReactor<v1::SnapshotRequest, v1::SnapshotResponse> {
  public:
@@ -43,8 +49,23 @@ class SnapshotServer::Subscriber final
     StartRead(&request_);
   }
 
-  // Thread-safe. Queues `response` (replacing one that waits).
-  void Push(std::shared_ptr<const v1::SnapshotResponse> response) {
+  // The proxy's first request: what it runs and whether it takes deltas.
+  void Hello(const std::string& running_version, bool accepts_deltas) {
+    std::lock_guard lock(mu_);
+    base_version_ = running_version;
+    accepts_deltas_ = accepts_deltas;
+  }
+
+  // A NACK of the newest response: the proxy runs `running_version`.
+  // Returns whether that response was a delta.
+  bool Rejected(const std::string& running_version) {
+    std::lock_guard lock(mu_);
+    base_version_ = running_version;
+    return last_written_delta_;
+  }
+
+  // Thread-safe. Queues `update` (replacing one that waits).
+  void Push(Update update) {
     const v1::SnapshotResponse* first = nullptr;
     {
       std::lock_guard lock(mu_);
@@ -52,11 +73,10 @@ class SnapshotServer::Subscriber final
         return;
       }
       if (in_flight_) {
-        waiting_ = std::move(response);
+        waiting_ = std::move(update);
         return;
       }
-      in_flight_ = std::move(response);
-      first = in_flight_.get();
+      first = ChooseLocked(std::move(update));
     }
     StartWrite(first);
   }
@@ -80,8 +100,7 @@ class SnapshotServer::Subscriber final
         closing_ = true;
       }
       if (!closing_ && waiting_) {
-        in_flight_ = std::move(waiting_);
-        next = in_flight_.get();
+        next = ChooseLocked(std::move(*waiting_));
       }
       waiting_.reset();
       finish = closing_ && !finished_;
@@ -100,6 +119,18 @@ class SnapshotServer::Subscriber final
   }
 
  private:
+  // Under mu_: the response to write for `update`, now in flight.
+  const v1::SnapshotResponse* ChooseLocked(Update update) {
+    last_written_delta_ =
+        accepts_deltas_ && update.delta && update.delta->delta().base_version() == base_version_;
+    in_flight_ = last_written_delta_ ? std::move(update.delta) : std::move(update.full);
+    base_version_ = in_flight_->version_info();
+    if (last_written_delta_ && server_->delta_pushes_ != nullptr) {
+      server_->delta_pushes_->Inc();
+    }
+    return in_flight_.get();
+  }
+
   void Close() {
     bool finish = false;
     {
@@ -119,7 +150,11 @@ class SnapshotServer::Subscriber final
   v1::SnapshotRequest request_;
   std::mutex mu_;
   std::shared_ptr<const v1::SnapshotResponse> in_flight_;
-  std::shared_ptr<const v1::SnapshotResponse> waiting_;
+  std::optional<Update> waiting_;
+  // The version the proxy runs once it applied everything written so far.
+  std::string base_version_;
+  bool accepts_deltas_ = false;
+  bool last_written_delta_ = false;
   bool closing_ = false;
   bool finished_ = false;
 };
@@ -150,6 +185,9 @@ SnapshotServer::SnapshotServer(SnapshotServerOptions options, MetricsRegistry* m
                                   "Snapshot responses proxies accepted (ACK).");
     nacks_ = &metrics_->GetCounter("kwd_controller_snapshot_nacks_total",
                                    "Snapshot responses proxies rejected (NACK).");
+    delta_pushes_ = &metrics_->GetCounter(
+        "kwd_controller_snapshot_delta_pushes_total",
+        "Snapshot responses sent as endpoint-only deltas instead of whole snapshots.");
     push_to_ack_seconds_ =
         &metrics_->GetHistogram("kwd_controller_snapshot_push_to_ack_seconds",
                                 "Time from queuing a snapshot to a proxy until its ACK or NACK.");
@@ -248,12 +286,12 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
   NotifyChanged();
 }
 
-void SnapshotServer::PushLocked(StreamState& stream, bool hello) {
+void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delta) {
   if (!current_) {
     return;
   }
   const std::string& version = current_->snapshot.version();
-  std::shared_ptr<const v1::SnapshotResponse> response;
+  Update update;
   if (hello && stream.status.versions.acked_version == version) {
     // The proxy says it runs it already (e.g. after a controller restart): a
     // small reply so that it knows it is current, and ACKs. Only on the
@@ -261,46 +299,68 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello) {
     auto reply = std::make_shared<v1::SnapshotResponse>();
     reply->set_version_info(version);
     reply->set_nonce(std::to_string(next_nonce_++));
-    response = std::move(reply);
+    update.full = std::move(reply);
   } else {
-    response = current_response_;
+    update.full = current_response_;
+    if (allow_delta) {
+      update.delta = current_delta_response_;
+    }
   }
-  stream.last_nonce = response->nonce();
+  stream.last_nonce = update.full->nonce();
   stream.status.sent_version = version;
   stream.status.awaiting_reply = true;
   stream.sent_at = std::chrono::steady_clock::now();
   if (pushes_ != nullptr) {
     pushes_->Inc();
   }
-  stream.subscriber->Push(std::move(response));
+  stream.subscriber->Push(std::move(update));
 }
 
 void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> result) {
   if (!result) {
     return;
   }
+  std::shared_ptr<const compile::CompileResult> previous;
   {
     std::lock_guard lock(mu_);
     if (current_ && current_->snapshot.version() == result->snapshot.version()) {
       return;  // same content: nothing to push
     }
-    auto response = std::make_shared<v1::SnapshotResponse>();
-    response->set_version_info(result->snapshot.version());
-    response->set_nonce(std::to_string(next_nonce_++));
-    *response->mutable_snapshot() = result->snapshot;
-    if (snapshot_bytes_ != nullptr) {
-      snapshot_bytes_->Set(static_cast<double>(result->snapshot.ByteSizeLong()));
-    }
-    current_ = std::move(result);
-    current_response_ = std::move(response);
-    history_[current_->snapshot.version()] = current_;
-    for (auto& [id, stream] : streams_) {
-      if (stream.hello_seen) {
-        PushLocked(stream, /*hello=*/false);
-      }
-    }
-    PruneHistoryLocked();
+    previous = current_;
   }
+  // Outside the lock (only this thread changes current_): a few
+  // milliseconds for 10,000 endpoints, once per version for every stream.
+  std::optional<v1::SnapshotDelta> delta;
+  if (previous) {
+    delta = ComputeEndpointDelta(previous->snapshot, result->snapshot);
+  }
+  std::lock_guard lock(mu_);
+  const std::string nonce = std::to_string(next_nonce_++);
+  auto response = std::make_shared<v1::SnapshotResponse>();
+  response->set_version_info(result->snapshot.version());
+  response->set_nonce(nonce);
+  *response->mutable_snapshot() = result->snapshot;
+  current_delta_response_.reset();
+  if (delta) {
+    // Same nonce: it is the same update, whichever form a stream gets.
+    auto delta_response = std::make_shared<v1::SnapshotResponse>();
+    delta_response->set_version_info(result->snapshot.version());
+    delta_response->set_nonce(nonce);
+    *delta_response->mutable_delta() = std::move(*delta);
+    current_delta_response_ = std::move(delta_response);
+  }
+  if (snapshot_bytes_ != nullptr) {
+    snapshot_bytes_->Set(static_cast<double>(result->snapshot.ByteSizeLong()));
+  }
+  current_ = std::move(result);
+  current_response_ = std::move(response);
+  history_[current_->snapshot.version()] = current_;
+  for (auto& [id, stream] : streams_) {
+    if (stream.hello_seen) {
+      PushLocked(stream, /*hello=*/false, /*allow_delta=*/true);
+    }
+  }
+  PruneHistoryLocked();
   // No NotifyChanged: the pipeline diffs statuses right after publishing.
 }
 
@@ -324,7 +384,8 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
           {{"node", versions.node_id},
            {"peer", stream.status.peer},
            {"version", versions.acked_version}});
-      PushLocked(stream, /*hello=*/true);
+      stream.subscriber->Hello(request.version_info(), request.accepts_deltas());
+      PushLocked(stream, /*hello=*/true, /*allow_delta=*/true);
     } else if (request.response_nonce() != stream.last_nonce) {
       // An answer to a response that a newer one replaced: ignore it (xDS).
       return;
@@ -340,11 +401,19 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
         if (nacks_ != nullptr) {
           nacks_->Inc();
         }
+        bool was_delta = stream.subscriber->Rejected(versions.acked_version);
         Log(LogLevel::kWarn, "grpc", "proxy rejected a snapshot (NACK)",
             {{"node", versions.node_id},
              {"version", versions.nacked_version},
              {"running", versions.acked_version},
+             {"delta", was_delta ? "true" : "false"},
              {"error", versions.nack_message}});
+        if (was_delta && current_ && versions.acked_version != current_->snapshot.version()) {
+          // E.g. it did not run the delta's base: send the same content whole.
+          // Never a delta again here, so a proxy that rejects the content
+          // itself NACKs once more and the exchange ends.
+          PushLocked(stream, /*hello=*/false, /*allow_delta=*/false);
+        }
       } else {
         if (acks_ != nullptr) {
           acks_->Inc();

@@ -6,9 +6,11 @@
 // each proxy ACKed and NACKed, and derives the `Programmed` condition of
 // every LogonGroup and UrlMapping from it.
 //
-// Each new version is serialized into one shared response (its nonce is a
-// server-wide sequence number, so it is unique on every stream); a slow
-// subscriber's queue holds at most one response, the newest.
+// Each new version becomes one shared response (its nonce is a server-wide
+// sequence number, so it is unique on every stream) and, when only server
+// lists changed, one shared endpoint-only delta (common/snapshot_delta.h)
+// for the proxies that run the previous version and accept deltas. A slow
+// subscriber's queue holds at most one update, the newest.
 
 #include <chrono>
 #include <cstdint>
@@ -104,6 +106,11 @@ class SnapshotServer final : public pipeline::SnapshotSink {
 
  private:
   class Service;
+  // One version for one stream: whole, and maybe as a delta.
+  struct Update {
+    std::shared_ptr<const v1::SnapshotResponse> full;
+    std::shared_ptr<const v1::SnapshotResponse> delta;  // null: none
+  };
   struct StreamState {
     Subscriber* subscriber = nullptr;
     ProxyStatus status;
@@ -117,8 +124,9 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   void Unregister(uint64_t stream_id);
   void HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request);
   // Under mu_: queue the current snapshot on a stream (or, answering its
-  // first request, a "you are current" reply).
-  void PushLocked(StreamState& stream, bool hello);
+  // first request, a "you are current" reply), as a delta when allowed and
+  // the stream's proxy runs the delta's base.
+  void PushLocked(StreamState& stream, bool hello, bool allow_delta);
   void PruneHistoryLocked();
   std::vector<ProxyVersions> ConnectedLocked() const;
   SnapshotLookup LookupLocked() const;
@@ -133,6 +141,9 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   mutable std::mutex mu_;
   std::shared_ptr<const compile::CompileResult> current_;
   std::shared_ptr<const v1::SnapshotResponse> current_response_;  // shared by streams
+  // The same version as a delta from the previous one; null when more than
+  // endpoints changed.
+  std::shared_ptr<const v1::SnapshotResponse> current_delta_response_;
   uint64_t next_nonce_ = 1;
   uint64_t next_stream_id_ = 1;
   std::map<uint64_t, StreamState> streams_;
@@ -146,6 +157,7 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   Counter* pushes_ = nullptr;
   Counter* acks_ = nullptr;
   Counter* nacks_ = nullptr;
+  Counter* delta_pushes_ = nullptr;
   Histogram* push_to_ack_seconds_ = nullptr;
 };
 

@@ -9,6 +9,8 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "common/snapshot_delta.h"
+#include "common/snapshot_io.h"
 #include "kwd/v1/discovery.grpc.pb.h"
 
 namespace kwd::xds {
@@ -25,8 +27,8 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::optional<Client
   return grpc::SslCredentials(ssl);
 }
 
-void SetNack(v1::SnapshotRequest* reply, const std::string& message) {
-  reply->mutable_error_detail()->set_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+void SetNack(v1::SnapshotRequest* reply, int code, const std::string& message) {
+  reply->mutable_error_detail()->set_code(code);
   reply->mutable_error_detail()->set_message(message);
 }
 
@@ -195,6 +197,7 @@ bool SnapshotClient::RunStream() {
   v1::SnapshotRequest hello;
   hello.set_node_id(options_.node_id);
   hello.set_version_info(version());
+  hello.set_accepts_deltas(options_.accept_deltas);
   bool received = false;
   if (stream->Write(hello)) {
     v1::SnapshotResponse response;
@@ -211,8 +214,11 @@ bool SnapshotClient::RunStream() {
       std::string running = version();
       reply.set_version_info(running);
       std::string error;
+      int error_code = grpc::StatusCode::INVALID_ARGUMENT;
       bool applied = false;
-      if (!response.has_snapshot()) {
+      if (response.has_delta()) {
+        applied = ApplyDelta(&response, running, &error, &error_code);
+      } else if (!response.has_snapshot()) {
         if (response.version_info() != running) {
           error = "response for version " + response.version_info() + " carries no snapshot";
         }
@@ -220,10 +226,20 @@ bool SnapshotClient::RunStream() {
         error = "response version " + response.version_info() +
                 " differs from its snapshot's version " + response.snapshot().version();
       } else if (response.version_info() != running) {
-        if (apply_(response.snapshot(), &error)) {
+        // The content must hash to its version; the digests are kept so that
+        // a later delta re-hashes only the groups it changes.
+        SnapshotDigests digests = ComputeSnapshotDigests(response.snapshot());
+        if (digests.Version() != response.version_info()) {
+          error = "snapshot content does not hash to its version " + response.version_info();
+        } else if (apply_(response.snapshot(), &error)) {
           applied = true;
-          reply.set_version_info(response.version_info());
+          // Kept (moved, not copied) as the base for deltas.
+          running_snapshot_ = std::move(*response.mutable_snapshot());
+          running_digests_ = std::move(digests);
         }
+      }
+      if (applied) {
+        reply.set_version_info(response.version_info());
       }
       {
         std::lock_guard lock(mu_);
@@ -248,12 +264,13 @@ bool SnapshotClient::RunStream() {
           }
         }
       } else {
-        SetNack(&reply, error);
+        SetNack(&reply, error_code, error);
         if (nacks_counter_ != nullptr) {
           nacks_counter_->Inc();
         }
         Log(LogLevel::kError, "xds", "snapshot rejected (NACK); the previous one keeps serving",
             {{"version", response.version_info()},
+             {"delta", response.has_delta() ? "true" : "false"},
              {"running", running.empty() ? "none" : running},
              {"error", error}});
         changed_.notify_all();
@@ -277,6 +294,45 @@ bool SnapshotClient::RunStream() {
         {{"code", std::to_string(status.error_code())}, {"message", status.error_message()}});
   }
   return received;
+}
+
+bool SnapshotClient::ApplyDelta(v1::SnapshotResponse* response, const std::string& running,
+                                std::string* error, int* error_code) {
+  v1::SnapshotDelta* delta = response->mutable_delta();
+  if (running.empty() || delta->base_version() != running ||
+      running_snapshot_.version() != running) {
+    // The controller answers this NACK with the whole snapshot.
+    *error_code = grpc::StatusCode::FAILED_PRECONDITION;
+    *error = "delta applies to version " + delta->base_version() + ", but this proxy runs " +
+             (running.empty() ? "none" : running);
+    return false;
+  }
+  if (response->version_info() == running) {
+    return false;  // nothing to do: ACK what runs
+  }
+  // Patched in place; the same swap undoes it if the result is rejected.
+  std::vector<int> changed;
+  if (!SwapDeltaServers(&running_snapshot_, delta, &changed, error)) {
+    return false;
+  }
+  SnapshotDigests digests = running_digests_;
+  for (int index : changed) {
+    UpdateGroupDigest(running_snapshot_, index, &digests);
+  }
+  if (digests.Version() == response->version_info()) {
+    running_snapshot_.set_version(response->version_info());
+    if (apply_(running_snapshot_, error)) {
+      running_digests_ = std::move(digests);
+      return true;
+    }
+  } else {
+    *error =
+        "snapshot content after the delta does not hash to version " + response->version_info();
+  }
+  std::string undo_error;
+  SwapDeltaServers(&running_snapshot_, delta, nullptr, &undo_error);
+  running_snapshot_.set_version(running);
+  return false;
 }
 
 }  // namespace kwd::xds

@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "common/metrics.h"
+#include "common/snapshot_io.h"
+#include "kwd/v1/discovery.pb.h"
 #include "kwd/v1/snapshot.pb.h"
 
 namespace grpc {
@@ -61,6 +63,8 @@ struct SnapshotClientOptions {
   std::chrono::milliseconds keepalive_time{10'000};
   std::chrono::milliseconds keepalive_timeout{5'000};
   uint64_t random_seed = std::random_device{}();
+  // Ask for endpoint-only deltas (see discovery.proto); false: whole snapshots only.
+  bool accept_deltas = true;
   // Called after each snapshot is applied (on the client thread).
   std::function<void(const std::string& version)> on_applied;
 };
@@ -92,6 +96,10 @@ class SnapshotClient {
   // One stream until it breaks; returns whether it received anything.
   bool RunStream();
   void SetConnected(bool connected);
+  // Patches the running snapshot with response->delta() and applies it; on
+  // failure the running snapshot is unchanged and error/error_code say why.
+  bool ApplyDelta(v1::SnapshotResponse* response, const std::string& running, std::string* error,
+                  int* error_code);  // a grpc::StatusCode
 
   const SnapshotClientOptions options_;
   const ApplyFunction apply_;
@@ -106,6 +114,9 @@ class SnapshotClient {
   uint64_t nacks_ = 0;
   uint64_t streams_ = 0;
   grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
+  // The snapshot applied last, kept as the base for deltas (client thread only).
+  v1::Snapshot running_snapshot_;
+  SnapshotDigests running_digests_;  // of running_snapshot_
   std::thread thread_;
 
   Gauge* connected_gauge_ = nullptr;

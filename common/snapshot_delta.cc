@@ -1,0 +1,115 @@
+#include "common/snapshot_delta.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace kwd {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+// Equal apart from the given field (compared field by field, so a field
+// added to the proto later is compared too).
+bool EqualIgnoring(const google::protobuf::Message& a, const google::protobuf::Message& b,
+                   const google::protobuf::FieldDescriptor* ignored,
+                   const google::protobuf::FieldDescriptor* also_ignored = nullptr) {
+  MessageDifferencer differencer;
+  differencer.IgnoreField(ignored);
+  if (also_ignored != nullptr) {
+    differencer.IgnoreField(also_ignored);
+  }
+  return differencer.Compare(a, b);
+}
+
+// Index of the group with `key` in key-sorted groups, or -1.
+int FindGroup(const v1::Snapshot& snapshot, const std::string& key) {
+  const auto& groups = snapshot.groups();
+  auto it = std::lower_bound(
+      groups.begin(), groups.end(), key,
+      [](const v1::Group& group, const std::string& k) { return group.key() < k; });
+  if (it != groups.end() && it->key() == key) {
+    return static_cast<int>(it - groups.begin());
+  }
+  // Not sorted (a snapshot the checks will reject anyway): look everywhere.
+  for (int i = 0; i < groups.size(); ++i) {
+    if (groups[i].key() == key) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::optional<v1::SnapshotDelta> ComputeEndpointDelta(const v1::Snapshot& from,
+                                                      const v1::Snapshot& to) {
+  if (from.groups_size() != to.groups_size()) {
+    return std::nullopt;
+  }
+  const auto* descriptor = v1::Snapshot::descriptor();
+  if (!EqualIgnoring(from, to, descriptor->FindFieldByNumber(v1::Snapshot::kGroupsFieldNumber),
+                     descriptor->FindFieldByNumber(v1::Snapshot::kVersionFieldNumber))) {
+    return std::nullopt;
+  }
+  const auto* servers_field =
+      v1::Group::descriptor()->FindFieldByNumber(v1::Group::kServersFieldNumber);
+  v1::SnapshotDelta delta;
+  delta.set_base_version(from.version());
+  // Serialized bytes decide "unchanged" quickly (no maps in the proto, so
+  // equal messages serialize equally); only groups that differ get the
+  // field-by-field comparison of everything but their servers.
+  std::string from_bytes;
+  std::string to_bytes;
+  for (int i = 0; i < from.groups_size(); ++i) {
+    const v1::Group& old_group = from.groups(i);
+    const v1::Group& new_group = to.groups(i);
+    if (old_group.key() != new_group.key()) {
+      return std::nullopt;
+    }
+    old_group.SerializeToString(&from_bytes);
+    new_group.SerializeToString(&to_bytes);
+    if (from_bytes == to_bytes) {
+      continue;
+    }
+    if (!EqualIgnoring(old_group, new_group, servers_field)) {
+      return std::nullopt;
+    }
+    v1::GroupServers* changed = delta.add_groups();
+    changed->set_group(new_group.key());
+    *changed->mutable_servers() = new_group.servers();
+  }
+  return delta;
+}
+
+bool SwapDeltaServers(v1::Snapshot* snapshot, v1::SnapshotDelta* delta,
+                      std::vector<int>* changed_groups, std::string* error) {
+  std::vector<int> targets;
+  targets.reserve(static_cast<size_t>(delta->groups_size()));
+  std::vector<bool> named(static_cast<size_t>(snapshot->groups_size()), false);
+  for (const auto& changed : delta->groups()) {
+    int index = FindGroup(*snapshot, changed.group());
+    if (index < 0) {
+      *error = "delta names group " + changed.group() + ", which the running snapshot lacks";
+      return false;
+    }
+    if (named[static_cast<size_t>(index)]) {
+      *error = "delta names group " + changed.group() + " twice";
+      return false;
+    }
+    named[static_cast<size_t>(index)] = true;
+    targets.push_back(index);
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    snapshot->mutable_groups(targets[i])
+        ->mutable_servers()
+        ->Swap(delta->mutable_groups(static_cast<int>(i))->mutable_servers());
+  }
+  if (changed_groups != nullptr) {
+    *changed_groups = std::move(targets);
+  }
+  return true;
+}
+
+}  // namespace kwd
