@@ -230,6 +230,9 @@ TEST_F(DistributionTest, AChangeReachesBothProxies) {
     }
     EXPECT_EQ(served, (std::set<std::string>{"erp0_ERP_00", "erp1_ERP_00"}));
   }
+  // Files carry no metadata.generation, so a new server is an endpoint-only
+  // change: each proxy got it as a delta.
+  EXPECT_EQ(Metric(controller_admin_, "kwd_controller_snapshot_delta_pushes_total"), 2);
   EXPECT_EQ(Metric(controller_admin_, "kwd_controller_snapshot_nacks_total"), 0);
 }
 

@@ -83,8 +83,10 @@ std::unique_ptr<SnapshotServer> StartServer(MetricsRegistry* metrics, int port =
 
 // A proxy stand-in: the real client with an apply function that records.
 struct FakeProxy {
-  explicit FakeProxy(int port, std::string node, std::string reject_capacity = "") {
+  explicit FakeProxy(int port, std::string node, std::string reject_capacity = "",
+                     bool deltas = true) {
     xds::SnapshotClientOptions options;
+    options.accept_deltas = deltas;
     options.target = "127.0.0.1:" + std::to_string(port);
     options.node_id = std::move(node);
     options.backoff.initial = milliseconds(20);
@@ -98,12 +100,20 @@ struct FakeProxy {
             return false;
           }
           applies.fetch_add(1);
+          std::lock_guard lock(mu);
+          last_applied = snapshot;
           return true;
         },
         nullptr);
     client->Start();
   }
+  v1::Snapshot LastApplied() {
+    std::lock_guard lock(mu);
+    return last_applied;
+  }
   std::atomic<int> applies{0};
+  std::mutex mu;
+  v1::Snapshot last_applied;
   std::unique_ptr<xds::SnapshotClient> client;
 };
 
@@ -279,6 +289,110 @@ TEST(SnapshotServerTest, RevertBeforeTheAckArrivesSendsTheFullSnapshot) {
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.version_info(), v1->snapshot.version());
   EXPECT_TRUE(response.has_snapshot());
+  context.TryCancel();
+}
+
+TEST(SnapshotServerTest, EndpointOnlyChangeGoesOutAsADeltaToProxiesThatTakeDeltas) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  FakeProxy with_deltas(server->port(), "deltas");
+  FakeProxy whole_only(server->port(), "whole", "", /*deltas=*/false);
+  ASSERT_TRUE(with_deltas.client->WaitForVersion(v1->snapshot.version(), seconds(10)));
+  ASSERT_TRUE(whole_only.client->WaitForVersion(v1->snapshot.version(), seconds(10)));
+  Counter& deltas = metrics.GetCounter("kwd_controller_snapshot_delta_pushes_total", "");
+  EXPECT_EQ(deltas.Value(), 0u);
+
+  // Same generation, another capacity: only a server list changed.
+  auto v2 = Result(2, 1);
+  server->Publish(v2);
+  ASSERT_TRUE(with_deltas.client->WaitForVersion(v2->snapshot.version(), seconds(10)));
+  ASSERT_TRUE(whole_only.client->WaitForVersion(v2->snapshot.version(), seconds(10)));
+  EXPECT_EQ(deltas.Value(), 1u);
+  // Both applied the same whole snapshot, whichever way it travelled.
+  EXPECT_EQ(with_deltas.LastApplied().SerializeAsString(), v2->snapshot.SerializeAsString());
+  EXPECT_EQ(whole_only.LastApplied().SerializeAsString(), v2->snapshot.SerializeAsString());
+
+  // A new generation changes the sources: not endpoint-only, sent whole.
+  auto v3 = Result(3, 2);
+  server->Publish(v3);
+  ASSERT_TRUE(with_deltas.client->WaitForVersion(v3->snapshot.version(), seconds(10)));
+  EXPECT_EQ(deltas.Value(), 1u);
+  EXPECT_EQ(with_deltas.LastApplied().SerializeAsString(), v3->snapshot.SerializeAsString());
+  ASSERT_TRUE(watch.Until([&] {
+    auto proxies = server->Proxies();
+    return proxies.size() == 2 && proxies[0].versions.acked_version == v3->snapshot.version() &&
+           proxies[1].versions.acked_version == v3->snapshot.version();
+  }));
+  EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_nacks_total", "").Value(), 0u);
+}
+
+// A proxy that cannot apply a delta (it runs another version) NACKs it; the
+// controller answers once with the whole snapshot, and never again with a
+// delta on a base the proxy does not run.
+TEST(SnapshotServerTest, NackedDeltaIsAnsweredOnceWithTheWholeSnapshot) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  auto stub = v1::SnapshotDiscovery::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto stream = stub->StreamSnapshots(&context);
+  v1::SnapshotRequest request;
+  request.set_node_id("raw");
+  request.set_version_info(v1->snapshot.version());
+  request.set_accepts_deltas(true);
+  ASSERT_TRUE(stream->Write(request));
+  v1::SnapshotResponse response;
+  ASSERT_TRUE(stream->Read(&response));  // "you are current"
+  ASSERT_FALSE(response.has_snapshot());
+  request.set_accepts_deltas(false);
+  request.set_response_nonce(response.nonce());
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(watch.Until([&] { return !Only(*server).awaiting_reply; }));
+
+  auto v2 = Result(2, 1);
+  server->Publish(v2);
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(response.has_delta());
+  EXPECT_FALSE(response.has_snapshot());
+  EXPECT_EQ(response.version_info(), v2->snapshot.version());
+  EXPECT_EQ(response.delta().base_version(), v1->snapshot.version());
+  ASSERT_EQ(response.delta().groups_size(), 1);
+  EXPECT_EQ(response.delta().groups(0).servers(0).capacity(), 2u);
+
+  // NACK it as a proxy that lost its base would.
+  request.set_response_nonce(response.nonce());
+  request.mutable_error_detail()->set_code(9);
+  request.mutable_error_detail()->set_message("delta applies to another version");
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.version_info(), v2->snapshot.version());
+  ASSERT_TRUE(response.has_snapshot());
+  EXPECT_FALSE(response.has_delta());
+  EXPECT_EQ(response.snapshot().SerializeAsString(), v2->snapshot.SerializeAsString());
+
+  // NACK the whole snapshot too: nothing more is pushed for v2 ...
+  request.set_response_nonce(response.nonce());
+  request.mutable_error_detail()->set_code(3);
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(watch.Until([&] {
+    auto proxy = Only(*server);
+    return !proxy.awaiting_reply && proxy.versions.nacked_version == v2->snapshot.version();
+  }));
+  // ... so the next response is v3, and whole: the proxy still runs v1, not
+  // the v2 that v3's delta is based on.
+  auto v3 = Result(3, 1);
+  server->Publish(v3);
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.version_info(), v3->snapshot.version());
+  EXPECT_TRUE(response.has_snapshot());
+  EXPECT_FALSE(response.has_delta());
+  EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_delta_pushes_total", "").Value(), 1u);
   context.TryCancel();
 }
 
