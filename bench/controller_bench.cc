@@ -15,15 +15,17 @@
 #include <string>
 #include <thread>
 
+#include "bench/controller_fixture.h"
 #include "controller/pipeline/pipeline.h"
 
 namespace {
 
-using nlohmann::json;
+using kwd::bench::BuildObjects;
+using kwd::bench::Decode;
+using kwd::bench::kEndpointsPerGroup;
+using kwd::bench::kGroups;
+using kwd::bench::Slice;
 using Clock = std::chrono::steady_clock;
-
-constexpr int kGroups = 1000;
-constexpr int kEndpointsPerGroup = 10;
 
 class TimedSink final : public kwd::pipeline::SnapshotSink {
  public:
@@ -50,70 +52,6 @@ class TimedSink final : public kwd::pipeline::SnapshotSink {
   uint64_t published_ = 0;
   Clock::time_point last_{};
 };
-
-kwd::pipeline::ObservedObject Decode(const json& object) {
-  auto decoded = kwd::model::DecodeObject(object);
-  if (!decoded.ok()) {
-    std::abort();  // the fixture itself is wrong
-  }
-  return {std::move(*decoded.object), nullptr};
-}
-
-json Slice(int g, int not_ready) {
-  std::string service = "svc-" + std::to_string(g);
-  json endpoints = json::array();
-  for (int e = 0; e < kEndpointsPerGroup; ++e) {
-    std::string address = "10." + std::to_string(g / 250) + "." + std::to_string(g % 250) + "." +
-                          std::to_string(e + 1);
-    endpoints.push_back(
-        {{"addresses", {address}},
-         {"conditions", {{"ready", e != not_ready}}},
-         {"targetRef",
-          {{"kind", "Pod"}, {"namespace", "erp"}, {"name", service + "-" + std::to_string(e)}}}});
-  }
-  return {{"apiVersion", "discovery.k8s.io/v1"},
-          {"kind", "EndpointSlice"},
-          {"metadata",
-           {{"name", service + "-abcde"},
-            {"namespace", "erp"},
-            {"labels", {{"kubernetes.io/service-name", service}}}}},
-          {"addressType", "IPv4"},
-          {"endpoints", endpoints},
-          {"ports", {{{"name", "http"}, {"port", 8000}}}}};
-}
-
-std::vector<kwd::pipeline::ObservedObject> BuildObjects() {
-  std::vector<kwd::pipeline::ObservedObject> objects;
-  json rules = json::array();
-  for (int g = 0; g < kGroups; ++g) {
-    std::string name = "g" + std::to_string(g);
-    std::string service = "svc-" + std::to_string(g);
-    objects.push_back(
-        Decode({{"apiVersion", "dispatch.kwd.io/v1alpha1"},
-                {"kind", "LogonGroup"},
-                {"metadata", {{"name", name}, {"namespace", "erp"}, {"generation", 1}}},
-                {"spec", {{"backend", {{"service", {{"name", service}, {"port", "http"}}}}}}}}));
-    for (int e = 0; e < kEndpointsPerGroup; ++e) {
-      objects.push_back(Decode({{"apiVersion", "v1"},
-                                {"kind", "Pod"},
-                                {"metadata",
-                                 {{"name", service + "-" + std::to_string(e)},
-                                  {"namespace", "erp"},
-                                  {"annotations",
-                                   {{"dispatch.kwd.io/instance-name",
-                                     "host" + std::to_string(g) + "_ERP_" + std::to_string(e)},
-                                    {"dispatch.kwd.io/capacity", std::to_string(1 + e % 4)}}}}}}));
-    }
-    objects.push_back(Decode(Slice(g, -1)));
-    rules.push_back(
-        {{"prefix", "/app" + std::to_string(g) + "/"}, {"kind", "abap"}, {"logonGroup", name}});
-  }
-  objects.push_back(Decode({{"apiVersion", "dispatch.kwd.io/v1alpha1"},
-                            {"kind", "UrlMapping"},
-                            {"metadata", {{"name", "erp"}, {"namespace", "erp"}}},
-                            {"spec", {{"rules", rules}}}}));
-  return objects;
-}
 
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) {

@@ -21,12 +21,16 @@ namespace {
 
 // Feeds serialized bytes straight into SHA-256 through a small buffer, so a
 // digest needs no copy of the serialization in memory.
+// One stream hashes many messages in turn (Finish, then the next): a
+// snapshot has a digest per group, and setting up a context per group would
+// cost more than hashing a small group.
 class Sha256OutputStream final : public google::protobuf::io::ZeroCopyOutputStream {
  public:
   Sha256OutputStream() : context_(EVP_MD_CTX_new()) {
-    if (context_ == nullptr || EVP_DigestInit_ex(context_, EVP_sha256(), nullptr) != 1) {
-      std::abort();  // out of memory or a broken OpenSSL: nothing sensible to do
+    if (context_ == nullptr) {
+      std::abort();  // out of memory: nothing sensible to do
     }
+    Restart();
   }
   ~Sha256OutputStream() override { EVP_MD_CTX_free(context_); }
   Sha256OutputStream(const Sha256OutputStream&) = delete;
@@ -42,15 +46,27 @@ class Sha256OutputStream final : public google::protobuf::io::ZeroCopyOutputStre
   void BackUp(int count) override { used_ -= static_cast<size_t>(count); }
   int64_t ByteCount() const override { return static_cast<int64_t>(consumed_ + used_); }
 
+  // The digest of everything written since the last Finish; then starts over.
   Sha256Digest Finish() {
     Consume();
     Sha256Digest digest{};
     unsigned int length = 0;
     EVP_DigestFinal_ex(context_, digest.data(), &length);
+    Restart();
     return digest;
   }
 
  private:
+  void Restart() {
+    // Fetched once: OpenSSL 3 looks the algorithm up on every implicit use.
+    static const EVP_MD* const kSha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    if (kSha256 == nullptr || EVP_DigestInit_ex(context_, kSha256, nullptr) != 1) {
+      std::abort();  // a broken OpenSSL: nothing sensible to do
+    }
+    consumed_ = 0;
+    used_ = 0;
+  }
+
   void Consume() {
     if (used_ > 0) {
       EVP_DigestUpdate(context_, buffer_.data(), used_);
@@ -65,14 +81,13 @@ class Sha256OutputStream final : public google::protobuf::io::ZeroCopyOutputStre
   size_t consumed_ = 0;
 };
 
-Sha256Digest DigestOf(const google::protobuf::Message& message) {
-  Sha256OutputStream stream;
+Sha256Digest DigestOf(const google::protobuf::Message& message, Sha256OutputStream* stream) {
   {
-    google::protobuf::io::CodedOutputStream coded(&stream);
+    google::protobuf::io::CodedOutputStream coded(stream);
     coded.SetSerializationDeterministic(true);
     message.SerializeToCodedStream(&coded);
   }
-  return stream.Finish();
+  return stream->Finish();
 }
 
 }  // namespace
@@ -93,17 +108,19 @@ SnapshotDigests ComputeSnapshotDigests(const v1::Snapshot& snapshot) {
   v1::Snapshot rest;
   *rest.mutable_virtual_hosts() = snapshot.virtual_hosts();
   *rest.mutable_sources() = snapshot.sources();
+  Sha256OutputStream stream;
   SnapshotDigests digests;
-  digests.rest = DigestOf(rest);
+  digests.rest = DigestOf(rest, &stream);
   digests.groups.reserve(static_cast<size_t>(snapshot.groups_size()));
   for (const auto& group : snapshot.groups()) {
-    digests.groups.push_back(DigestOf(group));
+    digests.groups.push_back(DigestOf(group, &stream));
   }
   return digests;
 }
 
 void UpdateGroupDigest(const v1::Snapshot& snapshot, int index, SnapshotDigests* digests) {
-  digests->groups.at(static_cast<size_t>(index)) = DigestOf(snapshot.groups(index));
+  Sha256OutputStream stream;
+  digests->groups.at(static_cast<size_t>(index)) = DigestOf(snapshot.groups(index), &stream);
 }
 
 std::string ComputeSnapshotVersion(const v1::Snapshot& snapshot) {
@@ -159,8 +176,10 @@ bool LoadSnapshotFile(const std::string& path, v1::Snapshot* out, std::string* e
 }
 
 std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
+  // Runs on every proxy for every snapshot: no allocation unless there is a
+  // problem to describe.
   std::vector<std::string> problems;
-  std::set<std::string> group_keys;
+  bool groups_sorted = true;
   const std::string* previous_group = nullptr;
   for (const auto& group : snapshot.groups()) {
     if (group.key().empty()) {
@@ -168,9 +187,9 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     }
     if (previous_group != nullptr && !(*previous_group < group.key())) {
       problems.push_back("groups are not sorted by unique key at " + group.key());
+      groups_sorted = false;
     }
     previous_group = &group.key();
-    group_keys.insert(group.key());
     if (group.kind() == v1::KIND_UNSPECIFIED) {
       problems.push_back("group " + group.key() + " has no kind");
     }
@@ -204,9 +223,21 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       }
     }
   }
-  auto check_ref = [&](const std::string& where, const std::string& key) {
-    if (!key.empty() && group_keys.count(key) == 0) {
-      problems.push_back(where + " names unknown group " + key);
+  auto group_exists = [&](const std::string& key) {
+    const auto& groups = snapshot.groups();
+    if (!groups_sorted) {
+      return std::any_of(groups.begin(), groups.end(),
+                         [&](const v1::Group& group) { return group.key() == key; });
+    }
+    auto it = std::lower_bound(
+        groups.begin(), groups.end(), key,
+        [](const v1::Group& group, const std::string& k) { return group.key() < k; });
+    return it != groups.end() && it->key() == key;
+  };
+  // `describe` builds the "where" text only when there is a problem.
+  auto check_ref = [&](const auto& describe, const std::string& key) {
+    if (!key.empty() && !group_exists(key)) {
+      problems.push_back(describe() + " names unknown group " + key);
     }
   };
   const std::string* previous_host = nullptr;
@@ -216,8 +247,8 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       problems.push_back("virtual hosts are not sorted by unique host at " + where);
     }
     previous_host = &vhost.host();
-    check_ref(where + " default abap group", vhost.default_abap_group());
-    check_ref(where + " default java group", vhost.default_java_group());
+    check_ref([&] { return where + " default abap group"; }, vhost.default_abap_group());
+    check_ref([&] { return where + " default java group"; }, vhost.default_java_group());
     const std::string* previous_prefix = nullptr;
     for (const auto& rule : vhost.rules()) {
       const std::string& p = rule.prefix();
@@ -231,7 +262,7 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       if (rule.kind() == v1::KIND_UNSPECIFIED) {
         problems.push_back(where + ": rule " + p + " has no kind");
       }
-      check_ref(where + " rule " + p, rule.group());
+      check_ref([&] { return where + " rule " + p; }, rule.group());
     }
     for (const auto& permission : vhost.permissions()) {
       const std::string& pattern = permission.pattern();

@@ -336,10 +336,19 @@ void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> resul
   }
   std::lock_guard lock(mu_);
   const std::string nonce = std::to_string(next_nonce_++);
-  auto response = std::make_shared<v1::SnapshotResponse>();
-  response->set_version_info(result->snapshot.version());
-  response->set_nonce(nonce);
-  *response->mutable_snapshot() = result->snapshot;
+  // The response points at the compile result's snapshot instead of copying
+  // 10,000 servers per version: the result is immutable, the response is only
+  // serialized, and the deleter hands the snapshot back before the response
+  // goes (keeping the result alive until then).
+  auto* message = new v1::SnapshotResponse();
+  message->set_version_info(result->snapshot.version());
+  message->set_nonce(nonce);
+  message->unsafe_arena_set_allocated_snapshot(const_cast<v1::Snapshot*>(&result->snapshot));
+  std::shared_ptr<const v1::SnapshotResponse> response(
+      message, [owner = result](v1::SnapshotResponse* aliased) {
+        aliased->unsafe_arena_release_snapshot();
+        delete aliased;
+      });
   current_delta_response_.reset();
   if (delta) {
     // Same nonce: it is the same update, whichever form a stream gets.
