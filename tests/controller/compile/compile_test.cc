@@ -631,5 +631,155 @@ TEST(CompileTest, VersionIsTheContentHashAndChangesWithContent) {
   EXPECT_NE(b.snapshot.version(), a.snapshot.version());
 }
 
+// "ns/name" text order is not (namespace, name) order: '-' sorts before '/'.
+TEST(CompileTest, GroupsAreInKeyOrderAcrossSimilarNamespaces) {
+  CompileResult result = Compile(Objects({StaticLg("erp", "public"), StaticLg("erp-dev", "public"),
+                                          StaticLg("erp.x", "a"), StaticLg("erp0", "a")}));
+  EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+  std::vector<std::string> keys;
+  for (const auto& group : result.snapshot.groups()) {
+    keys.push_back(group.key());
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"erp-dev/public", "erp.x/a", "erp/public", "erp0/a"}));
+  // Statuses stay sorted by namespace, then name.
+  ASSERT_EQ(result.statuses.size(), 4u);
+  EXPECT_EQ(result.statuses[0].namespace_, "erp");
+  EXPECT_EQ(result.statuses[1].namespace_, "erp-dev");
+}
+
+// ---- CompileCache ----
+
+model::Object Decoded(const json& object) {
+  auto decoded = model::DecodeObject(object);
+  EXPECT_TRUE(decoded.ok()) << decoded.error;
+  return std::move(*decoded.object);
+}
+
+json RandomSlice(std::mt19937& rng, const std::string& ns, const std::string& name,
+                 const std::string& service) {
+  json endpoints = json::array();
+  for (int e = 0; e < 4; ++e) {
+    json conditions = {{"ready", rng() % 3 != 0}};
+    if (!conditions["ready"].get<bool>() && rng() % 2 == 0) {
+      conditions = kDraining;
+    }
+    endpoints.push_back(Ep("10.1." + std::to_string(rng() % 4) + "." + std::to_string(e),
+                           "pod-" + std::to_string(rng() % 12), conditions));
+  }
+  return Slice(ns, name, service, endpoints);
+}
+
+// Every step: one random change, then a compile with the cache must give
+// exactly what a compile without it gives.
+TEST(CompileCacheTest, SameOutputAsWithoutACacheOverRandomChanges) {
+  std::mt19937 rng(7);  // fixed seed: a failure reproduces
+  const std::vector<std::string> namespaces = {"erp", "erp-dev"};
+  model::ObjectSet set;
+  for (const auto& ns : namespaces) {
+    for (int g = 0; g < 3; ++g) {
+      set.Upsert(Decoded(ServiceLg(ns, "g" + std::to_string(g),
+                                   {{"name", "svc" + std::to_string(g)}, {"port", "http"}})));
+      set.Upsert(Decoded(
+          RandomSlice(rng, ns, "svc" + std::to_string(g) + "-a", "svc" + std::to_string(g))));
+    }
+    for (int p = 0; p < 12; p += 2) {
+      set.Upsert(Decoded(PodJ(ns, "pod-" + std::to_string(p),
+                              {{"dispatch.kwd.io/capacity", std::to_string(1 + p % 3)}})));
+    }
+  }
+  set.Upsert(Decoded(StaticLg("erp", "static")));
+  set.Upsert(
+      Decoded(Um("erp", "map", "", {{"rules", {{{"prefix", "/sap/"}, {"logonGroup", "g0"}}}}})));
+
+  CompileCache cache;
+  for (int step = 0; step < 300; ++step) {
+    const std::string& ns = namespaces[rng() % namespaces.size()];
+    const std::string g = std::to_string(rng() % 3);
+    std::string change;
+    switch (rng() % 8) {
+      case 0:
+      case 1:
+        change = "slice";
+        set.Upsert(Decoded(RandomSlice(rng, ns, "svc" + g + "-a", "svc" + g)));
+        break;
+      case 2:
+        change = "second slice";
+        set.Upsert(Decoded(RandomSlice(rng, ns, "svc" + g + "-b", "svc" + g)));
+        break;
+      case 3:
+        change = "slice gone";
+        set.Remove({"EndpointSlice", ns, "svc" + g + "-" + (rng() % 2 ? "a" : "b")});
+        break;
+      case 4:
+        change = "pod capacity";
+        set.Upsert(
+            Decoded(PodJ(ns, "pod-" + std::to_string(rng() % 12),
+                         {{"dispatch.kwd.io/capacity", std::to_string(1 + rng() % 5)},
+                          {"dispatch.kwd.io/instance-name", "i" + std::to_string(rng() % 6)}})));
+        break;
+      case 5:
+        change = "pod gone";
+        set.Remove({"Pod", ns, "pod-" + std::to_string(rng() % 12)});
+        break;
+      case 6:
+        change = "slice moves to another service";
+        set.Upsert(
+            Decoded(RandomSlice(rng, ns, "svc" + g + "-a", "svc" + std::to_string(rng() % 3))));
+        break;
+      default:
+        change = "group spec";
+        set.Upsert(
+            Decoded(ServiceLg(ns, "g" + g, {{"name", "svc" + g}, {"port", "http"}},
+                              {{"strategy", rng() % 2 ? "adaptive" : "weighted_round_robin"}})));
+        break;
+    }
+    CompileResult cached = Compile(set, &cache);
+    CompileResult fresh = Compile(set);
+    ASSERT_EQ(SnapshotToJson(cached.snapshot), SnapshotToJson(fresh.snapshot))
+        << "step " << step << ": " << change;
+    ASSERT_EQ(cached.statuses, fresh.statuses) << "step " << step << ": " << change;
+    ASSERT_EQ(cached.snapshot.version(), ComputeSnapshotVersion(cached.snapshot)) << step;
+  }
+  EXPECT_GT(cache.hits(), 300u);  // most groups are reused on most steps
+  EXPECT_GT(cache.misses(), 100u);
+}
+
+TEST(CompileCacheTest, OnlyTheChangedGroupIsCompiledAgain) {
+  std::vector<json> objects;
+  for (int g = 0; g < 5; ++g) {
+    std::string svc = "svc" + std::to_string(g);
+    objects.push_back(ServiceLg("erp", "g" + std::to_string(g), {{"name", svc}, {"port", "http"}}));
+    objects.push_back(Slice("erp", svc + "-a", svc,
+                            {Ep("10.0.0." + std::to_string(g), "p" + std::to_string(g))}));
+  }
+  model::ObjectSet set = Objects(objects);
+  CompileCache cache;
+  Compile(set, &cache);
+  EXPECT_EQ(cache.misses(), 5u);
+  EXPECT_EQ(cache.hits(), 0u);
+  Compile(set, &cache);
+  EXPECT_EQ(cache.misses(), 5u);
+  EXPECT_EQ(cache.hits(), 5u);
+  // A pod that an endpoint of g3 names appears: only g3 is compiled again.
+  set.Upsert(Decoded(PodJ("erp", "p3", {{"dispatch.kwd.io/capacity", "4"}})));
+  CompileResult result = Compile(set, &cache);
+  EXPECT_EQ(cache.misses(), 6u);
+  EXPECT_EQ(cache.hits(), 9u);
+  ASSERT_EQ(result.snapshot.groups_size(), 5);
+  EXPECT_EQ(result.snapshot.groups(3).servers(0).capacity(), 4u);
+}
+
+TEST(CompileCacheTest, AnotherObjectSetStartsOver) {
+  model::ObjectSet set = Objects(MixedObjects());
+  CompileCache cache;
+  CompileResult first = Compile(set, &cache);
+  const uint64_t misses = cache.misses();
+  model::ObjectSet copy = set;  // equal objects, but its revisions are its own
+  EXPECT_NE(copy.id(), set.id());
+  CompileResult second = Compile(copy, &cache);
+  EXPECT_EQ(cache.misses(), 2 * misses);
+  EXPECT_EQ(SnapshotToJson(second.snapshot), SnapshotToJson(first.snapshot));
+}
+
 }  // namespace
 }  // namespace kwd::compile
