@@ -87,29 +87,6 @@ void BM_Compile10kEndpoints1kGroups(benchmark::State& state) {
 }
 BENCHMARK(BM_Compile10kEndpoints1kGroups)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// What the controller does per watch event: the same objects with one
-// group's input changed (a pod's capacity annotation, alternating), compiled
-// with the pipeline's CompileCache, so only that group is compiled again.
-void BM_CompileCachedOneGroupChanged(benchmark::State& state) {
-  kwd::model::ObjectSet objects = BuildObjects();
-  kwd::compile::CompileCache cache;
-  kwd::compile::Compile(objects, &cache);
-  int64_t round = 0;
-  for (auto _ : state) {
-    state.PauseTiming();
-    const auto& [key, pod] = *objects.pods().begin();
-    kwd::model::Pod changed = pod;
-    changed.metadata.annotations["dispatch.kwd.io/capacity"] = std::to_string(1 + round++ % 2);
-    objects.Upsert(changed);
-    state.ResumeTiming();
-    kwd::compile::CompileResult result = kwd::compile::Compile(objects, &cache);
-    benchmark::DoNotOptimize(result);
-  }
-  state.counters["reused_groups_per_compile"] =
-      static_cast<double>(cache.hits()) / static_cast<double>(state.iterations());
-}
-BENCHMARK(BM_CompileCachedOneGroupChanged)->Unit(benchmark::kMillisecond)->UseRealTime();
-
 // The share of the content hash (a deterministic serialization plus SHA-256)
 // in the compile time above.
 void BM_VersionOf10kEndpointSnapshot(benchmark::State& state) {

@@ -102,33 +102,15 @@ std::string SnapshotDigests::Version() const {
   return HexEncode(Sha256(joined));
 }
 
-namespace {
-
-// Everything but `version` and `groups`; SnapshotIoTest.DigestsCoverEveryField
-// fails when a field is added to Snapshot and not here.
-Sha256Digest RestDigest(const v1::Snapshot& snapshot, Sha256OutputStream* stream) {
+SnapshotDigests ComputeSnapshotDigests(const v1::Snapshot& snapshot) {
+  // Everything but `version` and `groups`; SnapshotIoTest.DigestsCoverEveryField
+  // fails when a field is added to Snapshot and not here.
   v1::Snapshot rest;
   *rest.mutable_virtual_hosts() = snapshot.virtual_hosts();
   *rest.mutable_sources() = snapshot.sources();
-  return DigestOf(rest, stream);
-}
-
-}  // namespace
-
-Sha256Digest SnapshotRestDigest(const v1::Snapshot& snapshot) {
-  Sha256OutputStream stream;
-  return RestDigest(snapshot, &stream);
-}
-
-Sha256Digest GroupDigest(const v1::Group& group) {
-  Sha256OutputStream stream;
-  return DigestOf(group, &stream);
-}
-
-SnapshotDigests ComputeSnapshotDigests(const v1::Snapshot& snapshot) {
   Sha256OutputStream stream;
   SnapshotDigests digests;
-  digests.rest = RestDigest(snapshot, &stream);
+  digests.rest = DigestOf(rest, &stream);
   digests.groups.reserve(static_cast<size_t>(snapshot.groups_size()));
   for (const auto& group : snapshot.groups()) {
     digests.groups.push_back(DigestOf(group, &stream));
@@ -137,7 +119,8 @@ SnapshotDigests ComputeSnapshotDigests(const v1::Snapshot& snapshot) {
 }
 
 void UpdateGroupDigest(const v1::Snapshot& snapshot, int index, SnapshotDigests* digests) {
-  digests->groups.at(static_cast<size_t>(index)) = GroupDigest(snapshot.groups(index));
+  Sha256OutputStream stream;
+  digests->groups.at(static_cast<size_t>(index)) = DigestOf(snapshot.groups(index), &stream);
 }
 
 std::string ComputeSnapshotVersion(const v1::Snapshot& snapshot) {

@@ -20,9 +20,6 @@ struct SnapshotDigests {
   std::string Version() const;
 };
 SnapshotDigests ComputeSnapshotDigests(const v1::Snapshot& snapshot);
-// The parts: (1) and one group of (2), for callers that keep group digests.
-Sha256Digest SnapshotRestDigest(const v1::Snapshot& snapshot);
-Sha256Digest GroupDigest(const v1::Group& group);
 // After groups(index) changed in place.
 void UpdateGroupDigest(const v1::Snapshot& snapshot, int index, SnapshotDigests* digests);
 std::string ComputeSnapshotVersion(const v1::Snapshot& snapshot);

@@ -220,35 +220,6 @@ class LogonGroupCompiler {
   LogonGroupCompiler(const PodIndex& pods, const SliceIndex& slices)
       : pods_(pods), slices_(slices) {}
 
-  // The revisions of everything Compile(lg) reads: the LogonGroup, then for
-  // a Service backend each of its EndpointSlices followed by the Pods its
-  // endpoints name (0 for one that does not exist). A superset is fine.
-  std::vector<std::uint64_t> Inputs(const LogonGroup& lg, const ObjectSet& objects) const {
-    std::vector<std::uint64_t> inputs{objects.Revision(&lg)};
-    const auto& backend = lg.spec.backend;
-    if (!backend || !backend->service) {
-      return inputs;
-    }
-    auto it = slices_.find({lg.metadata.namespace_, backend->service->name});
-    if (it == slices_.end()) {
-      return inputs;
-    }
-    for (const EndpointSlice* slice : it->second) {
-      inputs.push_back(objects.Revision(slice));
-      for (const auto& endpoint : slice->endpoints) {
-        if (!endpoint.target_ref || endpoint.target_ref->name.empty()) {
-          continue;
-        }
-        const auto& ref = *endpoint.target_ref;
-        const std::string& pod_ns =
-            ref.namespace_.empty() ? slice->metadata.namespace_ : ref.namespace_;
-        auto pod = pods_.find(PodKey{pod_ns, ref.name});
-        inputs.push_back(pod == pods_.end() ? 0 : objects.Revision(pod->second));
-      }
-    }
-    return inputs;
-  }
-
   GroupResult Compile(const LogonGroup& lg) {
     Findings findings;
     const auto& spec = lg.spec;
@@ -958,7 +929,7 @@ const Condition* ObjectStatus::Find(std::string_view type) const {
   return nullptr;
 }
 
-CompileResult Compile(const ObjectSet& objects, CompileCache* cache) {
+CompileResult Compile(const ObjectSet& objects) {
   CompileResult result;
   v1::Snapshot& snapshot = result.snapshot;
 
@@ -967,59 +938,23 @@ CompileResult Compile(const ObjectSet& objects, CompileCache* cache) {
   LogonGroupCompiler group_compiler(pods, slices);
   std::set<std::string> accepted_groups;
   std::set<std::string> existing_groups;
-  if (cache != nullptr && cache->set_id_ != objects.id()) {
-    cache->entries_.clear();  // revisions of another set mean nothing here
-    cache->set_id_ = objects.id();
-  }
-  std::map<ObjectSet::NamespacedName, CompileCache::Entry> entries;
-  // Accepted groups with their digests (zero without a cache), put in key
-  // order below: "ns/name" text order is not (ns, name) order ("erp-dev/x"
-  // sorts before "erp/x").
-  std::vector<std::pair<v1::Group, Sha256Digest>> groups;
+  // Accepted groups, put in key order below: "ns/name" text order is not
+  // (namespace, name) order ("erp-dev/x" sorts before "erp/x").
+  std::vector<v1::Group> groups;
   for (const auto& [key, lg] : objects.logon_groups()) {
+    GroupResult compiled = group_compiler.Compile(lg);
     existing_groups.insert(GroupKey(key.first, key.second));
-    if (cache == nullptr) {
-      GroupResult compiled = group_compiler.Compile(lg);
-      if (compiled.group) {
-        groups.emplace_back(std::move(*compiled.group), Sha256Digest{});
-      }
-      result.statuses.push_back(std::move(compiled.status));
-      continue;
+    if (compiled.group) {
+      accepted_groups.insert(compiled.group->key());
+      groups.push_back(std::move(*compiled.group));
     }
-    std::vector<std::uint64_t> inputs = group_compiler.Inputs(lg, objects);
-    auto cached = cache->entries_.find(key);
-    CompileCache::Entry entry;
-    if (cached != cache->entries_.end() && cached->second.inputs == inputs) {
-      entry = std::move(cached->second);
-      ++cache->hits_;
-    } else {
-      GroupResult compiled = group_compiler.Compile(lg);
-      entry.inputs = std::move(inputs);
-      entry.group = std::move(compiled.group);
-      if (entry.group) {
-        entry.digest = GroupDigest(*entry.group);
-      }
-      entry.status = std::move(compiled.status);
-      ++cache->misses_;
-    }
-    if (entry.group) {
-      groups.emplace_back(*entry.group, entry.digest);
-    }
-    result.statuses.push_back(entry.status);
-    entries.emplace(key, std::move(entry));
+    result.statuses.push_back(std::move(compiled.status));
   }
   std::sort(groups.begin(), groups.end(),
-            [](const auto& a, const auto& b) { return a.first.key() < b.first.key(); });
-  std::vector<Sha256Digest> group_digests;
-  group_digests.reserve(groups.size());
+            [](const v1::Group& a, const v1::Group& b) { return a.key() < b.key(); });
   snapshot.mutable_groups()->Reserve(static_cast<int>(groups.size()));
-  for (auto& [group, digest] : groups) {
-    accepted_groups.insert(group.key());
+  for (auto& group : groups) {
     *snapshot.add_groups() = std::move(group);
-    group_digests.push_back(digest);
-  }
-  if (cache != nullptr) {
-    cache->entries_ = std::move(entries);  // groups that went are forgotten
   }
 
   // Older UrlMappings win conflicts: age is creationTimestamp (RFC 3339 in
@@ -1060,12 +995,7 @@ CompileResult Compile(const ObjectSet& objects, CompileCache* cache) {
     source->set_generation(um.metadata.generation);
   }
 
-  if (cache == nullptr) {
-    StampSnapshotVersion(&snapshot);
-  } else {
-    SnapshotDigests digests{SnapshotRestDigest(snapshot), std::move(group_digests)};
-    snapshot.set_version(digests.Version());
-  }
+  StampSnapshotVersion(&snapshot);
   return result;
 }
 

@@ -5,13 +5,10 @@
 // the same objects always give byte-identical output.
 
 #include <cstdint>
-#include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "common/crypto.h"
 #include "controller/model/model.h"
 #include "kwd/v1/snapshot.pb.h"
 
@@ -61,35 +58,6 @@ struct CompileResult {
   std::vector<ObjectStatus> statuses;  // sorted by kind, namespace, name
 };
 
-// Remembers each LogonGroup's compiled result between compiles of one
-// ObjectSet (the pipeline's store): a group whose inputs (the LogonGroup,
-// its Service's EndpointSlices and the Pods they name) kept their
-// revisions (model::ObjectSet::Revision) is reused with its content digest
-// instead of being compiled and hashed again, so an endpoint change costs
-// about one group's compile. Output is identical with or without a cache
-// (CompileCacheTest). One per pipeline; not thread-safe.
-class CompileCache {
- public:
-  std::uint64_t hits() const { return hits_; }      // groups reused, over all compiles
-  std::uint64_t misses() const { return misses_; }  // groups compiled
-
-  // Internal to Compile.
-  struct Entry {
-    std::vector<std::uint64_t> inputs;  // revisions; 0 = no such object
-    std::optional<v1::Group> group;
-    Sha256Digest digest{};  // of *group
-    ObjectStatus status;
-  };
-
- private:
-  friend CompileResult Compile(const model::ObjectSet& objects, CompileCache* cache);
-  std::uint64_t set_id_ = 0;
-  std::map<model::ObjectSet::NamespacedName, Entry> entries_;
-  std::uint64_t hits_ = 0;
-  std::uint64_t misses_ = 0;
-};
-
-// `cache` may be null (compile everything).
-CompileResult Compile(const model::ObjectSet& objects, CompileCache* cache = nullptr);
+CompileResult Compile(const model::ObjectSet& objects);
 
 }  // namespace kwd::compile

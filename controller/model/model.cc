@@ -1,6 +1,5 @@
 #include "controller/model/model.h"
 
-#include <atomic>
 #include <limits>
 #include <utility>
 
@@ -503,101 +502,6 @@ DecodeResult DecodeObjectOfKind(std::string_view kind, const nlohmann::json& jso
   return DecodeKnownKind(kind, json);
 }
 
-namespace {
-
-std::uint64_t NewObjectSetId() {
-  static std::atomic<std::uint64_t> next{1};
-  return next.fetch_add(1);
-}
-
-}  // namespace
-
-ObjectSet::ObjectSet() : id_(NewObjectSetId()) {}
-
-ObjectSet::ObjectSet(const ObjectSet& other)
-    : logon_groups_(other.logon_groups_),
-      url_mappings_(other.url_mappings_),
-      endpoint_slices_(other.endpoint_slices_),
-      pods_(other.pods_),
-      id_(NewObjectSetId()) {
-  TouchAll();
-}
-
-ObjectSet& ObjectSet::operator=(const ObjectSet& other) {
-  if (this != &other) {
-    logon_groups_ = other.logon_groups_;
-    url_mappings_ = other.url_mappings_;
-    endpoint_slices_ = other.endpoint_slices_;
-    pods_ = other.pods_;
-    revisions_.clear();
-    id_ = NewObjectSetId();
-    TouchAll();
-  }
-  return *this;
-}
-
-ObjectSet::ObjectSet(ObjectSet&& other) noexcept
-    : logon_groups_(std::move(other.logon_groups_)),
-      url_mappings_(std::move(other.url_mappings_)),
-      endpoint_slices_(std::move(other.endpoint_slices_)),
-      pods_(std::move(other.pods_)),
-      revisions_(std::move(other.revisions_)),
-      next_revision_(other.next_revision_),
-      id_(other.id_) {
-  // Moved maps keep their nodes, so the revisions stay true here; the
-  // emptied source starts over as another set.
-  other.logon_groups_.clear();
-  other.url_mappings_.clear();
-  other.endpoint_slices_.clear();
-  other.pods_.clear();
-  other.revisions_.clear();
-  other.id_ = NewObjectSetId();
-}
-
-ObjectSet& ObjectSet::operator=(ObjectSet&& other) noexcept {
-  if (this != &other) {
-    logon_groups_ = std::move(other.logon_groups_);
-    url_mappings_ = std::move(other.url_mappings_);
-    endpoint_slices_ = std::move(other.endpoint_slices_);
-    pods_ = std::move(other.pods_);
-    revisions_ = std::move(other.revisions_);
-    next_revision_ = other.next_revision_;
-    id_ = other.id_;
-    other.logon_groups_.clear();
-    other.url_mappings_.clear();
-    other.endpoint_slices_.clear();
-    other.pods_.clear();
-    other.revisions_.clear();
-    other.id_ = NewObjectSetId();
-  }
-  return *this;
-}
-
-std::uint64_t ObjectSet::Revision(const void* stored) const {
-  auto it = revisions_.find(stored);
-  return it == revisions_.end() ? 0 : it->second;
-}
-
-void ObjectSet::Touch(const void* stored) {
-  revisions_[stored] = next_revision_++;
-}
-
-void ObjectSet::TouchAll() {
-  auto touch = [this](const auto& map) {
-    for (const auto& [key, object] : map) {
-      Touch(&object);
-    }
-  };
-  touch(logon_groups_);
-  touch(url_mappings_);
-  touch(endpoint_slices_);
-  touch(pods_);
-}
-
-void ObjectSet::Forget(const void* stored) {
-  revisions_.erase(stored);
-}
-
 bool ObjectSet::Upsert(Object object) {
   const ObjectMeta& meta = MetadataOf(object);
   NamespacedName key{meta.namespace_, meta.name};
@@ -618,9 +522,7 @@ bool ObjectSet::Upsert(Object object) {
         if (it != map->end() && it->second == typed) {
           return false;
         }
-        T& stored = (*map)[key];
-        stored = std::move(typed);
-        Touch(&stored);
+        (*map)[key] = std::move(typed);
         return true;
       },
       std::move(object));
@@ -628,26 +530,17 @@ bool ObjectSet::Upsert(Object object) {
 
 bool ObjectSet::Remove(const ObjectKey& key) {
   NamespacedName name{key.namespace_, key.name};
-  auto erase = [&](auto& map) {
-    auto it = map.find(name);
-    if (it == map.end()) {
-      return false;
-    }
-    Forget(&it->second);
-    map.erase(it);
-    return true;
-  };
   if (key.kind == kLogonGroupKind) {
-    return erase(logon_groups_);
+    return logon_groups_.erase(name) > 0;
   }
   if (key.kind == kUrlMappingKind) {
-    return erase(url_mappings_);
+    return url_mappings_.erase(name) > 0;
   }
   if (key.kind == kEndpointSliceKind) {
-    return erase(endpoint_slices_);
+    return endpoint_slices_.erase(name) > 0;
   }
   if (key.kind == kPodKind) {
-    return erase(pods_);
+    return pods_.erase(name) > 0;
   }
   return false;
 }

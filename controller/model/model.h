@@ -16,7 +16,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -285,14 +284,6 @@ class ObjectSet {
  public:
   using NamespacedName = std::pair<std::string, std::string>;
 
-  ObjectSet();
-  // A copy holds equal objects under a new id(): revisions are per set.
-  ObjectSet(const ObjectSet& other);
-  ObjectSet& operator=(const ObjectSet& other);
-  ObjectSet(ObjectSet&& other) noexcept;
-  ObjectSet& operator=(ObjectSet&& other) noexcept;
-  ~ObjectSet() = default;
-
   // Inserts or replaces. Returns false when an equal object was already there.
   bool Upsert(Object object);
   // Returns whether an object was removed.
@@ -308,28 +299,11 @@ class ObjectSet {
   }
   const std::map<NamespacedName, Pod>& pods() const { return pods_; }
 
-  // For caching work derived from objects (compile::CompileCache): this set
-  // is id(), and the object stored at `stored` (an element of one of the
-  // maps above) has been unchanged since it got its revision. Every stored
-  // object has one; revisions are never reused within a set; 0 is the
-  // answer for an address that holds no object of this set.
-  std::uint64_t id() const { return id_; }
-  std::uint64_t Revision(const void* stored) const;
-
  private:
-  void Touch(const void* stored);
-  void TouchAll();  // a fresh revision for every object (copies)
-  void Forget(const void* stored);
-
   std::map<NamespacedName, LogonGroup> logon_groups_;
   std::map<NamespacedName, UrlMapping> url_mappings_;
   std::map<NamespacedName, EndpointSlice> endpoint_slices_;
   std::map<NamespacedName, Pod> pods_;
-  // Map nodes do not move while they exist, so the stored object's address
-  // names it; an entry is dropped before its node is erased.
-  std::unordered_map<const void*, std::uint64_t> revisions_;
-  std::uint64_t next_revision_ = 1;
-  std::uint64_t id_;
 };
 
 }  // namespace kwd::model

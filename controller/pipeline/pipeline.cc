@@ -154,7 +154,7 @@ void Pipeline::Run(std::stop_token stop) {
 
 void Pipeline::Rebuild() {
   auto start = std::chrono::steady_clock::now();
-  auto result = std::make_shared<compile::CompileResult>(compile::Compile(store_.objects(), &compile_cache_));
+  auto result = std::make_shared<compile::CompileResult>(compile::Compile(store_.objects()));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   compiles_.fetch_add(1);
   if (compile_seconds_ != nullptr) {

@@ -117,8 +117,6 @@ class Pipeline {
 
   // Pipeline thread only.
   ObjectStore store_;
-  // Groups whose inputs did not change since the last compile are reused.
-  compile::CompileCache compile_cache_;
   Coalescer coalescer_;
   std::vector<std::string> source_names_;
   std::vector<bool> source_synced_;

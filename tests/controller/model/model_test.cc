@@ -200,45 +200,5 @@ TEST(ObjectSetTest, UpsertReportsChangesAndRemoveDeletes) {
   EXPECT_EQ(set.size(), 0u);
 }
 
-TEST(ObjectSetTest, RevisionsChangeExactlyWhenAnObjectDoes) {
-  auto decode = [](const char* text) { return *DecodeObject(json::parse(text)).object; };
-  Object v1 = decode(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"n",
-                         "annotations":{"a":"1"}}})");
-  Object v2 = decode(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"n",
-                         "annotations":{"a":"2"}}})");
-  ObjectSet set;
-  set.Upsert(v1);
-  const Pod* stored = &set.pods().begin()->second;
-  const std::uint64_t first = set.Revision(stored);
-  EXPECT_NE(first, 0u);
-  set.Upsert(v1);  // equal: unchanged
-  EXPECT_EQ(set.Revision(stored), first);
-  set.Upsert(v2);
-  ASSERT_EQ(&set.pods().begin()->second, stored);  // same node, new content
-  const std::uint64_t second = set.Revision(stored);
-  EXPECT_NE(second, first);
-  EXPECT_NE(second, 0u);
-
-  // A copy is another set: new id, and every object has a revision of its own.
-  ObjectSet copy = set;
-  EXPECT_NE(copy.id(), set.id());
-  EXPECT_NE(copy.Revision(&copy.pods().begin()->second), 0u);
-  EXPECT_EQ(copy.Revision(stored), 0u);  // not one of the copy's objects
-
-  // A move keeps id and revisions (the nodes move with the maps).
-  const std::uint64_t id = set.id();
-  ObjectSet moved = std::move(set);
-  EXPECT_EQ(moved.id(), id);
-  EXPECT_EQ(moved.Revision(stored), second);
-
-  EXPECT_TRUE(moved.Remove({"Pod", "n", "p"}));
-  EXPECT_EQ(moved.Revision(stored), 0u);
-  moved.Upsert(v1);  // back, maybe in the same memory: a revision never seen before
-  const std::uint64_t third = moved.Revision(&moved.pods().begin()->second);
-  EXPECT_NE(third, first);
-  EXPECT_NE(third, second);
-  EXPECT_NE(third, 0u);
-}
-
 }  // namespace
 }  // namespace kwd::model
