@@ -66,6 +66,9 @@ SnapshotClient::SnapshotClient(SnapshotClientOptions options, ApplyFunction appl
                                      "Snapshot streams that received at least one response.");
     acks_counter_ = &metrics->GetCounter("kwd_proxy_snapshot_acks_total",
                                          "Snapshot responses accepted (ACK sent).");
+    deltas_counter_ = &metrics->GetCounter(
+        "kwd_proxy_snapshot_deltas_applied_total",
+        "Endpoint-only deltas applied (patched into the running snapshot, not sent whole).");
     nacks_counter_ = &metrics->GetCounter(
         "kwd_proxy_snapshot_nacks_total",
         "Snapshot responses rejected (NACK sent); the previous snapshot kept serving.");
@@ -323,6 +326,9 @@ bool SnapshotClient::ApplyDelta(v1::SnapshotResponse* response, const std::strin
     running_snapshot_.set_version(response->version_info());
     if (apply_(running_snapshot_, error)) {
       running_digests_ = std::move(digests);
+      if (deltas_counter_ != nullptr) {
+        deltas_counter_->Inc();
+      }
       return true;
     }
   } else {

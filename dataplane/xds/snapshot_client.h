@@ -123,6 +123,7 @@ class SnapshotClient {
   Counter* connects_ = nullptr;
   Counter* acks_counter_ = nullptr;
   Counter* nacks_counter_ = nullptr;
+  Counter* deltas_counter_ = nullptr;
 };
 
 }  // namespace kwd::xds

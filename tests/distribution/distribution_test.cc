@@ -233,6 +233,9 @@ TEST_F(DistributionTest, AChangeReachesBothProxies) {
   // Files carry no metadata.generation, so a new server is an endpoint-only
   // change: each proxy got it as a delta.
   EXPECT_EQ(Metric(controller_admin_, "kwd_controller_snapshot_delta_pushes_total"), 2);
+  for (auto& proxy : proxies_) {
+    EXPECT_EQ(Metric(proxy.admin, "kwd_proxy_snapshot_deltas_applied_total"), 1);
+  }
   EXPECT_EQ(Metric(controller_admin_, "kwd_controller_snapshot_nacks_total"), 0);
 }
 
