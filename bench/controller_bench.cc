@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "bench/controller_fixture.h"
+#include "bench/latency.h"
 #include "controller/pipeline/pipeline.h"
 
 namespace {
@@ -24,6 +25,7 @@ using kwd::bench::BuildObjects;
 using kwd::bench::Decode;
 using kwd::bench::kEndpointsPerGroup;
 using kwd::bench::kGroups;
+using kwd::bench::Percentile;
 using kwd::bench::Slice;
 using Clock = std::chrono::steady_clock;
 
@@ -52,15 +54,6 @@ class TimedSink final : public kwd::pipeline::SnapshotSink {
   uint64_t published_ = 0;
   Clock::time_point last_{};
 };
-
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) {
-    return 0;
-  }
-  std::sort(values.begin(), values.end());
-  size_t index = static_cast<size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(index, values.size() - 1)];
-}
 
 void BM_WatchEventToSnapshot10kEndpoints(benchmark::State& state) {
   TimedSink sink;

@@ -21,12 +21,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "bench/controller_fixture.h"
+#include "bench/latency.h"
 #include "common/log.h"
 #include "common/snapshot_delta.h"
 #include "common/snapshot_io.h"
@@ -79,6 +81,33 @@ std::shared_ptr<const compile::CompileResult> MakeResult(uint32_t changed_capaci
   return result;
 }
 
+// N started subscribers of the server on `port`, each validating as the
+// proxy does before its swap; `on_applied` runs on their threads.
+std::vector<std::unique_ptr<xds::SnapshotClient>> StartSubscribers(
+    int port, int count, bool deltas, const std::function<void(const std::string&)>& on_applied) {
+  std::vector<std::unique_ptr<xds::SnapshotClient>> clients;
+  for (int i = 0; i < count; ++i) {
+    xds::SnapshotClientOptions options;
+    options.target = "127.0.0.1:" + std::to_string(port);
+    options.node_id = "proxy-" + std::to_string(i);
+    options.accept_deltas = deltas;
+    options.on_applied = on_applied;
+    clients.push_back(std::make_unique<xds::SnapshotClient>(
+        options,
+        [](const v1::Snapshot& snapshot, std::string* apply_error) {
+          auto problems = CheckSnapshot(snapshot);
+          if (!problems.empty()) {
+            *apply_error = problems.front();
+            return false;
+          }
+          return true;
+        },
+        nullptr));
+    clients.back()->Start();
+  }
+  return clients;
+}
+
 void BM_Propagation(benchmark::State& state) {
   const int subscribers = static_cast<int>(state.range(0));
   const bool deltas = state.range(1) != 0;
@@ -101,31 +130,13 @@ void BM_Propagation(benchmark::State& state) {
   std::condition_variable all_applied;
   std::string target;
   int applied = 0;
-  std::vector<std::unique_ptr<xds::SnapshotClient>> clients;
-  for (int i = 0; i < subscribers; ++i) {
-    xds::SnapshotClientOptions client_options;
-    client_options.target = "127.0.0.1:" + std::to_string(server.port());
-    client_options.node_id = "proxy-" + std::to_string(i);
-    client_options.accept_deltas = deltas;
-    client_options.on_applied = [&](const std::string& version) {
-      std::lock_guard lock(mu);
-      if (version == target && ++applied == subscribers) {
-        all_applied.notify_all();
-      }
-    };
-    clients.push_back(std::make_unique<xds::SnapshotClient>(
-        client_options,
-        [](const v1::Snapshot& snapshot, std::string* apply_error) {
-          auto problems = CheckSnapshot(snapshot);
-          if (!problems.empty()) {
-            *apply_error = problems.front();
-            return false;
-          }
-          return true;
-        },
-        nullptr));
-    clients.back()->Start();
-  }
+  auto clients =
+      StartSubscribers(server.port(), subscribers, deltas, [&](const std::string& version) {
+        std::lock_guard lock(mu);
+        if (version == target && ++applied == subscribers) {
+          all_applied.notify_all();
+        }
+      });
 
   auto publish_and_wait = [&](const std::shared_ptr<const compile::CompileResult>& result) {
     {
@@ -164,14 +175,7 @@ void BM_Propagation(benchmark::State& state) {
   if (millis.empty()) {
     return;
   }
-  std::sort(millis.begin(), millis.end());
-  auto percentile = [&](double p) {
-    size_t index = static_cast<size_t>(p * static_cast<double>(millis.size() - 1) + 0.5);
-    return millis[std::min(index, millis.size() - 1)];
-  };
-  state.counters["p50_ms"] = percentile(0.50);
-  state.counters["p99_ms"] = percentile(0.99);
-  state.counters["max_ms"] = millis.back();
+  bench::ReportLatencies(state, millis);
   state.counters["snapshot_bytes"] = static_cast<double>(results[0]->snapshot.ByteSizeLong());
   state.counters["endpoints"] = kGroups * kServersPerGroup;
 }
@@ -215,29 +219,12 @@ void BM_WatchEventToProxies(benchmark::State& state) {
   std::mutex mu;
   std::condition_variable changed;
   int64_t applied = 0;  // applies over all subscribers
-  std::vector<std::unique_ptr<xds::SnapshotClient>> clients;
-  for (int i = 0; i < subscribers; ++i) {
-    xds::SnapshotClientOptions client_options;
-    client_options.target = "127.0.0.1:" + std::to_string(server.port());
-    client_options.node_id = "proxy-" + std::to_string(i);
-    client_options.on_applied = [&](const std::string&) {
-      std::lock_guard lock(mu);
-      ++applied;
-      changed.notify_all();
-    };
-    clients.push_back(std::make_unique<xds::SnapshotClient>(
-        client_options,
-        [](const v1::Snapshot& snapshot, std::string* apply_error) {
-          auto problems = CheckSnapshot(snapshot);
-          if (!problems.empty()) {
-            *apply_error = problems.front();
-            return false;
-          }
-          return true;
-        },
-        nullptr));
-    clients.back()->Start();
-  }
+  auto clients =
+      StartSubscribers(server.port(), subscribers, /*deltas=*/true, [&](const std::string&) {
+        std::lock_guard lock(mu);
+        ++applied;
+        changed.notify_all();
+      });
   auto wait_for = [&](int64_t count) {
     std::unique_lock lock(mu);
     return changed.wait_for(lock, std::chrono::seconds(60), [&] { return applied >= count; });
@@ -280,14 +267,7 @@ void BM_WatchEventToProxies(benchmark::State& state) {
   if (millis.empty()) {
     return;
   }
-  std::sort(millis.begin(), millis.end());
-  auto percentile = [&](double p) {
-    size_t index = static_cast<size_t>(p * static_cast<double>(millis.size() - 1) + 0.5);
-    return millis[std::min(index, millis.size() - 1)];
-  };
-  state.counters["p50_ms"] = percentile(0.50);
-  state.counters["p99_ms"] = percentile(0.99);
-  state.counters["max_ms"] = millis.back();
+  bench::ReportLatencies(state, millis);
   state.counters["endpoints"] = bench::kGroups * bench::kEndpointsPerGroup;
 }
 BENCHMARK(BM_WatchEventToProxies)

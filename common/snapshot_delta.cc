@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/snapshot_io.h"
+
 namespace kwd {
 namespace {
 
@@ -21,24 +23,6 @@ bool EqualIgnoring(const google::protobuf::Message& a, const google::protobuf::M
     differencer.IgnoreField(also_ignored);
   }
   return differencer.Compare(a, b);
-}
-
-// Index of the group with `key` in key-sorted groups, or -1.
-int FindGroup(const v1::Snapshot& snapshot, const std::string& key) {
-  const auto& groups = snapshot.groups();
-  auto it = std::lower_bound(
-      groups.begin(), groups.end(), key,
-      [](const v1::Group& group, const std::string& k) { return group.key() < k; });
-  if (it != groups.end() && it->key() == key) {
-    return static_cast<int>(it - groups.begin());
-  }
-  // Not sorted (a snapshot the checks will reject anyway): look everywhere.
-  for (int i = 0; i < groups.size(); ++i) {
-    if (groups[i].key() == key) {
-      return i;
-    }
-  }
-  return -1;
 }
 
 }  // namespace
@@ -89,7 +73,8 @@ bool SwapDeltaServers(v1::Snapshot* snapshot, v1::SnapshotDelta* delta,
   targets.reserve(static_cast<size_t>(delta->groups_size()));
   std::vector<bool> named(static_cast<size_t>(snapshot->groups_size()), false);
   for (const auto& changed : delta->groups()) {
-    int index = FindGroup(*snapshot, changed.group());
+    // The running snapshot passed CheckSnapshot: its groups are sorted.
+    int index = FindSortedGroup(*snapshot, changed.group());
     if (index < 0) {
       *error = "delta names group " + changed.group() + ", which the running snapshot lacks";
       return false;

@@ -197,6 +197,14 @@ bool LoadSnapshotFile(const std::string& path, v1::Snapshot* out, std::string* e
   return true;
 }
 
+int FindSortedGroup(const v1::Snapshot& snapshot, std::string_view key) {
+  const auto& groups = snapshot.groups();
+  auto it =
+      std::lower_bound(groups.begin(), groups.end(), key,
+                       [](const v1::Group& group, std::string_view k) { return group.key() < k; });
+  return it != groups.end() && it->key() == key ? static_cast<int>(it - groups.begin()) : -1;
+}
+
 std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
   // Runs on every proxy for every snapshot: no allocation unless there is a
   // problem to describe.
@@ -246,15 +254,12 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     }
   }
   auto group_exists = [&](const std::string& key) {
-    const auto& groups = snapshot.groups();
-    if (!groups_sorted) {
-      return std::any_of(groups.begin(), groups.end(),
-                         [&](const v1::Group& group) { return group.key() == key; });
+    if (groups_sorted) {
+      return FindSortedGroup(snapshot, key) >= 0;
     }
-    auto it = std::lower_bound(
-        groups.begin(), groups.end(), key,
-        [](const v1::Group& group, const std::string& k) { return group.key() < k; });
-    return it != groups.end() && it->key() == key;
+    // Already reported; look everywhere so as not to add false reports.
+    return std::any_of(snapshot.groups().begin(), snapshot.groups().end(),
+                       [&](const v1::Group& group) { return group.key() == key; });
   };
   // `describe` builds the "where" text only when there is a problem.
   auto check_ref = [&](const auto& describe, const std::string& key) {

@@ -34,6 +34,10 @@ bool SnapshotFromJson(std::string_view json, v1::Snapshot* out, std::string* err
 // Parses and verifies the version (when set).
 bool LoadSnapshotFile(const std::string& path, v1::Snapshot* out, std::string* error);
 
+// Index of the group with `key` in a snapshot whose groups are sorted by key
+// (as CheckSnapshot requires), or -1.
+int FindSortedGroup(const v1::Snapshot& snapshot, std::string_view key);
+
 // The invariants listed in snapshot.proto, except the version (see
 // VerifySnapshotVersion). Returns one message per violation;
 // an empty list means the snapshot may be applied. Run by the controller

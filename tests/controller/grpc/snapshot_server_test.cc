@@ -117,6 +117,19 @@ struct FakeProxy {
   std::unique_ptr<xds::SnapshotClient> client;
 };
 
+// A stream driven by hand, for exchanges the real client would not make.
+struct RawStream {
+  explicit RawStream(int port)
+      : stub(v1::SnapshotDiscovery::NewStub(grpc::CreateChannel(
+            "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()))),
+        stream(stub->StreamSnapshots(&context)) {}
+  ~RawStream() { context.TryCancel(); }
+
+  std::unique_ptr<v1::SnapshotDiscovery::Stub> stub;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SnapshotRequest, v1::SnapshotResponse>> stream;
+};
+
 ProxyStatus Only(const SnapshotServer& server) {
   auto proxies = server.Proxies();
   return proxies.size() == 1 ? proxies[0] : ProxyStatus{};
@@ -196,11 +209,8 @@ TEST(SnapshotServerTest, StaleNonceIsIgnored) {
   ServerWatch watch(*server);
   auto v1 = Result(1, 1);
   server->Publish(v1);
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::SnapshotDiscovery::NewStub(channel);
-  grpc::ClientContext context;
-  auto stream = stub->StreamSnapshots(&context);
+  RawStream raw(server->port());
+  auto& stream = raw.stream;
   v1::SnapshotRequest hello;
   hello.set_node_id("raw");
   ASSERT_TRUE(stream->Write(hello));
@@ -231,7 +241,6 @@ TEST(SnapshotServerTest, StaleNonceIsIgnored) {
       watch.Until([&] { return Only(*server).versions.acked_version == v2->snapshot.version(); }));
   EXPECT_TRUE(Only(*server).versions.nacked_version.empty());
   EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_nacks_total", "").Value(), 0u);
-  context.TryCancel();
 }
 
 TEST(SnapshotServerTest, ProxyThatRunsTheCurrentVersionGetsNoSnapshot) {
@@ -240,10 +249,8 @@ TEST(SnapshotServerTest, ProxyThatRunsTheCurrentVersionGetsNoSnapshot) {
   ServerWatch watch(*server);
   auto v1 = Result(1, 1);
   server->Publish(v1);
-  auto stub = v1::SnapshotDiscovery::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  auto stream = stub->StreamSnapshots(&context);
+  RawStream raw(server->port());
+  auto& stream = raw.stream;
   v1::SnapshotRequest hello;
   hello.set_node_id("resync");
   hello.set_version_info(v1->snapshot.version());
@@ -253,7 +260,6 @@ TEST(SnapshotServerTest, ProxyThatRunsTheCurrentVersionGetsNoSnapshot) {
   EXPECT_EQ(response.version_info(), v1->snapshot.version());
   EXPECT_FALSE(response.has_snapshot());
   EXPECT_FALSE(response.nonce().empty());
-  context.TryCancel();
 }
 
 TEST(SnapshotServerTest, RevertBeforeTheAckArrivesSendsTheFullSnapshot) {
@@ -262,10 +268,8 @@ TEST(SnapshotServerTest, RevertBeforeTheAckArrivesSendsTheFullSnapshot) {
   ServerWatch watch(*server);
   auto v1 = Result(1, 1);
   server->Publish(v1);
-  auto stub = v1::SnapshotDiscovery::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  auto stream = stub->StreamSnapshots(&context);
+  RawStream raw(server->port());
+  auto& stream = raw.stream;
   v1::SnapshotRequest hello;
   hello.set_node_id("slow");
   ASSERT_TRUE(stream->Write(hello));
@@ -289,7 +293,6 @@ TEST(SnapshotServerTest, RevertBeforeTheAckArrivesSendsTheFullSnapshot) {
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.version_info(), v1->snapshot.version());
   EXPECT_TRUE(response.has_snapshot());
-  context.TryCancel();
 }
 
 TEST(SnapshotServerTest, EndpointOnlyChangeGoesOutAsADeltaToProxiesThatTakeDeltas) {
@@ -338,10 +341,8 @@ TEST(SnapshotServerTest, NackedDeltaIsAnsweredOnceWithTheWholeSnapshot) {
   ServerWatch watch(*server);
   auto v1 = Result(1, 1);
   server->Publish(v1);
-  auto stub = v1::SnapshotDiscovery::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  auto stream = stub->StreamSnapshots(&context);
+  RawStream raw(server->port());
+  auto& stream = raw.stream;
   v1::SnapshotRequest request;
   request.set_node_id("raw");
   request.set_version_info(v1->snapshot.version());
@@ -393,7 +394,6 @@ TEST(SnapshotServerTest, NackedDeltaIsAnsweredOnceWithTheWholeSnapshot) {
   EXPECT_TRUE(response.has_snapshot());
   EXPECT_FALSE(response.has_delta());
   EXPECT_EQ(metrics.GetCounter("kwd_controller_snapshot_delta_pushes_total", "").Value(), 1u);
-  context.TryCancel();
 }
 
 TEST(SnapshotServerTest, ProxyKeepsItsSnapshotAcrossAControllerRestartAndResyncs) {
