@@ -1,7 +1,10 @@
 #include "controller/pipeline/dir_watcher.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
+#include <thread>
 
 #include "common/log.h"
 
@@ -9,10 +12,12 @@ namespace kwd::pipeline {
 
 namespace fs = std::filesystem;
 
-DirWatcher::DirWatcher(fs::path dir, Pipeline& pipeline, std::chrono::milliseconds poll_interval)
+DirWatcher::DirWatcher(fs::path dir, Pipeline& pipeline, std::chrono::milliseconds poll_interval,
+                       std::chrono::milliseconds settle)
     : dir_(std::move(dir)),
       pipeline_(pipeline),
       poll_interval_(poll_interval),
+      settle_(settle),
       source_(pipeline.AddSource("dir " + dir_.string())) {}
 
 DirWatcher::Signature DirWatcher::Scan() const {
@@ -38,13 +43,43 @@ DirWatcher::Signature DirWatcher::Scan() const {
   return signature;
 }
 
+DirWatcher::Signature DirWatcher::ScanSettled(Signature signature) const {
+  using std::chrono::nanoseconds;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::int64_t newest = std::numeric_limits<std::int64_t>::min();
+    for (const auto& [path, stamp] : signature) {
+      newest = std::max(newest, stamp.first);
+    }
+    std::int64_t now = std::chrono::duration_cast<nanoseconds>(
+                           fs::file_time_type::clock::now().time_since_epoch())
+                           .count();
+    std::int64_t age = now - newest;
+    // A modification time in the future (clock skew, `touch -d`) cannot
+    // tell anything: it counts as settled.
+    if (signature.empty() || age < 0 || age >= nanoseconds(settle_).count()) {
+      break;
+    }
+    std::this_thread::sleep_for(nanoseconds(nanoseconds(settle_).count() - age));
+    signature = Scan();
+  }
+  return signature;
+}
+
 bool DirWatcher::PollOnce() {
   Signature signature = Scan();
   if (loaded_once_ && signature == signature_) {
     return false;
   }
-  signature_ = std::move(signature);
+  signature = ScanSettled(std::move(signature));
   source::LoadResult loaded = source::LoadDirectory(dir_);
+  if (Scan() != signature) {
+    // A file changed while it was read: the next poll reads it again.
+    Log(LogLevel::kDebug, "dir", "files changed while loading; reading again at the next poll",
+        {{"dir", dir_.string()}});
+    return false;
+  }
+  signature_ = std::move(signature);
   for (const source::LoadProblem& problem : loaded.problems) {
     Log(problem.is_error() ? LogLevel::kError : LogLevel::kDebug, "dir", "load problem",
         {{"problem", problem.ToString()}});

@@ -5,6 +5,13 @@
 // reloads the whole directory when any of them changes. The store diffs the
 // reload, so only real changes rebuild. A reload with errors (a YAML syntax
 // error mid-edit) keeps the last good objects and logs the errors.
+//
+// Editors and scripts that rewrite a file in place truncate it first, so a
+// poll can see it empty or half written. A change is therefore read only
+// once no file has been modified for `settle` (waiting at most a second for
+// a file that keeps changing), and a load during which a file changed is
+// thrown away and read again. Writing to a temporary file and renaming it
+// into place (what a Kubernetes ConfigMap volume does) needs none of this.
 
 #include <chrono>
 #include <filesystem>
@@ -21,7 +28,8 @@ namespace kwd::pipeline {
 class DirWatcher {
  public:
   DirWatcher(std::filesystem::path dir, Pipeline& pipeline,
-             std::chrono::milliseconds poll_interval = std::chrono::seconds(1));
+             std::chrono::milliseconds poll_interval = std::chrono::seconds(1),
+             std::chrono::milliseconds settle = std::chrono::milliseconds(50));
 
   // Loads once, then polls until `stop`.
   void Run(std::stop_token stop);
@@ -34,10 +42,13 @@ class DirWatcher {
  private:
   using Signature = std::map<std::string, std::pair<std::int64_t, std::uintmax_t>>;
   Signature Scan() const;
+  // Rescans until no file was modified within `settle_` (bounded).
+  Signature ScanSettled(Signature signature) const;
 
   const std::filesystem::path dir_;
   Pipeline& pipeline_;
   const std::chrono::milliseconds poll_interval_;
+  const std::chrono::milliseconds settle_;
   const int source_;
   bool loaded_once_ = false;
   Signature signature_;

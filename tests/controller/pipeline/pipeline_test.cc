@@ -171,5 +171,46 @@ TEST(DirWatcherTest, PicksUpChangesAndKeepsTheLastGoodObjectsOnErrors) {
   fs::remove_all(dir);
 }
 
+// A file rewritten in place is empty for a moment; the watcher must not
+// publish that moment (it would withdraw every group from the proxies).
+TEST(DirWatcherTest, WaitsForAFileRewrittenInPlaceToSettle) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kwd-dirsettle-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto group_yaml = [](const std::string& name) {
+    return "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: " + name +
+           ", namespace: erp}\nspec:\n  backend:\n    staticServers:\n"
+           "      - {name: s1, address: 10.0.0.1, port: 8000}\n";
+  };
+  std::ofstream(dir / "groups.yaml") << group_yaml("first");
+  RecordingSink sink;
+  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr}, sink, nullptr);
+  DirWatcher watcher(dir, pipeline, milliseconds(20), milliseconds(300));
+  std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
+  auto has_group = [&](const std::string& key) {
+    auto last = sink.last();
+    return last && last->snapshot.groups_size() == 1 && last->snapshot.groups(0).key() == key;
+  };
+  ASSERT_TRUE(watcher.PollOnce());
+  ASSERT_TRUE(testing::WaitFor([&] { return has_group("erp/first"); }));
+
+  std::ofstream(dir / "groups.yaml").close();  // truncated: what an in-place rewrite starts with
+  ASSERT_EQ(fs::file_size(dir / "groups.yaml"), 0u);
+  std::jthread writer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    std::ofstream(dir / "groups.yaml", std::ios::app) << group_yaml("second");
+  });
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_TRUE(watcher.PollOnce());
+  EXPECT_GE(std::chrono::steady_clock::now() - started, milliseconds(300));
+  writer.join();
+  // The one reload read the finished file: the empty moment never compiled.
+  EXPECT_TRUE(testing::WaitFor([&] { return has_group("erp/second"); }));
+  EXPECT_EQ(watcher.reloads(), 2u);
+  EXPECT_FALSE(watcher.PollOnce());
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kwd::pipeline
