@@ -28,14 +28,25 @@ bool EqualIgnoring(const google::protobuf::Message& a, const google::protobuf::M
 }  // namespace
 
 std::optional<v1::SnapshotDelta> ComputeEndpointDelta(const v1::Snapshot& from,
-                                                      const v1::Snapshot& to) {
+                                                      const v1::Snapshot& to,
+                                                      const SnapshotDigests* from_digests,
+                                                      const SnapshotDigests* to_digests) {
   if (from.groups_size() != to.groups_size()) {
     return std::nullopt;
   }
-  const auto* descriptor = v1::Snapshot::descriptor();
-  if (!EqualIgnoring(from, to, descriptor->FindFieldByNumber(v1::Snapshot::kGroupsFieldNumber),
-                     descriptor->FindFieldByNumber(v1::Snapshot::kVersionFieldNumber))) {
-    return std::nullopt;
+  const bool digested = from_digests != nullptr && to_digests != nullptr &&
+                        from_digests->groups.size() == static_cast<size_t>(from.groups_size()) &&
+                        to_digests->groups.size() == static_cast<size_t>(to.groups_size());
+  if (digested) {
+    if (from_digests->rest != to_digests->rest) {
+      return std::nullopt;
+    }
+  } else {
+    const auto* descriptor = v1::Snapshot::descriptor();
+    if (!EqualIgnoring(from, to, descriptor->FindFieldByNumber(v1::Snapshot::kGroupsFieldNumber),
+                       descriptor->FindFieldByNumber(v1::Snapshot::kVersionFieldNumber))) {
+      return std::nullopt;
+    }
   }
   const auto* servers_field =
       v1::Group::descriptor()->FindFieldByNumber(v1::Group::kServersFieldNumber);
@@ -52,10 +63,17 @@ std::optional<v1::SnapshotDelta> ComputeEndpointDelta(const v1::Snapshot& from,
     if (old_group.key() != new_group.key()) {
       return std::nullopt;
     }
-    old_group.SerializeToString(&from_bytes);
-    new_group.SerializeToString(&to_bytes);
-    if (from_bytes == to_bytes) {
-      continue;
+    if (digested) {
+      if (from_digests->groups[static_cast<size_t>(i)] ==
+          to_digests->groups[static_cast<size_t>(i)]) {
+        continue;
+      }
+    } else {
+      old_group.SerializeToString(&from_bytes);
+      new_group.SerializeToString(&to_bytes);
+      if (from_bytes == to_bytes) {
+        continue;
+      }
     }
     if (!EqualIgnoring(old_group, new_group, servers_field)) {
       return std::nullopt;

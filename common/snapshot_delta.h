@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/snapshot_io.h"
 #include "kwd/v1/snapshot.pb.h"
 
 namespace kwd {
@@ -18,8 +19,14 @@ namespace kwd {
 // servers of some groups (same groups in the same order, same virtual hosts,
 // same sources, same group settings). nullopt otherwise: send `to` whole.
 // base_version is from.version().
+//
+// With both snapshots' digests (as the compile keeps them), equal digests
+// stand for equal parts and only the groups whose digests differ are
+// compared; without them every part is compared.
 std::optional<v1::SnapshotDelta> ComputeEndpointDelta(const v1::Snapshot& from,
-                                                      const v1::Snapshot& to);
+                                                      const v1::Snapshot& to,
+                                                      const SnapshotDigests* from_digests = nullptr,
+                                                      const SnapshotDigests* to_digests = nullptr);
 
 // Exchanges each delta group's server list with the list of the snapshot's
 // group with the same key, so the snapshot takes the new lists and `delta`

@@ -140,6 +140,16 @@ SnapshotDigests ComputeSnapshotDigests(const v1::Snapshot& snapshot) {
   return digests;
 }
 
+Sha256Digest SnapshotRestDigest(const v1::Snapshot& snapshot) {
+  Sha256OutputStream stream;
+  return RestDigest(snapshot, &stream);
+}
+
+Sha256Digest GroupDigest(const v1::Group& group) {
+  Sha256OutputStream stream;
+  return DigestOf(group, &stream);
+}
+
 void UpdateGroupDigest(const v1::Snapshot& snapshot, int index, SnapshotDigests* digests) {
   Sha256OutputStream stream;
   digests->groups.at(static_cast<size_t>(index)) = DigestOf(snapshot.groups(index), &stream);

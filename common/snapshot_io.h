@@ -20,6 +20,9 @@ struct SnapshotDigests {
   std::string Version() const;
 };
 SnapshotDigests ComputeSnapshotDigests(const v1::Snapshot& snapshot);
+// The parts, for a caller that keeps group digests between versions.
+Sha256Digest SnapshotRestDigest(const v1::Snapshot& snapshot);
+Sha256Digest GroupDigest(const v1::Group& group);
 // After groups(index) changed in place.
 void UpdateGroupDigest(const v1::Snapshot& snapshot, int index, SnapshotDigests* digests);
 std::string ComputeSnapshotVersion(const v1::Snapshot& snapshot);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/crypto.h"
 #include "common/snapshot_io.h"
 #include "common/string_hash.h"
 
@@ -210,6 +211,39 @@ PodIndex IndexPods(const ObjectSet& objects) {
   return index;
 }
 
+// What a LogonGroup's compile reads besides the LogonGroup itself. The
+// memo's implementation also records each lookup, to know which groups an
+// EndpointSlice or Pod change touches.
+class GroupInputs {
+ public:
+  virtual ~GroupInputs() = default;
+  // The EndpointSlices labelled for Service ns/name in slice-name order, or null.
+  virtual const std::vector<const EndpointSlice*>* SlicesOf(const std::string& ns,
+                                                            const std::string& service) = 0;
+  virtual const model::Pod* FindPod(std::string_view ns, std::string_view name) = 0;
+};
+
+// Everything indexed up front: the pure compile.
+class IndexedInputs : public GroupInputs {
+ public:
+  explicit IndexedInputs(const ObjectSet& objects)
+      : slices_(IndexSlices(objects)), pods_(IndexPods(objects)) {}
+
+  const std::vector<const EndpointSlice*>* SlicesOf(const std::string& ns,
+                                                    const std::string& service) override {
+    auto it = slices_.find({ns, service});
+    return it == slices_.end() ? nullptr : &it->second;
+  }
+  const model::Pod* FindPod(std::string_view ns, std::string_view name) override {
+    auto it = pods_.find(PodKey{ns, name});
+    return it == pods_.end() ? nullptr : it->second;
+  }
+
+ private:
+  SliceIndex slices_;
+  PodIndex pods_;
+};
+
 struct GroupResult {
   std::optional<v1::Group> group;  // set when accepted
   ObjectStatus status;
@@ -217,8 +251,7 @@ struct GroupResult {
 
 class LogonGroupCompiler {
  public:
-  LogonGroupCompiler(const PodIndex& pods, const SliceIndex& slices)
-      : pods_(pods), slices_(slices) {}
+  explicit LogonGroupCompiler(GroupInputs& inputs) : inputs_(inputs) {}
 
   GroupResult Compile(const LogonGroup& lg) {
     Findings findings;
@@ -489,8 +522,8 @@ class LogonGroupCompiler {
     }
     const std::string& ns = lg.metadata.namespace_;
     std::string service_ref = "Service " + GroupKey(ns, service.name);
-    auto it = slices_.find({ns, service.name});
-    if (it == slices_.end()) {
+    const std::vector<const EndpointSlice*>* slices = inputs_.SlicesOf(ns, service.name);
+    if (slices == nullptr) {
       findings.Unresolved(kReasonNoEndpoints, "no EndpointSlice labelled " +
                                                   std::string(model::kServiceNameLabel) + "=" +
                                                   service.name + " in namespace " + ns);
@@ -499,7 +532,7 @@ class LogonGroupCompiler {
 
     std::vector<Candidate> candidates;
     std::vector<std::string> unmatched_slices;
-    for (const EndpointSlice* slice : it->second) {
+    for (const EndpointSlice* slice : *slices) {
       auto port = SelectPort(service.port, *slice);
       if (!port) {
         unmatched_slices.push_back(slice->metadata.name);
@@ -562,7 +595,7 @@ class LogonGroupCompiler {
       }
     }
 
-    if (unmatched_slices.size() == it->second.size()) {
+    if (unmatched_slices.size() == slices->size()) {
       std::string wanted = !service.port ? std::string(
                                                "(none given; a slice must "
                                                "list exactly one port)")
@@ -577,7 +610,7 @@ class LogonGroupCompiler {
       findings.Note("EndpointSlices without the service port ignored: " +
                     JoinStrings(unmatched_slices, ", "));
     }
-    std::size_t slice_count = it->second.size() - unmatched_slices.size();
+    std::size_t slice_count = slices->size() - unmatched_slices.size();
     *resolved_summary = service_ref + ": " + std::to_string(slice_count) +
                         (slice_count == 1 ? " EndpointSlice" : " EndpointSlices");
   }
@@ -616,9 +649,8 @@ class LogonGroupCompiler {
         c.has_pod = true;
         c.pod_namespace = pod_ns;
         c.pod_name = ref.name;
-        auto pod = pods_.find(PodKey{pod_ns, ref.name});
-        if (pod != pods_.end()) {
-          const auto& annotations = pod->second->metadata.annotations;
+        if (const model::Pod* pod = inputs_.FindPod(pod_ns, ref.name)) {
+          const auto& annotations = pod->metadata.annotations;
           auto instance = annotations.find(kInstanceName);
           if (instance != annotations.end() && !instance->second.empty()) {
             name = &instance->second;
@@ -641,8 +673,7 @@ class LogonGroupCompiler {
     return c;
   }
 
-  const PodIndex& pods_;
-  const SliceIndex& slices_;
+  GroupInputs& inputs_;
 };
 
 // ---- UrlMappings ----
@@ -929,32 +960,50 @@ const Condition* ObjectStatus::Find(std::string_view type) const {
   return nullptr;
 }
 
-CompileResult Compile(const ObjectSet& objects) {
+namespace {
+
+// A compiled LogonGroup on its way into a CompileResult.
+struct CompiledGroup {
+  GroupResult* result;
+  const Sha256Digest* digest;  // of *result->group; null: computed in Assemble
+};
+
+// Puts the compiled LogonGroups (in (namespace, name) order) and the
+// UrlMappings together into the snapshot and the statuses, and stamps the
+// version. Moves out of the results when `take`, else copies them.
+CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
+                       bool take) {
   CompileResult result;
   v1::Snapshot& snapshot = result.snapshot;
-
-  SliceIndex slices = IndexSlices(objects);
-  PodIndex pods = IndexPods(objects);
-  LogonGroupCompiler group_compiler(pods, slices);
   std::set<std::string> accepted_groups;
   std::set<std::string> existing_groups;
-  // Accepted groups, put in key order below: "ns/name" text order is not
-  // (namespace, name) order ("erp-dev/x" sorts before "erp/x").
-  std::vector<v1::Group> groups;
-  for (const auto& [key, lg] : objects.logon_groups()) {
-    GroupResult compiled = group_compiler.Compile(lg);
-    existing_groups.insert(GroupKey(key.first, key.second));
-    if (compiled.group) {
-      accepted_groups.insert(compiled.group->key());
-      groups.push_back(std::move(*compiled.group));
+  std::vector<const CompiledGroup*> accepted;
+  result.statuses.reserve(compiled.size() + objects.url_mappings().size());
+  for (const CompiledGroup& group : compiled) {
+    ObjectStatus& status = group.result->status;
+    existing_groups.insert(GroupKey(status.namespace_, status.name));
+    if (group.result->group) {
+      accepted_groups.insert(group.result->group->key());
+      accepted.push_back(&group);
     }
-    result.statuses.push_back(std::move(compiled.status));
+    if (take) {
+      result.statuses.push_back(std::move(status));
+    } else {
+      result.statuses.push_back(status);
+    }
   }
-  std::sort(groups.begin(), groups.end(),
-            [](const v1::Group& a, const v1::Group& b) { return a.key() < b.key(); });
-  snapshot.mutable_groups()->Reserve(static_cast<int>(groups.size()));
-  for (auto& group : groups) {
-    *snapshot.add_groups() = std::move(group);
+  // Groups in key order: "ns/name" text order is not (namespace, name)
+  // order ("erp-dev/x" sorts before "erp/x").
+  std::sort(accepted.begin(), accepted.end(), [](const CompiledGroup* a, const CompiledGroup* b) {
+    return a->result->group->key() < b->result->group->key();
+  });
+  snapshot.mutable_groups()->Reserve(static_cast<int>(accepted.size()));
+  for (const CompiledGroup* group : accepted) {
+    if (take) {
+      *snapshot.add_groups() = std::move(*group->result->group);
+    } else {
+      *snapshot.add_groups() = *group->result->group;
+    }
   }
 
   // Older UrlMappings win conflicts: age is creationTimestamp (RFC 3339 in
@@ -995,7 +1044,273 @@ CompileResult Compile(const ObjectSet& objects) {
     source->set_generation(um.metadata.generation);
   }
 
-  StampSnapshotVersion(&snapshot);
+  SnapshotDigests& digests = result.digests;
+  digests.rest = SnapshotRestDigest(snapshot);
+  digests.groups.reserve(accepted.size());
+  for (int i = 0; i < snapshot.groups_size(); ++i) {
+    const Sha256Digest* known = accepted[static_cast<size_t>(i)]->digest;
+    digests.groups.push_back(known != nullptr ? *known : GroupDigest(snapshot.groups(i)));
+  }
+  snapshot.set_version(digests.Version());
+  return result;
+}
+
+}  // namespace
+
+CompileResult Compile(const ObjectSet& objects) {
+  IndexedInputs inputs(objects);
+  LogonGroupCompiler group_compiler(inputs);
+  std::vector<GroupResult> results;
+  results.reserve(objects.logon_groups().size());
+  for (const auto& [key, lg] : objects.logon_groups()) {
+    results.push_back(group_compiler.Compile(lg));
+  }
+  std::vector<CompiledGroup> compiled;
+  compiled.reserve(results.size());
+  for (GroupResult& result : results) {
+    compiled.push_back({&result, nullptr});
+  }
+  return Assemble(objects, compiled, /*take=*/true);
+}
+
+// ---- CompileMemo ----
+
+using NamespacedName = ObjectSet::NamespacedName;
+
+struct CompileMemo::State {
+  struct Entry {
+    GroupResult result;
+    Sha256Digest digest{};  // of *result.group
+    // What its compile read besides the LogonGroup.
+    std::optional<NamespacedName> service;
+    std::vector<NamespacedName> pods;
+  };
+  // Changes reported since the last compile; `all_changed` when there is
+  // no usable earlier compile (none yet, too many changes, or one that
+  // did not finish).
+  std::vector<model::ObjectKey> changed;
+  bool all_changed = true;
+  std::map<NamespacedName, Entry> entries;  // LogonGroups by (namespace, name)
+  // Which LogonGroups read a Service's slices or a Pod.
+  std::map<NamespacedName, std::set<NamespacedName>> groups_by_service;
+  std::map<NamespacedName, std::set<NamespacedName>> groups_by_pod;
+  // EndpointSlices by (namespace, service) as slice names, and each
+  // labelled slice's service, kept up to date from the changes.
+  std::map<NamespacedName, std::set<std::string>> slices_of_service;
+  std::map<NamespacedName, std::string> service_of_slice;
+  std::uint64_t groups_compiled = 0;
+  std::uint64_t groups_reused = 0;
+
+  void IndexSlice(const NamespacedName& key, const EndpointSlice& slice) {
+    static const std::string kServiceNameLabel(model::kServiceNameLabel);
+    auto label = slice.metadata.labels.find(kServiceNameLabel);
+    if (label == slice.metadata.labels.end()) {
+      return;
+    }
+    service_of_slice[key] = label->second;
+    slices_of_service[{key.first, label->second}].insert(key.second);
+  }
+  // Returns the service the slice was indexed under, if any.
+  std::optional<NamespacedName> UnindexSlice(const NamespacedName& key) {
+    auto it = service_of_slice.find(key);
+    if (it == service_of_slice.end()) {
+      return std::nullopt;
+    }
+    NamespacedName service{key.first, it->second};
+    service_of_slice.erase(it);
+    auto slices = slices_of_service.find(service);
+    if (slices != slices_of_service.end()) {
+      slices->second.erase(key.second);
+      if (slices->second.empty()) {
+        slices_of_service.erase(slices);
+      }
+    }
+    return service;
+  }
+  void Link(const NamespacedName& group, const Entry& entry, bool add) {
+    auto update = [&](std::map<NamespacedName, std::set<NamespacedName>>& index,
+                      const NamespacedName& input) {
+      if (add) {
+        index[input].insert(group);
+        return;
+      }
+      auto it = index.find(input);
+      if (it != index.end()) {
+        it->second.erase(group);
+        if (it->second.empty()) {
+          index.erase(it);
+        }
+      }
+    };
+    if (entry.service) {
+      update(groups_by_service, *entry.service);
+    }
+    for (const NamespacedName& pod : entry.pods) {
+      update(groups_by_pod, pod);
+    }
+  }
+  void MarkUsers(const std::map<NamespacedName, std::set<NamespacedName>>& index,
+                 const NamespacedName& input, std::set<NamespacedName>* dirty) const {
+    auto it = index.find(input);
+    if (it != index.end()) {
+      dirty->insert(it->second.begin(), it->second.end());
+    }
+  }
+};
+
+namespace {
+
+// The memo's inputs: its slice index, the ObjectSet's pods (or a hash index
+// of them for a full compile), and a record of every lookup.
+class MemoInputs : public GroupInputs {
+ public:
+  MemoInputs(const ObjectSet& objects, const CompileMemo::State& state, const PodIndex* pods)
+      : objects_(objects), state_(state), pods_(pods) {}
+
+  void RecordInto(CompileMemo::State::Entry* entry) { entry_ = entry; }
+
+  const std::vector<const EndpointSlice*>* SlicesOf(const std::string& ns,
+                                                    const std::string& service) override {
+    NamespacedName key{ns, service};
+    entry_->service = key;
+    auto it = state_.slices_of_service.find(key);
+    if (it == state_.slices_of_service.end()) {
+      return nullptr;
+    }
+    slices_.clear();
+    for (const std::string& name : it->second) {
+      auto slice = objects_.endpoint_slices().find({ns, name});
+      if (slice != objects_.endpoint_slices().end()) {
+        slices_.push_back(&slice->second);
+      }
+    }
+    return slices_.empty() ? nullptr : &slices_;
+  }
+
+  const model::Pod* FindPod(std::string_view ns, std::string_view name) override {
+    entry_->pods.emplace_back(ns, name);
+    if (pods_ != nullptr) {
+      auto it = pods_->find(PodKey{ns, name});
+      return it == pods_->end() ? nullptr : it->second;
+    }
+    auto it = objects_.pods().find(entry_->pods.back());
+    return it == objects_.pods().end() ? nullptr : &it->second;
+  }
+
+ private:
+  const ObjectSet& objects_;
+  const CompileMemo::State& state_;
+  const PodIndex* pods_;
+  CompileMemo::State::Entry* entry_ = nullptr;
+  std::vector<const EndpointSlice*> slices_;
+};
+
+}  // namespace
+
+CompileMemo::CompileMemo() : state_(std::make_unique<State>()) {}
+CompileMemo::~CompileMemo() = default;
+
+void CompileMemo::Changed(const model::ObjectKey& key) {
+  constexpr std::size_t kMaxChanges = 100000;  // beyond that a full compile is cheaper
+  if (state_->all_changed) {
+    return;
+  }
+  if (state_->changed.size() >= kMaxChanges) {
+    state_->all_changed = true;
+    state_->changed.clear();
+    return;
+  }
+  state_->changed.push_back(key);
+}
+
+void CompileMemo::ChangedAll() {
+  state_->all_changed = true;
+  state_->changed.clear();
+}
+
+std::uint64_t CompileMemo::groups_compiled() const {
+  return state_->groups_compiled;
+}
+
+std::uint64_t CompileMemo::groups_reused() const {
+  return state_->groups_reused;
+}
+
+CompileResult Compile(const ObjectSet& objects, CompileMemo& memo) {
+  CompileMemo::State& state = *memo.state_;
+  std::set<NamespacedName> dirty;
+  std::optional<PodIndex> pod_index;
+  if (state.all_changed) {
+    state.entries.clear();
+    state.groups_by_service.clear();
+    state.groups_by_pod.clear();
+    state.slices_of_service.clear();
+    state.service_of_slice.clear();
+    for (const auto& [key, slice] : objects.endpoint_slices()) {
+      state.IndexSlice(key, slice);
+    }
+    for (const auto& [key, lg] : objects.logon_groups()) {
+      dirty.insert(dirty.end(), key);
+    }
+    pod_index = IndexPods(objects);
+  } else {
+    for (const model::ObjectKey& changed : state.changed) {
+      NamespacedName key{changed.namespace_, changed.name};
+      if (changed.kind == model::kLogonGroupKind) {
+        dirty.insert(key);
+      } else if (changed.kind == model::kEndpointSliceKind) {
+        if (auto before = state.UnindexSlice(key)) {
+          state.MarkUsers(state.groups_by_service, *before, &dirty);
+        }
+        auto now = objects.endpoint_slices().find(key);
+        if (now != objects.endpoint_slices().end()) {
+          state.IndexSlice(key, now->second);
+          if (auto it = state.service_of_slice.find(key); it != state.service_of_slice.end()) {
+            state.MarkUsers(state.groups_by_service, {key.first, it->second}, &dirty);
+          }
+        }
+      } else if (changed.kind == model::kPodKind) {
+        state.MarkUsers(state.groups_by_pod, key, &dirty);
+      }
+      // UrlMappings are compiled every time (Assemble).
+    }
+  }
+  // Until this compile finishes, the memo is not usable.
+  state.all_changed = true;
+  state.changed.clear();
+
+  MemoInputs inputs(objects, state, pod_index ? &*pod_index : nullptr);
+  LogonGroupCompiler group_compiler(inputs);
+  std::size_t compiled_now = 0;
+  for (const NamespacedName& name : dirty) {
+    if (auto old = state.entries.find(name); old != state.entries.end()) {
+      state.Link(name, old->second, /*add=*/false);
+      state.entries.erase(old);
+    }
+    auto lg = objects.logon_groups().find(name);
+    if (lg == objects.logon_groups().end()) {
+      continue;
+    }
+    CompileMemo::State::Entry entry;
+    inputs.RecordInto(&entry);
+    entry.result = group_compiler.Compile(lg->second);
+    if (entry.result.group) {
+      entry.digest = GroupDigest(*entry.result.group);
+    }
+    state.Link(name, entry, /*add=*/true);
+    state.entries.emplace(name, std::move(entry));
+    ++compiled_now;
+  }
+  state.groups_compiled += compiled_now;
+  state.groups_reused += state.entries.size() - compiled_now;
+
+  std::vector<CompiledGroup> compiled;
+  compiled.reserve(state.entries.size());
+  for (auto& [name, entry] : state.entries) {
+    compiled.push_back({&entry.result, &entry.digest});
+  }
+  CompileResult result = Assemble(objects, compiled, /*take=*/false);
+  state.all_changed = false;
   return result;
 }
 

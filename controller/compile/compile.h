@@ -5,10 +5,12 @@
 // the same objects always give byte-identical output.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/snapshot_io.h"
 #include "controller/model/model.h"
 #include "kwd/v1/snapshot.pb.h"
 
@@ -56,8 +58,41 @@ struct ObjectStatus {
 struct CompileResult {
   v1::Snapshot snapshot;               // version stamped; passes CheckSnapshot
   std::vector<ObjectStatus> statuses;  // sorted by kind, namespace, name
+  SnapshotDigests digests;             // the snapshot's, as its version was built from
 };
 
 CompileResult Compile(const model::ObjectSet& objects);
+
+// Remembers each LogonGroup's compiled result (and content digest) between
+// compiles of one ObjectSet, and what each read: its Service's
+// EndpointSlices and the Pods their endpoints name. The owner of the
+// ObjectSet reports every object added, changed or removed since the last
+// compile (Changed); the next compile then compiles only the LogonGroups
+// those changes touch and reuses the rest, so an endpoint change costs one
+// group's compile plus putting the snapshot together. The output is
+// exactly Compile(objects)'s (CompileMemoTest). Not thread-safe.
+class CompileMemo {
+ public:
+  CompileMemo();
+  ~CompileMemo();
+  CompileMemo(const CompileMemo&) = delete;
+  CompileMemo& operator=(const CompileMemo&) = delete;
+
+  void Changed(const model::ObjectKey& key);
+  // Forget everything: the next compile compiles every group.
+  void ChangedAll();
+
+  std::uint64_t groups_compiled() const;  // over all compiles
+  std::uint64_t groups_reused() const;
+
+  struct State;  // internal to compile.cc
+
+ private:
+  friend CompileResult Compile(const model::ObjectSet& objects, CompileMemo& memo);
+  std::unique_ptr<State> state_;
+};
+
+// Compile(objects) with the memo's help.
+CompileResult Compile(const model::ObjectSet& objects, CompileMemo& memo);
 
 }  // namespace kwd::compile

@@ -332,7 +332,8 @@ void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> resul
   // milliseconds for 10,000 endpoints, once per version for every stream.
   std::optional<v1::SnapshotDelta> delta;
   if (previous) {
-    delta = ComputeEndpointDelta(previous->snapshot, result->snapshot);
+    delta = ComputeEndpointDelta(previous->snapshot, result->snapshot, &previous->digests,
+                                 &result->digests);
   }
   std::lock_guard lock(mu_);
   const std::string nonce = std::to_string(next_nonce_++);

@@ -154,7 +154,9 @@ void Pipeline::Run(std::stop_token stop) {
 
 void Pipeline::Rebuild() {
   auto start = std::chrono::steady_clock::now();
-  auto result = std::make_shared<compile::CompileResult>(compile::Compile(store_.objects()));
+  const std::uint64_t compiled_before = store_.memo().groups_compiled();
+  auto result = std::make_shared<compile::CompileResult>(store_.Compile());
+  const std::uint64_t groups_compiled = store_.memo().groups_compiled() - compiled_before;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   compiles_.fetch_add(1);
   if (compile_seconds_ != nullptr) {
@@ -189,7 +191,9 @@ void Pipeline::Rebuild() {
       snapshots_published_->Inc();
     }
     Log(LogLevel::kInfo, "pipeline", "snapshot published",
-        {{"version", version}, {"compile_ms", std::to_string(seconds * 1000.0)}});
+        {{"version", version},
+         {"compile_ms", std::to_string(seconds * 1000.0)},
+         {"groups_compiled", std::to_string(groups_compiled)}});
     sink_.Publish(result);
   }
   ready_ = true;

@@ -103,6 +103,7 @@ bool ObjectStore::Upsert(ObservedObject observed) {
   }
   Index(observed.object, +1);
   bool is_relevant = IsRelevant(observed.object);
+  memo_.Changed(key);
   objects_.Upsert(std::move(observed.object));
   return was_relevant || is_relevant;
 }
@@ -115,6 +116,7 @@ bool ObjectStore::Remove(const model::ObjectKey& key) {
   }
   bool was_relevant = IsRelevant(*previous);
   Index(*previous, -1);
+  memo_.Changed(key);
   objects_.Remove(key);
   return was_relevant;
 }

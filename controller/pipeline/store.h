@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "controller/compile/compile.h"
 #include "controller/model/model.h"
 
 namespace kwd::pipeline {
@@ -44,6 +45,11 @@ class ObjectStore {
                std::vector<ObservedObject> objects);
 
   const model::ObjectSet& objects() const { return objects_; }
+  // compile::Compile(objects()), compiling again only the LogonGroups that
+  // the writes since the last call touched (every write is reported to the
+  // store's CompileMemo).
+  compile::CompileResult Compile() { return compile::Compile(objects_, memo_); }
+  const compile::CompileMemo& memo() const { return memo_; }
   // The status the API server last reported for a LogonGroup/UrlMapping, or null.
   const nlohmann::json* ObservedStatus(const model::ObjectKey& key) const;
   std::size_t CountOf(std::string_view kind) const;
@@ -56,6 +62,7 @@ class ObjectStore {
   std::vector<model::ObjectKey> KeysOf(std::string_view kind, std::string_view namespace_) const;
 
   model::ObjectSet objects_;
+  compile::CompileMemo memo_;
   std::map<model::ObjectKey, nlohmann::json> statuses_;
   // (namespace, service) named by LogonGroups, with reference counts.
   std::map<NamespacedName, int> referenced_services_;

@@ -41,9 +41,9 @@ v1::Snapshot MakeSnapshot() {
   return snapshot;
 }
 
-std::string Bytes(const v1::Snapshot& snapshot) {
+std::string Bytes(const google::protobuf::Message& message) {
   std::string bytes;
-  snapshot.SerializeToString(&bytes);
+  message.SerializeToString(&bytes);
   return bytes;
 }
 
@@ -68,6 +68,12 @@ TEST_P(EndpointDeltaTest, RoundTrips) {
   auto delta = ComputeEndpointDelta(from, to);
   ASSERT_TRUE(delta.has_value());
   EXPECT_EQ(delta->base_version(), from.version());
+  // The digests' shortcut (what the controller uses) finds the same delta.
+  SnapshotDigests from_digests = ComputeSnapshotDigests(from);
+  SnapshotDigests to_digests = ComputeSnapshotDigests(to);
+  auto digested = ComputeEndpointDelta(from, to, &from_digests, &to_digests);
+  ASSERT_TRUE(digested.has_value());
+  EXPECT_EQ(Bytes(*digested), Bytes(*delta));
   std::vector<std::string> groups;
   for (const auto& changed : delta->groups()) {
     groups.push_back(changed.group());
@@ -151,6 +157,9 @@ TEST_P(NotEndpointOnlyTest, NeedsTheFullSnapshot) {
   StampSnapshotVersion(&to);
   ASSERT_NE(from.version(), to.version());
   EXPECT_FALSE(ComputeEndpointDelta(from, to).has_value());
+  SnapshotDigests from_digests = ComputeSnapshotDigests(from);
+  SnapshotDigests to_digests = ComputeSnapshotDigests(to);
+  EXPECT_FALSE(ComputeEndpointDelta(from, to, &from_digests, &to_digests).has_value());
 }
 
 INSTANTIATE_TEST_SUITE_P(

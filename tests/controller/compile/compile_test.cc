@@ -647,5 +647,190 @@ TEST(CompileTest, GroupsAreInKeyOrderAcrossSimilarNamespaces) {
   EXPECT_EQ(result.statuses[1].namespace_, "erp-dev");
 }
 
+
+// ---- CompileMemo ----
+
+model::Object Decoded(const json& object) {
+  auto decoded = model::DecodeObject(object);
+  EXPECT_TRUE(decoded.ok()) << decoded.error;
+  return std::move(*decoded.object);
+}
+
+json RandomSlice(std::mt19937& rng, const std::string& ns, const std::string& name,
+                 const std::string& service) {
+  json endpoints = json::array();
+  for (int e = 0; e < 4; ++e) {
+    json conditions = {{"ready", rng() % 3 != 0}};
+    if (!conditions["ready"].get<bool>() && rng() % 2 == 0) {
+      conditions = kDraining;
+    }
+    endpoints.push_back(Ep("10.1." + std::to_string(rng() % 4) + "." + std::to_string(e),
+                           "pod-" + std::to_string(rng() % 12), conditions));
+  }
+  return Slice(ns, name, service, endpoints);
+}
+
+// An ObjectSet whose every write is reported to a memo, as the pipeline's
+// store does.
+struct MemoSet {
+  model::ObjectSet set;
+  CompileMemo memo;
+  void Upsert(const json& object) {
+    model::Object decoded = Decoded(object);
+    memo.Changed(model::KeyOf(decoded));
+    set.Upsert(std::move(decoded));
+  }
+  void Remove(const model::ObjectKey& key) {
+    memo.Changed(key);
+    set.Remove(key);
+  }
+};
+
+// Every step: one random change, then a compile with the memo must give
+// exactly what a compile without it gives.
+TEST(CompileMemoTest, SameOutputAsWithoutAMemoOverRandomChanges) {
+  std::mt19937 rng(7);  // fixed seed: a failure reproduces
+  const std::vector<std::string> namespaces = {"erp", "erp-dev"};
+  MemoSet objects;
+  auto group = [&](const std::string& ns, const std::string& g, const std::string& svc) {
+    objects.Upsert(ServiceLg(
+        ns, "g" + g, {{"name", "svc" + svc}, {"port", "http"}},
+        {{"strategy", rng() % 2 ? "adaptive" : "weighted_round_robin"},
+         {"defaultCapacity", 1 + rng() % 3}}));
+  };
+  for (const auto& ns : namespaces) {
+    for (int g = 0; g < 3; ++g) {
+      group(ns, std::to_string(g), std::to_string(g));
+      objects.Upsert(RandomSlice(rng, ns, "svc" + std::to_string(g) + "-a",
+                                 "svc" + std::to_string(g)));
+    }
+    for (int p = 0; p < 12; p += 2) {
+      objects.Upsert(PodJ(ns, "pod-" + std::to_string(p),
+                          {{"dispatch.kwd.io/capacity", std::to_string(1 + p % 3)}}));
+    }
+  }
+  objects.Upsert(StaticLg("erp", "static"));
+  objects.Upsert(Um("erp", "map", "", {{"rules", {{{"prefix", "/sap/"}, {"logonGroup", "g0"}}}}}));
+
+  std::set<std::string> kinds_seen;
+  for (int step = 0; step < 400; ++step) {
+    const std::string& ns = namespaces[rng() % namespaces.size()];
+    const std::string g = std::to_string(rng() % 3);
+    std::string change;
+    switch (rng() % 12) {
+      case 0:
+      case 1:
+        change = "slice";
+        objects.Upsert(RandomSlice(rng, ns, "svc" + g + "-a", "svc" + g));
+        break;
+      case 2:
+        change = "second slice";
+        objects.Upsert(RandomSlice(rng, ns, "svc" + g + "-b", "svc" + g));
+        break;
+      case 3:
+        change = "slice gone";
+        objects.Remove({"EndpointSlice", ns, "svc" + g + "-" + (rng() % 2 ? "a" : "b")});
+        break;
+      case 4:
+        change = "pod capacity";
+        objects.Upsert(PodJ(ns, "pod-" + std::to_string(rng() % 12),
+                            {{"dispatch.kwd.io/capacity", std::to_string(1 + rng() % 5)},
+                             {"dispatch.kwd.io/instance-name", "i" + std::to_string(rng() % 6)}}));
+        break;
+      case 5:
+        change = "pod gone";
+        objects.Remove({"Pod", ns, "pod-" + std::to_string(rng() % 12)});
+        break;
+      case 6:
+        change = "slice moves to another service";
+        objects.Upsert(
+            RandomSlice(rng, ns, "svc" + g + "-a", "svc" + std::to_string(rng() % 4)));
+        break;
+      case 7: {
+        change = "slice loses its service label";
+        json slice = RandomSlice(rng, ns, "svc" + g + "-b", "svc" + g);
+        slice["metadata"].erase("labels");
+        objects.Upsert(slice);
+        break;
+      }
+      case 8:
+        change = "group gone";
+        objects.Remove({"LogonGroup", ns, "g" + g});
+        break;
+      case 9:
+        change = "group (back) on another service";
+        group(ns, g, std::to_string(rng() % 4));
+        break;
+      case 10:
+        change = "url mapping";
+        objects.Upsert(Um("erp", "map", "",
+                          {{"rules", {{{"prefix", "/sap/"}, {"logonGroup", "g" + g}}}}}));
+        break;
+      default:
+        change = "group spec";
+        group(ns, g, g);
+        break;
+    }
+    kinds_seen.insert(change);
+    CompileResult memoized = Compile(objects.set, objects.memo);
+    CompileResult fresh = Compile(objects.set);
+    ASSERT_EQ(SnapshotToJson(memoized.snapshot), SnapshotToJson(fresh.snapshot))
+        << "step " << step << ": " << change;
+    ASSERT_EQ(memoized.snapshot.version(), fresh.snapshot.version()) << step;
+    ASSERT_EQ(memoized.statuses, fresh.statuses) << "step " << step << ": " << change;
+  }
+  EXPECT_EQ(kinds_seen.size(), 11u);  // every kind of change happened
+  // Most groups are reused on most steps.
+  EXPECT_GT(objects.memo.groups_reused(), 4 * objects.memo.groups_compiled());
+}
+
+TEST(CompileMemoTest, OnlyTheGroupsAChangeTouchesAreCompiledAgain) {
+  MemoSet objects;
+  for (int g = 0; g < 5; ++g) {
+    std::string svc = "svc" + std::to_string(g);
+    objects.Upsert(ServiceLg("erp", "g" + std::to_string(g), {{"name", svc}, {"port", "http"}}));
+    objects.Upsert(Slice("erp", svc + "-a", svc,
+                         {Ep("10.0.0." + std::to_string(g), "p" + std::to_string(g))}));
+  }
+  CompileMemo& memo = objects.memo;
+  Compile(objects.set, memo);
+  EXPECT_EQ(memo.groups_compiled(), 5u);
+  EXPECT_EQ(memo.groups_reused(), 0u);
+  Compile(objects.set, memo);  // nothing changed
+  EXPECT_EQ(memo.groups_compiled(), 5u);
+  EXPECT_EQ(memo.groups_reused(), 5u);
+
+  // A pod that an endpoint of g3 names appears: only g3 is compiled again.
+  objects.Upsert(PodJ("erp", "p3", {{"dispatch.kwd.io/capacity", "4"}}));
+  CompileResult result = Compile(objects.set, memo);
+  EXPECT_EQ(memo.groups_compiled(), 6u);
+  ASSERT_EQ(result.snapshot.groups_size(), 5);
+  EXPECT_EQ(result.snapshot.groups(3).servers(0).capacity(), 4u);
+
+  // A new slice of g1's Service: only g1.
+  objects.Upsert(Slice("erp", "svc1-b", "svc1", {Ep("10.0.1.1", "")}));
+  result = Compile(objects.set, memo);
+  EXPECT_EQ(memo.groups_compiled(), 7u);
+  EXPECT_EQ(result.snapshot.groups(1).servers_size(), 2);
+
+  // A slice of a Service no group uses, and an unrelated pod: none.
+  objects.Upsert(Slice("erp", "other-a", "other", {Ep("10.0.9.1", "p9")}));
+  objects.Upsert(PodJ("erp", "p9", {}));
+  Compile(objects.set, memo);
+  EXPECT_EQ(memo.groups_compiled(), 7u);
+
+  // g0's slice moves to g2's Service: both.
+  objects.Upsert(Slice("erp", "svc0-a", "svc2", {Ep("10.0.0.0", "p0")}));
+  result = Compile(objects.set, memo);
+  EXPECT_EQ(memo.groups_compiled(), 9u);
+  EXPECT_EQ(result.snapshot.groups(0).servers_size(), 0);
+  EXPECT_EQ(result.snapshot.groups(2).servers_size(), 2);
+
+  // ChangedAll: everything again.
+  memo.ChangedAll();
+  Compile(objects.set, memo);
+  EXPECT_EQ(memo.groups_compiled(), 14u);
+}
+
 }  // namespace
 }  // namespace kwd::compile

@@ -137,5 +137,39 @@ TEST(ObjectStoreTest, RemovingTheLastReferenceMakesSlicesIrrelevant) {
   EXPECT_FALSE(store.Upsert(Decode(Slice("svc-1", "svc", "p", true))));
 }
 
+// The store reports every write to its CompileMemo: after upserts, removals
+// and relists (relevant or not), its compile equals a compile from scratch.
+TEST(ObjectStoreTest, CompileAfterEveryKindOfWriteEqualsAFreshCompile) {
+  ObjectStore store;
+  auto expect_fresh = [&](const std::string& step) {
+    compile::CompileResult memoized = store.Compile();
+    compile::CompileResult fresh = compile::Compile(store.objects());
+    EXPECT_EQ(memoized.snapshot.SerializeAsString(), fresh.snapshot.SerializeAsString()) << step;
+    EXPECT_EQ(memoized.statuses, fresh.statuses) << step;
+    return memoized;
+  };
+  store.Upsert(Decode(Group("g1", "svc1")));
+  store.Upsert(Decode(Group("g2", "svc2")));
+  store.Upsert(Decode(Slice("svc1-a", "svc1", "p1")));
+  store.Upsert(Decode(Slice("unused-a", "unused", "p2")));  // irrelevant: no group uses it
+  expect_fresh("initial");
+  store.Upsert(Decode(Pod("p1", {{"dispatch.kwd.io/capacity", "7"}})));
+  EXPECT_EQ(expect_fresh("pod").snapshot.groups(0).servers(0).capacity(), 7u);
+  // The slice nobody used changes (not relevant), then g2 starts using it.
+  store.Upsert(Decode(Slice("unused-a", "unused", "p2", false)));
+  store.Upsert(Decode(Group("g2", "unused")));
+  expect_fresh("group switches to a service whose slice changed unseen");
+  // A relist that drops svc1-a and brings svc2-a.
+  std::vector<ObservedObject> slices;
+  slices.push_back(Decode(Slice("unused-a", "unused", "p2", false)));
+  slices.push_back(Decode(Slice("svc2-a", "svc2", "p3")));
+  store.Replace(model::kEndpointSliceKind, "", std::move(slices));
+  EXPECT_EQ(expect_fresh("relist").snapshot.groups(0).servers_size(), 0);
+  store.Remove({"Pod", "erp", "p1"});
+  store.Remove({"LogonGroup", "erp", "g2"});
+  expect_fresh("removals");
+  EXPECT_GT(store.memo().groups_reused(), 0u);
+}
+
 }  // namespace
 }  // namespace kwd::pipeline
