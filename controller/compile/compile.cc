@@ -951,6 +951,21 @@ class UrlMappingCompiler {
 
 }  // namespace
 
+namespace {
+
+std::unique_ptr<google::protobuf::Arena> MakeSnapshotArena() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 64 * 1024;
+  options.max_block_size = 1024 * 1024;
+  return std::make_unique<google::protobuf::Arena>(options);
+}
+
+}  // namespace
+
+CompileResult::CompileResult()
+    : arena(MakeSnapshotArena()),
+      snapshot(*google::protobuf::Arena::CreateMessage<v1::Snapshot>(arena.get())) {}
+
 const Condition* ObjectStatus::Find(std::string_view type) const {
   for (const auto& condition : conditions) {
     if (condition.type == type) {

@@ -26,9 +26,9 @@ class Pipeline {
     for (const auto& p : loaded.problems) {
       ADD_FAILURE() << p.ToString();
     }
-    result_ = compile::Compile(loaded.objects);
+    result_ = std::make_unique<compile::CompileResult>(compile::Compile(loaded.objects));
     std::string error;
-    table_ = routing::RoutingTable::Build(result_.snapshot, {&sessions_, &health_}, &error);
+    table_ = routing::RoutingTable::Build(result_->snapshot, {&sessions_, &health_}, &error);
     ASSERT_NE(table_, nullptr) << error;
     router_.Apply(table_);
   }
@@ -54,7 +54,7 @@ class Pipeline {
     return d.server != nullptr ? d.server->name : "-";
   }
 
-  const compile::CompileResult& result() const { return result_; }
+  const compile::CompileResult& result() const { return *result_; }
   routing::ServerHealthRegistry& health() { return health_; }
   routing::Router& router() { return router_; }
   routing::ManualClock& clock() { return *clock_; }
@@ -65,7 +65,7 @@ class Pipeline {
   std::shared_ptr<routing::ManualClock> clock_ = std::make_shared<routing::ManualClock>(1000);
   routing::Router router_{std::make_shared<session::AffinityCookieCodec>("feature-test-key"),
                           clock_};
-  compile::CompileResult result_;
+  std::unique_ptr<compile::CompileResult> result_;
   std::shared_ptr<const routing::RoutingTable> table_;
   std::vector<std::string> cookies_;
   std::vector<std::string_view> views_;

@@ -809,9 +809,9 @@ TEST(CompileMemoTest, OnlyTheGroupsAChangeTouchesAreCompiledAgain) {
 
   // A new slice of g1's Service: only g1.
   objects.Upsert(Slice("erp", "svc1-b", "svc1", {Ep("10.0.1.1", "")}));
-  result = Compile(objects.set, memo);
+  CompileResult second = Compile(objects.set, memo);
   EXPECT_EQ(memo.groups_compiled(), 7u);
-  EXPECT_EQ(result.snapshot.groups(1).servers_size(), 2);
+  EXPECT_EQ(second.snapshot.groups(1).servers_size(), 2);
 
   // A slice of a Service no group uses, and an unrelated pod: none.
   objects.Upsert(Slice("erp", "other-a", "other", {Ep("10.0.9.1", "p9")}));
@@ -821,10 +821,10 @@ TEST(CompileMemoTest, OnlyTheGroupsAChangeTouchesAreCompiledAgain) {
 
   // g0's slice moves to g2's Service: both.
   objects.Upsert(Slice("erp", "svc0-a", "svc2", {Ep("10.0.0.0", "p0")}));
-  result = Compile(objects.set, memo);
+  CompileResult third = Compile(objects.set, memo);
   EXPECT_EQ(memo.groups_compiled(), 9u);
-  EXPECT_EQ(result.snapshot.groups(0).servers_size(), 0);
-  EXPECT_EQ(result.snapshot.groups(2).servers_size(), 2);
+  EXPECT_EQ(third.snapshot.groups(0).servers_size(), 0);
+  EXPECT_EQ(third.snapshot.groups(2).servers_size(), 2);
 
   // ChangedAll: everything again.
   memo.ChangedAll();
