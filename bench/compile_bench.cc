@@ -7,14 +7,15 @@
 #include <string>
 
 #include "common/snapshot_io.h"
+#include "bench/controller_fixture.h"
 #include "controller/compile/compile.h"
 
 namespace {
 
 using nlohmann::json;
 
-constexpr int kGroups = 1000;
-constexpr int kEndpointsPerGroup = 10;
+using kwd::bench::kEndpointsPerGroup;
+using kwd::bench::kGroups;
 
 void Add(kwd::model::ObjectSet* set, const json& object) {
   auto decoded = kwd::model::DecodeObject(object);
@@ -94,30 +95,11 @@ void BM_CompileMemoOneSliceChanged(benchmark::State& state) {
   kwd::model::ObjectSet objects = BuildObjects();
   kwd::compile::CompileMemo memo;
   kwd::compile::Compile(objects, memo);
-  // Two versions of a few groups' slices: endpoint 3 ready or not.
+  // Two versions of a few groups' slices: all endpoints ready, or endpoint 3 not.
   std::vector<kwd::model::Object> flips[2];
   for (int g = 0; g < 16; ++g) {
     for (int ready = 0; ready < 2; ++ready) {
-      std::string service = "svc-" + std::to_string(g * 61);
-      json endpoints = json::array();
-      for (int e = 0; e < kEndpointsPerGroup; ++e) {
-        endpoints.push_back(
-            {{"addresses", {"10.9." + std::to_string(g) + "." + std::to_string(e + 1)}},
-             {"conditions", {{"ready", e != 3 || ready == 1}}},
-             {"targetRef",
-              {{"kind", "Pod"}, {"namespace", "erp"}, {"name", service + "-" + std::to_string(e)}}}});
-      }
-      auto decoded = kwd::model::DecodeObject(
-          {{"apiVersion", "discovery.k8s.io/v1"},
-           {"kind", "EndpointSlice"},
-           {"metadata",
-            {{"name", service + "-abcde"},
-             {"namespace", "erp"},
-             {"labels", {{"kubernetes.io/service-name", service}}}}},
-           {"addressType", "IPv4"},
-           {"endpoints", endpoints},
-           {"ports", {{{"name", "http"}, {"port", 8000}}}}});
-      flips[ready].push_back(std::move(*decoded.object));
+      flips[ready].push_back(kwd::bench::Decode(kwd::bench::Slice(g * 61, ready ? -1 : 3)).object);
     }
   }
   size_t step = 0;
