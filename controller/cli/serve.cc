@@ -18,6 +18,7 @@
 #include "common/snapshot_io.h"
 #include "controller/admin/admin_server.h"
 #include "controller/cli/cli.h"
+#include "controller/grpc/replica_reports.h"
 #include "controller/grpc/snapshot_server.h"
 #include "controller/kube/kube_client.h"
 #include "controller/kube/kube_config.h"
@@ -363,6 +364,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   std::unique_ptr<pipeline::KubeSource> kube_source;
   std::unique_ptr<pipeline::StatusWriter> status_writer;
   std::unique_ptr<kube::LeaderElector> elector;
+  std::unique_ptr<snapshot_server::ReplicaReports> reports;
 
   if (flags.source->type == SourceSpec::Type::kDir) {
     std::error_code error;
@@ -421,6 +423,14 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
         Log(LogLevel::kInfo, "leader", "observed leader", {{"identity", identity}});
       };
       elector = std::make_unique<kube::LeaderElector>(*client, election, callbacks);
+      // The leader writes Programmed: it has to count the proxies of every replica.
+      snapshot_server::ReplicaReportsOptions report_options;
+      report_options.lease_namespace = election.lease_namespace;
+      report_options.identity = election.identity;
+      report_options.period = election.retry_period;
+      report_options.expiry = election.lease_duration;
+      reports = std::make_unique<snapshot_server::ReplicaReports>(*client, grpc_server,
+                                                                  report_options);
     } else {
       status_writer->SetLeader(true);
       leader_gauge.Set(1);
@@ -456,6 +466,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
   std::jthread writer_thread;
   std::jthread elector_thread;
+  std::jthread reports_thread;
   std::jthread dir_thread;
   if (dir_watcher) {
     dir_thread = std::jthread([&](std::stop_token stop) { dir_watcher->Run(stop); });
@@ -464,6 +475,9 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     writer_thread = std::jthread([&](std::stop_token stop) { status_writer->Run(stop); });
     if (elector) {
       elector_thread = std::jthread([&](std::stop_token stop) { elector->Run(stop); });
+    }
+    if (reports) {
+      reports_thread = std::jthread([&](std::stop_token stop) { reports->Run(stop); });
     }
   }
 
@@ -475,6 +489,11 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   if (elector_thread.joinable()) {
     elector_thread.request_stop();
     elector_thread.join();
+  }
+  // Then this replica's proxy report (deleted on the way out).
+  if (reports_thread.joinable()) {
+    reports_thread.request_stop();
+    reports_thread.join();
   }
   if (status_writer) {
     status_writer->SetLeader(false);

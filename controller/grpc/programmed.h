@@ -30,6 +30,8 @@ struct ProxyVersions {
   std::string acked_version;   // the version it runs ("" before its first)
   std::string nacked_version;  // the last version it rejected, or ""
   std::string nack_message;
+
+  bool operator==(const ProxyVersions&) const = default;
 };
 
 // The snapshot with this version, or nullptr when it is not known (any more).

@@ -447,6 +447,9 @@ void SnapshotServer::PruneHistoryLocked() {
       used = used || stream.status.versions.acked_version == it->first ||
              stream.status.versions.nacked_version == it->first;
     }
+    for (const ProxyVersions& remote : remote_) {
+      used = used || remote.acked_version == it->first || remote.nacked_version == it->first;
+    }
     it = used ? std::next(it) : history_.erase(it);
   }
 }
@@ -483,7 +486,7 @@ std::vector<ProxyStatus> SnapshotServer::Proxies() const {
   return proxies;
 }
 
-std::vector<ProxyVersions> SnapshotServer::ConnectedLocked() const {
+std::vector<ProxyVersions> SnapshotServer::LocalProxiesLocked() const {
   std::vector<ProxyVersions> proxies;
   for (const auto& [id, stream] : streams_) {
     if (stream.hello_seen) {
@@ -491,6 +494,28 @@ std::vector<ProxyVersions> SnapshotServer::ConnectedLocked() const {
     }
   }
   return proxies;
+}
+
+std::vector<ProxyVersions> SnapshotServer::ConnectedLocked() const {
+  std::vector<ProxyVersions> proxies = LocalProxiesLocked();
+  proxies.insert(proxies.end(), remote_.begin(), remote_.end());
+  return proxies;
+}
+
+std::vector<ProxyVersions> SnapshotServer::LocalProxies() const {
+  std::lock_guard lock(mu_);
+  return LocalProxiesLocked();
+}
+
+void SnapshotServer::SetRemoteProxies(std::vector<ProxyVersions> proxies) {
+  {
+    std::lock_guard lock(mu_);
+    if (proxies == remote_) {
+      return;
+    }
+    remote_ = std::move(proxies);
+  }
+  NotifyChanged();
 }
 
 SnapshotLookup SnapshotServer::LookupLocked() const {

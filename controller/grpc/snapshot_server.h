@@ -97,6 +97,12 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   std::vector<ProgrammedStatus> ProgrammedConditions() const;
   // Programmed for one object (the status writer's view of it).
   compile::Condition ProgrammedFor(const compile::ObjectStatus& object) const;
+  // What the proxies connected to this server run and reject.
+  std::vector<ProxyVersions> LocalProxies() const;
+  // The proxies of the other controller replicas (ReplicaReports): counted
+  // with the local ones for Programmed. Notifies like a proxy change when
+  // they differ from the last ones.
+  void SetRemoteProxies(std::vector<ProxyVersions> proxies);
   // Called (on a gRPC thread, without locks held) whenever a proxy connects,
   // disconnects, ACKs or NACKs: e.g. to refresh status conditions. Not on
   // Publish: its caller (the pipeline) diffs statuses right after.
@@ -128,6 +134,8 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   // the stream's proxy runs the delta's base.
   void PushLocked(StreamState& stream, bool hello, bool allow_delta);
   void PruneHistoryLocked();
+  std::vector<ProxyVersions> LocalProxiesLocked() const;
+  // The local proxies, then the remote ones.
   std::vector<ProxyVersions> ConnectedLocked() const;
   SnapshotLookup LookupLocked() const;
   void NotifyChanged();
@@ -150,6 +158,7 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   // Snapshots some connected proxy runs or rejected, by version (for Programmed).
   std::map<std::string, std::shared_ptr<const compile::CompileResult>, std::less<>> history_;
   std::function<void()> on_changed_;
+  std::vector<ProxyVersions> remote_;  // SetRemoteProxies
   bool stopped_ = false;
 
   Gauge* connected_ = nullptr;

@@ -1,12 +1,11 @@
 #include "controller/pipeline/dir_watcher.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <limits>
-#include <mutex>
 #include <thread>
 
 #include "common/log.h"
+#include "controller/kube/clock.h"
 
 namespace kwd::pipeline {
 
@@ -115,13 +114,10 @@ bool DirWatcher::PollOnce() {
 }
 
 void DirWatcher::Run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any wake;
-  while (!stop.stop_requested()) {
+  kube::RealSleeper sleeper;
+  do {
     PollOnce();
-    std::unique_lock lock(mu);
-    wake.wait_for(lock, stop, poll_interval_, [] { return false; });
-  }
+  } while (sleeper.SleepFor(poll_interval_, stop));
 }
 
 }  // namespace kwd::pipeline

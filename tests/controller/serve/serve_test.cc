@@ -399,6 +399,71 @@ TEST_F(ServeTest, OneLeaderWritesStatusAndAnotherTakesOverAfterSigkill) {
   EXPECT_EQ(second.Stop(), 0);
 }
 
+// With two replicas, the leader's Programmed counts the proxies streaming
+// from the follower too (each replica reports its proxies in a Lease).
+TEST_F(ServeTest, ProgrammedCountsTheProxiesOfEveryReplica) {
+  Seed();
+  std::vector<uint16_t> grpc_ports = {ReserveFreePort(), ReserveFreePort()};
+  std::vector<Process*> replicas;
+  for (uint16_t grpc_port : grpc_ports) {
+    replicas.push_back(&Start({"--leader-elect", "--leader-election-namespace", "kwd-system",
+                               "--lease-duration", "2s", "--renew-deadline", "1500ms",
+                               "--retry-period", "200ms", "--grpc-listen",
+                               "127.0.0.1:" + std::to_string(grpc_port)}));
+  }
+  auto leader = [&](Process& p) { return Metric(p.port(), "kwd_controller_leader") == 1; };
+  ASSERT_TRUE(WaitFor([&] { return leader(*replicas[0]) || leader(*replicas[1]); }));
+  const size_t follower = leader(*replicas[0]) ? 1 : 0;
+  auto start_proxy = [&](const std::string& node, const std::string& reject_group) {
+    std::vector<std::string> argv = {"/usr/bin/env"};
+    if (!reject_group.empty()) {
+      argv.push_back("KWD_TEST_REJECT_GROUP=" + reject_group);
+    }
+    for (std::string arg : {BinaryPath("kwd-proxy"), std::string("serve"),
+                            std::string("--controller"),
+                            "127.0.0.1:" + std::to_string(grpc_ports[follower]),
+                            std::string("--listen"), std::string("127.0.0.1:0"),
+                            std::string("--admin-listen"),
+                            "127.0.0.1:" + std::to_string(ReserveFreePort()),
+                            std::string("--node-id"), node, std::string("--access-log"),
+                            std::string("off")}) {
+      argv.push_back(arg);
+    }
+    auto proxy = std::make_unique<Process>(argv, (dir_ / (node + ".log")).string());
+    EXPECT_TRUE(proxy->started());
+    return proxy;
+  };
+  auto programmed = [&] {
+    json condition = Condition("LogonGroup", "public", "Programmed");
+    return condition.is_object() ? condition : json::object();  // not written yet
+  };
+
+  // Only the follower has a proxy, and it rejects the snapshot.
+  auto rejecting = start_proxy("proxy-on-follower", "erp/public");
+  EXPECT_TRUE(WaitFor([&] { return programmed().value("reason", "") == "Rejected"; }))
+      << programmed().dump();
+  EXPECT_NE(programmed().value("message", "").find("proxy proxy-on-follower rejected"),
+            std::string::npos)
+      << programmed().dump();
+  EXPECT_EQ(programmed().value("status", ""), "False");
+
+  // It goes; one that takes the snapshot comes, still on the follower.
+  EXPECT_EQ(rejecting->Stop(), 0);
+  EXPECT_TRUE(WaitFor([&] { return programmed().value("reason", "") == "NoProxies"; }))
+      << programmed().dump();
+  auto good = start_proxy("good-proxy-on-follower", "");
+  EXPECT_TRUE(WaitFor([&] { return programmed().value("status", "") == "True"; }))
+      << programmed().dump();
+  EXPECT_EQ(programmed().value("message", ""), "1 of 1 connected proxies run generation 1");
+  EXPECT_EQ(good->Stop(), 0);
+  // A stopped replica deletes its report.
+  EXPECT_EQ(replicas[follower]->Stop(), 0);
+  json leases = client_->List("/apis/coordination.k8s.io/v1/namespaces/kwd-system/leases",
+                              "dispatch.kwd.io/proxy-report=true")
+                    .items;
+  EXPECT_EQ(leases.size(), 1u) << leases.dump();
+}
+
 TEST_F(ServeTest, DirSourcePicksUpAFileChange) {
   fs::path config = dir_ / "config";
   fs::create_directories(config);
