@@ -33,6 +33,7 @@
 #include "common/snapshot_delta.h"
 #include "common/snapshot_io.h"
 #include "controller/grpc/snapshot_server.h"
+#include "dataplane/routing/routing_table.h"
 #include "dataplane/xds/snapshot_client.h"
 
 namespace kwd {
@@ -285,6 +286,27 @@ BENCHMARK(BM_WatchEventToProxies)
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+// What a real proxy does with each applied version (whole or patched by a
+// delta) after the checks: build the RoutingTable its workers switch to.
+// Session tables and health survive (registries); the second and later
+// builds, as here, find them in place.
+void BM_ProxyBuildsRoutingTable(benchmark::State& state) {
+  auto result = MakeResult(1);
+  session::SessionRegistry sessions;
+  routing::ServerHealthRegistry health;
+  std::string error;
+  for (auto _ : state) {
+    auto table = routing::RoutingTable::Build(result->snapshot, {&sessions, &health}, &error);
+    if (table == nullptr) {
+      state.SkipWithError(error.c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(table);
+  }
+  state.counters["endpoints"] = kGroups * kServersPerGroup;
+}
+BENCHMARK(BM_ProxyBuildsRoutingTable)->Unit(benchmark::kMillisecond);
 
 // Each subscriber's check before its swap.
 void BM_CheckSnapshot(benchmark::State& state) {

@@ -1,7 +1,6 @@
 #include "dataplane/routing/routing_table.h"
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "common/snapshot_io.h"
 #include "dataplane/routing/path.h"
@@ -63,7 +62,8 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
   std::shared_ptr<RoutingTable> table(new RoutingTable());
   table->version_ = snapshot.version();
   std::vector<std::string> live_groups;
-  std::unordered_set<std::string> live_servers;
+  // (group key, server name) of each server in order, for the health registry.
+  std::vector<std::pair<std::string_view, std::string_view>> server_names;
 
   table->groups_.reserve(snapshot.groups_size());
   for (const v1::Group& group : snapshot.groups()) {
@@ -85,6 +85,7 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     entry.affinity_cookie_name = affinity.affinity_cookie_name().empty()
                                      ? std::string(kDefaultAffinityCookieName)
                                      : affinity.affinity_cookie_name();
+    entry.servers.reserve(static_cast<size_t>(group.servers_size()));
     for (const v1::Server& server : group.servers()) {
       ServerEntry s;
       s.name = server.name();
@@ -93,14 +94,9 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
       s.capacity = std::max<uint32_t>(server.capacity(), 1);
       s.state = server.state();
       s.pod = server.pod();
-      s.health = context.health->Get(entry.key, s.name);
-      live_servers.insert(ServerHealthRegistry::Key(entry.key, s.name));
+      server_names.emplace_back(group.key(), server.name());
       entry.server_index.Insert(s.name, static_cast<int>(entry.servers.size()));
       entry.servers.push_back(std::move(s));
-    }
-    for (const ServerEntry& s : entry.servers) {
-      entry.inputs.push_back(
-          balancer::ServerInput{s.capacity, s.state == v1::SERVER_STATE_READY, s.health.get()});
     }
     session::SessionTableOptions options;
     options.max_entries = affinity.session_table_max_entries() > 0
@@ -145,7 +141,19 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
 
   std::sort(live_groups.begin(), live_groups.end());
   context.sessions->Retain(live_groups);
-  context.health->Retain(live_servers);
+  // Health state: kept for servers that stay, new for new ones, forgotten
+  // for the rest; then the balancer inputs point at it.
+  std::vector<std::shared_ptr<balancer::ServerHealth>> health =
+      context.health->Replace(server_names);
+  size_t next_health = 0;
+  for (GroupEntry& entry : table->groups_) {
+    entry.inputs.reserve(entry.servers.size());
+    for (ServerEntry& s : entry.servers) {
+      s.health = std::move(health[next_health++]);
+      entry.inputs.push_back(
+          balancer::ServerInput{s.capacity, s.state == v1::SERVER_STATE_READY, s.health.get()});
+    }
+  }
   return table;
 }
 

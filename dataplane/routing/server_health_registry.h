@@ -10,7 +10,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "dataplane/balancer/balancer.h"
 
@@ -18,19 +19,27 @@ namespace kwd::routing {
 
 class ServerHealthRegistry {
  public:
-  // The state of `server` in `group_key`, created healthy when new.
-  std::shared_ptr<balancer::ServerHealth> Get(std::string_view group_key, std::string_view server);
   // Null when the server is unknown.
   std::shared_ptr<balancer::ServerHealth> Find(std::string_view group_key,
                                                std::string_view server) const;
-  // Forgets every server whose "<group_key>\n<server>" key is not in `live`.
-  void Retain(const std::unordered_set<std::string>& live);
+  // Makes `servers` ((group key, server name) pairs, as a routing table
+  // lists them) the known servers: returns each one's state in order, kept
+  // from before or created healthy, and forgets every other server. One
+  // call, and one lock, per routing table build; servers that stay cost a
+  // lookup, not an allocation.
+  std::vector<std::shared_ptr<balancer::ServerHealth>> Replace(
+      const std::vector<std::pair<std::string_view, std::string_view>>& servers);
 
   static std::string Key(std::string_view group_key, std::string_view server);
 
  private:
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<balancer::ServerHealth>> states_;
+  struct Slot {
+    std::shared_ptr<balancer::ServerHealth> state;
+    uint64_t replaced = 0;  // the Replace call that last listed it
+  };
+  std::unordered_map<std::string, Slot> states_;  // by Key
+  uint64_t replaces_ = 0;
 };
 
 }  // namespace kwd::routing

@@ -224,7 +224,7 @@ TEST(RoutingFeatureTest, StickyServerThatGoesDownIsLostAndRebalanced) {
              "\n---\n" + kMapping);
   std::vector<std::string> cookie{"saplb_*=(B)1234; sap-contextid=SID%3aANON%3aB%3ax"};
   EXPECT_EQ(p.ServerOf("/sap/bc/x", cookie), "B");
-  p.health().Get("erp/public", "B")->healthy = false;
+  p.health().Find("erp/public", "B")->healthy = false;
   routing::Decision d = p.Route("/sap/bc/x", cookie);
   ASSERT_NE(d.server, nullptr);
   EXPECT_EQ(d.server->name, "A");
