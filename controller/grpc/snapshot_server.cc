@@ -177,6 +177,9 @@ SnapshotServer::SnapshotServer(SnapshotServerOptions options, MetricsRegistry* m
   if (metrics_ != nullptr) {
     connected_ = &metrics_->GetGauge("kwd_controller_connected_proxies",
                                      "Proxies with an open snapshot stream.");
+    remote_proxies_ = &metrics_->GetGauge(
+        "kwd_controller_remote_proxies",
+        "Proxies of the other controller replicas, from their reports (counted for Programmed).");
     snapshot_bytes_ = &metrics_->GetGauge("kwd_controller_snapshot_bytes",
                                           "Serialized size of the current snapshot.");
     pushes_ = &metrics_->GetCounter("kwd_controller_snapshot_pushes_total",
@@ -514,6 +517,9 @@ void SnapshotServer::SetRemoteProxies(std::vector<ProxyVersions> proxies) {
       return;
     }
     remote_ = std::move(proxies);
+    if (remote_proxies_ != nullptr) {
+      remote_proxies_->Set(static_cast<double>(remote_.size()));
+    }
   }
   NotifyChanged();
 }

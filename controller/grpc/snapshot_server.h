@@ -162,6 +162,7 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   bool stopped_ = false;
 
   Gauge* connected_ = nullptr;
+  Gauge* remote_proxies_ = nullptr;
   Gauge* snapshot_bytes_ = nullptr;
   Counter* pushes_ = nullptr;
   Counter* acks_ = nullptr;

@@ -455,6 +455,9 @@ TEST_F(ServeTest, ProgrammedCountsTheProxiesOfEveryReplica) {
   EXPECT_TRUE(WaitFor([&] { return programmed().value("status", "") == "True"; }))
       << programmed().dump();
   EXPECT_EQ(programmed().value("message", ""), "1 of 1 connected proxies run generation 1");
+  const size_t leader_index = 1 - follower;
+  EXPECT_EQ(Metric(replicas[leader_index]->port(), "kwd_controller_remote_proxies"), 1);
+  EXPECT_EQ(Metric(replicas[leader_index]->port(), "kwd_controller_connected_proxies"), 0);
   EXPECT_EQ(good->Stop(), 0);
   // A stopped replica deletes its report.
   EXPECT_EQ(replicas[follower]->Stop(), 0);
