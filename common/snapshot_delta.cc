@@ -34,7 +34,11 @@ std::optional<v1::SnapshotDelta> ComputeEndpointDelta(const v1::Snapshot& from,
   if (from.groups_size() != to.groups_size()) {
     return std::nullopt;
   }
+  // Digests that were never computed (a default SnapshotDigests) are all
+  // zeros; a SHA-256 never is.
+  const Sha256Digest unset{};
   const bool digested = from_digests != nullptr && to_digests != nullptr &&
+                        from_digests->rest != unset && to_digests->rest != unset &&
                         from_digests->groups.size() == static_cast<size_t>(from.groups_size()) &&
                         to_digests->groups.size() == static_cast<size_t>(to.groups_size());
   if (digested) {

@@ -1255,7 +1255,11 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo) {
   CompileMemo::State& state = *memo.state_;
   std::set<NamespacedName> dirty;
   std::optional<PodIndex> pod_index;
-  if (state.all_changed) {
+  const bool full = state.all_changed;
+  // Until this compile finishes, the memo is not usable: an exception from
+  // here on makes the next compile a full one.
+  state.all_changed = true;
+  if (full) {
     state.entries.clear();
     state.groups_by_service.clear();
     state.groups_by_pod.clear();
@@ -1290,8 +1294,6 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo) {
       // UrlMappings are compiled every time (Assemble).
     }
   }
-  // Until this compile finishes, the memo is not usable.
-  state.all_changed = true;
   state.changed.clear();
 
   MemoInputs inputs(objects, state, pod_index ? &*pod_index : nullptr);

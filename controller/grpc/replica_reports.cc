@@ -128,7 +128,8 @@ void ReplicaReports::WriteOwn() {
 void ReplicaReports::ReadOthers() {
   kube::ListResult list = api_.List(LeasesPath(options_.lease_namespace),
                                     std::string(kProxyReportLabel) + "=true");
-  if (!list.status.ok()) {
+  const bool fresh = list.status.ok();
+  if (!fresh) {
     // Keep what was read before; it expires on its own.
     Log(LogLevel::kWarn, std::string(kComponent), "could not list the replicas' proxy reports",
         {{"error", list.status.ToString()}});
@@ -164,14 +165,22 @@ void ReplicaReports::ReadOthers() {
   std::vector<ProxyVersions> remote;
   for (auto it = others_.begin(); it != others_.end();) {
     const auto age = now - it->second.changed_at;
-    if (age > 4 * options_.expiry) {
+    if (fresh && age > 4 * options_.expiry) {
       // Left by a replica that died long ago (a new pod has a new name):
-      // removed so they do not pile up. A live replica would recreate it.
-      api_.Delete(LeasesPath(options_.lease_namespace) + "/" + it->first);
-      Log(LogLevel::kInfo, std::string(kComponent), "deleted a stale proxy report",
-          {{"lease", options_.lease_namespace + "/" + it->first}});
-      it = others_.erase(it);
-      continue;
+      // removed so they do not pile up; a live replica would recreate it.
+      // Only on a view listed just now. Kept (and not counted) when the
+      // delete fails, so that it does not look new at the next list.
+      kube::ApiResult deleted =
+          api_.Delete(LeasesPath(options_.lease_namespace) + "/" + it->first);
+      if (deleted.status.ok() || deleted.status.IsNotFound()) {
+        Log(LogLevel::kInfo, std::string(kComponent), "deleted a stale proxy report",
+            {{"lease", options_.lease_namespace + "/" + it->first}});
+        it = others_.erase(it);
+        continue;
+      }
+      Log(LogLevel::kWarn, std::string(kComponent), "could not delete a stale proxy report",
+          {{"lease", options_.lease_namespace + "/" + it->first},
+           {"error", deleted.status.ToString()}});
     }
     if (age <= options_.expiry) {  // else its replica stopped renewing: gone
       remote.insert(remote.end(), it->second.proxies.begin(), it->second.proxies.end());

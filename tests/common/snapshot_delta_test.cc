@@ -185,6 +185,18 @@ INSTANTIATE_TEST_SUITE_P(
                     [](v1::Snapshot* s) { s->mutable_sources(0)->set_generation(2); }}),
     [](const testing::TestParamInfo<OtherChange>& info) { return info.param.name; });
 
+// Digests never computed (a hand-built result) must not pass for equal ones.
+TEST(EndpointDelta, UnsetDigestsCompareEveryPart) {
+  v1::Snapshot from;
+  from.add_virtual_hosts()->set_host("a.example");
+  StampSnapshotVersion(&from);
+  v1::Snapshot to;
+  to.add_virtual_hosts()->set_host("b.example");
+  StampSnapshotVersion(&to);
+  SnapshotDigests unset;
+  EXPECT_FALSE(ComputeEndpointDelta(from, to, &unset, &unset).has_value());
+}
+
 TEST(EndpointDelta, SameContentGivesAnEmptyDelta) {
   const v1::Snapshot from = MakeSnapshot();
   auto delta = ComputeEndpointDelta(from, from);
