@@ -111,17 +111,27 @@ std::vector<std::unique_ptr<xds::SnapshotClient>> StartSubscribers(
   return clients;
 }
 
+// A snapshot server on a free loopback port, or null (the benchmark skipped).
+std::unique_ptr<snapshot_server::SnapshotServer> StartServer(benchmark::State& state) {
+  snapshot_server::SnapshotServerOptions options;
+  options.listen = "127.0.0.1:0";
+  auto server = std::make_unique<snapshot_server::SnapshotServer>(options, nullptr);
+  std::string error;
+  if (!server->Start(&error)) {
+    state.SkipWithError(error.c_str());
+    return nullptr;
+  }
+  return server;
+}
+
 void BM_Propagation(benchmark::State& state) {
   const int subscribers = static_cast<int>(state.range(0));
   const bool deltas = state.range(1) != 0;
-  snapshot_server::SnapshotServerOptions options;
-  options.listen = "127.0.0.1:0";
-  snapshot_server::SnapshotServer server(options, nullptr);
-  std::string error;
-  if (!server.Start(&error)) {
-    state.SkipWithError(error.c_str());
+  auto started = StartServer(state);
+  if (!started) {
     return;
   }
+  snapshot_server::SnapshotServer& server = *started;
   std::vector<std::shared_ptr<const compile::CompileResult>> results = {MakeResult(1),
                                                                         MakeResult(2)};
   if (auto problems = CheckSnapshot(results[0]->snapshot); !problems.empty()) {
@@ -209,14 +219,11 @@ BENCHMARK(BM_ComputeEndpointDelta)->ArgName("digests")->Arg(1)->Arg(0)->Unit(ben
 // gRPC, and each subscriber's hash check and CheckSnapshot.
 void BM_WatchEventToProxies(benchmark::State& state) {
   const int subscribers = static_cast<int>(state.range(0));
-  snapshot_server::SnapshotServerOptions options;
-  options.listen = "127.0.0.1:0";
-  snapshot_server::SnapshotServer server(options, nullptr);
-  std::string error;
-  if (!server.Start(&error)) {
-    state.SkipWithError(error.c_str());
+  auto started = StartServer(state);
+  if (!started) {
     return;
   }
+  snapshot_server::SnapshotServer& server = *started;
   MetricsRegistry metrics;
   pipeline::Pipeline pipeline(pipeline::PipelineOptions{std::chrono::milliseconds(10),
                                                         std::chrono::milliseconds(100), nullptr},

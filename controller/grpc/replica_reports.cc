@@ -13,10 +13,6 @@ using nlohmann::json;
 constexpr std::string_view kComponent = "replica-reports";
 constexpr std::string_view kLeasePrefix = "kwd-controller-proxies-";
 
-std::string LeasesPath(std::string_view ns) {
-  return "/apis/coordination.k8s.io/v1/namespaces/" + std::string(ns) + "/leases";
-}
-
 }  // namespace
 
 ReplicaReports::ReplicaReports(kube::KubeApi& api, SnapshotServer& server,
@@ -126,7 +122,7 @@ void ReplicaReports::WriteOwn() {
 }
 
 void ReplicaReports::ReadOthers() {
-  kube::ListResult list = api_.List(LeasesPath(options_.lease_namespace),
+  kube::ListResult list = api_.List(kube::LeasesPath(options_.lease_namespace),
                                     std::string(kProxyReportLabel) + "=true");
   const bool fresh = list.status.ok();
   if (!fresh) {
@@ -171,7 +167,7 @@ void ReplicaReports::ReadOthers() {
       // Only on a view listed just now. Kept (and not counted) when the
       // delete fails, so that it does not look new at the next list.
       kube::ApiResult deleted =
-          api_.Delete(LeasesPath(options_.lease_namespace) + "/" + it->first);
+          api_.Delete(kube::LeasesPath(options_.lease_namespace) + "/" + it->first);
       if (deleted.status.ok() || deleted.status.IsNotFound()) {
         Log(LogLevel::kInfo, std::string(kComponent), "deleted a stale proxy report",
             {{"lease", options_.lease_namespace + "/" + it->first}});
@@ -196,7 +192,7 @@ void ReplicaReports::Sync() {
 }
 
 void ReplicaReports::Withdraw() {
-  kube::ApiResult result = api_.Delete(LeasesPath(options_.lease_namespace) + "/" + lease_name_);
+  kube::ApiResult result = api_.Delete(kube::LeasesPath(options_.lease_namespace) + "/" + lease_name_);
   if (!result.status.ok() && !result.status.IsNotFound()) {
     Log(LogLevel::kWarn, std::string(kComponent), "could not delete this replica's proxy report",
         {{"lease", options_.lease_namespace + "/" + lease_name_},

@@ -71,6 +71,11 @@ struct WatchResult {
 // The Kubernetes API as the reflector, the leader elector and the status
 // writer use it: the seam where tests substitute a fake. KubeClient is the
 // real implementation.
+// The collection path of coordination.k8s.io/v1 Leases in `ns`.
+inline std::string LeasesPath(std::string_view ns) {
+  return "/apis/coordination.k8s.io/v1/namespaces/" + std::string(ns) + "/leases";
+}
+
 class KubeApi {
  public:
   virtual ~KubeApi() = default;

@@ -609,14 +609,6 @@ WatchResult KubeClient::Watch(std::string_view path, const WatchOptions& options
   return result;
 }
 
-namespace {
-
-std::string LeasesPath(std::string_view ns) {
-  return "/apis/coordination.k8s.io/v1/namespaces/" + std::string(ns) + "/leases";
-}
-
-}  // namespace
-
 ApiResult KubeClient::GetLease(std::string_view ns, std::string_view name,
                                std::chrono::milliseconds timeout) {
   return Simple("GET", LeasesPath(ns) + "/" + std::string(name), nullptr, {}, timeout);
