@@ -45,9 +45,10 @@ constexpr std::string_view kServeUsage =
     "  --namespace NS                   watch only NS (repeatable; default: all namespaces)\n"
     "  --grpc-listen HOST:PORT          snapshot gRPC server for kwd-proxy --controller\n"
     "                                   (default 0.0.0.0:18000)\n"
-    "  --grpc-tls-cert FILE             serve gRPC over TLS with this certificate (PEM)...\n"
-    "  --grpc-tls-key FILE              ...and key\n"
-    "  --grpc-client-ca FILE            require proxy client certificates signed by this CA\n"
+    "  --grpc-tls-cert FILE             serve gRPC over TLS with this certificate chain (PEM)...\n"
+    "  --grpc-tls-key FILE              ...and its key (PEM); both re-read when they change\n"
+    "  --grpc-client-ca FILE            mutual TLS: refuse proxies without a client certificate\n"
+    "                                   signed by a CA in FILE (PEM; re-read when it changes)\n"
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot\n"
     "                                   (default 0.0.0.0:9902)\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
@@ -326,13 +327,18 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   snapshot_server::SnapshotServerOptions grpc_options;
   grpc_options.listen = flags.grpc_listen;
   if (!flags.grpc_tls_cert.empty()) {
-    grpc_options.tls.emplace();
+    grpc_options.tls =
+        snapshot_server::ServerTls{flags.grpc_tls_cert, flags.grpc_tls_key, flags.grpc_client_ca};
     std::string tls_error;
-    if (!snapshot_server::LoadServerTls(flags.grpc_tls_cert, flags.grpc_tls_key,
-                                        flags.grpc_client_ca, &*grpc_options.tls, &tls_error)) {
+    if (!snapshot_server::CheckServerTls(*grpc_options.tls, &tls_error)) {
       err << "kwd-controller serve: " << tls_error << "\n";
       return 1;
     }
+  } else {
+    Log(LogLevel::kWarn, "serve",
+        "the snapshot gRPC port is plain text and open to anyone who reaches it: "
+        "give --grpc-tls-cert, --grpc-tls-key and --grpc-client-ca for mutual TLS",
+        {{"address", flags.grpc_listen}});
   }
   snapshot_server::SnapshotServer grpc_server(grpc_options, &metrics);
   {
@@ -429,8 +435,8 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       report_options.identity = election.identity;
       report_options.period = election.retry_period;
       report_options.expiry = election.lease_duration;
-      reports = std::make_unique<snapshot_server::ReplicaReports>(*client, grpc_server,
-                                                                  report_options);
+      reports =
+          std::make_unique<snapshot_server::ReplicaReports>(*client, grpc_server, report_options);
     } else {
       status_writer->SetLeader(true);
       leader_gauge.Set(1);

@@ -1,12 +1,18 @@
 #include "controller/grpc/snapshot_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "common/file.h"
+#include "common/grpc_log.h"
 #include "common/log.h"
+#include "common/pem_files.h"
 #include "common/snapshot_delta.h"
 #include "kwd/v1/discovery.grpc.pb.h"
 
@@ -19,17 +25,11 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-bool LoadServerTls(const std::string& cert_path, const std::string& key_path,
-                   const std::string& client_ca_path, ServerTls* out, std::string* error) {
-  if (cert_path.empty() || key_path.empty()) {
-    *error = "TLS needs both a certificate and a key";
-    return false;
-  }
-  if (!ReadWholeFile(cert_path, &out->cert_pem, error) ||
-      !ReadWholeFile(key_path, &out->key_pem, error)) {
-    return false;
-  }
-  return client_ca_path.empty() || ReadWholeFile(client_ca_path, &out->client_ca_pem, error);
+bool CheckServerTls(const ServerTls& tls, std::string* error) {
+  return CheckKeyPairFiles("--grpc-tls-cert", tls.cert_path, "--grpc-tls-key", tls.key_path,
+                           error) &&
+         (tls.client_ca_path.empty() ||
+          CheckCertificateFile("--grpc-client-ca", tls.client_ca_path, error));
 }
 
 // One stream. Reads run one at a time (each StartRead after the previous
@@ -202,16 +202,30 @@ SnapshotServer::~SnapshotServer() {
 }
 
 bool SnapshotServer::Start(std::string* error) {
+  // A refused proxy (no certificate, another CA, plain text) shows up as gRPC
+  // core's "Handshake failed" line: keep it in our format.
+  RouteGrpcLogsToKwdLog();
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (options_.tls) {
-    grpc::SslServerCredentialsOptions ssl(
-        options_.tls->client_ca_pem.empty()
-            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = options_.tls->client_ca_pem;
-    ssl.pem_key_cert_pairs.push_back({options_.tls->key_pem, options_.tls->cert_pem});
-    credentials = grpc::SslServerCredentials(ssl);
+    // Checked here as well as by the caller: gRPC would take unreadable files
+    // and then fail every handshake.
+    if (!CheckServerTls(*options_.tls, error)) {
+      return false;
+    }
+    const ServerTls& tls = *options_.tls;
+    auto refresh = static_cast<unsigned int>(std::max<int64_t>(1, tls.refresh.count()));
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        tls.key_path, tls.cert_path, tls.client_ca_path, refresh);
+    grpc::experimental::TlsServerCredentialsOptions tls_options(provider);
+    tls_options.watch_identity_key_cert_pairs();
+    if (!tls.client_ca_path.empty()) {
+      tls_options.watch_root_certs();
+      tls_options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    } else {
+      tls_options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    }
+    credentials = grpc::experimental::TlsServerCredentials(tls_options);
   } else {
     credentials = grpc::InsecureServerCredentials();
   }
@@ -240,7 +254,9 @@ bool SnapshotServer::Start(std::string* error) {
   Log(LogLevel::kInfo, "grpc", "snapshot server listening",
       {{"address", options_.listen},
        {"port", std::to_string(port_)},
-       {"tls", options_.tls ? "on" : "off"}});
+       {"tls", !options_.tls                          ? "off"
+               : options_.tls->client_ca_path.empty() ? "on"
+                                                      : "mutual"}});
   return true;
 }
 

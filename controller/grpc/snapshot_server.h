@@ -35,17 +35,21 @@ class Server;
 
 namespace kwd::snapshot_server {
 
-// PEM contents. With client_ca_pem set, proxies must present a certificate
-// signed by it.
+// PEM files. The server presents cert_path/key_path; with client_ca_path set,
+// proxies must present a certificate signed by that CA or their handshake is
+// refused (and logged). The files are read again every `refresh`, so renewed
+// certificates (cert-manager, a rotated Secret) take effect without a restart;
+// replace them atomically (a Secret volume does).
 struct ServerTls {
-  std::string cert_pem;
-  std::string key_pem;
-  std::string client_ca_pem;
+  std::string cert_path;
+  std::string key_path;
+  std::string client_ca_path;
+  std::chrono::seconds refresh{10};
 };
 
-// Reads the files (client_ca_path may be empty).
-bool LoadServerTls(const std::string& cert_path, const std::string& key_path,
-                   const std::string& client_ca_path, ServerTls* out, std::string* error);
+// Checks that the files are readable, hold PEM certificates and a key that
+// belongs to the certificate; errors name the flag and the file.
+bool CheckServerTls(const ServerTls& tls, std::string* error);
 
 struct SnapshotServerOptions {
   std::string listen = "0.0.0.0:18000";  // HOST:PORT; port 0 picks one (see port())
@@ -81,7 +85,9 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   SnapshotServer(const SnapshotServer&) = delete;
   SnapshotServer& operator=(const SnapshotServer&) = delete;
 
-  // Binds and starts serving. False with `error` when the address cannot be bound.
+  // Binds and starts serving. False with `error` when the address cannot be
+  // bound or the TLS files do not load. Routes gRPC core's log lines (process-
+  // wide) into common/log.h.
   bool Start(std::string* error);
   // The bound port (after Start).
   int port() const { return port_; }

@@ -35,16 +35,19 @@ constexpr const char kServeUsage[] =
     "                       [--max-header-size 65536] [--drain-timeout 10s]\n"
     "                       [--log-level debug|info|warn|error]\n"
     "                       [--controller-ca FILE] [--controller-cert FILE]\n"
-    "                       [--controller-key FILE]\n"
+    "                       [--controller-key FILE] [--controller-server-name NAME]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
     "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
     "rejected and the previous one keeps serving.\n"
-    "With --controller the snapshots stream from kwd-controller over gRPC (TLS with\n"
-    "--controller-ca, a client certificate with --controller-cert/--controller-key);\n"
-    "an invalid one is rejected (NACK) and the previous one keeps serving, as it\n"
+    "With --controller the snapshots stream from kwd-controller over gRPC; an\n"
+    "invalid one is rejected (NACK) and the previous one keeps serving, as it\n"
     "does while the controller is away; /readyz answers 200 once a snapshot is\n"
-    "applied. SIGTERM stops accepting, lets\n"
+    "applied. TLS to the controller: --controller-ca (the CA that signed the\n"
+    "controller's certificate), --controller-cert/--controller-key (this proxy's\n"
+    "client certificate, for mutual TLS), --controller-server-name (the name the\n"
+    "controller's certificate must carry; default: the host of --controller). The\n"
+    "PEM files are read again on every reconnect. SIGTERM stops accepting, lets\n"
     "in-flight requests finish (up to --drain-timeout) and exits.\n"
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
     "every replica must use the same key. Durations take ms, s or m suffixes.\n";
@@ -117,6 +120,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string controller_ca;
   std::string controller_cert;
   std::string controller_key;
+  std::string controller_server_name;
   int64_t drain_ms = 10'000;
 
   for (int i = 1; i < argc; ++i) {
@@ -148,6 +152,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       controller_cert = value;
     } else if (name == "--controller-key") {
       controller_key = value;
+    } else if (name == "--controller-server-name") {
+      controller_server_name = value;
     } else if (name == "--listen") {
       ok = net::ParseEndpoint(value, &options.listen, &error);
     } else if (name == "--admin-listen") {
@@ -205,16 +211,21 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     return 2;
   }
   std::optional<xds::ClientTls> controller_tls;
-  if (controller.empty() &&
-      (!controller_ca.empty() || !controller_cert.empty() || !controller_key.empty())) {
-    err << "kwd-proxy serve: --controller-ca/--controller-cert/--controller-key need "
-           "--controller\n";
+  bool tls_flags = !controller_ca.empty() || !controller_cert.empty() || !controller_key.empty() ||
+                   !controller_server_name.empty();
+  if (controller.empty() && tls_flags) {
+    err << "kwd-proxy serve: --controller-ca/--controller-cert/--controller-key/"
+           "--controller-server-name need --controller\n";
     return 2;
   }
-  if (!controller_ca.empty() || !controller_cert.empty() || !controller_key.empty()) {
-    controller_tls.emplace();
-    if (!xds::LoadClientTls(controller_ca, controller_cert, controller_key, &*controller_tls,
-                            &error)) {
+  if (tls_flags) {
+    controller_tls =
+        xds::ClientTls{controller_ca, controller_cert, controller_key, controller_server_name};
+    if (controller_cert.empty() != controller_key.empty()) {
+      err << "kwd-proxy serve: --controller-cert and --controller-key go together\n";
+      return 2;
+    }
+    if (!xds::CheckClientTls(*controller_tls, &error)) {
       err << "kwd-proxy serve: " << error << "\n";
       return 1;
     }

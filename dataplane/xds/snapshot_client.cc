@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include "common/file.h"
+#include "common/grpc_log.h"
 #include "common/log.h"
+#include "common/pem_files.h"
 #include "common/snapshot_delta.h"
 #include "common/snapshot_io.h"
 #include "kwd/v1/discovery.grpc.pb.h"
@@ -16,14 +18,22 @@
 namespace kwd::xds {
 namespace {
 
-std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::optional<ClientTls>& tls) {
+// Null (with `error`) when the files cannot be read now.
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::optional<ClientTls>& tls,
+                                                      std::string* error) {
   if (!tls) {
     return grpc::InsecureChannelCredentials();
   }
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = tls->ca_pem;
-  ssl.pem_private_key = tls->key_pem;
-  ssl.pem_cert_chain = tls->cert_pem;
+  if (!tls->ca_path.empty() &&
+      !CheckCertificateFile("--controller-ca", tls->ca_path, error, &ssl.pem_root_certs)) {
+    return nullptr;
+  }
+  if (!tls->cert_path.empty() &&
+      !CheckKeyPairFiles("--controller-cert", tls->cert_path, "--controller-key", tls->key_path,
+                         error, &ssl.pem_cert_chain, &ssl.pem_private_key)) {
+    return nullptr;
+  }
   return grpc::SslCredentials(ssl);
 }
 
@@ -34,17 +44,12 @@ void SetNack(v1::SnapshotRequest* reply, int code, const std::string& message) {
 
 }  // namespace
 
-bool LoadClientTls(const std::string& ca_path, const std::string& cert_path,
-                   const std::string& key_path, ClientTls* out, std::string* error) {
-  if (cert_path.empty() != key_path.empty()) {
+bool CheckClientTls(const ClientTls& tls, std::string* error) {
+  if (tls.cert_path.empty() != tls.key_path.empty()) {
     *error = "a client certificate needs both --controller-cert and --controller-key";
     return false;
   }
-  if (!ca_path.empty() && !ReadWholeFile(ca_path, &out->ca_pem, error)) {
-    return false;
-  }
-  return cert_path.empty() || (ReadWholeFile(cert_path, &out->cert_pem, error) &&
-                               ReadWholeFile(key_path, &out->key_pem, error));
+  return Credentials(tls, error) != nullptr;
 }
 
 std::chrono::milliseconds BackoffDelay(const BackoffPolicy& policy, int failures, double random01) {
@@ -80,6 +85,7 @@ SnapshotClient::~SnapshotClient() {
 }
 
 void SnapshotClient::Start() {
+  RouteGrpcLogsToKwdLog();
   std::lock_guard lock(mu_);
   if (!thread_.joinable()) {
     stopping_ = false;
@@ -165,10 +171,14 @@ void SnapshotClient::Run() {
     failures = received ? 1 : failures + 1;
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     auto delay = BackoffDelay(options_.backoff, failures, uniform(random_));
+    // The reason says what to fix: a refused certificate, an unknown CA, a
+    // wrong server name, an unreadable file, or just a controller that is away.
     Log(LogLevel::kWarn, "xds", "controller stream down; serving the last good snapshot",
         {{"controller", options_.target},
          {"version", version_.empty() ? "none" : version_},
-         {"retry_in_ms", std::to_string(delay.count())}});
+         {"retry_in_ms", std::to_string(delay.count())},
+         {"error", last_error_.empty() ? "stream closed" : last_error_}});
+    last_error_.clear();
     changed_.wait_for(lock, delay, [&] { return stopping_; });
     if (stopping_) {
       return;
@@ -186,7 +196,17 @@ bool SnapshotClient::RunStream() {
   // A channel of its own per attempt: our backoff decides when to retry, not
   // a shared channel's reconnect timer.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(options_.target, Credentials(options_.tls), args);
+  if (options_.tls && !options_.tls->server_name.empty()) {
+    args.SetSslTargetNameOverride(options_.tls->server_name);
+  }
+  std::string credentials_error;
+  auto credentials = Credentials(options_.tls, &credentials_error);
+  if (!credentials) {
+    std::lock_guard lock(mu_);
+    last_error_ = credentials_error;
+    return false;
+  }
+  auto channel = grpc::CreateCustomChannel(options_.target, credentials, args);
   auto stub = v1::SnapshotDiscovery::NewStub(channel);
   grpc::ClientContext context;
   {
@@ -293,8 +313,8 @@ bool SnapshotClient::RunStream() {
     SetConnected(false);
   }
   if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
-    Log(LogLevel::kDebug, "xds", "stream ended",
-        {{"code", std::to_string(status.error_code())}, {"message", status.error_message()}});
+    std::lock_guard lock(mu_);
+    last_error_ = status.error_message();
   }
   return received;
 }

@@ -29,17 +29,22 @@ class ClientContext;
 
 namespace kwd::xds {
 
-// PEM contents. ca_pem verifies the controller (empty: the system roots);
-// cert_pem/key_pem, when set, are the proxy's client certificate.
+// PEM files, read again on every connection attempt (renewed certificates
+// take effect on the next reconnect). ca_path verifies the controller's
+// certificate (empty: the system roots); cert_path/key_path, when set, are the
+// proxy's client certificate for a controller that requires one.
+// server_name is the name the controller's certificate must carry (empty: the
+// host part of the target).
 struct ClientTls {
-  std::string ca_pem;
-  std::string cert_pem;
-  std::string key_pem;
+  std::string ca_path;
+  std::string cert_path;
+  std::string key_path;
+  std::string server_name;
 };
 
-// Reads the files (each may be empty, but cert and key come together).
-bool LoadClientTls(const std::string& ca_path, const std::string& cert_path,
-                   const std::string& key_path, ClientTls* out, std::string* error);
+// Checks the files (readable, PEM, key belongs to the certificate; cert and
+// key come together); errors name the flag and the file.
+bool CheckClientTls(const ClientTls& tls, std::string* error);
 
 struct BackoffPolicy {
   std::chrono::milliseconds initial{100};
@@ -113,6 +118,7 @@ class SnapshotClient {
   uint64_t acks_ = 0;
   uint64_t nacks_ = 0;
   uint64_t streams_ = 0;
+  std::string last_error_;                  // why the last attempt failed ("" when it just ended)
   grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
   // The snapshot applied last, kept as the base for deltas (client thread only).
   v1::Snapshot running_snapshot_;

@@ -29,14 +29,14 @@ TEST(BackoffDelayTest, Table) {
   }
 }
 
-TEST(LoadClientTlsTest, CertificateAndKeyGoTogether) {
-  ClientTls tls;
+TEST(CheckClientTlsTest, CertificateAndKeyGoTogether) {
   std::string error;
-  EXPECT_FALSE(LoadClientTls("", "/nonexistent/cert.pem", "", &tls, &error));
+  EXPECT_FALSE(CheckClientTls({"", "/nonexistent/cert.pem", "", ""}, &error));
   EXPECT_NE(error.find("both"), std::string::npos);
-  EXPECT_FALSE(LoadClientTls("/nonexistent/ca.pem", "", "", &tls, &error));
-  EXPECT_NE(error.find("/nonexistent/ca.pem"), std::string::npos);
-  EXPECT_TRUE(LoadClientTls("", "", "", &tls, &error));
+  EXPECT_FALSE(CheckClientTls({"/nonexistent/ca.pem", "", "", ""}, &error));
+  EXPECT_NE(error.find("--controller-ca"), std::string::npos) << error;
+  EXPECT_NE(error.find("/nonexistent/ca.pem"), std::string::npos) << error;
+  EXPECT_TRUE(CheckClientTls({"", "", "", ""}, &error));
 }
 
 std::shared_ptr<const compile::CompileResult> Result(int capacity) {

@@ -1,0 +1,22 @@
+#pragma once
+
+// Certificates for TLS tests, made at test time by the openssl command line
+// (EC P-256: quick). In `dir`:
+//   ca.pem ca.key                the test CA
+//   server.pem server.key        signed by ca; SAN DNS:localhost, DNS:<server_name>, IP:127.0.0.1
+//   client.pem client.key        signed by ca (clientAuth)
+//   other-ca.pem other-ca.key    an unrelated CA
+//   other-client.pem other-client.key  signed by other-ca
+//   other-server.pem other-server.key  signed by other-ca, same names as server.pem
+//   named-server.pem named-server.key  signed by ca; SAN DNS:<server_name> only
+
+#include <string>
+
+namespace kwd::testing {
+
+inline constexpr const char kTestServerName[] = "kwd-controller.kwd.svc";
+
+// False (and `error` holds the command's output) when openssl failed.
+bool MakeTestPki(const std::string& dir, std::string* error);
+
+}  // namespace kwd::testing
