@@ -392,6 +392,81 @@ class RenderedChecks:
         self.assertEqual(granted(lease_roles[0]["rules"]), {LEASE: ALLOWED_VERBS[LEASE]})
         self.assertTrue(bound("Role", lease_roles[0]["metadata"]["name"], NAMESPACE))
 
+    def test_grpc_tls_files_come_from_mounted_secrets(self):
+        """Every TLS file flag of every kwd container names a key of a mounted Secret
+        that the chart renders (helm), that a Certificate fills (cert-manager), or
+        that the values name (existing)."""
+        tls = self.values["grpcTLS"]
+        secrets = {d["metadata"]["name"]: set(d["data"]) for d in self.of_kind("Secret")}
+        for cert in self.of_kind("Certificate"):
+            secrets[cert["spec"]["secretName"]] = {"tls.crt", "tls.key", "ca.crt"}
+        for name in tls["existingSecrets"].values():
+            if tls["provider"] == "existing" and name:
+                secrets[name] = {"tls.crt", "tls.key", "ca.crt"}
+        checked = 0
+        for owner, spec in pod_specs(self.docs):
+            volumes = {v["name"]: v for v in spec.get("volumes", [])}
+            for c in spec["containers"]:
+                args = c.get("args", [])
+                flags = [f for f in GRPC_TLS_FLAGS if f in args]
+                if not tls["enabled"]:
+                    self.assertEqual(flags, [], f"{owner}/{c['name']}")
+                    continue
+                if c.get("command", [""])[0] not in ("/usr/local/bin/kwd-controller",
+                                                     "/usr/local/bin/kwd-proxy"):
+                    continue
+                want = CONTROLLER_TLS_FLAGS if "--grpc-listen" in args else PROXY_TLS_FLAGS
+                self.assertEqual(sorted(flags), sorted(want), f"{owner}/{c['name']}")
+                for flag in flags:
+                    path = arg_after(args, flag)
+                    mounts = [m for m in c["volumeMounts"]
+                              if path.startswith(m["mountPath"].rstrip("/") + "/")]
+                    self.assertEqual(len(mounts), 1, f"{owner} {flag} {path}")
+                    self.assertIs(mounts[0].get("readOnly"), True)
+                    volume = volumes[mounts[0]["name"]]
+                    secret = volume["secret"]["secretName"]
+                    self.assertIn(secret, secrets, f"{owner} {flag}")
+                    key = path[len(mounts[0]["mountPath"].rstrip("/")) + 1:]
+                    self.assertIn(key, secrets[secret], f"{owner} {flag}")
+                    checked += 1
+        if tls["enabled"]:
+            self.assertGreaterEqual(checked, 6)
+
+    def test_network_policy_admits_only_proxies_to_grpc(self):
+        np_values = self.values["networkPolicy"]
+        policies = self.of_kind("NetworkPolicy")
+        if not np_values["enabled"]:
+            self.assertEqual(policies, [])
+            return
+        controller_deployment = self.component("Deployment", "controller")
+        controller_labels = controller_deployment["spec"]["template"]["metadata"]["labels"]
+        policy = self.component("NetworkPolicy", "controller")
+        self.assertTrue(matches(policy["spec"]["podSelector"]["matchLabels"], controller_labels))
+        self.assertEqual(policy["spec"]["policyTypes"], ["Ingress"])
+        controller = self.container(controller_deployment, "controller")
+        grpc_rules = [r for r in policy["spec"]["ingress"]
+                      if any(container_port(controller, p["port"]) ==
+                             listen_port(controller["args"], "--grpc-listen") for p in r["ports"])]
+        self.assertEqual(len(grpc_rules), 1)
+        sources = grpc_rules[0]["from"]
+        self.assertTrue(sources, "the gRPC port must not be open to all")
+        pod_sources = [f for f in sources if "podSelector" in f]
+        self.assertEqual(len(pod_sources), 1)
+        self.assertNotIn("namespaceSelector", pod_sources[0], "this namespace only")
+        selector = pod_sources[0]["podSelector"]["matchLabels"]
+        workloads = {d["metadata"]["labels"]["app.kubernetes.io/component"]:
+                     d["spec"]["template"]["metadata"]["labels"] for d in self.of_kind("Deployment")}
+        selected = sorted(c for c, labels in workloads.items() if matches(selector, labels))
+        self.assertEqual(selected, ["proxy"] if self.values["proxy"]["enabled"] else [])
+        namespace_sources = [f["namespaceSelector"] for f in sources if "namespaceSelector" in f]
+        extra = np_values["grpcClientNamespaceSelector"]
+        self.assertEqual(namespace_sources, [extra] if extra else [])
+        # Every other port of the controller: only from the admin namespaces.
+        for rule in policy["spec"]["ingress"]:
+            if rule is not grpc_rules[0]:
+                self.assertEqual(rule["from"],
+                                 [{"namespaceSelector": np_values["adminNamespaceSelector"]}])
+
     def test_pod_disruption_budgets(self):
         for component in ("controller", "proxy"):
             pdb = self.component("PodDisruptionBudget", component)
@@ -404,9 +479,9 @@ class RenderedChecks:
 class DefaultValues(RenderedChecks, unittest.TestCase):
     custom = False
     expected_kinds = {
-        "Deployment": 2, "Service": 3, "ServiceAccount": 1, "Secret": 1,
+        "Deployment": 2, "Service": 3, "ServiceAccount": 1, "Secret": 3,
         "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-        "PodDisruptionBudget": 2,
+        "PodDisruptionBudget": 2, "NetworkPolicy": 2,
     }
 
     def test_defaults_from_interface(self):
@@ -426,6 +501,7 @@ class CustomValues(RenderedChecks, unittest.TestCase):
         "Deployment": 3, "Service": 3, "ServiceAccount": 1,
         "Role": 3, "RoleBinding": 3, "PodDisruptionBudget": 2,
         "HorizontalPodAutoscaler": 1, "ServiceMonitor": 1, "NetworkPolicy": 2,
+        "Certificate": 2,
     }
 
     def test_hpa_targets_the_proxy(self):
@@ -502,6 +578,143 @@ class CustomValues(RenderedChecks, unittest.TestCase):
         self.assertEqual(arg_after(proxy["args"], "--tls-cert-dir"), "/etc/kwd/tls")
         mounts = {m["mountPath"] for m in proxy["volumeMounts"]}
         self.assertIn("/etc/kwd/tls/erp-tls", mounts)
+
+
+GRPC_TLS_FLAGS = ("--grpc-tls-cert", "--grpc-tls-key", "--grpc-client-ca",
+                  "--controller-ca", "--controller-cert", "--controller-key")
+CONTROLLER_TLS_FLAGS = GRPC_TLS_FLAGS[:3]
+PROXY_TLS_FLAGS = GRPC_TLS_FLAGS[3:]
+
+
+def mounted_secret_files(docs, directory):
+    """Writes every key of every rendered Secret that a kwd container mounts into
+    `directory`; returns {path in the container: path on disk}."""
+    import base64
+    secrets = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "Secret"}
+    files = {}
+    for owner, spec in pod_specs(docs):
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec["containers"]:
+            for mount in c.get("volumeMounts", []):
+                secret = volumes.get(mount["name"], {}).get("secret", {}).get("secretName")
+                for key, value in secrets.get(secret, {}).items():
+                    path = os.path.join(directory, secret, key)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    with open(path, "wb") as f:
+                        f.write(base64.b64decode(value))
+                    files[f"{mount['mountPath'].rstrip('/')}/{key}"] = path
+    return files
+
+
+def openssl(*args, stdin=None):
+    return subprocess.run(["openssl", *args], input=stdin, capture_output=True, text=True)
+
+
+class GrpcTls(unittest.TestCase):
+    """Mutual TLS on the controller's gRPC port: on by default, three providers, off switch."""
+
+    def secret_files(self, docs, name):
+        import base64
+        (secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == name]
+        self.assertEqual(secret["type"], "kubernetes.io/tls")
+        return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+    def test_generated_certificates_chain_and_name_the_controller_service(self):
+        docs = render()
+        controller = self.secret_files(docs, f"{RELEASE}-kwd-grpc-controller-tls")
+        proxy = self.secret_files(docs, f"{RELEASE}-kwd-grpc-proxy-tls")
+        self.assertEqual(set(controller), {"tls.crt", "tls.key", "ca.crt"})
+        self.assertEqual(set(proxy), {"tls.crt", "tls.key", "ca.crt"})
+        self.assertEqual(controller["ca.crt"], proxy["ca.crt"], "one CA for both ends")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, text in (("ca.crt", controller["ca.crt"]), ("server.crt", controller["tls.crt"]),
+                               ("client.crt", proxy["tls.crt"])):
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(text)
+            ca = os.path.join(tmp, "ca.crt")
+            for purpose, cert in (("sslserver", "server.crt"), ("sslclient", "client.crt")):
+                result = openssl("verify", "-purpose", purpose, "-CAfile", ca, os.path.join(tmp, cert))
+                self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            text = openssl("x509", "-noout", "-text", "-in", os.path.join(tmp, "server.crt")).stdout
+        (proxy_deployment,) = [d for d in docs if d["kind"] == "Deployment" and
+                               d["metadata"]["name"] == f"{RELEASE}-kwd-proxy"]
+        target = arg_after(proxy_deployment["spec"]["template"]["spec"]["containers"][0]["args"],
+                           "--controller")
+        self.assertIn(f"DNS:{target.rsplit(':', 1)[0]}", text)
+        # Each key belongs to its certificate.
+        for files in (controller, proxy):
+            key_pub = openssl("pkey", "-pubout", stdin=files["tls.key"]).stdout
+            cert_pub = openssl("x509", "-noout", "-pubkey", stdin=files["tls.crt"]).stdout
+            self.assertEqual(key_pub, cert_pub)
+            self.assertTrue(key_pub)
+
+    def test_cert_manager_with_the_release_ca(self):
+        docs = render("--set", "grpcTLS.provider=cert-manager")
+        self.assertEqual([d for d in docs if d["kind"] == "Secret" and "grpc" in d["metadata"]["name"]], [])
+        issuers = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Issuer"}
+        certificates = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
+        self.assertEqual(issuers[f"{RELEASE}-kwd-grpc-selfsigned"], {"selfSigned": {}})
+        ca = certificates[f"{RELEASE}-kwd-grpc-ca"]
+        self.assertIs(ca["isCA"], True)
+        self.assertEqual(ca["issuerRef"]["name"], f"{RELEASE}-kwd-grpc-selfsigned")
+        self.assertEqual(issuers[f"{RELEASE}-kwd-grpc-ca"], {"ca": {"secretName": ca["secretName"]}})
+        server = certificates[f"{RELEASE}-kwd-grpc-controller-tls"]
+        client = certificates[f"{RELEASE}-kwd-grpc-proxy-tls"]
+        for cert in (server, client):
+            self.assertEqual(cert["issuerRef"], {"name": f"{RELEASE}-kwd-grpc-ca", "kind": "Issuer",
+                                                 "group": "cert-manager.io"})
+            self.assertEqual(cert["secretName"], cert is server and
+                             f"{RELEASE}-kwd-grpc-controller-tls" or f"{RELEASE}-kwd-grpc-proxy-tls")
+        self.assertIn("server auth", server["usages"])
+        self.assertIn("client auth", client["usages"])
+        self.assertIn(f"{RELEASE}-kwd-controller.{NAMESPACE}.svc", server["dnsNames"])
+
+    def test_cert_manager_with_an_issuer_of_yours(self):
+        docs = render("--set", "grpcTLS.provider=cert-manager",
+                      "--set", "grpcTLS.certManager.issuerRef.name=corp-ca",
+                      "--set", "grpcTLS.certManager.issuerRef.kind=ClusterIssuer")
+        self.assertEqual([d for d in docs if d["kind"] == "Issuer"], [])
+        certificates = [d for d in docs if d["kind"] == "Certificate"]
+        self.assertEqual(len(certificates), 2)
+        for cert in certificates:
+            self.assertEqual(cert["spec"]["issuerRef"], {"name": "corp-ca", "kind": "ClusterIssuer"})
+
+    def test_existing_secrets(self):
+        docs = render("--set", "grpcTLS.provider=existing",
+                      "--set", "grpcTLS.existingSecrets.controller=my-controller-tls",
+                      "--set", "grpcTLS.existingSecrets.proxy=my-proxy-tls")
+        self.assertEqual([d for d in docs if d["kind"] in ("Certificate", "Issuer")], [])
+        self.assertEqual([d for d in docs if d["kind"] == "Secret" and "grpc" in d["metadata"]["name"]], [])
+        used = {v["secret"]["secretName"] for _, spec in pod_specs(docs)
+                for v in spec.get("volumes", []) if "secret" in v}
+        self.assertLessEqual({"my-controller-tls", "my-proxy-tls"}, used)
+        result = helm("template", RELEASE, CHART, "--set", "grpcTLS.provider=existing")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertRegex(result.stderr, r"grpcTLS\.existingSecrets\.(controller|proxy) is required")
+
+    def test_turned_off(self):
+        docs = render("--set", "grpcTLS.enabled=false", "--set", "networkPolicy.enabled=false")
+        self.assertEqual([d for d in docs if d["kind"] in ("Certificate", "Issuer", "NetworkPolicy")], [])
+        self.assertEqual([d["metadata"]["name"] for d in docs if d["kind"] == "Secret"],
+                         [f"{RELEASE}-kwd-affinity-key"])
+        for _, spec in pod_specs(docs):
+            for c in spec["containers"]:
+                for flag in GRPC_TLS_FLAGS:
+                    self.assertNotIn(flag, c.get("args", []))
+                for mount in c.get("volumeMounts", []):
+                    self.assertNotIn("tls", mount["mountPath"])
+
+    def test_sidecar_gets_the_proxy_certificate(self):
+        docs = render("--set", "sidecar.example.enabled=true")
+        (example,) = [d for d in docs if d["kind"] == "Deployment" and
+                      d["metadata"]["labels"]["app.kubernetes.io/component"] == "sidecar-example"]
+        spec = example["spec"]["template"]["spec"]
+        sidecar = [c for c in spec["containers"] if c["name"] == "kwd-proxy"][0]
+        for flag in PROXY_TLS_FLAGS:
+            self.assertIn(flag, sidecar["args"])
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        self.assertEqual(volumes["kwd-controller-tls"]["secret"]["secretName"],
+                         f"{RELEASE}-kwd-grpc-proxy-tls")
 
 
 class SidecarOnly(unittest.TestCase):
@@ -620,7 +833,7 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
     USAGE_ERROR = 2
     PLANNED_FLAGS = ("--tls-listen", "--tls-cert-dir")
 
-    def runnable_args(self, args, key_file):
+    def runnable_args(self, args, key_file, tls_files=None):
         result = []
         i = 0
         while i < len(args):
@@ -641,6 +854,11 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
                 result.append(key_file)
                 i += 2
                 continue
+            if flag in GRPC_TLS_FLAGS and tls_files is not None:
+                # The mounted Secret's key, written out from the rendered Secret.
+                result.append(tls_files.get(args[i + 1], args[i + 1]))
+                i += 2
+                continue
             i += 1
         env = {"POD_NAME": "pod-1", "POD_NAMESPACE": NAMESPACE}
         return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in result]
@@ -654,7 +872,9 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
             key_file = os.path.join(tmp, "affinity.key")
             with open(key_file, "w") as f:
                 f.write("a-test-key-of-some-length-0123456789\n")
-            for d in render(*render_args):
+            docs = render(*render_args)
+            tls_files = mounted_secret_files(docs, tmp)
+            for d in docs:
                 if d["kind"] != "Deployment":
                     continue
                 for c in d["spec"]["template"]["spec"]["containers"]:
@@ -662,7 +882,7 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
                         continue
                     binary = os.path.join(self.BINARY_DIR, os.path.basename(c["command"][0]))
                     self.assertTrue(os.access(binary, os.X_OK), f"build {binary} first")
-                    argv = [binary, *self.runnable_args(c["args"], key_file)]
+                    argv = [binary, *self.runnable_args(c["args"], key_file, tls_files)]
                     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                                stderr=subprocess.PIPE, text=True)
                     try:
@@ -677,6 +897,67 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
 
     def test_default_values(self):
         self.assertEqual(self.check(), 2)
+
+    def test_chart_certificates_connect_a_proxy_to_the_controller(self):
+        """The generated Secrets, mounted where the rendered flags say, make a working
+        mutual TLS pair: a proxy run with the proxy Deployment's TLS flags gets the
+        snapshot from a controller run with the controller Deployment's TLS flags."""
+        import socket
+        import time
+        import urllib.request
+
+        def free_port():
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return s.getsockname()[1]
+
+        def tls_args(container, tls_files):
+            args = container["args"]
+            result = []
+            for flag in GRPC_TLS_FLAGS:
+                if flag in args:
+                    result += [flag, tls_files[arg_after(args, flag)]]
+            return result
+
+        docs = render()
+        deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+                       for d in docs if d["kind"] == "Deployment"}
+        controller = deployments["controller"]["spec"]["template"]["spec"]["containers"][0]
+        proxy = deployments["proxy"]["spec"]["template"]["spec"]["containers"][0]
+        server_name = arg_after(proxy["args"], "--controller").rsplit(":", 1)[0]
+        grpc_port, proxy_admin = free_port(), free_port()
+        processes = []
+        with tempfile.TemporaryDirectory() as tmp:
+            tls_files = mounted_secret_files(docs, tmp)
+            try:
+                processes.append(subprocess.Popen(
+                    [os.path.join(self.BINARY_DIR, "kwd-controller"), "serve",
+                     "--source=dir:" + os.path.join(SOURCE_DIR, "examples", "quickstart"),
+                     "--grpc-listen", f"127.0.0.1:{grpc_port}", "--admin-listen", "127.0.0.1:0",
+                     *tls_args(controller, tls_files)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                processes.append(subprocess.Popen(
+                    [os.path.join(self.BINARY_DIR, "kwd-proxy"), "serve",
+                     "--controller", f"127.0.0.1:{grpc_port}", "--controller-server-name", server_name,
+                     "--listen", "127.0.0.1:0", "--admin-listen", f"127.0.0.1:{proxy_admin}",
+                     "--access-log", "off", *tls_args(proxy, tls_files)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                ready = False
+                deadline = time.monotonic() + 20
+                while not ready and time.monotonic() < deadline:
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{proxy_admin}/readyz",
+                                                    timeout=1) as reply:
+                            ready = reply.status == 200
+                    except OSError:
+                        time.sleep(0.1)
+            finally:
+                logs = ""
+                for p in processes:
+                    p.terminate()
+                    logs += p.communicate(timeout=10)[1]
+            self.assertTrue(ready, logs)
+            self.assertIn("tls=mutual", logs)
 
     def test_custom_values(self):
         self.assertEqual(self.check("-f", CUSTOM_VALUES), 3)
@@ -703,6 +984,9 @@ class Schema(unittest.TestCase):
         ("scrape interval", ["--set", "serviceMonitor.interval=often"]),
         ("traffic policy", ["--set", "proxy.service.externalTrafficPolicy=Nearest"]),
         ("resources quantity", ["--set", "proxy.resources.requests.cpu=lots"]),
+        ("grpc tls provider", ["--set", "grpcTLS.provider=vault"]),
+        ("grpc tls as text", ["--set-string", "grpcTLS.enabled=no"]),
+        ("issuer kind", ["--set", "grpcTLS.certManager.issuerRef.kind=Vault"]),
     ]
     REJECTED_BY_TEMPLATE = [
         ("grace period too short", ["--set", "proxy.terminationGracePeriodSeconds=15"],

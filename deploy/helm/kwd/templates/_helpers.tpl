@@ -56,6 +56,60 @@ cluster-local DNS name also works from sidecars in other namespaces.
 {{- end }}
 
 {{/*
+Mutual TLS on the snapshot gRPC port (values grpcTLS). Each Secret holds
+tls.crt, tls.key and ca.crt (cert-manager's layout): the controller's serving
+certificate with the CA of the proxies' client certificates, and the proxies'
+client certificate with the CA of the controller's certificate.
+*/}}
+{{- define "kwd.grpcTLS.controllerSecretName" -}}
+{{- if eq .Values.grpcTLS.provider "existing" }}
+{{- required "grpcTLS.existingSecrets.controller is required with grpcTLS.provider=existing" .Values.grpcTLS.existingSecrets.controller }}
+{{- else }}
+{{- printf "%s-grpc-controller-tls" (include "kwd.fullname" . | trunc 43 | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{- define "kwd.grpcTLS.proxySecretName" -}}
+{{- if eq .Values.grpcTLS.provider "existing" }}
+{{- required "grpcTLS.existingSecrets.proxy is required with grpcTLS.provider=existing" .Values.grpcTLS.existingSecrets.proxy }}
+{{- else }}
+{{- printf "%s-grpc-proxy-tls" (include "kwd.fullname" . | trunc 48 | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{/* The names in the controller's certificate: its Service, as proxies and sidecars dial it. */}}
+{{- define "kwd.grpcTLS.controllerDnsNames" -}}
+{{- $name := include "kwd.controller.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- list $name (printf "%s.%s" $name $ns) (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.cluster.local" $name $ns) | toJson }}
+{{- end }}
+
+{{- define "kwd.grpcTLS.controllerMountPath" -}}/etc/kwd/grpc-tls{{- end }}
+{{- define "kwd.grpcTLS.proxyMountPath" -}}/etc/kwd/controller-tls{{- end }}
+
+{{/* kwd-controller serve flags for mutual TLS (list items). */}}
+{{- define "kwd.grpcTLS.controllerArgs" -}}
+{{- $dir := include "kwd.grpcTLS.controllerMountPath" . }}
+- --grpc-tls-cert
+- {{ $dir }}/tls.crt
+- --grpc-tls-key
+- {{ $dir }}/tls.key
+- --grpc-client-ca
+- {{ $dir }}/ca.crt
+{{- end }}
+
+{{/* kwd-proxy serve flags for mutual TLS to the controller (list items). */}}
+{{- define "kwd.grpcTLS.proxyArgs" -}}
+{{- $dir := include "kwd.grpcTLS.proxyMountPath" . }}
+- --controller-ca
+- {{ $dir }}/ca.crt
+- --controller-cert
+- {{ $dir }}/tls.crt
+- --controller-key
+- {{ $dir }}/tls.key
+{{- end }}
+
+{{/*
 Labels. Selector labels never change across upgrades (Deployment selectors
 are immutable); the rest may.
 */}}
@@ -155,6 +209,9 @@ The kwd-proxy sidecar container, for a client workload's pod spec:
         secretName: <a copy of the release's affinity-key Secret>
     - name: kwd-sidecar-tmp
       emptyDir: {}
+    - name: kwd-controller-tls        # with grpcTLS.enabled (the default)
+      secret:
+        secretName: <a copy of the release's <fullname>-grpc-proxy-tls Secret>
 
 The client then sends its requests to http://127.0.0.1:15080 (sidecar.listen).
 The sidecar drains like the shared proxy: a preStop sleep, then SIGTERM.
@@ -182,6 +239,9 @@ The sidecar drains like the shared proxy: a preStop sleep, then SIGTERM.
     - /etc/kwd/affinity/{{ .Values.proxy.affinityKey.secretKey }}
     - --log-level
     - {{ .Values.proxy.logLevel }}
+    {{- if .Values.grpcTLS.enabled }}
+    {{- include "kwd.grpcTLS.proxyArgs" . | nindent 4 }}
+    {{- end }}
   env:
     - name: POD_NAME
       valueFrom:
@@ -221,6 +281,11 @@ The sidecar drains like the shared proxy: a preStop sleep, then SIGTERM.
       readOnly: true
     - name: kwd-sidecar-tmp
       mountPath: /tmp
+    {{- if .Values.grpcTLS.enabled }}
+    - name: kwd-controller-tls
+      mountPath: {{ include "kwd.grpcTLS.proxyMountPath" . }}
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/*
