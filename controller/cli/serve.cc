@@ -334,6 +334,12 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       err << "kwd-controller serve: " << tls_error << "\n";
       return 1;
     }
+    if (flags.grpc_client_ca.empty()) {
+      Log(LogLevel::kWarn, "serve",
+          "the snapshot gRPC port takes any client: give --grpc-client-ca to require proxy "
+          "certificates",
+          {{"address", flags.grpc_listen}});
+    }
   } else {
     Log(LogLevel::kWarn, "serve",
         "the snapshot gRPC port is plain text and open to anyone who reaches it: "
