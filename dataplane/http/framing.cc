@@ -237,6 +237,9 @@ FramingResult AnalyzeResponse(const ResponseHead& head, std::string_view request
     return Reject(ParseError::kBadTransferEncoding, 502);
   }
 
+  info->transfer_coded =
+      coding == CodingVerdict::kUnsupported || coding == CodingVerdict::kFinalNotChunked;
+
   int code = head.status_code;
   if (code == 101) {
     info->body = BodyKind::kTunnel;
