@@ -237,7 +237,9 @@ def parse_request(data, forwarded=False):
             raise Reject("Transfer-Encoding in HTTP/1.0")
         if lengths:
             raise Reject("Content-Length with Transfer-Encoding")
+        # A list: empty elements are ignored (RFC 9110 5.6.1.2).
         elements = [e.strip(b" \t") for v in codings for e in v.split(b",")]
+        elements = [e for e in elements if e]
         if [e.lower() for e in elements] != [b"chunked"]:
             raise Reject("a transfer coding other than one chunked")
         req.body, at = read_chunked(data, at, forwarded)
@@ -423,6 +425,8 @@ CASES = [
     ("xchunked", post(b"Transfer-Encoding: xchunked\r\n", b"0\r\n\r\n"), REJECT),
     ("chunked_with_parameter", post(b"Transfer-Encoding: chunked;q=1\r\n", b"0\r\n\r\n"), REJECT),
     ("empty_transfer_encoding", post(b"Transfer-Encoding:\r\n", b""), REJECT),
+    ("transfer_encoding_empty_elements", post(b"Transfer-Encoding: , chunked,\r\n",
+                                              b"5\r\nhello\r\n0\r\n\r\n"), ACCEPT),
     ("vertical_tab_before_chunked", post(b"Transfer-Encoding: \x0bchunked\r\n", b"0\r\n\r\n"),
      REJECT),
     # chunked body (RFC 9112 7.1)
@@ -461,6 +465,18 @@ CASES = [
     ("trailer_obs_fold", chunked(b"5\r\nhello\r\n0\r\nX-T: 1\r\n 2\r\n\r\n"), REJECT),
     ("trailer_nul", chunked(b"5\r\nhello\r\n0\r\nX-T: \x00\r\n\r\n"), REJECT),
     ("trailer_bare_lf", chunked(b"5\r\nhello\r\n0\r\nX-T: 1\n\r\n"), REJECT),
+    # framing fields a client tries to have dropped, forms kwd may refuse
+    ("connection_nominates_content_length",
+     post(b"Connection: Content-Length\r\nContent-Length: 5\r\n", b"hello"), ACCEPT),
+    ("connection_nominates_transfer_encoding",
+     post(b"Connection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n",
+          b"5\r\nhello\r\n0\r\n\r\n"), ACCEPT),
+    ("body_on_get", get(b"Host: h\r\nContent-Length: 3\r\n") + b"abc", ACCEPT),
+    ("absolute_form_other_host_field", get(b"Host: other\r\n", target=b"http://h:80/a"), ACCEPT),
+    ("absolute_form_ipv6", get(target=b"http://[2001:db8::1]:8080/a"), ACCEPT),
+    ("connect_authority_form", get(method=b"CONNECT", target=b"h:443"), ACCEPT),
+    ("long_chunk_extension", chunked(b"5;a=" + b"x" * 5000 + b"\r\nhello\r\n0\r\n\r\n"), ACCEPT),
+    ("two_pipelined_gets", get() + get(target=b"/b"), ACCEPT),
     # smuggling shapes: the second request must never reach the backend alone
     ("cl_body_holds_request",
      post(b"Content-Length: 30\r\n", b"GET /smuggled HTTP/1.1\r\nX: y\r\n"), ACCEPT),
@@ -475,6 +491,9 @@ CASES = [
 
 # Accepted by the strict parser, rejected by kwd-proxy on purpose.
 KWD_MAY_REJECT = {
+    "connect_authority_form": "kwd is a gateway, not a forward proxy: no tunnels to a host "
+                              "the client names",
+    "long_chunk_extension": "a chunk-size line is bounded (4 KiB with its extensions)",
     "asterisk_with_options": "OPTIONS * asks about the server as a whole; no path means no "
                              "URL mapping rule or logon group to route it to (400)",
 }
