@@ -4,7 +4,8 @@
 // keeps its position between calls, so bytes can arrive in any split, and
 // hands out chunk data as views into the caller's input (no copy).
 // Chunk extensions must follow RFC 9112 7.1.1 (`*( BWS ";" BWS token
-// [ BWS "=" BWS ( token / quoted-string ) ] )`, bounded line) and are ignored. Trailer fields are validated with the header rules and bounded,
+// [ BWS "=" BWS ( token / quoted-string ) ] )`, bounded line) and are
+// ignored. Trailer fields are validated with the header rules and bounded,
 // then dropped: the proxy strips the Trailer field and re-frames.
 
 #include <cstddef>
@@ -53,15 +54,15 @@ class ChunkedDecoder {
   enum class State : uint8_t {
     kSizeStart,
     kSize,
-    kSizeBws,         // BWS after the size or an extension: only ";" may follow
-    kExtNameStart,    // after ";" (and BWS): a token must follow
+    kSizeBws,       // BWS after the size or an extension: only ";" may follow
+    kExtNameStart,  // after ";" (and BWS): a token must follow
     kExtName,
-    kExtNameBws,      // BWS after a name: "=" or ";"
-    kExtValueStart,   // after "=" (and BWS): a token or a quoted-string
+    kExtNameBws,     // BWS after a name: "=" or ";"
+    kExtValueStart,  // after "=" (and BWS): a token or a quoted-string
     kExtToken,
     kExtQuoted,
-    kExtQuotedPair,   // after a backslash inside the quoted-string
-    kExtQuoteEnd,     // after the closing quote
+    kExtQuotedPair,  // after a backslash inside the quoted-string
+    kExtQuoteEnd,    // after the closing quote
     kSizeLf,
     kData,
     kDataCr,

@@ -76,7 +76,7 @@ class ScriptedBackend {
       in.append(buf, static_cast<size_t>(n));
     }
     if (in.find("/health") != std::string::npos) {
-      std::string_view ok = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      std::string_view ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
       ::send(fd, ok.data(), ok.size(), MSG_NOSIGNAL);
       return;
     }
@@ -201,7 +201,9 @@ constexpr std::string_view kGet11 = "GET /x HTTP/1.1\r\nHost: h\r\nConnection: c
 constexpr std::string_view kGet10 = "GET /x HTTP/1.0\r\nHost: h\r\n\r\n";
 
 TEST_F(ResponseFramingTest, DuplicateContentLengthFieldsBecomeOne) {
-  StartProxy("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello");
+  StartProxy(
+      "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\nX-A: 1\r\nContent-Length: "
+      "5\r\n\r\nhello");
   Exchange e = Send(port(), kGet11);
   std::string head = Head(e.bytes);
   EXPECT_EQ(head.substr(0, 15), "HTTP/1.1 200 OK") << e.bytes;
@@ -247,7 +249,8 @@ TEST_F(ResponseFramingTest, GzipTransferCodingCannotReachAnHttp10Client) {
   // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1), and dropping the field
   // would hand the client gzip bytes as the content: 502.
   StartProxy(
-      "HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: gzip, chunked\r\n\r\n4\r\nGZ01\r\n0\r\n\r\n");
+      "HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: gzip, "
+      "chunked\r\n\r\n4\r\nGZ01\r\n0\r\n\r\n");
   Exchange e = Send(port(), kGet10);
   EXPECT_EQ(e.bytes.substr(0, 12), "HTTP/1.1 502") << e.bytes;
   EXPECT_EQ(e.bytes.find("GZ01"), std::string::npos) << e.bytes;
@@ -271,7 +274,9 @@ TEST_F(ResponseFramingTest, InterimResponsesAreNotSentToHttp10Clients) {
 TEST_F(ResponseFramingTest, MalformedChunkAfterAGoodHeadIsNoCleanEndForAnHttp10Client) {
   // The body towards an HTTP/1.0 client is close-delimited: a FIN would make
   // the truncated body look complete, so the connection is reset.
-  StartProxy("HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;=x\r\nabc\r\n0\r\n\r\n");
+  StartProxy(
+      "HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n5\r\nhello\r\n3;=x\r\nabc\r\n0\r\n\r\n");
   Exchange e = Send(port(), kGet10);
   EXPECT_FALSE(e.clean_eof) << e.bytes;
   EXPECT_TRUE(e.reset) << e.bytes;
@@ -279,7 +284,9 @@ TEST_F(ResponseFramingTest, MalformedChunkAfterAGoodHeadIsNoCleanEndForAnHttp10C
 }
 
 TEST_F(ResponseFramingTest, MalformedChunkAfterAGoodHeadEndsAnHttp11ResponseWithoutLastChunk) {
-  StartProxy("HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nabc\r\n0\r\n\r\n");
+  StartProxy(
+      "HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n5\r\nhello\r\nzz\r\nabc\r\n0\r\n\r\n");
   Exchange e = Send(port(), kGet11);
   EXPECT_FALSE(e.clean_eof) << e.bytes;
   EXPECT_EQ(e.bytes.find("0\r\n\r\n"), std::string::npos) << e.bytes;
@@ -287,7 +294,8 @@ TEST_F(ResponseFramingTest, MalformedChunkAfterAGoodHeadEndsAnHttp11ResponseWith
 }
 
 TEST_F(ResponseFramingTest, ChunkedBodyClosedBeforeTheLastChunkIsNoCleanEnd) {
-  StartProxy("HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+  StartProxy(
+      "HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
   Exchange old = Send(port(), kGet10);
   EXPECT_FALSE(old.clean_eof) << old.bytes;
   EXPECT_TRUE(old.reset) << old.bytes;
