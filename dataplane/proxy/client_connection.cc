@@ -710,8 +710,7 @@ bool ClientConnection::HandleResponseHead() {
         // "gzip, chunked" keeps its gzip) stay as they are.
         chunk_response_ = true;
       } else {
-        options.reframe_body = true;
-        close_after_response_ = true;
+        close_after_response_ = true;  // de-chunked, delimited by the close
       }
       break;
     case http::BodyKind::kUntilClose:
@@ -730,6 +729,9 @@ bool ClientConnection::HandleResponseHead() {
     } else if (version_minor_ == 0) {
       options.connection = "keep-alive";
     }
+  }
+  if (version_minor_ == 0) {
+    options.reframe_body = true;  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1)
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
   http::SerializeResponseHead(response_head_, options, head_out_);

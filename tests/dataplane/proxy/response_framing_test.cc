@@ -257,6 +257,14 @@ TEST_F(ResponseFramingTest, GzipTransferCodingCannotReachAnHttp10Client) {
   EXPECT_EQ(e.bytes.find("Transfer-Encoding"), std::string::npos) << e.bytes;
 }
 
+TEST_F(ResponseFramingTest, NoTransferEncodingFieldReachesAnHttp10Client) {
+  // A response without a body (here to HEAD) may still name its codings.
+  StartProxy("HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+  Exchange e = Send(port(), "HEAD /x HTTP/1.0\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(e.bytes.substr(0, 15), "HTTP/1.1 200 OK") << e.bytes;
+  EXPECT_EQ(e.bytes.find("Transfer-Encoding"), std::string::npos) << e.bytes;
+}
+
 TEST_F(ResponseFramingTest, InterimResponsesAreNotSentToHttp10Clients) {
   StartProxy(
       "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
