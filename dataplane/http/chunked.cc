@@ -9,6 +9,10 @@ namespace kwd::http {
 
 namespace {
 
+bool IsBws(char c) {
+  return c == ' ' || c == '\t';
+}
+
 }  // namespace
 
 ChunkedResult ChunkedDecoder::Fail(ParseError error, int status, size_t consumed) {
@@ -61,8 +65,8 @@ ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
         } else if (state_ == State::kSizeStart) {
           return Fail(ParseError::kBadChunkSize, 400, i);
         } else if (c == ';') {
-          state_ = State::kExtension;
-        } else if (c == ' ' || c == '\t') {
+          state_ = State::kExtNameStart;
+        } else if (IsBws(c)) {
           state_ = State::kSizeBws;
         } else if (c == '\r') {
           state_ = State::kSizeLf;
@@ -72,19 +76,71 @@ ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
         break;
       }
       case State::kSizeBws:
-        // Whitespace after the size is only allowed before an extension.
+        // Whitespace is only allowed before a ";" (BWS ";" in chunk-ext).
         if (c == ';') {
-          state_ = State::kExtension;
-        } else if (c != ' ' && c != '\t') {
+          state_ = State::kExtNameStart;
+        } else if (!IsBws(c)) {
           return Fail(ParseError::kBadChunkExtension, 400, i);
         }
         break;
-      case State::kExtension:
-        if (c == '\r') {
+      case State::kExtNameStart:
+        if (chars::IsToken(c)) {
+          state_ = State::kExtName;
+        } else if (!IsBws(c)) {
+          return Fail(ParseError::kBadChunkExtension, 400, i);  // "2;", "2;=x", "2; "
+        }
+        break;
+      case State::kExtName:
+      case State::kExtNameBws:
+        if (c == '=') {
+          state_ = State::kExtValueStart;
+        } else if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (IsBws(c)) {
+          state_ = State::kExtNameBws;
+        } else if (state_ == State::kExtName && chars::IsToken(c)) {
+          // still the name
+        } else if (state_ == State::kExtName && c == '\r') {
           state_ = State::kSizeLf;
-        } else if (!chars::IsFieldValueChar(c)) {
+        } else {
           return Fail(ParseError::kBadChunkExtension, 400, i);
         }
+        break;
+      case State::kExtValueStart:
+        if (c == '"') {
+          state_ = State::kExtQuoted;
+        } else if (chars::IsToken(c)) {
+          state_ = State::kExtToken;
+        } else if (!IsBws(c)) {
+          return Fail(ParseError::kBadChunkExtension, 400, i);
+        }
+        break;
+      case State::kExtToken:
+      case State::kExtQuoteEnd:
+        if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (IsBws(c)) {
+          state_ = State::kSizeBws;
+        } else if (c == '\r') {
+          state_ = State::kSizeLf;
+        } else if (state_ != State::kExtToken || !chars::IsToken(c)) {
+          return Fail(ParseError::kBadChunkExtension, 400, i);
+        }
+        break;
+      case State::kExtQuoted:
+        if (c == '"') {
+          state_ = State::kExtQuoteEnd;
+        } else if (c == '\\') {
+          state_ = State::kExtQuotedPair;
+        } else if (!chars::IsFieldValueChar(c)) {
+          return Fail(ParseError::kBadChunkExtension, 400, i);  // CR: unbalanced quote
+        }
+        break;
+      case State::kExtQuotedPair:
+        if (!chars::IsFieldValueChar(c)) {
+          return Fail(ParseError::kBadChunkExtension, 400, i);
+        }
+        state_ = State::kExtQuoted;
         break;
       case State::kSizeLf:
         if (c != '\n') {
@@ -160,8 +216,7 @@ ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
       case State::kError:
         break;  // handled before the switch
     }
-    if (state_ == State::kSize || state_ == State::kSizeBws || state_ == State::kExtension ||
-        state_ == State::kSizeLf) {
+    if (state_ >= State::kSize && state_ <= State::kSizeLf) {
       if (++line_bytes_ > limits_.max_size_line_bytes) {
         return Fail(ParseError::kChunkLineTooLong, 400, i);
       }

@@ -3,7 +3,8 @@
 // Incremental decoder for the chunked transfer coding (RFC 9112 7.1). It
 // keeps its position between calls, so bytes can arrive in any split, and
 // hands out chunk data as views into the caller's input (no copy).
-// Chunk extensions are validated (no control characters, bounded line) and
+// Chunk extensions must follow RFC 9112 7.1.1 (`*( BWS ";" BWS token
+// [ BWS "=" BWS ( token / quoted-string ) ] )`, bounded line) and are
 // ignored. Trailer fields are validated with the header rules and bounded,
 // then dropped: the proxy strips the Trailer field and re-frames.
 
@@ -53,8 +54,15 @@ class ChunkedDecoder {
   enum class State : uint8_t {
     kSizeStart,
     kSize,
-    kSizeBws,
-    kExtension,
+    kSizeBws,       // BWS after the size or an extension: only ";" may follow
+    kExtNameStart,  // after ";" (and BWS): a token must follow
+    kExtName,
+    kExtNameBws,     // BWS after a name: "=" or ";"
+    kExtValueStart,  // after "=" (and BWS): a token or a quoted-string
+    kExtToken,
+    kExtQuoted,
+    kExtQuotedPair,  // after a backslash inside the quoted-string
+    kExtQuoteEnd,    // after the closing quote
     kSizeLf,
     kData,
     kDataCr,

@@ -101,6 +101,24 @@ void AppendField(std::string& out, std::string_view name, std::string_view value
   out.append("\r\n");
 }
 
+// Content-Length goes on as one field with one value: framing accepted
+// several fields or a list ("5, 5") only when every value is the same, and
+// the next hop may read a repeated or listed length differently. Returns
+// whether `h` was Content-Length (then it is handled).
+bool AppendContentLengthOnce(const Header& h, bool* sent, std::string& out) {
+  if (!EqualsIgnoreCase(h.name, "content-length")) {
+    return false;
+  }
+  if (!*sent) {
+    ForEachListElement(h.value, [&](std::string_view first) {
+      AppendField(out, "Content-Length", first);
+      return false;
+    });
+    *sent = true;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool IsHopByHop(std::string_view name, std::span<const Header> fields) {
@@ -126,6 +144,7 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   AppendField(out, "Host", info.host);
 
   bool has_forwarded_for = false;
+  bool content_length_sent = false;
   std::string_view original_host;
   const ConnectionValues connection(fields);
   for (const Header& h : fields) {
@@ -139,7 +158,8 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
     }
     if (EqualsIgnoreCase(h.name, "x-forwarded-proto") ||
         EqualsIgnoreCase(h.name, "x-forwarded-host") || IsProxyAssertedTlsField(h.name) ||
-        Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade)) {
+        Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade) ||
+        AppendContentLengthOnce(h, &content_length_sent, out)) {
       continue;
     }
     AppendField(out, h.name, h.value);
@@ -189,8 +209,10 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
   out.append(head.reason);
   out.append("\r\n");
   const ConnectionValues connection(fields);
+  bool content_length_sent = false;
   for (const Header& h : fields) {
-    if (Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade)) {
+    if (Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade) ||
+        AppendContentLengthOnce(h, &content_length_sent, out)) {
       continue;
     }
     AppendField(out, h.name, h.value);

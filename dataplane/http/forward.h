@@ -40,7 +40,9 @@ struct ForwardResponseOptions {
   std::span<const Header> extra_headers;
 };
 
-// Status line as HTTP/1.1, hop-by-hop fields dropped.
+// Status line as HTTP/1.1, hop-by-hop fields dropped. In both directions a
+// Content-Length (validated by framing: all values equal) is sent as one
+// field with one value.
 void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
                            std::string& out);
 

@@ -1,5 +1,6 @@
 #include "dataplane/http/framing.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -43,8 +44,10 @@ LengthVerdict ReadContentLength(std::span<const Header> fields, uint64_t* length
     bool any_element = false;
     bool valid = true;
     bool conflicting = false;
+    size_t elements = 0;
     ForEachListElement(h.value, [&](std::string_view element) {
       any_element = true;
+      ++elements;
       uint64_t value = 0;
       for (char c : element) {
         if (c < '0' || c > '9') {
@@ -66,13 +69,16 @@ LengthVerdict ReadContentLength(std::span<const Header> fields, uint64_t* length
       first = value;
       return true;
     });
-    // An empty field or a stray comma ("5,") is not a valid length either.
-    if (!valid || !any_element || h.value.empty() || h.value.back() == ',' ||
-        h.value.front() == ',') {
+    // An empty field or an empty element ("5,", "5,,5") is not a valid length
+    // either: ForEachListElement skips them, so count the commas.
+    if (!valid || !any_element) {
       return LengthVerdict::kInvalid;
     }
     if (conflicting) {
       return LengthVerdict::kConflicting;
+    }
+    if (elements != static_cast<size_t>(std::count(h.value.begin(), h.value.end(), ',')) + 1) {
+      return LengthVerdict::kInvalid;
     }
   }
   *length = first;
@@ -236,6 +242,9 @@ FramingResult AnalyzeResponse(const ResponseHead& head, std::string_view request
   if (coding == CodingVerdict::kInvalid) {
     return Reject(ParseError::kBadTransferEncoding, 502);
   }
+
+  info->transfer_coded =
+      coding == CodingVerdict::kUnsupported || coding == CodingVerdict::kFinalNotChunked;
 
   int code = head.status_code;
   if (code == 101) {

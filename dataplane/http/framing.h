@@ -44,6 +44,9 @@ struct ResponseInfo {
   bool keep_alive = true;
   // 1xx other than 101: another response head follows on the connection.
   bool interim = false;
+  // Transfer codings other than chunked ("gzip, chunked", "gzip"): the body
+  // is framed as chunked or by the close, and the codings stay on it.
+  bool transfer_coded = false;
 };
 
 struct FramingResult {
@@ -69,6 +72,8 @@ FramingResult AnalyzeRequest(const RequestHead& head, const FramingLimits& limit
 // 502: the upstream broke the protocol). 1xx, 204, 304 and responses to HEAD
 // have no body; 101 and 2xx to CONNECT tunnel; chunked (final coding) is
 // decoded; another final coding or no length at all reads until close.
+// Content-Length fields and lists ("5, 5") with one value are accepted (the
+// forwarded head carries one field), differing values are rejected.
 // Content-Length with Transfer-Encoding is rejected rather than resolved, so
 // that a desynchronised upstream connection is never reused.
 FramingResult AnalyzeResponse(const ResponseHead& head, std::string_view request_method,

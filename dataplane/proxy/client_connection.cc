@@ -47,6 +47,14 @@ void AppendChunk(std::string_view data, Buffer& out) {
 
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
+// Makes the coming close of `fd` a reset rather than a FIN: a response cut
+// short after its head (above all a close-delimited body towards an HTTP/1.0
+// client) must not look complete to the client.
+void ResetOnClose(int fd) {
+  linger reset{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+}
+
 }  // namespace
 
 ClientConnection::ClientConnection(Worker* worker, int fd, std::string client_ip)
@@ -582,7 +590,8 @@ bool ClientConnection::MoveResponse() {
         AbortTransaction(ErrorCode::kBadGateway,
                          "the server closed the connection without a response");
       } else {
-        Close();  // truncated body: the client sees the connection end
+        // Truncated body: the client sees the connection reset.
+        AbortTransaction(ErrorCode::kBadGateway, "the server closed the connection mid-body");
       }
       return true;
     }
@@ -637,13 +646,24 @@ bool ClientConnection::HandleResponseHead() {
     return false;
   }
   if (response_info_.interim) {
-    // 100 Continue and other 1xx: pass on, the final response follows.
-    http::ForwardResponseOptions options;
-    http::SerializeResponseHead(response_head_, options, head_out_);
-    out_.Append(head_out_);
+    // 100 Continue and other 1xx: pass on, the final response follows. An
+    // HTTP/1.0 client does not know them (RFC 9110 15.2): dropped.
+    if (version_minor_ >= 1) {
+      http::ForwardResponseOptions options;
+      http::SerializeResponseHead(response_head_, options, head_out_);
+      out_.Append(head_out_);
+    }
     upstream_in_.Consume(head_consumed_);
     response_parser_.Reset();
     return true;
+  }
+  if (response_info_.transfer_coded && version_minor_ == 0 &&
+      response_info_.body != http::BodyKind::kNone) {
+    // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1), and without it the
+    // client would take the coded bytes ("gzip") for the content.
+    AbortTransaction(ErrorCode::kBadGateway,
+                     "the server used a transfer coding an HTTP/1.0 client cannot take");
+    return false;
   }
   response_head_done_ = true;
   response_status_ = response_head_.status_code;
@@ -685,12 +705,12 @@ bool ClientConnection::HandleResponseHead() {
       break;
     case http::BodyKind::kChunked:
       response_chunked_.Reset();
-      options.reframe_body = true;
       if (version_minor_ >= 1) {
+        // Re-chunked: the server's Transfer-Encoding fields (chunked last,
+        // "gzip, chunked" keeps its gzip) stay as they are.
         chunk_response_ = true;
-        extra[extra_count++] = {"Transfer-Encoding", "chunked"};
       } else {
-        close_after_response_ = true;
+        close_after_response_ = true;  // de-chunked, delimited by the close
       }
       break;
     case http::BodyKind::kUntilClose:
@@ -709,6 +729,9 @@ bool ClientConnection::HandleResponseHead() {
     } else if (version_minor_ == 0) {
       options.connection = "keep-alive";
     }
+  }
+  if (version_minor_ == 0) {
+    options.reframe_body = true;  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1)
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
   http::SerializeResponseHead(response_head_, options, head_out_);
@@ -814,6 +837,7 @@ void ClientConnection::AbortTransaction(ErrorCode code, std::string_view detail)
   if (!response_head_done_) {
     AnswerLocally(code, detail, true);
   } else {
+    ResetOnClose(fd_);
     Close();
   }
 }

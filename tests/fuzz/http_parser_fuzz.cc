@@ -146,6 +146,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(AnalyzeRequest(forwarded, {}, &forwarded_info).ok());
       Check(forwarded_info.body == info.body);
       Check(forwarded_info.content_length == info.content_length);
+      // Content-Length goes on as one field with one plain value.
+      int lengths = 0;
+      for (const Header& h : forwarded.fields()) {
+        if (EqualsIgnoreCase(h.name, "content-length")) {
+          ++lengths;
+          Check(h.value.find(',') == std::string_view::npos);
+        }
+      }
+      Check(lengths <= 1);
     } else {
       Check(re.error == ParseError::kTooManyHeaders || re.error == ParseError::kHeadTooLarge);
     }

@@ -54,6 +54,29 @@ TEST(ChunkedDecoder, DecodesChunksExtensionsAndTrailers) {
   }
 }
 
+TEST(ChunkedDecoder, AcceptsEveryExtensionFormOfTheGrammar) {
+  const std::string_view lines[] = {
+      "2;a",
+      "2;a=b",
+      "2 ;a",
+      "2\t; a = b",
+      "2;a;b=c;d",
+      "2;a=\"\"",
+      "2;a=\"b c;d=e\"",
+      "2;a=\"q\\\"uote\\\\\"",
+      "2;a=\"b\" ;c",
+      "2;!#$%&'*+-.^_`|~=x",
+  };
+  for (std::string_view line : lines) {
+    std::string input = std::string(line) + "\r\nab\r\n0\r\n\r\n";
+    for (size_t step : {0, 1}) {
+      Decoded d = DecodeAll(input, step);
+      EXPECT_EQ(d.status, ChunkedStatus::kDone) << line << " step " << step;
+      EXPECT_EQ(d.body, "ab") << line;
+    }
+  }
+}
+
 TEST(ChunkedDecoder, UppercaseAndLeadingZeroSizes) {
   Decoded d = DecodeAll("00A\r\n0123456789\r\n000\r\n\r\n", 0);
   ASSERT_EQ(d.status, ChunkedStatus::kDone);
@@ -94,6 +117,23 @@ TEST(ChunkedDecoder, Errors) {
       {"missing_lf", "1\r\na\rb", 400, ParseError::kMissingChunkCrlf},
       {"ext_control", "1;a\x01\r\n", 400, ParseError::kBadChunkExtension},
       {"ws_no_ext", "1 x\r\n", 400, ParseError::kBadChunkExtension},
+      // RFC 9112 7.1.1: `*( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] )`.
+      {"ext_empty", "2;\r\nab\r\n0\r\n\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_no_name", "2;=x\r\nab\r\n0\r\n\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_only_space", "2; \r\nab\r\n0\r\n\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_trailing_space", "2;a \r\nab\r\n0\r\n\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_value_trailing_space", "2;a=b \r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_empty_value", "2;a=\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_double_semicolon", "2;a;;b\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_unbalanced_quote", "2;a=\"b\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_quote_in_token", "2;a=b\"c\"\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_after_quote", "2;a=\"b\"c\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_escaped_close", "2;a=\"b\\\"\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_separator_in_name", "2;a/b=c\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_separator_in_value", "2;a=b/c\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_two_values", "2;a=b=c\r\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_bare_lf", "2;a\nab\r\n", 400, ParseError::kBadChunkExtension},
+      {"ext_quoted_ctl", "2;a=\"\x01\"\r\nab\r\n", 400, ParseError::kBadChunkExtension},
       {"line_too_long", "1;" + std::string(5000, 'x') + "\r\n", 400, ParseError::kChunkLineTooLong},
       {"bad_trailer_name", "0\r\nX(: y\r\n\r\n", 400, ParseError::kBadTrailer},
       {"trailer_ctl", "0\r\nX: \x01\r\n\r\n", 400, ParseError::kBadTrailer},

@@ -54,6 +54,21 @@ TEST(SerializeRequestHead, StripsHopByHopAndAddsForwardedFields) {
             "\r\n");
 }
 
+TEST(SerializeRequestHead, RepeatedOrListedContentLengthGoesOnAsOneValue) {
+  // Framing accepts "5, 5" and repeated fields with one value; the next hop
+  // gets a single plain field wherever the first one was.
+  Parsed p;
+  ParseRequest(
+      "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5 ,5\r\nX-A: 1\r\n"
+      "content-length: 5\r\n\r\n",
+      &p);
+  std::string out;
+  SerializeRequestHead(p.head, p.info, {}, out);
+  EXPECT_NE(out.find("\r\nContent-Length: 5\r\nX-A: 1\r\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("5 ,5"), std::string::npos) << out;
+  EXPECT_EQ(out.find("content-length"), std::string::npos) << out;
+}
+
 TEST(SerializeRequestHead, TransferEncodingKeptUnlessReframed) {
   Parsed p;
   ParseRequest("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", &p);

@@ -189,6 +189,8 @@ TEST(AnalyzeResponse, RejectsAmbiguousFramingWith502) {
       "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
       "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
       "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 5,,5\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 5, \r\n\r\n",
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
       "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
   };

@@ -114,6 +114,9 @@ std::vector<Vector> Vectors() {
       {"cl_overflow", Post("Content-Length: 99999999999999999999999\r\n", "hello"), 400},
       {"cl_empty", Post("Content-Length:\r\n", "hello"), 400},
       {"cl_trailing_comma", Post("Content-Length: 5,\r\n", "hello"), 400},
+      // An empty list element is no length (and another parser may stop at it).
+      {"cl_empty_element", Post("Content-Length: 5,,5\r\n", "hello"), 400},
+      {"cl_only_comma", Post("Content-Length: ,\r\n", "hello"), 400},
       {"cl_over_limit", Post("Content-Length: 104857601\r\n"), 413},
       {"te_chunked_identity", Post("Transfer-Encoding: chunked, identity\r\n", "0\r\n\r\n"), 400},
       {"te_xchunked", Post("Transfer-Encoding: xchunked\r\n", "0\r\n\r\n"), 400},
