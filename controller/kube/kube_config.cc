@@ -311,31 +311,27 @@ bool ParseExec(const YAML::Node& node, const std::string& user_where, std::strin
 
 // spec.cluster of the ExecCredential request: what the kubeconfig says about
 // the cluster, the CA always as data, the exec extension as `config`.
-bool ExecClusterInfo(const YAML::Node& cluster, const KubeConfig& config, const std::string& where,
-                     nlohmann::json* info, std::string* error) {
-  *info = {{"server", config.server}};
+nlohmann::json ExecClusterInfo(const YAML::Node& cluster, const KubeConfig& config,
+                               bool disable_compression) {
+  nlohmann::json info = {{"server", config.server}};
   if (config.insecure_skip_tls_verify) {
-    (*info)["insecure-skip-tls-verify"] = true;
+    info["insecure-skip-tls-verify"] = true;
   }
   if (!config.ca_pem.empty()) {
-    (*info)["certificate-authority-data"] = Base64Encode(config.ca_pem);
-  }
-  bool disable_compression = false;
-  if (!BoolValue(cluster, "disable-compression", where, &disable_compression, error)) {
-    return false;
+    info["certificate-authority-data"] = Base64Encode(config.ca_pem);
   }
   if (disable_compression) {
-    (*info)["disable-compression"] = true;
+    info["disable-compression"] = true;
   }
   if (const YAML::Node extensions = cluster["extensions"]; extensions && extensions.IsSequence()) {
     for (const auto& extension : extensions) {
       if (extension.IsMap() && extension["name"] && extension["name"].IsScalar() &&
           extension["name"].as<std::string>() == kExecExtension && extension["extension"]) {
-        (*info)["config"] = YamlToJson(extension["extension"]);
+        info["config"] = YamlToJson(extension["extension"]);
       }
     }
   }
-  return true;
+  return info;
 }
 
 bool ParseUser(const YAML::Node& user, const std::string& user_name, std::string_view base_dir,
@@ -463,6 +459,7 @@ bool ParseKubeConfig(std::string_view yaml, std::string_view base_dir, std::stri
       return false;
     }
     const std::string cluster_where = "cluster " + Quoted(cluster_name);
+    bool disable_compression = false;
     if (cluster["proxy-url"]) {
       *error = cluster_where +
                ": proxy-url is not supported (libcurl honours the HTTPS_PROXY environment "
@@ -479,7 +476,9 @@ bool ParseKubeConfig(std::string_view yaml, std::string_view base_dir, std::stri
                           cluster_where, error) ||
         !StringValue(cluster, "server", cluster_where, &result.server, error) ||
         !BoolValue(cluster, "insecure-skip-tls-verify", cluster_where,
-                   &result.insecure_skip_tls_verify, error)) {
+                   &result.insecure_skip_tls_verify, error) ||
+        // kwd never asks for compressed answers: disable-compression holds either way.
+        !BoolValue(cluster, "disable-compression", cluster_where, &disable_compression, error)) {
       return false;
     }
     if (result.server.empty()) {
@@ -505,11 +504,12 @@ bool ParseKubeConfig(std::string_view yaml, std::string_view base_dir, std::stri
       // provideClusterInfo: read here, where the cluster is at hand.
       bool provide_cluster_info = false;
       if (result.exec &&
-          (!BoolValue(user["exec"], "provideClusterInfo", "user " + Quoted(user_name) + ": exec",
-                      &provide_cluster_info, error) ||
-           (provide_cluster_info &&
-            !ExecClusterInfo(cluster, result, cluster_where, &result.exec->cluster_info, error)))) {
+          !BoolValue(user["exec"], "provideClusterInfo", "user " + Quoted(user_name) + ": exec",
+                     &provide_cluster_info, error)) {
         return false;
+      }
+      if (provide_cluster_info) {
+        result.exec->cluster_info = ExecClusterInfo(cluster, result, disable_compression);
       }
     }
     *config = std::move(result);
@@ -754,27 +754,24 @@ std::string FormatDuration(std::chrono::milliseconds duration) {
   return std::to_string(duration.count()) + "ms";
 }
 
+// kwd's environment, then the entry's env list, then KUBERNETES_EXEC_INFO; a
+// later value of a name replaces an earlier one.
 std::vector<std::string> PluginEnvironment(const ExecConfig& exec, const std::string& exec_info) {
-  std::vector<std::pair<std::string, std::string>> overrides = exec.env;
-  overrides.emplace_back("KUBERNETES_EXEC_INFO", exec_info);
   std::vector<std::string> env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    std::string_view text(*entry);
-    std::string_view name = text.substr(0, text.find('='));
-    bool replaced = std::any_of(overrides.begin(), overrides.end(),
-                                [&](const auto& item) { return item.first == name; });
-    if (!replaced) {
-      env.emplace_back(text);
-    }
+    env.emplace_back(*entry);
   }
-  for (const auto& [name, value] : overrides) {
-    // A later entry with the same name wins, as in client-go.
+  auto set = [&env](const std::string& name, const std::string& value) {
     std::erase_if(env, [&](const std::string& entry) {
       return entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&
              entry[name.size()] == '=';
     });
     env.push_back(name + "=" + value);
+  };
+  for (const auto& [name, value] : exec.env) {
+    set(name, value);
   }
+  set("KUBERNETES_EXEC_INFO", exec_info);
   return env;
 }
 
