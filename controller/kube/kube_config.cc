@@ -46,7 +46,7 @@ std::string Trim(std::string text) {
 }
 
 std::string ResolvePath(std::string_view base_dir, const std::string& path) {
-  if (path.empty() || path.front() == '/' || base_dir.empty()) {
+  if (path.empty() || path.front() == '/' || base_dir.empty() || base_dir == ".") {
     return path;
   }
   return std::string(base_dir) + "/" + path;
@@ -936,6 +936,12 @@ bool ExecCredentialSource::Get(ExecCredential* credential, std::string* error) {
     *credential = *cached_;
     return true;
   }
+  if (failed_at_ && clock_.Now() - *failed_at_ < kFailureHold) {
+    // Requests that queued behind a failed run (or follow it at once) share
+    // its error rather than each running the plugin again.
+    *error = last_error_;
+    return false;
+  }
   ExecCredential fresh;
   std::string run_error;
   bool ok = RunExecPlugin(exec_, timeout_, &fresh, &run_error);
@@ -951,9 +957,11 @@ bool ExecCredentialSource::Get(ExecCredential* credential, std::string* error) {
       *credential = *cached_;
       return true;
     }
-    *error = run_error;
+    *error = last_error_ = run_error;
+    failed_at_ = clock_.Now();
     return false;
   }
+  failed_at_.reset();
   fresh.generation = ++runs_;
   if (fresh.expiry) {
     auto lifetime = std::chrono::duration_cast<std::chrono::nanoseconds>(*fresh.expiry - now);

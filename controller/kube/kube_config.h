@@ -110,7 +110,8 @@ std::optional<std::chrono::system_clock::time_point> ParseRfc3339(std::string_vi
 // The credential of an exec plugin, cached like client-go caches it: until
 // its expirationTimestamp (refreshed `refresh_margin` before it, or at half
 // its lifetime when that is shorter), or without one until a 401 makes the
-// client call Invalidate. One plugin run at a time. Thread-safe.
+// client call Invalidate. One plugin run at a time; a failure is answered
+// for kFailureHold without running the plugin again. Thread-safe.
 class ExecCredentialSource {
  public:
   ExecCredentialSource(ExecConfig exec, const Clock& clock,
@@ -125,6 +126,8 @@ class ExecCredentialSource {
   // plugin, unless the credential was replaced meanwhile.
   void Invalidate(uint64_t generation);
 
+  static constexpr std::chrono::seconds kFailureHold{1};
+
  private:
   const ExecConfig exec_;
   const Clock& clock_;
@@ -135,6 +138,8 @@ class ExecCredentialSource {
   std::chrono::system_clock::time_point refresh_at_;
   bool refused_ = false;
   uint64_t runs_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> failed_at_;
+  std::string last_error_;
 };
 
 }  // namespace kwd::kube

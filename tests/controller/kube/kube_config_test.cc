@@ -307,13 +307,17 @@ TEST(ExecCredentialSourceTest, CachedUntilShortlyBeforeExpiryAndAfterwardsOnlyWh
   std::string error;
   EXPECT_FALSE(source.Get(&credential, &error)) << "an already expired credential is an error";
   EXPECT_NE(error.find("expired"), std::string::npos) << error;
-
+  int runs = dir.Runs("plugin");
   dir.Write("plugin.expiry", "2026-12-01T00:15:00Z");
+  EXPECT_FALSE(source.Get(&credential, &error)) << "a failure is remembered for a second";
+  EXPECT_EQ(dir.Runs("plugin"), runs);
+  clock.now += ExecCredentialSource::kFailureHold;
+
   ASSERT_TRUE(source.Get(&credential, &error)) << error;
   EXPECT_EQ(credential.token, "one");
   ASSERT_TRUE(credential.expiry.has_value());
   EXPECT_EQ(*credential.expiry, clock.wall + std::chrono::minutes(15));
-  int runs = dir.Runs("plugin");
+  runs = dir.Runs("plugin");
 
   dir.Write("plugin.token", "two");
   dir.Write("plugin.expiry", "2026-12-01T00:30:00.5Z");
