@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "tests/controller/kube/exec_plugin.h"
 
@@ -370,6 +372,31 @@ TEST(ExecCredentialSourceTest, AFailedRefreshKeepsTheUnexpiredCredential) {
   clock.wall += std::chrono::seconds(31);
   EXPECT_FALSE(source.Get(&credential, &error));
   EXPECT_NE(error.find("exit status 1"), std::string::npos) << error;
+}
+
+TEST(ExecCredentialSourceTest, ConcurrentCallersShareOneRun) {
+  testing::PluginDir dir;
+  ExecConfig exec =
+      PluginConfig(dir.WritePlugin("plugin", "sleep 0.2\n" + testing::TokenFromFileBody()));
+  dir.Write("plugin.token", "shared");
+  FakeClock clock;
+  ExecCredentialSource source(exec, clock);
+  std::vector<std::thread> threads;
+  std::atomic<int> good = 0;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      ExecCredential credential;
+      std::string error;
+      if (source.Get(&credential, &error) && credential.token == "shared") {
+        ++good;
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_EQ(good, 4);
+  EXPECT_EQ(dir.Runs("plugin"), 1);
 }
 
 TEST(ExecCredentialSourceTest, FailuresAreClearErrorsNamingTheUser) {
