@@ -692,6 +692,9 @@ ChildRun RunChild(const std::vector<std::string>& argv_strings,
     if (ready < 0 && errno != EINTR) {
       break;
     }
+    if (ready <= 0) {
+      continue;  // revents are not fresh: a read could block
+    }
     for (pollfd& fd : fds) {
       if (fd.fd < 0 || (fd.revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
         continue;
