@@ -128,6 +128,7 @@ struct KubeClient::Session {
 
   CURL* easy;
   CURLM* multi;
+  uint64_t exec_generation = 0;  // the exec credential its connections were made with
 };
 
 // One HTTP exchange: what to send and what came back.
@@ -151,11 +152,18 @@ struct KubeClient::Transfer {
   std::optional<long> retry_after_seconds;
   bool stopped = false;
   bool aborted_by_consumer = false;
+  std::string credential_error;  // the exec plugin failed: nothing was sent
   char error_buffer[CURL_ERROR_SIZE] = {};
 
   ApiStatus Status() const {
     ApiStatus status;
     status.http_code = http_code;
+    if (!credential_error.empty()) {
+      status.http_code = 0;
+      status.reason = "ExecPlugin";
+      status.message = credential_error;
+      return status;
+    }
     if (stopped) {
       status.http_code = 0;
       status.reason = "Stopped";
@@ -235,6 +243,10 @@ KubeClient::KubeClient(KubeConfig config, ClientOptions options)
       clock_(options_.clock ? options_.clock : std::make_shared<RealClock>()),
       sleeper_(options_.sleeper ? options_.sleeper : std::make_shared<RealSleeper>()),
       tokens_(config_.token, config_.token_file, *clock_, options_.token_refresh_interval) {
+  if (config_.exec) {
+    exec_ = std::make_unique<ExecCredentialSource>(
+        *config_.exec, *clock_, options_.exec_refresh_margin, options_.exec_timeout);
+  }
   GlobalInit();
 }
 
@@ -270,7 +282,13 @@ void KubeClient::Execute(Transfer& transfer) {
     transfer.retry_after_seconds.reset();
     transfer.stopped = false;
     transfer.aborted_by_consumer = false;
+    transfer.credential_error.clear();
     transfer.error_buffer[0] = '\0';
+
+    ExecCredential exec_credential;
+    if (exec_ && !exec_->Get(&exec_credential, &transfer.credential_error)) {
+      return;
+    }
 
     std::unique_ptr<Session> session = Borrow();
     CURL* easy = session->easy;
@@ -308,11 +326,19 @@ void KubeClient::Execute(Transfer& transfer) {
       curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
       curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
     }
-    if (!config_.client_cert_pem.empty()) {
-      curl_blob cert{const_cast<char*>(config_.client_cert_pem.data()),
-                     config_.client_cert_pem.size(), CURL_BLOB_COPY};
-      curl_blob key{const_cast<char*>(config_.client_key_pem.data()), config_.client_key_pem.size(),
-                    CURL_BLOB_COPY};
+    // A client certificate from the kubeconfig or from the exec plugin (never both).
+    const std::string& cert_pem = exec_ ? exec_credential.client_cert_pem : config_.client_cert_pem;
+    const std::string& key_pem = exec_ ? exec_credential.client_key_pem : config_.client_key_pem;
+    if (exec_ && session->exec_generation != exec_credential.generation) {
+      // A new credential: no connection made with the old certificate is reused.
+      if (session->exec_generation != 0 && !cert_pem.empty()) {
+        curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
+      }
+      session->exec_generation = exec_credential.generation;
+    }
+    if (!cert_pem.empty()) {
+      curl_blob cert{const_cast<char*>(cert_pem.data()), cert_pem.size(), CURL_BLOB_COPY};
+      curl_blob key{const_cast<char*>(key_pem.data()), key_pem.size(), CURL_BLOB_COPY};
       curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
       curl_easy_setopt(easy, CURLOPT_SSLCERT_BLOB, &cert);
       curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
@@ -322,7 +348,7 @@ void KubeClient::Execute(Transfer& transfer) {
     curl_slist* headers = nullptr;
     headers = curl_slist_append(headers, "Accept: application/json");
     headers = curl_slist_append(headers, "Expect:");
-    std::string token = tokens_.Token();
+    std::string token = exec_ ? exec_credential.token : tokens_.Token();
     std::string authorization = "Authorization: Bearer " + token;
     if (!token.empty()) {
       headers = curl_slist_append(headers, authorization.c_str());
@@ -375,10 +401,16 @@ void KubeClient::Execute(Transfer& transfer) {
     if (transfer.stopped) {
       return;
     }
-    if (transfer.http_code == 401 && tokens_.FromFile() && !reread_token) {
-      // A projected token may have rotated under us: read the file again, retry once.
+    if (transfer.http_code == 401 && (exec_ || tokens_.FromFile()) && !reread_token) {
+      // A projected token may have rotated under us, or the plugin's credential
+      // was revoked before its expiry: read the file or run the plugin again,
+      // retry once.
       reread_token = true;
-      tokens_.Invalidate();
+      if (exec_) {
+        exec_->Invalidate(exec_credential.generation);
+      } else {
+        tokens_.Invalidate();
+      }
       continue;
     }
     if (transfer.http_code == 429 && throttled < options_.max_throttle_retries) {

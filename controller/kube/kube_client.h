@@ -24,6 +24,11 @@ struct ClientOptions {
   int max_throttle_retries = 3;              // 429 answers retried after Retry-After
   std::chrono::seconds max_retry_after{30};  // cap on a server's Retry-After
   std::chrono::nanoseconds token_refresh_interval = std::chrono::minutes(1);
+  // kubeconfig exec plugins: run again this long before the credential's
+  // expirationTimestamp (at half its lifetime when that is shorter); a plugin
+  // that has not finished after exec_timeout is killed.
+  std::chrono::nanoseconds exec_refresh_margin = std::chrono::seconds(30);
+  std::chrono::milliseconds exec_timeout{30000};
   std::string user_agent = "kwd-controller";
   std::shared_ptr<const Clock> clock;  // default: RealClock
   std::shared_ptr<Sleeper> sleeper;    // waits for Retry-After; default: RealSleeper
@@ -67,7 +72,8 @@ class KubeClient final : public KubeApi {
  private:
   std::unique_ptr<Session> Borrow();
   void Return(std::unique_ptr<Session> session);
-  // Runs one request with the 401 re-read and 429 retry policies.
+  // Runs one request with the 401 re-read (token file) or re-run (exec
+  // plugin) and 429 retry policies.
   void Execute(Transfer& transfer);
   ApiResult Simple(const char* method, std::string_view path, const nlohmann::json* body,
                    std::string_view content_type, std::chrono::milliseconds timeout = {});
@@ -77,6 +83,7 @@ class KubeClient final : public KubeApi {
   std::shared_ptr<const Clock> clock_;
   std::shared_ptr<Sleeper> sleeper_;
   TokenSource tokens_;
+  std::unique_ptr<ExecCredentialSource> exec_;  // set when the kubeconfig user has `exec`
   std::mutex pool_mutex_;
   std::vector<std::unique_ptr<Session>> idle_sessions_;
 };

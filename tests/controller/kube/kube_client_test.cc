@@ -7,6 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include "controller/kube/leader_elector.h"
+#include "tests/controller/kube/exec_plugin.h"
 #include "tests/fake_apiserver/fake_apiserver_process.h"
 
 namespace kwd::kube {
@@ -389,6 +391,126 @@ TEST(KubeClientTest, RotatedTokenFileIsRereadOn401) {
   EXPECT_EQ(requests[requests.size() - 2]["authorization"], "Bearer first");
   EXPECT_EQ(requests.back()["authorization"], "Bearer second");
   std::filesystem::remove_all(dir);
+}
+
+// The exec part of a kubeconfig user running ./get-token (relative to the
+// kubeconfig's directory) with two arguments and one environment variable.
+constexpr char kExecLines[] =
+    "      apiVersion: client.authentication.k8s.io/v1\n"
+    "      command: ./get-token\n"
+    "      args: [--cluster, erp one]\n"
+    "      env: [{name: KWD_TEST_REGION, value: eu-central-1}]\n"
+    "      interactiveMode: Never\n";
+
+KubeConfig ExecConfigFor(const FakeApiServer& server, const testing::PluginDir& dir,
+                         const std::string& exec_lines = kExecLines) {
+  KubeConfig config;
+  std::string error;
+  EXPECT_TRUE(ParseKubeConfig(testing::ExecKubeConfig(server.address(), exec_lines), dir.path(), "",
+                              &config, &error))
+      << error;
+  return config;
+}
+
+TEST(KubeClientTest, ExecPluginTokenIsSentAndCached) {
+  FakeApiServer server({"--token", "from-plugin"});
+  testing::PluginDir dir;
+  dir.WritePlugin("get-token",
+                  "echo \"region=$KWD_TEST_REGION\" > \"$0.env\"\n" + testing::TokenFromFileBody());
+  dir.Write("get-token.token", "from-plugin");
+  KubeClient client(ExecConfigFor(server, dir));
+  ListResult first = client.List(kLogonGroups);
+  ASSERT_TRUE(first.status.ok()) << first.status.ToString();
+  ASSERT_TRUE(client.Get(std::string(kErpLogonGroups) + "/x").status.IsNotFound());
+  EXPECT_EQ(server.Requests().back()["authorization"], "Bearer from-plugin");
+  // No expirationTimestamp: the credential is kept until the server refuses it.
+  EXPECT_EQ(dir.Runs("get-token"), 1);
+  EXPECT_EQ(dir.Read("get-token.calls"), "run --cluster erp one\n");
+  EXPECT_EQ(dir.Read("get-token.env"), "region=eu-central-1\n");
+  json info = json::parse(dir.Read("get-token.info"));
+  EXPECT_EQ(info["apiVersion"], "client.authentication.k8s.io/v1");
+  EXPECT_EQ(info["kind"], "ExecCredential");
+  EXPECT_EQ(info["spec"]["interactive"], false);
+  EXPECT_FALSE(info["spec"].contains("cluster")) << "only with provideClusterInfo";
+}
+
+TEST(KubeClientTest, ExecPluginIsRerunOnceOn401) {
+  FakeApiServer server({"--token", "first"});
+  testing::PluginDir dir;
+  dir.WritePlugin("get-token", testing::TokenFromFileBody());
+  dir.Write("get-token.token", "first");
+  KubeClient client(ExecConfigFor(server, dir));
+  ASSERT_TRUE(client.List(kLogonGroups).status.ok());
+  ASSERT_EQ(dir.Runs("get-token"), 1);
+
+  // The server stops accepting the token before its expiry (revoked, or an
+  // expiry the plugin did not report): one 401, the plugin runs again.
+  server.Control("config", {{"token", "second"}});
+  dir.Write("get-token.token", "second");
+  ListResult list = client.List(kLogonGroups);
+  EXPECT_TRUE(list.status.ok()) << list.status.ToString();
+  EXPECT_EQ(dir.Runs("get-token"), 2);
+  json requests = server.Requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[requests.size() - 2]["authorization"], "Bearer first");
+  EXPECT_EQ(requests.back()["authorization"], "Bearer second");
+
+  // A plugin that keeps handing out a refused token: one re-run per request, no loop.
+  server.Control("config", {{"token", "third"}});
+  ApiResult denied = client.Get(std::string(kErpLogonGroups) + "/x");
+  EXPECT_EQ(denied.status.http_code, 401);
+  EXPECT_EQ(dir.Runs("get-token"), 3);
+}
+
+class SteppedClock : public Clock {
+ public:
+  std::chrono::steady_clock::time_point Now() const override {
+    return std::chrono::steady_clock::time_point(wall.time_since_epoch());
+  }
+  std::chrono::system_clock::time_point WallNow() const override { return wall; }
+  std::chrono::system_clock::time_point wall = std::chrono::system_clock::now();
+};
+
+TEST(KubeClientTest, ExecPluginRunsAgainShortlyBeforeExpiry) {
+  FakeApiServer server({"--token", "first"});
+  testing::PluginDir dir;
+  dir.WritePlugin("get-token", testing::TokenFromFileBody());
+  dir.Write("get-token.token", "first");
+  auto clock = std::make_shared<SteppedClock>();
+  dir.Write("get-token.expiry", FormatMicroTime(clock->wall + std::chrono::minutes(10)));
+  ClientOptions options;
+  options.clock = clock;
+  options.exec_refresh_margin = std::chrono::seconds(30);
+  KubeClient client(ExecConfigFor(server, dir), options);
+  ASSERT_TRUE(client.List(kLogonGroups).status.ok());
+  clock->wall += std::chrono::minutes(9);
+  ASSERT_TRUE(client.List(kLogonGroups).status.ok());
+  EXPECT_EQ(dir.Runs("get-token"), 1) << "cached until shortly before expiry";
+
+  server.Control("config", {{"token", "second"}});
+  dir.Write("get-token.token", "second");
+  clock->wall += std::chrono::seconds(31);  // 29 s left: inside the refresh margin
+  ListResult list = client.List(kLogonGroups);
+  EXPECT_TRUE(list.status.ok()) << list.status.ToString();
+  EXPECT_EQ(dir.Runs("get-token"), 2);
+  json requests = server.Requests();
+  ASSERT_EQ(requests.size(), 3u) << "refreshed before the request, not after a 401";
+  EXPECT_EQ(requests[2]["authorization"], "Bearer second");
+}
+
+TEST(KubeClientTest, FailingExecPluginIsAClearErrorNamingTheUser) {
+  FakeApiServer server({"--token", "t"});
+  testing::PluginDir dir;
+  dir.WritePlugin("get-token", "echo 'AccessDenied: sts:GetCallerIdentity' >&2\nexit 3\n");
+  KubeClient client(ExecConfigFor(server, dir));
+  ListResult list = client.List(kLogonGroups);
+  EXPECT_FALSE(list.status.ok());
+  EXPECT_EQ(list.status.reason, "ExecPlugin");
+  EXPECT_NE(list.status.message.find("user \"eks-admin\""), std::string::npos)
+      << list.status.message;
+  EXPECT_NE(list.status.message.find("exit status 3"), std::string::npos) << list.status.message;
+  EXPECT_NE(list.status.message.find("AccessDenied"), std::string::npos) << list.status.message;
+  EXPECT_TRUE(server.Requests().empty()) << "no request without a credential";
 }
 
 TEST(KubeClientTest, TooManyRequestsHonoursRetryAfter) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "controller/kube/kube_client.h"
+#include "tests/controller/kube/exec_plugin.h"
 #include "tests/fake_apiserver/fake_apiserver_process.h"
 
 namespace kwd::kube {
@@ -95,6 +96,30 @@ TEST_F(Pki, InsecureSkipVerifyStillSendsTheClientCertificate) {
   config.insecure_skip_tls_verify = true;
   KubeClient client(config);
   EXPECT_TRUE(client.List(kLogonGroups).status.ok());
+}
+
+TEST_F(Pki, ClientCertificateFromAnExecPlugin) {
+  FakeApiServer server(ServerFlags(), ClientTls());
+  testing::PluginDir dir;
+  ExecConfig exec;
+  exec.user = "aks-user";
+  exec.api_version = "client.authentication.k8s.io/v1beta1";
+  exec.command = dir.WritePlugin("plugin", "cat \"$0.json\"\n");
+  dir.Write("plugin.json", nlohmann::json({{"apiVersion", exec.api_version},
+                                           {"kind", "ExecCredential"},
+                                           {"status",
+                                            {{"clientCertificateData", Slurp(dir_ / "client.crt")},
+                                             {"clientKeyData", Slurp(dir_ / "client.key")}}}})
+                               .dump());
+  KubeConfig config = server.Config();
+  config.client_cert_pem.clear();
+  config.client_key_pem.clear();
+  config.exec = exec;
+  KubeClient client(config);
+  ListResult list = client.List(kLogonGroups);
+  EXPECT_TRUE(list.status.ok()) << list.status.ToString();
+  EXPECT_TRUE(client.Get("/api/v1/namespaces/erp/pods/x").status.IsNotFound());
+  EXPECT_EQ(dir.Runs("plugin"), 1);
 }
 
 TEST_F(Pki, FailuresAreTransportErrors) {
