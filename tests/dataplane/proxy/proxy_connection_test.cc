@@ -288,6 +288,34 @@ TEST_F(ProxyConnectionTest, TruncatedBodyEndsPromptlyAndIsLoggedAndCounted) {
   })) << metrics;
 }
 
+// A client that goes away in the middle of its request body: no response was
+// sent, and the transaction is still logged and counted.
+TEST_F(ProxyConnectionTest, ClientGoneMidBodyIsLoggedAndCounted) {
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    char buf[4096];
+    for (int i = 0; i < 1000 && ::recv(fd, buf, sizeof buf, 0) > 0; ++i) {
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  {
+    HttpClient client(port());
+    ASSERT_TRUE(client.Send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123"));
+    ASSERT_TRUE(testing::WaitFor([&] { return backend.traffic_connections() == 1; }));
+  }
+  std::string log;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return log.find("\"POST /upload HTTP/1.1\" 0 - \"t/g\" \"-\" ") != std::string::npos;
+  })) << log;
+  EXPECT_NE(log.find(" balance,aborted-client\n"), std::string::npos) << log;
+  std::string metrics;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    metrics = testing::HttpGet(admin_port_, "/metrics").body;
+    return metrics.find("kwd_proxy_requests_total{group=\"t/g\",code=\"none\"} 1\n") !=
+           std::string::npos;
+  })) << metrics;
+}
+
 // A client that half-closes right after its request gets the whole response,
 // and then its connection is closed at once, not after the idle timeout.
 TEST_F(ProxyConnectionTest, HalfClosingClientIsClosedRightAfterItsResponse) {
