@@ -362,6 +362,15 @@ void ClientConnection::OnConnectFailed(int error_number) {
     upstream_ = nullptr;
   }
   phase_ = Phase::kForward;  // no longer waiting for the connect
+  if (net::IsLocalResourceError(error_number)) {
+    // The proxy is out of descriptors (or ports): the server is not at fault,
+    // stays up, and another server would fail the same way.
+    worker_->WarnOutOfResources("connect to a server", error_number);
+    AnswerLocally(ErrorCode::kNoServer,
+                  "the proxy cannot open a connection now (out of file descriptors or ports)",
+                  true);
+    return;
+  }
   const routing::ServerEntry* server = decision_.server;
   const auto& table_metrics = worker_->table_metrics();
   if (decision_.group_index >= 0 &&

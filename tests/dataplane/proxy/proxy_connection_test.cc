@@ -186,6 +186,7 @@ class ProxyConnectionTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/kwd_proxy_conn_" + std::to_string(::getpid()) + "_" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);  // --gtest_repeat: a fresh access log
     std::filesystem::create_directories(dir_);
   }
 
@@ -370,7 +371,8 @@ struct DroppingBackend {
       : backend([this](int fd, int index, const std::string& first, std::string rest) {
           Record(first);
           if (index > 0) {
-            SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nreplayed");
+            SendAll(fd,
+                    "HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nreplayed");
             return;
           }
           SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
@@ -397,8 +399,8 @@ TEST_F(ProxyConnectionTest, BodylessPostIsNotReplayedWhenThePooledConnectionDrop
   ASSERT_NO_FATAL_FAILURE(StartProxy(dropping.backend.port()));
   HttpClient client(port());
   ASSERT_EQ(client.Get("/warm").status, 200);  // leaves a pooled connection
-  HttpReply r = client.Request(
-      "POST /sap/bc/order HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", "POST");
+  HttpReply r =
+      client.Request("POST /sap/bc/order HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", "POST");
   EXPECT_EQ(r.status, 502) << r.body;
   std::vector<std::string> seen = dropping.Requests();
   EXPECT_EQ(std::count(seen.begin(), seen.end(), "POST /sap/bc/order HTTP/1.1"), 1)
@@ -511,9 +513,9 @@ TEST_F(ProxyDescriptorTest, ListenerAcceptsAgainWhenDescriptorsFreeUp) {
   HttpClient waiting(port(), std::chrono::seconds(5));
   ASSERT_TRUE(waiting.connected());
   ASSERT_TRUE(waiting.Send("GET /sap/bc/waiting HTTP/1.1\r\nHost: x\r\n\r\n"));
-  ASSERT_TRUE(testing::WaitFor(
-      [&] { return proxy_->Log().find("Too many open files") != std::string::npos; }))
-      << proxy_->Log();
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return proxy_->Log().find("Too many open files") != std::string::npos;
+  })) << proxy_->Log();
   // Descriptors free up; no new connection arrives to raise another edge.
   held_.clear();
   auto start = Clock::now();
@@ -530,6 +532,7 @@ TEST(ProxyRlimitTest, RaisesTheSoftDescriptorLimitToTheHardLimitAndLogsIt) {
     GTEST_SKIP() << "hard descriptor limit unusable to test raising: " << original.rlim_max;
   }
   std::string dir = ::testing::TempDir() + "/kwd_proxy_rlimit_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::string snapshot = dir + "/snapshot.json";
   std::ofstream(snapshot) << SnapshotToJson(OneServerSnapshot(1));
@@ -545,8 +548,7 @@ TEST(ProxyRlimitTest, RaisesTheSoftDescriptorLimitToTheHardLimitAndLogsIt) {
   rlimit now{};
   ASSERT_EQ(::prlimit(proxy.pid(), RLIMIT_NOFILE, nullptr, &now), 0);
   EXPECT_EQ(now.rlim_cur, original.rlim_max);
-  EXPECT_NE(proxy.Log().find("open_files=" + std::to_string(original.rlim_max)),
-            std::string::npos)
+  EXPECT_NE(proxy.Log().find("open_files=" + std::to_string(original.rlim_max)), std::string::npos)
       << proxy.Log();
 }
 
