@@ -189,11 +189,11 @@ bool ClientConnection::StepHead() {
       return true;
     }
   }
-  if (draining_ && in_.empty()) {
-    Close();
-    return false;
-  }
-  if (client_eof_) {
+  if ((draining_ && in_.empty()) || client_eof_) {
+    if (!out_.empty()) {
+      phase_ = Phase::kClosing;  // a response its socket could not take yet goes first
+      return true;
+    }
     Close();
     return false;
   }

@@ -317,6 +317,47 @@ TEST_F(ProxyConnectionTest, ClientGoneMidBodyIsLoggedAndCounted) {
   })) << metrics;
 }
 
+struct Exchange {
+  std::string received;
+  bool eof = false;  // the proxy closed the connection (not a 5 s timeout)
+};
+
+// Sends `request` on a new connection, half-closes it and reads until the
+// proxy closes it. A small receive buffer and a pause before reading make a
+// slow client, whose response the proxy still holds when it sees the FIN.
+Exchange HalfClosedExchange(uint16_t port, std::string_view request, int receive_buffer = 0,
+                            std::chrono::milliseconds pause = {}) {
+  Exchange exchange;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (receive_buffer > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return exchange;
+  }
+  SendAll(fd, request);
+  ::shutdown(fd, SHUT_WR);
+  std::this_thread::sleep_for(pause);
+  for (int reads = 0; reads < 100000; ++reads) {
+    char buf[16384];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      exchange.eof = n == 0;
+      break;
+    }
+    exchange.received.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return exchange;
+}
+
 // A client that half-closes right after its request gets the whole response,
 // and then its connection is closed at once, not after the idle timeout.
 TEST_F(ProxyConnectionTest, HalfClosingClientIsClosedRightAfterItsResponse) {
@@ -332,33 +373,29 @@ TEST_F(ProxyConnectionTest, HalfClosingClientIsClosedRightAfterItsResponse) {
   ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--idle-timeout", "20s"}));
   for (int i = 0; i < 20; ++i) {
     auto start = Clock::now();
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    timeval tv{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port());
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    SendAll(fd, "GET /half-close HTTP/1.1\r\nHost: x\r\n\r\n");
-    ::shutdown(fd, SHUT_WR);
-    std::string received;
-    bool eof = false;
-    for (int reads = 0; reads < 100; ++reads) {
-      char buf[4096];
-      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) {
-        eof = n == 0;
-        break;
-      }
-      received.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    EXPECT_TRUE(received.starts_with("HTTP/1.1 200 OK\r\n")) << received;
-    EXPECT_TRUE(received.ends_with("\r\n\r\nok")) << received;
-    ASSERT_TRUE(eof) << "try " << i << ": the connection was not closed within 5 s";
+    Exchange e = HalfClosedExchange(port(), "GET /half-close HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_TRUE(e.received.starts_with("HTTP/1.1 200 OK\r\n")) << e.received;
+    EXPECT_TRUE(e.received.ends_with("\r\n\r\nok")) << e.received;
+    ASSERT_TRUE(e.eof) << "try " << i << ": the connection was not closed within 5 s";
     ASSERT_LT(SecondsSince(start), 2.5) << "try " << i;
   }
+}
+
+// Seeing the client's FIN does not cut off the part of its response that its
+// socket could not take yet.
+TEST_F(ProxyConnectionTest, HalfClosingSlowClientGetsItsWholeResponse) {
+  constexpr size_t kBody = 4 * 1024 * 1024;
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n" +
+                    std::string(kBody, 'x'));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  Exchange e = HalfClosedExchange(port(), "GET /large HTTP/1.1\r\nHost: x\r\n\r\n", 4096,
+                                  std::chrono::milliseconds(300));
+  EXPECT_TRUE(e.eof);
+  size_t head_end = e.received.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos);
+  EXPECT_EQ(e.received.size() - head_end - 4, kBody);
 }
 
 // ---- replaying requests on a fresh connection ----
