@@ -1,9 +1,13 @@
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -105,6 +109,40 @@ bool LoadAndApply(proxy::Proxy& proxy, const std::string& path, std::string* err
     return false;
   }
   return true;
+}
+
+// Every client and upstream connection holds a descriptor, and distributions
+// start processes with a soft limit of 1024: raise it to the hard limit (the
+// most an unprivileged process may), and say what it is.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return;
+  }
+  rlim_t target = limit.rlim_max;
+  if (target == RLIM_INFINITY) {
+    // The kernel refuses an unlimited RLIMIT_NOFILE; its ceiling is nr_open.
+    unsigned long nr_open = 1024 * 1024;
+    std::ifstream("/proc/sys/fs/nr_open") >> nr_open;
+    target = static_cast<rlim_t>(nr_open);
+  }
+  std::string error;
+  if (limit.rlim_cur < target) {
+    rlimit raised = limit;
+    raised.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      limit = raised;
+    } else {
+      error = std::strerror(errno);
+    }
+  }
+  if (error.empty()) {
+    Log(LogLevel::kInfo, "serve", "file descriptor limit",
+        {{"open_files", std::to_string(limit.rlim_cur)}});
+  } else {
+    Log(LogLevel::kWarn, "serve", "could not raise the file descriptor limit",
+        {{"open_files", std::to_string(limit.rlim_cur)}, {"error", error}});
+  }
 }
 
 }  // namespace
@@ -254,6 +292,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  RaiseDescriptorLimit();
 
   Proxy proxy(options);
   if (!proxy.Start(&error)) {

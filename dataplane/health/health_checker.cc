@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
@@ -260,6 +261,19 @@ class HealthChecker::Loop {
       }
       int error_number = 0;
       probe.fd = net::ConnectNonBlocking(endpoint, &error_number);
+      if (probe.fd < 0 && net::IsLocalResourceError(error_number)) {
+        // Out of descriptors here says nothing about the server: no result,
+        // the check runs again next interval.
+        target->in_flight = false;
+        if (now - last_resource_warning_us_ >= 1'000'000) {  // one line a second at most
+          last_resource_warning_us_ = now;
+          Log(LogLevel::kWarn, "health", "check skipped: out of file descriptors or ports",
+              {{"group", target->group},
+               {"server", target->server},
+               {"error", std::strerror(error_number)}});
+        }
+        continue;
+      }
       if (probe.fd < 0) {
         Finish(probe, false, std::string("connect: ") + std::strerror(error_number));
         continue;
@@ -397,6 +411,7 @@ class HealthChecker::Loop {
   std::unordered_map<std::string, std::shared_ptr<Target>> targets_;
   std::vector<Probe> probes_;
   int64_t next_table_read_us_ = 0;
+  int64_t last_resource_warning_us_ = INT64_MIN / 2;
 };
 
 HealthChecker::HealthChecker(TableSource tables, MetricsRegistry* registry,

@@ -161,6 +161,11 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+bool IsLocalResourceError(int error_number) {
+  return error_number == EMFILE || error_number == ENFILE || error_number == ENOBUFS ||
+         error_number == ENOMEM || error_number == EADDRNOTAVAIL;
+}
+
 int SocketError(int fd) {
   int err = 0;
   socklen_t len = sizeof err;

@@ -38,5 +38,9 @@ void SetNoDelay(int fd);
 int SocketError(int fd);
 // The numeric address of an endpoint without port ("10.0.0.1", "::1").
 std::string AddressString(const Endpoint& endpoint);
+// Whether a socket(), accept() or connect() failed for want of a local
+// resource (descriptors, memory, ephemeral ports): this process's problem,
+// not the peer's.
+bool IsLocalResourceError(int error_number);
 
 }  // namespace kwd::net

@@ -85,10 +85,17 @@ namespace {
 constexpr uint32_t kReadableEvents = EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
 }  // namespace
 
-void ClientConnection::OnIo(uint32_t events) {
+void ClientConnection::Readiness::Note(uint32_t events) {
   if ((events & kReadableEvents) != 0) {
-    client_readable_ = true;
+    readable = true;
   }
+  if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    peer_closed = true;
+  }
+}
+
+void ClientConnection::OnIo(uint32_t events) {
+  client_readable_.Note(events);
   if (phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting) {
     return;  // the client waits until the upstream answers the connect
   }
@@ -96,9 +103,7 @@ void ClientConnection::OnIo(uint32_t events) {
 }
 
 void ClientConnection::OnUpstreamIo(uint32_t events) {
-  if ((events & kReadableEvents) != 0) {
-    upstream_readable_ = true;
-  }
+  upstream_readable_.Note(events);
   if (phase_ == Phase::kReconnecting) {
     int err = net::SocketError(upstream_->fd);
     if (err != 0 || (events & EPOLLERR) != 0) {
@@ -192,11 +197,11 @@ bool ClientConnection::StepHead() {
       return true;
     }
   }
-  if (draining_ && in_.empty()) {
-    Close();
-    return false;
-  }
-  if (client_eof_) {
+  if ((draining_ && in_.empty()) || client_eof_) {
+    if (!out_.empty()) {
+      phase_ = Phase::kClosing;  // a response its socket could not take yet goes first
+      return true;
+    }
     Close();
     return false;
   }
@@ -302,7 +307,7 @@ void ClientConnection::StartRequest(size_t head_bytes) {
 
 void ClientConnection::ConnectUpstream() {
   const routing::ServerEntry* server = decision_.server;
-  upstream_readable_ = false;
+  upstream_readable_ = {};
   upstream_ = worker_->TakeIdle(server->address, server->port);
   if (upstream_ != nullptr) {
     upstream_->owner = this;
@@ -365,6 +370,15 @@ void ClientConnection::OnConnectFailed(int error_number) {
     upstream_ = nullptr;
   }
   phase_ = Phase::kForward;  // no longer waiting for the connect
+  if (net::IsLocalResourceError(error_number)) {
+    // The proxy is out of descriptors (or ports): the server is not at fault,
+    // stays up, and another server would fail the same way.
+    worker_->WarnOutOfResources("connect to a server", error_number);
+    AnswerLocally(ErrorCode::kNoServer,
+                  "the proxy cannot open a connection now (out of file descriptors or ports)",
+                  true);
+    return;
+  }
   const routing::ServerEntry* server = decision_.server;
   const auto& table_metrics = worker_->table_metrics();
   if (decision_.group_index >= 0 &&
@@ -459,7 +473,7 @@ bool ClientConnection::MoveRequestBody() {
     if (in_.empty()) {
       if (client_eof_) {
         // The client went away in the middle of its body.
-        Close();
+        Close("aborted-client");
         return true;
       }
       ssize_t n = ReadInto(fd_, &client_readable_, in_, kBodyBufferBytes);
@@ -578,8 +592,10 @@ bool ClientConnection::MoveResponse() {
         return true;
       }
       if (!response_started_ && upstream_reused_ && !retried_reuse_ &&
-          request_info_.body == http::BodyKind::kNone) {
+          request_info_.body == http::BodyKind::kNone && IsIdempotent(method_)) {
         // A pooled connection the server had closed: send again on a new one.
+        // Only an idempotent request: the server may have acted on the first
+        // one before closing (RFC 9110 9.2.2); any other gets 502 below.
         retried_reuse_ = true;
         ReleaseUpstream(false);
         upstream_reused_ = false;
@@ -590,7 +606,7 @@ bool ClientConnection::MoveResponse() {
         AbortTransaction(ErrorCode::kBadGateway,
                          "the server closed the connection without a response");
       } else {
-        // Truncated body: the client sees the connection reset.
+        // Truncated body: the client gets what was sent, then a reset.
         AbortTransaction(ErrorCode::kBadGateway, "the server closed the connection mid-body");
       }
       return true;
@@ -630,7 +646,7 @@ void ClientConnection::RetryOnFreshConnection() {
   worker_->metrics().upstream_connects.Inc();
   upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
   upstream_->owner = this;
-  upstream_readable_ = false;
+  upstream_readable_ = {};
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
   upstream_eof_ = false;
@@ -837,9 +853,32 @@ void ClientConnection::AbortTransaction(ErrorCode code, std::string_view detail)
   if (!response_head_done_) {
     AnswerLocally(code, detail, true);
   } else {
+    // The head went out: what was sent is delivered, then the connection is
+    // reset so that no client can take the cut-short response as complete.
     ResetOnClose(fd_);
-    Close();
+    EndAborted(code == ErrorCode::kGatewayTimeout ? "aborted-timeout"
+               : code == ErrorCode::kBadGateway   ? "aborted-upstream"
+                                                  : "aborted-client");
   }
+}
+
+void ClientConnection::EndAborted(std::string_view cause) {
+  // What the client was sent of the response is delivered, then the
+  // connection ends: the only way HTTP/1.1 has to say it was cut short.
+  LogAborted(cause);
+  worker_->router().Complete(decision_);
+  decided_ = false;
+  ReleaseUpstream(false);
+  phase_ = Phase::kClosing;
+  ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+}
+
+void ClientConnection::LogAborted(std::string_view cause) {
+  // The status the client was sent (0: no response head left), the routing
+  // reason and why the transaction ended.
+  std::string reason(routing::ReasonName(decision_.reason));
+  reason.append(",").append(cause);
+  LogAndCount(response_head_done_ ? response_status_ : 0, reason);
 }
 
 void ClientConnection::AnswerLocally(ErrorCode code, std::string_view detail, bool close) {
@@ -944,7 +983,7 @@ void ClientConnection::OnTimer() {
       if (phase_ == Phase::kTunnel) {
         metrics.timeouts_client.Inc();
       }
-      Close();
+      Close("idle-timeout");  // ends a tunnel; no transaction is in flight otherwise
       return;
     case TimerKind::kHeader:
       metrics.timeouts_client.Inc();
@@ -980,10 +1019,10 @@ void ClientConnection::OnTimer() {
 
 // ---- socket I/O ----
 
-ssize_t ClientConnection::ReadInto(int fd, bool* readable, Buffer& buffer,
+ssize_t ClientConnection::ReadInto(int fd, Readiness* readiness, Buffer& buffer,
                                    size_t max_capacity) {
   // Edge-triggered readiness is cached: no recv() that is known to block.
-  if (!*readable) {
+  if (!readiness->readable) {
     return kWouldBlock;
   }
   size_t free_bytes = 0;
@@ -995,9 +1034,10 @@ ssize_t ClientConnection::ReadInto(int fd, bool* readable, Buffer& buffer,
     ssize_t n = ::recv(fd, p, free_bytes, 0);
     if (n > 0) {
       buffer.Commit(static_cast<size_t>(n));
-      // A short read drained the socket; new data raises a new edge.
-      if (static_cast<size_t>(n) < free_bytes) {
-        *readable = false;
+      // A short read drained the socket; new data raises a new edge. A FIN
+      // that came with the data does not: the next read returns the EOF.
+      if (static_cast<size_t>(n) < free_bytes && !readiness->peer_closed) {
+        readiness->readable = false;
       }
       return n;
     }
@@ -1008,7 +1048,7 @@ ssize_t ClientConnection::ReadInto(int fd, bool* readable, Buffer& buffer,
       continue;
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      *readable = false;
+      readiness->readable = false;
       return kWouldBlock;
     }
     return kIoError;
@@ -1029,7 +1069,7 @@ bool ClientConnection::FlushClient() {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       return true;
     }
-    Close();  // the client is gone
+    Close("aborted-client");  // the client is gone
     return false;
   }
   return true;
@@ -1064,13 +1104,14 @@ bool ClientConnection::FlushUpstream() {
   return true;
 }
 
-void ClientConnection::Close() {
+void ClientConnection::Close(std::string_view cause) {
   if (closed_) {
     return;
   }
   closed_ = true;
   ReleaseUpstream(false);
   if (decided_) {
+    LogAborted(cause);
     worker_->router().Complete(decision_);
     decided_ = false;
   }

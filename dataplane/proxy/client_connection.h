@@ -56,16 +56,31 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   bool HandleResponseHead();
   void FinishTransaction();
   void AbortTransaction(ErrorCode code, std::string_view detail);
+  // Logs and counts the transaction as aborted, delivers what is queued for
+  // the client, then closes.
+  void EndAborted(std::string_view cause);
+  void LogAborted(std::string_view cause);
   void AnswerLocally(ErrorCode code, std::string_view detail, bool close);
   void ReleaseUpstream(bool reusable);
-  void Close();
+  // Ends the connection. A transaction still in flight is logged and counted
+  // as aborted, `cause` naming the side that ended it.
+  void Close(std::string_view cause = "aborted");
   void ArmTimer(TimerKind kind, int64_t delay_ms);
   void OnTimer();
   void LogAndCount(int status, std::string_view reason);
 
+  // Edge-triggered readiness of one socket, cached between events. A FIN that
+  // arrives with data raises no edge of its own after the data is read, so the
+  // peer's close is remembered from the event that reported it.
+  struct Readiness {
+    bool readable = false;
+    bool peer_closed = false;  // EPOLLRDHUP, EPOLLHUP or EPOLLERR was reported
+    void Note(uint32_t events);
+  };
+
   // I/O: return bytes moved, 0 on EOF, -1 when the socket would block, -2 on
   // error.
-  static ssize_t ReadInto(int fd, bool* readable, Buffer& buffer, size_t max_capacity);
+  static ssize_t ReadInto(int fd, Readiness* readiness, Buffer& buffer, size_t max_capacity);
   bool FlushClient();
   bool FlushUpstream();
 
@@ -75,8 +90,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
   bool client_eof_ = false;
-  bool client_readable_ = true;     // cached edge-triggered readiness
-  bool upstream_readable_ = false;
+  Readiness client_readable_{.readable = true};
+  Readiness upstream_readable_;
   bool close_after_response_ = false;
   bool draining_ = false;
 

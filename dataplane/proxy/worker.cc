@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -71,7 +72,8 @@ Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                      w->access_log_.Flush();
                      w->loop_.Schedule(&w->flush_timer_, 100);
                    }),
-      drain_timer_(this, [](void* self) { static_cast<Worker*>(self)->CheckDrained(); }) {
+      drain_timer_(this, [](void* self) { static_cast<Worker*>(self)->CheckDrained(); }),
+      accept_retry_timer_(this, [](void* self) { static_cast<Worker*>(self)->Accept(); }) {
   acceptor_.worker = this;
 }
 
@@ -127,6 +129,9 @@ void Worker::Apply(std::shared_ptr<const routing::RoutingTable> table,
 }
 
 void Worker::Accept() {
+  if (listen_fd_ < 0) {
+    return;  // draining: the listener is closed
+  }
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
@@ -136,11 +141,17 @@ void Worker::Accept() {
       if (errno == EINTR || errno == ECONNABORTED) {
         continue;
       }
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        Log(LogLevel::kWarn, "proxy", "accept failed", {{"error", std::strerror(errno)}});
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        accept_retry_ms_ = 0;
+        return;
       }
+      // Out of descriptors (or anything else): the connections stay queued
+      // and no new edge comes when descriptors free up, so try again soon.
+      WarnOutOfResources("accept a connection", errno);
+      RetryAcceptLater();
       return;
     }
+    accept_retry_ms_ = 0;
     if (connection_count_ >= options_.max_connections || draining_ ||
         table_metrics_ == nullptr) {
       metrics_->connections_rejected.Inc();
@@ -159,6 +170,24 @@ void Worker::Accept() {
     metrics_->connections_active.Add(1);
     connection->Start();
   }
+}
+
+void Worker::RetryAcceptLater() {
+  // 10 ms doubling to 1 s: prompt once a descriptor frees up, cheap while
+  // none does. New connections still wake the listener in between.
+  constexpr int64_t kFirstRetryMs = 10;
+  constexpr int64_t kMaxRetryMs = 1000;
+  accept_retry_ms_ = std::min(std::max(accept_retry_ms_ * 2, kFirstRetryMs), kMaxRetryMs);
+  loop_.Schedule(&accept_retry_timer_, accept_retry_ms_);
+}
+
+void Worker::WarnOutOfResources(std::string_view what, int error_number) {
+  if (loop_.now_ms() - last_resource_warning_ms_ < 1000) {
+    return;
+  }
+  last_resource_warning_ms_ = loop_.now_ms();
+  Log(LogLevel::kWarn, "proxy", "out of file descriptors or other local resources",
+      {{"failed", what}, {"error", std::strerror(error_number)}, {"worker", std::to_string(id_)}});
 }
 
 void Worker::ConnectionClosed(ClientConnection* connection) {
@@ -226,6 +255,7 @@ void Worker::ForgetIdle(UpstreamConnection* connection) {
 }
 
 void Worker::StopAccepting() {
+  loop_.Cancel(&accept_retry_timer_);
   if (listen_fd_ >= 0) {
     loop_.Remove(listen_fd_);
     ::close(listen_fd_);

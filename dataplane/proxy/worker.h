@@ -84,6 +84,9 @@ class Worker {
   void ReleaseIdle(UpstreamConnection* connection);
   void ForgetIdle(UpstreamConnection* connection);
   void ConnectionClosed(ClientConnection* connection);
+  // Logs that `what` failed for want of descriptors (or memory, ports), at
+  // most once a second per worker.
+  void WarnOutOfResources(std::string_view what, int error_number);
 
  private:
   struct Acceptor final : net::IoHandler {
@@ -98,6 +101,7 @@ class Worker {
 
   void Run();
   void Accept();
+  void RetryAcceptLater();
   void StopAccepting();
   void CheckDrained();
   static uint64_t PoolKey(std::string_view address, uint32_t port);
@@ -120,6 +124,11 @@ class Worker {
   int64_t drain_deadline_ms_ = 0;
   net::Timer flush_timer_;
   net::Timer drain_timer_;
+  // accept() failed for want of descriptors: the listener is edge-triggered,
+  // so nothing wakes it when they free up; this timer tries again.
+  net::Timer accept_retry_timer_;
+  int64_t accept_retry_ms_ = 0;  // the current back-off, 0 while accepting works
+  int64_t last_resource_warning_ms_ = -1'000'000;
 };
 
 }  // namespace kwd::proxy

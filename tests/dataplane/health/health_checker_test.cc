@@ -1,9 +1,12 @@
 #include "dataplane/health/health_checker.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -254,6 +257,37 @@ TEST(HealthCheckerTest, ReadmitsAServerThePassiveMarkingTookDown) {
   ASSERT_TRUE(f.recorder.WaitFor(1));
   EXPECT_TRUE(f.recorder.transitions()[0].up);
   EXPECT_TRUE(f.Health("app1")->healthy.load());
+}
+
+// Out of descriptors, a check cannot even open its socket: that says nothing
+// about the server, which must stay up. In a child process (EXPECT_EXIT), as
+// the descriptor limit is the whole process's.
+TEST(HealthCheckerTest, RunningOutOfDescriptorsDoesNotTakeAServerDown) {
+  EXPECT_EXIT(
+      {
+        TestBackend ok(TestBackend::Mode::kOk);
+        Fixture f(MakeSnapshot({{"app1", ok.port()}}, 1, 1), 20, 300);
+        f.Start();
+        if (!Eventually([&] { return f.checker->checks_succeeded() >= 1; })) {
+          std::_Exit(2);
+        }
+        // Every descriptor below the limit is in use: the next socket() fails.
+        rlimit original{};
+        ::getrlimit(RLIMIT_NOFILE, &original);
+        int lowest_free = ::dup(0);
+        ::close(lowest_free);
+        rlimit exhausted = original;
+        exhausted.rlim_cur = static_cast<rlim_t>(lowest_free);
+        ::setrlimit(RLIMIT_NOFILE, &exhausted);
+        std::this_thread::sleep_for(milliseconds(300));  // about 15 check rounds
+        bool stayed_up = f.Health("app1")->healthy.load() && f.recorder.transitions().empty();
+        ::setrlimit(RLIMIT_NOFILE, &original);
+        uint64_t succeeded = f.checker->checks_succeeded();
+        bool checks_again = Eventually([&] { return f.checker->checks_succeeded() > succeeded; });
+        f.checker->Stop();
+        std::_Exit(!stayed_up ? 3 : !checks_again ? 4 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(HealthCheckerTest, ChecksServersInParallel) {

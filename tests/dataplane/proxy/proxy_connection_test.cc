@@ -1,0 +1,593 @@
+// Black-box tests of how `kwd-proxy serve` handles the ends of connections and
+// running out of file descriptors: a real proxy process on loopback in front
+// of a raw-socket backend whose every byte (and FIN) the test controls.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/snapshot_io.h"
+#include "tests/support/http_client.h"
+#include "tests/support/process.h"
+
+namespace kwd {
+namespace {
+
+using testing::HttpClient;
+using testing::HttpReply;
+using testing::Process;
+using Clock = std::chrono::steady_clock;
+
+// Reads one request head (up to the blank line) from a blocking socket.
+// Returns false when the peer closed or the read timed out first.
+bool ReadHead(int fd, std::string* buffered, std::string* head) {
+  for (int i = 0; i < 1000; ++i) {  // bounded
+    size_t end = buffered->find("\r\n\r\n");
+    if (end != std::string::npos) {
+      *head = buffered->substr(0, end + 4);
+      buffered->erase(0, end + 4);
+      return true;
+    }
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      return false;
+    }
+    buffered->append(buf, static_cast<size_t>(n));
+  }
+  return false;
+}
+
+void SendAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      return;
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// A backend on 127.0.0.1 that hands every connection carrying traffic to
+// `serve` (on its own thread) with the first request head already read. The
+// proxy's health checks are answered 200 here and not passed on.
+class ScriptedBackend {
+ public:
+  // serve(fd, connection index among traffic connections, first head,
+  // bytes read after that head).
+  using Serve = std::function<void(int fd, int index, const std::string& head, std::string rest)>;
+
+  explicit ScriptedBackend(Serve serve) : serve_(std::move(serve)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listener_, 64);
+    socklen_t len = sizeof a;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~ScriptedBackend() {
+    ::shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    ::close(listener_);
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mu_);
+      for (int fd : fds_) {
+        ::shutdown(fd, SHUT_RDWR);
+      }
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) {
+      t.join();
+    }
+  }
+  uint16_t port() const { return port_; }
+  int health_checks() const { return health_checks_.load(); }
+  int traffic_connections() const { return traffic_.load(); }
+
+ private:
+  void Accept() {
+    for (int i = 0; i < 10000; ++i) {  // bounded
+      int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        return;
+      }
+      timeval tv{10, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      std::lock_guard lock(mu_);
+      fds_.push_back(fd);
+      threads_.emplace_back([this, fd] { Handle(fd); });
+    }
+  }
+  void Handle(int fd) {
+    std::string buffered;
+    std::string head;
+    if (ReadHead(fd, &buffered, &head)) {
+      if (head.find("kwd-health-check") != std::string::npos) {
+        ++health_checks_;
+        SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      } else {
+        serve_(fd, traffic_++, head, std::move(buffered));
+      }
+    }
+    // Closed here, not by the destructor: a handler's close is the FIN the
+    // test is about, and it must not wait for the test's end.
+    std::lock_guard lock(mu_);
+    std::erase(fds_, fd);
+    ::close(fd);
+  }
+
+  Serve serve_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> health_checks_{0};
+  std::atomic<int> traffic_{0};
+};
+
+// One Java group "t/g" with one server, the default for every URL. Health checks run
+// once at start and then not again during a test (interval 300 s), so a server
+// marked down stays down.
+v1::Snapshot OneServerSnapshot(uint16_t port) {
+  v1::Snapshot s;
+  auto* g = s.add_groups();
+  g->set_key("t/g");
+  g->set_kind(v1::KIND_JAVA);
+  g->set_strategy(v1::STRATEGY_WEIGHTED_ROUND_ROBIN);
+  g->set_load_reset_interval_seconds(25);
+  auto* hc = g->mutable_health_check();
+  hc->set_path("/index.html");
+  hc->set_interval_seconds(300);
+  hc->set_timeout_seconds(1);
+  hc->set_unhealthy_threshold(1);
+  hc->set_healthy_threshold(1);
+  auto* sa = g->mutable_session_affinity();
+  sa->set_session_table_max_entries(100);
+  sa->set_session_table_idle_timeout_seconds(60);
+  sa->set_affinity_cookie_name("kwd_affinity");
+  auto* server = g->add_servers();
+  server->set_name("S");
+  server->set_address("127.0.0.1");
+  server->set_port(port);
+  server->set_capacity(1);
+  server->set_state(v1::SERVER_STATE_READY);
+  auto* vh = s.add_virtual_hosts();
+  vh->set_default_root_handler(v1::KIND_JAVA);
+  vh->set_default_java_group("t/g");
+  StampSnapshotVersion(&s);
+  return s;
+}
+
+class ProxyConnectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/kwd_proxy_conn_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);  // --gtest_repeat: a fresh access log
+    std::filesystem::create_directories(dir_);
+  }
+
+  void StartProxy(uint16_t backend_port, std::vector<std::string> extra = {}) {
+    std::string snapshot = dir_ + "/snapshot.json";
+    std::ofstream(snapshot) << SnapshotToJson(OneServerSnapshot(backend_port));
+    admin_port_ = testing::ReserveFreePort();
+    std::vector<std::string> argv{testing::BinaryPath("kwd-proxy"),
+                                  "serve",
+                                  "--snapshot",
+                                  snapshot,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--admin-listen",
+                                  "127.0.0.1:" + std::to_string(admin_port_),
+                                  "--access-log",
+                                  dir_ + "/access.log"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proxy_ = std::make_unique<Process>(argv, dir_ + "/proxy.log");
+    ASSERT_TRUE(proxy_->started()) << proxy_->Log();
+  }
+
+  uint16_t port() const { return proxy_->port(); }
+
+  std::string AccessLog() const {
+    std::ifstream in(dir_ + "/access.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  std::string dir_;
+  uint16_t admin_port_ = 0;
+  std::unique_ptr<Process> proxy_;
+};
+
+size_t CountOf(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + needle.size())) {
+    ++count;
+  }
+  return count;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ---- EOF arriving together with data ----
+
+// The response ends with the connection, and the FIN follows the last bytes
+// at once: the proxy must see the FIN although it raises no readiness edge of
+// its own. Before the fix about half the tries waited for --response-timeout.
+TEST_F(ProxyConnectionTest, CloseDelimitedResponseEndsPromptlyWhenTheFinFollowsTheData) {
+  const std::string body(3000, 'b');
+  ScriptedBackend backend([&](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body);
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--response-timeout", "5s"}));
+  for (int i = 0; i < 20; ++i) {
+    auto start = Clock::now();
+    HttpClient client(port());
+    HttpReply r = client.Get("/close-delimited/" + std::to_string(i));
+    ASSERT_EQ(r.status, 200) << i;
+    EXPECT_EQ(r.body, body) << i;
+    EXPECT_TRUE(client.WaitClosed()) << i;
+    double seconds = SecondsSince(start);
+    ASSERT_LT(seconds, 2.5) << "try " << i << " waited for the response timeout";
+  }
+}
+
+// A body shorter than its Content-Length: the client's connection ends as
+// soon as the server's does, and the aborted transaction is logged and counted.
+TEST_F(ProxyConnectionTest, TruncatedBodyEndsPromptlyAndIsLoggedAndCounted) {
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhello");
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--response-timeout", "5s"}));
+  constexpr int kTries = 10;
+  for (int i = 0; i < kTries; ++i) {
+    auto start = Clock::now();
+    HttpClient client(port());
+    ASSERT_TRUE(client.Send("GET /truncated HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_TRUE(client.WaitClosed()) << i;
+    std::string received = client.TakeBuffered();
+    EXPECT_TRUE(received.starts_with("HTTP/1.1 200 OK\r\n")) << received;
+    EXPECT_TRUE(received.ends_with("\r\n\r\nhello")) << received;
+    ASSERT_LT(SecondsSince(start), 2.5) << "try " << i << " waited for the response timeout";
+  }
+  std::string log;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return CountOf(log, "\"GET /truncated HTTP/1.1\" 200 5 ") == kTries;
+  })) << log;
+  EXPECT_EQ(CountOf(log, " balance,aborted-upstream\n"), static_cast<size_t>(kTries)) << log;
+  std::string metrics;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    metrics = testing::HttpGet(admin_port_, "/metrics").body;
+    return metrics.find("kwd_proxy_requests_total{group=\"t/g\",code=\"2xx\"} " +
+                        std::to_string(kTries) + "\n") != std::string::npos;
+  })) << metrics;
+}
+
+// A client that goes away in the middle of its request body: no response was
+// sent, and the transaction is still logged and counted.
+TEST_F(ProxyConnectionTest, ClientGoneMidBodyIsLoggedAndCounted) {
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    char buf[4096];
+    for (int i = 0; i < 1000 && ::recv(fd, buf, sizeof buf, 0) > 0; ++i) {
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  {
+    HttpClient client(port());
+    ASSERT_TRUE(client.Send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123"));
+    ASSERT_TRUE(testing::WaitFor([&] { return backend.traffic_connections() == 1; }));
+  }
+  std::string log;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return log.find("\"POST /upload HTTP/1.1\" 0 - \"t/g\" \"-\" ") != std::string::npos;
+  })) << log;
+  EXPECT_NE(log.find(" balance,aborted-client\n"), std::string::npos) << log;
+  std::string metrics;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    metrics = testing::HttpGet(admin_port_, "/metrics").body;
+    return metrics.find("kwd_proxy_requests_total{group=\"t/g\",code=\"none\"} 1\n") !=
+           std::string::npos;
+  })) << metrics;
+}
+
+struct Exchange {
+  std::string received;
+  bool eof = false;  // the proxy closed the connection (not a 5 s timeout)
+};
+
+// Sends `request` on a new connection, half-closes it and reads until the
+// proxy closes it. A small receive buffer and a pause before reading make a
+// slow client, whose response the proxy still holds when it sees the FIN.
+Exchange HalfClosedExchange(uint16_t port, std::string_view request, int receive_buffer = 0,
+                            std::chrono::milliseconds pause = {}) {
+  Exchange exchange;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (receive_buffer > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return exchange;
+  }
+  SendAll(fd, request);
+  ::shutdown(fd, SHUT_WR);
+  std::this_thread::sleep_for(pause);
+  for (int reads = 0; reads < 100000; ++reads) {
+    char buf[16384];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      exchange.eof = n == 0;
+      break;
+    }
+    exchange.received.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return exchange;
+}
+
+// A client that half-closes right after its request gets the whole response,
+// and then its connection is closed at once, not after the idle timeout.
+TEST_F(ProxyConnectionTest, HalfClosingClientIsClosedRightAfterItsResponse) {
+  ScriptedBackend backend([](int fd, int, const std::string& first, std::string rest) {
+    std::string head = first;
+    for (int i = 0; i < 100; ++i) {  // keep-alive: one response per request
+      SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+      if (!ReadHead(fd, &rest, &head)) {
+        return;
+      }
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--idle-timeout", "20s"}));
+  for (int i = 0; i < 20; ++i) {
+    auto start = Clock::now();
+    Exchange e = HalfClosedExchange(port(), "GET /half-close HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_TRUE(e.received.starts_with("HTTP/1.1 200 OK\r\n")) << e.received;
+    EXPECT_TRUE(e.received.ends_with("\r\n\r\nok")) << e.received;
+    ASSERT_TRUE(e.eof) << "try " << i << ": the connection was not closed within 5 s";
+    ASSERT_LT(SecondsSince(start), 2.5) << "try " << i;
+  }
+}
+
+// Seeing the client's FIN does not cut off the part of its response that its
+// socket could not take yet.
+TEST_F(ProxyConnectionTest, HalfClosingSlowClientGetsItsWholeResponse) {
+  constexpr size_t kBody = 4 * 1024 * 1024;
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n" +
+                    std::string(kBody, 'x'));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  Exchange e = HalfClosedExchange(port(), "GET /large HTTP/1.1\r\nHost: x\r\n\r\n", 4096,
+                                  std::chrono::milliseconds(300));
+  EXPECT_TRUE(e.eof);
+  size_t head_end = e.received.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos);
+  EXPECT_EQ(e.received.size() - head_end - 4, kBody);
+}
+
+// ---- replaying requests on a fresh connection ----
+
+// The backend answers the first request of its first connection and then
+// drops that connection after reading the second request; every later
+// connection answers "replayed". Returns what reached the backend.
+struct DroppingBackend {
+  DroppingBackend()
+      : backend([this](int fd, int index, const std::string& first, std::string rest) {
+          Record(first);
+          if (index > 0) {
+            SendAll(fd,
+                    "HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nreplayed");
+            return;
+          }
+          SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+          std::string head;
+          if (ReadHead(fd, &rest, &head)) {
+            Record(head);  // read, then the connection is dropped unanswered
+          }
+        }) {}
+  void Record(const std::string& head) {
+    std::lock_guard lock(mu);
+    requests.push_back(head.substr(0, head.find("\r\n")));
+  }
+  std::vector<std::string> Requests() {
+    std::lock_guard lock(mu);
+    return requests;
+  }
+  std::mutex mu;
+  std::vector<std::string> requests;
+  ScriptedBackend backend;
+};
+
+TEST_F(ProxyConnectionTest, BodylessPostIsNotReplayedWhenThePooledConnectionDrops) {
+  DroppingBackend dropping;
+  ASSERT_NO_FATAL_FAILURE(StartProxy(dropping.backend.port()));
+  HttpClient client(port());
+  ASSERT_EQ(client.Get("/warm").status, 200);  // leaves a pooled connection
+  HttpReply r =
+      client.Request("POST /sap/bc/order HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", "POST");
+  EXPECT_EQ(r.status, 502) << r.body;
+  std::vector<std::string> seen = dropping.Requests();
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "POST /sap/bc/order HTTP/1.1"), 1)
+      << ::testing::PrintToString(seen);
+  EXPECT_EQ(dropping.backend.traffic_connections(), 1);
+}
+
+TEST_F(ProxyConnectionTest, IdempotentRequestIsStillRetriedWhenThePooledConnectionDrops) {
+  DroppingBackend dropping;
+  ASSERT_NO_FATAL_FAILURE(StartProxy(dropping.backend.port()));
+  HttpClient client(port());
+  ASSERT_EQ(client.Get("/warm").status, 200);
+  HttpReply r = client.Get("/sap/bc/read");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "replayed");
+  std::vector<std::string> seen = dropping.Requests();
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "GET /sap/bc/read HTTP/1.1"), 2)
+      << ::testing::PrintToString(seen);
+}
+
+// ---- file descriptors ----
+
+struct FdUse {
+  int open = 0;
+  int highest = -1;
+};
+
+FdUse FdsOf(pid_t pid) {
+  FdUse use;
+  std::string path = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) {
+    return use;
+  }
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') {
+      continue;
+    }
+    ++use.open;
+    use.highest = std::max(use.highest, std::atoi(entry->d_name));
+  }
+  ::closedir(dir);
+  return use;
+}
+
+// An "ok" backend that closes after each response (so the proxy keeps no
+// pooled connection that would spare it a connect).
+void AnswerOkAndClose(int fd, int, const std::string&, std::string) {
+  SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+}
+
+class ProxyDescriptorTest : public ProxyConnectionTest {
+ protected:
+  // Caps the running proxy's descriptors (soft and hard, so it cannot raise
+  // them back) at `spare` above what it uses now; returns how many more it
+  // can open.
+  int LimitDescriptors(ScriptedBackend& backend, int spare) {
+    // The health check at start holds a descriptor while it runs.
+    EXPECT_TRUE(testing::WaitFor([&] { return backend.health_checks() >= 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its close
+    FdUse use = FdsOf(proxy_->pid());
+    rlimit limit{};
+    limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(use.highest + 1 + spare);
+    EXPECT_EQ(::prlimit(proxy_->pid(), RLIMIT_NOFILE, &limit, nullptr), 0) << strerror(errno);
+    return static_cast<int>(limit.rlim_cur) - use.open;
+  }
+
+  // Client connections the proxy accepted and holds idle.
+  void HoldConnections(int count) {
+    int before = FdsOf(proxy_->pid()).open;
+    for (int i = 0; i < count; ++i) {
+      held_.push_back(std::make_unique<HttpClient>(port()));
+      ASSERT_TRUE(held_.back()->connected());
+    }
+    ASSERT_TRUE(testing::WaitFor([&] { return FdsOf(proxy_->pid()).open == before + count; }))
+        << FdsOf(proxy_->pid()).open << " open, expected " << before + count;
+  }
+
+  std::vector<std::unique_ptr<HttpClient>> held_;
+};
+
+TEST_F(ProxyDescriptorTest, UpstreamConnectFailingWithEmfileDoesNotMarkTheServerDown) {
+  ScriptedBackend backend(AnswerOkAndClose);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  int free_fds = LimitDescriptors(backend, 3);
+  ASSERT_GE(free_fds, 3);
+  HoldConnections(free_fds - 1);
+  // Accepted with the last descriptor: the connect to the server fails.
+  HttpClient last(port());
+  HttpReply r = last.Get("/sap/bc/x");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("file descriptors"), std::string::npos) << r.body;
+  EXPECT_EQ(backend.traffic_connections(), 0);
+  held_.clear();
+  // The server was never at fault: the next request goes through at once
+  // (health checks run every 300 s here, so a down server would stay down).
+  ASSERT_TRUE(testing::WaitFor([&] { return FdsOf(proxy_->pid()).open < 100; }));
+  HttpReply after = testing::HttpGet(port(), "/sap/bc/y");
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(proxy_->Log().find("marked down"), std::string::npos) << proxy_->Log();
+}
+
+TEST_F(ProxyDescriptorTest, ListenerAcceptsAgainWhenDescriptorsFreeUp) {
+  ScriptedBackend backend(AnswerOkAndClose);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  int free_fds = LimitDescriptors(backend, 3);
+  ASSERT_GE(free_fds, 3);
+  HoldConnections(free_fds);
+  // The kernel completes this connection, the proxy cannot accept it.
+  HttpClient waiting(port(), std::chrono::seconds(5));
+  ASSERT_TRUE(waiting.connected());
+  ASSERT_TRUE(waiting.Send("GET /sap/bc/waiting HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return proxy_->Log().find("Too many open files") != std::string::npos;
+  })) << proxy_->Log();
+  // Descriptors free up; no new connection arrives to raise another edge.
+  held_.clear();
+  auto start = Clock::now();
+  HttpReply r = waiting.Read();
+  EXPECT_EQ(r.status, 200) << "waited " << SecondsSince(start) << " s";
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_LT(SecondsSince(start), 3.0);
+}
+
+TEST(ProxyRlimitTest, RaisesTheSoftDescriptorLimitToTheHardLimitAndLogsIt) {
+  rlimit original{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max == RLIM_INFINITY || original.rlim_max <= 256) {
+    GTEST_SKIP() << "hard descriptor limit unusable to test raising: " << original.rlim_max;
+  }
+  std::string dir = ::testing::TempDir() + "/kwd_proxy_rlimit_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string snapshot = dir + "/snapshot.json";
+  std::ofstream(snapshot) << SnapshotToJson(OneServerSnapshot(1));
+  // The proxy inherits a low soft limit (the hard one stays).
+  rlimit lowered = original;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  Process proxy({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", snapshot, "--listen",
+                 "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--access-log", "off"},
+                dir + "/proxy.log");
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &original), 0);
+  ASSERT_TRUE(proxy.started()) << proxy.Log();
+  rlimit now{};
+  ASSERT_EQ(::prlimit(proxy.pid(), RLIMIT_NOFILE, nullptr, &now), 0);
+  EXPECT_EQ(now.rlim_cur, original.rlim_max);
+  EXPECT_NE(proxy.Log().find("open_files=" + std::to_string(original.rlim_max)), std::string::npos)
+      << proxy.Log();
+}
+
+}  // namespace
+}  // namespace kwd
