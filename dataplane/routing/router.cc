@@ -443,7 +443,7 @@ Decision Router::Route(const Request& request) {
   balancer::Balancer& balancer = *balancers_[group_index];
   const int64_t now_ms = clock_->NowMs();
   session::RequestParts parts;
-  parts.path = normalized.raw_path;
+  parts.path = normalized.forward_path;  // what the backend sees, not a removed segment
   parts.query = normalized.query;
   parts.cookie_headers = request.cookie_headers;
   parts.bracket_segment = normalized.bracket_segment;

@@ -313,5 +313,44 @@ spec:
   EXPECT_TRUE(unresolved);
 }
 
+// Issue 10 item 1 from the YAML a user writes: the permissions hold against
+// every spelling that some backend reads as a denied path.
+TEST(RoutingFeatureTest, PermissionsHoldAgainstPathTricks) {
+  Pipeline p(Group("public", "weighted_round_robin",
+                   "      - {name: A, address: 10.0.0.1, port: 8000}\n") +
+             R"(
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: erp, namespace: erp}
+spec:
+  defaultGroups: {abap: public, java: public}
+  rules:
+    - {prefix: /sap/, kind: abap, logonGroup: public}
+  permissions:
+    - {action: permit, pattern: /sap/bc/public/*}
+    - {action: deny, pattern: /sap/admin/*}
+    - {action: secure, pattern: /sap/bc/gui/*}
+)");
+  for (const char* target : {
+           "/sap/admin/q(/a)/../../x",
+           "/sap/admin/q(%2Fa)/../x",
+           "/sap/admin//../x",
+           "/sap/admin/.%2E/admin/x",
+           "/sap/admin/..;/admin/x",
+           "/sap/bc/public/x/..%2F..%2F..%2Fadmin/x",  // permit to us, /sap/admin/x decoded
+           "/sap/bc/public/..%5C..%5Cadmin/x",
+           "/sap/bc/gui/q(/a)/../../x",
+           "/sap/bc/gui//../x",
+       }) {
+    SCOPED_TRACE(target);
+    routing::Decision d = p.Route(target);
+    EXPECT_TRUE(d.status == 403 || d.status == 400) << d.status;
+    EXPECT_EQ(d.server, nullptr);
+  }
+  EXPECT_EQ(p.Route("/sap/bc/public/q(/a)/../../x").status, 0);  // /sap/bc/public/x
+  EXPECT_EQ(p.Route("/sap/admin/../bc/x").status, 0);             // /sap/bc/x
+}
+
 }  // namespace
 }  // namespace kwd

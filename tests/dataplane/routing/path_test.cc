@@ -249,6 +249,43 @@ TEST(NormalizeTargetTest, FastPathAgreesWithTheGeneralAlgorithm) {
   ExpectAgreementOverAllTargets("/a;.", 8, 4);
 }
 
+// What the proxy forwards leaves nothing to resolve: normalised again it gives
+// the same path and is forwarded as it is. Exhaustive over short targets.
+TEST(NormalizeTargetTest, ForwardPathIsAFixedPoint) {
+  const std::string_view alphabet = "/a.%2E;()";
+  std::vector<char> scratch(64);
+  std::vector<char> again_scratch(64);
+  int resolved = 0;
+  std::string target;
+  for (size_t length = 1; length <= 6; ++length) {
+    std::vector<size_t> digits(length, 0);
+    while (true) {
+      target = "/";
+      for (size_t d : digits) {
+        target += alphabet[d];
+      }
+      NormalizedTarget out;
+      if (NormalizeTarget(target, scratch, &out) && out.forward_path.data() != target.data()) {
+        ++resolved;
+        const std::string forward(out.forward_path);
+        NormalizedTarget again;
+        ASSERT_TRUE(NormalizeTarget(forward, again_scratch, &again)) << target;
+        ASSERT_EQ(again.path, out.path) << target;
+        ASSERT_EQ(again.forward_path.data(), forward.data()) << target;
+        ASSERT_EQ(again.bracket_segment, out.bracket_segment) << target;
+      }
+      size_t k = 0;
+      while (k < length && ++digits[k] == alphabet.size()) {
+        digits[k++] = 0;
+      }
+      if (k == length) {
+        break;
+      }
+    }
+  }
+  EXPECT_GT(resolved, 1000);
+}
+
 TEST(NormalizeTargetTest, FastPathRespectsTheScratchSize) {
   std::array<char, 4> scratch{};
   NormalizedTarget out;

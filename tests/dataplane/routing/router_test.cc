@@ -271,6 +271,18 @@ TEST_F(RouterTest, GroupChoiceUsesTheResolvedPathWhichIsForwarded) {
   EXPECT_EQ(upstream, "unchanged");
 }
 
+// Session ids are read from the path the backend gets, not from a segment
+// that ".." removed.
+TEST_F(RouterTest, SessionIdsComeFromTheForwardedPath) {
+  Decision d = Go("/sap/;sap-ext-sid=Gone1/../bc/x");
+  EXPECT_EQ(d.reason, Reason::kBalance);
+  EXPECT_FALSE(d.set_affinity_cookie);
+  d = Go("/sap/bc/x;sap-contextid=SID%3aANON%3aapp2%3aX/../y");
+  EXPECT_EQ(d.reason, Reason::kBalance);
+  d = Go("/sap/bc/y;sap-contextid=SID%3aANON%3aapp2%3aX/./");
+  EXPECT_EQ(d.reason, Reason::kStickyContextId);
+}
+
 // Encoded separators are fine where both readings of them agree (OData keys).
 TEST_F(RouterTest, EncodedSlashesRouteWhenBothReadingsAgree) {
   Decision d = Go("/sap/opu/odata/E('a%2Fb')", {}, "h");
