@@ -91,12 +91,10 @@ Classification Classify(const VirtualHostEntry& vhost, std::string_view path,
 // Seed 002 "Determining the Server Group": an ABAP group checks sap-ext-sid
 // before sap-contextid, a Java group saplb_* before JSESSIONID; then the
 // other identifiers. The affinity cookie comes last in both.
-constexpr std::array<Identifier, 4> kAbapOrder = {
-    Identifier::kSapExtSid, Identifier::kSapContextId, Identifier::kSaplb,
-    Identifier::kJSessionId};
+constexpr std::array<Identifier, 4> kAbapOrder = {Identifier::kSapExtSid, Identifier::kSapContextId,
+                                                  Identifier::kSaplb, Identifier::kJSessionId};
 constexpr std::array<Identifier, 4> kJavaOrder = {
-    Identifier::kSaplb, Identifier::kJSessionId, Identifier::kSapContextId,
-    Identifier::kSapExtSid};
+    Identifier::kSaplb, Identifier::kJSessionId, Identifier::kSapContextId, Identifier::kSapExtSid};
 
 Reason StickyReason(Identifier identifier) {
   switch (identifier) {
@@ -160,8 +158,7 @@ std::string_view IdentifierName(Identifier identifier) {
   return "";
 }
 
-bool UpstreamTarget(const Decision& decision, std::string_view received_target,
-                    std::string* out) {
+bool UpstreamTarget(const Decision& decision, std::string_view received_target, std::string* out) {
   if (decision.upstream_path.empty()) {
     return false;
   }
@@ -265,8 +262,7 @@ int Router::StickyBy(Identifier identifier, const GroupEntry& group, Identifier*
                      bool* record_ext_sid, int64_t now_ms) {
   switch (identifier) {
     case Identifier::kSapContextId:
-      if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_CONTEXTID) &&
-          !ids_.contextid_instance.empty()) {
+      if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_CONTEXTID) && !ids_.contextid_instance.empty()) {
         return StickyServer(group, ids_.contextid_instance, Identifier::kSapContextId, lost);
       }
       return -1;
@@ -405,8 +401,8 @@ Decision Router::Route(const Request& request) {
     // what we forward: route only when its reading reaches the same rule and
     // permission.
     NormalizedTarget decoded;
-    bool same = NormalizeTargetSeparatorsDecoded(normalized.forward_path, decoded_path_scratch_,
-                                                 &decoded);
+    bool same =
+        NormalizeTargetSeparatorsDecoded(normalized.forward_path, decoded_path_scratch_, &decoded);
     if (same) {
       AsciiLowerInto(decoded.path, decoded_lower_scratch_.data());
       same = Classify(*vhost, decoded.path,

@@ -66,8 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (decision.server != nullptr && kwd::routing::UpstreamTarget(decision, target, &upstream)) {
     static std::vector<char> scratch(1 << 15);
     kwd::routing::NormalizedTarget again;
-    if (!kwd::routing::NormalizeTarget(upstream, scratch, &again) ||
-        again.path != decision.path || again.forward_path.data() != again.raw_path.data()) {
+    if (!kwd::routing::NormalizeTarget(upstream, scratch, &again) || again.path != decision.path ||
+        again.forward_path.data() != again.raw_path.data()) {
       std::abort();
     }
   }

@@ -93,8 +93,8 @@ TEST_F(RouterTest, AbsoluteFormAuthorityIsTheHost) {
 
 // Issue 10 item 7: "http://host?x=1" is "/?x=1" on that host.
 TEST_F(RouterTest, AbsoluteFormWithAQueryAndNoPathIsTheRoot) {
-  for (std::string_view target : {"http://shop.example.com?x=1", "HTTP://shop.example.com:80?",
-                                  "https://shop.example.com"}) {
+  for (std::string_view target :
+       {"http://shop.example.com?x=1", "HTTP://shop.example.com:80?", "https://shop.example.com"}) {
     SCOPED_TRACE(target);
     Decision d = Go(target, {}, "other");
     EXPECT_EQ(d.status, 0);
@@ -206,28 +206,28 @@ TEST_F(RouterTest, Permissions) {
 // rejected (400), never forwarded.
 TEST_F(RouterTest, PathTricksNeverGetPastAPermission) {
   const char* targets[] = {
-      "/sap/admin/q(/a)/../../x",     // bracket with a "/": RFC reads /sap/admin/x
-      "/sap/admin/q(%2Fa)/../x",      // the same, encoded
-      "/sap/admin/q(%2fa)/..",        //
-      "/sap/admin//../x",             // empty segment before ".."
-      "/sap/admin///../../x",         //
-      "/sap/admin/.%2e/admin/x",      // encoded dots
-      "/sap/adm%69n/x",               // encoded unreserved letter
-      "/sap/admin;p=1/x",             // path parameter on the denied segment
-      "/sap/admin/..;/admin/x",       // Tomcat's "..;"
-      "/sap/admin/x/..%3B/y",         //
-      "/sap/x/..%2Fadmin/y",          // backend decoding %2F: /sap/admin/y
-      "/sap/x/..%2fadmin/y",          //
-      "/sap/x/..%5Cadmin/y",          // backend taking "\\" for "/"
-      "/x/..\\sap\\admin\\y",   // raw backslashes (explain only: the parser refuses them)
-      "/sap%2Fadmin/x",               //
-      "/sap/bc/y.cgi;p=1",            //
-      "/sap/bc/y.cgi(bD1l)",          // bracket after the denied suffix
-      "/sap/bc/y.c%67i",              //
-      "/sap/bc/gui/q(/a)/../../x",    // secure over plain http
-      "/sap/bc/gui//../x",            //
-      "/sap/bc/gui%2Fx",              //
-      "/sap/bc/x/..%2F..%2Fbc/gui/x", //
+      "/sap/admin/q(/a)/../../x",      // bracket with a "/": RFC reads /sap/admin/x
+      "/sap/admin/q(%2Fa)/../x",       // the same, encoded
+      "/sap/admin/q(%2fa)/..",         //
+      "/sap/admin//../x",              // empty segment before ".."
+      "/sap/admin///../../x",          //
+      "/sap/admin/.%2e/admin/x",       // encoded dots
+      "/sap/adm%69n/x",                // encoded unreserved letter
+      "/sap/admin;p=1/x",              // path parameter on the denied segment
+      "/sap/admin/..;/admin/x",        // Tomcat's "..;"
+      "/sap/admin/x/..%3B/y",          //
+      "/sap/x/..%2Fadmin/y",           // backend decoding %2F: /sap/admin/y
+      "/sap/x/..%2fadmin/y",           //
+      "/sap/x/..%5Cadmin/y",           // backend taking "\\" for "/"
+      "/x/..\\sap\\admin\\y",          // raw backslashes (explain only: the parser refuses them)
+      "/sap%2Fadmin/x",                //
+      "/sap/bc/y.cgi;p=1",             //
+      "/sap/bc/y.cgi(bD1l)",           // bracket after the denied suffix
+      "/sap/bc/y.c%67i",               //
+      "/sap/bc/gui/q(/a)/../../x",     // secure over plain http
+      "/sap/bc/gui//../x",             //
+      "/sap/bc/gui%2Fx",               //
+      "/sap/bc/x/..%2F..%2Fbc/gui/x",  //
       "http://h/sap/admin/q(/a)/../../x",
   };
   for (const char* target : targets) {
