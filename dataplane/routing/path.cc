@@ -406,6 +406,12 @@ bool Normalize(std::string_view target, std::span<char> scratch, bool decode_sep
     if (byte == '\\' || IsEncodedSeparator(raw_path, i)) {
       out->encoded_separator = true;
     }
+    // Encoded control characters ("%00" ends a C string in some backends).
+    if (byte == '%' && i + 2 < raw_path.size() &&
+        (raw_path[i + 1] == '0' || raw_path[i + 1] == '1' ||
+         (raw_path[i + 1] == '7' && (raw_path[i + 2] | 0x20) == 'f'))) {
+      return false;
+    }
   }
 
   // Which segments are dot segments, and none that only some readers take

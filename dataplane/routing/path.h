@@ -37,10 +37,10 @@ struct NormalizedTarget {
 // - decodes %XX escapes of unreserved characters (others stay encoded,
 //   with uppercase hex).
 // Returns false (a 400) when the target does not start with "/", holds
-// control characters or a malformed escape, climbs above the root, holds a
-// segment that is a dot segment only to some readers ("..;x", ".(bD1l)",
-// "..%3Bx"), or does not fit in `scratch` (up to twice the path when dot
-// segments are resolved).
+// control characters (also encoded: "%00") or a malformed escape, climbs
+// above the root, holds a segment that is a dot segment only to some readers
+// ("..;x", ".(bD1l)", "..%3Bx"), or does not fit in `scratch` (up to twice
+// the path when dot segments are resolved).
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out);
 
 // The same target as read by a backend that decodes "%2F" and "%5C" (and

@@ -50,6 +50,11 @@ TEST(NormalizeTargetTest, Table) {
       {"/a b", false, ""},
       {std::string("/a\0b", 4), false, ""},
       {"/a\x7f", false, ""},
+      {"/sap/admin%00/x", false, ""},  // encoded control characters
+      {"/a%0a", false, ""},
+      {"/a%1F", false, ""},
+      {"/a%7f", false, ""},
+      {"/a?q=%00", true, "/a", "", "q=%00"},  // the query is not ours to judge
   };
   std::array<char, 256> scratch{};
   for (const Case& c : cases) {
