@@ -132,7 +132,9 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   std::span<const Header> fields = head.fields();
   out.append(head.method);
   out.push_back(' ');
-  if (head.target_form == TargetForm::kAbsolute) {
+  if (!options.target.empty()) {
+    out.append(options.target);
+  } else if (head.target_form == TargetForm::kAbsolute) {
     if (head.path_and_query.empty() || head.path_and_query.front() == '?') {
       out.push_back('/');
     }
@@ -145,11 +147,9 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
 
   bool has_forwarded_for = false;
   bool content_length_sent = false;
-  std::string_view original_host;
   const ConnectionValues connection(fields);
   for (const Header& h : fields) {
     if (EqualsIgnoreCase(h.name, "host")) {
-      original_host = h.value;
       continue;
     }
     if (EqualsIgnoreCase(h.name, "x-forwarded-for")) {
@@ -186,7 +186,9 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
     out.append("\r\n");
   }
   AppendField(out, "X-Forwarded-Proto", options.proto);
-  AppendField(out, "X-Forwarded-Host", original_host.empty() ? info.host : original_host);
+  // The authority the request was routed by: an absolute-form target's, not
+  // a Host field that the target overrides (RFC 9112 3.2.2).
+  AppendField(out, "X-Forwarded-Host", info.host);
   if (options.tunnel_upgrade) {
     AppendField(out, "Connection", "Upgrade");
   }

@@ -21,14 +21,18 @@ struct ForwardRequestOptions {
   bool reframe_body = false;
   // Keep Upgrade and send "Connection: Upgrade" (WebSocket tunnel).
   bool tunnel_upgrade = false;
+  // Origin-form target to send instead of the received one (the path the
+  // routing decided on); empty: the received target.
+  std::string_view target;
   // Appended verbatim after the forwarded fields.
   std::span<const Header> extra_headers;
 };
 
 // Request line in origin-form (absolute-form is rewritten, its authority
-// becomes Host) and HTTP/1.1; Host from info.host; client-sent
-// X-Forwarded-Proto/-Host and SSL_CLIENT_* / SSL_CIPHER_* fields are replaced
-// or dropped, since only the proxy may assert them.
+// becomes Host) and HTTP/1.1; Host and X-Forwarded-Host from info.host, the
+// authority the request was routed by; client-sent X-Forwarded-Proto/-Host
+// and SSL_CLIENT_* / SSL_CIPHER_* fields are replaced or dropped, since only
+// the proxy may assert them.
 void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
                           const ForwardRequestOptions& options, std::string& out);
 

@@ -255,6 +255,7 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   request.https = false;
   request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
   decision_ = worker_->router().Route(request);
+  rewrite_target_ = routing::UpstreamTarget(decision_, request.target, &upstream_target_);
   decided_ = true;
   retried_ = false;
 
@@ -343,6 +344,9 @@ void ClientConnection::OnConnected() {
   options.client_ip = client_ip_;
   options.proto = "http";
   options.tunnel_upgrade = request_info_.upgrade_websocket;
+  if (rewrite_target_) {
+    options.target = upstream_target_;
+  }
   if (request_info_.body == http::BodyKind::kChunked) {
     options.reframe_body = true;
     extra[0] = {"Transfer-Encoding", "chunked"};
@@ -424,6 +428,7 @@ bool ClientConnection::RetryElsewhere() {
   }
   request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
   decision_ = worker_->router().Route(request);
+  rewrite_target_ = routing::UpstreamTarget(decision_, request.target, &upstream_target_);
   decided_ = true;
   retried_ = true;
   if (decision_.server == nullptr || decision_.server == failed) {

@@ -113,6 +113,10 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   std::array<std::string_view, 16> cookies_{};
   routing::Decision decision_;
   bool decided_ = false;
+  // The target to forward when the routing resolved the received one
+  // (routing::UpstreamTarget), copied at once: the router's scratch is reused.
+  std::string upstream_target_;
+  bool rewrite_target_ = false;
   bool retried_ = false;
   bool retried_reuse_ = false;
 

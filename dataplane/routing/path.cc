@@ -14,11 +14,24 @@ bool IsUnreserved(unsigned char c) {
          c == '.' || c == '_' || c == '~';
 }
 
-// Characters of a Base64 bracket segment as SAP writes it (standard or
-// URL-safe alphabet, padding possibly percent-encoded).
-bool IsBracketChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
-         c == '/' || c == '=' || c == '-' || c == '_' || c == '%';
+// Text of a Base64 bracket segment as SAP writes it: standard or URL-safe
+// alphabet without "/" (a "/" would make the bracket span segments, which no
+// other reader of the URL does), "=" padding possibly written "%3D".
+bool IsBracketText(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+        c == '=' || c == '-' || c == '_') {
+      continue;
+    }
+    if (c == '%' && i + 2 < text.size() && text[i + 1] == '3' &&
+        (text[i + 2] == 'D' || text[i + 2] == 'd')) {
+      i += 2;
+      continue;
+    }
+    return false;
+  }
+  return true;
 }
 
 // Appends to the output, failing when the scratch is full.
@@ -30,6 +43,14 @@ class Writer {
       return false;
     }
     data_[size_++] = c;
+    return true;
+  }
+  bool Append(std::string_view text) {
+    if (text.size() > capacity_ - size_) {
+      return false;
+    }
+    std::memcpy(data_ + size_, text.data(), text.size());
+    size_ += text.size();
     return true;
   }
   size_t size() const { return size_; }
@@ -45,32 +66,148 @@ class Writer {
 
 constexpr char kHexDigits[] = "0123456789ABCDEF";
 
-// Writes one raw segment (no "/" inside) decoded as "/<segment>" and applies
-// dot-segment rules. `ends_with_slash` is set when the output should keep a
-// trailing "/" if this turns out to be the last segment.
-bool WriteSegment(std::string_view segment, Writer* out, bool* ends_with_slash) {
-  // Decode into the output first, then look at what was written: "%2e%2E" is ".." too.
-  const size_t start = out->size();
-  if (segment.empty()) {
-    *ends_with_slash = true;
-    return true;
+// "%2F" or "%5C", any case: a slash or backslash some backends decode
+// before they split the path into segments.
+bool IsEncodedSeparator(std::string_view s, size_t i) {
+  if (s[i] != '%' || i + 2 >= s.size()) {
+    return false;
   }
+  const char high = s[i + 1];
+  const char low = static_cast<char>(s[i + 2] | 0x20);
+  return (high == '2' && low == 'f') || (high == '5' && low == 'c');
+}
+
+// Length of the segment separator at s[i], 0 when there is none: "/", and
+// with `decode_separators` also "\\", "%2F" and "%5C".
+size_t SeparatorAt(std::string_view s, size_t i, bool decode_separators) {
+  if (s[i] == '/') {
+    return 1;
+  }
+  if (!decode_separators) {
+    return 0;
+  }
+  if (s[i] == '\\') {
+    return 1;
+  }
+  return IsEncodedSeparator(s, i) ? 3 : 0;
+}
+
+// Calls visit(segment) for every segment of `path` (which starts with a
+// separator), the empty last one after a trailing separator included; stops
+// early when visit returns false.
+template <typename Visit>
+bool ForEachSegment(std::string_view path, bool decode_separators, Visit visit) {
+  size_t begin = SeparatorAt(path, 0, decode_separators);
+  while (true) {
+    size_t end = begin;
+    size_t separator = 0;
+    while (end < path.size() && (separator = SeparatorAt(path, end, decode_separators)) == 0) {
+      ++end;
+    }
+    if (!visit(path.substr(begin, end - begin))) {
+      return false;
+    }
+    if (end >= path.size()) {
+      return true;
+    }
+    begin = end + separator;
+  }
+}
+
+// A segment's name: what comes before its bracket or its ";params".
+struct SegmentParts {
+  std::string_view name;
+  std::string_view bracket;  // text inside "(...)"
+  bool has_bracket = false;
+};
+
+SegmentParts SplitSegment(std::string_view segment) {
+  size_t name_end = 0;
+  while (name_end < segment.size() && segment[name_end] != ';' && segment[name_end] != '(') {
+    ++name_end;
+  }
+  if (name_end < segment.size() && segment[name_end] == '(') {
+    const size_t close = segment.find(')', name_end + 1);
+    if (close != std::string_view::npos &&
+        (close + 1 == segment.size() || segment[close + 1] == ';')) {
+      std::string_view text = segment.substr(name_end + 1, close - name_end - 1);
+      if (IsBracketText(text)) {
+        return SegmentParts{segment.substr(0, name_end), text, true};
+      }
+    }
+    // An ordinary "(" belongs to the name.
+    while (name_end < segment.size() && segment[name_end] != ';') {
+      ++name_end;
+    }
+  }
+  return SegmentParts{segment.substr(0, name_end), {}, false};
+}
+
+// 1 for ".", 2 for "..": a dot segment in RFC 3986's sense, where "%2E" is
+// "." (6.2.2.2). 0 for anything else.
+int DotSegment(std::string_view segment) {
+  int dots = 0;
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] == '.') {
+      ++dots;
+    } else if (segment[i] == '%' && i + 2 < segment.size() && segment[i + 1] == '2' &&
+               (segment[i + 2] == 'E' || segment[i + 2] == 'e')) {
+      ++dots;
+      i += 2;
+    } else {
+      return 0;
+    }
+    if (dots > 2) {
+      return 0;
+    }
+  }
+  return dots;
+}
+
+// Whether a reader that drops brackets or ";params" first, or decodes every
+// escape first, takes the segment with this name for "." or "..".
+bool ReadsAsDotSegment(std::string_view name) {
+  int dots = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c == '%' && i + 2 < name.size()) {
+      const int high = HexDigitValue(name[i + 1]);
+      const int low = HexDigitValue(name[i + 2]);
+      if (high < 0 || low < 0) {
+        return false;
+      }
+      c = static_cast<char>(high * 16 + low);
+      i += 2;
+    }
+    if (c == ';') {
+      break;
+    }
+    if (c != '.' || ++dots > 2) {
+      return false;
+    }
+  }
+  return dots > 0;
+}
+
+// Writes "/<name>" with escapes of unreserved characters decoded and the
+// others in uppercase hex. False on a malformed escape or a full scratch.
+bool WriteName(std::string_view name, Writer* out) {
   if (!out->Put('/')) {
     return false;
   }
-  for (size_t i = 0; i < segment.size(); ++i) {
-    char c = segment[i];
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
     if (c != '%') {
       if (!out->Put(c)) {
         return false;
       }
       continue;
     }
-    if (i + 2 >= segment.size()) {
+    if (i + 2 >= name.size()) {
       return false;
     }
-    int high = HexDigitValue(segment[i + 1]);
-    int low = HexDigitValue(segment[i + 2]);
+    int high = HexDigitValue(name[i + 1]);
+    int low = HexDigitValue(name[i + 2]);
     if (high < 0 || low < 0) {
       return false;
     }
@@ -84,25 +221,11 @@ bool WriteSegment(std::string_view segment, Writer* out, bool* ends_with_slash) 
     }
     i += 2;
   }
-  std::string_view written(out->data() + start + 1, out->size() - start - 1);
-  if (written == ".") {
-    out->Truncate(start);
-    *ends_with_slash = true;
-  } else if (written == "..") {
-    if (start == 0) {
-      return false;  // above the root
-    }
-    size_t parent = start;
-    while (parent > 0 && out->at(parent - 1) != '/') {
-      --parent;
-    }
-    out->Truncate(parent - 1);
-    *ends_with_slash = true;
-  } else {
-    *ends_with_slash = false;
-  }
   return true;
 }
+
+bool Normalize(std::string_view target, std::span<char> scratch, bool decode_separators,
+               NormalizedTarget* out);
 
 // What one byte of a request target means to the fast-path scan.
 enum ByteClass : uint8_t {
@@ -112,7 +235,7 @@ enum ByteClass : uint8_t {
   kSlash,    // "/"
   kDot,      // "." (may start a dot segment)
   kParams,   // ";": path parameters up to the next "/"
-  kRewrite,  // "%", "(": the general algorithm decides
+  kRewrite,  // "%", "(", "\\": the general algorithm decides
 };
 
 constexpr std::array<uint8_t, 256> MakeByteClasses() {
@@ -128,6 +251,7 @@ constexpr std::array<uint8_t, 256> MakeByteClasses() {
   classes[';'] = kParams;
   classes['%'] = kRewrite;
   classes['('] = kRewrite;
+  classes['\\'] = kRewrite;
   return classes;
 }
 constexpr std::array<uint8_t, 256> kByteClasses = MakeByteClasses();
@@ -245,11 +369,24 @@ bool NormalizeTarget(std::string_view target, std::span<char> scratch, Normalize
   *out = NormalizedTarget{};
   SplitTarget(target, path_end, out);
   out->path = std::string_view(output, written);
+  out->forward_path = out->raw_path;
   return true;
 }
 
 bool NormalizeTargetGeneral(std::string_view target, std::span<char> scratch,
                             NormalizedTarget* out) {
+  return Normalize(target, scratch, /*decode_separators=*/false, out);
+}
+
+bool NormalizeTargetSeparatorsDecoded(std::string_view target, std::span<char> scratch,
+                                      NormalizedTarget* out) {
+  return Normalize(target, scratch, /*decode_separators=*/true, out);
+}
+
+namespace {
+
+bool Normalize(std::string_view target, std::span<char> scratch, bool decode_separators,
+               NormalizedTarget* out) {
   *out = NormalizedTarget{};
   // A plain loop: find_first_of calls memchr once per character.
   size_t end = 0;
@@ -257,67 +394,95 @@ bool NormalizeTargetGeneral(std::string_view target, std::span<char> scratch,
     ++end;
   }
   SplitTarget(target, end, out);
-  std::string_view raw_path = out->raw_path;
+  const std::string_view raw_path = out->raw_path;
   if (raw_path.empty() || raw_path.front() != '/') {
     return false;
   }
-  for (char c : raw_path) {
-    auto byte = static_cast<unsigned char>(c);
+  for (size_t i = 0; i < raw_path.size(); ++i) {
+    auto byte = static_cast<unsigned char>(raw_path[i]);
     if (byte <= 0x20 || byte == 0x7f) {
+      return false;
+    }
+    if (byte == '\\' || IsEncodedSeparator(raw_path, i)) {
+      out->encoded_separator = true;
+    }
+    // Encoded control characters ("%00" ends a C string in some backends).
+    if (byte == '%' && i + 2 < raw_path.size() &&
+        (raw_path[i + 1] == '0' || raw_path[i + 1] == '1' ||
+         (raw_path[i + 1] == '7' && (raw_path[i + 2] | 0x20) == 'f'))) {
       return false;
     }
   }
 
-  Writer writer(scratch);
-  bool ends_with_slash = true;
-  size_t i = 1;
-  while (i <= raw_path.size()) {
-    // One segment: name characters, an optional "(...)" bracket, then
-    // optional ";params", up to the next "/".
-    const size_t name_start = i;
-    size_t name_end = i;
-    while (name_end < raw_path.size() && raw_path[name_end] != '/' && raw_path[name_end] != ';' &&
-           raw_path[name_end] != '(') {
-      ++name_end;
-    }
-    size_t next = name_end;
-    if (next < raw_path.size() && raw_path[next] == '(') {
-      size_t close = raw_path.find(')', next + 1);
-      bool is_bracket = close != std::string_view::npos &&
-                        (close + 1 == raw_path.size() || raw_path[close + 1] == '/' ||
-                         raw_path[close + 1] == ';');
-      for (size_t k = next + 1; is_bracket && k < close; ++k) {
-        is_bracket = IsBracketChar(raw_path[k]);
-      }
-      if (is_bracket) {
-        if (out->bracket_segment.empty()) {
-          out->bracket_segment = raw_path.substr(next + 1, close - next - 1);
-        }
-        next = close + 1;
-      } else {
-        // An ordinary "(" belongs to the name.
-        while (name_end < raw_path.size() && raw_path[name_end] != '/' &&
-               raw_path[name_end] != ';') {
-          ++name_end;
-        }
-        next = name_end;
-      }
-    }
-    while (next < raw_path.size() && raw_path[next] != '/') {
-      ++next;  // path parameters
-    }
-    if (!WriteSegment(raw_path.substr(name_start, name_end - name_start), &writer,
-                      &ends_with_slash)) {
+  // Which segments are dot segments, and none that only some readers take
+  // for one.
+  bool has_dot_segments = false;
+  bool ambiguous = false;
+  ForEachSegment(raw_path, decode_separators, [&](std::string_view segment) {
+    if (DotSegment(segment) != 0) {
+      has_dot_segments = true;
+    } else if (ReadsAsDotSegment(SplitSegment(segment).name)) {
+      ambiguous = true;
       return false;
     }
-    i = next + 1;
-  }
-  if ((ends_with_slash || writer.size() == 0) && !writer.Put('/')) {
+    return true;
+  });
+  if (ambiguous) {
     return false;
   }
-  out->path = std::string_view(writer.data(), writer.size());
+
+  // RFC 3986 5.2.4 over the raw segments, into the scratch: this is what the
+  // proxy forwards.
+  Writer writer(scratch);
+  std::string_view resolved = raw_path;
+  if (has_dot_segments) {
+    bool last_was_dot = false;
+    const bool ok = ForEachSegment(raw_path, decode_separators, [&](std::string_view segment) {
+      const int dots = DotSegment(segment);
+      last_was_dot = dots != 0;
+      if (dots == 1) {
+        return true;
+      }
+      if (dots == 2) {
+        if (writer.size() == 0) {
+          return false;  // above the root
+        }
+        size_t parent = writer.size() - 1;
+        while (writer.at(parent) != '/') {
+          --parent;
+        }
+        writer.Truncate(parent);
+        return true;
+      }
+      return writer.Put('/') && writer.Append(segment);
+    });
+    if (!ok || ((last_was_dot || writer.size() == 0) && !writer.Put('/'))) {
+      return false;
+    }
+    resolved = std::string_view(writer.data(), writer.size());
+  }
+  out->forward_path = resolved;
+
+  // The path to match: names only, empty segments dropped, escapes of
+  // unreserved characters decoded.
+  const size_t path_start = writer.size();
+  bool ends_with_slash = true;
+  const bool ok = ForEachSegment(resolved, decode_separators, [&](std::string_view segment) {
+    const SegmentParts parts = SplitSegment(segment);
+    if (parts.has_bracket && out->bracket_segment.empty()) {
+      out->bracket_segment = parts.bracket;
+    }
+    ends_with_slash = parts.name.empty();
+    return parts.name.empty() || WriteName(parts.name, &writer);
+  });
+  if (!ok || ((ends_with_slash || writer.size() == path_start) && !writer.Put('/'))) {
+    return false;
+  }
+  out->path = std::string_view(writer.data() + path_start, writer.size() - path_start);
   return true;
 }
+
+}  // namespace
 
 namespace {
 

@@ -14,20 +14,41 @@ struct NormalizedTarget {
   std::string_view query;            // after "?", without it; may be empty
   std::string_view bracket_segment;  // Base64 text of the first "(...)" segment
   std::string_view path;             // normalised, points into the scratch
+  // What to send upstream: the raw path with its dot segments resolved as
+  // RFC 3986 5.2.4 says (raw_path itself when it has none; else in the
+  // scratch). `path` is derived from it, so the decision is made on exactly
+  // the path the backend sees, and no dot segment is left for a backend's
+  // own normaliser to read differently.
+  std::string_view forward_path;
+  // The path holds "%2F" or "%5C" (any case) or "\": a backend that decodes
+  // them into "/" reads other segments (see NormalizeTargetSeparatorsDecoded).
+  bool encoded_separator = false;
 };
 
 // Normalises an origin-form target ("/a/b?q"):
 // - strips the query (and a fragment);
-// - removes a Base64 "(...)" bracket from a segment ("/sap(bD1l)/bc" ->
-//   "/sap/bc"), reporting the first one's text;
+// - resolves "." and ".." segments (also "%2E" spellings) over the raw
+//   segments as RFC 3986 remove_dot_segments does: empty segments, brackets
+//   and path parameters count ("/a//../b" is "/a/b");
+// - then removes a Base64 "(...)" bracket from a segment ("/sap(bD1l)/bc" ->
+//   "/sap/bc"), reporting the first one's text; a bracket never holds "/"
+//   (raw or encoded): "(/x)" is not a bracket;
 // - drops ";param=value" path parameters and empty segments;
 // - decodes %XX escapes of unreserved characters (others stay encoded,
-//   with uppercase hex);
-// - resolves "." and ".." segments.
+//   with uppercase hex).
 // Returns false (a 400) when the target does not start with "/", holds
-// control characters or a malformed escape, climbs above the root, or does not
-// fit in `scratch`.
+// control characters (also encoded: "%00") or a malformed escape, climbs
+// above the root, holds a segment that is a dot segment only to some readers
+// ("..;x", ".(bD1l)", "..%3Bx"), or does not fit in `scratch` (up to twice
+// the path when dot segments are resolved).
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out);
+
+// The same target as read by a backend that decodes "%2F" and "%5C" (and
+// takes "\" for "/") before it resolves dot segments. The router routes a
+// target with encoded separators only when both readings reach the same
+// decision.
+bool NormalizeTargetSeparatorsDecoded(std::string_view target, std::span<char> scratch,
+                                      NormalizedTarget* out);
 
 // The general algorithm behind NormalizeTarget, without its fast path for
 // paths that are already normal. Same contract; tests compare the two.

@@ -1,11 +1,13 @@
 #include "dataplane/routing/router.h"
 
 #include <algorithm>
+#include <array>
 
 namespace kwd::routing {
 namespace {
 
-// Longest normalised path we route; longer targets get a 400.
+// Longest normalised path we route; longer targets get a 400. The path
+// scratch also holds the path to forward when dot segments are resolved.
 constexpr size_t kPathScratchBytes = 8192;
 
 char AsciiLower(char c) {
@@ -52,6 +54,47 @@ bool SplitAbsoluteForm(std::string_view target, std::string_view* authority,
       path_start == std::string_view::npos ? std::string_view("/") : rest.substr(path_start);
   return true;
 }
+
+// Where a path goes on a virtual host, and what its permissions say.
+struct Classification {
+  v1::Kind kind = v1::KIND_UNSPECIFIED;
+  std::string_view rule;
+  int group_index = -1;
+  v1::PermissionAction action = v1::PERMISSION_ACTION_UNSPECIFIED;
+
+  bool operator==(const Classification& other) const {
+    return kind == other.kind && rule == other.rule && group_index == other.group_index &&
+           action == other.action;
+  }
+};
+
+Classification Classify(const VirtualHostEntry& vhost, std::string_view path,
+                        std::string_view lower_path) {
+  Classification c;
+  if (IsRootPath(path)) {
+    c.kind = vhost.default_root_handler;
+    c.rule = "root";
+    c.group_index = vhost.DefaultGroup(c.kind);
+  } else if (int rule = vhost.prefixes.LongestMatch(lower_path); rule >= 0) {
+    c.kind = vhost.rules[rule].kind;
+    c.rule = vhost.rules[rule].prefix;
+    c.group_index = vhost.rules[rule].group;
+  } else {
+    c.kind = v1::KIND_JAVA;
+    c.rule = "default";
+    c.group_index = vhost.default_java_group;
+  }
+  c.action = vhost.permissions.Evaluate(lower_path);
+  return c;
+}
+
+// Seed 002 "Determining the Server Group": an ABAP group checks sap-ext-sid
+// before sap-contextid, a Java group saplb_* before JSESSIONID; then the
+// other identifiers. The affinity cookie comes last in both.
+constexpr std::array<Identifier, 4> kAbapOrder = {Identifier::kSapExtSid, Identifier::kSapContextId,
+                                                  Identifier::kSaplb, Identifier::kJSessionId};
+constexpr std::array<Identifier, 4> kJavaOrder = {
+    Identifier::kSaplb, Identifier::kJSessionId, Identifier::kSapContextId, Identifier::kSapExtSid};
 
 Reason StickyReason(Identifier identifier) {
   switch (identifier) {
@@ -115,12 +158,28 @@ std::string_view IdentifierName(Identifier identifier) {
   return "";
 }
 
+bool UpstreamTarget(const Decision& decision, std::string_view received_target, std::string* out) {
+  if (decision.upstream_path.empty()) {
+    return false;
+  }
+  out->assign(decision.upstream_path);
+  // An absolute-form authority holds no "?": the first one starts the query.
+  const size_t query = received_target.find('?');
+  if (query != std::string_view::npos) {
+    std::string_view rest = received_target.substr(query);
+    out->append(rest.substr(0, rest.find('#')));
+  }
+  return true;
+}
+
 Router::Router(std::shared_ptr<const session::AffinityCookieCodec> affinity_codec,
                std::shared_ptr<const Clock> clock)
     : affinity_codec_(std::move(affinity_codec)),
       clock_(std::move(clock)),
-      path_scratch_(kPathScratchBytes),
-      lower_scratch_(kPathScratchBytes) {}
+      path_scratch_(2 * kPathScratchBytes),
+      lower_scratch_(kPathScratchBytes),
+      decoded_path_scratch_(2 * kPathScratchBytes),
+      decoded_lower_scratch_(kPathScratchBytes) {}
 
 void Router::Apply(std::shared_ptr<const RoutingTable> table) {
   std::vector<std::unique_ptr<balancer::Balancer>> balancers;
@@ -175,86 +234,16 @@ int Router::StickyServer(const GroupEntry& group, std::string_view name, Identif
 
 int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                           bool* record_ext_sid, int64_t now_ms) {
-  // DESIGN.md section 4 order. An identifier that names a lost server does not
-  // end the search: a later one may still name a live server of the group.
-  if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_CONTEXTID) && !ids_.contextid_instance.empty()) {
-    int index = StickyServer(group, ids_.contextid_instance, Identifier::kSapContextId, lost);
+  // An identifier that names a lost server does not end the search: a later
+  // one may still name a live server of the group.
+  const auto& order = group.kind == v1::KIND_ABAP ? kAbapOrder : kJavaOrder;
+  for (Identifier identifier : order) {
+    int index = StickyBy(identifier, group, lost, record_ext_sid, now_ms);
     if (index >= 0) {
-      *routed_by = Identifier::kSapContextId;
+      *routed_by = identifier;
       return index;
     }
   }
-
-  if (group.Enabled(v1::SESSION_IDENTIFIER_SAPLB) && ids_.saplb_count > 0) {
-    std::span<const session::SaplbCookie> cookies(ids_.saplb.data(), ids_.saplb_count);
-    // saplb_<group name>, then saplb_*, then any other whose instance is ours.
-    for (const session::SaplbCookie& cookie : cookies) {
-      if (EqualsIgnoreCase(cookie.group, group.name)) {
-        int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
-        if (index >= 0) {
-          *routed_by = Identifier::kSaplb;
-          return index;
-        }
-      }
-    }
-    for (const session::SaplbCookie& cookie : cookies) {
-      if (cookie.group == "*") {
-        int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
-        if (index >= 0) {
-          *routed_by = Identifier::kSaplb;
-          return index;
-        }
-      }
-    }
-    for (const session::SaplbCookie& cookie : cookies) {
-      if (cookie.group != "*" && !EqualsIgnoreCase(cookie.group, group.name) &&
-          group.FindServer(cookie.instance) >= 0) {
-        int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
-        if (index >= 0) {
-          *routed_by = Identifier::kSaplb;
-          return index;
-        }
-      }
-    }
-  }
-
-  if (group.Enabled(v1::SESSION_IDENTIFIER_JSESSIONID) && !ids_.jsessionid.empty()) {
-    if (!ids_.jsessionid_instance.empty()) {
-      int index = StickyServer(group, ids_.jsessionid_instance, Identifier::kJSessionId, lost);
-      if (index >= 0) {
-        *routed_by = Identifier::kJSessionId;
-        return index;
-      }
-    } else {
-      int length = group.sessions->Lookup(session::TableKey::kJSessionId, ids_.jsessionid, now_ms,
-                                          server_scratch_.data(), server_scratch_.size());
-      if (length >= 0) {
-        int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
-                                 Identifier::kJSessionId, lost);
-        if (index >= 0) {
-          *routed_by = Identifier::kJSessionId;
-          return index;
-        }
-        group.sessions->Erase(session::TableKey::kJSessionId, ids_.jsessionid);
-      }
-    }
-  }
-
-  if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_EXT_SID) && !ids_.ext_sid.empty()) {
-    int length = group.sessions->Lookup(session::TableKey::kSapExtSid, ids_.ext_sid, now_ms,
-                                        server_scratch_.data(), server_scratch_.size());
-    if (length >= 0) {
-      int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
-                               Identifier::kSapExtSid, lost);
-      if (index >= 0) {
-        *routed_by = Identifier::kSapExtSid;
-        return index;
-      }
-      group.sessions->Erase(session::TableKey::kSapExtSid, ids_.ext_sid);
-    }
-    *record_ext_sid = true;
-  }
-
   if (group.affinity_cookie_enabled && !ids_.affinity_cookie.empty() &&
       affinity_codec_ != nullptr) {
     std::string_view server;
@@ -265,6 +254,90 @@ int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identi
         return index;
       }
     }
+  }
+  return -1;
+}
+
+int Router::StickyBy(Identifier identifier, const GroupEntry& group, Identifier* lost,
+                     bool* record_ext_sid, int64_t now_ms) {
+  switch (identifier) {
+    case Identifier::kSapContextId:
+      if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_CONTEXTID) && !ids_.contextid_instance.empty()) {
+        return StickyServer(group, ids_.contextid_instance, Identifier::kSapContextId, lost);
+      }
+      return -1;
+    case Identifier::kSaplb: {
+      if (!group.Enabled(v1::SESSION_IDENTIFIER_SAPLB) || ids_.saplb_count == 0) {
+        return -1;
+      }
+      std::span<const session::SaplbCookie> cookies(ids_.saplb.data(), ids_.saplb_count);
+      // saplb_<group name>, then saplb_*, then any other whose instance is ours.
+      for (const session::SaplbCookie& cookie : cookies) {
+        if (EqualsIgnoreCase(cookie.group, group.name)) {
+          int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
+          if (index >= 0) {
+            return index;
+          }
+        }
+      }
+      for (const session::SaplbCookie& cookie : cookies) {
+        if (cookie.group == "*") {
+          int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
+          if (index >= 0) {
+            return index;
+          }
+        }
+      }
+      for (const session::SaplbCookie& cookie : cookies) {
+        if (cookie.group != "*" && !EqualsIgnoreCase(cookie.group, group.name) &&
+            group.FindServer(cookie.instance) >= 0) {
+          int index = StickyServer(group, cookie.instance, Identifier::kSaplb, lost);
+          if (index >= 0) {
+            return index;
+          }
+        }
+      }
+      return -1;
+    }
+    case Identifier::kJSessionId: {
+      if (!group.Enabled(v1::SESSION_IDENTIFIER_JSESSIONID) || ids_.jsessionid.empty()) {
+        return -1;
+      }
+      if (!ids_.jsessionid_instance.empty()) {
+        return StickyServer(group, ids_.jsessionid_instance, Identifier::kJSessionId, lost);
+      }
+      int length = group.sessions->Lookup(session::TableKey::kJSessionId, ids_.jsessionid, now_ms,
+                                          server_scratch_.data(), server_scratch_.size());
+      if (length < 0) {
+        return -1;
+      }
+      int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
+                               Identifier::kJSessionId, lost);
+      if (index < 0) {
+        group.sessions->Erase(session::TableKey::kJSessionId, ids_.jsessionid);
+      }
+      return index;
+    }
+    case Identifier::kSapExtSid: {
+      if (!group.Enabled(v1::SESSION_IDENTIFIER_SAP_EXT_SID) || ids_.ext_sid.empty()) {
+        return -1;
+      }
+      int length = group.sessions->Lookup(session::TableKey::kSapExtSid, ids_.ext_sid, now_ms,
+                                          server_scratch_.data(), server_scratch_.size());
+      if (length >= 0) {
+        int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
+                                 Identifier::kSapExtSid, lost);
+        if (index >= 0) {
+          return index;
+        }
+        group.sessions->Erase(session::TableKey::kSapExtSid, ids_.ext_sid);
+      }
+      *record_ext_sid = true;
+      return -1;
+    }
+    case Identifier::kAffinityCookie:
+    case Identifier::kNone:
+      break;
   }
   return -1;
 }
@@ -291,13 +364,25 @@ Decision Router::Route(const Request& request) {
   }
   decision.virtual_host = table->FindVirtualHost(host, host_scratch_);
 
+  // "http://host?q" has an empty path, which is "/" (RFC 9112 3.2.2).
+  std::string_view query_only;
+  if (!target.empty() && target.front() == '?') {
+    query_only = target.substr(1);
+    target = "/";
+  }
   NormalizedTarget normalized;
   if (!NormalizeTarget(target, path_scratch_, &normalized)) {
     decision.reason = Reason::kBadRequest;
     decision.status = 400;
     return decision;
   }
+  if (!query_only.empty()) {
+    normalized.query = query_only.substr(0, query_only.find('#'));
+  }
   decision.path = normalized.path;
+  if (normalized.forward_path.data() != normalized.raw_path.data()) {
+    decision.upstream_path = normalized.forward_path;
+  }
   AsciiLowerInto(normalized.path, lower_scratch_.data());
   const std::string_view lower_path(lower_scratch_.data(), normalized.path.size());
 
@@ -310,26 +395,35 @@ Decision Router::Route(const Request& request) {
 
   // Classification first so that a denied request still shows where it
   // would have gone; permissions decide before any server is chosen.
-  int group_index;
-  if (IsRootPath(normalized.path)) {
-    decision.kind = vhost->default_root_handler;
-    decision.rule = "root";
-    group_index = vhost->DefaultGroup(decision.kind);
-  } else if (int rule = vhost->prefixes.LongestMatch(lower_path); rule >= 0) {
-    decision.kind = vhost->rules[rule].kind;
-    decision.rule = vhost->rules[rule].prefix;
-    group_index = vhost->rules[rule].group;
-  } else {
-    decision.kind = v1::KIND_JAVA;
-    decision.rule = "default";
-    group_index = vhost->default_java_group;
+  const Classification classification = Classify(*vhost, normalized.path, lower_path);
+  if (normalized.encoded_separator) {
+    // A backend that decodes "%2F" or "%5C" into "/" sees other segments in
+    // what we forward: route only when its reading reaches the same rule and
+    // permission.
+    NormalizedTarget decoded;
+    bool same =
+        NormalizeTargetSeparatorsDecoded(normalized.forward_path, decoded_path_scratch_, &decoded);
+    if (same) {
+      AsciiLowerInto(decoded.path, decoded_lower_scratch_.data());
+      same = Classify(*vhost, decoded.path,
+                      std::string_view(decoded_lower_scratch_.data(), decoded.path.size())) ==
+             classification;
+    }
+    if (!same) {
+      decision.reason = Reason::kBadRequest;
+      decision.status = 400;
+      return decision;
+    }
   }
+  decision.kind = classification.kind;
+  decision.rule = classification.rule;
+  const int group_index = classification.group_index;
   if (group_index >= 0) {
     decision.group_index = group_index;
     decision.group = &table->groups()[group_index];
   }
 
-  const v1::PermissionAction action = vhost->permissions.Evaluate(lower_path);
+  const v1::PermissionAction action = classification.action;
   if (action == v1::PERMISSION_ACTION_DENY || (action == v1::PERMISSION_ACTION_SECURE && !https)) {
     decision.reason = Reason::kDenied;
     decision.status = 403;
@@ -345,7 +439,7 @@ Decision Router::Route(const Request& request) {
   balancer::Balancer& balancer = *balancers_[group_index];
   const int64_t now_ms = clock_->NowMs();
   session::RequestParts parts;
-  parts.path = normalized.raw_path;
+  parts.path = normalized.forward_path;  // what the backend sees, not a removed segment
   parts.query = normalized.query;
   parts.cookie_headers = request.cookie_headers;
   parts.bracket_segment = normalized.bracket_segment;

@@ -79,12 +79,22 @@ struct Decision {
   bool set_affinity_cookie = false;
   // The normalised path; valid until the next Route() on the same router.
   std::string_view path;
+  // The path to forward when it is not the received one (dot segments
+  // resolved); empty: the received target goes as it is. Valid like `path`:
+  // use UpstreamTarget() right after Route().
+  std::string_view upstream_path;
 
   // Bookkeeping for Complete().
   int group_index = -1;
   uint64_t table_generation = 0;
   bool counted = false;
 };
+
+// The origin-form target to send upstream for `decision`, which Route() made
+// for `received_target`: its upstream_path followed by the received query.
+// Returns false, leaving `out` alone, when the received target can be sent as
+// it is.
+bool UpstreamTarget(const Decision& decision, std::string_view received_target, std::string* out);
 
 class Router {
  public:
@@ -128,6 +138,9 @@ class Router {
                    Identifier* lost) const;
   int ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                     bool* record_ext_sid, int64_t now_ms);
+  // One identifier's server for `group`, -1 when it names none that is usable.
+  int StickyBy(Identifier identifier, const GroupEntry& group, Identifier* lost,
+               bool* record_ext_sid, int64_t now_ms);
 
   std::shared_ptr<const session::AffinityCookieCodec> affinity_codec_;
   std::shared_ptr<const Clock> clock_;
@@ -140,6 +153,9 @@ class Router {
   // Per-request scratch.
   std::vector<char> path_scratch_;
   std::vector<char> lower_scratch_;
+  // The reading with "%2F" and "%5C" decoded (only for targets holding them).
+  std::vector<char> decoded_path_scratch_;
+  std::vector<char> decoded_lower_scratch_;
   std::array<char, 256> host_scratch_{};
   std::array<char, 256> server_scratch_{};
   session::SessionIds ids_;

@@ -71,8 +71,8 @@ class Pipeline {
   std::vector<std::string_view> views_;
 };
 
-std::string Group(const std::string& name, const std::string& strategy,
-                  const std::string& servers, const std::string& kind = "abap") {
+std::string Group(const std::string& name, const std::string& strategy, const std::string& servers,
+                  const std::string& kind = "abap") {
   return "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: " + name +
          ", namespace: erp}\nspec:\n  kind: " + kind + "\n  strategy: " + strategy +
          "\n  backend:\n    staticServers:\n" + servers;
@@ -115,8 +115,8 @@ TEST(RoutingFeatureTest, SeedSimpleWeightedRoundRobinGivesSixAThenThreeB) {
 
 TEST(RoutingFeatureTest, Seed002UrlMappingTable) {
   // examples/seed-002: SAP's "Determining the Server Group" example.
-  source::LoadResult loaded = source::LoadDirectory(std::string(KWD_SOURCE_DIR) +
-                                                    "/examples/seed-002");
+  source::LoadResult loaded =
+      source::LoadDirectory(std::string(KWD_SOURCE_DIR) + "/examples/seed-002");
   ASSERT_FALSE(loaded.has_errors());
   compile::CompileResult result = compile::Compile(loaded.objects);
   session::SessionRegistry sessions;
@@ -202,14 +202,14 @@ metadata:
   name: erp-abap-1
   namespace: erp
   annotations: {dispatch.kwd.io/instance-name: erp2_ERP_01}
-)" + std::string("\n---\n") + kMapping);
+)" + std::string("\n---\n") +
+             kMapping);
   // New sessions go only to the ready server; the terminating one drains.
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(p.ServerOf("/sap/bc/x"), "erp1_ERP_00");
   }
   // A session on the draining instance keeps it (sap-contextid names it).
-  routing::Decision d =
-      p.Route("/sap/bc/x", {"sap-contextid=SID%3aANON%3aerp2_ERP_01%3aabc-NEW"});
+  routing::Decision d = p.Route("/sap/bc/x", {"sap-contextid=SID%3aANON%3aerp2_ERP_01%3aabc-NEW"});
   ASSERT_NE(d.server, nullptr);
   EXPECT_EQ(d.server->name, "erp2_ERP_01");
   EXPECT_EQ(d.reason, routing::Reason::kStickyContextId);
@@ -311,6 +311,45 @@ spec:
   }
   EXPECT_TRUE(conflicted);
   EXPECT_TRUE(unresolved);
+}
+
+// Issue 10 item 1 from the YAML a user writes: the permissions hold against
+// every spelling that some backend reads as a denied path.
+TEST(RoutingFeatureTest, PermissionsHoldAgainstPathTricks) {
+  Pipeline p(Group("public", "weighted_round_robin",
+                   "      - {name: A, address: 10.0.0.1, port: 8000}\n") +
+             R"(
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: erp, namespace: erp}
+spec:
+  defaultGroups: {abap: public, java: public}
+  rules:
+    - {prefix: /sap/, kind: abap, logonGroup: public}
+  permissions:
+    - {action: permit, pattern: /sap/bc/public/*}
+    - {action: deny, pattern: /sap/admin/*}
+    - {action: secure, pattern: /sap/bc/gui/*}
+)");
+  for (const char* target : {
+           "/sap/admin/q(/a)/../../x",
+           "/sap/admin/q(%2Fa)/../x",
+           "/sap/admin//../x",
+           "/sap/admin/.%2E/admin/x",
+           "/sap/admin/..;/admin/x",
+           "/sap/bc/public/x/..%2F..%2F..%2Fadmin/x",  // permit to us, /sap/admin/x decoded
+           "/sap/bc/public/..%5C..%5Cadmin/x",
+           "/sap/bc/gui/q(/a)/../../x",
+           "/sap/bc/gui//../x",
+       }) {
+    SCOPED_TRACE(target);
+    routing::Decision d = p.Route(target);
+    EXPECT_TRUE(d.status == 403 || d.status == 400) << d.status;
+    EXPECT_EQ(d.server, nullptr);
+  }
+  EXPECT_EQ(p.Route("/sap/bc/public/q(/a)/../../x").status, 0);  // /sap/bc/public/x
+  EXPECT_EQ(p.Route("/sap/admin/../bc/x").status, 0);            // /sap/bc/x
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataplane/routing/path.h"
 #include "dataplane/routing/router.h"
 #include "dataplane/routing/routing_table.h"
 #include "tests/dataplane/routing/test_snapshot.h"
@@ -58,6 +59,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   kwd::routing::Request request{"GET", target, host, https, cookies};
   kwd::routing::Decision decision = engine.router->Route(request);
+  // What the proxy forwards is what it decided on: normalising it again
+  // gives the same path and leaves nothing to resolve (no dot segment for a
+  // backend's normaliser to read differently).
+  std::string upstream;
+  if (decision.server != nullptr && kwd::routing::UpstreamTarget(decision, target, &upstream)) {
+    static std::vector<char> scratch(1 << 15);
+    kwd::routing::NormalizedTarget again;
+    if (!kwd::routing::NormalizeTarget(upstream, scratch, &again) || again.path != decision.path ||
+        again.forward_path.data() != again.raw_path.data()) {
+      std::abort();
+    }
+  }
   // A forwarded decision names a server of its group; others carry a status.
   if ((decision.server != nullptr) == (decision.status != 0)) {
     std::abort();

@@ -100,9 +100,24 @@ TEST(SerializeRequestHead, AbsoluteFormBecomesOriginFormAndWebSocketTunnels) {
             "Host: abs.example:8000\r\n"
             "Upgrade: websocket\r\n"
             "X-Forwarded-Proto: https\r\n"
-            "X-Forwarded-Host: ignored\r\n"
+            "X-Forwarded-Host: abs.example:8000\r\n"
             "Connection: Upgrade\r\n"
             "\r\n");
+}
+
+TEST(SerializeRequestHead, SendsTheTargetTheRoutingDecidedOn) {
+  Parsed p;
+  ParseRequest("GET /sap/admin/q(/a)/../../x?y=1 HTTP/1.1\r\nHost: h\r\n\r\n", &p);
+  ForwardRequestOptions options;
+  options.target = "/sap/admin/x?y=1";
+  std::string out;
+  SerializeRequestHead(p.head, p.info, options, out);
+  EXPECT_EQ(out.rfind("GET /sap/admin/x?y=1 HTTP/1.1\r\n", 0), 0u) << out;
+  ParseRequest("GET http://abs.example/a/../b HTTP/1.1\r\nHost: h\r\n\r\n", &p);
+  options.target = "/b";
+  SerializeRequestHead(p.head, p.info, options, out);
+  EXPECT_EQ(out.rfind("GET /b HTTP/1.1\r\nHost: abs.example\r\n", 0), 0u) << out;
+  EXPECT_NE(out.find("X-Forwarded-Host: abs.example\r\n"), std::string::npos) << out;
 }
 
 TEST(SerializeResponseHead, StripsHopByHopAndSetsConnection) {

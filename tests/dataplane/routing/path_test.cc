@@ -43,13 +43,18 @@ TEST(NormalizeTargetTest, Table) {
       {"/..", false, ""},
       {"/a/../..", false, ""},
       {"/a/../../etc/passwd", false, ""},
-      {"/a/..;x=1/b", true, "/b"},
+      {"/a/..;x=1/b", false, ""},  // ".." to Tomcat, a name to RFC 3986
       {"", false, ""},
       {"*", false, ""},
       {"sap/bc", false, ""},
       {"/a b", false, ""},
       {std::string("/a\0b", 4), false, ""},
       {"/a\x7f", false, ""},
+      {"/sap/admin%00/x", false, ""},  // encoded control characters
+      {"/a%0a", false, ""},
+      {"/a%1F", false, ""},
+      {"/a%7f", false, ""},
+      {"/a?q=%00", true, "/a", "", "q=%00"},  // the query is not ours to judge
   };
   std::array<char, 256> scratch{};
   for (const Case& c : cases) {
@@ -61,6 +66,124 @@ TEST(NormalizeTargetTest, Table) {
       EXPECT_EQ(out.bracket_segment, c.bracket);
       EXPECT_EQ(out.query, c.query);
     }
+  }
+}
+
+// Issue 10 item 1: "(/a)" is no bracket segment. Every common normaliser
+// (RFC 3986 remove_dot_segments, WHATWG URL, Java URI.normalize) reads
+// "/sap/admin/q(/a)/../../x" as "/sap/admin/x"; so must the router.
+TEST(NormalizeTargetTest, BracketSegmentsNeverHoldASlash) {
+  struct Case {
+    std::string target;
+    std::string path;
+    std::string bracket;
+  };
+  const Case cases[] = {
+      {"/sap/admin/q(/a)/../../x", "/sap/admin/x", ""},
+      {"/sap/admin/q(%2Fa)/../x", "/sap/admin/x", ""},
+      {"/sap/admin/q(%2fa)/x", "/sap/admin/q(%2Fa)/x", ""},
+      {"/sap/admin/q(%5Ca)/x", "/sap/admin/q(%5Ca)/x", ""},
+      {"/sap(bD1l%3D)/bc", "/sap/bc", "bD1l%3D"},
+      {"/sap(bD1l%3d%3d)/bc", "/sap/bc", "bD1l%3d%3d"},
+      {"/sap(bD1l%41)/bc", "/sap(bD1lA)/bc", ""},  // only "=" may be escaped
+      {"/sap(/bD1l)", "/sap(/bD1l)", ""},
+      {"/sap(bD1l)/x/(a/b)/../y", "/sap/x/(a/y", "bD1l"},
+  };
+  std::array<char, 256> scratch{};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.target);
+    NormalizedTarget out;
+    ASSERT_TRUE(NormalizeTarget(c.target, scratch, &out));
+    EXPECT_EQ(out.path, c.path);
+    EXPECT_EQ(out.bracket_segment, c.bracket);
+  }
+}
+
+// RFC 3986 5.2.4: ".." removes the previous segment even when it is empty,
+// and brackets and parameters belong to the segment they are in.
+TEST(NormalizeTargetTest, DotSegmentsResolveAsRfc3986Says) {
+  struct Case {
+    std::string target;
+    std::string forward;
+    std::string path;
+  };
+  const Case cases[] = {
+      {"/sap/admin//../x", "/sap/admin/x", "/sap/admin/x"},
+      {"/sap/admin///../../x", "/sap/admin/x", "/sap/admin/x"},
+      {"/a//../../b", "/b", "/b"},
+      {"/a/b//..", "/a/b/", "/a/b/"},
+      {"/a/b/..", "/a/", "/a/"},
+      {"/a/b/.", "/a/b/", "/a/b/"},
+      {"/a/./b", "/a/b", "/a/b"},
+      {"/a/%2e%2E/b?q=1", "/b", "/b"},
+      {"/sap(bD1l)/x/;sap-ext-sid=1/../y", "/sap(bD1l)/x/y", "/sap/x/y"},
+      {"/sap/x;p=1/../y;q=2", "/sap/y;q=2", "/sap/y"},
+      {"/sap/(bD1l)/../admin", "/sap/admin", "/sap/admin"},
+      {"/a/..x/x../...", "/a/..x/x../...", "/a/..x/x../..."},
+  };
+  std::array<char, 256> scratch{};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.target);
+    NormalizedTarget out;
+    ASSERT_TRUE(NormalizeTarget(c.target, scratch, &out));
+    EXPECT_EQ(out.forward_path, c.forward);
+    EXPECT_EQ(out.path, c.path);
+  }
+}
+
+TEST(NormalizeTargetTest, ForwardPathIsTheRawPathWhenNothingResolves) {
+  std::array<char, 256> scratch{};
+  for (std::string_view target :
+       {"/sap/bc/x?q", "/sap(bD1l)/bc;p=1/x", "/a//b/", "/%41b", "/sap/;sap-ext-sid=x/y"}) {
+    SCOPED_TRACE(target);
+    NormalizedTarget out;
+    ASSERT_TRUE(NormalizeTarget(target, scratch, &out));
+    EXPECT_EQ(out.forward_path.data(), target.data());
+    EXPECT_EQ(out.forward_path, out.raw_path);
+  }
+}
+
+// A segment that one reader takes for "." or ".." and another for a name
+// cannot be routed: Tomcat strips ";x" before it resolves dots, RFC 3986 does
+// not.
+TEST(NormalizeTargetTest, SegmentsThatAreDotSegmentsOnlyToSomeReadersAre400) {
+  std::array<char, 256> scratch{};
+  for (std::string_view target :
+       {"/a/..;x=1/b", "/a/..;/b", "/a/.;x/b", "/a/..%3Bx/b", "/a/%2e%2E;p/b",
+        "/sap/admin/..(bD1l)/x", "/sap/admin/.(bD1l)", "/a/..%3b"}) {
+    SCOPED_TRACE(target);
+    NormalizedTarget out;
+    EXPECT_FALSE(NormalizeTarget(target, scratch, &out));
+  }
+}
+
+TEST(NormalizeTargetTest, EncodedSeparatorsAreNotedAndReadBothWays) {
+  struct Case {
+    std::string target;
+    bool encoded;
+    std::string path;          // NormalizeTarget
+    std::string decoded_path;  // NormalizeTargetSeparatorsDecoded; "!" for a failure
+  };
+  const Case cases[] = {
+      {"/sap/bc/x", false, "/sap/bc/x", "/sap/bc/x"},
+      {"/sap%2Fadmin/x", true, "/sap%2Fadmin/x", "/sap/admin/x"},
+      {"/sap/x/..%2fadmin/y", true, "/sap/x/..%2Fadmin/y", "/sap/admin/y"},
+      {"/sap/x/..%5C..%5C..%5Cy", true, "/sap/x/..%5C..%5C..%5Cy", "!"},
+      {"/x/..\\sap\\admin", true, "/x/..\\sap\\admin", "/sap/admin"},
+      {"/odata/E('a%2Fb')", true, "/odata/E('a%2Fb')", "/odata/E('a/b')"},
+      {"/q?a=%2F", false, "/q", "/q"},
+  };
+  std::array<char, 256> scratch{};
+  std::array<char, 256> decoded_scratch{};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.target);
+    NormalizedTarget out;
+    ASSERT_TRUE(NormalizeTarget(c.target, scratch, &out));
+    EXPECT_EQ(out.encoded_separator, c.encoded);
+    EXPECT_EQ(out.path, c.path);
+    NormalizedTarget decoded;
+    const bool ok = NormalizeTargetSeparatorsDecoded(c.target, decoded_scratch, &decoded);
+    EXPECT_EQ(ok ? std::string(decoded.path) : "!", c.decoded_path);
   }
 }
 
@@ -103,6 +226,8 @@ void ExpectAgreementOverAllTargets(std::string_view alphabet, size_t max_length,
         ASSERT_EQ(fast.raw_path, general.raw_path) << target;
         ASSERT_EQ(fast.query, general.query) << target;
         ASSERT_EQ(fast.bracket_segment, general.bracket_segment) << target;
+        ASSERT_EQ(fast.forward_path, general.forward_path) << target;
+        ASSERT_EQ(fast.encoded_separator, general.encoded_separator) << target;
         ++accepted;
       }
       size_t k = 0;
@@ -122,10 +247,48 @@ void ExpectAgreementOverAllTargets(std::string_view alphabet, size_t max_length,
 // alphabets that hold every byte the fast path treats specially.
 TEST(NormalizeTargetTest, FastPathAgreesWithTheGeneralAlgorithm) {
   ExpectAgreementOverAllTargets("/a.%2e;(=)?# B", 5, 16);
+  ExpectAgreementOverAllTargets("/a.%2F\\()", 5, 16);
   ExpectAgreementOverAllTargets("/a.;?", 8, 16);
   // A scratch smaller than some targets, with parameters that make the
   // output shorter than the input.
   ExpectAgreementOverAllTargets("/a;.", 8, 4);
+}
+
+// What the proxy forwards leaves nothing to resolve: normalised again it gives
+// the same path and is forwarded as it is. Exhaustive over short targets.
+TEST(NormalizeTargetTest, ForwardPathIsAFixedPoint) {
+  const std::string_view alphabet = "/a.%2E;()";
+  std::vector<char> scratch(64);
+  std::vector<char> again_scratch(64);
+  int resolved = 0;
+  std::string target;
+  for (size_t length = 1; length <= 6; ++length) {
+    std::vector<size_t> digits(length, 0);
+    while (true) {
+      target = "/";
+      for (size_t d : digits) {
+        target += alphabet[d];
+      }
+      NormalizedTarget out;
+      if (NormalizeTarget(target, scratch, &out) && out.forward_path.data() != target.data()) {
+        ++resolved;
+        const std::string forward(out.forward_path);
+        NormalizedTarget again;
+        ASSERT_TRUE(NormalizeTarget(forward, again_scratch, &again)) << target;
+        ASSERT_EQ(again.path, out.path) << target;
+        ASSERT_EQ(again.forward_path.data(), forward.data()) << target;
+        ASSERT_EQ(again.bracket_segment, out.bracket_segment) << target;
+      }
+      size_t k = 0;
+      while (k < length && ++digits[k] == alphabet.size()) {
+        digits[k++] = 0;
+      }
+      if (k == length) {
+        break;
+      }
+    }
+  }
+  EXPECT_GT(resolved, 1000);
 }
 
 TEST(NormalizeTargetTest, FastPathRespectsTheScratchSize) {

@@ -91,6 +91,23 @@ TEST_F(RouterTest, AbsoluteFormAuthorityIsTheHost) {
   EXPECT_EQ(d.path, "/shop/cart");
 }
 
+// Issue 10 item 7: "http://host?x=1" is "/?x=1" on that host.
+TEST_F(RouterTest, AbsoluteFormWithAQueryAndNoPathIsTheRoot) {
+  for (std::string_view target :
+       {"http://shop.example.com?x=1", "HTTP://shop.example.com:80?", "https://shop.example.com"}) {
+    SCOPED_TRACE(target);
+    Decision d = Go(target, {}, "other");
+    EXPECT_EQ(d.status, 0);
+    ASSERT_NE(d.virtual_host, nullptr);
+    EXPECT_EQ(d.virtual_host->host, "shop.example.com");
+    EXPECT_EQ(d.rule, "root");
+    EXPECT_EQ(d.path, "/");
+    EXPECT_EQ(GroupOf(d), "erp/public");
+    std::string upstream = "unchanged";
+    EXPECT_FALSE(UpstreamTarget(d, target, &upstream));
+  }
+}
+
 TEST_F(RouterTest, NoVirtualHostIs503) {
   v1::Snapshot s = StandardSnapshot();
   s.mutable_virtual_hosts()->DeleteSubrange(0, 1);  // drop the any-host entry
@@ -182,6 +199,100 @@ TEST_F(RouterTest, Permissions) {
   // Other virtual hosts have no permission table: everything is permitted.
   EXPECT_EQ(Go("/x/y.cgi", {}, "shop.example.com").status, 503);  // no java default there
   EXPECT_EQ(Go("/shop/x.cgi", {}, "shop.example.com").status, 0);
+}
+
+// Issue 10 item 1: what an attacker may try against "deny /sap/admin*",
+// "secure /sap/bc/gui/*" and "deny *.cgi". Each must be refused (403) or
+// rejected (400), never forwarded.
+TEST_F(RouterTest, PathTricksNeverGetPastAPermission) {
+  const char* targets[] = {
+      "/sap/admin/q(/a)/../../x",      // bracket with a "/": RFC reads /sap/admin/x
+      "/sap/admin/q(%2Fa)/../x",       // the same, encoded
+      "/sap/admin/q(%2fa)/..",         //
+      "/sap/admin//../x",              // empty segment before ".."
+      "/sap/admin///../../x",          //
+      "/sap/admin/.%2e/admin/x",       // encoded dots
+      "/sap/adm%69n/x",                // encoded unreserved letter
+      "/sap/admin;p=1/x",              // path parameter on the denied segment
+      "/sap/admin/..;/admin/x",        // Tomcat's "..;"
+      "/sap/admin/x/..%3B/y",          //
+      "/sap/x/..%2Fadmin/y",           // backend decoding %2F: /sap/admin/y
+      "/sap/x/..%2fadmin/y",           //
+      "/sap/x/..%5Cadmin/y",           // backend taking "\\" for "/"
+      "/x/..\\sap\\admin\\y",          // raw backslashes (explain only: the parser refuses them)
+      "/sap%2Fadmin/x",                //
+      "/sap/bc/y.cgi;p=1",             //
+      "/sap/bc/y.cgi(bD1l)",           // bracket after the denied suffix
+      "/sap/bc/y.c%67i",               //
+      "/sap/bc/gui/q(/a)/../../x",     // secure over plain http
+      "/sap/bc/gui//../x",             //
+      "/sap/bc/gui%2Fx",               //
+      "/sap/bc/x/..%2F..%2Fbc/gui/x",  //
+      "http://h/sap/admin/q(/a)/../../x",
+  };
+  for (const char* target : targets) {
+    SCOPED_TRACE(target);
+    Decision d = Go(target, {}, "h", /*https=*/false);
+    EXPECT_TRUE(d.status == 403 || d.status == 400) << d.status;
+    EXPECT_EQ(d.server, nullptr);
+  }
+}
+
+// The group comes from the path the backend will see, and that path is what
+// the proxy sends.
+TEST_F(RouterTest, GroupChoiceUsesTheResolvedPathWhichIsForwarded) {
+  const std::string target = "/sap/bc/gui/q(/a)/../../x?y=1";
+  Decision d = Go(target, {}, "h", /*https=*/true);
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(d.rule, "/sap/bc/gui/");
+  EXPECT_EQ(GroupOf(d), "erp/public");
+  EXPECT_EQ(d.path, "/sap/bc/gui/x");
+  std::string upstream;
+  ASSERT_TRUE(UpstreamTarget(d, target, &upstream));
+  EXPECT_EQ(upstream, "/sap/bc/gui/x?y=1");
+
+  const std::string kept = "/sap(bD1l)/bc;p=1/x/;sap-ext-sid=1/../y";
+  d = Go(kept, {}, "h");
+  EXPECT_EQ(d.status, 0);
+  ASSERT_TRUE(UpstreamTarget(d, kept, &upstream));
+  EXPECT_EQ(upstream, "/sap(bD1l)/bc;p=1/x/y");
+
+  // Absolute-form: the path after the authority, then the query.
+  const std::string absolute = "http://h/sap/x/../bc/x?q";
+  d = Go(absolute, {}, "other");
+  EXPECT_EQ(d.status, 0);
+  ASSERT_TRUE(UpstreamTarget(d, absolute, &upstream));
+  EXPECT_EQ(upstream, "/sap/bc/x?q");
+
+  // Nothing to resolve: the received target goes as it is.
+  upstream = "unchanged";
+  d = Go("/sap/bc/x;p=1?q", {}, "h");
+  EXPECT_FALSE(UpstreamTarget(d, "/sap/bc/x;p=1?q", &upstream));
+  EXPECT_EQ(upstream, "unchanged");
+}
+
+// Session ids are read from the path the backend gets, not from a segment
+// that ".." removed.
+TEST_F(RouterTest, SessionIdsComeFromTheForwardedPath) {
+  Decision d = Go("/sap/;sap-ext-sid=Gone1/../bc/x");
+  EXPECT_EQ(d.reason, Reason::kBalance);
+  EXPECT_FALSE(d.set_affinity_cookie);
+  d = Go("/sap/bc/x;sap-contextid=SID%3aANON%3aapp2%3aX/../y");
+  EXPECT_EQ(d.reason, Reason::kBalance);
+  d = Go("/sap/bc/y;sap-contextid=SID%3aANON%3aapp2%3aX/./");
+  EXPECT_EQ(d.reason, Reason::kStickyContextId);
+}
+
+// Encoded separators are fine where both readings of them agree (OData keys).
+TEST_F(RouterTest, EncodedSlashesRouteWhenBothReadingsAgree) {
+  Decision d = Go("/sap/opu/odata/E('a%2Fb')", {}, "h");
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(d.rule, "/sap/");
+  d = Go("/sap/x/..%2Fbc/y", {}, "h");  // /sap/bc/y either way: same rule, no permission
+  EXPECT_EQ(d.status, 0);
+  d = Go("/sap/x/..%2F..%2Firj/y", {}, "h");  // /irj/y when decoded: another group
+  EXPECT_EQ(d.status, 400);
+  EXPECT_EQ(d.reason, Reason::kBadRequest);
 }
 
 TEST_F(RouterTest, BalancesWithTheSeedSequence) {
@@ -321,6 +432,39 @@ TEST_F(RouterTest, IdentifiersFollowTheDesignOrder) {
   EXPECT_EQ(d.reason, Reason::kStickyContextId);
   d = Go("/sap/bc/x", {"saplb_diag=(app2)n; " + affinity});
   EXPECT_EQ(d.reason, Reason::kStickySaplb);
+  EXPECT_EQ(ServerOf(d), "app2");
+}
+
+// Issue 10 item 14, seed 002: an ABAP group checks sap-ext-sid (session
+// table) before sap-contextid; a Java group saplb_* before JSESSIONID.
+TEST_F(RouterTest, AbapGroupChecksSapExtSidBeforeContextId) {
+  const std::string target = "/sap/;sap-ext-sid=Portal7/x";
+  Decision first = Go(target);
+  ASSERT_EQ(first.reason, Reason::kBalance);
+  const std::string recorded = ServerOf(first);
+  const std::string other = recorded == "app1" ? "app2" : "app1";
+  Decision d = Go(target, {"sap-contextid=SID%3aANON%3a" + other + "%3aX"});
+  EXPECT_EQ(d.reason, Reason::kStickySapExtSid);
+  EXPECT_EQ(ServerOf(d), recorded);
+  // An unknown sap-ext-sid does not stop sap-contextid.
+  d = Go("/sap/;sap-ext-sid=New8/x", {"sap-contextid=SID%3aANON%3a" + other + "%3aX"});
+  EXPECT_EQ(d.reason, Reason::kStickyContextId);
+  EXPECT_EQ(ServerOf(d), other);
+}
+
+TEST_F(RouterTest, JavaGroupChecksSaplbBeforeJSessionId) {
+  Decision d = Go("/irj/portal", {"JSESSIONID=(j1)ID1End; saplb_*=(j2)node"});
+  EXPECT_EQ(d.reason, Reason::kStickySaplb);
+  EXPECT_EQ(ServerOf(d), "j2");
+  d = Go("/irj/portal;jsessionid=(j1)ID1End", {"saplb_*=(j2)node"});
+  EXPECT_EQ(ServerOf(d), "j2");
+  // Then JSESSIONID, then the others (sap-contextid).
+  d = Go("/irj/portal", {"JSESSIONID=(j1)ID1End; sap-contextid=SID%3aANON%3aj2%3aX"});
+  EXPECT_EQ(d.reason, Reason::kStickyJSessionId);
+  EXPECT_EQ(ServerOf(d), "j1");
+  // The ABAP order is unchanged between sap-contextid and saplb.
+  d = Go("/sap/bc/x", {"saplb_*=(app1)n; sap-contextid=SID%3aANON%3aapp2%3aX"});
+  EXPECT_EQ(d.reason, Reason::kStickyContextId);
   EXPECT_EQ(ServerOf(d), "app2");
 }
 
