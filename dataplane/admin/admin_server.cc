@@ -308,7 +308,9 @@ AdminServer::AdminServer(proxy::Proxy* proxy, AdminOptions options)
     : proxy_(proxy),
       options_(std::move(options)),
       clock_(std::make_shared<routing::SteadyClock>()),
-      explain_router_(proxy->affinity_codec(), clock_) {}
+      explain_router_(proxy->affinity_codec(), clock_) {
+  explain_router_.set_read_only_sessions(true);
+}
 
 AdminServer::~AdminServer() {
   Stop();

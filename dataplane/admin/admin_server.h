@@ -17,8 +17,8 @@
 // Explaining runs on a dedicated admin Router: it shares the proxy's routing
 // table (so its session tables, health atomics) and affinity codec, but has
 // its own balancer counters, so explaining never moves live balancing. Like
-// a real request it reads the session tables, and a first sap-ext-sid it
-// balances is recorded there as the proxy would.
+// a real request it reads the session tables, but read-only: nothing is
+// recorded (a first sap-ext-sid), refreshed, expired or erased there.
 
 #include <memory>
 #include <mutex>

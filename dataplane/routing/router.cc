@@ -173,6 +173,20 @@ int Router::StickyServer(const GroupEntry& group, std::string_view name, Identif
   return -1;
 }
 
+int Router::LookupSession(const GroupEntry& group, session::TableKey kind, std::string_view id,
+                          int64_t now_ms) {
+  return read_only_sessions_ ? group.sessions->Peek(kind, id, now_ms, server_scratch_.data(),
+                                                    server_scratch_.size())
+                             : group.sessions->Lookup(kind, id, now_ms, server_scratch_.data(),
+                                                      server_scratch_.size());
+}
+
+void Router::EraseSession(const GroupEntry& group, session::TableKey kind, std::string_view id) {
+  if (!read_only_sessions_) {
+    group.sessions->Erase(kind, id);
+  }
+}
+
 int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                           bool* record_ext_sid, int64_t now_ms) {
   // DESIGN.md section 4 order. An identifier that names a lost server does not
@@ -226,8 +240,7 @@ int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identi
         return index;
       }
     } else {
-      int length = group.sessions->Lookup(session::TableKey::kJSessionId, ids_.jsessionid, now_ms,
-                                          server_scratch_.data(), server_scratch_.size());
+      int length = LookupSession(group, session::TableKey::kJSessionId, ids_.jsessionid, now_ms);
       if (length >= 0) {
         int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
                                  Identifier::kJSessionId, lost);
@@ -235,14 +248,13 @@ int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identi
           *routed_by = Identifier::kJSessionId;
           return index;
         }
-        group.sessions->Erase(session::TableKey::kJSessionId, ids_.jsessionid);
+        EraseSession(group, session::TableKey::kJSessionId, ids_.jsessionid);
       }
     }
   }
 
   if (group.Enabled(v1::SESSION_IDENTIFIER_SAP_EXT_SID) && !ids_.ext_sid.empty()) {
-    int length = group.sessions->Lookup(session::TableKey::kSapExtSid, ids_.ext_sid, now_ms,
-                                        server_scratch_.data(), server_scratch_.size());
+    int length = LookupSession(group, session::TableKey::kSapExtSid, ids_.ext_sid, now_ms);
     if (length >= 0) {
       int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
                                Identifier::kSapExtSid, lost);
@@ -250,7 +262,7 @@ int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identi
         *routed_by = Identifier::kSapExtSid;
         return index;
       }
-      group.sessions->Erase(session::TableKey::kSapExtSid, ids_.ext_sid);
+      EraseSession(group, session::TableKey::kSapExtSid, ids_.ext_sid);
     }
     *record_ext_sid = true;
   }
@@ -366,8 +378,10 @@ Decision Router::Route(const Request& request) {
     }
     decision.reason = Reason::kBalance;
     if (record_ext_sid) {
-      group.sessions->Record(session::TableKey::kSapExtSid, ids_.ext_sid,
-                             group.servers[server].name, now_ms);
+      if (!read_only_sessions_) {
+        group.sessions->Record(session::TableKey::kSapExtSid, ids_.ext_sid,
+                               group.servers[server].name, now_ms);
+      }
       decision.set_affinity_cookie = group.affinity_cookie_enabled;
     }
   }
@@ -416,7 +430,7 @@ void Router::Complete(const Decision& decision) {
 
 bool Router::LearnJSessionId(const Decision& decision, std::string_view jsessionid) {
   if (decision.group == nullptr || decision.server == nullptr || jsessionid.empty() ||
-      !decision.group->Enabled(v1::SESSION_IDENTIFIER_JSESSIONID)) {
+      !decision.group->Enabled(v1::SESSION_IDENTIFIER_JSESSIONID) || read_only_sessions_) {
     return false;
   }
   decision.group->sessions->Record(session::TableKey::kJSessionId, jsessionid,

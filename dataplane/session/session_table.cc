@@ -256,6 +256,25 @@ int SessionTable::Lookup(TableKey kind, std::string_view session_id, int64_t now
   return static_cast<int>(server.size());
 }
 
+int SessionTable::Peek(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+                       size_t server_capacity) const {
+  size_t hash = HashKey(kind, session_id);
+  LookupKey key{kind, session_id, hash};
+  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.entries.find(key);
+  if (it == shard.entries.end() || IsExpired(**it, now_ms, idle_timeout_ms)) {
+    return -1;
+  }
+  std::string_view server = (*it)->Server();
+  if (server.size() > server_capacity) {
+    return -1;
+  }
+  std::memcpy(server_out, server.data(), server.size());
+  return static_cast<int>(server.size());
+}
+
 void SessionTable::Record(TableKey kind, std::string_view session_id, std::string_view server,
                           int64_t now_ms) {
   if (session_id.empty() || session_id.size() > kMaxSessionIdLength || server.empty() ||

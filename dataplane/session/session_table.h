@@ -64,6 +64,11 @@ class SessionTable {
   // key is unknown or expired.
   int Lookup(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
              size_t server_capacity);
+  // Like Lookup, but changes nothing: the entry keeps its idle time and LRU
+  // place, and an expired entry is missed without being removed. For
+  // explaining a decision on the live tables (admin port).
+  int Peek(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+           size_t server_capacity) const;
   // Inserts or overwrites.
   void Record(TableKey kind, std::string_view session_id, std::string_view server, int64_t now_ms);
   void Erase(TableKey kind, std::string_view session_id);

@@ -23,6 +23,8 @@
 #include "common/snapshot_io.h"
 #include "dataplane/health/health_checker.h"
 #include "dataplane/proxy/proxy.h"
+#include "dataplane/routing/clock.h"
+#include "dataplane/session/session_table.h"
 #include "tests/dataplane/health/test_backend.h"
 
 namespace kwd::admin {
@@ -455,6 +457,56 @@ TEST_F(AdminServerTest, ExplainAnswersLikeTheCliWithoutMovingLiveBalancing) {
   EXPECT_THAT(json::parse(missing.body)["error"].get<std::string>(), HasSubstr("url"));
   EXPECT_EQ(Get("/admin/api/explain?url=%zz").status, 400);
   EXPECT_EQ(Get("/admin/api/explain?url=/x&header=nocolon").status, 400);
+}
+
+// Explaining reads the live session tables but never writes them: no
+// sap-ext-sid is recorded, no entry is refreshed, expired or erased, and no
+// counter of the proxy moves.
+TEST_F(AdminServerTest, ExplainDoesNotChangeLiveState) {
+  ApplySnapshot();
+  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  ASSERT_NE(table, nullptr);
+  session::SessionTable& sessions = *table->groups()[0].sessions;
+  ASSERT_EQ(table->groups()[0].key, "erp/diag");
+  const std::string metrics_before = Get("/metrics").body;
+
+  // A first sap-ext-sid is balanced, and would be recorded by the proxy.
+  json first = json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=abc").body);
+  EXPECT_EQ(first["reason"], "balance");
+  EXPECT_EQ(sessions.Stats().entries, 0u);
+  EXPECT_EQ(sessions.Stats().inserts, 0u);
+  EXPECT_EQ(State()["groups"][0]["session_table_entries"], 0);
+
+  // A live entry idle for two hours (beyond the default hour) is not dropped
+  // by explaining it, and one that names a server the group no longer has is
+  // not erased.
+  routing::SteadyClock clock;
+  sessions.Record(session::TableKey::kSapExtSid, "old", "app2", clock.NowMs() - 7200 * 1000);
+  sessions.Record(session::TableKey::kSapExtSid, "stale", "gone", clock.NowMs());
+  ASSERT_EQ(sessions.Stats().entries, 2u);
+  EXPECT_EQ(json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=old").body)["reason"],
+            "balance");
+  EXPECT_EQ(json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=stale").body)["reason"],
+            "balance");
+  session::SessionTableStats stats = sessions.Stats();
+  EXPECT_EQ(stats.entries, 2u);
+  EXPECT_EQ(stats.expirations, 0u);
+  EXPECT_EQ(stats.inserts, 2u);
+
+  // A live entry is used, as the proxy would use it.
+  sessions.Record(session::TableKey::kSapExtSid, "live", "app2", clock.NowMs());
+  json sticky = json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=live").body);
+  EXPECT_EQ(sticky["server"], "app2");
+  EXPECT_EQ(sticky["reason"], "sticky:sap-ext-sid");
+
+  // No worker counter, health state or metric moved.
+  for (const json& group : State()["groups"]) {
+    for (const json& server : group["servers"]) {
+      EXPECT_EQ(server["assigned"], 0) << server;
+      EXPECT_EQ(server["healthy"], true) << server;
+    }
+  }
+  EXPECT_EQ(Get("/metrics").body, metrics_before);
 }
 
 TEST(AdminServerStartTest, ReportsBindFailures) {

@@ -177,6 +177,31 @@ TEST(SessionTableTest, ReconfigureShrinksLazilyAndChangesTimeout) {
   EXPECT_EQ(Get(table, TableKey::kJSessionId, "8", 100), "<none>");
 }
 
+// Peek answers like Lookup but leaves the entry as it was (the admin
+// port's explain reads the live tables with it).
+TEST(SessionTableTest, PeekNeitherRefreshesNorExpires) {
+  SessionTable table(SingleShard(2, /*idle_timeout_ms=*/1000));
+  table.Record(TableKey::kJSessionId, "a", "s1", 0);
+  table.Record(TableKey::kJSessionId, "b", "s2", 1);
+  char server[16];
+  ASSERT_EQ(table.Peek(TableKey::kJSessionId, "a", 900, server, sizeof(server)), 2);
+  EXPECT_EQ(std::string_view(server, 2), "s1");
+  // Not refreshed: "a" is still the least recently used and is evicted first.
+  table.Record(TableKey::kJSessionId, "c", "s3", 950);
+  EXPECT_EQ(table.Peek(TableKey::kJSessionId, "a", 950, server, sizeof(server)), -1);
+  EXPECT_EQ(table.Peek(TableKey::kJSessionId, "b", 950, server, sizeof(server)), 2);
+  // Idle for 1000 ms: Peek misses but leaves the entry for Lookup to expire.
+  SessionTable expiring(SingleShard(10, /*idle_timeout_ms=*/1000));
+  expiring.Record(TableKey::kJSessionId, "j", "s", 0);
+  EXPECT_EQ(expiring.Peek(TableKey::kJSessionId, "j", 999, server, sizeof(server)), 1);
+  EXPECT_EQ(expiring.Peek(TableKey::kJSessionId, "j", 1000, server, sizeof(server)), -1);
+  EXPECT_EQ(expiring.Stats().entries, 1u);
+  EXPECT_EQ(expiring.Stats().expirations, 0u);
+  EXPECT_EQ(Get(expiring, TableKey::kJSessionId, "j", 1000), "<none>");
+  EXPECT_EQ(expiring.Stats().expirations, 1u);
+  EXPECT_EQ(expiring.Peek(TableKey::kJSessionId, "j", 0, server, sizeof(server)), -1);
+}
+
 TEST(SessionTableTest, LookupOfExistingKeyDoesNotAllocate) {
   SessionTable table(SessionTableOptions{});
   std::vector<std::string> ids;
