@@ -10,6 +10,7 @@
 #include "dataplane/admin/admin_page.h"
 #include "dataplane/balancer/balancer.h"
 #include "dataplane/routing/decision_json.h"
+#include "dataplane/session/session_table.h"
 
 namespace kwd::admin {
 namespace {
@@ -361,8 +362,13 @@ ordered_json AdminServer::State() {
     entry["key"] = group.key;
     entry["kind"] = KindName(group.kind);
     entry["strategy"] = balancer::StrategyName(group.strategy);
-    entry["session_table_entries"] =
-        group.sessions != nullptr ? group.sessions->Stats().entries : 0;
+    session::SessionTableStats sessions =
+        group.sessions != nullptr ? group.sessions->Stats() : session::SessionTableStats{};
+    entry["session_table_entries"] = sessions.entries;
+    // Of those, created by clients (sap-ext-sid); and client ids not recorded
+    // because backend sessions filled the table.
+    entry["session_table_client_entries"] = sessions.client_entries;
+    entry["session_table_refused"] = sessions.refused;
     int next = NextPreferredServer(group, total[g].assigned, total[g].outstanding);
     entry["next_preferred_server"] =
         next >= 0 ? ordered_json(group.servers[next].name) : ordered_json();

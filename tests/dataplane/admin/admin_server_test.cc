@@ -531,6 +531,10 @@ TEST_F(AdminServerTest, ExplainDoesNotChangeLiveState) {
 
   // A live entry is used, as the proxy would use it.
   sessions.Record(session::TableKey::kSapExtSid, "live", "app2", clock.NowMs());
+  json group = State()["groups"][0];
+  EXPECT_EQ(group["session_table_entries"], 3);
+  EXPECT_EQ(group["session_table_client_entries"], 3);
+  EXPECT_EQ(group["session_table_refused"], 0);
   json sticky = json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=live").body);
   EXPECT_EQ(sticky["server"], "app2");
   EXPECT_EQ(sticky["reason"], "sticky:sap-ext-sid");
