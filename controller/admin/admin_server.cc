@@ -1,8 +1,5 @@
 #include "controller/admin/admin_server.h"
 
-#include <cpprest/http_listener.h>
-#include <pplx/threadpool.h>
-
 #include <algorithm>
 #include <charconv>
 
@@ -12,29 +9,15 @@
 namespace kwd::controller_admin {
 namespace {
 
-namespace http = web::http;
-using http::experimental::listener::http_listener;
-using http::experimental::listener::http_listener_config;
-
 constexpr const char kJson[] = "application/json";
 constexpr const char kPrometheusText[] = "text/plain; version=0.0.4";
 constexpr const char kPlainText[] = "text/plain; charset=utf-8";
 
-void InitializeCpprestThreads(size_t threads) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    try {
-      crossplat::threadpool::initialize_with_threads(std::max<size_t>(threads, 1));
-    } catch (const std::exception& e) {
-      Log(LogLevel::kWarn, "admin", "cpprest thread pool already initialised",
-          {{"error", e.what()}});
-    }
-  });
-}
-
-http::http_response Text(http::status_code status, std::string body, const char* content_type) {
-  http::http_response response(status);
-  response.set_body(std::move(body), content_type);
+AdminHttpResponse Text(int status, std::string body, const char* content_type) {
+  AdminHttpResponse response;
+  response.status = status;
+  response.content_type = content_type;
+  response.body = std::move(body);
   return response;
 }
 
@@ -78,56 +61,42 @@ class AdminServer::Handler {
  public:
   explicit Handler(AdminServer* server) : server_(server) {}
 
-  void operator()(http::http_request request) {
-    http::http_response response;
+  AdminHttpResponse operator()(const AdminHttpRequest& request) {
     try {
-      response = Respond(request);
+      return Respond(request);
     } catch (const std::exception& e) {
-      response = Text(http::status_codes::InternalError,
-                      std::string("internal error: ") + e.what() + "\n", kPlainText);
+      return Text(500, std::string("internal error: ") + e.what() + "\n", kPlainText);
     }
-    response.headers().add("Cache-Control", "no-store");
-    request.reply(response).then([](pplx::task<void> sent) {
-      try {
-        sent.get();
-      } catch (const std::exception&) {
-        // The client went away; nothing to answer.
-      }
-    });
   }
 
  private:
-  http::http_response Respond(const http::http_request& request) {
-    const std::string path = request.relative_uri().path();
-    if (request.method() != http::methods::GET && request.method() != http::methods::HEAD) {
-      http::http_response response =
-          Text(http::status_codes::MethodNotAllowed, "method not allowed\n", kPlainText);
-      response.headers().add("Allow", "GET, HEAD");
+  AdminHttpResponse Respond(const AdminHttpRequest& request) {
+    const std::string& path = request.path;
+    if (request.method != "GET" && request.method != "HEAD") {
+      AdminHttpResponse response = Text(405, "method not allowed\n", kPlainText);
+      response.headers.emplace_back("Allow", "GET, HEAD");
       return response;
     }
     const AdminHandlers& handlers = server_->handlers_;
     if (path == "/metrics") {
-      return Text(http::status_codes::OK, handlers.metrics ? handlers.metrics() : "",
-                  kPrometheusText);
+      return Text(200, handlers.metrics ? handlers.metrics() : "", kPrometheusText);
     }
     if (path == "/healthz") {
-      return Text(http::status_codes::OK, "ok\n", kPlainText);
+      return Text(200, "ok\n", kPlainText);
     }
     if (path == "/readyz") {
       return handlers.ready && handlers.ready()
-                 ? Text(http::status_codes::OK, "ready\n", kPlainText)
-                 : Text(http::status_codes::ServiceUnavailable,
-                        "not ready: initial lists or first compile pending\n", kPlainText);
+                 ? Text(200, "ready\n", kPlainText)
+                 : Text(503, "not ready: initial lists or first compile pending\n", kPlainText);
     }
     if (path == "/debug/snapshot") {
       std::optional<std::string> json = handlers.snapshot ? handlers.snapshot() : std::nullopt;
       if (!json) {
-        return Text(http::status_codes::ServiceUnavailable,
-                    "{\"error\":\"no snapshot compiled yet\"}\n", kJson);
+        return Text(503, "{\"error\":\"no snapshot compiled yet\"}\n", kJson);
       }
-      return Text(http::status_codes::OK, *json + "\n", kJson);
+      return Text(200, *json + "\n", kJson);
     }
-    return Text(http::status_codes::NotFound, "not found: " + path + "\n", kPlainText);
+    return Text(404, "not found: " + path + "\n", kPlainText);
   }
 
   AdminServer* server_;
@@ -141,36 +110,31 @@ AdminServer::~AdminServer() {
 }
 
 bool AdminServer::Start(std::string* error) {
-  InitializeCpprestThreads(options_.threads);
   std::string host = options_.host;
   if (host.find(':') != std::string::npos) {
     host = "[" + host + "]";
   }
   std::string uri = "http://" + host + ":" + std::to_string(options_.port);
-  try {
-    http_listener_config config;
-    config.set_timeout(std::chrono::seconds(30));
-    auto listener = std::make_unique<http_listener>(uri, config);
-    listener->support(Handler(this));
-    listener->open().wait();
-    listener_ = std::move(listener);
-  } catch (const std::exception& e) {
-    *error = "cannot listen on " + uri + " (admin): " + e.what();
+  auto server = std::make_unique<AdminHttpServer>(options_.limits, Handler(this));
+  std::string detail;
+  if (!server->Start(options_.host, options_.port, &detail)) {
+    *error = "cannot listen on " + uri + " (admin): " + detail;
     return false;
   }
+  http_ = std::move(server);
   return true;
 }
 
 void AdminServer::Stop() {
-  if (listener_ == nullptr) {
+  if (http_ == nullptr) {
     return;
   }
-  try {
-    listener_->close().wait();
-  } catch (const std::exception& e) {
-    Log(LogLevel::kWarn, "admin", "closing the admin listener failed", {{"error", e.what()}});
-  }
-  listener_.reset();
+  http_->Stop();
+  http_.reset();
+}
+
+uint16_t AdminServer::port() const {
+  return http_ != nullptr ? http_->port() : 0;
 }
 
 }  // namespace kwd::controller_admin

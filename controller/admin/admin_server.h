@@ -1,7 +1,7 @@
 #pragma once
 
 // The controller's admin port, served like the proxy's (dataplane/admin) by
-// cpprestsdk's http_listener on a small thread pool:
+// the bounded AdminHttpServer (common/admin_http.h) on its own thread:
 //   /metrics          Prometheus text format 0.0.4
 //   /healthz          200 while the process runs
 //   /readyz           200 after the initial lists and the first compile, else 503
@@ -14,11 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "common/admin_http.h"
 #include "controller/pipeline/pipeline.h"
-
-namespace web::http::experimental::listener {
-class http_listener;
-}  // namespace web::http::experimental::listener
 
 namespace kwd::controller_admin {
 
@@ -42,7 +39,7 @@ struct AdminHandlers {
 struct AdminOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 9902;
-  size_t threads = 2;  // cpprest's process-wide pool; effective before its first use
+  AdminHttpLimits limits;  // head, body, connection and time bounds
 };
 
 // Splits "HOST:PORT" ("[::1]:9902" for IPv6). False on a malformed address.
@@ -57,13 +54,14 @@ class AdminServer {
 
   bool Start(std::string* error);
   void Stop();
+  uint16_t port() const;  // the bound port (the one picked for port 0)
 
  private:
   class Handler;
 
   AdminOptions options_;
   AdminHandlers handlers_;
-  std::unique_ptr<web::http::experimental::listener::http_listener> listener_;
+  std::unique_ptr<AdminHttpServer> http_;
 };
 
 }  // namespace kwd::controller_admin

@@ -1,8 +1,5 @@
 #include "dataplane/admin/admin_server.h"
 
-#include <cpprest/http_listener.h>
-#include <pplx/threadpool.h>
-
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -13,13 +10,11 @@
 #include "dataplane/admin/admin_page.h"
 #include "dataplane/balancer/balancer.h"
 #include "dataplane/routing/decision_json.h"
+#include "dataplane/session/session_table.h"
 
 namespace kwd::admin {
 namespace {
 
-namespace http = web::http;
-using http::experimental::listener::http_listener;
-using http::experimental::listener::http_listener_config;
 using nlohmann::ordered_json;
 
 __extension__ typedef unsigned __int128 Uint128;
@@ -127,21 +122,6 @@ std::string ListenUri(const net::Endpoint& endpoint) {
 
 }  // namespace
 
-bool InitializeCpprestThreads(size_t threads) {
-  static std::once_flag once;
-  bool initialized = false;
-  std::call_once(once, [&] {
-    try {
-      crossplat::threadpool::initialize_with_threads(std::max<size_t>(threads, 1));
-      initialized = true;
-    } catch (const std::exception& e) {
-      Log(LogLevel::kWarn, "admin", "cpprest thread pool already initialised",
-          {{"error", e.what()}});
-    }
-  });
-  return initialized;
-}
-
 int NextPreferredServer(const routing::GroupEntry& group, std::span<const uint64_t> assigned,
                         std::span<const uint64_t> outstanding) {
   const std::vector<balancer::ServerInput>& servers = group.inputs;
@@ -181,78 +161,66 @@ int NextPreferredServer(const routing::GroupEntry& group, std::span<const uint64
   return best;
 }
 
-// Dispatches admin requests on cpprest's pool threads.
+// Answers admin requests on the admin server's thread.
 class AdminServer::Handler {
  public:
   explicit Handler(AdminServer* server) : server_(server) {}
 
-  void operator()(http::http_request request) {
-    http::http_response response;
+  AdminHttpResponse operator()(const AdminHttpRequest& request) {
     try {
-      response = Respond(request);
+      return Respond(request);
     } catch (const std::exception& e) {
-      response = JsonResponse(http::status_codes::InternalError,
-                              ordered_json{{"error", "internal error"}, {"detail", e.what()}});
+      return JsonResponse(500, ordered_json{{"error", "internal error"}, {"detail", e.what()}});
     }
-    response.headers().add("Cache-Control", "no-store");
-    request.reply(response).then([](pplx::task<void> sent) {
-      try {
-        sent.get();
-      } catch (const std::exception&) {
-        // The client went away; nothing to answer.
-      }
-    });
   }
 
  private:
-  static http::http_response TextResponse(http::status_code status, std::string body,
-                                          const std::string& content_type) {
-    http::http_response response(status);
-    response.set_body(std::move(body), content_type);
+  static AdminHttpResponse TextResponse(int status, std::string body,
+                                        const std::string& content_type) {
+    AdminHttpResponse response;
+    response.status = status;
+    response.content_type = content_type;
+    response.body = std::move(body);
     return response;
   }
-  static http::http_response JsonResponse(http::status_code status, const ordered_json& body) {
+  static AdminHttpResponse JsonResponse(int status, const ordered_json& body) {
     return TextResponse(status, body.dump() + "\n", kJson);
   }
 
-  http::http_response Respond(const http::http_request& request) {
-    const std::string path = request.relative_uri().path();
-    const std::string& method = request.method();
-    if (method != http::methods::GET && method != http::methods::HEAD) {
-      http::http_response response = JsonResponse(
-          http::status_codes::MethodNotAllowed,
-          ordered_json{
-              {"error", "method not allowed"}, {"method", method}, {"allow", "GET, HEAD"}});
-      response.headers().add("Allow", "GET, HEAD");
+  AdminHttpResponse Respond(const AdminHttpRequest& request) {
+    const std::string& path = request.path;
+    const std::string& method = request.method;
+    if (method != "GET" && method != "HEAD") {
+      AdminHttpResponse response = JsonResponse(
+          405, ordered_json{
+                   {"error", "method not allowed"}, {"method", method}, {"allow", "GET, HEAD"}});
+      response.headers.emplace_back("Allow", "GET, HEAD");
       return response;
     }
     proxy::Proxy& proxy = *server_->proxy_;
     if (path == "/metrics") {
-      return TextResponse(http::status_codes::OK, proxy.metrics().registry().Render(),
-                          kPrometheusText);
+      return TextResponse(200, proxy.metrics().registry().Render(), kPrometheusText);
     }
     if (path == "/healthz") {
-      return TextResponse(http::status_codes::OK, "ok\n", kPlainText);
+      return TextResponse(200, "ok\n", kPlainText);
     }
     if (path == "/readyz") {
-      return proxy.ready() ? TextResponse(http::status_codes::OK, "ready\n", kPlainText)
-                           : TextResponse(http::status_codes::ServiceUnavailable,
-                                          "not ready: no snapshot applied\n", kPlainText);
+      return proxy.ready() ? TextResponse(200, "ready\n", kPlainText)
+                           : TextResponse(503, "not ready: no snapshot applied\n", kPlainText);
     }
     if (path == "/admin" || path == "/admin/") {
-      return TextResponse(http::status_codes::OK, std::string(kAdminPage), kHtml);
+      return TextResponse(200, std::string(kAdminPage), kHtml);
     }
     if (path == "/admin/api/state") {
-      return JsonResponse(http::status_codes::OK, server_->State());
+      return JsonResponse(200, server_->State());
     }
     if (path == "/admin/api/explain") {
-      return Explain(request.relative_uri().query());
+      return Explain(request.query);
     }
-    return JsonResponse(http::status_codes::NotFound,
-                        ordered_json{{"error", "not found"}, {"path", path}});
+    return JsonResponse(404, ordered_json{{"error", "not found"}, {"path", path}});
   }
 
-  http::http_response Explain(const std::string& query) {
+  AdminHttpResponse Explain(const std::string& query) {
     std::optional<std::string> url;
     std::optional<std::string> host;
     std::vector<std::string> headers;
@@ -272,7 +240,7 @@ class AdminServer::Handler {
       std::string value;
       if (!DecodeQueryComponent(pair.substr(0, eq), &name) ||
           !DecodeQueryComponent(eq == std::string_view::npos ? "" : pair.substr(eq + 1), &value)) {
-        return JsonResponse(http::status_codes::BadRequest,
+        return JsonResponse(400,
                             ordered_json{{"error", "malformed percent-encoding in the query"}});
       }
       if (name == "url") {
@@ -282,23 +250,21 @@ class AdminServer::Handler {
       } else if (name == "header") {
         if (value.find(':') == std::string::npos || value.front() == ':') {
           return JsonResponse(
-              http::status_codes::BadRequest,
-              ordered_json{{"error", "header wants 'Name: value'"}, {"header", value}});
+              400, ordered_json{{"error", "header wants 'Name: value'"}, {"header", value}});
         }
         headers.push_back(std::move(value));
       }
     }
     if (!url.has_value() || url->empty()) {
       return JsonResponse(
-          http::status_codes::BadRequest,
+          400,
           ordered_json{{"error", "missing url parameter"},
                        {"usage", "/admin/api/explain?url=/path&host=HOST&header=Name:%20value"}});
     }
     return JsonResponse(
-        http::status_codes::OK,
-        server_->Explain(*url,
-                         host.has_value() ? std::optional<std::string_view>(*host) : std::nullopt,
-                         headers));
+        200, server_->Explain(
+                 *url, host.has_value() ? std::optional<std::string_view>(*host) : std::nullopt,
+                 headers));
   }
 
   AdminServer* server_;
@@ -308,44 +274,41 @@ AdminServer::AdminServer(proxy::Proxy* proxy, AdminOptions options)
     : proxy_(proxy),
       options_(std::move(options)),
       clock_(std::make_shared<routing::SteadyClock>()),
-      explain_router_(proxy->affinity_codec(), clock_) {}
+      explain_router_(proxy->affinity_codec(), clock_) {
+  explain_router_.set_read_only_sessions(true);
+}
 
 AdminServer::~AdminServer() {
   Stop();
 }
 
 bool AdminServer::Start(std::string* error) {
-  if (listener_ != nullptr) {
+  if (http_ != nullptr) {
     *error = "admin server already started";
     return false;
   }
-  InitializeCpprestThreads(options_.threads);
   std::string uri = ListenUri(options_.listen);
-  try {
-    http_listener_config config;
-    config.set_timeout(std::chrono::seconds(30));
-    auto listener = std::make_unique<http_listener>(uri, config);
-    listener->support(Handler(this));
-    listener->open().wait();
-    listener_ = std::move(listener);
-  } catch (const std::exception& e) {
-    *error = "cannot listen on " + uri + " (admin): " + e.what();
+  auto server = std::make_unique<AdminHttpServer>(options_.limits, Handler(this));
+  std::string detail;
+  if (!server->Start(net::AddressString(options_.listen), options_.listen.port(), &detail)) {
+    *error = "cannot listen on " + uri + " (admin): " + detail;
     return false;
   }
+  http_ = std::move(server);
   Log(LogLevel::kInfo, "admin", "admin server listening", {{"uri", uri}});
   return true;
 }
 
 void AdminServer::Stop() {
-  if (listener_ == nullptr) {
+  if (http_ == nullptr) {
     return;
   }
-  try {
-    listener_->close().wait();
-  } catch (const std::exception& e) {
-    Log(LogLevel::kWarn, "admin", "closing the admin listener failed", {{"error", e.what()}});
-  }
-  listener_.reset();
+  http_->Stop();
+  http_.reset();
+}
+
+uint16_t AdminServer::port() const {
+  return http_ != nullptr ? http_->port() : 0;
 }
 
 ordered_json AdminServer::State() {
@@ -399,8 +362,13 @@ ordered_json AdminServer::State() {
     entry["key"] = group.key;
     entry["kind"] = KindName(group.kind);
     entry["strategy"] = balancer::StrategyName(group.strategy);
-    entry["session_table_entries"] =
-        group.sessions != nullptr ? group.sessions->Stats().entries : 0;
+    session::SessionTableStats sessions =
+        group.sessions != nullptr ? group.sessions->Stats() : session::SessionTableStats{};
+    entry["session_table_entries"] = sessions.entries;
+    // Of those, created by clients (sap-ext-sid); and client ids not recorded
+    // because backend sessions filled the table.
+    entry["session_table_client_entries"] = sessions.client_entries;
+    entry["session_table_refused"] = sessions.refused;
     int next = NextPreferredServer(group, total[g].assigned, total[g].outstanding);
     entry["next_preferred_server"] =
         next >= 0 ? ordered_json(group.servers[next].name) : ordered_json();

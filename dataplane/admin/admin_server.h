@@ -1,8 +1,8 @@
 #pragma once
 
-// The proxy's admin port (INTERFACE.md "kwd-proxy"), served by cpprestsdk's
-// http_listener on its own small thread pool, never on the traffic port or a
-// worker thread:
+// The proxy's admin port (INTERFACE.md "kwd-proxy"), served by the bounded
+// AdminHttpServer (common/admin_http.h) on its own thread, never on the
+// traffic port or a worker thread:
 //   /metrics             the proxy registry (text format 0.0.4)
 //   /healthz             200 while the process runs
 //   /readyz              200 once a snapshot is applied, else 503
@@ -17,8 +17,8 @@
 // Explaining runs on a dedicated admin Router: it shares the proxy's routing
 // table (so its session tables, health atomics) and affinity codec, but has
 // its own balancer counters, so explaining never moves live balancing. Like
-// a real request it reads the session tables, and a first sap-ext-sid it
-// balances is recorded there as the proxy would.
+// a real request it reads the session tables, but read-only: nothing is
+// recorded (a first sap-ext-sid), refreshed, expired or erased there.
 
 #include <memory>
 #include <mutex>
@@ -28,28 +28,21 @@
 #include <string>
 #include <string_view>
 
+#include "common/admin_http.h"
 #include "dataplane/net/socket.h"
 #include "dataplane/proxy/proxy.h"
 #include "dataplane/routing/clock.h"
 #include "dataplane/routing/router.h"
 
-namespace web::http::experimental::listener {
-class http_listener;
-}  // namespace web::http::experimental::listener
-
 namespace kwd::admin {
 
 struct AdminOptions {
   net::Endpoint listen;  // the proxy's --admin-listen
-  // cpprest's process-wide pool; set before the first listener opens.
-  size_t threads = 2;
+  // Head, body, connection and time bounds of the admin port.
+  AdminHttpLimits limits;
   // How long /admin/api/state waits for the workers' balancer counters.
   int64_t worker_timeout_ms = 1000;
 };
-
-// Sizes cpprest's shared thread pool (its default is 40 threads). Effective
-// once per process, before any cpprest use; later calls return false.
-bool InitializeCpprestThreads(size_t threads);
 
 class AdminServer {
  public:
@@ -63,6 +56,8 @@ class AdminServer {
   bool Start(std::string* error);
   // Closes the listener; pending requests are answered or dropped.
   void Stop();
+  // The bound port (the listen port, or the one picked for port 0).
+  uint16_t port() const;
 
   // The bodies of /admin/api/state and /admin/api/explain, also usable
   // without HTTP.
@@ -75,7 +70,7 @@ class AdminServer {
 
   proxy::Proxy* proxy_;
   AdminOptions options_;
-  std::unique_ptr<web::http::experimental::listener::http_listener> listener_;
+  std::unique_ptr<AdminHttpServer> http_;
 
   std::mutex explain_mu_;  // the admin router serves one explain at a time
   std::shared_ptr<const routing::Clock> clock_;

@@ -5,7 +5,62 @@
 
 namespace kwd::http {
 
+namespace {
+
+// Room for the longest sensitive name ("sap-contextid") and trailing spaces;
+// a longer decoded name is none of them.
+constexpr size_t kLongestSensitiveName = 31;
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  c = static_cast<char>(c | 0x20);
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+// Decodes %XX escapes of `name` into `out` (the name a backend compares),
+// dropping surrounding spaces. False when an escape is malformed or the
+// decoded name cannot be one of the sensitive names (too long).
+bool DecodeName(std::string_view name, char (&out)[kLongestSensitiveName + 1], size_t* length) {
+  size_t n = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c == '%') {
+      int hi = i + 2 < name.size() ? HexDigit(name[i + 1]) : -1;
+      int lo = hi >= 0 ? HexDigit(name[i + 2]) : -1;
+      if (lo < 0) {
+        return false;
+      }
+      c = static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+    if (c == ' ' && n == 0) {
+      continue;  // a leading space, as in "a=1; %20name=v"
+    }
+    if (n == sizeof(out)) {
+      return false;
+    }
+    out[n++] = c;
+  }
+  while (n > 0 && out[n - 1] == ' ') {
+    --n;
+  }
+  *length = n;
+  return true;
+}
+
+}  // namespace
+
 bool IsSensitiveParameter(std::string_view name) {
+  char buffer[kLongestSensitiveName + 1];
+  size_t length = 0;
+  if (name.find('%') != std::string_view::npos) {
+    if (!DecodeName(name, buffer, &length)) {
+      return false;
+    }
+    name = std::string_view(buffer, length);
+  }
   return EqualsIgnoreCase(name, "sap-contextid") || EqualsIgnoreCase(name, "jsessionid") ||
          EqualsIgnoreCase(name, "mysapsso2") || EqualsIgnoreCase(name, "sap-password") ||
          EqualsIgnoreCase(name, "sap-r3auth");

@@ -5,7 +5,8 @@
 // sap-password and SAP-R3Auth (query parameter, ;path parameter, cookie, and
 // a context id inside the Base64 "(...)" URL segment) and the whole
 // Authorization value become "***". Output is appended to a caller-owned
-// buffer; names are matched ASCII case-insensitively.
+// buffer; names are matched ASCII case-insensitively after decoding their
+// %XX escapes ("sap%2Dpassword" is sap-password to a backend).
 
 #include <string>
 #include <string_view>

@@ -232,6 +232,20 @@ int Router::StickyServer(const GroupEntry& group, std::string_view name, Identif
   return -1;
 }
 
+int Router::LookupSession(const GroupEntry& group, session::TableKey kind, std::string_view id,
+                          int64_t now_ms) {
+  return read_only_sessions_ ? group.sessions->Peek(kind, id, now_ms, server_scratch_.data(),
+                                                    server_scratch_.size())
+                             : group.sessions->Lookup(kind, id, now_ms, server_scratch_.data(),
+                                                      server_scratch_.size());
+}
+
+void Router::EraseSession(const GroupEntry& group, session::TableKey kind, std::string_view id) {
+  if (!read_only_sessions_) {
+    group.sessions->Erase(kind, id);
+  }
+}
+
 int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                           bool* record_ext_sid, int64_t now_ms) {
   // An identifier that names a lost server does not end the search: a later
@@ -306,15 +320,14 @@ int Router::StickyBy(Identifier identifier, const GroupEntry& group, Identifier*
       if (!ids_.jsessionid_instance.empty()) {
         return StickyServer(group, ids_.jsessionid_instance, Identifier::kJSessionId, lost);
       }
-      int length = group.sessions->Lookup(session::TableKey::kJSessionId, ids_.jsessionid, now_ms,
-                                          server_scratch_.data(), server_scratch_.size());
+      int length = LookupSession(group, session::TableKey::kJSessionId, ids_.jsessionid, now_ms);
       if (length < 0) {
         return -1;
       }
       int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
                                Identifier::kJSessionId, lost);
       if (index < 0) {
-        group.sessions->Erase(session::TableKey::kJSessionId, ids_.jsessionid);
+        EraseSession(group, session::TableKey::kJSessionId, ids_.jsessionid);
       }
       return index;
     }
@@ -322,15 +335,14 @@ int Router::StickyBy(Identifier identifier, const GroupEntry& group, Identifier*
       if (!group.Enabled(v1::SESSION_IDENTIFIER_SAP_EXT_SID) || ids_.ext_sid.empty()) {
         return -1;
       }
-      int length = group.sessions->Lookup(session::TableKey::kSapExtSid, ids_.ext_sid, now_ms,
-                                          server_scratch_.data(), server_scratch_.size());
+      int length = LookupSession(group, session::TableKey::kSapExtSid, ids_.ext_sid, now_ms);
       if (length >= 0) {
         int index = StickyServer(group, std::string_view(server_scratch_.data(), length),
                                  Identifier::kSapExtSid, lost);
         if (index >= 0) {
           return index;
         }
-        group.sessions->Erase(session::TableKey::kSapExtSid, ids_.ext_sid);
+        EraseSession(group, session::TableKey::kSapExtSid, ids_.ext_sid);
       }
       *record_ext_sid = true;
       return -1;
@@ -460,8 +472,10 @@ Decision Router::Route(const Request& request) {
     }
     decision.reason = Reason::kBalance;
     if (record_ext_sid) {
-      group.sessions->Record(session::TableKey::kSapExtSid, ids_.ext_sid,
-                             group.servers[server].name, now_ms);
+      if (!read_only_sessions_) {
+        group.sessions->Record(session::TableKey::kSapExtSid, ids_.ext_sid,
+                               group.servers[server].name, now_ms);
+      }
       decision.set_affinity_cookie = group.affinity_cookie_enabled;
     }
   }
@@ -510,7 +524,7 @@ void Router::Complete(const Decision& decision) {
 
 bool Router::LearnJSessionId(const Decision& decision, std::string_view jsessionid) {
   if (decision.group == nullptr || decision.server == nullptr || jsessionid.empty() ||
-      !decision.group->Enabled(v1::SESSION_IDENTIFIER_JSESSIONID)) {
+      !decision.group->Enabled(v1::SESSION_IDENTIFIER_JSESSIONID) || read_only_sessions_) {
     return false;
   }
   decision.group->sessions->Record(session::TableKey::kJSessionId, jsessionid,

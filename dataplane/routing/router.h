@@ -122,6 +122,11 @@ class Router {
   // when a session starts).
   std::string AffinityCookieHeader(const Decision& decision, bool https) const;
 
+  // Explaining (admin port): the session tables are read with Peek and never
+  // written (no recording, refresh, expiry or erasure), so a decision can be
+  // explained on the live tables without changing them.
+  void set_read_only_sessions(bool read_only) { read_only_sessions_ = read_only; }
+
   // Balancer state of group `group_index` of the current table (admin pages).
   const balancer::Balancer* BalancerFor(size_t group_index) const;
 
@@ -136,6 +141,10 @@ class Router {
   // present and healthy (ready or draining). -1 otherwise, noting the loss.
   int StickyServer(const GroupEntry& group, std::string_view name, Identifier identifier,
                    Identifier* lost) const;
+  // The group's session table entry for `id` into server_scratch_ (length, or -1).
+  int LookupSession(const GroupEntry& group, session::TableKey kind, std::string_view id,
+                    int64_t now_ms);
+  void EraseSession(const GroupEntry& group, session::TableKey kind, std::string_view id);
   int ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                     bool* record_ext_sid, int64_t now_ms);
   // One identifier's server for `group`, -1 when it names none that is usable.
@@ -149,6 +158,7 @@ class Router {
   uint64_t in_flight_ = 0;  // counted decisions on the current table
   std::vector<std::unique_ptr<balancer::Balancer>> balancers_;  // per group
   std::vector<RetiredTable> retired_;
+  bool read_only_sessions_ = false;
 
   // Per-request scratch.
   std::vector<char> path_scratch_;

@@ -102,17 +102,55 @@ size_t PerShardLimit(size_t max_entries, size_t shard_count) {
   return std::max<size_t>(max_entries / shard_count, 1);
 }
 
+size_t ClientShardLimit(size_t shard_limit, size_t client_share_percent) {
+  if (shard_limit == 0 || client_share_percent == 0) {
+    return 0;
+  }
+  return std::max<size_t>(shard_limit * std::min<size_t>(client_share_percent, 100) / 100, 1);
+}
+
+// sap-ext-sid values are chosen by clients and recorded when first balanced;
+// JSESSIONID values come from a backend's Set-Cookie.
+bool IsClientCreated(TableKey kind) {
+  return kind == TableKey::kSapExtSid;
+}
+
+// One least-recently-used list: most recently used at the head, eviction
+// candidates at the tail.
+struct Lru {
+  Entry* head = nullptr;
+  Entry* tail = nullptr;
+  size_t size = 0;
+
+  void Unlink(Entry* e) {
+    (e->lru_prev ? e->lru_prev->lru_next : head) = e->lru_next;
+    (e->lru_next ? e->lru_next->lru_prev : tail) = e->lru_prev;
+    e->lru_prev = nullptr;
+    e->lru_next = nullptr;
+    --size;
+  }
+  void PushFront(Entry* e) {
+    e->lru_prev = nullptr;
+    e->lru_next = head;
+    (head ? head->lru_prev : tail) = e;
+    head = e;
+    ++size;
+  }
+};
+
 }  // namespace
 
 struct SessionTable::Shard {
   std::mutex mu;
   std::unordered_set<Entry*, EntryHash, EntryEqual> entries;
-  // Most recently used at the head, eviction candidates at the tail.
-  Entry* lru_head = nullptr;
-  Entry* lru_tail = nullptr;
+  // Backend-learned and client-created entries age in separate lists so a
+  // client entry can be made to evict only client entries.
+  Lru backend;
+  Lru client;
   uint64_t inserts = 0;
   uint64_t evictions = 0;
   uint64_t expirations = 0;
+  uint64_t refused = 0;
 
   ~Shard() {
     for (Entry* e : entries) {
@@ -120,30 +158,55 @@ struct SessionTable::Shard {
     }
   }
 
-  void Unlink(Entry* e) {
-    (e->lru_prev ? e->lru_prev->lru_next : lru_head) = e->lru_next;
-    (e->lru_next ? e->lru_next->lru_prev : lru_tail) = e->lru_prev;
-    e->lru_prev = nullptr;
-    e->lru_next = nullptr;
-  }
-  void PushFront(Entry* e) {
-    e->lru_prev = nullptr;
-    e->lru_next = lru_head;
-    (lru_head ? lru_head->lru_prev : lru_tail) = e;
-    lru_head = e;
+  Lru& ListOf(const Entry* e) { return IsClientCreated(e->kind) ? client : backend; }
+  void Touch(Entry* e) {
+    Lru& list = ListOf(e);
+    list.Unlink(e);
+    list.PushFront(e);
   }
   void Remove(Entry* e) {
-    Unlink(e);
+    ListOf(e).Unlink(e);
     entries.erase(e);
     Entry::Destroy(e);
   }
-  // The tail is the least recently used entry, so expired entries collect
-  // there; stops at the first live one.
-  void DropExpiredTail(int64_t now_ms, int64_t idle_timeout_ms) {
-    while (lru_tail != nullptr && IsExpired(*lru_tail, now_ms, idle_timeout_ms)) {
-      Remove(lru_tail);
-      ++expirations;
+  void Evict(Entry* e) {
+    Remove(e);
+    ++evictions;
+  }
+  // The tails are the least recently used entries, so expired entries
+  // collect there; stops at the first live one of each list.
+  void DropExpiredTails(int64_t now_ms, int64_t idle_timeout_ms) {
+    for (Lru* list : {&backend, &client}) {
+      while (list->tail != nullptr && IsExpired(*list->tail, now_ms, idle_timeout_ms)) {
+        Remove(list->tail);
+        ++expirations;
+      }
     }
+  }
+  // Makes room for one entry of `kind` under `limit` entries of which at
+  // most `client_limit` are client-created. A client entry evicts only
+  // client entries; a backend entry evicts the least recently used of all.
+  // False when a client entry finds no room.
+  bool MakeRoom(TableKey kind, size_t limit, size_t client_limit) {
+    if (IsClientCreated(kind)) {
+      if (client_limit == 0) {
+        return false;
+      }
+      while ((client.size >= client_limit || entries.size() >= limit) && client.tail != nullptr) {
+        Evict(client.tail);
+      }
+      return entries.size() < limit;
+    }
+    // A smaller limit from Reconfigure is applied here, lazily.
+    while (entries.size() >= limit) {
+      Entry* victim = client.tail;
+      if (victim == nullptr ||
+          (backend.tail != nullptr && backend.tail->last_used_ms < victim->last_used_ms)) {
+        victim = backend.tail;
+      }
+      Evict(victim);
+    }
+    return true;
   }
 };
 
@@ -159,8 +222,10 @@ SessionTable::~SessionTable() = default;
 void SessionTable::Reconfigure(SessionTableOptions options) {
   // The shard count is fixed at construction (requests may be inside a
   // shard right now); only the limits change.
-  max_per_shard_.store(PerShardLimit(options.max_entries, shard_mask_ + 1),
-                       std::memory_order_relaxed);
+  size_t shard_limit = PerShardLimit(options.max_entries, shard_mask_ + 1);
+  max_per_shard_.store(shard_limit, std::memory_order_relaxed);
+  max_client_per_shard_.store(ClientShardLimit(shard_limit, options.client_share_percent),
+                              std::memory_order_relaxed);
   idle_timeout_ms_.store(options.idle_timeout_ms, std::memory_order_relaxed);
 }
 
@@ -186,8 +251,26 @@ int SessionTable::Lookup(TableKey kind, std::string_view session_id, int64_t now
     return -1;
   }
   entry->last_used_ms = std::max(entry->last_used_ms, now_ms);
-  shard.Unlink(entry);
-  shard.PushFront(entry);
+  shard.Touch(entry);
+  std::memcpy(server_out, server.data(), server.size());
+  return static_cast<int>(server.size());
+}
+
+int SessionTable::Peek(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+                       size_t server_capacity) const {
+  size_t hash = HashKey(kind, session_id);
+  LookupKey key{kind, session_id, hash};
+  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.entries.find(key);
+  if (it == shard.entries.end() || IsExpired(**it, now_ms, idle_timeout_ms)) {
+    return -1;
+  }
+  std::string_view server = (*it)->Server();
+  if (server.size() > server_capacity) {
+    return -1;
+  }
   std::memcpy(server_out, server.data(), server.size());
   return static_cast<int>(server.size());
 }
@@ -199,6 +282,7 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
     return;
   }
   size_t limit = max_per_shard_.load(std::memory_order_relaxed);
+  size_t client_limit = max_client_per_shard_.load(std::memory_order_relaxed);
   if (limit == 0) {
     return;
   }
@@ -212,21 +296,19 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
     Entry* existing = *it;
     if (existing->Server() == server) {
       existing->last_used_ms = std::max(existing->last_used_ms, now_ms);
-      shard.Unlink(existing);
-      shard.PushFront(existing);
+      shard.Touch(existing);
       return;
     }
     shard.Remove(existing);
   }
-  shard.DropExpiredTail(now_ms, idle_timeout_ms);
-  // A smaller limit from Reconfigure is applied here, lazily.
-  while (shard.entries.size() >= limit && shard.lru_tail != nullptr) {
-    shard.Remove(shard.lru_tail);
-    ++shard.evictions;
+  shard.DropExpiredTails(now_ms, idle_timeout_ms);
+  if (!shard.MakeRoom(kind, limit, client_limit)) {
+    ++shard.refused;
+    return;
   }
   Entry* entry = Entry::Create(kind, session_id, server, now_ms);
   shard.entries.insert(entry);
-  shard.PushFront(entry);
+  shard.ListOf(entry).PushFront(entry);
   ++shard.inserts;
 }
 
@@ -250,6 +332,8 @@ SessionTableStats SessionTable::Stats() const {
     stats.inserts += shard.inserts;
     stats.evictions += shard.evictions;
     stats.expirations += shard.expirations;
+    stats.client_entries += shard.client.size;
+    stats.refused += shard.refused;
   }
   return stats;
 }

@@ -7,6 +7,15 @@
 // outlives routing-table swaps (SessionRegistry hands the same table to the
 // next RoutingTable for the same group key).
 //
+// Entries have two origins: JSESSIONID values are learned from a backend's
+// Set-Cookie (the backend made the session), sap-ext-sid values are created
+// by clients (any value is recorded when first balanced). Client-created
+// entries get a budget inside max_entries (client_share_percent) and make
+// room only by evicting each other, so a client sending many distinct
+// sap-ext-sid values never pushes out a backend's session; when the table is
+// full of backend sessions a new sap-ext-sid is not recorded (`refused`).
+// Backend entries evict the least recently used entry of either origin.
+//
 // Bounded (least recently used entry evicted when full), expiring (idle
 // timeout, checked on lookup and while inserting), sharded (a mutex per shard,
 // no global lock; the shard is chosen by the key hash). Lookups of existing
@@ -29,6 +38,9 @@ struct SessionTableOptions {
   size_t max_entries = 50000;
   int64_t idle_timeout_ms = 3600 * 1000;
   size_t shards = 16;  // rounded up to a power of two
+  // Client-created entries (sap-ext-sid) may hold at most this share of
+  // max_entries, and make room only by evicting each other.
+  size_t client_share_percent = 50;
 };
 
 struct SessionTableStats {
@@ -36,6 +48,8 @@ struct SessionTableStats {
   uint64_t inserts = 0;
   uint64_t evictions = 0;  // removed to make room
   uint64_t expirations = 0;
+  size_t client_entries = 0;  // of `entries`, created by clients (sap-ext-sid)
+  uint64_t refused = 0;       // client ids not recorded: the rest is backend sessions
 };
 
 class SessionTable {
@@ -50,6 +64,11 @@ class SessionTable {
   // key is unknown or expired.
   int Lookup(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
              size_t server_capacity);
+  // Like Lookup, but changes nothing: the entry keeps its idle time and LRU
+  // place, and an expired entry is missed without being removed. For
+  // explaining a decision on the live tables (admin port).
+  int Peek(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+           size_t server_capacity) const;
   // Inserts or overwrites.
   void Record(TableKey kind, std::string_view session_id, std::string_view server, int64_t now_ms);
   void Erase(TableKey kind, std::string_view session_id);
@@ -64,6 +83,7 @@ class SessionTable {
   size_t shard_mask_ = 0;
   // Per-shard limits derived from the options.
   std::atomic<size_t> max_per_shard_{0};
+  std::atomic<size_t> max_client_per_shard_{0};
   std::atomic<int64_t> idle_timeout_ms_{0};
 };
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -189,6 +190,59 @@ std::string HttpClient::TakeBuffered() {
 HttpReply HttpGet(uint16_t port, std::string_view target, const std::vector<std::string>& headers) {
   HttpClient client(port);
   return client.Get(target, headers);
+}
+
+HttpReply SendEndlessHead(uint16_t port, size_t bytes, size_t* sent,
+                          std::chrono::milliseconds timeout) {
+  HttpReply reply;
+  *sent = 0;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return reply;
+  }
+  const std::string start = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ";
+  const std::string filler(64 * 1024, 'a');
+  std::string received;
+  bool sending = true;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, static_cast<short>(POLLIN | (sending ? POLLOUT : 0)), 0};
+    if (::poll(&p, 1, 100) <= 0) {
+      continue;
+    }
+    if ((p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      char buffer[4096];
+      ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n <= 0) {
+        break;
+      }
+      received.append(buffer, static_cast<size_t>(n));
+      sending = false;  // answered: stop feeding the head
+      continue;
+    }
+    if (sending && (p.revents & POLLOUT) != 0) {
+      const std::string& piece = *sent == 0 ? start : filler;
+      ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        sending = false;
+        continue;
+      }
+      *sent += static_cast<size_t>(n);
+      sending = *sent < bytes;
+    }
+  }
+  ::close(fd);
+  size_t head_end = received.find("\r\n\r\n");
+  if (received.starts_with("HTTP/1.") && received.size() >= 12 && head_end != std::string::npos) {
+    reply.status = std::stoi(received.substr(9, 3));
+    reply.body = received.substr(head_end + 4);
+  }
+  return reply;
 }
 
 std::vector<std::pair<std::string, std::string>> SetCookies(const HttpReply& reply) {

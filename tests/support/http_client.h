@@ -25,8 +25,7 @@ struct HttpReply {
 
 class HttpClient {
  public:
-  explicit HttpClient(uint16_t port,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  explicit HttpClient(uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -53,6 +52,12 @@ class HttpClient {
 // One request on a fresh connection.
 HttpReply HttpGet(uint16_t port, std::string_view target,
                   const std::vector<std::string>& headers = {});
+
+// Sends "GET /healthz" with a header field of `bytes` bytes that never ends,
+// until the server answers or closes, everything is sent, or `timeout`
+// passes; returns the answer (status 0 when none came) and `sent` bytes.
+HttpReply SendEndlessHead(uint16_t port, size_t bytes, size_t* sent,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 // Cookie "name=value" pairs from every Set-Cookie of a reply (attributes dropped).
 std::vector<std::pair<std::string, std::string>> SetCookies(const HttpReply& reply);

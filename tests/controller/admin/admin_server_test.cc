@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
@@ -85,6 +90,120 @@ TEST(AdminServerTest, AnAddressInUseIsAnError) {
   AdminServer second(options, {});
   EXPECT_FALSE(second.Start(&error));
   EXPECT_NE(error.find("cannot listen"), std::string::npos);
+}
+
+// The admin port bounds what a client can make it hold: an oversize head is
+// answered 431 as soon as it passes the limit, and the process does not grow
+// by what the client sent (before: cpprest buffered all of it).
+TEST(AdminServerBlackBoxTest, OversizeHeadIsRefusedWithoutGrowing) {
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kwd-admin-limits";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "config");
+  uint16_t port = testing::ReserveFreePort();
+  testing::Process controller(
+      {testing::BinaryPath("kwd-controller"), "serve", "--source=dir:" + (dir / "config").string(),
+       "--admin-listen", "127.0.0.1:" + std::to_string(port)},
+      (dir / "controller.log").string());
+  ASSERT_TRUE(controller.started()) << controller.Log();
+  ASSERT_EQ(testing::HttpGet(port, "/healthz").status, 200);
+  long before_kib = controller.PeakRssKiB();
+  ASSERT_GT(before_kib, 0);
+
+  size_t sent = 0;
+  testing::HttpReply reply = testing::SendEndlessHead(port, size_t{64} << 20, &sent);
+  EXPECT_EQ(reply.status, 431) << "sent " << sent << " bytes";
+  long grown_kib = controller.PeakRssKiB() - before_kib;
+  RecordProperty("peak_rss_growth_kib", static_cast<int>(grown_kib));
+  EXPECT_LT(grown_kib, 8 * 1024) << "sent " << sent << " bytes";
+  EXPECT_EQ(testing::HttpGet(port, "/healthz").status, 200);  // still serving
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+// Limits of the admin port, with small values so each shows quickly.
+class AdminLimitsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AdminOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.limits.max_head_bytes = 1024;
+    options.limits.max_body_bytes = 2048;
+    options.limits.max_connections = 2;
+    options.limits.request_timeout_ms = 300;
+    AdminHandlers handlers;
+    handlers.metrics = [] { return std::string("m 1\n"); };
+    server_ = std::make_unique<AdminServer>(options, handlers);
+    std::string error;
+    ASSERT_TRUE(server_->Start(&error)) << error;
+    port_ = server_->port();
+    ASSERT_NE(port_, 0);
+  }
+
+  testing::HttpReply Raw(const std::string& request) {
+    testing::HttpClient client(port_);
+    return client.Request(request, request.starts_with("HEAD") ? "HEAD" : "GET");
+  }
+
+  std::unique_ptr<AdminServer> server_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(AdminLimitsTest, HeadAndBodyLimits) {
+  testing::HttpReply ok = Raw("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body, "m 1\n");
+  EXPECT_EQ(ok.Header("connection"), "close");
+  EXPECT_EQ(ok.Header("cache-control"), "no-store");
+
+  std::string big_field = "X-A: " + std::string(1100, 'a') + "\r\n";
+  EXPECT_EQ(Raw("GET /metrics HTTP/1.1\r\n" + big_field + "\r\n").status, 431);
+  // A body within the limit is read and dropped; a larger one is refused
+  // from its Content-Length, before any of it is read.
+  EXPECT_EQ(
+      Raw("GET /metrics HTTP/1.1\r\nContent-Length: 2048\r\n\r\n" + std::string(2048, 'b')).status,
+      200);
+  EXPECT_EQ(Raw("GET /metrics HTTP/1.1\r\nContent-Length: 2049\r\n\r\n").status, 413);
+  EXPECT_EQ(Raw("GET /metrics HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n").status,
+            400);
+  EXPECT_EQ(Raw("GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").status,
+            411);
+  EXPECT_EQ(Raw("GET /metrics HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab").status,
+            400);
+}
+
+TEST_F(AdminLimitsTest, MalformedRequestsAre400) {
+  for (const std::string request : {
+           "GET /metrics\r\n\r\n",
+           "GET metrics HTTP/1.1\r\n\r\n",
+           "GET /me trics HTTP/1.1\r\n\r\n",
+           "GET /metrics HTTP/1.1\r\n folded: x\r\n\r\n",
+           "GET /metrics HTTP/1.1\r\nBad Name: x\r\n\r\n",
+           "GET /metrics HTTP/1.1\r\nX: a\nY: b\r\n\r\n",
+           "G(T /metrics HTTP/1.1\r\n\r\n",
+       }) {
+    EXPECT_EQ(Raw(request).status, 400) << request;
+  }
+  EXPECT_EQ(Raw("GET /metrics HTTP/2.0\r\n\r\n").status, 505);
+  testing::HttpReply head = Raw("HEAD /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.Header("content-length"), "4");
+  EXPECT_EQ(head.body, "");
+}
+
+TEST_F(AdminLimitsTest, SlowAndIdleConnectionsTimeOutAndAreBoundedInNumber) {
+  // Two clients that never finish their heads take both connection slots.
+  testing::HttpClient slow1(port_);
+  testing::HttpClient slow2(port_);
+  ASSERT_TRUE(slow1.Send("GET /metrics HTTP/1.1\r\nX: "));
+  ASSERT_TRUE(slow2.Send("GET /met"));
+  auto start = std::chrono::steady_clock::now();
+  // A third is served only once a slot frees: after the request timeout.
+  testing::HttpReply third = testing::HttpGet(port_, "/healthz");
+  auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(third.status, 200);
+  EXPECT_GE(waited, std::chrono::milliseconds(250));
+  EXPECT_EQ(slow1.Read().status, 408);
+  EXPECT_EQ(slow2.Read().status, 408);
 }
 
 }  // namespace

@@ -23,7 +23,11 @@
 #include "common/snapshot_io.h"
 #include "dataplane/health/health_checker.h"
 #include "dataplane/proxy/proxy.h"
+#include "dataplane/routing/clock.h"
+#include "dataplane/session/session_table.h"
 #include "tests/dataplane/health/test_backend.h"
+#include "tests/support/http_client.h"
+#include "tests/support/process.h"
 
 namespace kwd::admin {
 namespace {
@@ -35,8 +39,8 @@ using ::testing::StartsWith;
 
 constexpr auto kDeadline = std::chrono::seconds(10);
 
-// cpprest's listener cannot report an ephemeral port: reserve a free one
-// (bind 127.0.0.1:0, read it, close) and start the listener on it.
+// A free port for the admin listener (bind 127.0.0.1:0, read it, close), so
+// the proxy's options name the port the test talks to.
 uint16_t ReserveFreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -86,7 +90,7 @@ HttpResponse Fetch(uint16_t port, const std::string& method, const std::string& 
       break;
     }
     raw.append(buffer, static_cast<size_t>(n));
-    // cpprest may keep the connection open: stop once the body is complete.
+    // Stop once the body is complete, whether or not the server closes.
     size_t head_end = raw.find("\r\n\r\n");
     if (head_end != std::string::npos) {
       std::string lower = raw.substr(0, head_end);
@@ -200,7 +204,9 @@ class AdminServerTest : public ::testing::Test {
         << error;
     proxy_ = std::make_unique<proxy::Proxy>(options);
     ASSERT_TRUE(proxy_->Start(&error)) << error;
-    admin_ = std::make_unique<AdminServer>(proxy_.get(), AdminOptions{options.admin_listen});
+    AdminOptions admin_options;
+    admin_options.listen = options.admin_listen;
+    admin_ = std::make_unique<AdminServer>(proxy_.get(), admin_options);
     ASSERT_TRUE(admin_->Start(&error)) << error;
   }
 
@@ -309,10 +315,9 @@ TEST_F(AdminServerTest, MetricsPassPromtool) {
   std::remove(path.c_str());
 }
 
-TEST_F(AdminServerTest, CpprestRunsOnASmallThreadPool) {
+TEST_F(AdminServerTest, AdminPortRunsOnOneThread) {
   ASSERT_EQ(Get("/healthz").status, 200);
-  // cpprest's default pool has 40 threads; ours has AdminOptions::threads.
-  // The rest: main, 2 workers, cpprest's listener and timer threads, backends.
+  // main, 2 workers, the admin thread, backends; no library thread pool.
   size_t threads = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
     (void)entry;
@@ -320,8 +325,41 @@ TEST_F(AdminServerTest, CpprestRunsOnASmallThreadPool) {
   }
   RecordProperty("threads", static_cast<int>(threads));
   EXPECT_LT(threads, 20u);
-  // Already initialised by Start(): a second initialisation is refused.
-  EXPECT_FALSE(InitializeCpprestThreads(8));
+  EXPECT_EQ(admin_->port(), admin_port_);
+}
+
+// A real kwd-proxy: an oversize request head on the admin port is answered
+// 431 once it passes 16 KiB, and the process does not grow by what the
+// client sent (before: 64 MiB of head grew it by more than 64 MiB).
+TEST(AdminServerBlackBoxTest, OversizeHeadIsRefusedWithoutGrowing) {
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kwd-proxy-admin";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  v1::Snapshot snapshot;
+  StampSnapshotVersion(&snapshot);
+  std::ofstream(dir / "snapshot.json") << SnapshotToJson(snapshot);
+  uint16_t admin_port = ReserveFreePort();
+  kwd::testing::Process proxy(
+      {kwd::testing::BinaryPath("kwd-proxy"), "serve", "--snapshot",
+       (dir / "snapshot.json").string(), "--listen", "127.0.0.1:0", "--admin-listen",
+       "127.0.0.1:" + std::to_string(admin_port), "--access-log", "off"},
+      (dir / "proxy.log").string());
+  ASSERT_TRUE(proxy.started()) << proxy.Log();
+  ASSERT_TRUE(kwd::testing::WaitFor([&] {
+    return kwd::testing::HttpGet(admin_port, "/healthz").status == 200;
+  })) << proxy.Log();
+  long before_kib = proxy.PeakRssKiB();
+  ASSERT_GT(before_kib, 0);
+
+  size_t sent = 0;
+  kwd::testing::HttpReply reply =
+      kwd::testing::SendEndlessHead(admin_port, size_t{64} << 20, &sent);
+  EXPECT_EQ(reply.status, 431) << "sent " << sent << " bytes";
+  long grown_kib = proxy.PeakRssKiB() - before_kib;
+  RecordProperty("peak_rss_growth_kib", static_cast<int>(grown_kib));
+  EXPECT_LT(grown_kib, 8 * 1024) << "sent " << sent << " bytes";
+  EXPECT_EQ(kwd::testing::HttpGet(admin_port, "/healthz").status, 200);
+  EXPECT_EQ(proxy.Stop(), 0);
 }
 
 TEST_F(AdminServerTest, AdminPageIsSelfContainedHtml) {
@@ -455,6 +493,60 @@ TEST_F(AdminServerTest, ExplainAnswersLikeTheCliWithoutMovingLiveBalancing) {
   EXPECT_THAT(json::parse(missing.body)["error"].get<std::string>(), HasSubstr("url"));
   EXPECT_EQ(Get("/admin/api/explain?url=%zz").status, 400);
   EXPECT_EQ(Get("/admin/api/explain?url=/x&header=nocolon").status, 400);
+}
+
+// Explaining reads the live session tables but never writes them: no
+// sap-ext-sid is recorded, no entry is refreshed, expired or erased, and no
+// counter of the proxy moves.
+TEST_F(AdminServerTest, ExplainDoesNotChangeLiveState) {
+  ApplySnapshot();
+  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  ASSERT_NE(table, nullptr);
+  session::SessionTable& sessions = *table->groups()[0].sessions;
+  ASSERT_EQ(table->groups()[0].key, "erp/diag");
+  const std::string metrics_before = Get("/metrics").body;
+
+  // A first sap-ext-sid is balanced, and would be recorded by the proxy.
+  json first = json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=abc").body);
+  EXPECT_EQ(first["reason"], "balance");
+  EXPECT_EQ(sessions.Stats().entries, 0u);
+  EXPECT_EQ(sessions.Stats().inserts, 0u);
+  EXPECT_EQ(State()["groups"][0]["session_table_entries"], 0);
+
+  // A live entry idle for two hours (beyond the default hour) is not dropped
+  // by explaining it, and one that names a server the group no longer has is
+  // not erased.
+  routing::SteadyClock clock;
+  sessions.Record(session::TableKey::kSapExtSid, "old", "app2", clock.NowMs() - 7200 * 1000);
+  sessions.Record(session::TableKey::kSapExtSid, "stale", "gone", clock.NowMs());
+  ASSERT_EQ(sessions.Stats().entries, 2u);
+  EXPECT_EQ(json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=old").body)["reason"],
+            "balance");
+  EXPECT_EQ(json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=stale").body)["reason"],
+            "balance");
+  session::SessionTableStats stats = sessions.Stats();
+  EXPECT_EQ(stats.entries, 2u);
+  EXPECT_EQ(stats.expirations, 0u);
+  EXPECT_EQ(stats.inserts, 2u);
+
+  // A live entry is used, as the proxy would use it.
+  sessions.Record(session::TableKey::kSapExtSid, "live", "app2", clock.NowMs());
+  json group = State()["groups"][0];
+  EXPECT_EQ(group["session_table_entries"], 3);
+  EXPECT_EQ(group["session_table_client_entries"], 3);
+  EXPECT_EQ(group["session_table_refused"], 0);
+  json sticky = json::parse(Get("/admin/api/explain?url=/sap/bc/x;sap-ext-sid=live").body);
+  EXPECT_EQ(sticky["server"], "app2");
+  EXPECT_EQ(sticky["reason"], "sticky:sap-ext-sid");
+
+  // No worker counter, health state or metric moved.
+  for (const json& group : State()["groups"]) {
+    for (const json& server : group["servers"]) {
+      EXPECT_EQ(server["assigned"], 0) << server;
+      EXPECT_EQ(server["healthy"], true) << server;
+    }
+  }
+  EXPECT_EQ(Get("/metrics").body, metrics_before);
 }
 
 TEST(AdminServerStartTest, ReportsBindFailures) {

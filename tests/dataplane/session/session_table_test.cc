@@ -177,6 +177,31 @@ TEST(SessionTableTest, ReconfigureShrinksLazilyAndChangesTimeout) {
   EXPECT_EQ(Get(table, TableKey::kJSessionId, "8", 100), "<none>");
 }
 
+// Peek answers like Lookup but leaves the entry as it was (the admin
+// port's explain reads the live tables with it).
+TEST(SessionTableTest, PeekNeitherRefreshesNorExpires) {
+  SessionTable table(SingleShard(2, /*idle_timeout_ms=*/1000));
+  table.Record(TableKey::kJSessionId, "a", "s1", 0);
+  table.Record(TableKey::kJSessionId, "b", "s2", 1);
+  char server[16];
+  ASSERT_EQ(table.Peek(TableKey::kJSessionId, "a", 900, server, sizeof(server)), 2);
+  EXPECT_EQ(std::string_view(server, 2), "s1");
+  // Not refreshed: "a" is still the least recently used and is evicted first.
+  table.Record(TableKey::kJSessionId, "c", "s3", 950);
+  EXPECT_EQ(table.Peek(TableKey::kJSessionId, "a", 950, server, sizeof(server)), -1);
+  EXPECT_EQ(table.Peek(TableKey::kJSessionId, "b", 950, server, sizeof(server)), 2);
+  // Idle for 1000 ms: Peek misses but leaves the entry for Lookup to expire.
+  SessionTable expiring(SingleShard(10, /*idle_timeout_ms=*/1000));
+  expiring.Record(TableKey::kJSessionId, "j", "s", 0);
+  EXPECT_EQ(expiring.Peek(TableKey::kJSessionId, "j", 999, server, sizeof(server)), 1);
+  EXPECT_EQ(expiring.Peek(TableKey::kJSessionId, "j", 1000, server, sizeof(server)), -1);
+  EXPECT_EQ(expiring.Stats().entries, 1u);
+  EXPECT_EQ(expiring.Stats().expirations, 0u);
+  EXPECT_EQ(Get(expiring, TableKey::kJSessionId, "j", 1000), "<none>");
+  EXPECT_EQ(expiring.Stats().expirations, 1u);
+  EXPECT_EQ(expiring.Peek(TableKey::kJSessionId, "j", 0, server, sizeof(server)), -1);
+}
+
 TEST(SessionTableTest, LookupOfExistingKeyDoesNotAllocate) {
   SessionTable table(SessionTableOptions{});
   std::vector<std::string> ids;
@@ -248,6 +273,76 @@ TEST(SessionTableTest, ShardedLimitKeepsNearlyAllOfMaxEntries) {
   size_t entries = table.Stats().entries;
   EXPECT_LE(entries, static_cast<size_t>(kEntries));
   EXPECT_GE(entries, static_cast<size_t>(kEntries * 97 / 100));
+}
+
+// sap-ext-sid entries are created by clients (any value a client sends is
+// recorded when first balanced); JSESSIONID entries are learned from a
+// backend's Set-Cookie. A flood of client ids must not push out the
+// backend's sessions.
+TEST(SessionTableTest, ClientCreatedEntriesNeverEvictBackendSessions) {
+  SessionTable table(SingleShard(10));
+  for (int i = 0; i < 8; ++i) {
+    table.Record(TableKey::kJSessionId, "J" + std::to_string(i), "java1", i);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    table.Record(TableKey::kSapExtSid, "flood-" + std::to_string(i), "abap1", 100 + i);
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(Get(table, TableKey::kJSessionId, "J" + std::to_string(i), 2000), "java1") << i;
+  }
+  SessionTableStats stats = table.Stats();
+  EXPECT_EQ(stats.entries, 10u);
+  EXPECT_EQ(stats.client_entries, 2u);  // the room the backend sessions left
+  // The newest client ids are kept, older ones evicted among themselves.
+  EXPECT_EQ(Get(table, TableKey::kSapExtSid, "flood-999", 2000), "abap1");
+  EXPECT_EQ(Get(table, TableKey::kSapExtSid, "flood-0", 2000), "<none>");
+}
+
+TEST(SessionTableTest, ClientCreatedEntriesHaveABudgetInsideMaxEntries) {
+  SessionTable table(SingleShard(10));  // client share: 50%
+  for (int i = 0; i < 100; ++i) {
+    table.Record(TableKey::kSapExtSid, "e" + std::to_string(i), "abap1", i);
+  }
+  EXPECT_EQ(table.Stats().client_entries, 5u);
+  EXPECT_EQ(table.Stats().entries, 5u);
+  // Backend sessions take the rest, and may take client room too (they
+  // evict the least recently used entry as before).
+  for (int i = 0; i < 7; ++i) {
+    table.Record(TableKey::kJSessionId, "J" + std::to_string(i), "java1", 200 + i);
+  }
+  SessionTableStats stats = table.Stats();
+  EXPECT_EQ(stats.entries, 10u);
+  EXPECT_EQ(stats.client_entries, 3u);
+  // A table full of backend sessions records no client id.
+  SessionTable full(SingleShard(4));
+  for (int i = 0; i < 4; ++i) {
+    full.Record(TableKey::kJSessionId, "J" + std::to_string(i), "java1", i);
+  }
+  full.Record(TableKey::kSapExtSid, "late", "abap1", 10);
+  EXPECT_EQ(Get(full, TableKey::kSapExtSid, "late", 11), "<none>");
+  EXPECT_EQ(full.Stats().refused, 1u);
+  EXPECT_EQ(full.Stats().entries, 4u);
+  // A zero share records no client id at all.
+  SessionTable none({.max_entries = 10, .shards = 1, .client_share_percent = 0});
+  none.Record(TableKey::kSapExtSid, "x", "abap1", 0);
+  EXPECT_EQ(none.Stats().entries, 0u);
+}
+
+TEST(SessionTableTest, ClientFloodAcrossShardsKeepsEveryBackendSession) {
+  SessionTable table({.max_entries = 1000, .idle_timeout_ms = 3600 * 1000, .shards = 16});
+  for (int i = 0; i < 200; ++i) {
+    table.Record(TableKey::kJSessionId, "jsession-" + std::to_string(i), "java1", i);
+  }
+  for (int i = 0; i < 100000; ++i) {
+    table.Record(TableKey::kSapExtSid, "ext-" + std::to_string(i), "abap1", 1000 + i);
+  }
+  int kept = 0;
+  for (int i = 0; i < 200; ++i) {
+    kept += Get(table, TableKey::kJSessionId, "jsession-" + std::to_string(i), 200000) == "java1";
+  }
+  EXPECT_EQ(kept, 200);
+  EXPECT_LE(table.Stats().entries, 1000u);
+  EXPECT_LE(table.Stats().client_entries, 500u);
 }
 
 TEST(SessionTableStressTest, ConcurrentRecordLookupErase) {

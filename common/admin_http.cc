@@ -1,0 +1,485 @@
+#include "common/admin_http.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+namespace kwd {
+namespace {
+
+// After the answer: how long the peer may take to close before we do (its
+// unread bytes would otherwise turn our close into a reset that can destroy
+// the answer in flight).
+constexpr int64_t kDrainMs = 1000;
+// A failed accept for lack of descriptors is retried after this pause
+// instead of spinning on a listener that stays readable.
+constexpr int64_t kAcceptPauseMs = 100;
+constexpr int kBacklog = 16;
+constexpr size_t kReadChunk = 16 * 1024;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string_view ReasonPhrase(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
+  }
+}
+
+// RFC 9110 tchar.
+bool IsTokenChar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+    return true;
+  }
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), IsTokenChar);
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return (x | 0x20) == (y | 0x20);
+         });
+}
+
+// Parses a request head that ends with CRLF CRLF. Returns 0, or the status
+// to answer with.
+int ParseHead(std::string_view head, AdminHttpRequest* request, uint64_t* content_length) {
+  size_t line_end = head.find("\r\n");
+  std::string_view line = head.substr(0, line_end);
+  size_t first_space = line.find(' ');
+  size_t second_space =
+      first_space == std::string_view::npos ? first_space : line.find(' ', first_space + 1);
+  if (second_space == std::string_view::npos) {
+    return 400;
+  }
+  std::string_view method = line.substr(0, first_space);
+  std::string_view target = line.substr(first_space + 1, second_space - first_space - 1);
+  std::string_view version = line.substr(second_space + 1);
+  if (!IsToken(method)) {
+    return 400;
+  }
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") {
+    return version.starts_with("HTTP/") ? 505 : 400;
+  }
+  // Origin form only; no controls, spaces or fragment.
+  if (target.empty() || target.front() != '/' ||
+      std::any_of(target.begin(), target.end(),
+                  [](char c) { return c <= 0x20 || c >= 0x7f || c == '#'; })) {
+    return 400;
+  }
+  size_t question = target.find('?');
+  request->method = std::string(method);
+  request->path = std::string(target.substr(0, question));
+  request->query =
+      question == std::string_view::npos ? std::string() : std::string(target.substr(question + 1));
+
+  bool has_length = false;
+  bool has_transfer_encoding = false;
+  *content_length = 0;
+  size_t pos = line_end + 2;
+  for (;;) {
+    size_t end = head.find("\r\n", pos);
+    std::string_view field = head.substr(pos, end - pos);
+    if (field.empty()) {
+      break;  // the blank line ending the head
+    }
+    pos = end + 2;
+    size_t colon = field.find(':');
+    if (colon == std::string_view::npos || !IsToken(field.substr(0, colon))) {
+      return 400;  // includes obs-fold (leading whitespace) and a bare LF
+    }
+    std::string_view name = field.substr(0, colon);
+    std::string_view value = field.substr(colon + 1);
+    if (std::any_of(value.begin(), value.end(), [](char c) {
+          return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f;
+        })) {
+      return 400;
+    }
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+      value.remove_prefix(1);
+    }
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) {
+      value.remove_suffix(1);
+    }
+    if (EqualsIgnoreCase(name, "content-length")) {
+      if (value.empty() || value.size() > 18 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return 400;
+      }
+      uint64_t length = 0;
+      for (char c : value) {
+        length = length * 10 + static_cast<uint64_t>(c - '0');
+      }
+      if (has_length && length != *content_length) {
+        return 400;
+      }
+      has_length = true;
+      *content_length = length;
+    } else if (EqualsIgnoreCase(name, "transfer-encoding")) {
+      has_transfer_encoding = true;
+    }
+  }
+  if (has_transfer_encoding) {
+    return has_length ? 400 : 411;
+  }
+  return 0;
+}
+
+std::string Serialize(const AdminHttpResponse& response, bool head_only) {
+  std::string out;
+  out.reserve(256 + (head_only ? 0 : response.body.size()));
+  out.append("HTTP/1.1 ").append(std::to_string(response.status)).push_back(' ');
+  out.append(ReasonPhrase(response.status)).append("\r\n");
+  out.append("Content-Type: ").append(response.content_type).append("\r\n");
+  out.append("Content-Length: ").append(std::to_string(response.body.size())).append("\r\n");
+  out.append("Cache-Control: no-store\r\nConnection: close\r\n");
+  for (const auto& [name, value] : response.headers) {
+    out.append(name).append(": ").append(value).append("\r\n");
+  }
+  out.append("\r\n");
+  if (!head_only) {
+    out.append(response.body);
+  }
+  return out;
+}
+
+enum class Phase { kHead, kBody, kWrite, kDrain, kDone };
+
+}  // namespace
+
+struct AdminHttpServer::Connection {
+  int fd = -1;
+  Phase phase = Phase::kHead;
+  std::string head;
+  uint64_t body_left = 0;
+  AdminHttpRequest request;
+  std::string out;
+  size_t out_offset = 0;
+  int64_t deadline_ms = 0;
+
+  ~Connection() {
+    if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+};
+
+AdminHttpServer::AdminHttpServer(AdminHttpLimits limits, AdminHttpHandler handler)
+    : limits_(limits), handler_(std::move(handler)) {}
+
+AdminHttpServer::~AdminHttpServer() {
+  Stop();
+}
+
+bool AdminHttpServer::Start(const std::string& host, uint16_t port, std::string* error) {
+  if (listen_fd_ >= 0) {
+    *error = "already started";
+    return false;
+  }
+  std::string address = host;
+  if (address.size() >= 2 && address.front() == '[' && address.back() == ']') {
+    address = address.substr(1, address.size() - 2);
+  }
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
+  if (::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    length = sizeof(sockaddr_in);
+  } else if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    length = sizeof(sockaddr_in6);
+  } else {
+    *error = "not a numeric IP address: " + host;
+    return false;
+  }
+  int fd = ::socket(storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::strerror(errno);
+    return false;
+  }
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&storage), length) != 0 ||
+      ::listen(fd, kBacklog) != 0) {
+    *error = std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  socklen_t bound_length = sizeof storage;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &bound_length);
+  port_ = ntohs(storage.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    *error = std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  listen_fd_ = fd;
+  thread_ = std::thread([this] { Run(); });
+  return true;
+}
+
+void AdminHttpServer::Stop() {
+  if (listen_fd_ < 0) {
+    return;
+  }
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t written = ::write(wake_fd_, &one, sizeof one);
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+  listen_fd_ = -1;
+  wake_fd_ = -1;
+}
+
+void AdminHttpServer::Run() {
+  std::vector<std::unique_ptr<Connection>> connections;
+  std::vector<pollfd> fds;
+  int64_t accept_paused_until = 0;
+  char buffer[kReadChunk];
+
+  auto answer = [&](Connection& c, const AdminHttpResponse& response, bool head_only) {
+    c.out = Serialize(response, head_only);
+    c.out_offset = 0;
+    c.phase = Phase::kWrite;
+    c.deadline_ms = NowMs() + limits_.write_timeout_ms;
+    c.head.clear();
+    c.head.shrink_to_fit();
+  };
+  auto refuse = [&](Connection& c, int status, std::string text) {
+    AdminHttpResponse response;
+    response.status = status;
+    response.body = std::move(text) + "\n";
+    answer(c, response, false);
+  };
+  auto dispatch = [&](Connection& c) {
+    AdminHttpResponse response;
+    try {
+      response = handler_(c.request);
+    } catch (const std::exception& e) {
+      response = AdminHttpResponse{};
+      response.status = 500;
+      response.body = std::string("internal error: ") + e.what() + "\n";
+    }
+    answer(c, response, c.request.method == "HEAD");
+  };
+  // The head is complete when it holds CRLF CRLF; `searched` bytes were
+  // looked at before.
+  auto on_head_bytes = [&](Connection& c, size_t searched) {
+    size_t from = searched >= 3 ? searched - 3 : 0;
+    size_t end = c.head.find("\r\n\r\n", from);
+    if (end == std::string::npos) {
+      if (c.head.size() > limits_.max_head_bytes) {
+        refuse(c, 431,
+               "request head larger than " + std::to_string(limits_.max_head_bytes) + " bytes");
+      }
+      return;
+    }
+    end += 4;
+    if (end > limits_.max_head_bytes) {
+      refuse(c, 431,
+             "request head larger than " + std::to_string(limits_.max_head_bytes) + " bytes");
+      return;
+    }
+    uint64_t content_length = 0;
+    int status = ParseHead(std::string_view(c.head).substr(0, end), &c.request, &content_length);
+    if (status != 0) {
+      refuse(c, status,
+             status == 411 ? "Transfer-Encoding is not accepted; send Content-Length"
+                           : "malformed request");
+      return;
+    }
+    if (content_length > limits_.max_body_bytes) {
+      refuse(c, 413,
+             "request body larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
+      return;
+    }
+    uint64_t already = std::min<uint64_t>(c.head.size() - end, content_length);
+    c.body_left = content_length - already;
+    c.head.clear();
+    if (c.body_left == 0) {
+      dispatch(c);
+    } else {
+      c.phase = Phase::kBody;
+    }
+  };
+  auto on_readable = [&](Connection& c) {
+    // A few reads per wake-up: a fast sender cannot keep the loop here past
+    // the other connections' deadlines.
+    for (int reads = 0; reads < 8; ++reads) {
+      ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+      }
+      if (n <= 0) {
+        c.phase = Phase::kDone;  // closed or reset before the request ended
+        return;
+      }
+      size_t got = static_cast<size_t>(n);
+      if (c.phase == Phase::kHead) {
+        size_t searched = c.head.size();
+        c.head.append(buffer, got);
+        on_head_bytes(c, searched);
+      } else if (c.phase == Phase::kBody) {
+        c.body_left -= std::min<uint64_t>(c.body_left, got);
+        if (c.body_left == 0) {
+          dispatch(c);
+        }
+      }
+      // kDrain: discarded. kWrite: the request is complete; later bytes are
+      // left in the socket until the answer is out.
+      if (c.phase == Phase::kWrite) {
+        return;
+      }
+    }
+  };
+  auto on_writable = [&](Connection& c) {
+    while (c.out_offset < c.out.size()) {
+      ssize_t n =
+          ::send(c.fd, c.out.data() + c.out_offset, c.out.size() - c.out_offset, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+      }
+      if (n < 0) {
+        c.phase = Phase::kDone;
+        return;
+      }
+      c.out_offset += static_cast<size_t>(n);
+    }
+    c.out.clear();
+    c.out.shrink_to_fit();
+    ::shutdown(c.fd, SHUT_WR);
+    c.phase = Phase::kDrain;
+    c.deadline_ms = NowMs() + kDrainMs;
+  };
+
+  for (;;) {
+    int64_t now = NowMs();
+    // Deadlines.
+    for (auto& c : connections) {
+      if (now < c->deadline_ms) {
+        continue;
+      }
+      if (c->phase == Phase::kHead || c->phase == Phase::kBody) {
+        refuse(*c, 408, "request not received in time");
+      } else {
+        c->phase = Phase::kDone;
+      }
+    }
+    std::erase_if(connections, [](const auto& c) { return c->phase == Phase::kDone; });
+
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    bool accepting = connections.size() < limits_.max_connections && now >= accept_paused_until;
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
+    int64_t next = now + 1000;
+    if (!accepting && connections.size() < limits_.max_connections) {
+      next = std::min(next, accept_paused_until);
+    }
+    for (auto& c : connections) {
+      fds.push_back({c->fd, static_cast<short>(c->phase == Phase::kWrite ? POLLOUT : POLLIN), 0});
+      next = std::min(next, c->deadline_ms);
+    }
+    int timeout = static_cast<int>(std::clamp<int64_t>(next - now, 0, 1000));
+    int ready = ::poll(fds.data(), fds.size(), timeout);
+    if (ready < 0 && errno != EINTR) {
+      return;
+    }
+    if (ready <= 0) {
+      continue;
+    }
+    if (fds[0].revents != 0) {
+      return;  // Stop()
+    }
+    for (size_t i = 0; i < connections.size(); ++i) {
+      Connection& c = *connections[i];
+      short revents = fds[i + 2].revents;
+      if (revents == 0) {
+        continue;
+      }
+      if (c.phase == Phase::kWrite) {
+        on_writable(c);
+      } else {
+        on_readable(c);
+        if (c.phase == Phase::kWrite) {
+          on_writable(c);  // usually fits in the socket buffer at once
+        }
+      }
+      if ((revents & (POLLERR | POLLNVAL)) != 0 && c.phase != Phase::kDone &&
+          c.phase != Phase::kWrite) {
+        c.phase = Phase::kDone;
+      }
+    }
+    if (fds[1].revents != 0) {
+      while (connections.size() < limits_.max_connections) {
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+          if (errno == EINTR || errno == ECONNABORTED) {
+            continue;
+          }
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            accept_paused_until = NowMs() + kAcceptPauseMs;
+          }
+          break;
+        }
+        auto c = std::make_unique<Connection>();
+        c->fd = fd;
+        c->deadline_ms = NowMs() + limits_.request_timeout_ms;
+        connections.push_back(std::move(c));
+      }
+    }
+  }
+}
+
+}  // namespace kwd

@@ -1,0 +1,79 @@
+#pragma once
+
+// The small HTTP/1.1 server behind both admin ports (kwd-proxy --admin-listen,
+// kwd-controller --admin-listen). One thread polls the listener and every
+// connection (non-blocking sockets) and calls the handler for each complete
+// request. Everything a client can make it hold is bounded:
+//   - request head (request line and fields): max_head_bytes, else 431;
+//   - request body: max_body_bytes by Content-Length, else 413; bodies are
+//     read and discarded, never buffered (the admin endpoints take none);
+//     Transfer-Encoding is refused (411), as is anything malformed (400);
+//   - connections: max_connections at once; further ones wait in the
+//     kernel's listen backlog until one ends;
+//   - time: the whole request must arrive within request_timeout_ms of the
+//     accept (408), the answer must leave within write_timeout_ms.
+// Every response closes the connection (Connection: close): there is no
+// keep-alive or pipelining to account for.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace kwd {
+
+struct AdminHttpRequest {
+  std::string method;
+  std::string path;   // the target up to '?', as sent (percent-encoded)
+  std::string query;  // after '?', without it
+};
+
+struct AdminHttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra fields
+};
+
+struct AdminHttpLimits {
+  size_t max_head_bytes = 16 * 1024;
+  size_t max_body_bytes = 1024 * 1024;
+  size_t max_connections = 8;
+  int64_t request_timeout_ms = 10'000;
+  int64_t write_timeout_ms = 10'000;
+};
+
+using AdminHttpHandler = std::function<AdminHttpResponse(const AdminHttpRequest&)>;
+
+class AdminHttpServer {
+ public:
+  AdminHttpServer(AdminHttpLimits limits, AdminHttpHandler handler);
+  ~AdminHttpServer();
+  AdminHttpServer(const AdminHttpServer&) = delete;
+  AdminHttpServer& operator=(const AdminHttpServer&) = delete;
+
+  // Binds `host` (a numeric IPv4 or IPv6 address) and `port` (0: any free
+  // one) and starts the thread. False with `error` set (strerror text) when
+  // the address cannot be bound.
+  bool Start(const std::string& host, uint16_t port, std::string* error);
+  // Stops the thread and closes every connection. Idempotent.
+  void Stop();
+  uint16_t port() const { return port_; }
+
+ private:
+  struct Connection;
+  void Run();
+
+  AdminHttpLimits limits_;
+  AdminHttpHandler handler_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: Stop() wakes the thread
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace kwd
