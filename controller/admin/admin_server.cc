@@ -127,6 +127,14 @@ class AdminServer::Handler {
       }
       return Text(http::status_codes::OK, *json + "\n", kJson);
     }
+    if (path == "/debug/objects") {
+      std::optional<std::string> json = handlers.objects ? handlers.objects() : std::nullopt;
+      if (!json) {
+        return Text(http::status_codes::ServiceUnavailable,
+                    "{\"error\":\"nothing compiled yet\"}\n", kJson);
+      }
+      return Text(http::status_codes::OK, *json, kJson);
+    }
     return Text(http::status_codes::NotFound, "not found: " + path + "\n", kPlainText);
   }
 

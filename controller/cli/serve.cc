@@ -48,7 +48,7 @@ constexpr std::string_view kServeUsage =
     "  --grpc-tls-cert FILE             serve gRPC over TLS with this certificate (PEM)...\n"
     "  --grpc-tls-key FILE              ...and key\n"
     "  --grpc-client-ca FILE            require proxy client certificates signed by this CA\n"
-    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot\n"
+    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
     "                                   (default 0.0.0.0:9902)\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
@@ -450,6 +450,13 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       return std::nullopt;
     }
     return SnapshotToJson(result->snapshot);
+  };
+  handlers.objects = [&]() -> std::optional<std::string> {
+    auto result = pipeline.current();
+    if (!result) {
+      return std::nullopt;
+    }
+    return pipeline::ObjectsJson(*result);
   };
   controller_admin::AdminOptions admin_options;
   controller_admin::ParseHostPort(flags.admin_listen, &admin_options.host, &admin_options.port);
