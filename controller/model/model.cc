@@ -232,11 +232,21 @@ class Reader {
 };
 
 // The fields of ObjectMeta as the API server may send them.
-const std::initializer_list<std::string_view> kMetadataFields = {
-    "name",        "generateName",      "namespace",   "selfLink",
-    "uid",         "resourceVersion",   "generation",  "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
-    "ownerReferences",   "finalizers",  "managedFields"};
+const std::initializer_list<std::string_view> kMetadataFields = {"name",
+                                                                 "generateName",
+                                                                 "namespace",
+                                                                 "selfLink",
+                                                                 "uid",
+                                                                 "resourceVersion",
+                                                                 "generation",
+                                                                 "creationTimestamp",
+                                                                 "deletionTimestamp",
+                                                                 "deletionGracePeriodSeconds",
+                                                                 "labels",
+                                                                 "annotations",
+                                                                 "ownerReferences",
+                                                                 "finalizers",
+                                                                 "managedFields"};
 
 void ReadMetadata(Reader& r, const json& object, ObjectMeta* meta, bool strict = false) {
   const json* metadata = r.ObjectField(object, "metadata", "metadata");
@@ -323,9 +333,9 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* hc = r.ObjectField(spec, "healthCheck", "spec.healthCheck")) {
     auto& h = out->health_check;
-    r.Known(hc, "spec.healthCheck",
-            {"path", "intervalSeconds", "timeoutSeconds", "unhealthyThreshold",
-             "healthyThreshold"});
+    r.Known(
+        hc, "spec.healthCheck",
+        {"path", "intervalSeconds", "timeoutSeconds", "unhealthyThreshold", "healthyThreshold"});
     r.OptString(*hc, "path", "spec.healthCheck.path", &h.path);
     r.OptInt(*hc, "intervalSeconds", "spec.healthCheck.intervalSeconds", &h.interval_seconds);
     r.OptInt(*hc, "timeoutSeconds", "spec.healthCheck.timeoutSeconds", &h.timeout_seconds);
@@ -558,8 +568,8 @@ DecodeResult DecodeObject(const nlohmann::json& json) {
   if (api_version.starts_with(kDispatchGroup) && expected != api_version) {
     // Ours, misspelt: never skipped silently.
     if (expected.empty() || expected != kDispatchApiVersion) {
-      result.error = "kind: \"" + kind + "\" is not a kind of " + api_version +
-                     " (LogonGroup, UrlMapping)";
+      result.error =
+          "kind: \"" + kind + "\" is not a kind of " + api_version + " (LogonGroup, UrlMapping)";
       result.error_path = "kind";
     } else {
       result.error = "apiVersion: \"" + api_version + "\" is not served; use " +

@@ -4,10 +4,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <map>
-#include <optional>
 #include <charconv>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <system_error>

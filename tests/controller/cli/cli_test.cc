@@ -212,8 +212,9 @@ TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencrypt) 
     std::string yaml;
     std::string want;  // after "file:"
   };
-  const std::string head = "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n"
-                           "metadata: {name: g}\n";
+  const std::string head =
+      "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n"
+      "metadata: {name: g}\n";
   std::vector<Case> cases = {
       {"kind", "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGrup\nmetadata: {name: g}\n",
        ":2: LogonGrup default/g: kind: \"LogonGrup\" is not a kind of dispatch.kwd.io/v1alpha1"},
@@ -247,8 +248,9 @@ TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencrypt) 
 // yaml-cpp's node tree shares an aliased node; converting it expanded the
 // "billion laughs" in this 600-byte file to hundreds of MiB.
 TEST_F(CliTempDirTest, AliasBombIsRefusedQuickly) {
-  std::string bomb = "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: g}\n"
-                     "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n";
+  std::string bomb =
+      "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: g}\n"
+      "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n";
   for (char level = 'b'; level <= 'i'; ++level) {
     bomb += std::string(1, level) + ": &" + level + " [";
     for (int i = 0; i < 9; ++i) {
@@ -262,8 +264,9 @@ TEST_F(CliTempDirTest, AliasBombIsRefusedQuickly) {
   RunResult r = RunController("validate " + Source());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find((dir_ / "bomb.yaml").string() + ":4: YAML anchors (&name) are not supported"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find((dir_ / "bomb.yaml").string() + ":4: YAML anchors (&name) are not supported"),
+      std::string::npos)
       << r.out;
 }
 

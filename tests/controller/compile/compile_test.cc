@@ -313,10 +313,10 @@ std::vector<CompileCase> Cases() {
        {"spec.upstreamTLS.mode: \"reencrypt\" is not one of none"}},
       {"UnknownFieldsAreRejected",
        {Lg("erp", "a",
-           {{"strategee", "adaptive"},
-            {"backend", {{"staticServers", json::array()}}}}),
+           {{"strategee", "adaptive"}, {"backend", {{"staticServers", json::array()}}}}),
         Um("erp", "m", "", {{"rulez", json::array()}})},
-       {"LogonGroup erp/a Accepted=False InvalidField", "UrlMapping erp/m Accepted=False InvalidField"},
+       {"LogonGroup erp/a Accepted=False InvalidField",
+        "UrlMapping erp/m Accepted=False InvalidField"},
        {"group erp/a", "vhost"},
        {"spec.strategee: unknown field", "spec.rulez: unknown field"}},
       {"StaticServersSortedWithDefaultCapacity",
@@ -739,10 +739,10 @@ TEST(LastGoodTest, InvalidEditKeepsServingTheLastAcceptedVersion) {
   ASSERT_EQ(first.snapshot.groups_size(), 1);
 
   // strategy: fastest_first, and a second endpoint meanwhile.
-  json bad = WithGeneration(
-      ServiceLg("erp", "g", {{"name", "svc"}}, {{"strategy", "fastest_first"}}), 2);
-  json bad_mapping =
-      WithGeneration(Um("erp", "m", "", {{"rules", {{{"prefix", "sap"}, {"logonGroup", "g"}}}}}), 2);
+  json bad =
+      WithGeneration(ServiceLg("erp", "g", {{"name", "svc"}}, {{"strategy", "fastest_first"}}), 2);
+  json bad_mapping = WithGeneration(
+      Um("erp", "m", "", {{"rules", {{{"prefix", "sap"}, {"logonGroup", "g"}}}}}), 2);
   objects.Upsert(Decoded(bad));
   objects.Upsert(Decoded(bad_mapping));
   objects.Upsert(Decoded(
@@ -764,10 +764,11 @@ TEST(LastGoodTest, InvalidEditKeepsServingTheLastAcceptedVersion) {
   ASSERT_NE(group.Find(kAccepted), nullptr);
   EXPECT_EQ(group.Find(kAccepted)->status, "False");
   EXPECT_EQ(group.Find(kAccepted)->reason, kReasonInvalidStrategy);
-  EXPECT_NE(group.Find(kAccepted)->message.find(
-                "\"fastest_first\" is not one of weighted_round_robin, simple_weighted_round_robin, "
-                "adaptive; serving the last accepted version (generation 1)"),
-            std::string::npos)
+  EXPECT_NE(
+      group.Find(kAccepted)->message.find(
+          "\"fastest_first\" is not one of weighted_round_robin, simple_weighted_round_robin, "
+          "adaptive; serving the last accepted version (generation 1)"),
+      std::string::npos)
       << group.Find(kAccepted)->message;
   const ObjectStatus& map = StatusOf(kept, "UrlMapping", "m");
   EXPECT_TRUE(map.serving_last_good);

@@ -559,9 +559,8 @@ TEST_F(ServeTest, InvalidEditKeepsTheLastAcceptedVersionServed) {
 
   // A group that was never valid stays absent.
   fake_->Upsert(LogonGroup("never", "erp-abap", {{"strategy", "fastest_first"}}));
-  EXPECT_TRUE(WaitFor([&] {
-    return Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}") == 1;
-  }));
+  EXPECT_TRUE(WaitFor(
+      [&] { return Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}") == 1; }));
   EXPECT_EQ(Servers(port, "erp/never"), "absent");
   EXPECT_EQ(controller.Stop(), 0);
 }
@@ -575,8 +574,8 @@ TEST_F(ServeTest, DirSourceKeepsTheLastGoodVersionOfAnInvalidFile) {
   auto write = [&](const std::string& extra) {
     std::ofstream(config / "group.yaml")
         << "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n"
-        << "metadata: {name: diag, namespace: default}\nspec:\n" << extra
-        << "  backend:\n    staticServers:\n"
+        << "metadata: {name: diag, namespace: default}\nspec:\n"
+        << extra << "  backend:\n    staticServers:\n"
         << "      - {name: s1, address: 127.0.0.1, port: 8000, capacity: 2}\n";
   };
   write("");
@@ -592,12 +591,14 @@ TEST_F(ServeTest, DirSourceKeepsTheLastGoodVersionOfAnInvalidFile) {
     return Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}") == 1;
   })) << controller.Log();
   EXPECT_EQ(Servers(port, "default/diag"), "s1:2");
-  EXPECT_TRUE(WaitFor([&] { return controller.Log().find("object rejected") != std::string::npos; }))
-      << controller.Log();
+  EXPECT_TRUE(WaitFor([&] {
+    return controller.Log().find("object rejected") != std::string::npos;
+  })) << controller.Log();
   write("  strategee: adaptive\n");
   std::string where = (config / "group.yaml").string() + ":5";
   EXPECT_TRUE(WaitFor([&] {
-    return controller.Log().find(where + ": LogonGroup default/diag: spec.strategee: unknown field") !=
+    return controller.Log().find(where +
+                                 ": LogonGroup default/diag: spec.strategee: unknown field") !=
            std::string::npos;
   })) << controller.Log();
   EXPECT_EQ(Servers(port, "default/diag"), "s1:2");

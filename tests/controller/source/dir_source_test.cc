@@ -205,7 +205,8 @@ spec:
 
 TEST_F(DirSourceTest, AliasBombIsRefusedAtOnce) {
   // 9 levels of 9 aliases: expanding it makes 9^9 (387 million) strings.
-  std::string bomb = "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
+  std::string bomb =
+      "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
   for (char level = 'b'; level <= 'i'; ++level) {
     char previous = static_cast<char>(level - 1);
     bomb += std::string(1, level) + ": &" + level + " [";
