@@ -96,6 +96,13 @@ class AdminServer::Handler {
       }
       return Text(200, *json + "\n", kJson);
     }
+    if (path == "/debug/objects") {
+      std::optional<std::string> json = handlers.objects ? handlers.objects() : std::nullopt;
+      if (!json) {
+        return Text(503, "{\"error\":\"nothing compiled yet\"}\n", kJson);
+      }
+      return Text(200, *json, kJson);
+    }
     return Text(404, "not found: " + path + "\n", kPlainText);
   }
 

@@ -6,6 +6,7 @@
 //   /healthz          200 while the process runs
 //   /readyz           200 after the initial lists and the first compile, else 503
 //   /debug/snapshot   the current snapshot as JSON (503 before the first one)
+//   /debug/objects    each LogonGroup's/UrlMapping's conditions (likewise)
 
 #include <cstdint>
 #include <functional>
@@ -34,6 +35,7 @@ struct AdminHandlers {
   std::function<std::string()> metrics;                  // the exposition text
   std::function<bool()> ready;                           // /readyz
   std::function<std::optional<std::string>()> snapshot;  // JSON, nullopt before the first
+  std::function<std::optional<std::string>()> objects;   // /debug/objects JSON, likewise
 };
 
 struct AdminOptions {

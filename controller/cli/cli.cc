@@ -32,8 +32,10 @@ constexpr std::string_view kValidateUsage =
     "usage: kwd-controller validate --source=dir:DIR\n"
     "\n"
     "Reads every *.yaml/*.yml under DIR and prints one line per problem per object,\n"
-    "or \"ok: N objects\" when there is none. Exit 0 when clean, 1 on problems, 2 on\n"
-    "a usage error.\n";
+    "or \"ok: N objects\" when there is none. Strict: an unknown field, a duplicate\n"
+    "key, a YAML anchor or alias and a misspelt dispatch.kwd.io kind are problems,\n"
+    "each naming file:line of the field and its path. Exit 0 when clean, 1 on\n"
+    "problems, 2 on a usage error.\n";
 
 bool IsHelp(std::string_view arg) {
   return arg == "-h" || arg == "--help";

@@ -49,7 +49,7 @@ constexpr std::string_view kServeUsage =
     "  --grpc-tls-key FILE              ...and its key (PEM); both re-read when they change\n"
     "  --grpc-client-ca FILE            mutual TLS: refuse proxies without a client certificate\n"
     "                                   signed by a CA in FILE (PEM; re-read when it changes)\n"
-    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot\n"
+    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
     "                                   (default 0.0.0.0:9902)\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
@@ -462,6 +462,13 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       return std::nullopt;
     }
     return SnapshotToJson(result->snapshot);
+  };
+  handlers.objects = [&]() -> std::optional<std::string> {
+    auto result = pipeline.current();
+    if (!result) {
+      return std::nullopt;
+    }
+    return pipeline::ObjectsJson(*result);
   };
   controller_admin::AdminOptions admin_options;
   controller_admin::ParseHostPort(flags.admin_listen, &admin_options.host, &admin_options.port);

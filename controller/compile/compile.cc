@@ -249,6 +249,19 @@ struct GroupResult {
   ObjectStatus status;
 };
 
+void MarkServingLastGood(std::int64_t generation, ObjectStatus* status) {
+  status->serving_last_good = true;
+  status->last_good_generation = generation;
+  for (Condition& condition : status->conditions) {
+    if (condition.type == kAccepted) {
+      condition.message += "; serving the last accepted version";
+      if (generation > 0) {
+        condition.message += " (generation " + std::to_string(generation) + ")";
+      }
+    }
+  }
+}
+
 class LogonGroupCompiler {
  public:
   explicit LogonGroupCompiler(GroupInputs& inputs) : inputs_(inputs) {}
@@ -256,6 +269,9 @@ class LogonGroupCompiler {
   GroupResult Compile(const LogonGroup& lg) {
     Findings findings;
     const auto& spec = lg.spec;
+    for (const std::string& error : lg.field_errors) {
+      findings.Reject(kReasonInvalidField, error);
+    }
     v1::Group group;
     group.set_key(GroupKey(lg.metadata.namespace_, lg.metadata.name));
 
@@ -402,16 +418,15 @@ class LogonGroupCompiler {
   static void CompileUpstreamTls(const model::UpstreamTlsSpec& spec, v1::UpstreamTls* out,
                                  Findings& findings) {
     std::string mode = spec.mode.value_or("none");
+    // The proxy speaks plain HTTP to servers only: reencrypt would be
+    // accepted and silently not done.
     if (mode == "none") {
       out->set_mode(v1::UPSTREAM_TLS_MODE_NONE);
-    } else if (mode == "reencrypt") {
-      out->set_mode(v1::UPSTREAM_TLS_MODE_REENCRYPT);
     } else {
       findings.Reject(kReasonInvalidField,
-                      "spec.upstreamTLS.mode: " + Quote(mode) + " is not one of none, reencrypt");
+                      "spec.upstreamTLS.mode: " + Quote(mode) +
+                          " is not one of none (this version has no TLS to servers)");
     }
-    out->set_server_name(spec.server_name);
-    out->set_ca_secret(spec.ca_secret);
   }
 
   void CompileBackend(const LogonGroup& lg, std::uint32_t default_capacity, v1::Group* group,
@@ -723,7 +738,8 @@ class UrlMappingCompiler {
                               const std::set<std::string>& existing_groups)
       : accepted_groups_(accepted_groups), existing_groups_(existing_groups) {}
 
-  ObjectStatus Compile(const UrlMapping& um) {
+  // `last_good`: the version to serve instead when this one's spec is rejected.
+  ObjectStatus Compile(const UrlMapping& um, const UrlMapping* last_good = nullptr) {
     Findings findings;
     const auto& spec = um.spec;
     const std::string& ns = um.metadata.namespace_;
@@ -731,6 +747,10 @@ class UrlMappingCompiler {
 
     v1::Kind root = v1::KIND_JAVA;
     bool valid_spec = true;
+    for (const std::string& error : um.field_errors) {
+      findings.Reject(kReasonInvalidField, error);
+      valid_spec = false;
+    }
     if (spec.default_root_handler) {
       if (auto parsed = ParseKind(*spec.default_root_handler, /*accept_j2ee=*/true)) {
         root = *parsed;
@@ -832,7 +852,10 @@ class UrlMappingCompiler {
       permissions.push_back(std::move(permission));
     }
 
-    if (valid_spec) {
+    const bool serve_last_good = findings.rejected() && last_good != nullptr && !(*last_good == um);
+    if (serve_last_good) {
+      Compile(*last_good);  // its rules and permissions; its status is not this object's
+    } else if (valid_spec) {
       for (const auto& host : hosts) {
         ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java, rules,
                     permissions, findings);
@@ -850,6 +873,9 @@ class UrlMappingCompiler {
     status.name = um.metadata.name;
     status.generation = um.metadata.generation;
     status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
+    if (serve_last_good) {
+      MarkServingLastGood(last_good->metadata.generation, &status);
+    }
     return status;
   }
 
@@ -977,6 +1003,27 @@ const Condition* ObjectStatus::Find(std::string_view type) const {
 
 namespace {
 
+// Compiles `lg`; when it is rejected, the group of its last accepted
+// version (compiled against the same endpoints) goes into the snapshot.
+GroupResult CompileGroup(LogonGroupCompiler& compiler, const LogonGroup& lg,
+                         const LastGood* last_good) {
+  GroupResult result = compiler.Compile(lg);
+  if (result.group || last_good == nullptr) {
+    return result;
+  }
+  auto it = last_good->logon_groups.find({lg.metadata.namespace_, lg.metadata.name});
+  if (it == last_good->logon_groups.end() || it->second == lg) {
+    return result;
+  }
+  GroupResult previous = compiler.Compile(it->second);
+  if (previous.group) {
+    result.group = std::move(previous.group);
+    result.status.ready_servers = previous.status.ready_servers;
+    MarkServingLastGood(it->second.metadata.generation, &result.status);
+  }
+  return result;
+}
+
 // A compiled LogonGroup on its way into a CompileResult.
 struct CompiledGroup {
   GroupResult* result;
@@ -987,7 +1034,7 @@ struct CompiledGroup {
 // UrlMappings together into the snapshot and the statuses, and stamps the
 // version. Moves out of the results when `take`, else copies them.
 CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
-                       bool take) {
+                       bool take, const LastGood* last_good) {
   CompileResult result;
   v1::Snapshot& snapshot = result.snapshot;
   std::set<std::string> accepted_groups;
@@ -1033,7 +1080,14 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
   UrlMappingCompiler mapping_compiler(accepted_groups, existing_groups);
   std::vector<ObjectStatus> mapping_statuses;
   for (const UrlMapping* um : by_age) {
-    mapping_statuses.push_back(mapping_compiler.Compile(*um));
+    const UrlMapping* previous = nullptr;
+    if (last_good != nullptr) {
+      auto it = last_good->url_mappings.find({um->metadata.namespace_, um->metadata.name});
+      if (it != last_good->url_mappings.end()) {
+        previous = &it->second;
+      }
+    }
+    mapping_statuses.push_back(mapping_compiler.Compile(*um, previous));
   }
   mapping_compiler.AppendVirtualHosts(&snapshot);
   std::sort(mapping_statuses.begin(), mapping_statuses.end(),
@@ -1072,20 +1126,70 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
 
 }  // namespace
 
-CompileResult Compile(const ObjectSet& objects) {
+CompileResult Compile(const ObjectSet& objects, const LastGood* last_good) {
   IndexedInputs inputs(objects);
   LogonGroupCompiler group_compiler(inputs);
   std::vector<GroupResult> results;
   results.reserve(objects.logon_groups().size());
   for (const auto& [key, lg] : objects.logon_groups()) {
-    results.push_back(group_compiler.Compile(lg));
+    results.push_back(CompileGroup(group_compiler, lg, last_good));
   }
   std::vector<CompiledGroup> compiled;
   compiled.reserve(results.size());
   for (GroupResult& result : results) {
     compiled.push_back({&result, nullptr});
   }
-  return Assemble(objects, compiled, /*take=*/true);
+  return Assemble(objects, compiled, /*take=*/true, last_good);
+}
+
+std::vector<model::ObjectKey> UpdateLastGood(const ObjectSet& objects, const CompileResult& result,
+                                             LastGood* last_good) {
+  std::vector<model::ObjectKey> changed;
+  auto remember = [&](const ObjectStatus& status, const auto& current, auto& kept) {
+    ObjectSet::NamespacedName key{status.namespace_, status.name};
+    auto it = current.find(key);
+    if (it == current.end()) {
+      return;
+    }
+    auto [slot, inserted] = kept.try_emplace(key, it->second);
+    if (!inserted && slot->second == it->second) {
+      return;
+    }
+    slot->second = it->second;
+    changed.push_back({status.kind, status.namespace_, status.name});
+  };
+  for (const ObjectStatus& status : result.statuses) {
+    const Condition* accepted = status.Find(kAccepted);
+    if (accepted == nullptr || accepted->status != "True") {
+      continue;
+    }
+    if (status.kind == model::kLogonGroupKind) {
+      remember(status, objects.logon_groups(), last_good->logon_groups);
+    } else if (status.kind == model::kUrlMappingKind) {
+      remember(status, objects.url_mappings(), last_good->url_mappings);
+    }
+  }
+  auto forget = [&](std::string_view kind, const auto& current, auto& kept) {
+    for (auto it = kept.begin(); it != kept.end();) {
+      if (current.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      changed.push_back({std::string(kind), it->first.first, it->first.second});
+      it = kept.erase(it);
+    }
+  };
+  forget(model::kLogonGroupKind, objects.logon_groups(), last_good->logon_groups);
+  forget(model::kUrlMappingKind, objects.url_mappings(), last_good->url_mappings);
+  return changed;
+}
+
+std::size_t CountRejected(const CompileResult& result, std::string_view kind) {
+  return static_cast<std::size_t>(
+      std::count_if(result.statuses.begin(), result.statuses.end(), [&](const ObjectStatus& s) {
+        const Condition* accepted = s.Find(kAccepted);
+        return s.kind == kind && accepted != nullptr && accepted->status == "False";
+      }));
 }
 
 // ---- CompileMemo ----
@@ -1096,8 +1200,9 @@ struct CompileMemo::State {
   struct Entry {
     GroupResult result;
     Sha256Digest digest{};  // of *result.group
-    // What its compile read besides the LogonGroup.
-    std::optional<NamespacedName> service;
+    // What its compile read besides the LogonGroup (and its last good
+    // version, when that was compiled too).
+    std::vector<NamespacedName> services;
     std::vector<NamespacedName> pods;
   };
   // Changes reported since the last compile; `all_changed` when there is
@@ -1157,8 +1262,8 @@ struct CompileMemo::State {
         }
       }
     };
-    if (entry.service) {
-      update(groups_by_service, *entry.service);
+    for (const NamespacedName& service : entry.services) {
+      update(groups_by_service, service);
     }
     for (const NamespacedName& pod : entry.pods) {
       update(groups_by_pod, pod);
@@ -1187,7 +1292,7 @@ class MemoInputs : public GroupInputs {
   const std::vector<const EndpointSlice*>* SlicesOf(const std::string& ns,
                                                     const std::string& service) override {
     NamespacedName key{ns, service};
-    entry_->service = key;
+    entry_->services.push_back(key);
     auto it = state_.slices_of_service.find(key);
     if (it == state_.slices_of_service.end()) {
       return nullptr;
@@ -1251,7 +1356,7 @@ std::uint64_t CompileMemo::groups_reused() const {
   return state_->groups_reused;
 }
 
-CompileResult Compile(const ObjectSet& objects, CompileMemo& memo) {
+CompileResult Compile(const ObjectSet& objects, CompileMemo& memo, const LastGood* last_good) {
   CompileMemo::State& state = *memo.state_;
   std::set<NamespacedName> dirty;
   std::optional<PodIndex> pod_index;
@@ -1310,7 +1415,7 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo) {
     }
     CompileMemo::State::Entry entry;
     inputs.RecordInto(&entry);
-    entry.result = group_compiler.Compile(lg->second);
+    entry.result = CompileGroup(group_compiler, lg->second, last_good);
     if (entry.result.group) {
       entry.digest = GroupDigest(*entry.result.group);
     }
@@ -1326,7 +1431,7 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo) {
   for (auto& [name, entry] : state.entries) {
     compiled.push_back({&entry.result, &entry.digest});
   }
-  CompileResult result = Assemble(objects, compiled, /*take=*/false);
+  CompileResult result = Assemble(objects, compiled, /*take=*/false, last_good);
   state.all_changed = false;
   return result;
 }

@@ -5,6 +5,7 @@
 // the same objects always give byte-identical output.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -50,6 +51,10 @@ struct ObjectStatus {
   std::int64_t generation = 0;        // becomes status.observedGeneration
   std::int32_t ready_servers = 0;     // LogonGroup only
   std::vector<Condition> conditions;  // Accepted, then ResolvedRefs
+  // Rejected, and the snapshot serves the object's last accepted version
+  // (LastGood) instead, of this generation.
+  bool serving_last_good = false;
+  std::int64_t last_good_generation = 0;
 
   const Condition* Find(std::string_view type) const;
   bool operator==(const ObjectStatus&) const = default;
@@ -70,7 +75,30 @@ struct CompileResult {
   SnapshotDigests digests;             // the snapshot's, as its version was built from
 };
 
-CompileResult Compile(const model::ObjectSet& objects);
+// The last accepted version of each LogonGroup and UrlMapping, which the
+// caller keeps between compiles (the pipeline: UpdateLastGood after each
+// compile). When an object's current version is rejected for something in
+// its spec, the snapshot carries the last accepted version instead (compiled
+// against the current endpoints) and the status says Accepted=False with
+// the reason: one bad edit does not withdraw a group that served before.
+// An object that was never accepted stays out, as without LastGood.
+struct LastGood {
+  std::map<model::ObjectSet::NamespacedName, model::LogonGroup> logon_groups;
+  std::map<model::ObjectSet::NamespacedName, model::UrlMapping> url_mappings;
+
+  bool operator==(const LastGood&) const = default;
+};
+
+// Makes `last_good` remember every object that `result` (compiled from
+// `objects`) accepted, and forget objects no longer in `objects`. Returns
+// the keys whose entry changed.
+std::vector<model::ObjectKey> UpdateLastGood(const model::ObjectSet& objects,
+                                             const CompileResult& result, LastGood* last_good);
+
+// Objects whose status says Accepted=False, by kind.
+std::size_t CountRejected(const CompileResult& result, std::string_view kind);
+
+CompileResult Compile(const model::ObjectSet& objects, const LastGood* last_good = nullptr);
 
 // Remembers each LogonGroup's compiled result (and content digest) between
 // compiles of one ObjectSet, and what each read: its Service's
@@ -97,11 +125,14 @@ class CompileMemo {
   struct State;  // internal to compile.cc
 
  private:
-  friend CompileResult Compile(const model::ObjectSet& objects, CompileMemo& memo);
+  friend CompileResult Compile(const model::ObjectSet& objects, CompileMemo& memo,
+                               const LastGood* last_good);
   std::unique_ptr<State> state_;
 };
 
-// Compile(objects) with the memo's help.
-CompileResult Compile(const model::ObjectSet& objects, CompileMemo& memo);
+// Compile(objects, last_good) with the memo's help. A change of a
+// LastGood entry must be reported to the memo (Changed) like an object's.
+CompileResult Compile(const model::ObjectSet& objects, CompileMemo& memo,
+                      const LastGood* last_good = nullptr);
 
 }  // namespace kwd::compile

@@ -1,5 +1,7 @@
 #include "controller/model/model.h"
 
+#include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -48,10 +50,26 @@ class Reader {
  public:
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
+  const std::string& error_path() const { return error_path_; }
+  std::vector<std::string>& unknown_fields() { return unknown_fields_; }
 
   void Fail(std::string_view path, std::string_view message) {
     if (error_.empty()) {
       error_ = std::string(path) + ": " + std::string(message);
+      error_path_ = std::string(path);
+    }
+  }
+
+  // Records every key of `object` (at `path`) that is not in `known`.
+  void Known(const json* object, std::string_view path,
+             std::initializer_list<std::string_view> known) {
+    if (object == nullptr || !object->is_object()) {
+      return;
+    }
+    for (const auto& [key, value] : object->items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        unknown_fields_.push_back(Join(path, key));
+      }
     }
   }
 
@@ -209,10 +227,32 @@ class Reader {
 
  private:
   std::string error_;
+  std::string error_path_;
+  std::vector<std::string> unknown_fields_;
 };
 
-void ReadMetadata(Reader& r, const json& object, ObjectMeta* meta) {
+// The fields of ObjectMeta as the API server may send them.
+const std::initializer_list<std::string_view> kMetadataFields = {"name",
+                                                                 "generateName",
+                                                                 "namespace",
+                                                                 "selfLink",
+                                                                 "uid",
+                                                                 "resourceVersion",
+                                                                 "generation",
+                                                                 "creationTimestamp",
+                                                                 "deletionTimestamp",
+                                                                 "deletionGracePeriodSeconds",
+                                                                 "labels",
+                                                                 "annotations",
+                                                                 "ownerReferences",
+                                                                 "finalizers",
+                                                                 "managedFields"};
+
+void ReadMetadata(Reader& r, const json& object, ObjectMeta* meta, bool strict = false) {
   const json* metadata = r.ObjectField(object, "metadata", "metadata");
+  if (strict) {
+    r.Known(metadata, "metadata", kMetadataFields);
+  }
   if (metadata == nullptr) {
     if (r.ok()) {
       r.Fail("metadata", "missing");
@@ -257,6 +297,9 @@ void ReadIntOrString(Reader& r, const json& parent, std::string_view key, std::s
 }
 
 void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
+  r.Known(&spec, "spec",
+          {"kind", "strategy", "defaultCapacity", "loadResetIntervalSeconds", "backend",
+           "healthCheck", "sessionAffinity", "upstreamTLS"});
   r.OptString(spec, "kind", "spec.kind", &out->kind);
   r.OptString(spec, "strategy", "spec.strategy", &out->strategy);
   r.OptInt(spec, "defaultCapacity", "spec.defaultCapacity", &out->default_capacity);
@@ -265,7 +308,9 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* backend = r.ObjectField(spec, "backend", "spec.backend")) {
     Backend b;
+    r.Known(backend, "spec.backend", {"service", "staticServers"});
     if (const json* service = r.ObjectField(*backend, "service", "spec.backend.service")) {
+      r.Known(service, "spec.backend.service", {"name", "port"});
       ServiceBackend s;
       r.String(*service, "name", "spec.backend.service.name", &s.name);
       ReadIntOrString(r, *service, "port", "spec.backend.service.port", &s.port);
@@ -275,6 +320,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
       std::vector<StaticServer> servers;
       r.ObjectList(*backend, "staticServers", "spec.backend.staticServers", &servers,
                    [&r](const json& entry, const std::string& path, StaticServer* server) {
+                     r.Known(&entry, path, {"name", "address", "port", "capacity"});
                      r.String(entry, "name", Join(path, "name"), &server->name);
                      r.String(entry, "address", Join(path, "address"), &server->address);
                      r.OptInt(entry, "port", Join(path, "port"), &server->port);
@@ -287,6 +333,9 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* hc = r.ObjectField(spec, "healthCheck", "spec.healthCheck")) {
     auto& h = out->health_check;
+    r.Known(
+        hc, "spec.healthCheck",
+        {"path", "intervalSeconds", "timeoutSeconds", "unhealthyThreshold", "healthyThreshold"});
     r.OptString(*hc, "path", "spec.healthCheck.path", &h.path);
     r.OptInt(*hc, "intervalSeconds", "spec.healthCheck.intervalSeconds", &h.interval_seconds);
     r.OptInt(*hc, "timeoutSeconds", "spec.healthCheck.timeoutSeconds", &h.timeout_seconds);
@@ -297,6 +346,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* sa = r.ObjectField(spec, "sessionAffinity", "spec.sessionAffinity")) {
     auto& a = out->session_affinity;
+    r.Known(sa, "spec.sessionAffinity", {"identifiers", "sessionTable", "affinityCookie"});
     if (r.Field(*sa, "identifiers") != nullptr) {
       std::vector<std::string> identifiers;
       r.StringList(*sa, "identifiers", "spec.sessionAffinity.identifiers", &identifiers);
@@ -304,6 +354,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
     }
     if (const json* table =
             r.ObjectField(*sa, "sessionTable", "spec.sessionAffinity.sessionTable")) {
+      r.Known(table, "spec.sessionAffinity.sessionTable", {"maxEntries", "idleTimeoutSeconds"});
       r.OptInt(*table, "maxEntries", "spec.sessionAffinity.sessionTable.maxEntries",
                &a.session_table.max_entries);
       r.OptInt(*table, "idleTimeoutSeconds", "spec.sessionAffinity.sessionTable.idleTimeoutSeconds",
@@ -311,6 +362,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
     }
     if (const json* cookie =
             r.ObjectField(*sa, "affinityCookie", "spec.sessionAffinity.affinityCookie")) {
+      r.Known(cookie, "spec.sessionAffinity.affinityCookie", {"enabled", "name"});
       r.OptBool(*cookie, "enabled", "spec.sessionAffinity.affinityCookie.enabled",
                 &a.affinity_cookie.enabled);
       r.OptString(*cookie, "name", "spec.sessionAffinity.affinityCookie.name",
@@ -320,27 +372,30 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* tls = r.ObjectField(spec, "upstreamTLS", "spec.upstreamTLS")) {
     auto& t = out->upstream_tls;
+    r.Known(tls, "spec.upstreamTLS", {"mode"});
     r.OptString(*tls, "mode", "spec.upstreamTLS.mode", &t.mode);
-    r.String(*tls, "serverName", "spec.upstreamTLS.serverName", &t.server_name);
-    r.String(*tls, "caSecret", "spec.upstreamTLS.caSecret", &t.ca_secret);
   }
 }
 
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
+  r.Known(&spec, "spec", {"hosts", "defaultRootHandler", "defaultGroups", "rules", "permissions"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
+    r.Known(groups, "spec.defaultGroups", {"abap", "java"});
     r.OptString(*groups, "abap", "spec.defaultGroups.abap", &out->default_groups.abap);
     r.OptString(*groups, "java", "spec.defaultGroups.java", &out->default_groups.java);
   }
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
+                 r.Known(&entry, path, {"prefix", "kind", "logonGroup"});
                  r.String(entry, "prefix", Join(path, "prefix"), &rule->prefix);
                  r.OptString(entry, "kind", Join(path, "kind"), &rule->kind);
                  r.OptString(entry, "logonGroup", Join(path, "logonGroup"), &rule->logon_group);
                });
   r.ObjectList(spec, "permissions", "spec.permissions", &out->permissions,
                [&r](const json& entry, const std::string& path, PermissionEntry* permission) {
+                 r.Known(&entry, path, {"action", "pattern"});
                  r.String(entry, "action", Join(path, "action"), &permission->action);
                  r.String(entry, "pattern", Join(path, "pattern"), &permission->pattern);
                });
@@ -385,9 +440,24 @@ DecodeResult Finish(Reader& r, Object object) {
     result.object = std::move(object);
   } else {
     result.error = r.error();
+    result.error_path = r.error_path();
   }
   return result;
 }
+
+// A LogonGroup/UrlMapping also keeps its unknown fields (see DecodeResult).
+template <typename T>
+DecodeResult FinishCustom(Reader& r, T object) {
+  for (const std::string& path : r.unknown_fields()) {
+    object.field_errors.push_back(path + ": unknown field");
+  }
+  DecodeResult result = Finish(r, std::move(object));
+  result.unknown_fields = std::move(r.unknown_fields());
+  return result;
+}
+
+const std::initializer_list<std::string_view> kCustomResourceFields = {
+    "apiVersion", "kind", "metadata", "spec", "status"};
 
 DecodeResult DecodeKnownKind(std::string_view kind, const json& value) {
   Reader r;
@@ -399,19 +469,21 @@ DecodeResult DecodeKnownKind(std::string_view kind, const json& value) {
   }
   if (kind == kLogonGroupKind) {
     LogonGroup group;
-    ReadMetadata(r, value, &group.metadata);
+    r.Known(&value, "", kCustomResourceFields);
+    ReadMetadata(r, value, &group.metadata, /*strict=*/true);
     if (const json* spec = r.ObjectField(value, "spec", "spec")) {
       ReadLogonGroupSpec(r, *spec, &group.spec);
     }
-    return Finish(r, std::move(group));
+    return FinishCustom(r, std::move(group));
   }
   if (kind == kUrlMappingKind) {
     UrlMapping mapping;
-    ReadMetadata(r, value, &mapping.metadata);
+    r.Known(&value, "", kCustomResourceFields);
+    ReadMetadata(r, value, &mapping.metadata, /*strict=*/true);
     if (const json* spec = r.ObjectField(value, "spec", "spec")) {
       ReadUrlMappingSpec(r, *spec, &mapping.spec);
     }
-    return Finish(r, std::move(mapping));
+    return FinishCustom(r, std::move(mapping));
   }
   if (kind == kEndpointSliceKind) {
     EndpointSlice slice;
@@ -481,15 +553,31 @@ DecodeResult DecodeObject(const nlohmann::json& json) {
   auto api_it = json.find("apiVersion");
   if (kind_it == json.end() || !kind_it->is_string()) {
     result.error = "kind: missing or not a string";
+    result.error_path = "kind";
     return result;
   }
   if (api_it == json.end() || !api_it->is_string()) {
     result.error = "apiVersion: missing or not a string";
+    result.error_path = "apiVersion";
     return result;
   }
   std::string kind = kind_it->get<std::string>();
   std::string api_version = api_it->get<std::string>();
   std::string_view expected = ApiVersionOf(kind);
+  constexpr std::string_view kDispatchGroup = "dispatch.kwd.io/";
+  if (api_version.starts_with(kDispatchGroup) && expected != api_version) {
+    // Ours, misspelt: never skipped silently.
+    if (expected.empty() || expected != kDispatchApiVersion) {
+      result.error =
+          "kind: \"" + kind + "\" is not a kind of " + api_version + " (LogonGroup, UrlMapping)";
+      result.error_path = "kind";
+    } else {
+      result.error = "apiVersion: \"" + api_version + "\" is not served; use " +
+                     std::string(kDispatchApiVersion);
+      result.error_path = "apiVersion";
+    }
+    return result;
+  }
   if (expected.empty() || expected != api_version) {
     result.unsupported_kind = true;
     result.error = "unsupported kind " + api_version + "/" + kind;

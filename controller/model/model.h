@@ -113,10 +113,10 @@ struct SessionAffinitySpec {
   bool operator==(const SessionAffinitySpec&) const = default;
 };
 
+// Only `mode` (none): the proxy cannot speak TLS to servers yet, so
+// serverName and caSecret are unknown fields rather than silently ignored.
 struct UpstreamTlsSpec {
   std::optional<std::string> mode;
-  std::string server_name;
-  std::string ca_secret;
 
   bool operator==(const UpstreamTlsSpec&) const = default;
 };
@@ -137,6 +137,10 @@ struct LogonGroupSpec {
 struct LogonGroup {
   ObjectMeta metadata;
   LogonGroupSpec spec;
+  // What the decoder could not take ("spec.strategee: unknown field"): the
+  // compiler rejects the object (Accepted=False, InvalidField) and serves
+  // its last accepted version.
+  std::vector<std::string> field_errors;
 
   bool operator==(const LogonGroup&) const = default;
 };
@@ -178,6 +182,7 @@ struct UrlMappingSpec {
 struct UrlMapping {
   ObjectMeta metadata;
   UrlMappingSpec spec;
+  std::vector<std::string> field_errors;  // as LogonGroup::field_errors
 
   bool operator==(const UrlMapping&) const = default;
 };
@@ -264,6 +269,12 @@ ObjectKey KeyOf(const Object& object);
 struct DecodeResult {
   std::optional<Object> object;  // set on success
   std::string error;             // set on failure: "spec.backend.service.port: ..."
+  std::string error_path;        // the field `error` is about ("" for the object)
+  // Fields of a LogonGroup/UrlMapping that kwd does not know, as paths
+  // ("spec.strategee"); also in the object's field_errors. Not an error
+  // for the decoder: files report them as errors, the API server's objects
+  // get Accepted=False from the compiler.
+  std::vector<std::string> unknown_fields;
   // The kind (or apiVersion) is not one of ours; `error` says which. Callers
   // that read mixed files skip such objects instead of failing.
   bool unsupported_kind = false;
@@ -272,7 +283,9 @@ struct DecodeResult {
 };
 
 // Decodes one object that carries its own `kind` and `apiVersion` (files,
-// watch events, custom-resource list items).
+// watch events, custom-resource list items). An apiVersion of the
+// dispatch.kwd.io group with a kind (or version) kwd does not serve is an
+// error, not an unsupported kind: it is a misspelt LogonGroup/UrlMapping.
 DecodeResult DecodeObject(const nlohmann::json& json);
 // Decodes an item of a typed list (which carries no kind/apiVersion), e.g.
 // an EndpointSliceList item: `kind` is one of the kind constants above.

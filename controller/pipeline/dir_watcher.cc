@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
@@ -79,31 +80,76 @@ bool DirWatcher::PollOnce() {
     return false;
   }
   signature_ = std::move(signature);
+  std::set<std::string> bad_files;
   for (const source::LoadProblem& problem : loaded.problems) {
     Log(problem.is_error() ? LogLevel::kError : LogLevel::kDebug, "dir", "load problem",
         {{"problem", problem.ToString()}});
+    if (problem.is_error()) {
+      bad_files.insert(problem.file);
+    }
   }
-  if (loaded.has_errors() && loaded_once_) {
+  if (bad_files.contains(dir_.string())) {
+    // The directory itself could not be listed: nothing new is known.
     ++failed_reloads_;
     Log(LogLevel::kError, "dir", "reload failed; keeping the last good objects",
         {{"dir", dir_.string()}});
     return false;
   }
-  // The first load serves what it could read, so the controller becomes
-  // ready even when one file is broken.
-  std::vector<ObservedObject> objects;
+  // Each file is a unit: a file that loads replaces its objects; a file
+  // with an error keeps the objects of its last good load (the first load
+  // takes what it could read, so the controller becomes ready even when a
+  // file is broken). The compile then keeps each object's last accepted
+  // version on top of that.
+  std::map<std::string, std::vector<model::Object>> files;
+  std::set<model::ObjectKey> loaded_keys;
+  auto add = [&](const model::Object& object) {
+    model::ObjectKey key = model::KeyOf(object);
+    auto origin = loaded.origins.find(key);
+    std::string file = origin == loaded.origins.end()
+                           ? std::string()
+                           : origin->second.substr(0, origin->second.rfind(':'));
+    if (bad_files.contains(file) && files_.contains(file)) {
+      return;
+    }
+    loaded_keys.insert(key);
+    files[file].push_back(object);
+  };
   const model::ObjectSet& set = loaded.objects;
   for (const auto& [name, object] : set.logon_groups()) {
-    objects.push_back({object, nullptr});
+    add(object);
   }
   for (const auto& [name, object] : set.url_mappings()) {
-    objects.push_back({object, nullptr});
+    add(object);
   }
   for (const auto& [name, object] : set.endpoint_slices()) {
-    objects.push_back({object, nullptr});
+    add(object);
   }
   for (const auto& [name, object] : set.pods()) {
-    objects.push_back({object, nullptr});
+    add(object);
+  }
+  for (const std::string& file : bad_files) {
+    auto kept = files_.find(file);
+    if (kept == files_.end()) {
+      continue;
+    }
+    for (const model::Object& object : kept->second) {
+      // An object moved to a file that loads comes from there.
+      if (!loaded_keys.contains(model::KeyOf(object))) {
+        files[file].push_back(object);
+      }
+    }
+  }
+  files_ = std::move(files);
+  std::vector<ObservedObject> objects;
+  for (const auto& [file, of_file] : files_) {
+    for (const model::Object& object : of_file) {
+      objects.push_back({object, nullptr});
+    }
+  }
+  if (!bad_files.empty() && loaded_once_) {
+    ++failed_reloads_;
+    Log(LogLevel::kError, "dir", "files with errors keep their last good objects",
+        {{"dir", dir_.string()}, {"files", std::to_string(bad_files.size())}});
   }
   Log(LogLevel::kInfo, "dir", loaded_once_ ? "directory reloaded" : "directory loaded",
       {{"dir", dir_.string()}, {"objects", std::to_string(objects.size())}});

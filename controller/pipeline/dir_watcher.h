@@ -3,8 +3,10 @@
 // Feeds the pipeline from a directory (--source=dir:DIR): loads every YAML
 // file, then polls the files' names, sizes and modification times and
 // reloads the whole directory when any of them changes. The store diffs the
-// reload, so only real changes rebuild. A reload with errors (a YAML syntax
-// error mid-edit) keeps the last good objects and logs the errors.
+// reload, so only real changes rebuild. A file with errors (a YAML syntax
+// error mid-edit, an unknown field) keeps the objects of its last good load
+// while the other files' changes go through; each error is logged with
+// file:line.
 //
 // Editors and scripts that rewrite a file in place truncate it first, so a
 // poll can see it empty or half written. A change is therefore read only
@@ -19,6 +21,7 @@
 #include <stop_token>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "controller/pipeline/pipeline.h"
 #include "controller/source/dir_source.h"
@@ -37,6 +40,7 @@ class DirWatcher {
   bool PollOnce();
 
   std::uint64_t reloads() const { return reloads_; }
+  // Reloads in which some file (or the directory) had errors.
   std::uint64_t failed_reloads() const { return failed_reloads_; }
 
  private:
@@ -52,6 +56,8 @@ class DirWatcher {
   const int source_;
   bool loaded_once_ = false;
   Signature signature_;
+  // The objects each file gave at its last good load ("" for none).
+  std::map<std::string, std::vector<model::Object>> files_;
   std::uint64_t reloads_ = 0;
   std::uint64_t failed_reloads_ = 0;
 };

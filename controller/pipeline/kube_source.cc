@@ -1,5 +1,8 @@
 #include "controller/pipeline/kube_source.h"
 
+#include <type_traits>
+#include <variant>
+
 #include "common/log.h"
 
 namespace kwd::pipeline {
@@ -47,6 +50,26 @@ std::string CollectionPath(std::string_view kind, std::string_view namespace_) {
 std::optional<ObservedObject> DecodeObserved(std::string_view kind, const nlohmann::json& json,
                                              std::string* error) {
   model::DecodeResult decoded = model::DecodeObjectOfKind(kind, json);
+  if (!decoded.ok() && (kind == model::kLogonGroupKind || kind == model::kUrlMappingKind) &&
+      json.is_object() && json.contains("metadata")) {
+    // A LogonGroup/UrlMapping whose spec cannot be read (a CRD newer than
+    // this controller) is kept as an object the compiler rejects, so that
+    // its last accepted version stays served and its status says why.
+    model::DecodeResult stub =
+        model::DecodeObjectOfKind(kind, nlohmann::json{{"metadata", json["metadata"]}});
+    if (stub.ok()) {
+      std::visit(
+          [&](auto& typed) {
+            using T = std::decay_t<decltype(typed)>;
+            if constexpr (std::is_same_v<T, model::LogonGroup> ||
+                          std::is_same_v<T, model::UrlMapping>) {
+              typed.field_errors.push_back(decoded.error);
+            }
+          },
+          *stub.object);
+      decoded = std::move(stub);
+    }
+  }
   if (!decoded.ok()) {
     *error = decoded.error;
     return std::nullopt;

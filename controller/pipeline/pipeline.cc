@@ -175,10 +175,39 @@ void Pipeline::Rebuild() {
     return;
   }
   const std::string version = result->snapshot.version();
+  store_.RememberAccepted(*result);
   {
     std::lock_guard lock(mu_);
     current_ = result;
   }
+  if (metrics_ != nullptr) {
+    for (std::string_view kind : {model::kLogonGroupKind, model::kUrlMappingKind}) {
+      metrics_
+          ->GetGauge("kwd_controller_objects_rejected",
+                     "LogonGroups and UrlMappings whose current version is rejected "
+                     "(Accepted=False); the last accepted version, if any, is served.",
+                     {{"kind", std::string(kind)}})
+          .Set(static_cast<double>(compile::CountRejected(*result, kind)));
+    }
+  }
+  // Each rejection is logged once (again when its message changes).
+  std::map<model::ObjectKey, std::string> rejected;
+  for (const compile::ObjectStatus& status : result->statuses) {
+    const compile::Condition* accepted = status.Find(compile::kAccepted);
+    if (accepted == nullptr || accepted->status != "False") {
+      continue;
+    }
+    model::ObjectKey key{status.kind, status.namespace_, status.name};
+    auto logged = rejected_logged_.find(key);
+    if (logged == rejected_logged_.end() || logged->second != accepted->message) {
+      Log(LogLevel::kWarn, "pipeline", "object rejected",
+          {{"object", key.ToString()},
+           {"reason", accepted->reason},
+           {"message", accepted->message}});
+    }
+    rejected.emplace(std::move(key), accepted->message);
+  }
+  rejected_logged_ = std::move(rejected);
   if (version != published_version_) {
     published_version_ = version;
     if (metrics_ != nullptr) {

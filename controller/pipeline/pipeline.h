@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -122,6 +123,7 @@ class Pipeline {
   std::vector<bool> source_synced_;
   bool all_synced_ = false;
   std::string published_version_;
+  std::map<model::ObjectKey, std::string> rejected_logged_;  // Accepted=False messages logged
 
   std::atomic<bool> ready_{false};
   std::atomic<std::uint64_t> compiles_{0};

@@ -212,4 +212,36 @@ void StatusWriter::Run(std::stop_token stop) {
   }
 }
 
+std::string ObjectsJson(const compile::CompileResult& result) {
+  nlohmann::json objects = nlohmann::json::array();
+  int rejected = 0;
+  for (const compile::ObjectStatus& status : result.statuses) {
+    const compile::Condition* accepted = status.Find(compile::kAccepted);
+    bool is_accepted = accepted != nullptr && accepted->status == "True";
+    rejected += is_accepted ? 0 : 1;
+    nlohmann::json conditions = nlohmann::json::array();
+    for (const compile::Condition& condition : status.conditions) {
+      conditions.push_back({{"type", condition.type},
+                            {"status", condition.status},
+                            {"reason", condition.reason},
+                            {"message", condition.message}});
+    }
+    nlohmann::json object = {{"kind", status.kind},
+                             {"namespace", status.namespace_},
+                             {"name", status.name},
+                             {"generation", status.generation},
+                             {"accepted", is_accepted},
+                             {"servingLastGood", status.serving_last_good},
+                             {"conditions", std::move(conditions)}};
+    if (status.serving_last_good) {
+      object["lastGoodGeneration"] = status.last_good_generation;
+    }
+    objects.push_back(std::move(object));
+  }
+  // Invalid UTF-8 from an object's field is replaced, never thrown.
+  return nlohmann::json{{"objects", std::move(objects)}, {"rejected", rejected}}.dump(
+             2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
 }  // namespace kwd::pipeline

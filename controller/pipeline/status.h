@@ -38,6 +38,12 @@ std::optional<nlohmann::json> StatusToWrite(const compile::ObjectStatus& desired
                                             const nlohmann::json* observed,
                                             std::chrono::system_clock::time_point now);
 
+// Every LogonGroup's and UrlMapping's status in `result` as a JSON document
+// for the admin port's /debug/objects: {"objects": [{kind, namespace, name,
+// generation, accepted, servingLastGood, lastGoodGeneration, conditions}],
+// "rejected": N}.
+std::string ObjectsJson(const compile::CompileResult& result);
+
 struct StatusUpdate {
   model::ObjectKey key;
   nlohmann::json status;

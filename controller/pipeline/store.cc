@@ -154,6 +154,12 @@ bool ObjectStore::Replace(std::string_view kind, std::string_view namespace_,
   return changed;
 }
 
+void ObjectStore::RememberAccepted(const compile::CompileResult& result) {
+  for (const model::ObjectKey& key : compile::UpdateLastGood(objects_, result, &last_good_)) {
+    memo_.Changed(key);
+  }
+}
+
 const nlohmann::json* ObjectStore::ObservedStatus(const model::ObjectKey& key) const {
   auto it = statuses_.find(key);
   return it == statuses_.end() ? nullptr : &it->second;

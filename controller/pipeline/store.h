@@ -45,11 +45,15 @@ class ObjectStore {
                std::vector<ObservedObject> objects);
 
   const model::ObjectSet& objects() const { return objects_; }
-  // compile::Compile(objects()), compiling again only the LogonGroups that
-  // the writes since the last call touched (every write is reported to the
-  // store's CompileMemo).
-  compile::CompileResult Compile() { return compile::Compile(objects_, memo_); }
+  // compile::Compile(objects(), &last_good()), compiling again only the
+  // LogonGroups that the writes since the last call touched (every write is
+  // reported to the store's CompileMemo).
+  compile::CompileResult Compile() { return compile::Compile(objects_, memo_, &last_good_); }
   const compile::CompileMemo& memo() const { return memo_; }
+  // Remembers the objects `result` (a Compile() of the current objects that
+  // is being served) accepted as their last good versions.
+  void RememberAccepted(const compile::CompileResult& result);
+  const compile::LastGood& last_good() const { return last_good_; }
   // The status the API server last reported for a LogonGroup/UrlMapping, or null.
   const nlohmann::json* ObservedStatus(const model::ObjectKey& key) const;
   std::size_t CountOf(std::string_view kind) const;
@@ -63,6 +67,7 @@ class ObjectStore {
 
   model::ObjectSet objects_;
   compile::CompileMemo memo_;
+  compile::LastGood last_good_;
   std::map<model::ObjectKey, nlohmann::json> statuses_;
   // (namespace, service) named by LogonGroups, with reference counts.
   std::map<NamespacedName, int> referenced_services_;

@@ -1,10 +1,13 @@
 #include "controller/source/dir_source.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <system_error>
@@ -49,34 +52,187 @@ json PlainScalar(const std::string& text) {
   return text;
 }
 
-json ToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Scalar:
-      // "?" marks a plain scalar; quoted ("!") or explicitly tagged scalars
-      // stay strings.
-      if (node.Tag() == "?") {
-        return PlainScalar(node.Scalar());
-      }
-      return node.Scalar();
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const auto& item : node) {
-        out.push_back(ToJson(item));
-      }
-      return out;
+std::string JoinPath(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+// A YAML problem at a line; ends the file's parse.
+struct YamlError {
+  int line = 0;
+  std::string message;
+};
+
+int LineOf(const YAML::Mark& mark) {
+  return mark.is_null() ? 0 : mark.line + 1;
+}
+
+// One YAML document as JSON, with the line of every field and list item by
+// its path as the model writes paths ("spec.rules[0].prefix").
+struct Document {
+  json value;
+  int line = 0;
+  std::map<std::string, int> lines;
+  std::vector<LoadProblem> problems;  // duplicate keys and the like
+};
+
+// Builds JSON straight from yaml-cpp's parse events instead of its node
+// tree: an alias in a node tree is a shared node that converting expands
+// (a few hundred bytes of nested aliases become gigabytes), and the tree
+// keeps only one of two equal keys. Here anchors and aliases are refused,
+// a duplicate key is a problem at its own line, and each value's line is
+// kept for messages. yaml-cpp's parser bounds the nesting depth itself.
+class JsonBuilder final : public YAML::EventHandler {
+ public:
+  explicit JsonBuilder(std::string file) : file_(std::move(file)) {}
+
+  std::vector<Document>& documents() { return documents_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    documents_.emplace_back();
+    documents_.back().line = LineOf(mark);
+    stack_.clear();
+    root_seen_ = false;
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    Refuse(mark, anchor);
+    Value(mark, nullptr);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    throw YamlError{LineOf(mark), "YAML aliases (*name) are not supported"};
+  }
+  void OnAnchor(const YAML::Mark& mark, const std::string&) override {
+    throw YamlError{LineOf(mark), "YAML anchors (&name) are not supported"};
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    Refuse(mark, anchor);
+    if (!stack_.empty() && stack_.back().value.is_object() && !stack_.back().key) {
+      Key(mark, value);
+      return;
     }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& entry : node) {
-        out[entry.first.as<std::string>()] = ToJson(entry.second);
-      }
-      return out;
+    // "?" marks a plain scalar; quoted ("!") or explicitly tagged scalars
+    // stay strings.
+    Value(mark, tag == "?" ? PlainScalar(value) : json(value));
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(mark, anchor, json::array());
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(mark, anchor, json::object());
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Frame {
+    json value;
+    std::string path;
+    std::optional<std::string> key;  // a map's key awaiting its value
+    bool skip_value = false;         // the key was a duplicate: drop its value
+  };
+
+  static void Refuse(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) {
+      throw YamlError{LineOf(mark), "YAML anchors (&name) are not supported"};
     }
   }
-  return nullptr;
+
+  Document& document() { return documents_.back(); }
+
+  void Key(const YAML::Mark& mark, const std::string& key) {
+    Frame& map = stack_.back();
+    std::string path = JoinPath(map.path, key);
+    auto [it, inserted] = document().lines.emplace(path, LineOf(mark));
+    map.skip_value = map.value.contains(key);
+    if (map.skip_value) {
+      document().problems.push_back(
+          {LoadProblem::Severity::kError, file_, LineOf(mark),
+           path + ": duplicate key (first at line " + std::to_string(it->second) + ")"});
+    }
+    map.key = key;
+  }
+
+  // The path a new value in the innermost container gets; records its line.
+  std::string NextPath(const YAML::Mark& mark) {
+    if (stack_.empty()) {
+      return "";
+    }
+    Frame& parent = stack_.back();
+    if (parent.value.is_object()) {
+      if (!parent.key) {
+        throw YamlError{LineOf(mark), "a mapping key must be a plain string"};
+      }
+      return JoinPath(parent.path, *parent.key);
+    }
+    std::string path = parent.path + "[" + std::to_string(parent.value.size()) + "]";
+    document().lines.emplace(path, LineOf(mark));
+    return path;
+  }
+
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor, json empty) {
+    Refuse(mark, anchor);
+    if (stack_.empty()) {
+      root_seen_ = true;
+      document().line = LineOf(mark);
+    }
+    std::string path = NextPath(mark);
+    stack_.push_back({std::move(empty), std::move(path), std::nullopt, false});
+  }
+
+  void Close() {
+    Frame frame = std::move(stack_.back());
+    stack_.pop_back();
+    Place(std::move(frame.value));
+  }
+
+  void Value(const YAML::Mark& mark, json value) {
+    if (stack_.empty()) {
+      root_seen_ = true;
+      document().line = LineOf(mark);
+    } else {
+      NextPath(mark);
+    }
+    Place(std::move(value));
+  }
+
+  void Place(json value) {
+    if (stack_.empty()) {
+      document().value = std::move(value);
+      return;
+    }
+    Frame& parent = stack_.back();
+    if (parent.value.is_object()) {
+      if (!parent.skip_value) {
+        parent.value[*parent.key] = std::move(value);
+      }
+      parent.key.reset();
+      parent.skip_value = false;
+    } else {
+      parent.value.push_back(std::move(value));
+    }
+  }
+
+  const std::string file_;
+  std::vector<Document> documents_;
+  std::vector<Frame> stack_;
+  bool root_seen_ = false;
+};
+
+// The line of `path` in `document`, else of its closest parent, else of
+// the document.
+int LineOfPath(const Document& document, std::string path) {
+  while (!path.empty()) {
+    if (auto it = document.lines.find(path); it != document.lines.end()) {
+      return it->second;
+    }
+    std::size_t cut = path.find_last_of(".[");
+    path = path.substr(0, cut == std::string::npos ? 0 : cut);
+  }
+  return document.line;
 }
 
 std::string Describe(const json& object) {
@@ -113,28 +269,34 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
   auto add = [&](LoadProblem::Severity severity, int line, std::string message) {
     result->problems.push_back({severity, file, line, std::move(message)});
   };
-  std::vector<YAML::Node> documents;
+  JsonBuilder builder(file);
   try {
-    documents = YAML::LoadAll(std::string(yaml_text));
+    std::istringstream in{std::string(yaml_text)};
+    YAML::Parser parser(in);
+    while (parser.HandleNextDocument(builder)) {
+    }
   } catch (const YAML::Exception& e) {
-    add(LoadProblem::Severity::kError, e.mark.is_null() ? 0 : e.mark.line + 1,
-        "YAML syntax error: " + e.msg);
+    add(LoadProblem::Severity::kError, LineOf(e.mark), "YAML syntax error: " + e.msg);
+    return;
+  } catch (const YamlError& e) {
+    add(LoadProblem::Severity::kError, e.line, e.message);
     return;
   }
-  for (const auto& document : documents) {
-    if (document.IsNull()) {
+  for (Document& document : builder.documents()) {
+    const int line = document.line;
+    if (document.value.is_null()) {
       continue;  // an empty document, e.g. after a trailing "---"
     }
-    int line = document.Mark().is_null() ? 0 : document.Mark().line + 1;
-    if (!document.IsMap()) {
+    if (!document.value.is_object()) {
       add(LoadProblem::Severity::kError, line, "a document must be a mapping (an object)");
       continue;
     }
-    json object;
-    try {
-      object = ToJson(document);
-    } catch (const YAML::Exception& e) {
-      add(LoadProblem::Severity::kError, e.mark.is_null() ? line : e.mark.line + 1, e.msg);
+    const json& object = document.value;
+    if (!document.problems.empty()) {
+      for (LoadProblem& problem : document.problems) {
+        problem.message = Describe(object) + ": " + problem.message;
+        result->problems.push_back(std::move(problem));
+      }
       continue;
     }
     model::DecodeResult decoded = model::DecodeObject(object);
@@ -145,7 +307,15 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
       continue;
     }
     if (!decoded.ok()) {
-      add(LoadProblem::Severity::kError, line, Describe(object) + ": " + decoded.error);
+      add(LoadProblem::Severity::kError, LineOfPath(document, decoded.error_path),
+          Describe(object) + ": " + decoded.error);
+      continue;
+    }
+    if (!decoded.unknown_fields.empty()) {
+      for (const std::string& path : decoded.unknown_fields) {
+        add(LoadProblem::Severity::kError, LineOfPath(document, path),
+            Describe(object) + ": " + path + ": unknown field");
+      }
       continue;
     }
     model::ObjectKey key = model::KeyOf(*decoded.object);

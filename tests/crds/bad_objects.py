@@ -156,7 +156,7 @@ CASES = [
          compiler="is not a valid cookie name"),
     dict(name="unknown_tls_mode", kind="LogonGroup", change=_set("upstreamTLS.mode", "passthrough"),
          crd={("schema", "spec.upstreamTLS.mode", "enum"), SKIPPED},
-         compiler="spec.upstreamTLS.mode: \"passthrough\" is not one of none, reencrypt"),
+         compiler="spec.upstreamTLS.mode: \"passthrough\" is not one of none"),
     dict(name="port_too_large", kind="LogonGroup",
          change=_set("backend.staticServers.0.port", 70000),
          crd={("schema", SERVERS + ".0.port", "maximum")},

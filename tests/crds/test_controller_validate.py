@@ -135,6 +135,31 @@ class ControllerValidateTest(unittest.TestCase):
         self.assertNotEqual(defaulted, minimal)  # the schema did fill something in
         self.assertEqual(self.compile(defaulted), self.compile(minimal))
 
+    def test_every_schema_field_is_a_field_the_controller_reads(self):
+        # The controller refuses fields it does not know (nothing the data
+        # plane ignores is accepted silently), so every field the CRD allows
+        # must be one it reads: an object holding every spec field (values
+        # need not be valid) gets no "unknown field" complaint.
+        def every_field(schema):
+            if "properties" in schema:
+                return {k: every_field(v) for k, v in schema["properties"].items()}
+            if schema.get("type") == "array":
+                return [every_field(schema.get("items", {}))]
+            return {"string": "x", "integer": 1, "boolean": True}.get(schema.get("type"), 1)
+        objects = []
+        for kind, crd in self.crds.items():
+            spec = every_field(s.schema_of(crd)["properties"]["spec"])
+            objects.append({"apiVersion": bad_objects.API_VERSION, "kind": kind,
+                            "metadata": {"name": "every-field"}, "spec": spec})
+        code, out, err = self.validate(objects)
+        self.assertNotIn("unknown field", out + err)
+        # ... and a field the CRD does not have is refused, at its line.
+        extra = copy.deepcopy(bad_objects.BASE_LOGON_GROUP)
+        extra["spec"]["strategee"] = "adaptive"
+        code, out, err = self.validate([extra])
+        self.assertEqual(code, 1, out + err)
+        self.assertIn("spec.strategee: unknown field", out)
+
     def test_every_enum_value_is_accepted_by_the_compiler(self):
         objects = []
         enums = 0

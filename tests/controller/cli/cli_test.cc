@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/snapshot_io.h"
 
@@ -200,6 +202,72 @@ TEST_F(CliTempDirTest, YamlSyntaxErrorExitsOneNamingFileAndLine) {
   EXPECT_EQ(validate.exit_code, 1);
   EXPECT_NE(validate.out.find((dir_ / "broken.yaml").string() + ":3:"), std::string::npos)
       << validate.out;
+}
+
+// Issue 10 item 16: what a strict validate refuses, each at the line of the
+// offending field with its path, exit 1; compile refuses the same.
+TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencrypt) {
+  struct Case {
+    std::string name;
+    std::string yaml;
+    std::string want;  // after "file:"
+  };
+  const std::string head =
+      "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n"
+      "metadata: {name: g}\n";
+  std::vector<Case> cases = {
+      {"kind", "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGrup\nmetadata: {name: g}\n",
+       ":2: LogonGrup default/g: kind: \"LogonGrup\" is not a kind of dispatch.kwd.io/v1alpha1"},
+      {"field", head + "spec:\n  backend: {staticServers: []}\n  strategee: adaptive\n",
+       ":6: LogonGroup default/g: spec.strategee: unknown field"},
+      {"duplicate", head + "spec:\n  strategy: adaptive\n  strategy: fastest\n",
+       ":6: LogonGroup default/g: spec.strategy: duplicate key (first at line 5)"},
+      {"alias", head + "spec:\n  kind: &k abap\n  strategy: *k\n", ":5: YAML anchors"},
+      {"reencrypt",
+       head + "spec:\n  backend: {staticServers: []}\n  upstreamTLS:\n    mode: reencrypt\n",
+       "LogonGroup default/g: Accepted=False InvalidField: spec.upstreamTLS.mode: "
+       "\"reencrypt\" is not one of none"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Write("x.yaml", c.yaml);
+    RunResult validate = RunController("validate " + Source());
+    EXPECT_EQ(validate.exit_code, 1) << validate.out << validate.err;
+    std::string want = c.name == "reencrypt" ? c.want : (dir_ / "x.yaml").string() + c.want;
+    EXPECT_NE(validate.out.find(want), std::string::npos) << validate.out;
+    if (c.name != "reencrypt") {
+      RunResult compile = RunController("compile " + Source());
+      EXPECT_EQ(compile.exit_code, 1);
+      EXPECT_EQ(compile.out, "");
+    }
+  }
+}
+
+// yaml-cpp's node tree shares an aliased node; converting it expanded the
+// "billion laughs" in this 600-byte file to hundreds of MiB.
+TEST_F(CliTempDirTest, AliasBombIsRefusedQuickly) {
+  std::string bomb =
+      "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: g}\n"
+      "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    bomb += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 9; ++i) {
+      bomb += std::string(i == 0 ? "*" : ",*") + static_cast<char>(level - 1);
+    }
+    bomb += "]\n";
+  }
+  ASSERT_LT(bomb.size(), 600u);
+  Write("bomb.yaml", bomb);
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = RunController("validate " + Source());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      r.out.find((dir_ / "bomb.yaml").string() + ":4: YAML anchors (&name) are not supported"),
+      std::string::npos)
+      << r.out;
 }
 
 TEST_F(CliTempDirTest, UnknownKindsAreNotProblems) {

@@ -252,10 +252,10 @@ std::vector<CompileCase> Cases() {
              {{"identifiers", {"jsessionid", "sap-contextid", "jsessionid"}},
               {"sessionTable", {{"maxEntries", 10}, {"idleTimeoutSeconds", 60}}},
               {"affinityCookie", {{"enabled", false}, {"name", "lb"}}}}},
-            {"upstreamTLS", {{"mode", "reencrypt"}, {"serverName", "erp.example"}}},
+            {"upstreamTLS", {{"mode", "none"}}},
             {"backend", {{"staticServers", json::array()}}}})},
        {"group erp/a abap STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN reset=60 hc=/ping,10,2,3,2 ids=13 "
-        "table=10,60 cookie=off:lb tls=UPSTREAM_TLS_MODE_REENCRYPT",
+        "table=10,60 cookie=off:lb tls=UPSTREAM_TLS_MODE_NONE",
         "servers erp/a 0"}},
       {"BothBackends",
        {Lg("erp", "a",
@@ -301,7 +301,24 @@ std::vector<CompileCase> Cases() {
        {"LogonGroup erp/a Accepted=False InvalidField"},
        {"group erp/a"},
        {"\"cookie\" is not one of sap-contextid, saplb, jsessionid, sap-ext-sid",
-        "\"a b\" is not a valid cookie name", "\"mtls\" is not one of none, reencrypt"}},
+        "\"a b\" is not a valid cookie name", "\"mtls\" is not one of none"}},
+      // The proxy has no TLS to servers: reencrypt must not be accepted and
+      // silently served as plain HTTP.
+      {"ReencryptIsRefused",
+       {Lg("erp", "a",
+           {{"upstreamTLS", {{"mode", "reencrypt"}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField"},
+       {"group erp/a"},
+       {"spec.upstreamTLS.mode: \"reencrypt\" is not one of none"}},
+      {"UnknownFieldsAreRejected",
+       {Lg("erp", "a",
+           {{"strategee", "adaptive"}, {"backend", {{"staticServers", json::array()}}}}),
+        Um("erp", "m", "", {{"rulez", json::array()}})},
+       {"LogonGroup erp/a Accepted=False InvalidField",
+        "UrlMapping erp/m Accepted=False InvalidField"},
+       {"group erp/a", "vhost"},
+       {"spec.strategee: unknown field", "spec.rulez: unknown field"}},
       {"StaticServersSortedWithDefaultCapacity",
        {Lg("erp", "a",
            {{"defaultCapacity", 3},
@@ -685,6 +702,97 @@ struct MemoSet {
     set.Remove(key);
   }
 };
+
+json WithGeneration(json object, int generation) {
+  object["metadata"]["generation"] = generation;
+  return object;
+}
+
+const ObjectStatus& StatusOf(const CompileResult& result, const std::string& kind,
+                             const std::string& name) {
+  for (const auto& status : result.statuses) {
+    if (status.kind == kind && status.name == name) {
+      return status;
+    }
+  }
+  static const ObjectStatus kNone;
+  ADD_FAILURE() << "no status for " << kind << " " << name;
+  return kNone;
+}
+
+bool HasLine(const CompileResult& result, const std::string& line) {
+  auto lines = Summary(result);
+  return std::find(lines.begin(), lines.end(), line) != lines.end();
+}
+
+// An invalid edit keeps the object's last accepted version in the snapshot
+// (against the current endpoints) and says Accepted=False; a compile
+// without LastGood (validate, compile) stays as it was.
+TEST(LastGoodTest, InvalidEditKeepsServingTheLastAcceptedVersion) {
+  json slice = Slice("erp", "svc-a", "svc", json::array({Ep("10.0.0.1", "p1")}));
+  json good = ServiceLg("erp", "g", {{"name", "svc"}}, {{"strategy", "adaptive"}});
+  json mapping = Um("erp", "m", "", {{"rules", {{{"prefix", "/sap/"}, {"logonGroup", "g"}}}}});
+  model::ObjectSet objects = Objects({slice, good, mapping});
+  LastGood last_good;
+  CompileResult first = Compile(objects, &last_good);
+  EXPECT_EQ(UpdateLastGood(objects, first, &last_good).size(), 2u);
+  ASSERT_EQ(first.snapshot.groups_size(), 1);
+
+  // strategy: fastest_first, and a second endpoint meanwhile.
+  json bad =
+      WithGeneration(ServiceLg("erp", "g", {{"name", "svc"}}, {{"strategy", "fastest_first"}}), 2);
+  json bad_mapping = WithGeneration(
+      Um("erp", "m", "", {{"rules", {{{"prefix", "sap"}, {"logonGroup", "g"}}}}}), 2);
+  objects.Upsert(Decoded(bad));
+  objects.Upsert(Decoded(bad_mapping));
+  objects.Upsert(Decoded(
+      Slice("erp", "svc-a", "svc", json::array({Ep("10.0.0.1", "p1"), Ep("10.0.0.2", "p2")}))));
+
+  CompileResult without = Compile(objects);
+  EXPECT_EQ(without.snapshot.groups_size(), 0);
+  EXPECT_FALSE(HasLine(without, "rule \"\" /sap/ abap group=erp/g src=erp/m"));
+
+  CompileResult kept = Compile(objects, &last_good);
+  ASSERT_EQ(kept.snapshot.groups_size(), 1);
+  EXPECT_EQ(kept.snapshot.groups(0).strategy(), v1::STRATEGY_ADAPTIVE);
+  EXPECT_EQ(kept.snapshot.groups(0).servers_size(), 2);  // the current endpoints
+  EXPECT_TRUE(HasLine(kept, "rule \"\" /sap/ abap group=erp/g src=erp/m"));
+  const ObjectStatus& group = StatusOf(kept, "LogonGroup", "g");
+  EXPECT_TRUE(group.serving_last_good);
+  EXPECT_EQ(group.generation, 2);
+  EXPECT_EQ(group.ready_servers, 2);
+  ASSERT_NE(group.Find(kAccepted), nullptr);
+  EXPECT_EQ(group.Find(kAccepted)->status, "False");
+  EXPECT_EQ(group.Find(kAccepted)->reason, kReasonInvalidStrategy);
+  EXPECT_NE(
+      group.Find(kAccepted)->message.find(
+          "\"fastest_first\" is not one of weighted_round_robin, simple_weighted_round_robin, "
+          "adaptive; serving the last accepted version (generation 1)"),
+      std::string::npos)
+      << group.Find(kAccepted)->message;
+  const ObjectStatus& map = StatusOf(kept, "UrlMapping", "m");
+  EXPECT_TRUE(map.serving_last_good);
+  EXPECT_EQ(map.Find(kAccepted)->reason, kReasonInvalidRule);
+  EXPECT_EQ(CountRejected(kept, "LogonGroup"), 1u);
+  EXPECT_EQ(CountRejected(kept, "UrlMapping"), 1u);
+  // A rejected version is never remembered.
+  EXPECT_TRUE(UpdateLastGood(objects, kept, &last_good).empty());
+
+  // The memo gives the same.
+  CompileMemo memo;
+  CompileResult memoized = Compile(objects, memo, &last_good);
+  EXPECT_EQ(SnapshotToJson(memoized.snapshot), SnapshotToJson(kept.snapshot));
+  EXPECT_EQ(memoized.statuses, kept.statuses);
+
+  // Deleted, then created again invalid: never valid, so absent.
+  objects.Remove({"LogonGroup", "erp", "g"});
+  CompileResult gone = Compile(objects, &last_good);
+  EXPECT_EQ(UpdateLastGood(objects, gone, &last_good).size(), 1u);
+  objects.Upsert(Decoded(bad));
+  CompileResult again = Compile(objects, &last_good);
+  EXPECT_EQ(again.snapshot.groups_size(), 0);
+  EXPECT_FALSE(StatusOf(again, "LogonGroup", "g").serving_last_good);
+}
 
 // Every step: one random change, then a compile with the memo must give
 // exactly what a compile without it gives.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace kwd::model {
 namespace {
 
@@ -169,6 +171,57 @@ TEST(DecodeObjectTest, UnsupportedKindsAreFlagged) {
   DecodeResult no_kind = DecodeObject(json::parse(R"({"metadata":{"name":"a"}})"));
   EXPECT_FALSE(no_kind.ok());
   EXPECT_FALSE(no_kind.unsupported_kind);
+}
+
+// Issue 10 item 16: unknown fields of our kinds are reported with their
+// paths (and kept on the object for the compiler); a misspelt kind or
+// version of dispatch.kwd.io is an error, not an object to skip.
+TEST(DecodeObjectTest, StrictAboutOurKinds) {
+  DecodeResult group = DecodeObject(json::parse(R"({
+    "apiVersion": "dispatch.kwd.io/v1alpha1", "kind": "LogonGroup",
+    "metadata": {"name": "g", "managedFields": [], "finalizers": [], "lables": {}},
+    "spec": {"strategee": "adaptive", "healthCheck": {"intervall": 5},
+             "backend": {"staticServers": [{"name": "s", "address": "a", "port": 1, "weight": 2}]},
+             "upstreamTLS": {"mode": "none", "serverName": "x"}},
+    "status": {"observedGeneration": 1}, "extra": 1})"));
+  ASSERT_TRUE(group.ok()) << group.error;
+  std::vector<std::string> want = {"extra",
+                                   "metadata.lables",
+                                   "spec.strategee",
+                                   "spec.backend.staticServers[0].weight",
+                                   "spec.healthCheck.intervall",
+                                   "spec.upstreamTLS.serverName"};
+  std::vector<std::string> got = group.unknown_fields;
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(std::get<LogonGroup>(*group.object).field_errors.size(), want.size());
+
+  DecodeResult mapping = DecodeObject(json::parse(R"({
+    "apiVersion": "dispatch.kwd.io/v1alpha1", "kind": "UrlMapping", "metadata": {"name": "m"},
+    "spec": {"rules": [{"prefix": "/a/", "group": "x"}], "permissions": [{"action": "deny",
+             "pattern": "/x", "note": ""}], "defaultGroups": {"j2ee": "x"}}})"));
+  ASSERT_TRUE(mapping.ok()) << mapping.error;
+  EXPECT_EQ(mapping.unknown_fields,
+            (std::vector<std::string>{"spec.defaultGroups.j2ee", "spec.rules[0].group",
+                                      "spec.permissions[0].note"}));
+
+  // Other kinds carry what the API server adds; they are not checked.
+  DecodeResult slice = DecodeObject(json::parse(R"({"apiVersion": "discovery.k8s.io/v1",
+    "kind": "EndpointSlice", "metadata": {"name": "s"}, "addressType": "IPv4",
+    "endpoints": [{"addresses": ["10.0.0.1"], "hints": {}}]})"));
+  ASSERT_TRUE(slice.ok());
+  EXPECT_TRUE(slice.unknown_fields.empty());
+
+  for (const char* text :
+       {R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"LogonGrup","metadata":{"name":"a"}})",
+        R"({"apiVersion":"dispatch.kwd.io/v1","kind":"LogonGroup","metadata":{"name":"a"}})",
+        R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"Pod","metadata":{"name":"a"}})"}) {
+    DecodeResult result = DecodeObject(json::parse(text));
+    EXPECT_FALSE(result.ok()) << text;
+    EXPECT_FALSE(result.unsupported_kind) << text;
+    EXPECT_FALSE(result.error_path.empty()) << text;
+  }
 }
 
 TEST(DecodeObjectTest, TypedListItemsWithoutKind) {

@@ -165,9 +165,27 @@ TEST(DirWatcherTest, PicksUpChangesAndKeepsTheLastGoodObjectsOnErrors) {
   ASSERT_TRUE(testing::WaitFor([&] { return has_group("erp/second"); }));
 
   write("apiVersion: [unterminated\n");
-  EXPECT_FALSE(watcher.PollOnce());
+  watcher.PollOnce();
   EXPECT_EQ(watcher.failed_reloads(), 1u);
   EXPECT_TRUE(has_group("erp/second"));
+
+  // A file with an error keeps its last good objects while another file's
+  // change goes through.
+  std::ofstream(dir / "other.yaml") << group_yaml("third");
+  EXPECT_TRUE(watcher.PollOnce());
+  EXPECT_EQ(watcher.failed_reloads(), 2u);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    auto last = sink.last();
+    return last && last->snapshot.groups_size() == 2 &&
+           last->snapshot.groups(0).key() == "erp/second" &&
+           last->snapshot.groups(1).key() == "erp/third";
+  }));
+  // An unknown field is such an error too.
+  write(group_yaml("second") + "  strategee: adaptive\n");
+  watcher.PollOnce();
+  EXPECT_EQ(watcher.failed_reloads(), 3u);
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(sink.last()->snapshot.groups_size(), 2);
   fs::remove_all(dir);
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "controller/pipeline/kube_source.h"
+
 namespace kwd::pipeline {
 namespace {
 
@@ -169,6 +171,62 @@ TEST(ObjectStoreTest, CompileAfterEveryKindOfWriteEqualsAFreshCompile) {
   store.Remove({"LogonGroup", "erp", "g2"});
   expect_fresh("removals");
   EXPECT_GT(store.memo().groups_reused(), 0u);
+}
+
+// The store keeps each object's last accepted version for the compile: an
+// invalid edit keeps serving the previous one, with the memo as without.
+TEST(ObjectStoreTest, RememberAcceptedKeepsTheLastGoodVersion) {
+  ObjectStore store;
+  store.Upsert(Decode(Group("g1", "svc1")));
+  store.Upsert(Decode(Slice("svc1-a", "svc1", "p1")));
+  compile::CompileResult first = store.Compile();
+  store.RememberAccepted(first);
+  ASSERT_EQ(store.last_good().logon_groups.size(), 1u);
+  json bad = Group("g1", "svc1", 2);
+  bad["spec"]["strategy"] = "fastest_first";
+  store.Upsert(Decode(bad));
+  store.Upsert(Decode(Slice("svc1-a", "svc1", "p9")));
+  compile::CompileResult kept = store.Compile();
+  ASSERT_EQ(kept.snapshot.groups_size(), 1);
+  EXPECT_EQ(kept.snapshot.groups(0).servers(0).pod(), "erp/p9");
+  EXPECT_TRUE(kept.statuses[0].serving_last_good);
+  compile::CompileResult fresh = compile::Compile(store.objects(), &store.last_good());
+  EXPECT_EQ(kept.snapshot.SerializeAsString(), fresh.snapshot.SerializeAsString());
+  store.RememberAccepted(kept);
+  EXPECT_EQ(store.last_good().logon_groups.at({"erp", "g1"}).metadata.generation, 1);
+  store.Remove({"LogonGroup", "erp", "g1"});
+  store.RememberAccepted(store.Compile());
+  EXPECT_TRUE(store.last_good().logon_groups.empty());
+}
+
+// From the API server, a LogonGroup with a field this controller does not
+// know, or a spec it cannot read, is an object the compiler rejects (so its
+// last good version stays), not a dropped one.
+TEST(DecodeObservedTest, UnreadableCustomResourcesBecomeRejectedObjects) {
+  json unknown = Group("g1", "svc1");
+  unknown["spec"]["strategee"] = "adaptive";
+  unknown["metadata"]["managedFields"] = json::array();
+  std::string error;
+  auto observed = DecodeObserved("LogonGroup", unknown, &error);
+  ASSERT_TRUE(observed) << error;
+  EXPECT_EQ(std::get<model::LogonGroup>(observed->object).field_errors,
+            std::vector<std::string>{"spec.strategee: unknown field"});
+
+  json shape = Group("g1", "svc1", 3);
+  shape["spec"]["backend"] = "svc1";
+  observed = DecodeObserved("LogonGroup", shape, &error);
+  ASSERT_TRUE(observed) << error;
+  const auto& group = std::get<model::LogonGroup>(observed->object);
+  EXPECT_EQ(group.metadata.generation, 3);
+  EXPECT_EQ(group.field_errors,
+            std::vector<std::string>{"spec.backend: expected an object, got a string"});
+  ObjectStore store;
+  store.Upsert(std::move(*observed));
+  compile::CompileResult result = store.Compile();
+  EXPECT_EQ(result.statuses[0].Find(compile::kAccepted)->reason, compile::kReasonInvalidField);
+
+  // Without metadata it stays undecodable.
+  EXPECT_FALSE(DecodeObserved("LogonGroup", json{{"spec", json::object()}}, &error));
 }
 
 }  // namespace

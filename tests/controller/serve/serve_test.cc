@@ -495,6 +495,116 @@ TEST_F(ServeTest, DirSourcePicksUpAFileChange) {
   EXPECT_EQ(controller.Stop(), 0);
 }
 
+// Issue 10 item 15: an invalid edit keeps the group's last accepted
+// version in the snapshot; the object says Accepted=False (status, the
+// admin's /debug/objects, kwd_controller_objects_rejected).
+TEST_F(ServeTest, InvalidEditKeepsTheLastAcceptedVersionServed) {
+  Seed();
+  Process& controller = Start();
+  uint16_t port = controller.port();
+  ASSERT_TRUE(WaitFor([&] { return Servers(port, "erp/public") == "erp0_ERP_00:6,erp1_ERP_00:3"; }))
+      << controller.Log();
+  EXPECT_EQ(Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}"), 0);
+
+  json bad = LogonGroup("public", "erp-abap", {{"strategy", "fastest_first"}});
+  bad["metadata"]["generation"] = 2;
+  Edit(bad);
+  ASSERT_TRUE(WaitFor([&] {
+    json accepted = Condition("LogonGroup", "public", "Accepted");
+    return accepted.is_object() && accepted.value("status", "") == "False";
+  })) << controller.Log();
+  EXPECT_EQ(Condition("LogonGroup", "public", "Accepted").value("reason", ""), "InvalidStrategy");
+  EXPECT_NE(Condition("LogonGroup", "public", "Accepted")
+                .value("message", "")
+                .find("serving the last accepted version"),
+            std::string::npos);
+  EXPECT_EQ(Servers(port, "erp/public"), "erp0_ERP_00:6,erp1_ERP_00:3");
+  EXPECT_EQ(Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}"), 1);
+  json objects = json::parse(HttpGet(port, "/debug/objects").body);
+  EXPECT_EQ(objects["rejected"], 1);
+  bool found = false;
+  for (const json& object : objects["objects"]) {
+    if (object["kind"] == "LogonGroup" && object["name"] == "public") {
+      found = true;
+      EXPECT_EQ(object["accepted"], false);
+      EXPECT_EQ(object["servingLastGood"], true);
+      EXPECT_EQ(object["lastGoodGeneration"], 1);
+    }
+  }
+  EXPECT_TRUE(found) << objects.dump();
+  // An endpoint change still reaches the group's last accepted version.
+  fake_->Upsert(Pod("erp-1", "erp1_ERP_00", 4));
+  EXPECT_TRUE(WaitFor([&] { return Servers(port, "erp/public") == "erp0_ERP_00:6,erp1_ERP_00:4"; }))
+      << Servers(port, "erp/public");
+
+  // A field this controller does not know (a newer CRD): the same.
+  json unknown = LogonGroup("public", "erp-abap", {{"strategee", "adaptive"}});
+  unknown["metadata"]["generation"] = 3;
+  Edit(unknown);
+  EXPECT_TRUE(WaitFor([&] {
+    json accepted = Condition("LogonGroup", "public", "Accepted");
+    return accepted.is_object() &&
+           accepted.value("message", "").find("spec.strategee: unknown field") != std::string::npos;
+  })) << controller.Log();
+  EXPECT_EQ(Servers(port, "erp/public"), "erp0_ERP_00:6,erp1_ERP_00:4");
+
+  // Fixed: accepted again, nothing rejected.
+  json fixed = LogonGroup("public", "erp-abap", {{"strategy", "adaptive"}});
+  fixed["metadata"]["generation"] = 4;
+  Edit(fixed);
+  EXPECT_TRUE(WaitFor([&] {
+    return Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}") == 0;
+  })) << controller.Log();
+  EXPECT_EQ(Condition("LogonGroup", "public", "Accepted").value("status", ""), "True");
+
+  // A group that was never valid stays absent.
+  fake_->Upsert(LogonGroup("never", "erp-abap", {{"strategy", "fastest_first"}}));
+  EXPECT_TRUE(WaitFor(
+      [&] { return Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}") == 1; }));
+  EXPECT_EQ(Servers(port, "erp/never"), "absent");
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+// Dir mode: a compile-time rejection keeps the object's last good version;
+// a file that does not load keeps every last good object and is logged
+// with file:line.
+TEST_F(ServeTest, DirSourceKeepsTheLastGoodVersionOfAnInvalidFile) {
+  fs::path config = dir_ / "config";
+  fs::create_directories(config);
+  auto write = [&](const std::string& extra) {
+    std::ofstream(config / "group.yaml")
+        << "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n"
+        << "metadata: {name: diag, namespace: default}\nspec:\n"
+        << extra << "  backend:\n    staticServers:\n"
+        << "      - {name: s1, address: 127.0.0.1, port: 8000, capacity: 2}\n";
+  };
+  write("");
+  uint16_t port = ReserveFreePort();
+  Process controller(
+      {BinaryPath("kwd-controller"), "serve", "--source=dir:" + config.string(), "--admin-listen",
+       "127.0.0.1:" + std::to_string(port), "--poll-interval", "50ms"},
+      (dir_ / "dir.log").string());
+  ASSERT_TRUE(controller.started());
+  ASSERT_TRUE(WaitFor([&] { return Servers(port, "default/diag") == "s1:2"; })) << controller.Log();
+  write("  strategy: fastest_first\n");
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(port, "kwd_controller_objects_rejected{kind=\"LogonGroup\"}") == 1;
+  })) << controller.Log();
+  EXPECT_EQ(Servers(port, "default/diag"), "s1:2");
+  EXPECT_TRUE(WaitFor([&] {
+    return controller.Log().find("object rejected") != std::string::npos;
+  })) << controller.Log();
+  write("  strategee: adaptive\n");
+  std::string where = (config / "group.yaml").string() + ":5";
+  EXPECT_TRUE(WaitFor([&] {
+    return controller.Log().find(where +
+                                 ": LogonGroup default/diag: spec.strategee: unknown field") !=
+           std::string::npos;
+  })) << controller.Log();
+  EXPECT_EQ(Servers(port, "default/diag"), "s1:2");
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
 TEST(ServeFlagsTest, UsageErrorsExitTwo) {
   std::vector<std::vector<std::string>> cases = {
       {"serve"},

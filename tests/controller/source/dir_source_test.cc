@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 
 namespace kwd::source {
@@ -127,11 +128,120 @@ metadata: {name: g}
   ASSERT_EQ(result.problems.size(), 3u);
   std::string a = (dir_ / "a.yaml").string();
   std::string b = (dir_ / "b.yaml").string();
+  // The line of the offending field, not of the document.
   EXPECT_EQ(result.problems[0].ToString(),
-            a + ":1: UrlMapping default/m: spec.rules: expected a list, got an object");
+            a + ":5: UrlMapping default/m: spec.rules: expected a list, got an object");
   EXPECT_EQ(result.problems[1].ToString(), a + ":11: a document must be a mapping (an object)");
   EXPECT_EQ(result.problems[2].ToString(),
             b + ":1: LogonGroup default/g is defined twice (first at " + a + ":7)");
+}
+
+TEST_F(DirSourceTest, StrictErrorsNameTheLineAndPathOfTheField) {
+  Write("a.yaml", R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGrup
+metadata: {name: typo}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata:
+  name: g
+spec:
+  strategee: adaptive
+  backend:
+    staticServers:
+      - name: s1
+        address: 10.0.0.1
+        port: 8000
+        weight: 3
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: m}
+spec:
+  hosts: [a.example]
+  hosts: [b.example]
+---
+apiVersion: dispatch.kwd.io/v1beta1
+kind: UrlMapping
+metadata: {name: v}
+)");
+  LoadResult result = LoadDirectory(dir_);
+  std::string a = (dir_ / "a.yaml").string();
+  std::vector<std::string> got;
+  for (const auto& problem : result.problems) {
+    EXPECT_TRUE(problem.is_error()) << problem.ToString();
+    got.push_back(problem.ToString());
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     a + ":2: LogonGrup default/typo: kind: \"LogonGrup\" is not a kind of "
+                         "dispatch.kwd.io/v1alpha1 (LogonGroup, UrlMapping)",
+                     a + ":10: LogonGroup default/g: spec.strategee: unknown field",
+                     a + ":16: LogonGroup default/g: spec.backend.staticServers[0].weight: "
+                         "unknown field",
+                     a + ":23: UrlMapping default/m: spec.hosts: duplicate key (first at line 22)",
+                     a + ":25: UrlMapping default/v: apiVersion: \"dispatch.kwd.io/v1beta1\" is "
+                         "not served; use dispatch.kwd.io/v1alpha1",
+                 }));
+  EXPECT_EQ(result.objects.size(), 0u);
+}
+
+TEST_F(DirSourceTest, UpstreamTlsServerNameIsAnUnknownField) {
+  Write("a.yaml", R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: g}
+spec:
+  backend: {service: {name: erp}}
+  upstreamTLS: {mode: none, serverName: erp.example, caSecret: ca}
+)");
+  LoadResult result = LoadDirectory(dir_);
+  ASSERT_EQ(result.problems.size(), 2u);
+  EXPECT_EQ(result.problems[0].line, 6);
+  EXPECT_NE(result.problems[0].message.find("spec.upstreamTLS.caSecret: unknown field"),
+            std::string::npos);
+  EXPECT_EQ(result.problems[1].line, 6);
+  EXPECT_NE(result.problems[1].message.find("spec.upstreamTLS.serverName: unknown field"),
+            std::string::npos);
+}
+
+TEST_F(DirSourceTest, AliasBombIsRefusedAtOnce) {
+  // 9 levels of 9 aliases: expanding it makes 9^9 (387 million) strings.
+  std::string bomb =
+      "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    char previous = static_cast<char>(level - 1);
+    bomb += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 9; ++i) {
+      bomb += std::string(i == 0 ? "" : ",") + "*" + previous;
+    }
+    bomb += "]\n";
+  }
+  bomb = "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: g}\n" + bomb;
+  ASSERT_LT(bomb.size(), 700u);
+  Write("bomb.yaml", bomb);
+  auto start = std::chrono::steady_clock::now();
+  LoadResult result = LoadDirectory(dir_);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_TRUE(result.problems[0].is_error());
+  EXPECT_EQ(result.problems[0].line, 4);
+  EXPECT_NE(result.problems[0].message.find("anchors"), std::string::npos)
+      << result.problems[0].message;
+}
+
+TEST_F(DirSourceTest, AliasesAreRefusedEvenWhenSmall) {
+  Write("a.yaml", R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: m}
+spec:
+  hosts: [a.example]
+  defaultGroups: {abap: x}
+  rules:
+  - {prefix: /sap/, logonGroup: *grp}
+)");
+  LoadResult result = LoadDirectory(dir_);
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_TRUE(result.problems[0].is_error());
+  EXPECT_EQ(result.problems[0].line, 8);
 }
 
 TEST_F(DirSourceTest, RecursiveSortedAndOnlyYaml) {
@@ -162,7 +272,7 @@ spec:
   // A quoted number is a string, which the decoder rejects as a shape error.
   ASSERT_EQ(result.problems.size(), 1u);
   EXPECT_EQ(result.problems[0].ToString(),
-            "mem.yaml:1: LogonGroup default/g: spec.defaultCapacity: expected an integer, got a "
+            "mem.yaml:5: LogonGroup default/g: spec.defaultCapacity: expected an integer, got a "
             "string");
 
   LoadResult ok;
