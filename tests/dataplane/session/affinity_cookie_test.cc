@@ -125,7 +125,7 @@ TEST(AffinityCookieTest, SetCookieValueNeverCarriesWhatACookieMayNotHold) {
   std::string value = codec.Encode("erp/public", "A\r\nSet-Cookie: evil=1; Domain=x\"\\,\x7f\xff");
   std::string header = AffinityCookieCodec::SetCookieValue("kwd affinity\r\n", value, false);
   EXPECT_EQ(header.substr(header.find('.')),
-            ".A%0D%0ASet-Cookie%3A%20evil=1%3B%20Domain=x%22%5C%2C%7F%FF; Path=/; HttpOnly; "
+            ".A%0D%0ASet-Cookie:%20evil=1%3B%20Domain=x%22%5C%2C%7F%FF; Path=/; HttpOnly; "
             "SameSite=Lax");
   EXPECT_EQ(header.rfind("kwd%20affinity%0D%0A=", 0), 0u) << header;
   std::string_view server;
