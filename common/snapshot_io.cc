@@ -372,8 +372,7 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     if (group.key().empty()) {
       problems.push_back("a group has an empty key");
     } else if (!IsObjectKey(group.key())) {
-      problems.push_back("a group has an invalid key \"" + group.key() +
-                         "\" (not namespace/name)");
+      problems.push_back("a group has an invalid key \"" + group.key() + "\" (not namespace/name)");
     }
     if (previous_group != nullptr && !(*previous_group < group.key())) {
       problems.push_back("groups are not sorted by unique key at " + group.key());
@@ -388,13 +387,13 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     }
     const std::string& health_path = group.health_check().path();
     if (!health_path.empty() && !IsOriginForm(health_path)) {
-      problems.push_back("group " + group.key() + ": health check path \"" +
-                         health_path + "\" is not an origin-form path");
+      problems.push_back("group " + group.key() + ": health check path \"" + health_path +
+                         "\" is not an origin-form path");
     }
     const std::string& cookie = group.session_affinity().affinity_cookie_name();
     if (!cookie.empty() && !IsCookieName(cookie)) {
-      problems.push_back("group " + group.key() + ": affinity cookie name \"" +
-                         cookie + "\" is not a cookie name");
+      problems.push_back("group " + group.key() + ": affinity cookie name \"" + cookie +
+                         "\" is not a cookie name");
     }
     const std::string* previous_server = nullptr;
     for (const auto& server : group.servers()) {
@@ -422,8 +421,7 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
                            " has no address");
       } else if (!IsServerAddress(server.address())) {
         problems.push_back("group " + group.key() + ": server " + server.name() +
-                           " has an invalid address \"" + server.address() +
-                           "\"");
+                           " has an invalid address \"" + server.address() + "\"");
       }
       if (!server.pod().empty() && !IsObjectKey(server.pod())) {
         problems.push_back("group " + group.key() + ": server " + server.name() +
@@ -458,8 +456,7 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       problems.push_back(where + " is an invalid host (lowercase DNS name or *.suffix)");
     }
     if (!vhost.source().empty() && !IsObjectKey(vhost.source())) {
-      problems.push_back(where + " has an invalid source \"" + vhost.source() +
-                         "\"");
+      problems.push_back(where + " has an invalid source \"" + vhost.source() + "\"");
     }
     previous_host = &vhost.host();
     check_ref([&] { return where + " default abap group"; }, vhost.default_abap_group());
@@ -468,15 +465,13 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     for (const auto& rule : vhost.rules()) {
       const std::string& p = rule.prefix();
       if (p.size() < 2 || p.front() != '/' || p.back() != '/') {
-        problems.push_back(where + ": rule prefix \"" + p +
-                           "\" must start and end with /");
+        problems.push_back(where + ": rule prefix \"" + p + "\" must start and end with /");
       } else if (!IsPathText(p)) {
-        problems.push_back(where + ": rule prefix \"" + p +
-                           "\" may hold only path characters");
+        problems.push_back(where + ": rule prefix \"" + p + "\" may hold only path characters");
       }
       if (!rule.source().empty() && !IsObjectKey(rule.source())) {
-        problems.push_back(where + ": rule " + p + " has an invalid source \"" +
-                           rule.source() + "\"");
+        problems.push_back(where + ": rule " + p + " has an invalid source \"" + rule.source() +
+                           "\"");
       }
       if (previous_prefix != nullptr && !(*previous_prefix < p)) {
         problems.push_back(where + ": rules not sorted by unique prefix at " + p);
@@ -503,12 +498,11 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     }
   }
   for (const auto& source : snapshot.sources()) {
-    bool kind_ok = !source.kind().empty() &&
-                   std::all_of(source.kind().begin(), source.kind().end(), IsAlnum);
+    bool kind_ok =
+        !source.kind().empty() && std::all_of(source.kind().begin(), source.kind().end(), IsAlnum);
     if (!kind_ok || !IsNamespaceName(source.namespace_()) || !IsObjectName(source.name())) {
-      problems.push_back("invalid source object \"" + source.kind() + " " +
-                         source.namespace_() + "/" +
-                         source.name() + "\"");
+      problems.push_back("invalid source object \"" + source.kind() + " " + source.namespace_() +
+                         "/" + source.name() + "\"");
     }
   }
   // The problems quote names from the snapshot; they go to logs and back to

@@ -674,8 +674,8 @@ class LogonGroupCompiler {
     Candidate c;
     c.address = endpoint.addresses.front();
     if (!IsServerAddress(c.address)) {
-      findings.Unresolved(kReasonInvalidEndpoint, "endpoint " + Quote(c.address) +
-                                                      " left out: not a valid address");
+      findings.Unresolved(kReasonInvalidEndpoint,
+                          "endpoint " + Quote(c.address) + " left out: not a valid address");
       return std::nullopt;
     }
     c.port = port;
@@ -689,11 +689,11 @@ class LogonGroupCompiler {
       const std::string& pod_ns =
           ref.namespace_.empty() ? slice.metadata.namespace_ : ref.namespace_;
       if (!IsNamespaceName(pod_ns) || !IsObjectName(ref.name)) {
-        findings.Unresolved(kReasonInvalidEndpoint,
-                            where() + " left out: targetRef " +
-                                Quote(ref.namespace_.empty() ? ref.name
-                                                             : GroupKey(ref.namespace_, ref.name)) +
-                                " is not a valid pod name");
+        findings.Unresolved(
+            kReasonInvalidEndpoint,
+            where() + " left out: targetRef " +
+                Quote(ref.namespace_.empty() ? ref.name : GroupKey(ref.namespace_, ref.name)) +
+                " is not a valid pod name");
         return std::nullopt;
       }
       name = &ref.name;
@@ -723,15 +723,14 @@ class LogonGroupCompiler {
       }
     }
     if (!IsServerName(*name)) {
-      std::string what = annotation != nullptr
-                             ? "annotation " + *annotation + "=" + Quote(*name)
-                             : "name " + Quote(*name);
-      findings.Unresolved(kReasonInvalidServerName,
-                          where() + (c.has_pod ? " (pod " + GroupKey(c.pod_namespace, c.pod_name) +
-                                                     ")"
-                                               : std::string()) +
-                              " left out: " + what + " is not a valid server name (" +
-                              std::string(kServerNameRule) + ")");
+      std::string what = annotation != nullptr ? "annotation " + *annotation + "=" + Quote(*name)
+                                               : "name " + Quote(*name);
+      findings.Unresolved(
+          kReasonInvalidServerName,
+          where() +
+              (c.has_pod ? " (pod " + GroupKey(c.pod_namespace, c.pod_name) + ")" : std::string()) +
+              " left out: " + what + " is not a valid server name (" +
+              std::string(kServerNameRule) + ")");
       return std::nullopt;
     }
     c.name = *name;

@@ -116,8 +116,8 @@ TEST(MetricsTest, LabelValuesAreEscapedPerTheTextFormat) {
   EXPECT_EQ(EscapeLabelValue(std::string("t\tz\x7f\x00", 5)), "t\\\\x09z\\\\x7f\\\\x00");
   EXPECT_EQ(EscapeLabelValue("caf\xc3\xa9 \xff\xc3"), "caf\xc3\xa9 \\\\xff\\\\xc3");
   EXPECT_EQ(EscapeLabelValue("\xed\xa0\x80"), "\\\\xed\\\\xa0\\\\x80");  // a surrogate
-  EXPECT_EQ(EscapeLabelValue("\xc0\xaf"), "\\\\xc0\\\\xaf");              // overlong "/"
-  EXPECT_EQ(EscapeLabelValue("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");         // U+1F600
+  EXPECT_EQ(EscapeLabelValue("\xc0\xaf"), "\\\\xc0\\\\xaf");             // overlong "/"
+  EXPECT_EQ(EscapeLabelValue("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");   // U+1F600
 
   MetricsRegistry registry;
   const std::string hostile = "B\r\nSet-Cookie: evil=1\n# TYPE x counter\r\xff\"\\";

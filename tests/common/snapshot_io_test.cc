@@ -318,9 +318,7 @@ TEST(SnapshotIoTest, CheckFindsBrokenInvariants) {
        [](v1::Snapshot* s) { s->mutable_virtual_hosts(0)->set_host("erp.example.com\n"); },
        "invalid host"},
       {"prefix with a space",
-       [](v1::Snapshot* s) {
-         s->mutable_virtual_hosts(0)->mutable_rules(0)->set_prefix("/sa p/");
-       },
+       [](v1::Snapshot* s) { s->mutable_virtual_hosts(0)->mutable_rules(0)->set_prefix("/sa p/"); },
        "path characters"},
       {"prefix with CR LF",
        [](v1::Snapshot* s) {

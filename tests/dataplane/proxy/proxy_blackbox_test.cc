@@ -726,14 +726,14 @@ void ExpectCleanMetrics(uint16_t admin) {
 // reload (CheckSnapshot); the running snapshot keeps serving with clean
 // Set-Cookie headers and metrics.
 TEST_F(ProxyTest, ServerNameWithCrLfInASnapshotFileIsRefused) {
-  v1::Snapshot bad = SapSnapshot({{"A", a_->port(), 1}, {"B", b_->port(), 1}},
-                                 {{"J1\r\nSet-Cookie: evil=1", j1_->port(), 1},
-                                  {"J2", j2_->port(), 1}});
+  v1::Snapshot bad =
+      SapSnapshot({{"A", a_->port(), 1}, {"B", b_->port(), 1}},
+                  {{"J1\r\nSet-Cookie: evil=1", j1_->port(), 1}, {"J2", j2_->port(), 1}});
   const std::string bad_path = dir_ + "/bad-snapshot.json";
   WriteSnapshot(bad_path, bad);
   {
-    Process refused({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", bad_path,
-                     "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"},
+    Process refused({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", bad_path, "--listen",
+                     "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"},
                     dir_ + "/refused.log", /*wait_for_listening=*/false);
     EXPECT_TRUE(testing::WaitFor([&] { return !refused.Alive(); })) << refused.Log();
     EXPECT_NE(refused.Log().find("invalid server name"), std::string::npos) << refused.Log();
@@ -744,9 +744,9 @@ TEST_F(ProxyTest, ServerNameWithCrLfInASnapshotFileIsRefused) {
   StartProxy({"--admin-listen", "127.0.0.1:" + std::to_string(admin)});
   WriteSnapshot(snapshot_path_, bad);
   proxy_->Signal(SIGHUP);
-  ASSERT_TRUE(testing::WaitFor(
-      [&] { return proxy_->Log().find("snapshot rejected") != std::string::npos; }))
-      << proxy_->Log();
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return proxy_->Log().find("snapshot rejected") != std::string::npos;
+  })) << proxy_->Log();
   std::string log = proxy_->Log();
   EXPECT_NE(log.find("invalid server name"), std::string::npos) << log;
   // One line per log entry: the name's CR/LF is escaped.
@@ -781,9 +781,9 @@ TEST_F(ProxyTest, SnapshotWithoutAVersionIsRefused) {
   EXPECT_EQ(HttpGet(port(), "/sap/bc/before").status, 200);
   std::ofstream(snapshot_path_) << "{}";
   proxy_->Signal(SIGHUP);
-  ASSERT_TRUE(testing::WaitFor(
-      [&] { return proxy_->Log().find("snapshot rejected") != std::string::npos; }))
-      << proxy_->Log();
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return proxy_->Log().find("snapshot rejected") != std::string::npos;
+  })) << proxy_->Log();
   EXPECT_NE(proxy_->Log().find("has no version"), std::string::npos) << proxy_->Log();
   EXPECT_EQ(HttpGet(port(), "/sap/bc/after").status, 200);
   EXPECT_EQ(HttpGet(port(), "/irj/portal").status, 200);
@@ -813,7 +813,8 @@ TEST_F(ProxyTest, InstanceNameWithCrLfFromDirModeNeverReachesAHeaderOrMetric) {
          "metadata: {name: portal, namespace: erp}\nspec:\n  kind: java\n"
          "  backend:\n    service: {name: erp-java, port: http}\n---\n"
       << slice("erp-java-a", "erp-java-0", j1_->port()) << "---\n"
-      << slice("erp-java-b", "erp-java-1", j2_->port()) << "---\n"
+      << slice("erp-java-b", "erp-java-1", j2_->port())
+      << "---\n"
       // YAML double-quoted escapes: the annotation holds a real CR LF.
       << pod("erp-java-0", "J1\\r\\nSet-Cookie: evil=1") << "---\n"
       << pod("erp-java-1", "J2") << "---\n"
@@ -822,9 +823,10 @@ TEST_F(ProxyTest, InstanceNameWithCrLfFromDirModeNeverReachesAHeaderOrMetric) {
          "  rules:\n    - {prefix: /irj/, kind: java, logonGroup: portal}\n";
   const std::string compiled = dir_ + "/compiled.json";
   const std::string warnings = dir_ + "/compile.err";
-  int status = std::system((testing::BinaryPath("kwd-controller") + " compile --source=dir:" +
-                            objects + " > " + compiled + " 2> " + warnings)
-                               .c_str());
+  int status =
+      std::system((testing::BinaryPath("kwd-controller") + " compile --source=dir:" + objects +
+                   " > " + compiled + " 2> " + warnings)
+                      .c_str());
   std::ifstream warnings_in(warnings);
   std::string warning_text(std::istreambuf_iterator<char>(warnings_in), {});
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << warning_text;
