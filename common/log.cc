@@ -27,10 +27,16 @@ const char* LevelName(LogLevel level) {
   return "info";
 }
 
+bool IsControl(char c) {
+  return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+}
+
+// logfmt: a value with a space, quote, '=' or control character is quoted,
+// with \" \\ and control characters escaped (AppendControlEscape).
 void AppendValue(std::string& out, std::string_view value) {
   bool quote = value.empty();
   for (char c : value) {
-    if (c == ' ' || c == '"' || c == '=' || static_cast<unsigned char>(c) < 0x20) {
+    if (c == ' ' || c == '"' || c == '=' || IsControl(c)) {
       quote = true;
       break;
     }
@@ -44,10 +50,8 @@ void AppendValue(std::string& out, std::string_view value) {
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += '?';
+    } else if (IsControl(c)) {
+      AppendControlEscape(c, out);
     } else {
       out += c;
     }
@@ -56,6 +60,40 @@ void AppendValue(std::string& out, std::string_view value) {
 }
 
 }  // namespace
+
+void AppendControlEscape(char c, std::string& out) {
+  switch (c) {
+    case '\n':
+      out += "\\n";
+      return;
+    case '\r':
+      out += "\\r";
+      return;
+    case '\t':
+      out += "\\t";
+      return;
+    default: {
+      static constexpr char kHex[] = "0123456789abcdef";
+      auto byte = static_cast<unsigned char>(c);
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    }
+  }
+}
+
+std::string EscapeControlCharacters(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (IsControl(c)) {
+      AppendControlEscape(c, out);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -16,6 +17,12 @@ using LogField = std::pair<std::string_view, std::string_view>;
 void Log(LogLevel level, std::string_view component, std::string_view message,
          std::initializer_list<LogField> fields = {});
 void SetLogLevel(LogLevel level);
+// `text` with each control character (below 0x20, and 0x7f) written as \r,
+// \n, \t or \xNN; everything else as is. For texts that quote names from
+// objects or clients (condition messages, snapshot problems).
+std::string EscapeControlCharacters(std::string_view text);
+// Appends the escape of control character `c` (see above).
+void AppendControlEscape(char c, std::string& out);
 bool ParseLogLevel(std::string_view name, LogLevel* out);
 
 }  // namespace kwd

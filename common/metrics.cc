@@ -54,19 +54,73 @@ std::vector<double> LatencyBuckets() {
           0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5, 5, 10};
 }
 
+namespace {
+
+// The length of the UTF-8 sequence at the start of `text` (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or 0.
+size_t Utf8SequenceLength(std::string_view text) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  unsigned char lead = byte(0);
+  size_t length = 0;
+  unsigned char low = 0x80;
+  unsigned char high = 0xbf;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    low = lead == 0xe0 ? 0xa0 : 0x80;
+    high = lead == 0xed ? 0x9f : 0xbf;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    low = lead == 0xf0 ? 0x90 : 0x80;
+    high = lead == 0xf4 ? 0x8f : 0xbf;
+  } else {
+    return 0;
+  }
+  if (text.size() < length || byte(1) < low || byte(1) > high) {
+    return 0;
+  }
+  for (size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) {
+      return 0;
+    }
+  }
+  return length;
+}
+
+}  // namespace
+
 std::string EscapeLabelValue(std::string_view value) {
+  // The text format's escapes are \\, \" and \n; a label value must be
+  // UTF-8. Other control characters and bytes that are not UTF-8 become the
+  // text \xNN (an escaped backslash, then xNN): one sample stays one line
+  // and every parser reads the value back.
+  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(value.size());
-  for (char c : value) {
+  for (size_t i = 0; i < value.size();) {
+    char c = value[i];
+    auto byte = static_cast<unsigned char>(c);
+    size_t utf8 = byte >= 0x80 ? Utf8SequenceLength(value.substr(i)) : 0;
+    if (utf8 > 0) {
+      out.append(value.substr(i, utf8));
+      i += utf8;
+      continue;
+    }
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '"') {
       out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (byte < 0x20 || byte >= 0x7f) {
+      out += "\\\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
     } else {
       out += c;
     }
+    ++i;
   }
   return out;
 }

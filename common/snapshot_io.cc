@@ -15,6 +15,7 @@
 
 #include "common/crypto.h"
 #include "common/file.h"
+#include "common/log.h"
 
 namespace kwd {
 
@@ -195,7 +196,8 @@ bool SnapshotFromJson(std::string_view json, v1::Snapshot* out, std::string* err
   return true;
 }
 
-bool LoadSnapshotFile(const std::string& path, v1::Snapshot* out, std::string* error) {
+bool LoadSnapshotFile(const std::string& path, v1::Snapshot* out, std::string* error,
+                      SnapshotVersionCheck check) {
   std::string json;
   if (!ReadWholeFile(path, &json, error)) {
     return false;
@@ -204,7 +206,152 @@ bool LoadSnapshotFile(const std::string& path, v1::Snapshot* out, std::string* e
     *error = path + ": " + *error;
     return false;
   }
+  // `{}` (an emptied or truncated file) parses as a snapshot that routes
+  // nothing: what the controller writes always carries its version.
+  if (check == SnapshotVersionCheck::kRequired && out->version().empty()) {
+    *error = path + ": snapshot has no version (kwd-controller compile writes one)";
+    return false;
+  }
   return true;
+}
+
+// ---- Names and paths ----
+
+namespace {
+
+bool IsLowerAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+bool IsAlnum(char c) {
+  return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z');
+}
+
+bool IsHexDigit(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?
+bool IsDnsLabel(std::string_view label, size_t max) {
+  if (label.empty() || label.size() > max || label.front() == '-' || label.back() == '-') {
+    return false;
+  }
+  return std::all_of(label.begin(), label.end(),
+                     [](char c) { return IsLowerAlnum(c) || c == '-'; });
+}
+
+// RFC 3986 pchar without pct-encoded, plus '/'.
+bool IsPathChar(char c) {
+  static constexpr std::string_view kOther = "-._~!$&'()*+,;=:@/";
+  return IsAlnum(c) || kOther.find(c) != std::string_view::npos;
+}
+
+// Path characters, and '%' followed by two hex digits; `extra` also allowed.
+bool IsPathTextWith(std::string_view text, char extra) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '%') {
+      if (i + 2 >= text.size() || !IsHexDigit(text[i + 1]) || !IsHexDigit(text[i + 2])) {
+        return false;
+      }
+      i += 2;
+    } else if (!IsPathChar(c) && c != extra) {
+      return false;
+    }
+  }
+  return true;
+}
+
+constexpr size_t kMaxPathText = 1024;
+
+}  // namespace
+
+bool IsNamespaceName(std::string_view name) {
+  return IsDnsLabel(name, 63);
+}
+
+bool IsObjectName(std::string_view name) {
+  if (name.empty() || name.size() > 253) {
+    return false;
+  }
+  size_t start = 0;
+  while (true) {
+    size_t dot = name.find('.', start);
+    std::string_view label =
+        name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (!IsDnsLabel(label, 253)) {
+      return false;
+    }
+    if (dot == std::string_view::npos) {
+      return true;
+    }
+    start = dot + 1;
+  }
+}
+
+bool IsObjectKey(std::string_view key) {
+  size_t slash = key.find('/');
+  return slash != std::string_view::npos && IsNamespaceName(key.substr(0, slash)) &&
+         IsObjectName(key.substr(slash + 1));
+}
+
+bool IsServerName(std::string_view name) {
+  if (name.empty() || name.size() > 253) {
+    return false;
+  }
+  // cookie-octet = %x21 / %x23-2B / %x2D-3A / %x3C-5B / %x5D-7E
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return c > 0x20 && c < 0x7f && c != '"' && c != ',' && c != ';' && c != '\\';
+  });
+}
+
+bool IsServerAddress(std::string_view address) {
+  if (address.empty() || address.size() > 253) {
+    return false;
+  }
+  return std::all_of(address.begin(), address.end(), [](char c) {
+    return IsAlnum(c) || c == '.' || c == '-' || c == '_' || c == ':';
+  });
+}
+
+bool IsCookieName(std::string_view name) {
+  if (name.empty()) {
+    return false;
+  }
+  constexpr std::string_view kSeparators = "()<>@,;:\\\"/[]?={} \t";
+  return std::all_of(name.begin(), name.end(), [&](char c) {
+    return c > 0x20 && c < 0x7f && kSeparators.find(c) == std::string_view::npos;
+  });
+}
+
+bool IsVirtualHost(std::string_view host) {
+  if (host.size() > 255) {
+    return false;
+  }
+  if (host.substr(0, 2) == "*.") {
+    host.remove_prefix(2);
+  }
+  if (host.empty()) {
+    return false;
+  }
+  return std::all_of(host.begin(), host.end(),
+                     [](char c) { return IsLowerAlnum(c) || c == '-' || c == '.'; });
+}
+
+bool IsPathText(std::string_view text) {
+  return text.size() <= kMaxPathText && IsPathTextWith(text, '/');
+}
+
+bool IsOriginForm(std::string_view target) {
+  if (target.empty() || target.front() != '/' || target.size() > kMaxPathText) {
+    return false;
+  }
+  size_t question = target.find('?');
+  if (question == std::string_view::npos) {
+    return IsPathTextWith(target, '/');
+  }
+  return IsPathTextWith(target.substr(0, question), '/') &&
+         IsPathTextWith(target.substr(question + 1), '?');
 }
 
 int FindSortedGroup(const v1::Snapshot& snapshot, std::string_view key) {
@@ -224,6 +371,8 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
   for (const auto& group : snapshot.groups()) {
     if (group.key().empty()) {
       problems.push_back("a group has an empty key");
+    } else if (!IsObjectKey(group.key())) {
+      problems.push_back("a group has an invalid key \"" + group.key() + "\" (not namespace/name)");
     }
     if (previous_group != nullptr && !(*previous_group < group.key())) {
       problems.push_back("groups are not sorted by unique key at " + group.key());
@@ -236,10 +385,23 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     if (group.strategy() == v1::STRATEGY_UNSPECIFIED) {
       problems.push_back("group " + group.key() + " has no strategy");
     }
+    const std::string& health_path = group.health_check().path();
+    if (!health_path.empty() && !IsOriginForm(health_path)) {
+      problems.push_back("group " + group.key() + ": health check path \"" + health_path +
+                         "\" is not an origin-form path");
+    }
+    const std::string& cookie = group.session_affinity().affinity_cookie_name();
+    if (!cookie.empty() && !IsCookieName(cookie)) {
+      problems.push_back("group " + group.key() + ": affinity cookie name \"" + cookie +
+                         "\" is not a cookie name");
+    }
     const std::string* previous_server = nullptr;
     for (const auto& server : group.servers()) {
       if (server.name().empty()) {
         problems.push_back("group " + group.key() + " has a server without a name");
+      } else if (!IsServerName(server.name())) {
+        problems.push_back("group " + group.key() + " has an invalid server name \"" +
+                           server.name() + "\"");
       }
       if (previous_server != nullptr && !(*previous_server < server.name())) {
         problems.push_back("group " + group.key() + ": servers not sorted by unique name at " +
@@ -257,6 +419,13 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       if (server.address().empty()) {
         problems.push_back("group " + group.key() + ": server " + server.name() +
                            " has no address");
+      } else if (!IsServerAddress(server.address())) {
+        problems.push_back("group " + group.key() + ": server " + server.name() +
+                           " has an invalid address \"" + server.address() + "\"");
+      }
+      if (!server.pod().empty() && !IsObjectKey(server.pod())) {
+        problems.push_back("group " + group.key() + ": server " + server.name() +
+                           " has an invalid pod \"" + server.pod() + "\"");
       }
       if (server.state() == v1::SERVER_STATE_UNSPECIFIED) {
         problems.push_back("group " + group.key() + ": server " + server.name() + " has no state");
@@ -283,6 +452,12 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     if (previous_host != nullptr && !(*previous_host < vhost.host())) {
       problems.push_back("virtual hosts are not sorted by unique host at " + where);
     }
+    if (!vhost.host().empty() && !IsVirtualHost(vhost.host())) {
+      problems.push_back(where + " is an invalid host (lowercase DNS name or *.suffix)");
+    }
+    if (!vhost.source().empty() && !IsObjectKey(vhost.source())) {
+      problems.push_back(where + " has an invalid source \"" + vhost.source() + "\"");
+    }
     previous_host = &vhost.host();
     check_ref([&] { return where + " default abap group"; }, vhost.default_abap_group());
     check_ref([&] { return where + " default java group"; }, vhost.default_java_group());
@@ -291,6 +466,12 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       const std::string& p = rule.prefix();
       if (p.size() < 2 || p.front() != '/' || p.back() != '/') {
         problems.push_back(where + ": rule prefix \"" + p + "\" must start and end with /");
+      } else if (!IsPathText(p)) {
+        problems.push_back(where + ": rule prefix \"" + p + "\" may hold only path characters");
+      }
+      if (!rule.source().empty() && !IsObjectKey(rule.source())) {
+        problems.push_back(where + ": rule " + p + " has an invalid source \"" + rule.source() +
+                           "\"");
       }
       if (previous_prefix != nullptr && !(*previous_prefix < p)) {
         problems.push_back(where + ": rules not sorted by unique prefix at " + p);
@@ -307,11 +488,27 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       if (pattern.empty() || (star != std::string::npos && star != pattern.size() - 1)) {
         problems.push_back(where + ": permission pattern \"" + pattern +
                            "\" may hold * only at the start or the end");
+      } else if (!IsPathText(pattern)) {
+        problems.push_back(where + ": permission pattern \"" + pattern +
+                           "\" may hold only path characters");
       }
       if (permission.action() == v1::PERMISSION_ACTION_UNSPECIFIED) {
         problems.push_back(where + ": permission " + pattern + " has no action");
       }
     }
+  }
+  for (const auto& source : snapshot.sources()) {
+    bool kind_ok =
+        !source.kind().empty() && std::all_of(source.kind().begin(), source.kind().end(), IsAlnum);
+    if (!kind_ok || !IsNamespaceName(source.namespace_()) || !IsObjectName(source.name())) {
+      problems.push_back("invalid source object \"" + source.kind() + " " + source.namespace_() +
+                         "/" + source.name() + "\"");
+    }
+  }
+  // The problems quote names from the snapshot; they go to logs and back to
+  // the controller in a NACK.
+  for (std::string& problem : problems) {
+    problem = EscapeControlCharacters(problem);
   }
   return problems;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/crypto.h"
+#include "common/log.h"
 #include "common/snapshot_io.h"
 #include "common/string_hash.h"
 
@@ -25,6 +26,9 @@ using model::ObjectSet;
 using model::UrlMapping;
 
 constexpr std::int64_t kUint32Max = std::numeric_limits<std::uint32_t>::max();
+
+constexpr std::string_view kServerNameRule =
+    "1 to 253 visible ASCII characters but \" , ; and \\: it goes into the affinity cookie";
 
 constexpr std::string_view kDefaultAbapHealthPath = "/sap/public/icman/ping";
 constexpr std::string_view kDefaultJavaHealthPath = "/index.html";
@@ -77,14 +81,16 @@ std::string_view KindName(v1::Kind kind) {
 // Collects what goes into an object's Accepted and ResolvedRefs conditions.
 class Findings {
  public:
-  void Reject(std::string_view reason, std::string message) {
-    rejections_.push_back({std::string(reason), std::move(message)});
+  // Messages quote values from objects: their control characters are
+  // escaped (statuses, `validate` output and log lines stay one line each).
+  void Reject(std::string_view reason, std::string_view message) {
+    rejections_.push_back({std::string(reason), EscapeControlCharacters(message)});
   }
-  void Unresolved(std::string_view reason, std::string message) {
-    unresolved_.push_back({std::string(reason), std::move(message)});
+  void Unresolved(std::string_view reason, std::string_view message) {
+    unresolved_.push_back({std::string(reason), EscapeControlCharacters(message)});
   }
   // Something worth telling the user that does not reject the object.
-  void Note(std::string message) { notes_.push_back(std::move(message)); }
+  void Note(std::string_view message) { notes_.push_back(EscapeControlCharacters(message)); }
 
   bool rejected() const { return !rejections_.empty(); }
 
@@ -142,15 +148,24 @@ std::uint32_t CheckedNumber(const std::optional<std::int64_t>& value, std::int64
   return static_cast<std::uint32_t>(number);
 }
 
-// RFC 6265 cookie-name token characters.
-bool IsCookieToken(std::string_view name) {
-  if (name.empty()) {
-    return false;
+// Kubernetes validates object names; dir mode and a hand-built ObjectSet do
+// not. They become group keys and snapshot sources (log lines, metric labels,
+// the affinity cookie's MAC input).
+void CheckObjectName(const model::ObjectMeta& meta, Findings& findings) {
+  if (!IsNamespaceName(meta.namespace_)) {
+    findings.Reject(kReasonInvalidField,
+                    "metadata.namespace: " + Quote(meta.namespace_) +
+                        " is not a valid namespace (lowercase letters, digits and -, at most 63)");
   }
-  constexpr std::string_view kSeparators = "()<>@,;:\\\"/[]?={} \t";
-  return std::all_of(name.begin(), name.end(), [&](char c) {
-    return c > 0x20 && c < 0x7f && kSeparators.find(c) == std::string_view::npos;
-  });
+  if (!IsObjectName(meta.name)) {
+    findings.Reject(kReasonInvalidField, "metadata.name: " + Quote(meta.name) +
+                                             " is not a valid object name (lowercase letters, "
+                                             "digits, - and ., at most 253)");
+  }
+}
+
+bool HasValidName(const model::ObjectMeta& meta) {
+  return IsNamespaceName(meta.namespace_) && IsObjectName(meta.name);
 }
 
 // A positive integer annotation value, or nullopt.
@@ -274,6 +289,7 @@ class LogonGroupCompiler {
     }
     v1::Group group;
     group.set_key(GroupKey(lg.metadata.namespace_, lg.metadata.name));
+    CheckObjectName(lg.metadata, findings);
 
     v1::Kind kind = v1::KIND_ABAP;
     if (spec.kind) {
@@ -354,9 +370,12 @@ class LogonGroupCompiler {
                                  v1::HealthCheck* out, Findings& findings) {
     std::string path(kind == v1::KIND_ABAP ? kDefaultAbapHealthPath : kDefaultJavaHealthPath);
     if (spec.path) {
-      if (spec.path->empty() || spec.path->front() != '/') {
+      // It goes into the probe's request line as is.
+      if (!IsOriginForm(*spec.path)) {
         findings.Reject(kReasonInvalidField,
-                        "spec.healthCheck.path: must start with /, got " + Quote(*spec.path));
+                        "spec.healthCheck.path: must start with / and be an origin-form path "
+                        "(RFC 3986 path and query characters), got " +
+                            Quote(*spec.path));
       } else {
         path = *spec.path;
       }
@@ -408,7 +427,7 @@ class LogonGroupCompiler {
                       "spec.sessionAffinity.sessionTable.idleTimeoutSeconds", findings));
     out->set_affinity_cookie_enabled(spec.affinity_cookie.enabled.value_or(true));
     std::string cookie = spec.affinity_cookie.name.value_or("kwd_affinity");
-    if (!IsCookieToken(cookie)) {
+    if (!IsCookieName(cookie)) {
       findings.Reject(kReasonInvalidField, "spec.sessionAffinity.affinityCookie.name: " +
                                                Quote(cookie) + " is not a valid cookie name");
     }
@@ -461,6 +480,12 @@ class LogonGroupCompiler {
         findings.Reject(kReasonInvalidField, field + ".name: must not be empty");
         continue;
       }
+      if (!IsServerName(in.name)) {
+        findings.Reject(kReasonInvalidField, field + ".name: " + Quote(in.name) +
+                                                 " is not a valid server name (" +
+                                                 std::string(kServerNameRule) + ")");
+        continue;
+      }
       if (!names.insert(in.name).second) {
         findings.Reject(kReasonDuplicateServer,
                         field + ".name: server name " + Quote(in.name) + " is used twice");
@@ -468,6 +493,11 @@ class LogonGroupCompiler {
       }
       if (in.address.empty()) {
         findings.Reject(kReasonInvalidField, field + ".address: must not be empty");
+      } else if (!IsServerAddress(in.address)) {
+        findings.Reject(kReasonInvalidField,
+                        field + ".address: " + Quote(in.address) +
+                            " is not an IP address or host name (letters, digits, . - _ :, "
+                            "an IPv6 address without brackets)");
       }
       if (!in.port) {
         findings.Reject(kReasonInvalidField, field + ".port: missing (1 to 65535)");
@@ -566,8 +596,10 @@ class LogonGroupCompiler {
         } else {
           continue;
         }
-        candidates.push_back(
-            MakeCandidate(*slice, endpoint, *port, state, default_capacity, findings));
+        if (auto candidate =
+                MakeCandidate(*slice, endpoint, *port, state, default_capacity, findings)) {
+          candidates.push_back(*candidate);
+        }
       }
     }
 
@@ -644,21 +676,41 @@ class LogonGroupCompiler {
     std::string_view pod_name;
   };
 
-  Candidate MakeCandidate(const EndpointSlice& slice, const model::Endpoint& endpoint,
-                          std::uint32_t port, v1::ServerState state, std::uint32_t default_capacity,
-                          Findings& findings) {
+  // The server an endpoint becomes, or nullopt when its address, pod
+  // reference or server name is not one a snapshot may hold: that endpoint is
+  // left out (ResolvedRefs=False says which and why) and the group keeps
+  // its other servers, as it would without that pod.
+  std::optional<Candidate> MakeCandidate(const EndpointSlice& slice,
+                                         const model::Endpoint& endpoint, std::uint32_t port,
+                                         v1::ServerState state, std::uint32_t default_capacity,
+                                         Findings& findings) {
     static const std::string kInstanceName(model::kInstanceNameAnnotation);
     static const std::string kCapacity(model::kCapacityAnnotation);
     Candidate c;
     c.address = endpoint.addresses.front();
+    if (!IsServerAddress(c.address)) {
+      findings.Unresolved(kReasonInvalidEndpoint,
+                          "endpoint " + Quote(c.address) + " left out: not a valid address");
+      return std::nullopt;
+    }
     c.port = port;
     c.state = state;
     c.capacity = default_capacity;
     const std::string* name = &endpoint.addresses.front();
+    const std::string* annotation = nullptr;  // the instance name's, when it names the server
+    auto where = [&] { return "endpoint " + std::string(c.address) + ":" + std::to_string(port); };
     if (endpoint.target_ref && !endpoint.target_ref->name.empty()) {
       const auto& ref = *endpoint.target_ref;
       const std::string& pod_ns =
           ref.namespace_.empty() ? slice.metadata.namespace_ : ref.namespace_;
+      if (!IsNamespaceName(pod_ns) || !IsObjectName(ref.name)) {
+        findings.Unresolved(
+            kReasonInvalidEndpoint,
+            where() + " left out: targetRef " +
+                Quote(ref.namespace_.empty() ? ref.name : GroupKey(ref.namespace_, ref.name)) +
+                " is not a valid pod name");
+        return std::nullopt;
+      }
       name = &ref.name;
       if (ref.kind.empty() || ref.kind == model::kPodKind) {
         c.has_pod = true;
@@ -669,6 +721,7 @@ class LogonGroupCompiler {
           auto instance = annotations.find(kInstanceName);
           if (instance != annotations.end() && !instance->second.empty()) {
             name = &instance->second;
+            annotation = &kInstanceName;
           }
           auto capacity = annotations.find(kCapacity);
           if (capacity != annotations.end()) {
@@ -683,6 +736,17 @@ class LogonGroupCompiler {
           }
         }
       }
+    }
+    if (!IsServerName(*name)) {
+      std::string what = annotation != nullptr ? "annotation " + *annotation + "=" + Quote(*name)
+                                               : "name " + Quote(*name);
+      findings.Unresolved(
+          kReasonInvalidServerName,
+          where() +
+              (c.has_pod ? " (pod " + GroupKey(c.pod_namespace, c.pod_name) + ")" : std::string()) +
+              " left out: " + what + " is not a valid server name (" +
+              std::string(kServerNameRule) + ")");
+      return std::nullopt;
     }
     c.name = *name;
     return c;
@@ -709,27 +773,11 @@ struct ResolvedDefault {
   bool explicit_ = false;
 };
 
-bool ValidHost(std::string_view host) {
-  if (host.empty()) {
-    return false;
-  }
-  if (host.substr(0, 2) == "*.") {
-    host.remove_prefix(2);
-    if (host.empty()) {
-      return false;
-    }
-  }
-  return std::all_of(host.begin(), host.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
-  });
-}
+constexpr std::string_view kPathCharacters =
+    "may hold only RFC 3986 path characters (no spaces, controls, quotes, ? or #)";
 
-bool ValidPrefix(std::string_view prefix) {
-  if (prefix.size() < 2 || prefix.front() != '/' || prefix.back() != '/') {
-    return false;
-  }
-  return std::none_of(prefix.begin(), prefix.end(),
-                      [](char c) { return c <= 0x20 || c == 0x7f || c == '?' || c == '#'; });
+bool ValidPrefixShape(std::string_view prefix) {
+  return prefix.size() >= 2 && prefix.front() == '/' && prefix.back() == '/';
 }
 
 class UrlMappingCompiler {
@@ -746,11 +794,11 @@ class UrlMappingCompiler {
     std::string source = GroupKey(ns, um.metadata.name);
 
     v1::Kind root = v1::KIND_JAVA;
-    bool valid_spec = true;
     for (const std::string& error : um.field_errors) {
       findings.Reject(kReasonInvalidField, error);
-      valid_spec = false;
     }
+    CheckObjectName(um.metadata, findings);
+    bool valid_spec = !findings.rejected();
     if (spec.default_root_handler) {
       if (auto parsed = ParseKind(*spec.default_root_handler, /*accept_j2ee=*/true)) {
         root = *parsed;
@@ -764,7 +812,7 @@ class UrlMappingCompiler {
     std::vector<std::string> hosts;
     for (const auto& raw : spec.hosts) {
       std::string host = AsciiLower(raw);
-      if (!ValidHost(host)) {
+      if (!IsVirtualHost(host)) {
         findings.Reject(kReasonInvalidField,
                         "spec.hosts: " + Quote(raw) + " is not a host name or *.suffix");
         valid_spec = false;
@@ -788,10 +836,15 @@ class UrlMappingCompiler {
       const auto& in = spec.rules[i];
       std::string field = "spec.rules[" + std::to_string(i) + "]";
       std::string prefix = AsciiLower(in.prefix);
-      if (!ValidPrefix(prefix)) {
+      if (!ValidPrefixShape(prefix)) {
         findings.Reject(kReasonInvalidRule,
                         field + ".prefix: " + Quote(in.prefix) +
                             " must start and end with / and not be / alone; rule dropped");
+        continue;
+      }
+      if (!IsPathText(prefix)) {
+        findings.Reject(kReasonInvalidRule, field + ".prefix: " + Quote(in.prefix) + " " +
+                                                std::string(kPathCharacters) + "; rule dropped");
         continue;
       }
       v1::Kind kind = v1::KIND_ABAP;  // URL mapping table entries are ICF (ABAP) prefixes
@@ -846,6 +899,12 @@ class UrlMappingCompiler {
         findings.Reject(kReasonInvalidPermission,
                         field + ".pattern: " + Quote(in.pattern) +
                             " may hold * only at the start or the end; entry dropped");
+        continue;
+      }
+      if (!IsPathText(pattern)) {
+        findings.Reject(kReasonInvalidPermission, field + ".pattern: " + Quote(in.pattern) + " " +
+                                                      std::string(kPathCharacters) +
+                                                      "; entry dropped");
         continue;
       }
       permission.set_pattern(pattern);
@@ -1098,7 +1157,12 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
     result.statuses.push_back(std::move(status));
   }
 
+  // An object whose name no snapshot may hold (rejected, see CheckObjectName)
+  // is left out of the sources too.
   for (const auto& [key, lg] : objects.logon_groups()) {
+    if (!HasValidName(lg.metadata)) {
+      continue;
+    }
     auto* source = snapshot.add_sources();
     source->set_kind(std::string(model::kLogonGroupKind));
     source->set_namespace_(key.first);
@@ -1106,6 +1170,9 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
     source->set_generation(lg.metadata.generation);
   }
   for (const auto& [key, um] : objects.url_mappings()) {
+    if (!HasValidName(um.metadata)) {
+      continue;
+    }
     auto* source = snapshot.add_sources();
     source->set_kind(std::string(model::kUrlMappingKind));
     source->set_namespace_(key.first);

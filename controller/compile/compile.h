@@ -34,6 +34,10 @@ inline constexpr std::string_view kReasonInvalidRule = "InvalidRule";
 inline constexpr std::string_view kReasonInvalidPermission = "InvalidPermission";
 inline constexpr std::string_view kReasonConflicted = "Conflicted";
 inline constexpr std::string_view kReasonLogonGroupNotFound = "LogonGroupNotFound";
+// An endpoint left out: its server name (pod annotation, pod name or address)
+// or its address or pod reference is not one a snapshot may hold.
+inline constexpr std::string_view kReasonInvalidServerName = "InvalidServerName";
+inline constexpr std::string_view kReasonInvalidEndpoint = "InvalidEndpoint";
 
 struct Condition {
   std::string type;

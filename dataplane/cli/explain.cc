@@ -159,7 +159,9 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   v1::Snapshot snapshot;
   std::string error;
-  if (!LoadSnapshotFile(flags.snapshot, &snapshot, &error)) {
+  // A diagnostic on a snapshot at hand: one written by hand, without a
+  // version, is explained too (serve refuses it).
+  if (!LoadSnapshotFile(flags.snapshot, &snapshot, &error, SnapshotVersionCheck::kIfSet)) {
     err << "kwd-proxy explain: cannot load snapshot " << flags.snapshot << ": " << error << "\n";
     return 1;
   }

@@ -17,7 +17,7 @@ void AppendQuoted(std::string_view value, std::string& out) {
     out += '-';
   }
   for (char c : value) {
-    out += (c == '"' || static_cast<unsigned char>(c) < 0x20) ? '?' : c;
+    out += (c == '"' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
   }
   out += '"';
 }
@@ -46,7 +46,7 @@ void AccessLog::Write(const AccessLogEntry& e, time_t now) {
   out += e.version_minor == 0 ? " HTTP/1.0" : " HTTP/1.1";
   // The request line came from the client: no quotes or controls in the log.
   for (size_t i = line_start; i < out.size(); ++i) {
-    if (out[i] == '"' || static_cast<unsigned char>(out[i]) < 0x20) {
+    if (out[i] == '"' || static_cast<unsigned char>(out[i]) < 0x20 || out[i] == 0x7f) {
       out[i] = '?';
     }
   }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <string_view>
 
 // The one-shot HMAC()/EVP APIs allocate a context per call (OPENSSL_malloc),
 // and Verify runs per request. The low-level SHA256_CTX is a plain struct,
@@ -117,13 +118,44 @@ bool AffinityCookieCodec::Verify(std::string_view value, std::string_view group_
   return true;
 }
 
+namespace {
+
+// RFC 6265 4.1.1: cookie-octet, and token for the name.
+bool IsCookieOctet(char c) {
+  return c > 0x20 && c < 0x7f && c != '"' && c != ',' && c != ';' && c != '\\';
+}
+
+bool IsTokenOctet(char c) {
+  return IsCookieOctet(c) && std::string_view("()<>@:/[]?={}").find(c) == std::string_view::npos;
+}
+
+// Appends `text`, percent-encoding every byte `allowed` refuses.
+template <typename Allowed>
+void AppendCookieText(std::string_view text, Allowed allowed, std::string& out) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (char c : text) {
+    if (allowed(c)) {
+      out += c;
+    } else {
+      auto byte = static_cast<unsigned char>(c);
+      out += '%';
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    }
+  }
+}
+
+}  // namespace
+
 std::string AffinityCookieCodec::SetCookieValue(std::string_view name, std::string_view value,
                                                 bool secure) {
+  // CheckSnapshot admits only cookie-safe server names and cookie names; a
+  // header line must not depend on that alone.
   std::string out;
   out.reserve(name.size() + value.size() + 48);
-  out.append(name);
+  AppendCookieText(name, IsTokenOctet, out);
   out += '=';
-  out.append(value);
+  AppendCookieText(value, IsCookieOctet, out);
   out += "; Path=/; HttpOnly; SameSite=Lax";
   if (secure) {
     out += "; Secure";

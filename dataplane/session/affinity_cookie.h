@@ -7,8 +7,9 @@
 // Value format (cookie-octets only): "<mac>.<server>" where <mac> is the
 // Base64url (no padding, 22 characters) of the first 16 bytes of
 // HMAC-SHA256(key, group_key + "\n" + server) and <server> is the server name
-// as-is (instance and pod names are cookie-safe). Verification is constant
-// time and does not allocate.
+// as-is (CheckSnapshot admits only cookie-octets in server names; should
+// another byte get through, SetCookieValue percent-encodes it and the cookie
+// does not verify). Verification is constant time and does not allocate.
 
 #include <memory>
 #include <string>

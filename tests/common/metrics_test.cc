@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -76,25 +77,67 @@ TEST(MetricsTest, CallbackGaugeIsReadAtScrapeTime) {
   EXPECT_NE(registry.Render().find("kwd_table_entries 42\n"), std::string::npos);
 }
 
-TEST(MetricsTest, PromtoolAcceptsTheExposition) {
-  MetricsRegistry registry;
-  registry.GetCounter("kwd_proxy_requests_total", "Requests by group.", {{"group", "g"}}).Inc();
-  registry.GetGauge("kwd_proxy_server_up", "1 when healthy.", {{"server", "s"}}).Set(1);
-  registry.GetHistogram("kwd_proxy_request_duration_seconds", "Latency.", {{"group", "g"}})
-      .Observe(0.002);
+// What `promtool check metrics` says about `exposition` (empty: all good),
+// or "exit N: ..." when it fails.
+std::string PromtoolCheck(const std::string& exposition) {
   std::string path = ::testing::TempDir() + "/metrics.txt";
-  std::ofstream(path) << registry.Render();
+  std::ofstream(path) << exposition;
   std::string command = "promtool check metrics < " + path + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
+  if (pipe == nullptr) {
+    return "popen failed";
+  }
   std::string output;
   char buf[256];
   while (fgets(buf, sizeof buf, pipe) != nullptr) {
     output += buf;
   }
   int status = pclose(pipe);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(output, "") << output;
+  return status == 0 ? output : "exit " + std::to_string(status) + ": " + output;
+}
+
+TEST(MetricsTest, PromtoolAcceptsTheExposition) {
+  MetricsRegistry registry;
+  registry.GetCounter("kwd_proxy_requests_total", "Requests by group.", {{"group", "g"}}).Inc();
+  registry.GetGauge("kwd_proxy_server_up", "1 when healthy.", {{"server", "s"}}).Set(1);
+  registry.GetHistogram("kwd_proxy_request_duration_seconds", "Latency.", {{"group", "g"}})
+      .Observe(0.002);
+  EXPECT_EQ(PromtoolCheck(registry.Render()), "");
+}
+
+// A label value from an object (a server or group name) can hold anything a
+// snapshot file or an annotation held. The exposition must stay one sample
+// per line, parseable, and UTF-8: \\, \" and \n are the format's escapes; other
+// control characters and bytes that are not UTF-8 are written as the text
+// \\xNN (an escaped backslash, then xNN), which every parser reads back as is.
+TEST(MetricsTest, LabelValuesAreEscapedPerTheTextFormat) {
+  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+  EXPECT_EQ(EscapeLabelValue("A\r\nSet-Cookie: x"), "A\\\\x0d\\nSet-Cookie: x");
+  EXPECT_EQ(EscapeLabelValue(std::string("t\tz\x7f\x00", 5)), "t\\\\x09z\\\\x7f\\\\x00");
+  EXPECT_EQ(EscapeLabelValue("caf\xc3\xa9 \xff\xc3"), "caf\xc3\xa9 \\\\xff\\\\xc3");
+  EXPECT_EQ(EscapeLabelValue("\xed\xa0\x80"), "\\\\xed\\\\xa0\\\\x80");  // a surrogate
+  EXPECT_EQ(EscapeLabelValue("\xc0\xaf"), "\\\\xc0\\\\xaf");             // overlong "/"
+  EXPECT_EQ(EscapeLabelValue("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");   // U+1F600
+
+  MetricsRegistry registry;
+  const std::string hostile = "B\r\nSet-Cookie: evil=1\n# TYPE x counter\r\xff\"\\";
+  registry.GetCounter("kwd_proxy_requests_total", "Requests.", {{"server", hostile}}).Inc();
+  registry.GetGauge("kwd_proxy_server_up", "Up.", {{"server", hostile}}).Set(1);
+  registry.GetHistogram("kwd_proxy_request_duration_seconds", "Latency.", {{"server", hostile}})
+      .Observe(0.002);
+  std::string text = registry.Render();
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  std::istringstream lines(text);
+  std::string line;
+  int samples = 0;
+  while (std::getline(lines, line)) {
+    ASSERT_TRUE(line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0 ||
+                line.rfind("kwd_proxy_", 0) == 0)
+        << line;
+    samples += line[0] == '#' ? 0 : 1;
+  }
+  EXPECT_EQ(samples, 2 + 16 + 1 + 2);  // counter, gauge, buckets, +Inf, sum and count
+  EXPECT_EQ(PromtoolCheck(text), "");
 }
 
 }  // namespace

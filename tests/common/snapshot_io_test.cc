@@ -118,11 +118,34 @@ TEST(SnapshotIoTest, LoadSnapshotFileRejectsAnEditedSnapshotThatKeptItsVersion) 
   EXPECT_FALSE(LoadSnapshotFile(path, &loaded, &error));
   EXPECT_NE(error.find("does not match the content hash"), std::string::npos) << error;
   EXPECT_NE(error.find(path), std::string::npos) << error;
-  s.clear_version();  // a hand-written snapshot without a version loads
+  s.clear_version();  // a hand-written snapshot without a version loads only where asked for
   {
     std::ofstream out(path);
     out << SnapshotToJson(s);
   }
+  EXPECT_FALSE(LoadSnapshotFile(path, &loaded, &error));
+  EXPECT_TRUE(LoadSnapshotFile(path, &loaded, &error, SnapshotVersionCheck::kIfSet)) << error;
+}
+
+// `{}` parses as a snapshot with no groups and no hosts: applied, it would
+// answer every request 404/503. Without a version it is no snapshot the
+// controller wrote, and is refused like any other invalid file.
+TEST(SnapshotIoTest, LoadSnapshotFileRefusesASnapshotWithoutAVersion) {
+  const std::string path = testing::TempDir() + "/empty-snapshot.json";
+  for (const char* text : {"{}", "{\"version\": \"\"}", "{\"groups\": []}"}) {
+    std::ofstream(path) << text;
+    v1::Snapshot loaded;
+    std::string error;
+    EXPECT_FALSE(LoadSnapshotFile(path, &loaded, &error)) << text;
+    EXPECT_NE(error.find("has no version"), std::string::npos) << error;
+    EXPECT_NE(error.find(path), std::string::npos) << error;
+  }
+  // The stamped empty snapshot is a snapshot the controller can write.
+  v1::Snapshot empty;
+  StampSnapshotVersion(&empty);
+  std::ofstream(path) << SnapshotToJson(empty);
+  v1::Snapshot loaded;
+  std::string error;
   EXPECT_TRUE(LoadSnapshotFile(path, &loaded, &error)) << error;
 }
 
@@ -186,6 +209,33 @@ TEST(SnapshotIoTest, RejectsJsonWithUnknownFields) {
   EXPECT_NE(error.find("kwd.v1.Snapshot"), std::string::npos);
 }
 
+TEST(SnapshotIoTest, CheckAcceptsWhatTheControllerWrites) {
+  v1::Snapshot s = ValidSnapshot();
+  auto* g = s.mutable_groups(0);
+  g->mutable_health_check()->set_path("/sap/public/icman/ping?sap-client=001&x=%2F");
+  g->mutable_session_affinity()->set_affinity_cookie_name("kwd_affinity");
+  g->mutable_servers(0)->set_name("erp1_ERP_00");
+  g->mutable_servers(0)->set_pod("erp/erp-abap-0");
+  g->mutable_servers(1)->set_name("fd00::1");  // an address as name (no targetRef)
+  g->mutable_servers(1)->set_address("fd00::1");
+  auto* vh = s.mutable_virtual_hosts(0);
+  vh->set_source("erp/m");
+  vh->mutable_rules(0)->set_prefix("/sap(bd1lbizjptawmq==)/");
+  vh->mutable_rules(0)->set_source("erp/m");
+  for (const char* pattern : {"*", "*.cgi", "/sap/bc/gui/*", "/a%20b/*"}) {
+    auto* p = vh->add_permissions();
+    p->set_action(v1::PERMISSION_ACTION_DENY);
+    p->set_pattern(pattern);
+  }
+  auto* other = s.add_virtual_hosts();
+  other->set_host("*.corp.example");
+  auto* source = s.add_sources();
+  source->set_kind("UrlMapping");
+  source->set_namespace_("erp");
+  source->set_name("m.v1");
+  EXPECT_EQ(CheckSnapshot(s), std::vector<std::string>{});
+}
+
 TEST(SnapshotIoTest, CheckFindsBrokenInvariants) {
   struct Case {
     const char* name;
@@ -214,6 +264,87 @@ TEST(SnapshotIoTest, CheckFindsBrokenInvariants) {
          p->set_pattern("/sap/*/x");
        },
        "only at the start or the end"},
+      // Names and paths end up in headers (Set-Cookie, the health check's
+      // request line and Host), log lines and metric labels.
+      {"server name with CR LF",
+       [](v1::Snapshot* s) {
+         s->mutable_groups(0)->mutable_servers(1)->set_name("B\r\nSet-Cookie: evil=1");
+       },
+       "invalid server name"},
+      {"server name with a space",
+       [](v1::Snapshot* s) { s->mutable_groups(0)->mutable_servers(1)->set_name("B C"); },
+       "invalid server name"},
+      {"server name with a semicolon",
+       [](v1::Snapshot* s) { s->mutable_groups(0)->mutable_servers(1)->set_name("B;x=1"); },
+       "invalid server name"},
+      {"server address with LF",
+       [](v1::Snapshot* s) {
+         s->mutable_groups(0)->mutable_servers(0)->set_address("127.0.0.1\nX-Evil: 1");
+       },
+       "invalid address"},
+      {"server pod with LF",
+       [](v1::Snapshot* s) { s->mutable_groups(0)->mutable_servers(0)->set_pod("erp/p\n1"); },
+       "invalid pod"},
+      {"group key with CR",
+       [](v1::Snapshot* s) {
+         s->mutable_groups(0)->set_key("erp/public\r");
+         s->mutable_virtual_hosts(0)->set_default_abap_group("erp/public\r");
+         s->mutable_virtual_hosts(0)->mutable_rules(0)->set_group("erp/public\r");
+       },
+       "invalid key"},
+      {"group key without a namespace",
+       [](v1::Snapshot* s) {
+         s->mutable_groups(0)->set_key("public");
+         s->mutable_virtual_hosts(0)->set_default_abap_group("public");
+         s->mutable_virtual_hosts(0)->mutable_rules(0)->set_group("public");
+       },
+       "invalid key"},
+      {"health check path with CR LF",
+       [](v1::Snapshot* s) {
+         s->mutable_groups(0)->mutable_health_check()->set_path("/ping HTTP/1.1\r\nX: y");
+       },
+       "health check path"},
+      {"health check path not origin-form",
+       [](v1::Snapshot* s) {
+         s->mutable_groups(0)->mutable_health_check()->set_path("http://x/ping");
+       },
+       "health check path"},
+      {"affinity cookie name with a space",
+       [](v1::Snapshot* s) {
+         s->mutable_groups(0)->mutable_session_affinity()->set_affinity_cookie_name("a b");
+       },
+       "affinity cookie name"},
+      {"host with LF",
+       [](v1::Snapshot* s) { s->mutable_virtual_hosts(0)->set_host("erp.example.com\n"); },
+       "invalid host"},
+      {"prefix with a space",
+       [](v1::Snapshot* s) { s->mutable_virtual_hosts(0)->mutable_rules(0)->set_prefix("/sa p/"); },
+       "path characters"},
+      {"prefix with CR LF",
+       [](v1::Snapshot* s) {
+         s->mutable_virtual_hosts(0)->mutable_rules(0)->set_prefix("/sap\r\n/");
+       },
+       "path characters"},
+      {"rule source with LF",
+       [](v1::Snapshot* s) {
+         s->mutable_virtual_hosts(0)->mutable_rules(0)->set_source("erp/m\n");
+       },
+       "invalid source"},
+      {"permission pattern with CR",
+       [](v1::Snapshot* s) {
+         auto* p = s->mutable_virtual_hosts(0)->add_permissions();
+         p->set_action(v1::PERMISSION_ACTION_DENY);
+         p->set_pattern("/sap/\r*");
+       },
+       "path characters"},
+      {"source object name with LF",
+       [](v1::Snapshot* s) {
+         auto* source = s->add_sources();
+         source->set_kind("LogonGroup");
+         source->set_namespace_("erp");
+         source->set_name("public\n");
+       },
+       "invalid source object"},
   };
   for (const auto& c : cases) {
     v1::Snapshot s = ValidSnapshot();

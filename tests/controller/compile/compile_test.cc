@@ -430,6 +430,130 @@ std::vector<CompileCase> Cases() {
        {},
        {"endpoint 10.0.0.1:8000 left out: server name \"same\" is used twice"}},
 
+      // ---- Names and paths: they reach headers, log lines and metric labels ----
+      {"InstanceNameWithCrLfLeavesTheEndpointOut",
+       {ServiceLg("erp", "a", {{"name", "svc"}}),
+        Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1"), Ep("10.0.0.2", "p2")}),
+        PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "A\r\nSet-Cookie: evil=1"}}),
+        PodJ("erp", "p2", {{"dispatch.kwd.io/instance-name", "B"}})},
+       {"servers erp/a 1", "server erp/a B 10.0.0.2:8000 c=1 SERVER_STATE_READY pod=erp/p2",
+        "LogonGroup erp/a Accepted=True Accepted",
+        "LogonGroup erp/a ResolvedRefs=False InvalidServerName", "ready LogonGroup erp/a 1"},
+       {},
+       {"endpoint 10.0.0.1:8000 (pod erp/p1) left out: annotation "
+        "dispatch.kwd.io/instance-name=\"A\\r\\nSet-Cookie: evil=1\" is not a valid server name"}},
+      {"InstanceNamesOutsideTheCookieCharacters",
+       {ServiceLg("erp", "a", {{"name", "svc"}}),
+        Slice("erp", "svc-1", "svc",
+              {Ep("10.0.0.1", "p1"), Ep("10.0.0.2", "p2"), Ep("10.0.0.3", "p3"),
+               Ep("10.0.0.4", "p4")}),
+        PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "erp 1"}}),
+        PodJ("erp", "p2", {{"dispatch.kwd.io/instance-name", "erp1;Path=/x"}}),
+        PodJ("erp", "p3", {{"dispatch.kwd.io/instance-name", "\"erp\""}}),
+        PodJ("erp", "p4", {{"dispatch.kwd.io/instance-name", std::string(254, 'x')}})},
+       {"servers erp/a 0", "LogonGroup erp/a ResolvedRefs=False InvalidServerName"},
+       {},
+       {"(pod erp/p1) left out", "(pod erp/p2) left out", "(pod erp/p3) left out",
+        "(pod erp/p4) left out"}},
+      {"EndpointAddressOrPodRefInvalid",
+       {ServiceLg("erp", "a", {{"name", "svc"}}),
+        Slice("erp", "svc-1", "svc",
+              {Ep("10.0.0.1\r\nX: y", ""), Ep("10.0.0.2", "p2\n"), Ep("10.0.0.3", "p3")})},
+       {"servers erp/a 1", "server erp/a p3 10.0.0.3:8000 c=1 SERVER_STATE_READY pod=erp/p3",
+        "LogonGroup erp/a ResolvedRefs=False InvalidEndpoint"},
+       {},
+       {"endpoint \"10.0.0.1\\r\\nX: y\" left out: not a valid address",
+        "endpoint 10.0.0.2:8000 left out: targetRef \"p2\\n\" is not a valid pod name"}},
+      {"StaticServerNamesAndAddresses",
+       {Lg("erp", "a",
+           {{"backend",
+             {{"staticServers",
+               json::array(
+                   {{{"name", "a b"}, {"address", "10.0.0.1"}, {"port", 1}},
+                    {{"name", "x\r\nSet-Cookie: y=1"}, {"address", "10.0.0.2"}, {"port", 1}},
+                    {{"name", "c"}, {"address", "h\r\nX-Evil: 1"}, {"port", 1}},
+                    {{"name", "d"}, {"address", "[fd00::1]"}, {"port", 1}}})}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField"},
+       {"group erp/a"},
+       {"spec.backend.staticServers[0].name: \"a b\" is not a valid server name",
+        "spec.backend.staticServers[1].name: \"x\\r\\nSet-Cookie: y=1\" is not a valid server name",
+        "spec.backend.staticServers[2].address: \"h\\r\\nX-Evil: 1\" is not an IP address or host "
+        "name",
+        "spec.backend.staticServers[3].address: \"[fd00::1]\""}},
+      {"StaticServerNamesThatAreFine",
+       {Lg("erp", "a",
+           {{"backend",
+             {{"staticServers",
+               json::array(
+                   {{{"name", "erp1_ERP_00"}, {"address", "10.0.0.1"}, {"port", 1}},
+                    {{"name", "sap-host.example:00"}, {"address", "fd00::1"}, {"port", 1}},
+                    {{"name", "x+y@z~!"}, {"address", "sap-host.example"}, {"port", 1}}})}}}})},
+       {"servers erp/a 3", "LogonGroup erp/a Accepted=True Accepted"}},
+      {"HealthCheckPathMustBeOriginForm",
+       {Lg("erp", "a",
+           {{"healthCheck", {{"path", "/ping HTTP/1.1\r\nX-Evil: 1\r\n"}}},
+            {"backend", {{"staticServers", json::array()}}}}),
+        Lg("erp", "b",
+           {{"healthCheck", {{"path", "http://other.example/ping"}}},
+            {"backend", {{"staticServers", json::array()}}}}),
+        Lg("erp", "c",
+           {{"healthCheck", {{"path", "/ping#frag"}}},
+            {"backend", {{"staticServers", json::array()}}}}),
+        Lg("erp", "d",
+           {{"healthCheck", {{"path", "/sap/public/ping?sap-client=001&x=%2F"}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField",
+        "LogonGroup erp/b Accepted=False InvalidField",
+        "LogonGroup erp/c Accepted=False InvalidField", "LogonGroup erp/d Accepted=True Accepted"},
+       {"group erp/a", "group erp/b", "group erp/c"},
+       {"spec.healthCheck.path: must start with / and be an origin-form path "
+        "(RFC 3986 path and query characters), got \"/ping HTTP/1.1\\r\\nX-Evil: 1\\r\\n\"",
+        "got \"http://other.example/ping\"", "got \"/ping#frag\""}},
+      {"ObjectNamesMustBeKubernetesNames",
+       {StaticLg("erp", "Public"), StaticLg("erp", "a\r\nb"), StaticLg("erp\n", "c"),
+        StaticLg("erp", "ok.v1"),
+        Um("erp", "M_1", "", {{"rules", {{{"prefix", "/m/"}, {"kind", "abap"}}}}})},
+       {"LogonGroup erp/Public Accepted=False InvalidField",
+        "LogonGroup erp/ok.v1 Accepted=True Accepted", "source LogonGroup erp/ok.v1 gen=1",
+        "UrlMapping erp/M_1 Accepted=False InvalidField"},
+       {"group erp/Public", "group erp/a", "group erp\n", "source LogonGroup erp/Public",
+        "source LogonGroup erp/a", "source LogonGroup erp\n", "source UrlMapping", "vhost "},
+       {"metadata.name: \"Public\" is not a valid object name",
+        "metadata.name: \"a\\r\\nb\" is not a valid object name",
+        "metadata.namespace: \"erp\\n\" is not a valid namespace",
+        "metadata.name: \"M_1\" is not a valid object name"}},
+      {"PrefixesAndPatternsHoldOnlyPathCharacters",
+       {StaticLg("erp", "diag"), Um("erp", "m", "",
+                                    {{"rules",
+                                      {{{"prefix", "/sap\r\nX-Evil: 1/"}, {"kind", "abap"}},
+                                       {{"prefix", "/a b/"}, {"kind", "abap"}},
+                                       {{"prefix", "/a\"b/"}, {"kind", "abap"}},
+                                       {{"prefix", "/caf\xc3\xa9/"}, {"kind", "abap"}},
+                                       {{"prefix", "/sap(bd1lbizjptawmq==)/"}, {"kind", "abap"}},
+                                       {{"prefix", "/a%2fb/"}, {"kind", "abap"}},
+                                       {{"prefix", "/a%zz/"}, {"kind", "abap"}}}},
+                                     {"permissions",
+                                      {{{"action", "deny"}, {"pattern", "/admin\r\n*"}},
+                                       {{"action", "deny"}, {"pattern", "/a b/*"}},
+                                       {{"action", "deny"}, {"pattern", "*.cgi"}}}}})},
+       {"rules \"\" 2", "rule \"\" /sap(bd1lbizjptawmq==)/ abap group=erp/diag src=erp/m",
+        "rule \"\" /a%2fb/ abap group=erp/diag src=erp/m",
+        "perms \"\" PERMISSION_ACTION_DENY:*.cgi", "UrlMapping erp/m Accepted=False InvalidRule"},
+       {},
+       {"spec.rules[0].prefix: \"/sap\\r\\nX-Evil: 1/\" may hold only RFC 3986 path characters "
+        "(no spaces, controls, quotes, ? or #); rule dropped",
+        "spec.rules[1].prefix: \"/a b/\"", "spec.rules[2].prefix", "spec.rules[3].prefix",
+        "spec.rules[6].prefix: \"/a%zz/\"",
+        "spec.permissions[0].pattern: \"/admin\\r\\n*\" may hold only RFC 3986 path characters",
+        "spec.permissions[1].pattern: \"/a b/*\""}},
+      {"HostsWithControlsOrSpaces",
+       {Um("erp", "m", "", {{"hosts", {"erp.example.com\r\nX: y"}}}),
+        Um("erp", "n", "", {{"hosts", {"erp.example.com:443"}}})},
+       {"UrlMapping erp/m Accepted=False InvalidField",
+        "UrlMapping erp/n Accepted=False InvalidField"},
+       {"vhost "},
+       {"spec.hosts: \"erp.example.com\\r\\nX: y\" is not a host name or *.suffix"}},
+
       // ---- UrlMapping ----
       {"RulesAndImplicitDefaults",
        {StaticLg("erp", "diag"), StaticLg("erp", "j2ee", "java"), StaticLg("erp", "public"),
@@ -570,6 +694,32 @@ std::vector<CompileCase> Cases() {
 INSTANTIATE_TEST_SUITE_P(All, CompileTableTest, testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
+// What the condition messages quote from objects is escaped: statuses go to
+// the API server, `kwd-controller validate` output and log lines.
+TEST(CompileTest, ConditionMessagesHoldNoControlCharacters) {
+  CompileResult result = Compile(Objects(
+      {ServiceLg("erp", "a", {{"name", "svc"}}, {{"strategy", "x\r\ny"}}),
+       Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1")}),
+       PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "A\r\nB"}}),
+       Um("erp", "m", "",
+          {{"hosts", {"h\n"}},
+           {"defaultGroups", {{"abap", "g\r\n"}}},
+           {"rules", {{{"prefix", "/x\n/"}}, {{"prefix", "/y/"}, {"logonGroup", "\x1b[2J"}}}},
+           {"permissions", {{{"action", "deny\n"}, {"pattern", "/z"}}}}})}));
+  int conditions = 0;
+  for (const auto& status : result.statuses) {
+    for (const auto& condition : status.conditions) {
+      ++conditions;
+      for (char c : condition.message) {
+        EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            << status.name << " " << condition.type << ": " << condition.message;
+      }
+    }
+  }
+  EXPECT_EQ(conditions, 4);
+  EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+}
+
 TEST(CompileTest, SourcesAndStatusesAreSorted) {
   CompileResult result = Compile(Objects({Um("b", "m", "", json::object()), StaticLg("b", "x"),
                                           StaticLg("a", "y"), Um("a", "z", "", json::object())}));
@@ -648,20 +798,22 @@ TEST(CompileTest, VersionIsTheContentHashAndChangesWithContent) {
   EXPECT_NE(b.snapshot.version(), a.snapshot.version());
 }
 
-// "ns/name" text order is not (namespace, name) order: '-' sorts before '/'.
+// "ns/name" text order is not (namespace, name) order: '-' sorts before '/'
+// (the one such character a namespace may hold: an RFC 1123 label).
 TEST(CompileTest, GroupsAreInKeyOrderAcrossSimilarNamespaces) {
   CompileResult result = Compile(Objects({StaticLg("erp", "public"), StaticLg("erp-dev", "public"),
-                                          StaticLg("erp.x", "a"), StaticLg("erp0", "a")}));
+                                          StaticLg("erp-a", "a"), StaticLg("erp0", "a")}));
   EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
   std::vector<std::string> keys;
   for (const auto& group : result.snapshot.groups()) {
     keys.push_back(group.key());
   }
-  EXPECT_EQ(keys, (std::vector<std::string>{"erp-dev/public", "erp.x/a", "erp/public", "erp0/a"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"erp-a/a", "erp-dev/public", "erp/public", "erp0/a"}));
   // Statuses stay sorted by namespace, then name.
   ASSERT_EQ(result.statuses.size(), 4u);
   EXPECT_EQ(result.statuses[0].namespace_, "erp");
-  EXPECT_EQ(result.statuses[1].namespace_, "erp-dev");
+  EXPECT_EQ(result.statuses[1].namespace_, "erp-a");
+  EXPECT_EQ(result.statuses[2].namespace_, "erp-dev");
 }
 
 

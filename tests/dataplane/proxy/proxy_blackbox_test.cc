@@ -6,11 +6,14 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -687,6 +690,166 @@ TEST_F(ProxyTest, RefusesToStartWithAnInvalidSnapshot) {
                 dir_ + "/bad.log", /*wait_for_listening=*/false);
   EXPECT_TRUE(testing::WaitFor([&] { return !proxy.Alive(); }));
   EXPECT_NE(proxy.Log().find("snapshot.json"), std::string::npos) << proxy.Log();
+}
+
+// ---- Names from objects never reach a header or a metric line raw ----
+
+// Every Set-Cookie of `reply`, and no header anywhere that a CR/LF in a name
+// could have forged.
+void ExpectCleanHeaders(const HttpReply& reply) {
+  for (const auto& [name, value] : reply.headers) {
+    EXPECT_EQ(name.find_first_of("\r\n"), std::string::npos) << name;
+    EXPECT_EQ(value.find_first_of("\r\n"), std::string::npos) << name << ": " << value;
+    EXPECT_EQ(value.find("evil"), std::string::npos) << name << ": " << value;
+    EXPECT_EQ(name.find("evil"), std::string::npos) << name << ": " << value;
+  }
+}
+
+// The proxy's affinity cookies among the Set-Cookie headers of `reply`.
+int AffinityCookies(const HttpReply& reply) {
+  int count = 0;
+  for (const auto& [name, value] : testing::SetCookies(reply)) {
+    count += name == "kwd_affinity" ? 1 : 0;
+  }
+  return count;
+}
+
+void ExpectCleanMetrics(uint16_t admin) {
+  HttpReply metrics = HttpGet(admin, "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("kwd_proxy_"), std::string::npos);
+  EXPECT_EQ(metrics.body.find('\r'), std::string::npos);
+  EXPECT_EQ(metrics.body.find("evil"), std::string::npos) << metrics.body;
+}
+
+// A snapshot file whose server name holds CR/LF: refused at start and on
+// reload (CheckSnapshot); the running snapshot keeps serving with clean
+// Set-Cookie headers and metrics.
+TEST_F(ProxyTest, ServerNameWithCrLfInASnapshotFileIsRefused) {
+  v1::Snapshot bad =
+      SapSnapshot({{"A", a_->port(), 1}, {"B", b_->port(), 1}},
+                  {{"J1\r\nSet-Cookie: evil=1", j1_->port(), 1}, {"J2", j2_->port(), 1}});
+  const std::string bad_path = dir_ + "/bad-snapshot.json";
+  WriteSnapshot(bad_path, bad);
+  {
+    Process refused({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", bad_path, "--listen",
+                     "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"},
+                    dir_ + "/refused.log", /*wait_for_listening=*/false);
+    EXPECT_TRUE(testing::WaitFor([&] { return !refused.Alive(); })) << refused.Log();
+    EXPECT_NE(refused.Log().find("invalid server name"), std::string::npos) << refused.Log();
+    EXPECT_EQ(refused.Log().find('\r'), std::string::npos) << refused.Log();
+  }
+
+  uint16_t admin = testing::ReserveFreePort();
+  StartProxy({"--admin-listen", "127.0.0.1:" + std::to_string(admin)});
+  WriteSnapshot(snapshot_path_, bad);
+  proxy_->Signal(SIGHUP);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return proxy_->Log().find("snapshot rejected") != std::string::npos;
+  })) << proxy_->Log();
+  std::string log = proxy_->Log();
+  EXPECT_NE(log.find("invalid server name"), std::string::npos) << log;
+  // One line per log entry: the name's CR/LF is escaped.
+  EXPECT_EQ(log.find('\r'), std::string::npos) << log;
+  EXPECT_EQ(log.find("\nSet-Cookie"), std::string::npos) << log;
+  // A Java session start (the backend sets JSESSIONID) sets the affinity
+  // cookie naming the server.
+  int cookies = 0;
+  for (int i = 0; i < 4; ++i) {
+    HttpReply reply = HttpGet(port(), "/irj/portal/start");
+    EXPECT_EQ(reply.status, 200);
+    ExpectCleanHeaders(reply);
+    cookies += AffinityCookies(reply);
+  }
+  EXPECT_EQ(cookies, 4);
+  ExpectCleanMetrics(admin);
+}
+
+// A snapshot without a version (`{}` parses as one that routes nothing) is
+// refused at start and on SIGHUP like any other invalid one.
+TEST_F(ProxyTest, SnapshotWithoutAVersionIsRefused) {
+  const std::string empty_path = dir_ + "/empty.json";
+  std::ofstream(empty_path) << "{}";
+  {
+    Process refused({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", empty_path,
+                     "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"},
+                    dir_ + "/refused.log", /*wait_for_listening=*/false);
+    EXPECT_TRUE(testing::WaitFor([&] { return !refused.Alive(); })) << refused.Log();
+    EXPECT_NE(refused.Log().find("has no version"), std::string::npos) << refused.Log();
+  }
+  StartProxy();
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/before").status, 200);
+  std::ofstream(snapshot_path_) << "{}";
+  proxy_->Signal(SIGHUP);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return proxy_->Log().find("snapshot rejected") != std::string::npos;
+  })) << proxy_->Log();
+  EXPECT_NE(proxy_->Log().find("has no version"), std::string::npos) << proxy_->Log();
+  EXPECT_EQ(HttpGet(port(), "/sap/bc/after").status, 200);
+  EXPECT_EQ(HttpGet(port(), "/irj/portal").status, 200);
+}
+
+// Dir mode end to end: a pod annotation dispatch.kwd.io/instance-name holding
+// CR/LF, compiled by `kwd-controller compile` and served by the proxy. The
+// endpoint is left out (with a warning naming it) and the other server
+// serves; no response header and no metric line carries the name.
+TEST_F(ProxyTest, InstanceNameWithCrLfFromDirModeNeverReachesAHeaderOrMetric) {
+  const std::string objects = dir_ + "/objects";
+  std::filesystem::create_directories(objects);
+  auto slice = [](const std::string& name, const std::string& pod, uint16_t port) {
+    return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: " + name +
+           "\n  namespace: erp\n  labels: {kubernetes.io/service-name: erp-java}\n"
+           "addressType: IPv4\nendpoints:\n  - addresses: [127.0.0.1]\n"
+           "    conditions: {ready: true}\n    targetRef: {kind: Pod, namespace: erp, name: " +
+           pod + "}\nports: [{name: http, port: " + std::to_string(port) + ", protocol: TCP}]\n";
+  };
+  auto pod = [](const std::string& name, const std::string& instance) {
+    return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name +
+           "\n  namespace: erp\n  annotations: {dispatch.kwd.io/instance-name: \"" + instance +
+           "\"}\n";
+  };
+  std::ofstream(objects + "/objects.yaml")
+      << "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n"
+         "metadata: {name: portal, namespace: erp}\nspec:\n  kind: java\n"
+         "  backend:\n    service: {name: erp-java, port: http}\n---\n"
+      << slice("erp-java-a", "erp-java-0", j1_->port()) << "---\n"
+      << slice("erp-java-b", "erp-java-1", j2_->port())
+      << "---\n"
+      // YAML double-quoted escapes: the annotation holds a real CR LF.
+      << pod("erp-java-0", "J1\\r\\nSet-Cookie: evil=1") << "---\n"
+      << pod("erp-java-1", "J2") << "---\n"
+      << "apiVersion: dispatch.kwd.io/v1alpha1\nkind: UrlMapping\n"
+         "metadata: {name: erp, namespace: erp}\nspec:\n"
+         "  rules:\n    - {prefix: /irj/, kind: java, logonGroup: portal}\n";
+  const std::string compiled = dir_ + "/compiled.json";
+  const std::string warnings = dir_ + "/compile.err";
+  int status =
+      std::system((testing::BinaryPath("kwd-controller") + " compile --source=dir:" + objects +
+                   " > " + compiled + " 2> " + warnings)
+                      .c_str());
+  std::ifstream warnings_in(warnings);
+  std::string warning_text(std::istreambuf_iterator<char>(warnings_in), {});
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << warning_text;
+  EXPECT_NE(warning_text.find("InvalidServerName"), std::string::npos) << warning_text;
+  EXPECT_NE(warning_text.find("pod erp/erp-java-0"), std::string::npos) << warning_text;
+  EXPECT_EQ(warning_text.find('\r'), std::string::npos) << warning_text;
+
+  std::filesystem::copy_file(compiled, snapshot_path_,
+                             std::filesystem::copy_options::overwrite_existing);
+  uint16_t admin = testing::ReserveFreePort();
+  StartProxy({"--admin-listen", "127.0.0.1:" + std::to_string(admin)});
+  // Java session starts: the proxy learns JSESSIONID and sets its affinity
+  // cookie naming the server.
+  int cookies = 0;
+  for (int i = 0; i < 4; ++i) {
+    HttpReply reply = HttpGet(port(), "/irj/portal/start");
+    EXPECT_EQ(reply.status, 200);
+    EXPECT_EQ(reply.Header("x-served-by"), "J2");
+    ExpectCleanHeaders(reply);
+    cookies += AffinityCookies(reply);
+  }
+  EXPECT_EQ(cookies, 4);
+  ExpectCleanMetrics(admin);
 }
 
 }  // namespace

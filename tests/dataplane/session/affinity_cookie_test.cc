@@ -117,5 +117,25 @@ TEST(AffinityCookieTest, SetCookieValue) {
             "kwd_affinity=abc.s1; Path=/; HttpOnly; SameSite=Lax; Secure");
 }
 
+// The snapshot check keeps such names out; should one get through, the
+// header still holds one cookie: what a cookie name or value may not hold is
+// percent-encoded (the value then no longer verifies: the cookie is ignored).
+TEST(AffinityCookieTest, SetCookieValueNeverCarriesWhatACookieMayNotHold) {
+  AffinityCookieCodec codec("k");
+  std::string value = codec.Encode("erp/public", "A\r\nSet-Cookie: evil=1; Domain=x\"\\,\x7f\xff");
+  std::string header = AffinityCookieCodec::SetCookieValue("kwd affinity\r\n", value, false);
+  EXPECT_EQ(header.substr(header.find('.')),
+            ".A%0D%0ASet-Cookie:%20evil=1%3B%20Domain=x%22%5C%2C%7F%FF; Path=/; HttpOnly; "
+            "SameSite=Lax");
+  EXPECT_EQ(header.rfind("kwd%20affinity%0D%0A=", 0), 0u) << header;
+  std::string_view server;
+  std::string_view sent = std::string_view(header).substr(header.find('=') + 1);
+  sent = sent.substr(0, sent.find(';'));
+  EXPECT_FALSE(codec.Verify(sent, "erp/public", &server));
+  // Names a snapshot may hold pass unchanged.
+  EXPECT_EQ(AffinityCookieCodec::SetCookieValue("kwd_affinity", "m.erp1_ERP_00:fd00::1", false),
+            "kwd_affinity=m.erp1_ERP_00:fd00::1; Path=/; HttpOnly; SameSite=Lax");
+}
+
 }  // namespace
 }  // namespace kwd::session
