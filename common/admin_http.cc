@@ -98,7 +98,11 @@ int ParseHead(std::string_view head, AdminHttpRequest* request, uint64_t* conten
     return 400;
   }
   if (version != "HTTP/1.1" && version != "HTTP/1.0") {
-    return version.starts_with("HTTP/") ? 505 : 400;
+    // 505 only for a well-formed HTTP-version (HTTP/DIGIT.DIGIT) we do not speak.
+    auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    bool well_formed = version.size() == 8 && version.starts_with("HTTP/") && digit(version[5]) &&
+                       version[6] == '.' && digit(version[7]);
+    return well_formed ? 505 : 400;
   }
   // Origin form only; no controls, spaces or fragment.
   if (target.empty() || target.front() != '/' ||

@@ -5,6 +5,7 @@
 // bytes fed in two reads (as the server does) give the same verdict as fed
 // whole. Any violation aborts.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -112,6 +113,14 @@ void CheckVerdict(const AdminHttpHead& r, std::string_view input, const AdminHtt
       Check(r.status == 400 || r.status == 411 || r.status == 413 || r.status == 431 ||
             r.status == 505);
       Check(!r.reason.empty());
+      // 505 only for a well-formed HTTP-version (HTTP/DIGIT.DIGIT) other than 1.0 or 1.1.
+      if (r.status == 505) {
+        std::string_view line = input.substr(0, input.find("\r\n"));
+        std::string_view version = line.substr(line.rfind(' ') + 1);
+        Check(version.size() == 8 && version.starts_with("HTTP/") && version[6] == '.' &&
+              std::isdigit(static_cast<unsigned char>(version[5])) &&
+              std::isdigit(static_cast<unsigned char>(version[7])));
+      }
       // A head over the limit is refused 431, whatever it holds.
       Check((r.status == 431) == (blank == std::string_view::npos
                                       ? input.size() > limits.max_head_bytes
