@@ -31,7 +31,6 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates \
-      libcpprest2.10 \
       libcurl4 \
       libgrpc++1.51 \
       libprotobuf32 \

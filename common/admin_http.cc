@@ -98,7 +98,11 @@ int ParseHead(std::string_view head, AdminHttpRequest* request, uint64_t* conten
     return 400;
   }
   if (version != "HTTP/1.1" && version != "HTTP/1.0") {
-    return version.starts_with("HTTP/") ? 505 : 400;
+    // 505 only for a well-formed HTTP-version (HTTP/DIGIT.DIGIT) we do not speak.
+    auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    bool well_formed = version.size() == 8 && version.starts_with("HTTP/") && digit(version[5]) &&
+                       version[6] == '.' && digit(version[7]);
+    return well_formed ? 505 : 400;
   }
   // Origin form only; no controls, spaces or fragment.
   if (target.empty() || target.front() != '/' ||
@@ -184,7 +188,50 @@ std::string Serialize(const AdminHttpResponse& response, bool head_only) {
 
 enum class Phase { kHead, kBody, kWrite, kDrain, kDone };
 
+AdminHttpHead Refusal(int status, std::string reason) {
+  AdminHttpHead result;
+  result.verdict = AdminHttpHead::Verdict::kRefuse;
+  result.status = status;
+  result.reason = std::move(reason);
+  return result;
+}
+
 }  // namespace
+
+// The head is complete when it holds CRLF CRLF.
+AdminHttpHead ParseAdminHttpHead(std::string_view received, const AdminHttpLimits& limits,
+                                 size_t searched) {
+  searched = std::min(searched, received.size());
+  size_t from = searched >= 3 ? searched - 3 : 0;
+  size_t end = received.find("\r\n\r\n", from);
+  auto too_large = [&] {
+    return Refusal(431,
+                   "request head larger than " + std::to_string(limits.max_head_bytes) + " bytes");
+  };
+  if (end == std::string_view::npos) {
+    if (received.size() > limits.max_head_bytes) {
+      return too_large();
+    }
+    return {};
+  }
+  end += 4;
+  if (end > limits.max_head_bytes) {
+    return too_large();
+  }
+  AdminHttpHead result;
+  int status = ParseHead(received.substr(0, end), &result.request, &result.content_length);
+  if (status != 0) {
+    return Refusal(status, status == 411 ? "Transfer-Encoding is not accepted; send Content-Length"
+                                         : "malformed request");
+  }
+  if (result.content_length > limits.max_body_bytes) {
+    return Refusal(413,
+                   "request body larger than " + std::to_string(limits.max_body_bytes) + " bytes");
+  }
+  result.verdict = AdminHttpHead::Verdict::kRequest;
+  result.head_size = end;
+  return result;
+}
 
 struct AdminHttpServer::Connection {
   int fd = -1;
@@ -308,39 +355,19 @@ void AdminHttpServer::Run() {
     }
     answer(c, response, c.request.method == "HEAD");
   };
-  // The head is complete when it holds CRLF CRLF; `searched` bytes were
-  // looked at before.
+  // `searched` bytes of the head were looked at before.
   auto on_head_bytes = [&](Connection& c, size_t searched) {
-    size_t from = searched >= 3 ? searched - 3 : 0;
-    size_t end = c.head.find("\r\n\r\n", from);
-    if (end == std::string::npos) {
-      if (c.head.size() > limits_.max_head_bytes) {
-        refuse(c, 431,
-               "request head larger than " + std::to_string(limits_.max_head_bytes) + " bytes");
-      }
+    AdminHttpHead parsed = ParseAdminHttpHead(c.head, limits_, searched);
+    if (parsed.verdict == AdminHttpHead::Verdict::kNeedMore) {
       return;
     }
-    end += 4;
-    if (end > limits_.max_head_bytes) {
-      refuse(c, 431,
-             "request head larger than " + std::to_string(limits_.max_head_bytes) + " bytes");
+    if (parsed.verdict == AdminHttpHead::Verdict::kRefuse) {
+      refuse(c, parsed.status, std::move(parsed.reason));
       return;
     }
-    uint64_t content_length = 0;
-    int status = ParseHead(std::string_view(c.head).substr(0, end), &c.request, &content_length);
-    if (status != 0) {
-      refuse(c, status,
-             status == 411 ? "Transfer-Encoding is not accepted; send Content-Length"
-                           : "malformed request");
-      return;
-    }
-    if (content_length > limits_.max_body_bytes) {
-      refuse(c, 413,
-             "request body larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
-      return;
-    }
-    uint64_t already = std::min<uint64_t>(c.head.size() - end, content_length);
-    c.body_left = content_length - already;
+    c.request = std::move(parsed.request);
+    uint64_t already = std::min<uint64_t>(c.head.size() - parsed.head_size, parsed.content_length);
+    c.body_left = parsed.content_length - already;
     c.head.clear();
     if (c.body_left == 0) {
       dispatch(c);

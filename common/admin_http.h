@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -46,6 +47,29 @@ struct AdminHttpLimits {
   int64_t request_timeout_ms = 10'000;
   int64_t write_timeout_ms = 10'000;
 };
+
+// What the bytes received so far on a connection make of the request head.
+// Pure (no sockets): the server calls it after every read, the fuzz target
+// (tests/fuzz/admin_http_fuzz.cc) with arbitrary bytes.
+struct AdminHttpHead {
+  enum class Verdict {
+    kNeedMore,  // no blank line yet and within max_head_bytes
+    kRequest,   // a complete, well-formed head within every limit
+    kRefuse,    // answer `status` with `reason` and close
+  };
+  Verdict verdict = Verdict::kNeedMore;
+  int status = 0;               // kRefuse: 400, 411, 413, 431 or 505
+  std::string reason;           // kRefuse: the answer's body text
+  size_t head_size = 0;         // kRequest: bytes up to and with the blank line
+  uint64_t content_length = 0;  // kRequest: body bytes after the head
+  AdminHttpRequest request;     // kRequest
+};
+
+// `received`: every byte read so far (bytes after the head are the body or
+// ignored). `searched`: how many of them an earlier call that answered
+// kNeedMore had; it only saves searching them again.
+AdminHttpHead ParseAdminHttpHead(std::string_view received, const AdminHttpLimits& limits,
+                                 size_t searched = 0);
 
 using AdminHttpHandler = std::function<AdminHttpResponse(const AdminHttpRequest&)>;
 

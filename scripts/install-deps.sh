@@ -9,7 +9,7 @@ packages=(
   cmake ninja-build g++ make pkg-config ccache git
   # libraries (Debian only; nothing vendored)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcpprest-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
+  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
   libboost-dev libyaml-cpp-dev
 )
 # KWD_BUILD_ONLY=1 (the Dockerfile's build stage): only what building the binaries needs.

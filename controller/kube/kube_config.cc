@@ -45,6 +45,15 @@ std::string Trim(std::string text) {
   return text;
 }
 
+// A token goes into "Authorization: Bearer <token>": no spaces or control
+// characters (header injection).
+bool IsHeaderSafe(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u < 0x7f;
+  });
+}
+
 std::string ResolvePath(std::string_view base_dir, const std::string& path) {
   if (path.empty() || path.front() == '/' || base_dir.empty() || base_dir == ".") {
     return path;
@@ -375,11 +384,20 @@ bool ParseUser(const YAML::Node& user, const std::string& user_name, std::string
       !StringValue(user, "tokenFile", where, &token_file, error)) {
     return false;
   }
+  if (!IsHeaderSafe(config->token)) {
+    *error = where + ": token has spaces or control characters";
+    return false;
+  }
   if (!token_file.empty()) {
     config->token_file = ResolvePath(base_dir, token_file);
     std::string contents;
     if (!ReadFile(config->token_file, &contents)) {
       *error = where + ": cannot read tokenFile " + config->token_file;
+      return false;
+    }
+    if (!IsHeaderSafe(Trim(std::move(contents)))) {
+      *error = where + ": tokenFile " + config->token_file +
+               " holds a token with spaces or control characters";
       return false;
     }
   }
@@ -539,6 +557,10 @@ bool LoadInClusterConfig(const KubeConfigSource& source, KubeConfig* config, std
     *error = "cannot read service account token " + result.token_file;
     return false;
   }
+  if (!IsHeaderSafe(Trim(std::move(token)))) {
+    *error = "service account token " + result.token_file + " has spaces or control characters";
+    return false;
+  }
   if (!ReadFile(dir + "/ca.crt", &result.ca_pem)) {
     *error = "cannot read service account CA " + dir + "/ca.crt";
     return false;
@@ -593,9 +615,12 @@ std::string TokenSource::Token() {
   auto now = clock_.Now();
   if (!read_at_ || now - *read_at_ >= refresh_interval_) {
     std::string contents;
-    // Keep the last good token when the file is briefly missing mid-rotation.
+    // Keep the last good token when the file is briefly missing mid-rotation,
+    // or holds what cannot go into a header.
     if (ReadFile(token_file_, &contents)) {
-      cached_ = Trim(std::move(contents));
+      if (std::string token = Trim(std::move(contents)); IsHeaderSafe(token)) {
+        cached_ = std::move(token);
+      }
     }
     read_at_ = now;
   }
@@ -776,13 +801,6 @@ std::vector<std::string> PluginEnvironment(const ExecConfig& exec, const std::st
   }
   set("KUBERNETES_EXEC_INFO", exec_info);
   return env;
-}
-
-bool IsHeaderSafe(const std::string& text) {
-  return std::all_of(text.begin(), text.end(), [](char c) {
-    auto u = static_cast<unsigned char>(c);
-    return u > 0x20 && u < 0x7f;
-  });
 }
 
 }  // namespace

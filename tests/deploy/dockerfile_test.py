@@ -170,9 +170,8 @@ class Dockerfile(unittest.TestCase):
             self.assertEqual(result.returncode, 0, f"apt-cache knows no package {p}")
             self.assertIn(f"Package: {p}", result.stdout)
 
-    def test_runtime_packages_cover_every_shared_library(self):
-        packages = [p for r in self.runs(self.runtime) for p in apt_installed_packages(r)]
-        available = dependency_closure(packages)
+    def loaded_libraries(self):
+        """Paths of every shared library the binaries load (ldd)."""
         libraries = set()
         for binary in BINARIES:
             path = os.path.join(BINARY_DIR, binary)
@@ -183,6 +182,12 @@ class Dockerfile(unittest.TestCase):
                 match = re.match(r"\s*(\S+) => (/\S+)", line) or re.match(r"\s*(/\S+) \(", line)
                 if match:  # linux-vdso has no file: it is in the kernel
                     libraries.add(match.group(match.lastindex))
+        return libraries
+
+    def test_runtime_packages_cover_every_shared_library(self):
+        packages = [p for r in self.runs(self.runtime) for p in apt_installed_packages(r)]
+        available = dependency_closure(packages)
+        libraries = self.loaded_libraries()
         owners = packages_of(libraries)
         self.assertEqual(sorted(libraries - set(owners)), [], "libraries no package ships")
         needed = {}
@@ -191,6 +196,14 @@ class Dockerfile(unittest.TestCase):
         self.assertIn("libc6", needed)
         missing = {p: sorted(libs) for p, libs in needed.items() if p not in available}
         self.assertEqual(missing, {}, "libraries whose packages the runtime stage lacks")
+
+    def test_runtime_installs_no_library_the_binaries_do_not_load(self):
+        # Each library package ships a library some binary loads (cpprestsdk
+        # was left behind once kwd served its admin ports itself).
+        packages = [p for r in self.runs(self.runtime) for p in apt_installed_packages(r)]
+        loaded = set(packages_of(self.loaded_libraries()).values())
+        unused = sorted(p for p in packages if p != "ca-certificates" and p not in loaded)
+        self.assertEqual(unused, [], "runtime packages no binary loads a library of")
 
 
 def dockerignore_patterns():

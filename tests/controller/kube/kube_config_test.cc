@@ -217,6 +217,49 @@ TEST(KubeConfigTest, UnusableFormsAreErrorsNamingTheEntry) {
   }
 }
 
+// A token goes into the Authorization header: spaces or control characters
+// (header injection) are refused as for exec plugin tokens.
+TEST(KubeConfigTest, TokensWithSpacesOrControlCharactersAreRefused) {
+  TempDir dir;
+  const std::string server = "    server: https://a\n";
+  for (const std::string& token :
+       {std::string("\"abc\\r\\nX-Evil: 1\""), std::string("\"abc def\""),
+        std::string("\"abc\\tdef\""), std::string("\"abc\\x7f\""),
+        std::string("\"abc\\x00\"")}) {
+    KubeConfig config;
+    std::string error;
+    EXPECT_FALSE(ParseKubeConfig(KubeConfigYaml(server, "    token: " + token + "\n"), "/nowhere",
+                                 "", &config, &error))
+        << token;
+    EXPECT_NE(error.find("user \"u1\": token has spaces or control characters"),
+              std::string::npos)
+        << token << ": " << error;
+  }
+  for (const std::string& contents :
+       {std::string("abc\r\nX-Evil: 1\n"), std::string("abc def\n"), std::string("a\tb"),
+        std::string("abc\x7f")}) {
+    std::string path = dir.Write("token", contents);
+    KubeConfig config;
+    std::string error;
+    EXPECT_FALSE(ParseKubeConfig(KubeConfigYaml(server, "    tokenFile: " + path + "\n"),
+                                 "/nowhere", "", &config, &error));
+    EXPECT_NE(error.find("user \"u1\": tokenFile " + path +
+                         " holds a token with spaces or control characters"),
+              std::string::npos)
+        << error;
+  }
+  // Surrounding whitespace (a trailing newline) is trimmed, as before.
+  dir.Write("token", "  good-token\r\n");
+  KubeConfig config;
+  std::string error;
+  EXPECT_TRUE(ParseKubeConfig(KubeConfigYaml(server, "    tokenFile: token\n"), dir.path().string(),
+                              "", &config, &error))
+      << error;
+  EXPECT_TRUE(ParseKubeConfig(KubeConfigYaml(server, "    token: good-token\n"), "/nowhere", "",
+                              &config, &error))
+      << error;
+}
+
 TEST(KubeConfigTest, ExecEntryIsRead) {
   TempDir dir;
   std::string path = dir.Write(
@@ -477,6 +520,13 @@ TEST(KubeConfigTest, InClusterServiceAccountDirectory) {
   ASSERT_TRUE(LoadKubeConfig(source, &config, &error)) << error;
   EXPECT_EQ(config.server, "https://[fd00::1]:443");
 
+  dir.Write("token", "sa token\n");
+  EXPECT_FALSE(LoadKubeConfig(source, &config, &error));
+  EXPECT_NE(error.find("service account token " + dir.path().string() +
+                       "/token has spaces or control characters"),
+            std::string::npos)
+      << error;
+
   env.clear();
   EXPECT_FALSE(LoadKubeConfig(source, &config, &error));
   EXPECT_NE(error.find("KUBERNETES_SERVICE_HOST"), std::string::npos) << error;
@@ -530,6 +580,20 @@ TEST(TokenSourceTest, RereadsTheFileEveryIntervalOrWhenInvalidated) {
   fs::remove(path);
   tokens.Invalidate();
   EXPECT_EQ(tokens.Token(), "three") << "a briefly missing file keeps the last token";
+}
+
+TEST(TokenSourceTest, ARotatedTokenWithSpacesOrControlCharactersKeepsTheLastGoodOne) {
+  TempDir dir;
+  std::string path = dir.Write("token", "one\n");
+  FakeClock clock;
+  TokenSource tokens("", path, clock, std::chrono::seconds(60));
+  EXPECT_EQ(tokens.Token(), "one");
+  dir.Write("token", "two\r\nX-Evil: 1\n");
+  tokens.Invalidate();
+  EXPECT_EQ(tokens.Token(), "one");
+  dir.Write("token", "two\n");
+  tokens.Invalidate();
+  EXPECT_EQ(tokens.Token(), "two");
 }
 
 TEST(TokenSourceTest, StaticToken) {
