@@ -143,10 +143,13 @@ TEST(LeaderElectorTest, ReleasedLeaseIsTakenWithoutWaiting) {
   KubeClient client(server.Config());
   auto first = std::make_unique<Candidate>(client, "replica-a");
   ASSERT_TRUE(first->AwaitStarted(1));
-  Candidate second(client, "replica-b");
   auto stopped_at = std::chrono::steady_clock::now();
   first->Stop();
+  // Read before the second candidate exists: once it runs it may take the
+  // released lease at any moment.
   EXPECT_EQ(ReadLease(client)["spec"]["holderIdentity"], "");
+  // A lease still held would make it wait out the 1 s lease duration.
+  Candidate second(client, "replica-b");
   ASSERT_TRUE(second.AwaitStarted(1));
   EXPECT_LT(std::chrono::steady_clock::now() - stopped_at, milliseconds(700));
 }
