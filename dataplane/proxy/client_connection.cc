@@ -678,6 +678,14 @@ bool ClientConnection::HandleResponseHead() {
     response_parser_.Reset();
     return true;
   }
+  if (response_info_.body == http::BodyKind::kTunnel && !request_info_.upgrade_websocket) {
+    // Only an upgrade the client asked for (and we passed on) may turn the
+    // connection into a tunnel: else its next requests would reach the
+    // server unrouted, past the permissions.
+    AbortTransaction(ErrorCode::kBadGateway,
+                     "the server switched protocols though the request asked for no upgrade");
+    return false;
+  }
   if (response_info_.transfer_coded && version_minor_ == 0 &&
       response_info_.body != http::BodyKind::kNone) {
     // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1), and without it the

@@ -313,5 +313,23 @@ TEST_F(ResponseFramingTest, ChunkedBodyClosedBeforeTheLastChunkIsNoCleanEnd) {
   EXPECT_EQ(current.bytes.find("0\r\n\r\n"), std::string::npos) << current.bytes;
 }
 
+// A 101 (or any switch to a tunnel) for a request that asked for no upgrade:
+// passing it on would make the connection a raw tunnel to the backend, and
+// the client's next requests on it would skip routing and permissions (a
+// backend whose status an attacker can choose is enough).
+TEST_F(ResponseFramingTest, SwitchingProtocolsNobodyAskedForIs502) {
+  StartProxy(
+      "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret");
+  Exchange e = Send(port(), kGet11);
+  EXPECT_EQ(e.bytes.substr(0, 12), "HTTP/1.1 502") << e.bytes;
+  EXPECT_EQ(e.bytes.find("101"), std::string::npos) << e.bytes;
+  EXPECT_EQ(e.bytes.find("secret"), std::string::npos) << e.bytes;
+  // An upgrade the proxy passed on was not asked for either.
+  e = Send(port(),
+           "GET /x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
+  EXPECT_EQ(e.bytes.substr(0, 12), "HTTP/1.1 502") << e.bytes;
+}
+
 }  // namespace
 }  // namespace kwd
