@@ -242,6 +242,10 @@ TEST_F(RouterTest, PathTricksNeverGetPastAPermission) {
       "/x/..\\sap\\admin\\y",          // raw backslashes (explain only: the parser refuses them)
       "/sap%2Fadmin/x",                //
       "/sap/bc/y.cgi;p=1",             //
+      "/sap/bc/y.cgi%3Bp=1",           // a backend decoding "%3B" before it drops ";p=1"
+      "/sap/bc/y.cgi%3bp=1",           //
+      "/sap/bc/gui%3Bx/y",             // secure /sap/bc/gui/* to that backend
+      "/sap/bc/gui(bD1l)%3Bx/y",       //
       "/sap/bc/y.cgi(bD1l)",           // bracket after the denied suffix
       "/sap/bc/y.c%67i",               //
       "/sap/bc/gui/q(/a)/../../x",     // secure over plain http
@@ -308,6 +312,8 @@ TEST_F(RouterTest, EncodedSlashesRouteWhenBothReadingsAgree) {
   Decision d = Go("/sap/opu/odata/E('a%2Fb')", {}, "h");
   EXPECT_EQ(d.status, 0);
   EXPECT_EQ(d.rule, "/sap/");
+  d = Go("/sap/opu/odata/E('a%3Bb')", {}, "h");  // an encoded ";" in a key, same decision
+  EXPECT_EQ(d.status, 0);
   d = Go("/sap/x/..%2Fbc/y", {}, "h");  // /sap/bc/y either way: same rule, no permission
   EXPECT_EQ(d.status, 0);
   d = Go("/sap/x/..%2F..%2Firj/y", {}, "h");  // /irj/y when decoded: another group
