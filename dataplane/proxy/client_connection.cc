@@ -824,9 +824,12 @@ bool ClientConnection::StepTunnel() {
 }
 
 void ClientConnection::FinishTransaction() {
+  // Reused only when nothing follows the response: neither in our buffer nor
+  // in the socket (a read that filled the buffer did not prove it drained,
+  // and bytes already there raise no new edge for the idle pool to see).
   bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ &&
                   response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
-                  upstream_sent_ == upstream_out_.size();
+                  !upstream_readable_.readable && upstream_sent_ == upstream_out_.size();
   ReleaseUpstream(reusable);
   LogAndCount(response_status_, routing::ReasonName(decision_.reason));
   worker_->router().Complete(decision_);
