@@ -186,8 +186,7 @@ class AdminServer::Handler {
   static AdminHttpResponse JsonResponse(int status, const ordered_json& body) {
     // Explained URLs are decoded from %XX and need not be UTF-8.
     return TextResponse(
-        status, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-        kJson);
+        status, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", kJson);
   }
 
   AdminHttpResponse Respond(const AdminHttpRequest& request) {

@@ -303,10 +303,11 @@ TEST(YamlScalarsTest, HugeAndOutOfRangeNumbersAreErrorsNotCrashes) {
         std::string("-1e999"), std::string("1e-999")}) {
     SCOPED_TRACE(value.substr(0, 20));
     LoadResult result;
-    LoadYamlText("apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: "
-                 "g}\nspec:\n  defaultCapacity: " +
-                     value + "\n",
-                 "mem.yaml", &result);
+    LoadYamlText(
+        "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: "
+        "g}\nspec:\n  defaultCapacity: " +
+            value + "\n",
+        "mem.yaml", &result);
     ASSERT_EQ(result.problems.size(), 1u);
     EXPECT_TRUE(result.problems[0].is_error());
     EXPECT_EQ(result.problems[0].line, 5);

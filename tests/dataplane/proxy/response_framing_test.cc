@@ -329,8 +329,7 @@ TEST_F(ResponseFramingTest, SwitchingProtocolsNobodyAskedForIs502) {
   EXPECT_EQ(e.bytes.find("101"), std::string::npos) << e.bytes;
   EXPECT_EQ(e.bytes.find("secret"), std::string::npos) << e.bytes;
   // An upgrade the proxy passed on was not asked for either.
-  e = Send(port(),
-           "GET /x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
+  e = Send(port(), "GET /x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
   EXPECT_EQ(e.bytes.substr(0, 12), "HTTP/1.1 502") << e.bytes;
 }
 
@@ -426,8 +425,8 @@ TEST_F(ResponseFramingTest, SurplusBytesAfterAResponseNeverReachTheNextClient) {
   StartProxyFor(backend.port());
   for (int size : {4096, 8192, 16384, 32768, 65536}) {
     SCOPED_TRACE(size);
-    Exchange first =
-        Send(port(), "GET /first?" + std::to_string(size) + " HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+    Exchange first = Send(port(), "GET /first?" + std::to_string(size) +
+                                      " HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
     EXPECT_EQ(first.bytes.find("POISON"), std::string::npos);
     Exchange next = Send(port(), kGet11);
     EXPECT_EQ(Body(next.bytes), "ok") << next.bytes;
