@@ -8,7 +8,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <system_error>
 
@@ -22,19 +21,65 @@ bool IsYamlFile(const std::filesystem::path& path) {
   return ext == ".yaml" || ext == ".yml";
 }
 
-// A plain (unquoted) scalar typed by the YAML 1.2 core schema.
+size_t DigitsAt(std::string_view text, size_t i) {
+  size_t n = 0;
+  while (i + n < text.size() && text[i + n] >= '0' && text[i + n] <= '9') {
+    ++n;
+  }
+  return n;
+}
+
+enum class NumberForm { kNone, kInt, kFloat };
+
+// The YAML 1.2 core schema's int "[-+]?[0-9]+" and float
+// "[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", by one scan:
+// std::regex's matcher recurses once per character (a long number
+// overflowed the stack).
+NumberForm FormOf(std::string_view text) {
+  size_t i = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  const size_t int_digits = DigitsAt(text, i);
+  i += int_digits;
+  if (i == text.size()) {
+    return int_digits > 0 ? NumberForm::kInt : NumberForm::kNone;
+  }
+  size_t fraction_digits = 0;
+  if (text[i] == '.') {
+    fraction_digits = DigitsAt(text, ++i);
+    i += fraction_digits;
+  }
+  if (int_digits == 0 && fraction_digits == 0) {
+    return NumberForm::kNone;
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '-' || text[i] == '+')) {
+      ++i;
+    }
+    const size_t exponent_digits = DigitsAt(text, i);
+    if (exponent_digits == 0) {
+      return NumberForm::kNone;
+    }
+    i += exponent_digits;
+  }
+  return i == text.size() ? NumberForm::kFloat : NumberForm::kNone;
+}
+
+// A plain (unquoted) scalar typed by the YAML 1.2 core schema. A number out
+// of range stays a string (the decoder then names the field).
 json PlainScalar(const std::string& text) {
-  static const std::regex kInt("[-+]?[0-9]+");
-  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
   if (text == "true" || text == "True" || text == "TRUE") {
     return true;
   }
   if (text == "false" || text == "False" || text == "FALSE") {
     return false;
   }
-  if (std::regex_match(text, kInt)) {
-    const char* begin = text.data() + (text.front() == '+' ? 1 : 0);
-    const char* end = text.data() + text.size();
+  const NumberForm form = FormOf(text);
+  if (form == NumberForm::kNone) {
+    return text;
+  }
+  const char* begin = text.data() + (text.front() == '+' ? 1 : 0);
+  const char* end = text.data() + text.size();
+  if (form == NumberForm::kInt) {
     std::int64_t value = 0;
     if (auto [ptr, ec] = std::from_chars(begin, end, value); ec == std::errc() && ptr == end) {
       return value;
@@ -46,8 +91,9 @@ json PlainScalar(const std::string& text) {
     }
     return text;
   }
-  if (std::regex_match(text, kFloat)) {
-    return std::stod(text);
+  double value = 0;
+  if (auto [ptr, ec] = std::from_chars(begin, end, value); ec == std::errc() && ptr == end) {
+    return value;
   }
   return text;
 }

@@ -184,7 +184,9 @@ class AdminServer::Handler {
     return response;
   }
   static AdminHttpResponse JsonResponse(int status, const ordered_json& body) {
-    return TextResponse(status, body.dump() + "\n", kJson);
+    // Explained URLs are decoded from %XX and need not be UTF-8.
+    return TextResponse(
+        status, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", kJson);
   }
 
   AdminHttpResponse Respond(const AdminHttpRequest& request) {

@@ -178,7 +178,10 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   for (int i = 0; i < flags.count; ++i) {
     routing::Decision decision = router.Route(request.View());
-    out << routing::DecisionJson(router, decision, request.https).dump() << "\n";
+    // The URL's bytes need not be UTF-8: replaced, not an exception.
+    out << routing::DecisionJson(router, decision, request.https)
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
     router.Complete(decision);
     clock->Advance(1);  // simulated requests are one millisecond apart
   }

@@ -678,6 +678,14 @@ bool ClientConnection::HandleResponseHead() {
     response_parser_.Reset();
     return true;
   }
+  if (response_info_.body == http::BodyKind::kTunnel && !request_info_.upgrade_websocket) {
+    // Only an upgrade the client asked for (and we passed on) may turn the
+    // connection into a tunnel: else its next requests would reach the
+    // server unrouted, past the permissions.
+    AbortTransaction(ErrorCode::kBadGateway,
+                     "the server switched protocols though the request asked for no upgrade");
+    return false;
+  }
   if (response_info_.transfer_coded && version_minor_ == 0 &&
       response_info_.body != http::BodyKind::kNone) {
     // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1), and without it the
@@ -816,9 +824,12 @@ bool ClientConnection::StepTunnel() {
 }
 
 void ClientConnection::FinishTransaction() {
+  // Reused only when nothing follows the response: neither in our buffer nor
+  // in the socket (a read that filled the buffer did not prove it drained,
+  // and bytes already there raise no new edge for the idle pool to see).
   bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ &&
                   response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
-                  upstream_sent_ == upstream_out_.size();
+                  !upstream_readable_.readable && upstream_sent_ == upstream_out_.size();
   ReleaseUpstream(reusable);
   LogAndCount(response_status_, routing::ReasonName(decision_.reason));
   worker_->router().Complete(decision_);

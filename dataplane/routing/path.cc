@@ -77,6 +77,18 @@ bool IsEncodedSeparator(std::string_view s, size_t i) {
   return (high == '2' && low == 'f') || (high == '5' && low == 'c');
 }
 
+// "%3B", any case: a ";" that some backends decode before they drop
+// ";params" (Jetty calls it an ambiguous path parameter).
+bool IsEncodedSemicolon(std::string_view s, size_t i) {
+  return s[i] == '%' && i + 2 < s.size() && s[i + 1] == '3' && (s[i + 2] | 0x20) == 'b';
+}
+
+// Whether a segment's ";params" start at segment[i]: ";", and with
+// `decode_separators` also "%3B".
+bool ParamsAt(std::string_view segment, size_t i, bool decode_separators) {
+  return segment[i] == ';' || (decode_separators && IsEncodedSemicolon(segment, i));
+}
+
 // Length of the segment separator at s[i], 0 when there is none: "/", and
 // with `decode_separators` also "\\", "%2F" and "%5C".
 size_t SeparatorAt(std::string_view s, size_t i, bool decode_separators) {
@@ -121,22 +133,24 @@ struct SegmentParts {
   bool has_bracket = false;
 };
 
-SegmentParts SplitSegment(std::string_view segment) {
+// With `decode_separators`, "%3B" starts ";params" as ";" does.
+SegmentParts SplitSegment(std::string_view segment, bool decode_separators) {
   size_t name_end = 0;
-  while (name_end < segment.size() && segment[name_end] != ';' && segment[name_end] != '(') {
+  while (name_end < segment.size() && !ParamsAt(segment, name_end, decode_separators) &&
+         segment[name_end] != '(') {
     ++name_end;
   }
   if (name_end < segment.size() && segment[name_end] == '(') {
     const size_t close = segment.find(')', name_end + 1);
     if (close != std::string_view::npos &&
-        (close + 1 == segment.size() || segment[close + 1] == ';')) {
+        (close + 1 == segment.size() || ParamsAt(segment, close + 1, decode_separators))) {
       std::string_view text = segment.substr(name_end + 1, close - name_end - 1);
       if (IsBracketText(text)) {
         return SegmentParts{segment.substr(0, name_end), text, true};
       }
     }
     // An ordinary "(" belongs to the name.
-    while (name_end < segment.size() && segment[name_end] != ';') {
+    while (name_end < segment.size() && !ParamsAt(segment, name_end, decode_separators)) {
       ++name_end;
     }
   }
@@ -403,7 +417,7 @@ bool Normalize(std::string_view target, std::span<char> scratch, bool decode_sep
     if (byte <= 0x20 || byte == 0x7f) {
       return false;
     }
-    if (byte == '\\' || IsEncodedSeparator(raw_path, i)) {
+    if (byte == '\\' || IsEncodedSeparator(raw_path, i) || IsEncodedSemicolon(raw_path, i)) {
       out->encoded_separator = true;
     }
     // Encoded control characters ("%00" ends a C string in some backends).
@@ -421,7 +435,7 @@ bool Normalize(std::string_view target, std::span<char> scratch, bool decode_sep
   ForEachSegment(raw_path, decode_separators, [&](std::string_view segment) {
     if (DotSegment(segment) != 0) {
       has_dot_segments = true;
-    } else if (ReadsAsDotSegment(SplitSegment(segment).name)) {
+    } else if (ReadsAsDotSegment(SplitSegment(segment, decode_separators).name)) {
       ambiguous = true;
       return false;
     }
@@ -468,7 +482,7 @@ bool Normalize(std::string_view target, std::span<char> scratch, bool decode_sep
   const size_t path_start = writer.size();
   bool ends_with_slash = true;
   const bool ok = ForEachSegment(resolved, decode_separators, [&](std::string_view segment) {
-    const SegmentParts parts = SplitSegment(segment);
+    const SegmentParts parts = SplitSegment(segment, decode_separators);
     if (parts.has_bracket && out->bracket_segment.empty()) {
       out->bracket_segment = parts.bracket;
     }

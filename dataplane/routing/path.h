@@ -21,7 +21,9 @@ struct NormalizedTarget {
   // own normaliser to read differently.
   std::string_view forward_path;
   // The path holds "%2F" or "%5C" (any case) or "\": a backend that decodes
-  // them into "/" reads other segments (see NormalizeTargetSeparatorsDecoded).
+  // them into "/" reads other segments; or "%3B": a backend that decodes it
+  // before it drops ";params" reads other names (see
+  // NormalizeTargetSeparatorsDecoded).
   bool encoded_separator = false;
 };
 
@@ -44,7 +46,8 @@ struct NormalizedTarget {
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out);
 
 // The same target as read by a backend that decodes "%2F" and "%5C" (and
-// takes "\" for "/") before it resolves dot segments. The router routes a
+// takes "\" for "/") before it resolves dot segments, and "%3B" before it
+// drops ";params". The router routes a
 // target with encoded separators only when both readings reach the same
 // decision.
 bool NormalizeTargetSeparatorsDecoded(std::string_view target, std::span<char> scratch,

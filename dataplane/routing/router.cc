@@ -383,7 +383,11 @@ Decision Router::Route(const Request& request) {
     target = "/";
   }
   NormalizedTarget normalized;
-  if (!NormalizeTarget(target, path_scratch_, &normalized)) {
+  // The path scratch holds twice the lowercase one (for the resolved path):
+  // a longer normalised path (explain takes URLs beyond the proxy's 8 KiB
+  // request line) is refused before it is lowercased.
+  if (!NormalizeTarget(target, path_scratch_, &normalized) ||
+      normalized.path.size() > lower_scratch_.size()) {
     decision.reason = Reason::kBadRequest;
     decision.status = 400;
     return decision;
@@ -413,8 +417,9 @@ Decision Router::Route(const Request& request) {
     // what we forward: route only when its reading reaches the same rule and
     // permission.
     NormalizedTarget decoded;
-    bool same =
-        NormalizeTargetSeparatorsDecoded(normalized.forward_path, decoded_path_scratch_, &decoded);
+    bool same = NormalizeTargetSeparatorsDecoded(normalized.forward_path, decoded_path_scratch_,
+                                                 &decoded) &&
+                decoded.path.size() <= decoded_lower_scratch_.size();
     if (same) {
       AsciiLowerInto(decoded.path, decoded_lower_scratch_.data());
       same = Classify(*vhost, decoded.path,

@@ -292,5 +292,37 @@ spec:
   EXPECT_FALSE(g.spec.upstream_tls.mode.has_value());
 }
 
+// Plain scalars are typed without std::regex (whose matcher recurses once
+// per character: a 50,000-digit number overflowed the stack) and without
+// std::stod (which throws on "1e999"): both killed validate and serve. Such
+// numbers are strings, which the decoder rejects with the field's line.
+TEST(YamlScalarsTest, HugeAndOutOfRangeNumbersAreErrorsNotCrashes) {
+  const std::string digits(200000, '7');
+  for (const std::string& value :
+       {digits, "-" + digits, digits + ".5", "1." + digits + "e3", std::string("1e999"),
+        std::string("-1e999"), std::string("1e-999")}) {
+    SCOPED_TRACE(value.substr(0, 20));
+    LoadResult result;
+    LoadYamlText(
+        "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: "
+        "g}\nspec:\n  defaultCapacity: " +
+            value + "\n",
+        "mem.yaml", &result);
+    ASSERT_EQ(result.problems.size(), 1u);
+    EXPECT_TRUE(result.problems[0].is_error());
+    EXPECT_EQ(result.problems[0].line, 5);
+    EXPECT_NE(result.problems[0].message.find("spec.defaultCapacity"), std::string::npos)
+        << result.problems[0].message;
+  }
+  // Ordinary numbers keep their types.
+  LoadResult ok;
+  LoadYamlText(
+      "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: g, generation: "
+      "+12}\nspec:\n  defaultCapacity: 3\n",
+      "mem.yaml", &ok);
+  ASSERT_TRUE(ok.problems.empty()) << ok.problems[0].ToString();
+  EXPECT_EQ(ok.objects.logon_groups().at({"default", "g"}).metadata.generation, 12);
+}
+
 }  // namespace
 }  // namespace kwd::source

@@ -493,6 +493,10 @@ TEST_F(AdminServerTest, ExplainAnswersLikeTheCliWithoutMovingLiveBalancing) {
   EXPECT_THAT(json::parse(missing.body)["error"].get<std::string>(), HasSubstr("url"));
   EXPECT_EQ(Get("/admin/api/explain?url=%zz").status, 400);
   EXPECT_EQ(Get("/admin/api/explain?url=/x&header=nocolon").status, 400);
+  // A decoded URL that is not UTF-8 is explained, its bad bytes replaced.
+  HttpResponse latin = Get("/admin/api/explain?url=/sap/%FFx&host=%FE");
+  EXPECT_EQ(latin.status, 200) << latin.body;
+  EXPECT_EQ(json::parse(latin.body)["path"], "/sap/\xEF\xBF\xBDx");
 }
 
 // Explaining reads the live session tables but never writes them: no

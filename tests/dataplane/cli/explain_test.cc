@@ -176,6 +176,16 @@ TEST_F(ExplainTest, ClassificationAndStatuses) {
   EXPECT_EQ(portal.lines[0]["kind"], "java");
 }
 
+// A URL's bytes need not be UTF-8 (the admin port's explain decodes %FF):
+// the JSON line shows them replaced instead of the process aborting on an
+// exception from the JSON writer.
+TEST_F(ExplainTest, UrlBytesThatAreNotUtf8AreReplaced) {
+  ProcessResult run = Explain("--url \"$(printf '/sap/\\377x')\"");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 1u) << run.out;
+  EXPECT_EQ(run.lines[0]["path"], "/sap/\xEF\xBF\xBDx");
+}
+
 TEST_F(ExplainTest, StickyCookiesFromHeaders) {
   ProcessResult ctx = Explain(
       "--url /sap/bc/x --count 3 --header 'Cookie: a=1; sap-contextid=SID%3aANON%3aapp2%3aX'");

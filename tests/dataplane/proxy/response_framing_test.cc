@@ -160,6 +160,9 @@ class ResponseFramingTest : public ::testing::Test {
   // One Java group with the backend that every URL goes to.
   void StartProxy(const std::string& response) {
     backend_ = std::make_unique<ScriptedBackend>(response);
+    StartProxyFor(backend_->port());
+  }
+  void StartProxyFor(uint16_t backend_port) {
     v1::Snapshot s;
     auto* g = s.add_groups();
     g->set_key("t/all");
@@ -175,7 +178,7 @@ class ResponseFramingTest : public ::testing::Test {
     auto* server = g->add_servers();
     server->set_name("S");
     server->set_address("127.0.0.1");
-    server->set_port(backend_->port());
+    server->set_port(backend_port);
     server->set_capacity(1);
     server->set_state(v1::SERVER_STATE_READY);
     auto* vh = s.add_virtual_hosts();
@@ -311,6 +314,123 @@ TEST_F(ResponseFramingTest, ChunkedBodyClosedBeforeTheLastChunkIsNoCleanEnd) {
   EXPECT_FALSE(current.clean_eof) << current.bytes;
   EXPECT_TRUE(current.reset) << current.bytes;
   EXPECT_EQ(current.bytes.find("0\r\n\r\n"), std::string::npos) << current.bytes;
+}
+
+// A 101 (or any switch to a tunnel) for a request that asked for no upgrade:
+// passing it on would make the connection a raw tunnel to the backend, and
+// the client's next requests on it would skip routing and permissions (a
+// backend whose status an attacker can choose is enough).
+TEST_F(ResponseFramingTest, SwitchingProtocolsNobodyAskedForIs502) {
+  StartProxy(
+      "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret");
+  Exchange e = Send(port(), kGet11);
+  EXPECT_EQ(e.bytes.substr(0, 12), "HTTP/1.1 502") << e.bytes;
+  EXPECT_EQ(e.bytes.find("101"), std::string::npos) << e.bytes;
+  EXPECT_EQ(e.bytes.find("secret"), std::string::npos) << e.bytes;
+  // An upgrade the proxy passed on was not asked for either.
+  e = Send(port(), "GET /x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
+  EXPECT_EQ(e.bytes.substr(0, 12), "HTTP/1.1 502") << e.bytes;
+}
+
+// Keeps each connection open and answers every request head: "/first?N"
+// with a response of exactly N bytes followed at once by a second, unasked
+// response ("POISON"); anything else with "ok".
+class OverAnsweringBackend {
+ public:
+  OverAnsweringBackend() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listener_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] {
+      for (int i = 0; i < 100; ++i) {  // bounded
+        int fd = ::accept(listener_, nullptr, nullptr);
+        if (fd < 0) {
+          return;
+        }
+        std::lock_guard lock(mu_);
+        fds_.push_back(fd);
+        threads_.emplace_back([fd] { Serve(fd); });
+      }
+    });
+  }
+  ~OverAnsweringBackend() {
+    ::shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    std::lock_guard lock(mu_);
+    for (int fd : fds_) {
+      ::shutdown(fd, SHUT_RDWR);
+    }
+    for (std::thread& t : threads_) {
+      t.join();
+    }
+    for (int fd : fds_) {
+      ::close(fd);
+    }
+    ::close(listener_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  static void Serve(int fd) {
+    std::string in;
+    char buf[4096];
+    for (int requests = 0; requests < 100; ++requests) {
+      size_t end;
+      while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          return;
+        }
+        in.append(buf, static_cast<size_t>(n));
+      }
+      std::string head = in.substr(0, end);
+      in.erase(0, end + 4);
+      std::string out;
+      if (size_t at = head.find("/first?"); at != std::string::npos) {
+        size_t total = std::stoul(head.substr(at + 7));
+        size_t body = total;
+        std::string prefix;
+        do {
+          prefix = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(--body) + "\r\n\r\n";
+        } while (prefix.size() + body > total);
+        out = prefix + std::string(body, 'a');
+        out += "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON";
+      } else {
+        out = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+      }
+      ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+    }
+  }
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> threads_;
+};
+
+// A server that sends more than the response asked for must not leave the
+// surplus on a pooled connection, where the next request (of any client)
+// would read it as its answer. The surplus may still be in the socket when
+// the response ends at the exact end of a read.
+TEST_F(ResponseFramingTest, SurplusBytesAfterAResponseNeverReachTheNextClient) {
+  OverAnsweringBackend backend;
+  StartProxyFor(backend.port());
+  for (int size : {4096, 8192, 16384, 32768, 65536}) {
+    SCOPED_TRACE(size);
+    Exchange first = Send(port(), "GET /first?" + std::to_string(size) +
+                                      " HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(first.bytes.find("POISON"), std::string::npos);
+    Exchange next = Send(port(), kGet11);
+    EXPECT_EQ(Body(next.bytes), "ok") << next.bytes;
+  }
 }
 
 }  // namespace

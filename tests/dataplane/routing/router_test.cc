@@ -170,6 +170,26 @@ TEST_F(RouterTest, BadTargetsAre400) {
   }
 }
 
+// The explain endpoints route URLs longer than the proxy's 8 KiB request
+// line: a normalised path longer than the router's scratch is a 400, never
+// lowercased past the end of it (heap corruption before).
+TEST_F(RouterTest, PathLongerThanTheScratchIs400) {
+  for (size_t length : {8193u, 9000u, 16000u}) {
+    SCOPED_TRACE(length);
+    std::string target = "/sap/bc/gui/";
+    target.append(length - target.size(), 'A');
+    Decision d = Go(target, {}, "h");
+    EXPECT_EQ(d.status, 400);
+    EXPECT_EQ(d.reason, Reason::kBadRequest);
+    target.replace(20, 3, "%2F");  // the separators-decoded reading too
+    d = Go(target, {}, "h");
+    EXPECT_EQ(d.status, 400);
+  }
+  std::string target = "/sap/bc/gui/";
+  target.append(8192 - target.size(), 'A');
+  EXPECT_EQ(Go(target, {}, "h", /*https=*/true).status, 0);
+}
+
 TEST_F(RouterTest, Permissions) {
   struct Case {
     const char* target;
@@ -222,6 +242,10 @@ TEST_F(RouterTest, PathTricksNeverGetPastAPermission) {
       "/x/..\\sap\\admin\\y",          // raw backslashes (explain only: the parser refuses them)
       "/sap%2Fadmin/x",                //
       "/sap/bc/y.cgi;p=1",             //
+      "/sap/bc/y.cgi%3Bp=1",           // a backend decoding "%3B" before it drops ";p=1"
+      "/sap/bc/y.cgi%3bp=1",           //
+      "/sap/bc/gui%3Bx/y",             // secure /sap/bc/gui/* to that backend
+      "/sap/bc/gui(bD1l)%3Bx/y",       //
       "/sap/bc/y.cgi(bD1l)",           // bracket after the denied suffix
       "/sap/bc/y.c%67i",               //
       "/sap/bc/gui/q(/a)/../../x",     // secure over plain http
@@ -288,6 +312,8 @@ TEST_F(RouterTest, EncodedSlashesRouteWhenBothReadingsAgree) {
   Decision d = Go("/sap/opu/odata/E('a%2Fb')", {}, "h");
   EXPECT_EQ(d.status, 0);
   EXPECT_EQ(d.rule, "/sap/");
+  d = Go("/sap/opu/odata/E('a%3Bb')", {}, "h");  // an encoded ";" in a key, same decision
+  EXPECT_EQ(d.status, 0);
   d = Go("/sap/x/..%2Fbc/y", {}, "h");  // /sap/bc/y either way: same rule, no permission
   EXPECT_EQ(d.status, 0);
   d = Go("/sap/x/..%2F..%2Firj/y", {}, "h");  // /irj/y when decoded: another group
