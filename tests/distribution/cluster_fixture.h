@@ -51,8 +51,8 @@ inline std::string LogonGroupYaml(const std::string& name,
       "  backend:\n"
       "    staticServers:\n";
   for (const StaticServer& server : servers) {
-    yaml += "      - {name: " + server.name + ", address: 127.0.0.1, port: " +
-            std::to_string(server.port);
+    yaml += "      - {name: " + server.name +
+            ", address: 127.0.0.1, port: " + std::to_string(server.port);
     if (server.capacity) {
       yaml += ", capacity: " + std::to_string(*server.capacity);
     }

@@ -22,15 +22,12 @@ namespace kwd {
 namespace {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
-using std::chrono::seconds;
 using testing::BinaryPath;
 using testing::ClusterTest;
 using testing::ControllerVersion;
 using testing::ErpUrlMappingYaml;
-using testing::LogonGroupYaml;
 using testing::HttpGet;
-using testing::Process;
+using testing::LogonGroupYaml;
 using testing::ReserveFreePort;
 using testing::StaticServer;
 using testing::WaitFor;

@@ -24,8 +24,6 @@ namespace kwd {
 namespace {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
-using std::chrono::seconds;
 using testing::BinaryPath;
 using testing::ClusterTest;
 using testing::ErpUrlMappingYaml;

@@ -80,9 +80,9 @@ class ScriptedBackend {
         // close is the FIN the test is about, and it must not wait for the
         // test's end.
         server_([this](int fd) { Handle(fd); }, {.backlog = 64,
-                                                  .max_connections = 10000,
-                                                  .receive_timeout = std::chrono::seconds(10),
-                                                  .close_when_done = true}) {}
+                                                 .max_connections = 10000,
+                                                 .receive_timeout = std::chrono::seconds(10),
+                                                 .close_when_done = true}) {}
   uint16_t port() const { return server_.port(); }
   int health_checks() const { return health_checks_.load(); }
   int traffic_connections() const { return traffic_.load(); }

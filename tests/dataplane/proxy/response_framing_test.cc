@@ -36,9 +36,9 @@ class ScriptedBackend {
  public:
   explicit ScriptedBackend(std::string response)
       : response_(std::move(response)),
+        // One connection at a time: each answer is short.
         server_([this](int fd) { Serve(fd); },
-                {.receive_timeout = std::chrono::seconds(5),
-                 .one_at_a_time = true}) {}  // each answer is short
+                {.receive_timeout = std::chrono::seconds(5), .one_at_a_time = true}) {}
   uint16_t port() const { return server_.port(); }
 
  private:
