@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/distribution/cluster_fixture.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
 
@@ -22,54 +22,26 @@ namespace kwd {
 namespace {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
-using std::chrono::seconds;
 using testing::BinaryPath;
+using testing::ClusterTest;
+using testing::ControllerVersion;
+using testing::ErpUrlMappingYaml;
 using testing::HttpGet;
-using testing::Process;
+using testing::LogonGroupYaml;
 using testing::ReserveFreePort;
+using testing::StaticServer;
 using testing::WaitFor;
 
 std::string Config(uint16_t backend0, uint16_t backend1, bool with_second, bool with_poison) {
-  std::string yaml =
-      "apiVersion: dispatch.kwd.io/v1alpha1\n"
-      "kind: LogonGroup\n"
-      "metadata: {name: public, namespace: erp}\n"
-      "spec:\n"
-      "  kind: abap\n"
-      "  backend:\n"
-      "    staticServers:\n"
-      "      - {name: erp0_ERP_00, address: 127.0.0.1, port: " +
-      std::to_string(backend0) + ", capacity: 1}\n";
+  std::vector<StaticServer> servers = {{"erp0_ERP_00", backend0}};
   if (with_second) {
-    yaml += "      - {name: erp1_ERP_00, address: 127.0.0.1, port: " + std::to_string(backend1) +
-            ", capacity: 1}\n";
+    servers.push_back({"erp1_ERP_00", backend1});
   }
+  std::string yaml = LogonGroupYaml("public", servers);
   if (with_poison) {
-    yaml +=
-        "---\n"
-        "apiVersion: dispatch.kwd.io/v1alpha1\n"
-        "kind: LogonGroup\n"
-        "metadata: {name: poison, namespace: erp}\n"
-        "spec:\n"
-        "  kind: abap\n"
-        "  backend:\n"
-        "    staticServers:\n"
-        "      - {name: erp0_ERP_00, address: 127.0.0.1, port: " +
-        std::to_string(backend0) + "}\n";
+    yaml += "---\n" + LogonGroupYaml("poison", {{"erp0_ERP_00", backend0, std::nullopt}});
   }
-  yaml +=
-      "---\n"
-      "apiVersion: dispatch.kwd.io/v1alpha1\n"
-      "kind: UrlMapping\n"
-      "metadata: {name: erp, namespace: erp}\n"
-      "spec:\n"
-      "  hosts: []\n"
-      "  defaultRootHandler: abap\n"
-      "  defaultGroups: {abap: public, java: public}\n"
-      "  rules:\n"
-      "    - {prefix: /sap/, kind: abap, logonGroup: public}\n";
-  return yaml;
+  return yaml + "---\n" + ErpUrlMappingYaml();
 }
 
 // Writes atomically (rename) so the controller never reads half a file.
@@ -80,15 +52,6 @@ void WriteConfig(const fs::path& dir, const std::string& yaml) {
     out << yaml;
   }
   fs::rename(temp, dir / "erp.yaml");
-}
-
-std::string ControllerVersion(uint16_t admin_port) {
-  auto reply = HttpGet(admin_port, "/debug/snapshot");
-  if (reply.status != 200) {
-    return "";
-  }
-  auto json = nlohmann::json::parse(reply.body, nullptr, false);
-  return json.is_object() ? json.value("version", "") : "";
 }
 
 // The value of an unlabelled series, or -1.
@@ -117,17 +80,12 @@ std::string ProxyVersion(uint16_t admin_port) {
   return "";
 }
 
-class DistributionTest : public ::testing::Test {
+class DistributionTest : public ClusterTest {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/kwd-distribution-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_NO_FATAL_FAILURE(MakeDir("kwd-distribution"));
     for (const char* instance : {"erp0_ERP_00", "erp1_ERP_00"}) {
-      backends_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{BinaryPath("kwd-demo-backend"), "--listen", "127.0.0.1:0",
-                                   "--instance", instance, "--kind", "abap"}));
-      ASSERT_TRUE(backends_.back()->started());
+      ASSERT_NO_FATAL_FAILURE(StartBackend(instance));
     }
     WriteConfig(dir_, Config(backends_[0]->port(), backends_[1]->port(), false, false));
     grpc_port_ = ReserveFreePort();
@@ -135,47 +93,23 @@ class DistributionTest : public ::testing::Test {
     StartController();
   }
 
-  void TearDown() override {
-    proxies_.clear();
-    controller_.reset();
-    backends_.clear();
-    fs::remove_all(dir_);
-  }
-
   void StartController() {
-    controller_ = std::make_unique<Process>(
-        std::vector<std::string>{
-            BinaryPath("kwd-controller"), "serve", "--source=dir:" + dir_.string(), "--grpc-listen",
-            "127.0.0.1:" + std::to_string(grpc_port_), "--admin-listen",
-            "127.0.0.1:" + std::to_string(controller_admin_), "--poll-interval", "50ms"},
-        (dir_ / "controller.log").string());
-    ASSERT_TRUE(controller_->started());
-    ASSERT_TRUE(WaitFor([&] { return !ControllerVersion(controller_admin_).empty(); }));
+    StartControllerWith({BinaryPath("kwd-controller"), "serve", "--source=dir:" + dir_.string(),
+                         "--grpc-listen", "127.0.0.1:" + std::to_string(grpc_port_),
+                         "--admin-listen", "127.0.0.1:" + std::to_string(controller_admin_),
+                         "--poll-interval", "50ms"});
   }
-
-  struct ProxyProcess {
-    std::unique_ptr<Process> process;
-    uint16_t admin = 0;
-  };
 
   void StartProxy(const std::string& node, const std::string& reject_group = "") {
-    ProxyProcess proxy;
-    proxy.admin = ReserveFreePort();
+    uint16_t admin = ReserveFreePort();
     std::vector<std::string> argv = {"/usr/bin/env"};
     if (!reject_group.empty()) {
       argv.push_back("KWD_TEST_REJECT_GROUP=" + reject_group);
     }
-    for (std::string arg :
-         {BinaryPath("kwd-proxy"), std::string("serve"), std::string("--controller"),
-          "127.0.0.1:" + std::to_string(grpc_port_), std::string("--listen"),
-          std::string("127.0.0.1:0"), std::string("--admin-listen"),
-          "127.0.0.1:" + std::to_string(proxy.admin), std::string("--node-id"), node,
-          std::string("--access-log"), std::string("off")}) {
-      argv.push_back(arg);
+    for (std::string& arg : ProxyArgs(node, admin)) {
+      argv.push_back(std::move(arg));
     }
-    proxy.process = std::make_unique<Process>(argv, (dir_ / (node + ".log")).string());
-    ASSERT_TRUE(proxy.process->started());
-    proxies_.push_back(std::move(proxy));
+    StartProxyWith(node, admin, std::move(argv));
   }
 
   bool AllProxiesRun(const std::string& version) {
@@ -196,13 +130,6 @@ class DistributionTest : public ::testing::Test {
     }
     return logs;
   }
-
-  fs::path dir_;
-  std::vector<std::unique_ptr<Process>> backends_;
-  std::unique_ptr<Process> controller_;
-  std::vector<ProxyProcess> proxies_;
-  uint16_t grpc_port_ = 0;
-  uint16_t controller_admin_ = 0;
 };
 
 TEST_F(DistributionTest, AChangeReachesBothProxies) {

@@ -12,10 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tests/distribution/cluster_fixture.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
 #include "tests/support/test_pki.h"
@@ -24,44 +24,17 @@ namespace kwd {
 namespace {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
-using std::chrono::seconds;
 using testing::BinaryPath;
+using testing::ClusterTest;
+using testing::ErpUrlMappingYaml;
 using testing::HttpGet;
+using testing::LogonGroupYaml;
 using testing::Process;
 using testing::ReserveFreePort;
 using testing::WaitFor;
 
 std::string Config(uint16_t backend) {
-  return "apiVersion: dispatch.kwd.io/v1alpha1\n"
-         "kind: LogonGroup\n"
-         "metadata: {name: public, namespace: erp}\n"
-         "spec:\n"
-         "  kind: abap\n"
-         "  backend:\n"
-         "    staticServers:\n"
-         "      - {name: erp0_ERP_00, address: 127.0.0.1, port: " +
-         std::to_string(backend) +
-         ", capacity: 1}\n"
-         "---\n"
-         "apiVersion: dispatch.kwd.io/v1alpha1\n"
-         "kind: UrlMapping\n"
-         "metadata: {name: erp, namespace: erp}\n"
-         "spec:\n"
-         "  hosts: []\n"
-         "  defaultRootHandler: abap\n"
-         "  defaultGroups: {abap: public, java: public}\n"
-         "  rules:\n"
-         "    - {prefix: /sap/, kind: abap, logonGroup: public}\n";
-}
-
-std::string ControllerVersion(uint16_t admin_port) {
-  auto reply = HttpGet(admin_port, "/debug/snapshot");
-  if (reply.status != 200) {
-    return "";
-  }
-  auto json = nlohmann::json::parse(reply.body, nullptr, false);
-  return json.is_object() ? json.value("version", "") : "";
+  return LogonGroupYaml("public", {{"erp0_ERP_00", backend}}) + "---\n" + ErpUrlMappingYaml();
 }
 
 // Runs a binary to its end (it must exit by itself); returns the exit code.
@@ -80,31 +53,18 @@ std::string ReadFile(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-class MutualTlsTest : public ::testing::Test {
+class MutualTlsTest : public ClusterTest {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/kwd-mtls-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_NO_FATAL_FAILURE(MakeDir("kwd-mtls"));
     pki_ = dir_ / "pki";
     config_ = dir_ / "config";
-    proxies_.reserve(8);  // StartProxy hands out references
     fs::create_directories(pki_);
     fs::create_directories(config_);
     std::string error;
     ASSERT_TRUE(testing::MakeTestPki(pki_.string(), &error)) << error;
-    backend_ = std::make_unique<Process>(
-        std::vector<std::string>{BinaryPath("kwd-demo-backend"), "--listen", "127.0.0.1:0",
-                                 "--instance", "erp0_ERP_00", "--kind", "abap"});
-    ASSERT_TRUE(backend_->started());
-    std::ofstream(config_ / "erp.yaml") << Config(backend_->port());
-  }
-
-  void TearDown() override {
-    proxies_.clear();
-    controller_.reset();
-    backend_.reset();
-    fs::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(StartBackend("erp0_ERP_00"));
+    std::ofstream(config_ / "erp.yaml") << Config(backends_[0]->port());
   }
 
   std::string Pki(const std::string& name) const { return (pki_ / name).string(); }
@@ -128,42 +88,19 @@ class MutualTlsTest : public ::testing::Test {
   void StartController() {
     grpc_port_ = ReserveFreePort();
     controller_admin_ = ReserveFreePort();
-    controller_ = std::make_unique<Process>(ControllerArgs(), (dir_ / "controller.log").string());
-    ASSERT_TRUE(controller_->started());
-    ASSERT_TRUE(WaitFor([&] { return !ControllerVersion(controller_admin_).empty(); }));
+    StartControllerWith(ControllerArgs());
   }
-
-  struct ProxyProcess {
-    std::unique_ptr<Process> process;
-    uint16_t admin = 0;
-  };
 
   std::vector<std::string> ProxyArgs(const std::string& node, uint16_t admin,
                                      const std::vector<std::string>& tls_flags) const {
-    std::vector<std::string> argv = {BinaryPath("kwd-proxy"),
-                                     "serve",
-                                     "--controller",
-                                     "127.0.0.1:" + std::to_string(grpc_port_),
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--admin-listen",
-                                     "127.0.0.1:" + std::to_string(admin),
-                                     "--node-id",
-                                     node,
-                                     "--access-log",
-                                     "off"};
+    std::vector<std::string> argv = ClusterTest::ProxyArgs(node, admin);
     argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
     return argv;
   }
 
   ProxyProcess& StartProxy(const std::string& node, const std::vector<std::string>& tls_flags) {
-    ProxyProcess proxy;
-    proxy.admin = ReserveFreePort();
-    proxy.process = std::make_unique<Process>(ProxyArgs(node, proxy.admin, tls_flags),
-                                              (dir_ / (node + ".log")).string());
-    EXPECT_TRUE(proxy.process->started());
-    proxies_.push_back(std::move(proxy));
-    return proxies_.back();
+    uint16_t admin = ReserveFreePort();
+    return StartProxyWith(node, admin, ProxyArgs(node, admin, tls_flags));
   }
 
   std::vector<std::string> ClientFlags(const std::string& client,
@@ -176,14 +113,8 @@ class MutualTlsTest : public ::testing::Test {
     return flags;
   }
 
-  fs::path dir_;
   fs::path pki_;
   fs::path config_;
-  std::unique_ptr<Process> backend_;
-  std::unique_ptr<Process> controller_;
-  std::vector<ProxyProcess> proxies_;
-  uint16_t grpc_port_ = 0;
-  uint16_t controller_admin_ = 0;
 };
 
 TEST_F(MutualTlsTest, OnlyTheProxyWithAClientCertificateGetsTheSnapshot) {

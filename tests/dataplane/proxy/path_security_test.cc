@@ -2,9 +2,7 @@
 // items 1 and 7): a real kwd-proxy in front of backends that record every
 // request head they receive, so a test sees the exact request line and
 // X-Forwarded-Host the backend got.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,12 +12,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/snapshot_io.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
+#include "tests/support/tcp_backend.h"
 
 namespace kwd {
 namespace {
@@ -32,34 +30,8 @@ using testing::Process;
 // Answers every request with 200 "ok" and keeps the heads it received.
 class RecordingBackend {
  public:
-  RecordingBackend() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listener_, 16);
-    socklen_t len = sizeof a;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
-  ~RecordingBackend() {
-    ::shutdown(listener_, SHUT_RDWR);
-    acceptor_.join();
-    ::close(listener_);
-    std::lock_guard lock(mu_);
-    for (int fd : fds_) {
-      ::shutdown(fd, SHUT_RDWR);
-    }
-    for (auto& t : connections_) {
-      t.join();
-    }
-    for (int fd : fds_) {
-      ::close(fd);
-    }
-  }
-  uint16_t port() const { return port_; }
+  RecordingBackend() : server_([this](int fd) { Serve(fd); }) {}
+  uint16_t port() const { return server_.port(); }
 
   // Every head received so far whose request line contains `marker`.
   std::vector<std::string> HeadsWith(const std::string& marker) {
@@ -83,17 +55,6 @@ class RecordingBackend {
   }
 
  private:
-  void Accept() {
-    for (int i = 0; i < 1000; ++i) {  // bounded
-      int fd = ::accept(listener_, nullptr, nullptr);
-      if (fd < 0) {
-        return;
-      }
-      std::lock_guard lock(mu_);
-      fds_.push_back(fd);
-      connections_.emplace_back([this, fd] { Serve(fd); });
-    }
-  }
   void Serve(int fd) {
     static constexpr char kResponse[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
     std::string in;
@@ -116,13 +77,9 @@ class RecordingBackend {
     }
   }
 
-  int listener_ = -1;
-  uint16_t port_ = 0;
-  std::thread acceptor_;
   std::mutex mu_;
-  std::vector<int> fds_;
-  std::vector<std::thread> connections_;
   std::vector<std::string> heads_;
+  testing::TcpBackend server_;  // last: stopped before heads_ goes
 };
 
 void AddGroup(v1::Snapshot* s, const std::string& key, v1::Kind kind, const std::string& server,

@@ -1,9 +1,7 @@
 // Black-box tests of `kwd-proxy serve`: real proxy and demo-backend processes
 // on loopback, real HTTP. The snapshot is written by the test (the controller
 // has its own tests); the proxy reads it like `kwd-controller compile` output.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -16,7 +14,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +21,7 @@
 #include "common/snapshot_io.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
+#include "tests/support/tcp_backend.h"
 
 namespace kwd {
 namespace {
@@ -334,47 +332,11 @@ TEST_F(ProxyTest, StreamsContentLengthAndChunkedBodies) {
 // what the demo backend never does). A thread per connection.
 class CannedBackend {
  public:
-  explicit CannedBackend(std::string response) : response_(std::move(response)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listener_, 16);
-    socklen_t len = sizeof a;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
-  ~CannedBackend() {
-    ::shutdown(listener_, SHUT_RDWR);
-    acceptor_.join();
-    ::close(listener_);
-    std::lock_guard lock(mu_);
-    for (int fd : fds_) {
-      ::shutdown(fd, SHUT_RDWR);
-    }
-    for (auto& t : connections_) {
-      t.join();
-    }
-    for (int fd : fds_) {
-      ::close(fd);
-    }
-  }
-  uint16_t port() const { return port_; }
+  explicit CannedBackend(std::string response)
+      : response_(std::move(response)), server_([this](int fd) { Serve(fd); }) {}
+  uint16_t port() const { return server_.port(); }
 
  private:
-  void Accept() {
-    for (int i = 0; i < 1000; ++i) {  // bounded
-      int fd = ::accept(listener_, nullptr, nullptr);
-      if (fd < 0) {
-        return;
-      }
-      std::lock_guard lock(mu_);
-      fds_.push_back(fd);
-      connections_.emplace_back([this, fd] { Serve(fd); });
-    }
-  }
   void Serve(int fd) {
     std::string in;
     char buf[4096];
@@ -391,12 +353,7 @@ class CannedBackend {
     }
   }
   std::string response_;
-  int listener_ = -1;
-  uint16_t port_ = 0;
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<int> fds_;
-  std::vector<std::thread> connections_;
+  testing::TcpBackend server_;  // last: stopped before response_ goes
 };
 
 TEST_F(ProxyTest, ReframesChunkedResponsesAndDropsTrailers) {

@@ -25,6 +25,7 @@
 #include "common/snapshot_io.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
+#include "tests/support/tcp_backend.h"
 
 namespace kwd {
 namespace {
@@ -73,79 +74,38 @@ class ScriptedBackend {
   // bytes read after that head).
   using Serve = std::function<void(int fd, int index, const std::string& head, std::string rest)>;
 
-  explicit ScriptedBackend(Serve serve) : serve_(std::move(serve)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listener_, 64);
-    socklen_t len = sizeof a;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
-  ~ScriptedBackend() {
-    ::shutdown(listener_, SHUT_RDWR);
-    acceptor_.join();
-    ::close(listener_);
-    std::vector<std::thread> threads;
-    {
-      std::lock_guard lock(mu_);
-      for (int fd : fds_) {
-        ::shutdown(fd, SHUT_RDWR);
-      }
-      threads.swap(threads_);
-    }
-    for (auto& t : threads) {
-      t.join();
-    }
-  }
-  uint16_t port() const { return port_; }
+  explicit ScriptedBackend(Serve serve)
+      : serve_(std::move(serve)),
+        // Closed when the handler returns, not by the destructor: a handler's
+        // close is the FIN the test is about, and it must not wait for the
+        // test's end.
+        server_([this](int fd) { Handle(fd); }, {.backlog = 64,
+                                                 .max_connections = 10000,
+                                                 .receive_timeout = std::chrono::seconds(10),
+                                                 .close_when_done = true}) {}
+  uint16_t port() const { return server_.port(); }
   int health_checks() const { return health_checks_.load(); }
   int traffic_connections() const { return traffic_.load(); }
 
  private:
-  void Accept() {
-    for (int i = 0; i < 10000; ++i) {  // bounded
-      int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        return;
-      }
-      timeval tv{10, 0};
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      std::lock_guard lock(mu_);
-      fds_.push_back(fd);
-      threads_.emplace_back([this, fd] { Handle(fd); });
-    }
-  }
   void Handle(int fd) {
     std::string buffered;
     std::string head;
-    if (ReadHead(fd, &buffered, &head)) {
-      if (head.find("kwd-health-check") != std::string::npos) {
-        ++health_checks_;
-        SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-      } else {
-        serve_(fd, traffic_++, head, std::move(buffered));
-      }
+    if (!ReadHead(fd, &buffered, &head)) {
+      return;
     }
-    // Closed here, not by the destructor: a handler's close is the FIN the
-    // test is about, and it must not wait for the test's end.
-    std::lock_guard lock(mu_);
-    std::erase(fds_, fd);
-    ::close(fd);
+    if (head.find("kwd-health-check") != std::string::npos) {
+      ++health_checks_;
+      SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    } else {
+      serve_(fd, traffic_++, head, std::move(buffered));
+    }
   }
 
   Serve serve_;
-  int listener_ = -1;
-  uint16_t port_ = 0;
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<int> fds_;
-  std::vector<std::thread> threads_;
   std::atomic<int> health_checks_{0};
   std::atomic<int> traffic_{0};
+  testing::TcpBackend server_;  // last: stopped before what its handlers use
 };
 
 // One Java group "t/g" with one server, the default for every URL. Health checks run

@@ -22,6 +22,7 @@
 
 #include "common/snapshot_io.h"
 #include "tests/support/process.h"
+#include "tests/support/tcp_backend.h"
 
 namespace kwd {
 namespace {
@@ -33,39 +34,15 @@ using testing::Process;
 // "Connection: close", so the proxy never reuses a connection it closes.
 class ScriptedBackend {
  public:
-  explicit ScriptedBackend(std::string response) : response_(std::move(response)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listener_, 16);
-    socklen_t len = sizeof a;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
-  ~ScriptedBackend() {
-    ::shutdown(listener_, SHUT_RDWR);
-    acceptor_.join();
-    ::close(listener_);
-  }
-  uint16_t port() const { return port_; }
+  explicit ScriptedBackend(std::string response)
+      : response_(std::move(response)),
+        // One connection at a time: each answer is short.
+        server_([this](int fd) { Serve(fd); },
+                {.receive_timeout = std::chrono::seconds(5), .one_at_a_time = true}) {}
+  uint16_t port() const { return server_.port(); }
 
  private:
-  void Accept() {
-    for (int i = 0; i < 1000; ++i) {  // bounded
-      int fd = ::accept(listener_, nullptr, nullptr);
-      if (fd < 0) {
-        return;
-      }
-      Serve(fd);  // one at a time: each answer is short
-      ::close(fd);
-    }
-  }
   void Serve(int fd) {
-    timeval tv{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     std::string in;
     char buf[4096];
     while (in.find("\r\n\r\n") == std::string::npos && in.size() < 65536) {
@@ -92,9 +69,7 @@ class ScriptedBackend {
     }
   }
   std::string response_;
-  int listener_ = -1;
-  uint16_t port_ = 0;
-  std::thread acceptor_;
+  testing::TcpBackend server_;  // last: stopped before response_ goes
 };
 
 // Everything the proxy sends on one connection, and how the connection ended.
