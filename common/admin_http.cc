@@ -448,10 +448,24 @@ void AdminHttpServer::Run() {
 
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    bool accepting = connections.size() < limits_.max_connections && now >= accept_paused_until;
+    // Full, a new connection takes the slot of the oldest one whose request
+    // has not arrived yet: clients that never finish their heads cannot keep
+    // a probe of /healthz out for request_timeout_ms.
+    auto oldest_unfinished = [&]() -> std::unique_ptr<Connection>* {
+      std::unique_ptr<Connection>* oldest = nullptr;
+      for (auto& c : connections) {
+        if ((c->phase == Phase::kHead || c->phase == Phase::kBody) &&
+            (oldest == nullptr || c->deadline_ms < (*oldest)->deadline_ms)) {
+          oldest = &c;
+        }
+      }
+      return oldest;
+    };
+    bool room = connections.size() < limits_.max_connections || oldest_unfinished() != nullptr;
+    bool accepting = room && now >= accept_paused_until;
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     int64_t next = now + 1000;
-    if (!accepting && connections.size() < limits_.max_connections) {
+    if (!accepting && room) {
       next = std::min(next, accept_paused_until);
     }
     for (auto& c : connections) {
@@ -489,7 +503,11 @@ void AdminHttpServer::Run() {
       }
     }
     if (fds[1].revents != 0) {
-      while (connections.size() < limits_.max_connections) {
+      for (size_t accepted = 0; accepted < limits_.max_connections; ++accepted) {  // bounded
+        bool full = connections.size() >= limits_.max_connections;
+        if (full && oldest_unfinished() == nullptr) {
+          break;  // every slot is answering: the rest wait in the backlog
+        }
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
           if (errno == EINTR || errno == ECONNABORTED) {
@@ -499,6 +517,10 @@ void AdminHttpServer::Run() {
             accept_paused_until = NowMs() + kAcceptPauseMs;
           }
           break;
+        }
+        if (full) {
+          (*oldest_unfinished())->phase = Phase::kDone;  // closed without an answer
+          std::erase_if(connections, [](const auto& c) { return c->phase == Phase::kDone; });
         }
         auto c = std::make_unique<Connection>();
         c->fd = fd;

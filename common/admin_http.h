@@ -8,8 +8,9 @@
 //   - request body: max_body_bytes by Content-Length, else 413; bodies are
 //     read and discarded, never buffered (the admin endpoints take none);
 //     Transfer-Encoding is refused (411), as is anything malformed (400);
-//   - connections: max_connections at once; further ones wait in the
-//     kernel's listen backlog until one ends;
+//   - connections: max_connections at once; when all are taken, a new one
+//     closes the oldest whose request has not fully arrived (so slow clients
+//     cannot keep health probes out), else it waits in the listen backlog;
 //   - time: the whole request must arrive within request_timeout_ms of the
 //     accept (408), the answer must leave within write_timeout_ms.
 // Every response closes the connection (Connection: close): there is no
