@@ -54,10 +54,6 @@ std::vector<double> LatencyBuckets() {
           0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5, 5, 10};
 }
 
-namespace {
-
-// The length of the UTF-8 sequence at the start of `text` (RFC 3629: no
-// overlong forms, no surrogates, nothing above U+10FFFF), or 0.
 size_t Utf8SequenceLength(std::string_view text) {
   auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
   unsigned char lead = byte(0);
@@ -87,8 +83,6 @@ size_t Utf8SequenceLength(std::string_view text) {
   }
   return length;
 }
-
-}  // namespace
 
 std::string EscapeLabelValue(std::string_view value) {
   // The text format's escapes are \\, \" and \n; a label value must be

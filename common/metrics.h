@@ -114,4 +114,8 @@ class MetricsRegistry {
 // Escapes a label value for the exposition format.
 std::string EscapeLabelValue(std::string_view value);
 
+// The length of the UTF-8 sequence at the start of `text` (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or 0.
+size_t Utf8SequenceLength(std::string_view text);
+
 }  // namespace kwd

@@ -1,5 +1,7 @@
 #include "controller/source/dir_source.h"
 
+#include "common/metrics.h"
+
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -108,6 +110,39 @@ struct YamlError {
   std::string message;
 };
 
+// yaml-cpp drops a NUL byte from a scalar ("di\0ag" reads as "dig") and
+// passes other control bytes and invalid UTF-8 on, so the file's bytes are
+// checked before parsing: UTF-8 without C0 control characters but TAB, LF
+// and CR. The first bad byte is an error at its line.
+std::optional<YamlError> CheckBytes(std::string_view text) {
+  int line = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte == '\n') {
+      ++line;
+    } else if (byte < 0x20 && byte != '\t' && byte != '\r') {
+      static constexpr char kHex[] = "0123456789abcdef";
+      return YamlError{line, std::string("control character 0x") + kHex[byte >> 4] +
+                                 kHex[byte & 0xf] + " (only TAB, LF and CR are allowed)"};
+    } else if (byte >= 0x80) {
+      const size_t length = Utf8SequenceLength(text.substr(i));
+      if (length == 0) {
+        return YamlError{line, "invalid UTF-8"};
+      }
+      i += length;
+      continue;
+    }
+    ++i;
+  }
+  return std::nullopt;
+}
+
+// "!!str" for the core schema's "tag:yaml.org,2002:str", else the tag.
+std::string ShortTag(const std::string& tag) {
+  constexpr std::string_view kCore = "tag:yaml.org,2002:";
+  return tag.starts_with(kCore) ? "!!" + tag.substr(kCore.size()) : tag;
+}
+
 int LineOf(const YAML::Mark& mark) {
   return mark.is_null() ? 0 : mark.line + 1;
 }
@@ -155,20 +190,23 @@ class JsonBuilder final : public YAML::EventHandler {
                 const std::string& value) override {
     Refuse(mark, anchor);
     if (!stack_.empty() && stack_.back().value.is_object() && !stack_.back().key) {
+      RefuseTag(mark, tag, JoinPath(stack_.back().path, value));
       Key(mark, value);
       return;
     }
-    // "?" marks a plain scalar; quoted ("!") or explicitly tagged scalars
-    // stay strings.
+    RefuseTag(mark, tag, stack_.empty() ? "" : NextPathOf(mark));
+    // "?" marks a plain scalar; a quoted one ("!") stays a string.
     Value(mark, tag == "?" ? PlainScalar(value) : json(value));
   }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
+    RefuseTag(mark, tag, stack_.empty() ? "" : NextPathOf(mark));
     Open(mark, anchor, json::array());
   }
   void OnSequenceEnd() override { Close(); }
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+  void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                   YAML::EmitterStyle::value) override {
+    RefuseTag(mark, tag, stack_.empty() ? "" : NextPathOf(mark));
     Open(mark, anchor, json::object());
   }
   void OnMapEnd() override { Close(); }
@@ -185,6 +223,26 @@ class JsonBuilder final : public YAML::EventHandler {
     if (anchor != YAML::NullAnchor) {
       throw YamlError{LineOf(mark), "YAML anchors (&name) are not supported"};
     }
+  }
+
+  // yaml-cpp gives an untagged node the non-specific tag "?" (plain) or "!"
+  // (quoted); any other tag ("!!binary", "!custom") is explicit, and no
+  // object needs one.
+  static void RefuseTag(const YAML::Mark& mark, const std::string& tag, const std::string& path) {
+    if (tag != "?" && tag != "!") {
+      throw YamlError{LineOf(mark), (path.empty() ? "" : path + ": ") + "YAML tags (" +
+                                        ShortTag(tag) + ") are not supported"};
+    }
+  }
+
+  // The path NextPath would give a new value in the innermost container,
+  // without recording it.
+  std::string NextPathOf(const YAML::Mark& mark) const {
+    const Frame& parent = stack_.back();
+    if (parent.value.is_object()) {
+      return parent.key ? JoinPath(parent.path, *parent.key) : parent.path;
+    }
+    return parent.path + "[" + std::to_string(parent.value.size()) + "]";
   }
 
   Document& document() { return documents_.back(); }
@@ -315,6 +373,10 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
   auto add = [&](LoadProblem::Severity severity, int line, std::string message) {
     result->problems.push_back({severity, file, line, std::move(message)});
   };
+  if (std::optional<YamlError> error = CheckBytes(yaml_text)) {
+    add(LoadProblem::Severity::kError, error->line, error->message);
+    return;
+  }
   JsonBuilder builder(file);
   try {
     std::istringstream in{std::string(yaml_text)};

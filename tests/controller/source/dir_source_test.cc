@@ -324,5 +324,69 @@ TEST(YamlScalarsTest, HugeAndOutOfRangeNumbersAreErrorsNotCrashes) {
   EXPECT_EQ(ok.objects.logon_groups().at({"default", "g"}).metadata.generation, 12);
 }
 
+// yaml-cpp drops a raw NUL ("di\0ag" was read as the name "dig") and passes
+// other control bytes and invalid UTF-8 on: the file's bytes are refused at
+// the line of the first bad one, before parsing.
+TEST_F(DirSourceTest, ControlBytesAndInvalidUtf8AreRefusedWithTheirLine) {
+  const std::string head = "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n";
+  const struct {
+    std::string name;
+    std::string body;
+    std::string message;
+  } cases[] = {
+      {"nul", std::string("metadata: {name: di\0ag}\n", 24), "control character 0x00"},
+      {"escape", "metadata: {name: a}\nspec: {strategy: \x1b[2J}\n", "control character 0x1b"},
+      {"bad_utf8", "metadata: {name: a}\nspec: {strategy: \xff}\n", "invalid UTF-8"},
+      {"overlong", "metadata: {name: a}\nspec: {strategy: \xc0\xaf}\n", "invalid UTF-8"},
+      {"truncated", "metadata: {name: a}\nspec: {strategy: \xe2\x82}\n", "invalid UTF-8"},
+  };
+  for (const auto& c : cases) {
+    LoadResult result;
+    LoadYamlText(head + c.body, c.name + ".yaml", &result);
+    ASSERT_EQ(result.problems.size(), 1u) << c.name;
+    EXPECT_TRUE(result.problems[0].is_error()) << c.name;
+    EXPECT_EQ(result.problems[0].line, c.name == "nul" ? 3 : 4) << c.name;
+    EXPECT_NE(result.problems[0].message.find(c.message), std::string::npos)
+        << c.name << ": " << result.problems[0].message;
+    EXPECT_TRUE(result.objects.logon_groups().empty()) << c.name;
+  }
+  // TAB, CR and valid UTF-8 (in a comment) stay allowed.
+  LoadResult fine;
+  LoadYamlText(head + "# caf\xc3\xa9 \xe2\x82\xac\r\nmetadata:\t{name: a}\r\n", "fine.yaml", &fine);
+  EXPECT_TRUE(fine.problems.empty()) << fine.problems[0].ToString();
+  EXPECT_EQ(fine.objects.logon_groups().size(), 1u);
+}
+
+// Our objects never need a tag; "!!binary" and the like were ignored, so a
+// tag is refused like an alias, with its line and field.
+TEST_F(DirSourceTest, TagsAreRefusedWithLineAndField) {
+  const std::string head =
+      "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: a}\n";
+  const struct {
+    std::string name;
+    std::string body;
+    int line;
+    std::string message;
+  } cases[] = {
+      {"binary", "spec:\n  strategy: !!binary YWRhcHRpdmU=\n", 5, "spec.strategy: YAML tags (!!binary)"},
+      {"custom", "spec:\n  strategy: !custom adaptive\n", 5, "spec.strategy: YAML tags (!custom)"},
+      {"str", "spec: {defaultCapacity: !!str 3}\n", 4, "spec.defaultCapacity: YAML tags (!!str)"},
+      {"map", "spec: !!map\n  strategy: adaptive\n", 4, "spec: YAML tags (!!map)"},
+      {"seq", "spec:\n  hosts: !!seq [a]\n", 5, "spec.hosts: YAML tags (!!seq)"},
+      {"null", "spec:\n  strategy: !!null\n", 5, "spec.strategy: YAML tags (!!null)"},
+      {"key", "spec:\n  !!str strategy: adaptive\n", 5, "spec.strategy: YAML tags (!!str)"},
+      {"item", "spec:\n  hosts: [a, !x b]\n", 5, "spec.hosts[1]: YAML tags (!x)"},
+  };
+  for (const auto& c : cases) {
+    LoadResult result;
+    LoadYamlText(head + c.body, c.name + ".yaml", &result);
+    ASSERT_EQ(result.problems.size(), 1u) << c.name;
+    EXPECT_TRUE(result.problems[0].is_error()) << c.name;
+    EXPECT_EQ(result.problems[0].line, c.line) << c.name;
+    EXPECT_NE(result.problems[0].message.find(c.message), std::string::npos)
+        << c.name << ": " << result.problems[0].message;
+  }
+}
+
 }  // namespace
 }  // namespace kwd::source
