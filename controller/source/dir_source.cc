@@ -1,7 +1,5 @@
 #include "controller/source/dir_source.h"
 
-#include "common/metrics.h"
-
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -12,6 +10,8 @@
 #include <optional>
 #include <sstream>
 #include <system_error>
+
+#include "common/metrics.h"
 
 namespace kwd::source {
 namespace {

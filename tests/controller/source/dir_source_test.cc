@@ -368,7 +368,8 @@ TEST_F(DirSourceTest, TagsAreRefusedWithLineAndField) {
     int line;
     std::string message;
   } cases[] = {
-      {"binary", "spec:\n  strategy: !!binary YWRhcHRpdmU=\n", 5, "spec.strategy: YAML tags (!!binary)"},
+      {"binary", "spec:\n  strategy: !!binary YWRhcHRpdmU=\n", 5,
+       "spec.strategy: YAML tags (!!binary)"},
       {"custom", "spec:\n  strategy: !custom adaptive\n", 5, "spec.strategy: YAML tags (!custom)"},
       {"str", "spec: {defaultCapacity: !!str 3}\n", 4, "spec.defaultCapacity: YAML tags (!!str)"},
       {"map", "spec: !!map\n  strategy: adaptive\n", 4, "spec: YAML tags (!!map)"},
