@@ -720,6 +720,71 @@ TEST(CompileTest, ConditionMessagesHoldNoControlCharacters) {
   EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
 }
 
+// Names, hosts, prefixes, patterns, health-check paths and instance names
+// are ASCII: a byte >= 0x80 (non-ASCII or invalid UTF-8) anywhere in one,
+// even after an otherwise valid start, keeps it out of the snapshot.
+TEST(CompileTest, NonAsciiAndInvalidUtf8AreRefusedInEveryField) {
+  const std::string bad[] = {"\xff", "\xc3\xa9", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80"};
+  for (const std::string& b : bad) {
+    SCOPED_TRACE(testing::PrintToString(b));
+    CompileResult result = Compile(Objects(
+        {StaticLg("erp", "a" + b), StaticLg("erp" + b, "c"),
+         Lg("erp", "d",
+            {{"healthCheck", {{"path", "/sap/public/ping" + b}}},
+             {"backend", {{"staticServers", json::array()}}}}),
+         Lg("erp", "e",
+            {{"sessionAffinity", {{"affinityCookie", {{"name", "kwd" + b}}}}},
+             {"backend", {{"staticServers", json::array()}}}}),
+         Lg("erp", "f",
+            {{"backend",
+              {{"staticServers",
+                json::array({{{"name", "s1" + b}, {"address", "10.0.0.1"}, {"port", 1}},
+                             {{"name", "s2"}, {"address", "host" + b}, {"port", 1}}})}}}}),
+         ServiceLg("erp", "g", {{"name", "svc"}}),
+         Slice("erp", "svc-1", "svc", {Ep("10.0.0.2", "p1"), Ep("10.0.0.3", "p2" + b)}),
+         PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "i1" + b}}),
+         StaticLg("erp", "diag"),
+         Um("erp", "m", "", {{"hosts", {"erp.example" + b}}}),
+         Um("erp", "n", "",
+            {{"hosts", {"n.example"}},
+             {"rules", {{{"prefix", "/sap" + b + "/"}, {"kind", "abap"}}}},
+             {"permissions", {{{"action", "deny"}, {"pattern", "/x" + b + "*"}}}}})}));
+    EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+    std::string strings;
+    for (const auto& group : result.snapshot.groups()) {
+      strings += group.key() + group.health_check().path() +
+                 group.session_affinity().affinity_cookie_name();
+      for (const auto& server : group.servers()) {
+        strings += server.name() + server.address() + server.pod();
+      }
+    }
+    for (const auto& vhost : result.snapshot.virtual_hosts()) {
+      strings += vhost.host();
+      for (const auto& rule : vhost.rules()) {
+        strings += rule.prefix();
+      }
+      for (const auto& permission : vhost.permissions()) {
+        strings += permission.pattern();
+      }
+    }
+    for (const auto& source : result.snapshot.sources()) {
+      strings += source.namespace_() + source.name();
+    }
+    EXPECT_EQ(strings.find(b), std::string::npos) << strings;
+    EXPECT_EQ(strings.find(b.substr(0, 1)), std::string::npos) << strings;
+    std::vector<std::string> lines = Summary(result);
+    for (std::string_view rejected :
+         {"LogonGroup erp/d Accepted=False", "LogonGroup erp/e Accepted=False",
+          "UrlMapping erp/m Accepted=False", "UrlMapping erp/n Accepted=False"}) {
+      EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
+                              [&](const std::string& line) {
+                                return line.starts_with(rejected);
+                              }))
+          << rejected;
+    }
+  }
+}
+
 TEST(CompileTest, SourcesAndStatusesAreSorted) {
   CompileResult result = Compile(Objects({Um("b", "m", "", json::object()), StaticLg("b", "x"),
                                           StaticLg("a", "y"), Um("a", "z", "", json::object())}));
