@@ -145,6 +145,12 @@ void Worker::Accept() {
         accept_retry_ms_ = 0;
         return;
       }
+      // Out of descriptors: idle pooled upstream connections would hold
+      // theirs until the pool's idle timeout; give them up and try again.
+      // The pool is empty then, so this retries at most once.
+      if ((errno == EMFILE || errno == ENFILE) && CloseIdleUpstreams() > 0) {
+        continue;
+      }
       // Out of descriptors (or anything else): the connections stay queued
       // and no new edge comes when descriptors free up, so try again soon.
       WarnOutOfResources("accept a connection", errno);
@@ -254,6 +260,18 @@ void Worker::ForgetIdle(UpstreamConnection* connection) {
   }
 }
 
+size_t Worker::CloseIdleUpstreams() {
+  size_t closed = 0;
+  for (auto& [key, bucket] : pool_) {
+    for (UpstreamConnection* u : bucket.idle) {
+      closed += u->closed ? 0 : 1;
+      u->Close();
+    }
+    bucket.idle.clear();
+  }
+  return closed;
+}
+
 void Worker::StopAccepting() {
   loop_.Cancel(&accept_retry_timer_);
   if (listen_fd_ >= 0) {
@@ -268,12 +286,7 @@ void Worker::Drain(int64_t grace_ms) {
     draining_ = true;
     drain_deadline_ms_ = loop_.now_ms() + grace_ms;
     StopAccepting();
-    for (auto& [key, bucket] : pool_) {
-      for (UpstreamConnection* u : bucket.idle) {
-        u->Close();
-      }
-      bucket.idle.clear();
-    }
+    CloseIdleUpstreams();
     for (ClientConnection* c : std::vector<ClientConnection*>(connections_)) {
       c->BeginDrain();
     }

@@ -102,6 +102,8 @@ class Worker {
   void Run();
   void Accept();
   void RetryAcceptLater();
+  // Closes every idle pooled upstream connection; returns how many were open.
+  size_t CloseIdleUpstreams();
   void StopAccepting();
   void CheckDrained();
   static uint64_t PoolKey(std::string_view address, uint32_t port);

@@ -522,6 +522,74 @@ TEST_F(ProxyDescriptorTest, ListenerAcceptsAgainWhenDescriptorsFreeUp) {
   EXPECT_LT(SecondsSince(start), 3.0);
 }
 
+// Idle pooled upstream connections hold descriptors for up to 30 s. When
+// accept runs out of descriptors the worker closes them, so the listener
+// accepts again at once instead of after the pool's idle timeout.
+TEST_F(ProxyDescriptorTest, AcceptOutOfDescriptorsClosesIdlePooledUpstreams) {
+  constexpr int kPooled = 4;
+  std::atomic<int> answering{0};
+  std::atomic<int> closed_by_proxy{0};
+  ScriptedBackend backend([&](int fd, int index, const std::string&, std::string rest) {
+    // The first kPooled answer together, so each gets its own connection.
+    if (index < kPooled) {
+      ++answering;
+      for (int i = 0; i < 500 && answering.load() < kPooled; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    std::string head;
+    for (int i = 0; i < 100; ++i) {  // keep-alive: answer until the proxy closes
+      SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+      if (!ReadHead(fd, &rest, &head)) {
+        ++closed_by_proxy;  // EOF, or the 10 s receive timeout (after this test)
+        return;
+      }
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--workers", "1"}));
+  ASSERT_TRUE(testing::WaitFor([&] { return backend.health_checks() >= 1; }));
+  {
+    std::vector<std::unique_ptr<HttpClient>> clients;
+    for (int i = 0; i < kPooled; ++i) {
+      clients.push_back(std::make_unique<HttpClient>(port()));
+      ASSERT_TRUE(clients.back()->Send("GET /sap/bc/" + std::to_string(i) +
+                                       " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    }
+    for (auto& client : clients) {
+      HttpReply r = client->Read();
+      ASSERT_EQ(r.status, 200);
+    }
+  }
+  ASSERT_EQ(backend.traffic_connections(), kPooled);
+  // The clients' descriptors close; the kPooled upstream ones stay pooled.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int free_fds = LimitDescriptors(backend, 3);
+  ASSERT_GE(free_fds, 3);
+  EXPECT_EQ(closed_by_proxy.load(), 0);
+  // One client more than there are descriptors: accepting it fails, and
+  // (Linux takes the descriptor before it looks at the queue) so does the
+  // accept after the one that took the last.
+  auto start = Clock::now();
+  int before = FdsOf(proxy_->pid()).open;
+  for (int i = 0; i <= free_fds; ++i) {
+    held_.push_back(std::make_unique<HttpClient>(port()));
+    ASSERT_TRUE(held_.back()->connected());
+  }
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return closed_by_proxy.load() == kPooled; }, std::chrono::seconds(2)))
+      << closed_by_proxy.load() << " pooled connections closed";
+  // All accepted at once, with the descriptors the pool gave up.
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return FdsOf(proxy_->pid()).open == before + free_fds + 1 - kPooled; },
+                       std::chrono::seconds(2)))
+      << FdsOf(proxy_->pid()).open << " open";
+  HttpReply r = held_.back()->Get("/sap/bc/last");
+  EXPECT_EQ(r.status, 200) << "waited " << SecondsSince(start) << " s";
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_LT(SecondsSince(start), 3.0);
+  held_.clear();
+}
+
 TEST(ProxyRlimitTest, RaisesTheSoftDescriptorLimitToTheHardLimitAndLogsIt) {
   rlimit original{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &original), 0);
