@@ -245,6 +245,64 @@ TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencrypt) 
   }
 }
 
+// Names, hosts, prefixes, patterns, health-check paths and server names are
+// ASCII: non-ASCII (raw or by a YAML escape) is refused naming the field,
+// and a file with a NUL, another control byte, invalid UTF-8 or a YAML tag
+// is refused at its line before anything in it is read.
+TEST_F(CliTempDirTest, ValidateRefusesNonAsciiFieldsAndBadBytes) {
+  struct Case {
+    std::string name;
+    std::string yaml;
+    std::string want;  // after "file" when it starts with ':'
+  };
+  const std::string group = "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\n";
+  const std::string backend =
+      "  backend: {staticServers: [{name: s1, address: 10.0.0.1, port: 1}]}\n";
+  const std::string mapping =
+      "apiVersion: dispatch.kwd.io/v1alpha1\nkind: UrlMapping\nmetadata: {name: m}\nspec:\n";
+  std::vector<Case> cases = {
+      {"name", group + "metadata: {name: \"g\\u00e9\"}\nspec:\n" + backend,
+       "metadata.name: \"g\xc3\xa9\" is not a valid object name"},
+      {"health_path",
+       group + "metadata: {name: g}\nspec:\n" + backend +
+           "  healthCheck: {path: /sap/ping\xc3\xa9x}\n",
+       "spec.healthCheck.path: must start with /"},
+      {"server",
+       group + "metadata: {name: g}\nspec:\n"
+               "  backend: {staticServers: [{name: \"s\\xe9\", address: 10.0.0.1, "
+               "port: 1}]}\n",
+       "spec.backend.staticServers[0].name"},
+      {"host", mapping + "  hosts: [\"h\\u00e9.example\"]\n", "spec.hosts"},
+      {"prefix", mapping + "  rules: [{prefix: \"/caf\\u00e9/\", kind: abap}]\n",
+       "spec.rules[0].prefix"},
+      {"pattern", mapping + "  permissions: [{action: deny, pattern: \"/\\u00e9*\"}]\n",
+       "spec.permissions[0].pattern"},
+      {"nul", group + std::string("metadata: {name: di\0ag}\n", 24), ":3: control character 0x00"},
+      {"invalid_utf8",
+       group + "metadata: {name: g}\nspec:\n" + backend + "  healthCheck: {path: /sap/ping\xff}\n",
+       ":6: invalid UTF-8"},
+      {"tag",
+       group + "metadata: {name: g}\nspec:\n" + backend +
+           "  healthCheck: {path: !!binary L3NhcC9waW5n}\n",
+       ":6: spec.healthCheck.path: YAML tags (!!binary) are not supported"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Write("x.yaml", c.yaml);
+    RunResult validate = RunController("validate " + Source());
+    EXPECT_EQ(validate.exit_code, 1) << validate.out << validate.err;
+    std::string want = c.want[0] == ':' ? (dir_ / "x.yaml").string() + c.want : c.want;
+    EXPECT_NE(validate.out.find(want), std::string::npos) << validate.out;
+    // Nothing of the object reaches a snapshot, cut short or whole.
+    RunResult compile = RunController("compile " + Source());
+    EXPECT_EQ(compile.out.find("/sap/ping"), std::string::npos) << compile.out;
+    EXPECT_EQ(compile.out.find("\"s1\""), std::string::npos) << compile.out;
+    EXPECT_EQ(compile.out.find("\"dig\""), std::string::npos) << compile.out;
+  }
+}
+
 // yaml-cpp's node tree shares an aliased node; converting it expanded the
 // "billion laughs" in this 600-byte file to hundreds of MiB.
 TEST_F(CliTempDirTest, AliasBombIsRefusedQuickly) {
