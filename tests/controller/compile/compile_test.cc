@@ -727,28 +727,27 @@ TEST(CompileTest, NonAsciiAndInvalidUtf8AreRefusedInEveryField) {
   const std::string bad[] = {"\xff", "\xc3\xa9", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80"};
   for (const std::string& b : bad) {
     SCOPED_TRACE(testing::PrintToString(b));
-    CompileResult result = Compile(Objects(
-        {StaticLg("erp", "a" + b), StaticLg("erp" + b, "c"),
-         Lg("erp", "d",
-            {{"healthCheck", {{"path", "/sap/public/ping" + b}}},
-             {"backend", {{"staticServers", json::array()}}}}),
-         Lg("erp", "e",
-            {{"sessionAffinity", {{"affinityCookie", {{"name", "kwd" + b}}}}},
-             {"backend", {{"staticServers", json::array()}}}}),
-         Lg("erp", "f",
-            {{"backend",
-              {{"staticServers",
-                json::array({{{"name", "s1" + b}, {"address", "10.0.0.1"}, {"port", 1}},
-                             {{"name", "s2"}, {"address", "host" + b}, {"port", 1}}})}}}}),
-         ServiceLg("erp", "g", {{"name", "svc"}}),
-         Slice("erp", "svc-1", "svc", {Ep("10.0.0.2", "p1"), Ep("10.0.0.3", "p2" + b)}),
-         PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "i1" + b}}),
-         StaticLg("erp", "diag"),
-         Um("erp", "m", "", {{"hosts", {"erp.example" + b}}}),
-         Um("erp", "n", "",
-            {{"hosts", {"n.example"}},
-             {"rules", {{{"prefix", "/sap" + b + "/"}, {"kind", "abap"}}}},
-             {"permissions", {{{"action", "deny"}, {"pattern", "/x" + b + "*"}}}}})}));
+    CompileResult result = Compile(
+        Objects({StaticLg("erp", "a" + b), StaticLg("erp" + b, "c"),
+                 Lg("erp", "d",
+                    {{"healthCheck", {{"path", "/sap/public/ping" + b}}},
+                     {"backend", {{"staticServers", json::array()}}}}),
+                 Lg("erp", "e",
+                    {{"sessionAffinity", {{"affinityCookie", {{"name", "kwd" + b}}}}},
+                     {"backend", {{"staticServers", json::array()}}}}),
+                 Lg("erp", "f",
+                    {{"backend",
+                      {{"staticServers",
+                        json::array({{{"name", "s1" + b}, {"address", "10.0.0.1"}, {"port", 1}},
+                                     {{"name", "s2"}, {"address", "host" + b}, {"port", 1}}})}}}}),
+                 ServiceLg("erp", "g", {{"name", "svc"}}),
+                 Slice("erp", "svc-1", "svc", {Ep("10.0.0.2", "p1"), Ep("10.0.0.3", "p2" + b)}),
+                 PodJ("erp", "p1", {{"dispatch.kwd.io/instance-name", "i1" + b}}),
+                 StaticLg("erp", "diag"), Um("erp", "m", "", {{"hosts", {"erp.example" + b}}}),
+                 Um("erp", "n", "",
+                    {{"hosts", {"n.example"}},
+                     {"rules", {{{"prefix", "/sap" + b + "/"}, {"kind", "abap"}}}},
+                     {"permissions", {{{"action", "deny"}, {"pattern", "/x" + b + "*"}}}}})}));
     EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
     std::string strings;
     for (const auto& group : result.snapshot.groups()) {
@@ -776,11 +775,9 @@ TEST(CompileTest, NonAsciiAndInvalidUtf8AreRefusedInEveryField) {
     for (std::string_view rejected :
          {"LogonGroup erp/d Accepted=False", "LogonGroup erp/e Accepted=False",
           "UrlMapping erp/m Accepted=False", "UrlMapping erp/n Accepted=False"}) {
-      EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
-                              [&](const std::string& line) {
-                                return line.starts_with(rejected);
-                              }))
-          << rejected;
+      EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
+        return line.starts_with(rejected);
+      })) << rejected;
     }
   }
 }
