@@ -358,6 +358,51 @@ TEST_F(ProxyConnectionTest, HalfClosingSlowClientGetsItsWholeResponse) {
   EXPECT_EQ(e.received.size() - head_end - 4, kBody);
 }
 
+// ---- request bodies towards a backend that reads in bursts ----
+
+// A backend that leaves the body in its socket for a while and then takes
+// everything there is at once, again and again: the proxy's upstream socket
+// fills (a send would block) and then empties all at once, so one send takes
+// all the proxy had pending. That send is progress (the client's body, waiting
+// in the proxy's socket, must be read next) although no new edge comes from
+// either side. It was missed when the send emptied a buffer whose offset had
+// been reset to 0 by the send that blocked (the upload stalled until the
+// response timeout: 504).
+TEST_F(ProxyConnectionTest, UploadToABackendReadingInBurstsNeverStalls) {
+  constexpr size_t kBody = 24u << 20;
+  std::atomic<size_t> received{0};
+  ScriptedBackend backend([&](int fd, int, const std::string&, std::string rest) {
+    received = rest.size();
+    std::vector<char> chunk(1 << 20);
+    bool open = true;
+    for (int burst = 0; burst < 20000 && open && received < kBody; ++burst) {  // bounded
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      for (;;) {  // everything the socket has, then wait again
+        ssize_t n = ::recv(fd, chunk.data(), chunk.size(), MSG_DONTWAIT);
+        if (n <= 0) {
+          open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+          break;
+        }
+        received += static_cast<size_t>(n);
+      }
+    }
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--response-timeout", "2s"}));
+  HttpClient client(port(), std::chrono::seconds(30));
+  ASSERT_TRUE(client.Send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                          std::to_string(kBody) + "\r\n\r\n"));
+  std::string block(256 * 1024, 'u');
+  for (size_t sent = 0; sent < kBody; sent += block.size()) {
+    if (!client.Send(block)) {
+      break;
+    }
+  }
+  HttpReply reply = client.Read("POST");
+  EXPECT_EQ(reply.status, 200) << "backend received " << received.load() << " of " << kBody;
+  EXPECT_EQ(received.load(), kBody);
+}
+
 // ---- replaying requests on a fresh connection ----
 
 // The backend answers the first request of its first connection and then
