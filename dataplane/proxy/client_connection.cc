@@ -448,11 +448,13 @@ bool ClientConnection::StepForward() {
   if (closed_ || phase_ != Phase::kForward) {
     return true;
   }
-  size_t before = upstream_sent_;
+  // Progress is measured on what is pending: a flush that sends everything
+  // resets the offset, possibly to the value it had before.
+  size_t pending_up = UpstreamPending();
   if (!FlushUpstream()) {
     upstream_eof_ = true;
   }
-  progressed = progressed || upstream_sent_ != before;
+  progressed = progressed || UpstreamPending() != pending_up;
   progressed = MoveResponse() || progressed;
   if (closed_ || phase_ != Phase::kForward) {
     return true;
@@ -474,7 +476,7 @@ bool ClientConnection::StepForward() {
 
 bool ClientConnection::MoveRequestBody() {
   bool progressed = false;
-  while (!request_done_ && upstream_out_.size() - upstream_sent_ < kHighWater) {
+  while (!request_done_ && UpstreamPending() < kHighWater) {
     if (in_.empty()) {
       if (client_eof_) {
         // The client went away in the middle of its body.
@@ -785,14 +787,14 @@ bool ClientConnection::StepTunnel() {
     upstream_in_.Consume(upstream_in_.size());
     progressed = true;
   }
-  size_t before_up = upstream_sent_;
+  size_t before_up = UpstreamPending();
   size_t before_out = out_.size();
   bool up_ok = FlushUpstream();
   if (!FlushClient()) {
     return false;
   }
-  progressed = progressed || before_up != upstream_sent_ || before_out != out_.size();
-  if (!client_eof_ && upstream_out_.size() - upstream_sent_ < kHighWater) {
+  progressed = progressed || before_up != UpstreamPending() || before_out != out_.size();
+  if (!client_eof_ && UpstreamPending() < kHighWater) {
     ssize_t n = ReadInto(fd_, &client_readable_, in_, kBodyBufferBytes);
     if (n > 0) {
       progressed = true;
@@ -1024,7 +1026,7 @@ void ClientConnection::OnTimer() {
            {"request_done", request_done_ ? "true" : "false"},
            {"request_remaining", std::to_string(request_remaining_)},
            {"client_buffered", std::to_string(in_.size())},
-           {"upstream_pending", std::to_string(upstream_out_.size() - upstream_sent_)},
+           {"upstream_pending", std::to_string(UpstreamPending())},
            {"response_started", response_started_ ? "true" : "false"},
            {"client_pending", std::to_string(out_.size())}});
       AbortTransaction(ErrorCode::kGatewayTimeout, "the server did not answer in time");

@@ -83,6 +83,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   static ssize_t ReadInto(int fd, Readiness* readiness, Buffer& buffer, size_t max_capacity);
   bool FlushClient();
   bool FlushUpstream();
+  // Bytes queued towards the server and not sent yet.
+  size_t UpstreamPending() const { return upstream_out_.size() - upstream_sent_; }
 
   Worker* worker_;
   int fd_;

@@ -358,6 +358,54 @@ TEST_F(ProxyConnectionTest, HalfClosingSlowClientGetsItsWholeResponse) {
   EXPECT_EQ(e.received.size() - head_end - 4, kBody);
 }
 
+// ---- request bodies towards a backend that reads in bursts ----
+
+// A backend that leaves the body in its socket for a while and then takes
+// everything there is at once: the proxy's upstream socket fills (a send
+// would block) and then empties all at once, so that one send takes all the
+// proxy had pending. That send is progress (the client's body, waiting in the
+// proxy's socket, must be read next) although no new edge comes from either
+// side. It was missed when the send emptied a buffer whose offset the blocked
+// send had left at 0: the upload stalled until the response timeout (504).
+// The window is the first burst of a proxy's first upload, hit in about 1
+// run in 4 before the fix, so the test starts a fresh proxy for each upload.
+TEST_F(ProxyConnectionTest, UploadToABackendReadingInBurstsNeverStalls) {
+  constexpr size_t kBody = 12u << 20;
+  constexpr int kUploads = 10;
+  std::atomic<size_t> received{0};
+  ScriptedBackend backend([&](int fd, int, const std::string&, std::string rest) {
+    received = rest.size();
+    std::vector<char> chunk(1 << 20);
+    for (int burst = 0; burst < 2000 && received < kBody; ++burst) {  // bounded
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ssize_t n = 0;
+      while ((n = ::recv(fd, chunk.data(), chunk.size(), MSG_DONTWAIT)) > 0) {
+        received += static_cast<size_t>(n);  // everything there is, then wait again
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        break;
+      }
+    }
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  });
+  const std::string block(256 * 1024, 'u');
+  for (int upload = 0; upload < kUploads; ++upload) {
+    ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--response-timeout", "2s"}));
+    HttpClient client(port(), std::chrono::seconds(30));
+    ASSERT_TRUE(client.Send("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                            std::to_string(kBody) + "\r\n\r\n"));
+    for (size_t sent = 0; sent < kBody; sent += block.size()) {
+      if (!client.Send(block)) {
+        break;
+      }
+    }
+    HttpReply reply = client.Read("POST");
+    ASSERT_EQ(reply.status, 200) << "upload " << upload << ": the backend received "
+                                 << received.load() << " of " << kBody;
+    ASSERT_EQ(received.load(), kBody);
+  }
+}
+
 // ---- replaying requests on a fresh connection ----
 
 // The backend answers the first request of its first connection and then
