@@ -33,35 +33,6 @@ int64_t NowMs() {
       .count();
 }
 
-std::string_view ReasonPhrase(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 411:
-      return "Length Required";
-    case 413:
-      return "Content Too Large";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Unknown";
-  }
-}
-
 // RFC 9110 tchar.
 bool IsTokenChar(char c) {
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
@@ -172,7 +143,7 @@ std::string Serialize(const AdminHttpResponse& response, bool head_only) {
   std::string out;
   out.reserve(256 + (head_only ? 0 : response.body.size()));
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).push_back(' ');
-  out.append(ReasonPhrase(response.status)).append("\r\n");
+  out.append(HttpReasonPhrase(response.status)).append("\r\n");
   out.append("Content-Type: ").append(response.content_type).append("\r\n");
   out.append("Content-Length: ").append(std::to_string(response.body.size())).append("\r\n");
   out.append("Cache-Control: no-store\r\nConnection: close\r\n");
@@ -528,6 +499,43 @@ void AdminHttpServer::Run() {
         connections.push_back(std::move(c));
       }
     }
+  }
+}
+
+std::string_view HttpReasonPhrase(int status) {
+  switch (status) {
+    case 100:
+      return "Continue";
+    case 101:
+      return "Switching Protocols";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 

@@ -101,4 +101,7 @@ class AdminHttpServer {
   std::thread thread_;
 };
 
+// The reason phrase kwd writes for an HTTP status code ("Unknown" for codes it never sends).
+std::string_view HttpReasonPhrase(int status);
+
 }  // namespace kwd

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/admin_http.h"
 #include "dataplane/http/chunked.h"
 #include "dataplane/http/framing.h"
 #include "dataplane/http/parser.h"
@@ -110,33 +111,6 @@ std::string RandomToken(std::mt19937_64& rng, size_t length) {
   return out;
 }
 
-std::string StatusReason(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 101:
-      return "Switching Protocols";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 404:
-      return "Not Found";
-    case 413:
-      return "Content Too Large";
-    case 414:
-      return "URI Too Long";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 501:
-      return "Not Implemented";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Status";
-  }
-}
-
 // What a handler needs from the request, copied out of the connection buffer
 // because reading the body may move that buffer.
 struct Request {
@@ -198,7 +172,7 @@ class Connection {
         if (error_status != 0) {
           Response response;
           response.status = error_status;
-          response.body = StatusReason(error_status) + "\n";
+          response.body = std::string(HttpReasonPhrase(error_status)) + "\n";
           Send(response, /*keep_alive=*/false, request.method == "HEAD");
         }
         return;
@@ -333,7 +307,7 @@ class Connection {
 
   bool Send(const Response& response, bool keep_alive, bool head_only) {
     std::string out = "HTTP/1.1 " + std::to_string(response.status) + " " +
-                      StatusReason(response.status) + "\r\n";
+                      std::string(HttpReasonPhrase(response.status)) + "\r\n";
     out += "X-Served-By: " + options_.instance + "\r\n";
     out += "Content-Type: " + response.content_type + "\r\n";
     out += "Content-Length: " + std::to_string(response.body.size()) + "\r\n";

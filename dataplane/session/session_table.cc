@@ -229,8 +229,8 @@ void SessionTable::Reconfigure(SessionTableOptions options) {
   idle_timeout_ms_.store(options.idle_timeout_ms, std::memory_order_relaxed);
 }
 
-int SessionTable::Lookup(TableKey kind, std::string_view session_id, int64_t now_ms,
-                         char* server_out, size_t server_capacity) {
+int SessionTable::Find(TableKey kind, std::string_view session_id, int64_t now_ms,
+                       char* server_out, size_t server_capacity, bool use) const {
   size_t hash = HashKey(kind, session_id);
   LookupKey key{kind, session_id, hash};
   Shard& shard = shards_[(hash >> 7) & shard_mask_];
@@ -242,37 +242,32 @@ int SessionTable::Lookup(TableKey kind, std::string_view session_id, int64_t now
   }
   Entry* entry = *it;
   if (IsExpired(*entry, now_ms, idle_timeout_ms)) {
-    shard.Remove(entry);
-    ++shard.expirations;
+    if (use) {
+      shard.Remove(entry);
+      ++shard.expirations;
+    }
     return -1;
   }
   std::string_view server = entry->Server();
   if (server.size() > server_capacity) {
     return -1;
   }
-  entry->last_used_ms = std::max(entry->last_used_ms, now_ms);
-  shard.Touch(entry);
+  if (use) {
+    entry->last_used_ms = std::max(entry->last_used_ms, now_ms);
+    shard.Touch(entry);
+  }
   std::memcpy(server_out, server.data(), server.size());
   return static_cast<int>(server.size());
 }
 
+int SessionTable::Lookup(TableKey kind, std::string_view session_id, int64_t now_ms,
+                         char* server_out, size_t server_capacity) {
+  return Find(kind, session_id, now_ms, server_out, server_capacity, /*use=*/true);
+}
+
 int SessionTable::Peek(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
                        size_t server_capacity) const {
-  size_t hash = HashKey(kind, session_id);
-  LookupKey key{kind, session_id, hash};
-  Shard& shard = shards_[(hash >> 7) & shard_mask_];
-  int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
-  std::lock_guard lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end() || IsExpired(**it, now_ms, idle_timeout_ms)) {
-    return -1;
-  }
-  std::string_view server = (*it)->Server();
-  if (server.size() > server_capacity) {
-    return -1;
-  }
-  std::memcpy(server_out, server.data(), server.size());
-  return static_cast<int>(server.size());
+  return Find(kind, session_id, now_ms, server_out, server_capacity, /*use=*/false);
 }
 
 void SessionTable::Record(TableKey kind, std::string_view session_id, std::string_view server,

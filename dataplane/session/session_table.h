@@ -79,6 +79,10 @@ class SessionTable {
 
  private:
   struct Shard;
+  // Lookup (`use`: refresh the idle time and LRU place, drop an expired entry)
+  // and Peek (`!use`: change nothing). Shards are mutable under their lock.
+  int Find(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+           size_t server_capacity, bool use) const;
   std::unique_ptr<Shard[]> shards_;
   size_t shard_mask_ = 0;
   // Per-shard limits derived from the options.
