@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <string>
 
+#include "common/metrics.h"
+
 namespace kwd {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+std::atomic<int> g_format{static_cast<int>(LogFormat::kText)};
 
 const char* LevelName(LogLevel level) {
   switch (level) {
@@ -97,6 +100,71 @@ std::string EscapeControlCharacters(std::string_view text) {
 
 void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 
+void SetLogFormat(LogFormat format) { g_format.store(static_cast<int>(format)); }
+
+LogFormat CurrentLogFormat() {
+  return static_cast<LogFormat>(g_format.load(std::memory_order_relaxed));
+}
+
+bool ParseLogFormat(std::string_view name, LogFormat* out) {
+  if (name == "text") {
+    *out = LogFormat::kText;
+  } else if (name == "json") {
+    *out = LogFormat::kJson;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void AppendJsonString(std::string_view text, std::string& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (size_t i = 0; i < text.size();) {
+    auto byte = static_cast<unsigned char>(text[i]);
+    if (byte >= 0x80) {
+      size_t length = Utf8SequenceLength(text.substr(i));
+      if (length > 0) {
+        out.append(text.substr(i, length));
+        i += length;
+      } else {
+        out += "\\\\x";  // the text \xNN: JSON has no \x escape
+        out += kHex[byte >> 4];
+        out += kHex[byte & 0xf];
+        ++i;
+      }
+      continue;
+    }
+    switch (byte) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (byte < 0x20 || byte == 0x7f) {
+          out += "\\u00";
+          out += kHex[byte >> 4];
+          out += kHex[byte & 0xf];
+        } else {
+          out += static_cast<char>(byte);
+        }
+    }
+    ++i;
+  }
+  out += '"';
+}
+
 bool ParseLogLevel(std::string_view name, LogLevel* out) {
   for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
     if (name == LevelName(l)) {
@@ -124,6 +192,26 @@ void Log(LogLevel level, std::string_view component, std::string_view message,
                 static_cast<int>(millis));
   std::string line;
   line.reserve(128);
+  if (CurrentLogFormat() == LogFormat::kJson) {
+    line += "{\"ts\":\"";
+    line += ts;
+    line += "\",\"level\":\"";
+    line += LevelName(level);
+    line += "\",\"component\":";
+    AppendJsonString(component, line);
+    line += ",\"msg\":";
+    AppendJsonString(message, line);
+    for (const auto& [key, value] : fields) {
+      line += ',';
+      AppendJsonString(key, line);
+      line += ':';
+      AppendJsonString(value, line);
+    }
+    line += "}\n";
+    ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+    return;
+  }
   line += "ts=";
   line += ts;
   line += " level=";

@@ -1,10 +1,20 @@
 #include "common/metrics.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <stdexcept>
+
+#include "common/build_info.h"
 
 namespace kwd {
 
@@ -119,6 +129,19 @@ std::string EscapeLabelValue(std::string_view value) {
   return out;
 }
 
+std::string FormatMetricValue(double v) {
+  if (std::isinf(v)) {
+    return v > 0 ? "+Inf" : "-Inf";
+  }
+  if (std::isnan(v)) {
+    return "NaN";
+  }
+  // Shortest round-trip form: 0.00025, not 0.00025000000000000001.
+  char buf[64];
+  auto result = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, result.ptr);
+}
+
 namespace {
 
 std::string RenderLabels(const Labels& labels, std::string_view extra_key = {},
@@ -149,18 +172,6 @@ std::string RenderLabels(const Labels& labels, std::string_view extra_key = {},
   }
   out += '}';
   return out;
-}
-
-std::string FormatDouble(double v) {
-  if (std::isinf(v)) {
-    return v > 0 ? "+Inf" : "-Inf";
-  }
-  if (std::isnan(v)) {
-    return "NaN";
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
 }
 
 const char* TypeName(MetricsRegistry::Type type) {
@@ -243,6 +254,12 @@ void MetricsRegistry::AddCallbackGauge(std::string_view name, std::string_view h
   ChildFor(name, help, Type::kGauge, labels).callback = std::move(read);
 }
 
+void MetricsRegistry::AddCallbackCounter(std::string_view name, std::string_view help,
+                                         const Labels& labels, std::function<double()> read) {
+  std::lock_guard lock(mu_);
+  ChildFor(name, help, Type::kCounter, labels).callback = std::move(read);
+}
+
 void MetricsRegistry::RetainLabelValues(std::string_view family, std::string_view key,
                                         const std::vector<std::string>& keep) {
   std::lock_guard lock(mu_);
@@ -275,23 +292,122 @@ std::string MetricsRegistry::Render() const {
     for (const auto& [label_key, child] : family.children) {
       if (child.counter) {
         out += name + label_key + " " + std::to_string(child.counter->Value()) + "\n";
-      } else if (child.gauge || child.callback) {
-        double v = child.callback ? child.callback() : child.gauge->Value();
-        out += name + label_key + " " + FormatDouble(v) + "\n";
+      } else if (child.callback) {
+        out += name + label_key + " " + FormatMetricValue(child.callback()) + "\n";
+      } else if (child.gauge) {
+        out += name + label_key + " " + FormatMetricValue(child.gauge->Value()) + "\n";
       } else if (child.histogram) {
         const auto& bounds = child.histogram->UpperBounds();
         auto counts = child.histogram->CumulativeCounts();
         for (size_t i = 0; i <= bounds.size(); ++i) {
-          std::string le = i < bounds.size() ? FormatDouble(bounds[i]) : "+Inf";
+          std::string le = i < bounds.size() ? FormatMetricValue(bounds[i]) : "+Inf";
           out += name + "_bucket" + RenderLabels(child.labels, "le", le) + " " +
                  std::to_string(counts[i]) + "\n";
         }
-        out += name + "_sum" + label_key + " " + FormatDouble(child.histogram->Sum()) + "\n";
+        out += name + "_sum" + label_key + " " + FormatMetricValue(child.histogram->Sum()) + "\n";
         out += name + "_count" + label_key + " " + std::to_string(counts.back()) + "\n";
       }
     }
   }
   return out;
+}
+
+namespace {
+
+std::string ReadProcFile(const char* path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The fields of /proc/self/stat after "(comm)": index 0 is field 3 (state).
+std::vector<std::string> ProcSelfStatFields() {
+  std::string stat = ReadProcFile("/proc/self/stat");
+  size_t paren = stat.rfind(')');
+  std::vector<std::string> fields;
+  if (paren == std::string::npos) {
+    return fields;
+  }
+  std::istringstream in(stat.substr(paren + 1));
+  for (std::string field; in >> field;) {
+    fields.push_back(std::move(field));
+  }
+  return fields;
+}
+
+// Unix time the process started: /proc/self/stat field 22 (clock ticks after
+// boot) plus btime from /proc/stat; now when /proc does not tell.
+double ProcessStartTime() {
+  auto fields = ProcSelfStatFields();
+  std::istringstream stat(ReadProcFile("/proc/stat"));
+  double boot = -1;
+  for (std::string line; std::getline(stat, line);) {
+    if (line.rfind("btime ", 0) == 0) {
+      boot = std::strtod(line.c_str() + 6, nullptr);
+    }
+  }
+  long ticks = ::sysconf(_SC_CLK_TCK);
+  if (fields.size() > 19 && boot > 0 && ticks > 0) {
+    return boot + std::strtod(fields[19].c_str(), nullptr) / static_cast<double>(ticks);
+  }
+  return static_cast<double>(::time(nullptr));
+}
+
+// /proc/self/statm: size and resident, in pages.
+double StatmBytes(int index) {
+  std::istringstream in(ReadProcFile("/proc/self/statm"));
+  double pages[2] = {0, 0};
+  in >> pages[0] >> pages[1];
+  return pages[index] * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+double OpenFds() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) {
+    return 0;
+  }
+  double count = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') {
+      ++count;
+    }
+  }
+  ::closedir(dir);
+  return count - 1;  // the descriptor opendir used
+}
+
+}  // namespace
+
+void RegisterStandardMetrics(MetricsRegistry& registry) {
+  registry
+      .GetGauge("kwd_build_info", "The kwd build (value 1), labelled with its version and revision.",
+                {{"version", std::string(KwdVersion())}, {"revision", std::string(KwdRevision())}})
+      .Set(1);
+  registry.AddCallbackCounter("process_cpu_seconds_total",
+                              "Total user and system CPU time spent in seconds.", {}, [] {
+                                rusage usage{};
+                                ::getrusage(RUSAGE_SELF, &usage);
+                                auto seconds = [](const timeval& t) {
+                                  return static_cast<double>(t.tv_sec) +
+                                         static_cast<double>(t.tv_usec) / 1e6;
+                                };
+                                return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+                              });
+  registry.AddCallbackGauge("process_resident_memory_bytes", "Resident memory size in bytes.", {},
+                            [] { return StatmBytes(1); });
+  registry.AddCallbackGauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", {},
+                            [] { return StatmBytes(0); });
+  registry.AddCallbackGauge("process_open_fds", "Number of open file descriptors.", {}, OpenFds);
+  registry.AddCallbackGauge("process_max_fds", "Maximum number of open file descriptors.", {}, [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+      return -1.0;
+    }
+    return static_cast<double>(limit.rlim_cur);
+  });
+  registry
+      .GetGauge("process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.")
+      .Set(ProcessStartTime());
 }
 
 }  // namespace kwd

@@ -84,6 +84,10 @@ class MetricsRegistry {
   // A gauge computed at scrape time (e.g. session-table size).
   void AddCallbackGauge(std::string_view name, std::string_view help, const Labels& labels,
                         std::function<double()> read);
+  // A counter read at scrape time (e.g. process_cpu_seconds_total); `read`
+  // must never go down.
+  void AddCallbackCounter(std::string_view name, std::string_view help, const Labels& labels,
+                          std::function<double()> read);
 
   // Removes children whose labels contain label `key` with a value not in
   // `keep` (sorted): for series of servers or groups that left the snapshot.
@@ -110,6 +114,18 @@ class MetricsRegistry {
   mutable std::mutex mu_;
   std::map<std::string, Family, std::less<>> families_;
 };
+
+// Registers what every kwd binary exports besides its own metrics:
+// kwd_build_info{version,revision} (value 1) and the standard process_*
+// metrics of the Prometheus client libraries (process_cpu_seconds_total,
+// process_resident_memory_bytes, process_virtual_memory_bytes,
+// process_open_fds, process_max_fds, process_start_time_seconds), read from
+// /proc at scrape time.
+void RegisterStandardMetrics(MetricsRegistry& registry);
+
+// A number as the exposition format writes it: the shortest text that reads
+// back as the same double ("0.00025", "10", "+Inf").
+std::string FormatMetricValue(double value);
 
 // Escapes a label value for the exposition format.
 std::string EscapeLabelValue(std::string_view value);

@@ -63,6 +63,7 @@ constexpr std::string_view kServeUsage =
     "                                   of a burst (default 100ms)\n"
     "  --poll-interval D                dir source: how often files are checked (default 1s)\n"
     "  --log-level debug|info|warn|error  (default info)\n"
+    "  --log-format text|json           logfmt lines or one JSON object per line (default text)\n"
     "\n"
     "Durations take a unit: 500ms, 2s, 1m. Stdout carries one line, \"listening HOST:PORT\",\n"
     "once the admin port is bound; logs go to stderr. SIGTERM/SIGINT stop cleanly (exit 0).\n";
@@ -87,6 +88,7 @@ struct ServeFlags {
   milliseconds max_delay{100};
   milliseconds poll_interval{1000};
   LogLevel log_level = LogLevel::kInfo;
+  LogFormat log_format = LogFormat::kText;
 };
 
 bool ParseDuration(std::string_view text, milliseconds* out) {
@@ -154,7 +156,8 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
                                                        "--hold-off",
                                                        "--max-delay",
                                                        "--poll-interval",
-                                                       "--log-level"};
+                                                       "--log-level",
+                                                       "--log-format"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), name) == std::end(kValueFlags)) {
       return usage_error("unknown flag " + name);
     }
@@ -210,6 +213,10 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
     } else if (name == "--log-level") {
       if (!ParseLogLevel(value, &flags->log_level)) {
         return usage_error("--log-level must be debug, info, warn or error");
+      }
+    } else if (name == "--log-format") {
+      if (!ParseLogFormat(value, &flags->log_format)) {
+        return usage_error("--log-format must be text or json");
       }
     } else {
       return usage_error("unknown flag " + name);
@@ -311,6 +318,7 @@ class WatchMetrics {
 
 int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   SetLogLevel(flags.log_level);
+  SetLogFormat(flags.log_format);
 
   // Signals are taken by sigwait on this thread; every thread started below
   // inherits the mask.
@@ -321,6 +329,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   MetricsRegistry metrics;
+  RegisterStandardMetrics(metrics);
   Gauge& leader_gauge = metrics.GetGauge("kwd_controller_leader",
                                          "1 while this replica writes status (leader), else 0.");
   controller_admin::LatestSnapshot latest;

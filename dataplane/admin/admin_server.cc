@@ -120,6 +120,31 @@ std::string ListenUri(const net::Endpoint& endpoint) {
   return "http://" + address + ":" + std::to_string(endpoint.port());
 }
 
+// kwd_proxy_server_load_factor{group,server}: the load factor of
+// /admin/api/state ((assigned + outstanding) / capacity), set at each scrape;
+// servers and groups that left the snapshot are dropped.
+void ExportLoadFactors(const ordered_json& state, MetricsRegistry& registry) {
+  std::vector<std::string> groups;
+  std::vector<std::string> servers;
+  for (const auto& group : state["groups"]) {
+    std::string key = group["key"].get<std::string>();
+    groups.push_back(key);
+    for (const auto& server : group["servers"]) {
+      std::string name = server["name"].get<std::string>();
+      registry
+          .GetGauge("kwd_proxy_server_load_factor",
+                    "(Sessions assigned + requests outstanding) / capacity, summed over workers.",
+                    {{"group", key}, {"server", name}})
+          .Set(server["load_factor"].get<double>());
+      servers.push_back(std::move(name));
+    }
+  }
+  std::sort(groups.begin(), groups.end());
+  std::sort(servers.begin(), servers.end());
+  registry.RetainLabelValues("kwd_proxy_server_load_factor", "group", groups);
+  registry.RetainLabelValues("kwd_proxy_server_load_factor", "server", servers);
+}
+
 }  // namespace
 
 int NextPreferredServer(const routing::GroupEntry& group, std::span<const uint64_t> assigned,
@@ -201,6 +226,7 @@ class AdminServer::Handler {
     }
     proxy::Proxy& proxy = *server_->proxy_;
     if (path == "/metrics") {
+      ExportLoadFactors(server_->State(), proxy.metrics().registry());
       return TextResponse(200, proxy.metrics().registry().Render(), kPrometheusText);
     }
     if (path == "/healthz") {

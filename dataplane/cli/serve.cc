@@ -37,7 +37,7 @@ constexpr const char kServeUsage[] =
     "                       [--idle-timeout 60s] [--connect-timeout 5s]\n"
     "                       [--response-timeout 60s] [--max-body-size 104857600]\n"
     "                       [--max-header-size 65536] [--drain-timeout 10s]\n"
-    "                       [--log-level debug|info|warn|error]\n"
+    "                       [--log-level debug|info|warn|error] [--log-format text|json]\n"
     "                       [--controller-ca FILE] [--controller-cert FILE]\n"
     "                       [--controller-key FILE] [--controller-server-name NAME]\n"
     "\n"
@@ -54,7 +54,9 @@ constexpr const char kServeUsage[] =
     "PEM files are read again on every reconnect. SIGTERM stops accepting, lets\n"
     "in-flight requests finish (up to --drain-timeout) and exits.\n"
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
-    "every replica must use the same key. Durations take ms, s or m suffixes.\n";
+    "every replica must use the same key. Durations take ms, s or m suffixes.\n"
+    "--log-format json writes the logs on stderr and the access log as one JSON\n"
+    "object per line (default text: logfmt logs, Common Log Format access log).\n";
 
 bool ParseDurationMs(std::string_view text, int64_t* out) {
   int64_t multiplier = 1000;
@@ -229,6 +231,13 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
         SetLogLevel(level);
       }
       error = "--log-level takes debug, info, warn or error";
+    } else if (name == "--log-format") {
+      LogFormat format;
+      ok = ParseLogFormat(value, &format);
+      if (ok) {
+        SetLogFormat(format);
+      }
+      error = "--log-format takes text or json";
     } else {
       err << "kwd-proxy serve: unknown flag \"" << name << "\"\n\n" << kServeUsage;
       return 2;
@@ -236,7 +245,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (!ok) {
       err << "kwd-proxy serve: invalid value \"" << value << "\" for " << name;
       if (name == "--listen" || name == "--admin-listen" || name == "--workers" ||
-          name == "--max-header-size" || name == "--log-level") {
+          name == "--max-header-size" || name == "--log-level" || name == "--log-format") {
         err << ": " << error;
       }
       err << "\n";

@@ -158,6 +158,7 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
     }
     if (EqualsIgnoreCase(h.name, "x-forwarded-proto") ||
         EqualsIgnoreCase(h.name, "x-forwarded-host") || IsProxyAssertedTlsField(h.name) ||
+        (!options.request_id.empty() && EqualsIgnoreCase(h.name, "x-request-id")) ||
         Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade) ||
         AppendContentLengthOnce(h, &content_length_sent, out)) {
       continue;
@@ -191,6 +192,9 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   AppendField(out, "X-Forwarded-Host", info.host);
   if (options.tunnel_upgrade) {
     AppendField(out, "Connection", "Upgrade");
+  }
+  if (!options.request_id.empty()) {
+    AppendField(out, "X-Request-Id", options.request_id);
   }
   for (const Header& h : options.extra_headers) {
     AppendField(out, h.name, h.value);

@@ -26,6 +26,8 @@ struct ForwardRequestOptions {
   std::string_view target;
   // Appended verbatim after the forwarded fields.
   std::span<const Header> extra_headers;
+  // Non-empty: sent as the only X-Request-Id (the client's fields dropped).
+  std::string_view request_id;
 };
 
 // Request line in origin-form (absolute-form is rewritten, its authority

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "dataplane/http/forward.h"
 #include "dataplane/net/socket.h"
+#include "dataplane/proxy/request_id.h"
 #include "dataplane/proxy/worker.h"
 
 namespace kwd::proxy {
@@ -227,9 +228,17 @@ bool ClientConnection::StepHead() {
 
 void ClientConnection::StartRequest(size_t head_bytes) {
   head_bytes_ = head_bytes;
-  request_start_ms_ = worker_->loop().now_ms();
+  request_start_us_ = MonotonicUs();
   method_.assign(request_head_.method);
   target_.assign(request_head_.target);
+  const http::Header* request_id = request_head_.Find("x-request-id");
+  if (request_id != nullptr && PeerTrusted(client_ip_) && ValidRequestId(request_id->value)) {
+    request_id_.assign(request_id->value);
+  } else {
+    GenerateRequestId(&request_id_);
+  }
+  const http::Header* traceparent = request_head_.Find("traceparent");
+  trace_id_.assign(traceparent != nullptr ? TraceIdFromTraceparent(traceparent->value) : "");
   version_minor_ = request_head_.version_minor;
   const http::Header* accept = request_head_.Find("accept");
   wants_json_ = accept != nullptr && accept->value.find("application/json") != std::string::npos;
@@ -308,6 +317,9 @@ void ClientConnection::StartRequest(size_t head_bytes) {
 
 void ClientConnection::ConnectUpstream() {
   const routing::ServerEntry* server = decision_.server;
+  if (upstream_start_us_ == 0) {
+    upstream_start_us_ = MonotonicUs();
+  }
   upstream_readable_ = {};
   upstream_ = worker_->TakeIdle(server->address, server->port);
   if (upstream_ != nullptr) {
@@ -344,6 +356,7 @@ void ClientConnection::OnConnected() {
   options.client_ip = client_ip_;
   options.proto = "http";
   options.tunnel_upgrade = request_info_.upgrade_websocket;
+  options.request_id = request_id_;
   if (rewrite_target_) {
     options.target = upstream_target_;
   }
@@ -497,6 +510,7 @@ bool ClientConnection::MoveRequestBody() {
     if (request_info_.body == http::BodyKind::kContentLength) {
       size_t take = static_cast<size_t>(std::min<uint64_t>(in_.size(), request_remaining_));
       upstream_out_.append(in_.view().data(), take);
+      request_body_bytes_ += take;
       in_.Consume(take);
       request_remaining_ -= take;
       request_done_ = request_remaining_ == 0;
@@ -507,6 +521,7 @@ bool ClientConnection::MoveRequestBody() {
     switch (r.status) {
       case http::ChunkedStatus::kData:
         AppendChunk(r.data, upstream_out_);
+        request_body_bytes_ += r.data.size();
         break;
       case http::ChunkedStatus::kNeedMore:
         break;
@@ -861,6 +876,11 @@ void ClientConnection::ResetRequest() {
   response_remaining_ = 0;
   response_status_ = 0;
   response_body_bytes_ = 0;
+  request_body_bytes_ = 0;
+  request_start_us_ = 0;
+  upstream_start_us_ = 0;
+  request_id_.clear();
+  trace_id_.clear();
   request_done_ = false;
   retried_ = false;
   retried_reuse_ = false;
@@ -905,6 +925,7 @@ void ClientConnection::AnswerLocally(ErrorCode code, std::string_view detail, bo
   out_.Append(scratch_);
   ReleaseUpstream(false);
   response_status_ = ErrorInfoFor(code).status;
+  worker_->metrics().local_responses[static_cast<size_t>(code)]->Inc();
   LogAndCount(response_status_, decided_ ? routing::ReasonName(decision_.reason)
                                          : std::string_view("bad-request"));
   if (decided_) {
@@ -946,11 +967,9 @@ void ClientConnection::ReleaseUpstream(bool reusable) {
 }
 
 void ClientConnection::LogAndCount(int status, std::string_view reason) {
-  int64_t now = worker_->loop().now_ms();
-  double duration_ms = static_cast<double>(now - request_start_ms_);
-  if (request_start_ms_ == 0) {
-    duration_ms = 0;
-  }
+  int64_t now_us = MonotonicUs();
+  double duration_ms =
+      request_start_us_ == 0 ? 0 : static_cast<double>(now_us - request_start_us_) / 1000.0;
   const auto& table_metrics = *worker_->table_metrics();
   const GroupMetrics* group = &table_metrics.no_group;
   if (decided_ && decision_.group_index >= 0 &&
@@ -958,8 +977,7 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
       decision_.group != nullptr) {
     group = &table_metrics.groups[decision_.group_index];
   }
-  int status_class = status >= 100 && status < 600 ? status / 100 : 0;
-  group->requests[status_class]->Inc();
+  group->requests[StatusCodeIndex(status)]->Inc();
   group->duration->Observe(duration_ms / 1000.0);
   AccessLog& log = worker_->access_log();
   if (log.enabled()) {
@@ -970,6 +988,7 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
     entry.version_minor = version_minor_;
     entry.status = status;
     entry.bytes_sent = response_body_bytes_;
+    entry.bytes_received = request_body_bytes_;
     if (decided_ && decision_.group != nullptr) {
       entry.group = decision_.group->key;
     }
@@ -977,7 +996,12 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
       entry.server = decision_.server->name;
     }
     entry.duration_ms = duration_ms;
+    if (upstream_start_us_ != 0) {
+      entry.upstream_ms = static_cast<double>(now_us - upstream_start_us_) / 1000.0;
+    }
     entry.reason = reason;
+    entry.request_id = request_id_;
+    entry.trace_id = trace_id_;
     log.Write(entry, time(nullptr));
   }
 }

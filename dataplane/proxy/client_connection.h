@@ -107,7 +107,11 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   http::RequestInfo request_info_;
   size_t head_bytes_ = 0;
   bool request_started_ = false;  // bytes of a new request arrived
-  int64_t request_start_ms_ = 0;
+  int64_t request_start_us_ = 0;   // MonotonicUs() when the head was complete
+  int64_t upstream_start_us_ = 0;  // when the first upstream connect began; 0: none
+  uint64_t request_body_bytes_ = 0;
+  std::string request_id_;  // X-Request-Id (request_id.h), logged and forwarded
+  std::string trace_id_;    // from a valid traceparent, for the log
   std::string method_;  // copies for logging after the head left the buffer
   std::string target_;
   int version_minor_ = 1;

@@ -26,6 +26,8 @@ enum class ErrorCode {
   kGatewayTimeout,   // 504 ETIMEOUT (upstream too slow)
   kVersion,          // 505 EPROTERROR
 };
+// The number of ErrorCode values (kVersion is the last).
+inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::kVersion) + 1;
 
 struct ErrorInfo {
   int status;

@@ -101,13 +101,14 @@ bool Proxy::ApplySnapshot(const v1::Snapshot& snapshot, std::string* error) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   metrics_.snapshot_apply_seconds.Observe(seconds);
   metrics_.snapshot_applies.Inc();
-  if (version_info_ != nullptr) {
-    version_info_->Set(0);
-  }
+  // The whole version, as kwd_controller_snapshot_info has it, so the two
+  // join on `version`; only the current one is exported.
   version_info_ = &metrics_.registry().GetGauge(
-      "kwd_proxy_snapshot_info", "The applied snapshot (value 1 for the current version).",
-      {{"version", snapshot.version().substr(0, 16)}});
+      "kwd_proxy_snapshot_info", "The applied snapshot (value 1), labelled with its version.",
+      {{"version", snapshot.version()}});
   version_info_->Set(1);
+  metrics_.registry().RetainLabelValues("kwd_proxy_snapshot_info", "version",
+                                        {snapshot.version()});
   metrics_.registry().GetGauge("kwd_proxy_snapshot_applied_timestamp_seconds",
                                "Unix time the current snapshot was applied.")
       .Set(static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(

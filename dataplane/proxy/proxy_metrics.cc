@@ -6,9 +6,15 @@
 
 namespace kwd::proxy {
 
-namespace {
-constexpr const char* kStatusClasses[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
-}  // namespace
+size_t StatusCodeIndex(int status) {
+  if (status >= 500 && status <= 505) {
+    return static_cast<size_t>(status - 500) + 5;
+  }
+  if (status >= 506 && status < 600) {
+    return kStatusCodeLabelCount - 1;
+  }
+  return status >= 100 && status < 500 ? static_cast<size_t>(status / 100) : 0;
+}
 
 ProxyMetrics::ProxyMetrics()
     : connections_accepted(registry_.GetCounter("kwd_proxy_connections_accepted_total",
@@ -45,6 +51,14 @@ ProxyMetrics::ProxyMetrics()
       sessions_learned(registry_.GetCounter(
           "kwd_proxy_sessions_learned_total",
           "JSESSIONID values learned from backend Set-Cookie headers.")) {
+  RegisterStandardMetrics(registry_);
+  for (size_t i = 0; i < kErrorCodeCount; ++i) {
+    ErrorInfo info = ErrorInfoFor(static_cast<ErrorCode>(i));
+    local_responses[i] = &registry_.GetCounter(
+        "kwd_proxy_local_responses_total",
+        "Responses the proxy made itself (error pages), by SAP error code and status.",
+        {{"error", std::string(info.sap_code)}, {"status", std::to_string(info.status)}});
+  }
   using routing::Identifier;
   for (Identifier id : {Identifier::kSapContextId, Identifier::kSaplb, Identifier::kJSessionId,
                         Identifier::kSapExtSid, Identifier::kAffinityCookie}) {
@@ -68,10 +82,11 @@ GroupMetrics ProxyMetrics::MakeGroup(const std::string& group,
     return raw;
   };
   GroupMetrics m;
-  for (size_t i = 0; i < 6; ++i) {
-    m.requests[i] = keep(registry_.CounterPtr("kwd_proxy_requests_total",
-                                              "Requests by group and status class.",
-                                              {{"group", group}, {"code", kStatusClasses[i]}}));
+  for (size_t i = 0; i < kStatusCodeLabelCount; ++i) {
+    m.requests[i] = keep(registry_.CounterPtr(
+        "kwd_proxy_requests_total",
+        "Requests by group and status (class, exact for 5xx; none: no response).",
+        {{"group", group}, {"code", kStatusCodeLabels[i]}}));
   }
   m.duration = keep(registry_.HistogramPtr(
       "kwd_proxy_request_duration_seconds",

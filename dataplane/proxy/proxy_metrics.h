@@ -5,23 +5,44 @@
 // table's groups and servers), so the request path only increments.
 
 #include <array>
+#include <chrono>
+#include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/metrics.h"
+#include "dataplane/proxy/error_page.h"
 #include "dataplane/routing/routing_table.h"
 
 namespace kwd::proxy {
+
+// Monotonic microseconds, for request durations (the event loop's clock is in
+// milliseconds: fast requests would all take 0).
+inline int64_t MonotonicUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 struct ServerMetrics {
   Counter* requests = nullptr;
   Counter* connect_errors = nullptr;
 };
 
+// The `code` label of kwd_proxy_requests_total: "none" (no response),
+// "1xx".."4xx" by class, and 5xx exact ("500".."505"; other 5xx as "5xx"),
+// so 502, 503 and 504 can be told apart.
+inline constexpr const char* kStatusCodeLabels[] = {"none", "1xx", "2xx", "3xx", "4xx", "500",
+                                                    "501",  "502", "503", "504", "505", "5xx"};
+inline constexpr size_t kStatusCodeLabelCount = std::size(kStatusCodeLabels);
+// The index in kStatusCodeLabels for an HTTP status (0: none).
+size_t StatusCodeIndex(int status);
+
 struct GroupMetrics {
-  // Indexed by status class: 0 = no response, 1..5 = 1xx..5xx.
-  std::array<Counter*, 6> requests{};
+  // Indexed by StatusCodeIndex.
+  std::array<Counter*, kStatusCodeLabelCount> requests{};
   Histogram* duration = nullptr;
   std::vector<ServerMetrics> servers;  // parallel to GroupEntry::servers
 };
@@ -39,6 +60,7 @@ class ProxyMetrics {
   MetricsRegistry registry_;
 
  public:
+  // Also registers kwd_build_info and the process_* metrics.
   ProxyMetrics();
 
   MetricsRegistry& registry() { return registry_; }
@@ -60,6 +82,8 @@ class ProxyMetrics {
   std::array<Counter*, 6> sticky_routed{};
   std::array<Counter*, 6> sticky_lost{};
   Counter& sessions_learned;
+  // Responses the proxy made itself (error pages), by ErrorCode.
+  std::array<Counter*, kErrorCodeCount> local_responses{};
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

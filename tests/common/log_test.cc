@@ -53,5 +53,36 @@ TEST(LogTest, ControlCharactersInValuesAreEscaped) {
   EXPECT_NE(text.find(R"(quoted="a \"b\" c\\d")"), std::string::npos) << text;
 }
 
+// --log-format json: one JSON object per line, every field a string, with
+// control characters, quotes and bytes that are not UTF-8 escaped so that any
+// JSON parser reads the line back.
+TEST(LogTest, JsonFormatWritesOneValidObjectPerLine) {
+  SetLogFormat(LogFormat::kJson);
+  std::string text = CaptureStderr([] {
+    Log(LogLevel::kWarn, "proxy", "server \"a\"\r\ndown",
+        {{"server", std::string_view("B\x01\xff\xc3\xa9\\", 6)}, {"group", "erp/public"}});
+  });
+  SetLogFormat(LogFormat::kText);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << text;
+  EXPECT_EQ(text.rfind("{\"ts\":\"", 0), 0u) << text;
+  EXPECT_NE(text.find(R"("level":"warn","component":"proxy","msg":"server \"a\"\r\ndown")"),
+            std::string::npos)
+      << text;
+  // \x01 as \u0001, the stray byte 0xff as the text \xff, é kept as UTF-8.
+  EXPECT_NE(text.find(R"("server":"B\u0001\\xffé\\")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("group":"erp/public"})"), std::string::npos) << text;
+}
+
+TEST(LogTest, ParsesLogFormats) {
+  LogFormat format = LogFormat::kText;
+  EXPECT_TRUE(ParseLogFormat("json", &format));
+  EXPECT_EQ(format, LogFormat::kJson);
+  EXPECT_TRUE(ParseLogFormat("text", &format));
+  EXPECT_EQ(format, LogFormat::kText);
+  EXPECT_FALSE(ParseLogFormat("JSON", &format));
+  EXPECT_FALSE(ParseLogFormat("", &format));
+}
+
 }  // namespace
 }  // namespace kwd

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -24,12 +25,45 @@ TEST(MetricsTest, RendersCountersGaugesAndHistograms) {
   EXPECT_NE(text.find("# TYPE kwd_test_requests_total counter\n"), std::string::npos);
   EXPECT_NE(text.find("kwd_test_requests_total{group=\"erp/public\"} 3\n"), std::string::npos);
   EXPECT_NE(text.find("kwd_test_up{server=\"a\\\"b\"} 1\n"), std::string::npos);
-  EXPECT_NE(text.find("kwd_test_duration_seconds_bucket{le=\"0.10000000000000001\"} 1\n"),
-            std::string::npos);
+  EXPECT_NE(text.find("kwd_test_duration_seconds_bucket{le=\"0.1\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("kwd_test_duration_seconds_bucket{le=\"1\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("kwd_test_duration_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
   EXPECT_NE(text.find("kwd_test_duration_seconds_count 3\n"), std::string::npos);
   EXPECT_NE(text.find("kwd_test_duration_seconds_sum 5.5"), std::string::npos);
+}
+
+// Bucket bounds and values print as the shortest text that reads back as the
+// same double (before: le="0.00025000000000000001").
+TEST(MetricsTest, NumbersPrintInTheirShortestForm) {
+  EXPECT_EQ(FormatMetricValue(0.00025), "0.00025");
+  EXPECT_EQ(FormatMetricValue(0.1), "0.1");
+  EXPECT_EQ(FormatMetricValue(10), "10");
+  EXPECT_EQ(FormatMetricValue(1.5e-7), "1.5e-07");
+  EXPECT_EQ(FormatMetricValue(1.0 / 3), "0.3333333333333333");
+  EXPECT_EQ(std::stod(FormatMetricValue(1.0 / 3)), 1.0 / 3);
+  MetricsRegistry registry;
+  registry.GetHistogram("kwd_test_seconds", "Durations.");
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("kwd_test_seconds_bucket{le=\"0.00025\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("kwd_test_seconds_bucket{le=\"0.0001\"} 0\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("00000"), std::string::npos) << text;
+}
+
+TEST(MetricsTest, StandardMetricsAreThere) {
+  MetricsRegistry registry;
+  RegisterStandardMetrics(registry);
+  std::string text = registry.Render();
+  for (const char* name :
+       {"process_cpu_seconds_total ", "process_resident_memory_bytes ",
+        "process_virtual_memory_bytes ", "process_open_fds ", "process_max_fds ",
+        "process_start_time_seconds "}) {
+    size_t at = text.find(std::string("\n") + name);
+    ASSERT_NE(at, std::string::npos) << name << "\n" << text;
+    EXPECT_GT(std::stod(text.substr(at + 1 + std::strlen(name))), 0) << name;
+  }
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("kwd_build_info{version=\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\",revision=\""), std::string::npos) << text;
 }
 
 TEST(MetricsTest, SameNameAndLabelsReturnTheSameObject) {
@@ -102,6 +136,7 @@ TEST(MetricsTest, PromtoolAcceptsTheExposition) {
   registry.GetGauge("kwd_proxy_server_up", "1 when healthy.", {{"server", "s"}}).Set(1);
   registry.GetHistogram("kwd_proxy_request_duration_seconds", "Latency.", {{"group", "g"}})
       .Observe(0.002);
+  RegisterStandardMetrics(registry);
   EXPECT_EQ(PromtoolCheck(registry.Render()), "");
 }
 

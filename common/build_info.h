@@ -1,0 +1,14 @@
+#pragma once
+
+// What this binary was built from: the project version (CMakeLists.txt) and
+// the git revision at configure time ("unknown" outside a git checkout;
+// -DKWD_REVISION=... sets it, e.g. in an image build without .git).
+
+#include <string_view>
+
+namespace kwd {
+
+std::string_view KwdVersion();
+std::string_view KwdRevision();
+
+}  // namespace kwd

@@ -1,0 +1,80 @@
+#include "dataplane/proxy/request_id.h"
+
+#include <cstdint>
+#include <random>
+
+namespace kwd::proxy {
+
+namespace {
+
+bool IsLowerHex(std::string_view text) {
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool AllZero(std::string_view text) { return text.find_first_not_of('0') == std::string_view::npos; }
+
+}  // namespace
+
+bool PeerTrusted(std::string_view client_ip) {
+  (void)client_ip;
+  return false;
+}
+
+bool ValidRequestId(std::string_view id) {
+  if (id.empty() || id.size() > 128) {
+    return false;
+  }
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == ':' || c == '+' || c == '/' || c == '=' || c == '-';
+    if (!ok) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void GenerateRequestId(std::string* out) {
+  // One generator per worker thread, seeded once: ids must be unique, not
+  // secret.
+  thread_local std::mt19937_64 generator{[] {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device();
+  }()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->resize(32);
+  for (int half = 0; half < 2; ++half) {
+    uint64_t bits = generator();
+    for (int i = 0; i < 16; ++i) {
+      (*out)[half * 16 + i] = kHex[(bits >> (i * 4)) & 0xf];
+    }
+  }
+}
+
+std::string_view TraceIdFromTraceparent(std::string_view value) {
+  // version "-" trace-id "-" parent-id "-" flags: 2, 32, 16 and 2 hex digits.
+  // A later version may append "-..." fields; version 00 may not.
+  constexpr size_t kLength = 55;
+  if (value.size() < kLength || value[2] != '-' || value[35] != '-' || value[52] != '-') {
+    return {};
+  }
+  std::string_view version = value.substr(0, 2);
+  std::string_view trace_id = value.substr(3, 32);
+  std::string_view parent_id = value.substr(36, 16);
+  std::string_view flags = value.substr(53, 2);
+  if (!IsLowerHex(version) || version == "ff" || !IsLowerHex(trace_id) ||
+      !IsLowerHex(parent_id) || !IsLowerHex(flags) || AllZero(trace_id) || AllZero(parent_id)) {
+    return {};
+  }
+  if (value.size() > kLength && (version == "00" || value[kLength] != '-')) {
+    return {};
+  }
+  return trace_id;
+}
+
+}  // namespace kwd::proxy
