@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -136,10 +137,23 @@ std::string FormatMetricValue(double v) {
   if (std::isnan(v)) {
     return "NaN";
   }
-  // Shortest round-trip form: 0.00025, not 0.00025000000000000001.
-  char buf[64];
-  auto result = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, result.ptr);
+  // The shortest digits that read back as `v` (0.00025, not
+  // 0.00025000000000000001), written as plain decimals unless the exponent is
+  // below -4 or above 20, as Go's client does for bucket bounds (0.0001, 10).
+  char buf[400];
+  auto scientific = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string_view text(buf, static_cast<size_t>(scientific.ptr - buf));
+  int exponent = 0;
+  std::string_view exponent_text = text.substr(text.find('e') + 1);
+  if (exponent_text.starts_with('+')) {
+    exponent_text.remove_prefix(1);
+  }
+  std::from_chars(exponent_text.data(), exponent_text.data() + exponent_text.size(), exponent);
+  if (exponent < -4 || exponent > 20) {
+    return std::string(text);
+  }
+  auto fixed = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  return std::string(buf, fixed.ptr);
 }
 
 namespace {

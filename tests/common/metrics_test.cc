@@ -38,7 +38,11 @@ TEST(MetricsTest, NumbersPrintInTheirShortestForm) {
   EXPECT_EQ(FormatMetricValue(0.00025), "0.00025");
   EXPECT_EQ(FormatMetricValue(0.1), "0.1");
   EXPECT_EQ(FormatMetricValue(10), "10");
+  EXPECT_EQ(FormatMetricValue(0.0001), "0.0001");
   EXPECT_EQ(FormatMetricValue(1.5e-7), "1.5e-07");
+  EXPECT_EQ(FormatMetricValue(123456789), "123456789");
+  EXPECT_EQ(FormatMetricValue(-2.5), "-2.5");
+  EXPECT_EQ(FormatMetricValue(1e300), "1e+300");
   EXPECT_EQ(FormatMetricValue(1.0 / 3), "0.3333333333333333");
   EXPECT_EQ(std::stod(FormatMetricValue(1.0 / 3)), 1.0 / 3);
   MetricsRegistry registry;

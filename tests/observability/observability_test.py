@@ -214,7 +214,7 @@ def exported(expositions):
             m = SAMPLE.match(line)
             assert m, "unparsable sample line: " + line
             labels = set(LABEL.findall(m.group(3) or ""))
-            names.setdefault(m.group(1), set()).update(labels - {"le"})
+            names.setdefault(m.group(1), set()).update(labels)
     return names
 
 
@@ -230,7 +230,7 @@ def referenced(expr):
     grouping = set()
     for m in re.finditer(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", text):
         grouping.update(label.strip() for label in m.group(1).split(",") if label.strip())
-    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
     metrics = []
     for m in re.finditer(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^}]*\})?", text):
         name, selector = m.group(1), m.group(2) or ""
@@ -379,7 +379,7 @@ class Rules(unittest.TestCase):
 
     def test_thresholds_and_labels_from_values(self):
         docs = helm_render("--set", "prometheusRule.enabled=true",
-                           "--set", "prometheusRule.errorRatio=0.2",
+                           "--set-json", "prometheusRule.errorRatio=0.2",
                            "--set", "prometheusRule.labels.release=prometheus",
                            "--set", "prometheusRule.alertLabels.team=basis")
         (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
@@ -468,6 +468,11 @@ class Metrics(unittest.TestCase):
         # Bucket bounds print as written, not as the nearest double's 17 digits.
         self.assertIn('kwd_proxy_request_duration_seconds_bucket{group="erp/public",le="0.00025"}', text)
         self.assertNotRegex(text, r'le="[0-9.]{12,}"')
+        # Microseconds, not the event loop's milliseconds (where a fast request took 0 or
+        # a whole number of ms).
+        fast = wait_for(lambda: [r["duration_ms"] for r in json_lines(c.access_log)
+                                 if r["target"] == "/fast"][:5], what="access log of /fast")
+        self.assertTrue(any(0 < d and d != round(d) for d in fast), fast)
 
     def test_one_snapshot_version_format_on_both_sides(self):
         c = cluster()
@@ -508,9 +513,11 @@ class JsonLogs(unittest.TestCase):
         self.assertEqual(status, 200)
 
         def records():
-            return [r for r in json_lines(c.access_log) if r["target"].startswith("/sap/bc/")]
+            found = {r["target"]: r for r in json_lines(c.access_log)}
+            wanted = ("/sap/bc/traced?sap-contextid=***", "/sap/bc/untraced")
+            return all(t in found for t in wanted) and [found[t] for t in wanted]
 
-        traced, untraced = wait_for(lambda: len(records()) >= 2 and records(), what="access log")[:2]
+        traced, untraced = wait_for(records, what="access log")
         for key in ("ts", "client_ip", "method", "target", "protocol", "status", "bytes_sent",
                     "bytes_received", "group", "server", "duration_ms", "upstream_ms", "reason",
                     "request_id", "trace_id", "tls_version"):
