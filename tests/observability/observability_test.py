@@ -558,6 +558,28 @@ class JsonLogs(unittest.TestCase):
         self.assertIsNone(entry["server"])
 
 
+class Flags(unittest.TestCase):
+    def test_log_format_flag_on_both_binaries(self):
+        for binary in (PROXY, CONTROLLER):
+            if not os.access(binary, os.X_OK):
+                self.skipTest(binary + " is not built")
+        cases = [
+            ([PROXY, "serve", "--snapshot", "/nonexistent", "--log-format", "xml"],
+             "--log-format takes text or json"),
+            ([CONTROLLER, "serve", "--source=dir:/nonexistent", "--log-format=yaml"],
+             "--log-format must be text or json"),
+        ]
+        for argv, message in cases:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn(message, result.stderr)
+        for binary in (PROXY, CONTROLLER):
+            result = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True,
+                                    timeout=30)
+            self.assertEqual(result.returncode, 0)
+            self.assertIn("--log-format text|json", result.stdout)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
         unittest.main(argv=[sys.argv[0], sys.argv[1]], verbosity=2)
