@@ -32,6 +32,7 @@ struct AdminHttpRequest {
   std::string method;
   std::string path;   // the target up to '?', as sent (percent-encoded)
   std::string query;  // after '?', without it
+  std::string authorization;  // the Authorization field's value, "" when absent
 };
 
 struct AdminHttpResponse {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -20,6 +21,12 @@ namespace {
 constexpr size_t kHighWater = 64 * 1024;
 // Read buffers while streaming bodies.
 constexpr size_t kBodyBufferBytes = 64 * 1024;
+
+int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 constexpr ssize_t kWouldBlock = -1;
 constexpr ssize_t kIoError = -2;
 constexpr ssize_t kBufferFull = -3;
@@ -394,7 +401,8 @@ void ClientConnection::OnConnectFailed(int error_number) {
   }
   // Passive health: the health checker re-admits the server once its pings
   // succeed again.
-  if (server->health != nullptr && server->health->healthy.exchange(false)) {
+  if (server->health != nullptr &&
+      server->health->SetHealthy(false, UnixNowMs())) {
     Log(LogLevel::kWarn, "proxy", "server marked down after a failed connect",
         {{"group", decision_.group->key},
          {"server", server->name},
@@ -905,8 +913,11 @@ void ClientConnection::AnswerLocally(ErrorCode code, std::string_view detail, bo
   out_.Append(scratch_);
   ReleaseUpstream(false);
   response_status_ = ErrorInfoFor(code).status;
-  LogAndCount(response_status_, decided_ ? routing::ReasonName(decision_.reason)
-                                         : std::string_view("bad-request"));
+  std::string_view reason =
+      decided_ ? routing::ReasonName(decision_.reason) : std::string_view("bad-request");
+  worker_->stats().RecordLocalAnswer(decided_ ? &decision_ : nullptr, response_status_,
+                                     ErrorInfoFor(code).sap_code, reason, detail, UnixNowMs());
+  LogAndCount(response_status_, reason);
   if (decided_) {
     worker_->router().Complete(decision_);
     decided_ = false;
@@ -960,6 +971,7 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
   }
   int status_class = status >= 100 && status < 600 ? status / 100 : 0;
   group->requests[status_class]->Inc();
+  worker_->stats().CountResponse(decided_ ? &decision_ : nullptr, status, now);
   group->duration->Observe(duration_ms / 1000.0);
   AccessLog& log = worker_->access_log();
   if (log.enabled()) {
