@@ -71,7 +71,6 @@ pre { background: #f6f6f6; padding: .6em; overflow-x: auto; max-width: 100%; }
 <div id="explain-result"></div>
 <script>
 "use strict";
-const API = "/admin/api/";
 let lastState = null;
 
 function el(tag, text, cls) {
@@ -270,7 +269,7 @@ function render(state) {
 
 async function refresh() {
   try {
-    const r = await fetch(API + "state", {cache: "no-store"});
+    const r = await fetch("/admin/api/state", {cache: "no-store"});
     if (!r.ok) throw new Error("HTTP " + r.status);
     render(await r.json());
     document.getElementById("status").textContent = "";
@@ -283,7 +282,7 @@ async function act(action, group, server) {
   const out = document.getElementById("action-result");
   const q = new URLSearchParams({group: group, server: server});
   try {
-    const r = await fetch(API + "servers/" + action + "?" + q.toString(),
+    const r = await fetch("/admin/api/servers/" + action + "?" + q.toString(),
       {method: "POST", cache: "no-store", headers: {"Authorization": "Bearer " + token()}});
     const body = await r.json();
     out.textContent = r.ok ? action + " " + group + " " + server + ": now " + body.state +
@@ -355,7 +354,7 @@ document.getElementById("explain").addEventListener("submit", async (ev) => {
     if (line.trim() !== "") q.append("header", line.trim());
   }
   try {
-    const r = await fetch(API + "explain?" + q.toString(), {cache: "no-store"});
+    const r = await fetch("/admin/api/explain?" + q.toString(), {cache: "no-store"});
     let body = {};
     try { body = await r.json(); } catch (e) { body = {error: "HTTP " + r.status}; }
     renderExplain(body, r.status);
