@@ -120,31 +120,6 @@ bool LoadAndApply(proxy::Proxy& proxy, const std::string& path, admin::SnapshotS
   return true;
 }
 
-// The admin token: the file's contents without surrounding whitespace; it
-// goes into an Authorization header, so visible ASCII only.
-bool LoadAdminToken(const std::string& path, std::string* token, std::string* error) {
-  std::string contents;
-  if (!ReadWholeFile(path, &contents, error)) {
-    *error = "--admin-token-file: " + *error;
-    return false;
-  }
-  size_t begin = contents.find_first_not_of(" \t\r\n");
-  size_t end = contents.find_last_not_of(" \t\r\n");
-  if (begin == std::string::npos) {
-    *error = "--admin-token-file: " + path + " is empty";
-    return false;
-  }
-  *token = contents.substr(begin, end - begin + 1);
-  for (char c : *token) {
-    if (c < 0x21 || c > 0x7e) {
-      *error = "--admin-token-file: the token in " + path +
-               " may hold only visible ASCII characters (no spaces or control bytes)";
-      return false;
-    }
-  }
-  return true;
-}
-
 // Every client and upstream connection holds a descriptor, and distributions
 // start processes with a soft limit of 1024: raise it to the hard limit (the
 // most an unprivileged process may), and say what it is.

@@ -372,6 +372,57 @@ TEST(AdminServerBlackBoxTest, OversizeHeadIsRefusedWithoutGrowing) {
   EXPECT_EQ(proxy.Stop(), 0);
 }
 
+// A real kwd-proxy: --admin-token-file turns the actions on; without it, or
+// with a wrong token, they are refused; an empty token file stops the start.
+TEST(AdminServerBlackBoxTest, TokenFileEnablesActions) {
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kwd-proxy-token";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  TestBackend app(TestBackend::Mode::kOk);
+  std::ofstream(dir / "snapshot.json")
+      << SnapshotToJson(MakeSnapshot(app.port(), app.port(), app.port(), app.port()));
+  std::ofstream(dir / "token") << "black-box-token\n";
+  std::ofstream(dir / "empty") << "\n";
+  auto args = [&](const std::string& token_file, uint16_t admin_port) {
+    return std::vector<std::string>{kwd::testing::BinaryPath("kwd-proxy"),
+                                    "serve",
+                                    "--snapshot",
+                                    (dir / "snapshot.json").string(),
+                                    "--listen",
+                                    "127.0.0.1:0",
+                                    "--admin-listen",
+                                    "127.0.0.1:" + std::to_string(admin_port),
+                                    "--access-log",
+                                    "off",
+                                    "--admin-token-file",
+                                    token_file};
+  };
+  {
+    kwd::testing::Process refused(args((dir / "empty").string(), ReserveFreePort()),
+                                  (dir / "empty.log").string(), /*wait_for_listening=*/false);
+    ASSERT_TRUE(kwd::testing::WaitFor([&] { return !refused.Alive(); }));
+    EXPECT_THAT(refused.Log(), HasSubstr("--admin-token-file: "));
+    EXPECT_THAT(refused.Log(), HasSubstr("is empty"));
+  }
+  uint16_t admin_port = ReserveFreePort();
+  kwd::testing::Process proxy(args((dir / "token").string(), admin_port),
+                              (dir / "proxy.log").string());
+  ASSERT_TRUE(proxy.started()) << proxy.Log();
+  const std::string drain = "/admin/api/servers/drain?group=erp/diag&server=app2";
+  EXPECT_EQ(Fetch(admin_port, "POST", drain).status, 401);
+  EXPECT_EQ(Fetch(admin_port, "POST", drain, "Authorization: Bearer nope\r\n").status, 401);
+  HttpResponse ok = Fetch(admin_port, "POST", drain, "Authorization: Bearer black-box-token\r\n");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  json state = json::parse(Fetch(admin_port, "GET", "/admin/api/state").body);
+  EXPECT_EQ(state["actions_enabled"], true);
+  EXPECT_EQ(state["groups"][0]["servers"][1]["local_drain"], true);
+  EXPECT_EQ(state["snapshot_source"]["kind"], "file");
+  EXPECT_TRUE(state["snapshot_source"]["connected"].is_null());
+  EXPECT_EQ(state["snapshot_source"]["last_applied"]["version"], state["version"]);
+  EXPECT_THAT(proxy.Log(), HasSubstr("server drained locally"));
+  EXPECT_EQ(proxy.Stop(), 0);
+}
+
 TEST_F(AdminServerTest, AdminPageIsSelfContainedHtml) {
   HttpResponse page = Get("/admin");
   EXPECT_EQ(page.status, 200);
