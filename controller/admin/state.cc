@@ -31,10 +31,10 @@ ordered_json ProxyJson(const snapshot_server::ProxyVersions& versions, std::stri
   out["acked_version"] =
       versions.acked_version.empty() ? ordered_json() : ordered_json(versions.acked_version);
   out["current"] = !current.empty() && versions.acked_version == current;
-  out["last_nack"] = versions.nacked_version.empty()
-                         ? ordered_json()
-                         : ordered_json{{"version", versions.nacked_version},
-                                        {"error", versions.nack_message}};
+  out["last_nack"] =
+      versions.nacked_version.empty()
+          ? ordered_json()
+          : ordered_json{{"version", versions.nacked_version}, {"error", versions.nack_message}};
   return out;
 }
 

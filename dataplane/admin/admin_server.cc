@@ -125,7 +125,6 @@ std::string ListenUri(const net::Endpoint& endpoint) {
   return "http://" + address + ":" + std::to_string(endpoint.port());
 }
 
-
 int64_t UnixNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -292,10 +291,9 @@ ordered_json SnapshotSourceStatus::Json() const {
     out["kind"] = kind_;
     out["target"] = target_;
     out["applied"] = applied_;
-    out["last_applied"] =
-        applied_ == 0 ? ordered_json()
-                      : ordered_json{{"version", applied_version_},
-                                     {"at", TimeJson(applied_unix_ms_)}};
+    out["last_applied"] = applied_ == 0 ? ordered_json()
+                                        : ordered_json{{"version", applied_version_},
+                                                       {"at", TimeJson(applied_unix_ms_)}};
     out["rejected"] = rejected_;
     out["last_rejected"] = rejected_ == 0 ? ordered_json()
                                           : ordered_json{{"version", rejected_version_},
@@ -413,16 +411,15 @@ class AdminServer::Handler {
   AdminHttpResponse Drain(const AdminHttpRequest& request, bool drain) {
     const std::string& token = server_->options_.token;
     if (token.empty()) {
-      return JsonResponse(
-          403, ordered_json{{"error", "actions are disabled: this proxy runs read-only"},
-                            {"hint", "start kwd-proxy with --admin-token-file FILE"}});
+      return JsonResponse(403,
+                          ordered_json{{"error", "actions are disabled: this proxy runs read-only"},
+                                       {"hint", "start kwd-proxy with --admin-token-file FILE"}});
     }
     constexpr std::string_view kBearer = "Bearer ";
     std::string_view given = request.authorization;
     bool bearer = given.size() > kBearer.size() &&
-                  std::equal(kBearer.begin(), kBearer.end(), given.begin(), [](char a, char b) {
-                    return (a | 0x20) == (b | 0x20);
-                  });
+                  std::equal(kBearer.begin(), kBearer.end(), given.begin(),
+                             [](char a, char b) { return (a | 0x20) == (b | 0x20); });
     if (!bearer || !ConstantTimeEquals(given.substr(kBearer.size()), token)) {
       AdminHttpResponse response = JsonResponse(
           401, ordered_json{{"error", given.empty() ? "missing token" : "wrong token"},
@@ -481,10 +478,9 @@ class AdminServer::Handler {
       }
     }
     if (input_bytes > kMaxExplainInputBytes) {
-      return JsonResponse(
-          413, ordered_json{{"error", "explain input too large"},
-                            {"limit_bytes", kMaxExplainInputBytes},
-                            {"bytes", input_bytes}});
+      return JsonResponse(413, ordered_json{{"error", "explain input too large"},
+                                            {"limit_bytes", kMaxExplainInputBytes},
+                                            {"bytes", input_bytes}});
     }
     if (!url.has_value() || url->empty()) {
       return JsonResponse(
@@ -728,8 +724,8 @@ ordered_json AdminServer::State() {
   return state;
 }
 
-int AdminServer::SetLocalDrain(std::string_view group_key, std::string_view server_name,
-                               bool drain, ordered_json* body) {
+int AdminServer::SetLocalDrain(std::string_view group_key, std::string_view server_name, bool drain,
+                               ordered_json* body) {
   std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
   int group_index = table != nullptr ? table->FindGroup(group_key) : -1;
   if (group_index < 0) {

@@ -125,8 +125,7 @@ class AdminServer {
   struct WorkerView;
   // Every worker's counters for the groups of `table`, summed; `answered`
   // counts the workers that answered within the deadline.
-  WorkerView ReadWorkers(const std::shared_ptr<const routing::RoutingTable>& table,
-                         int* answered);
+  WorkerView ReadWorkers(const std::shared_ptr<const routing::RoutingTable>& table, int* answered);
 
   proxy::Proxy* proxy_;
   AdminOptions options_;

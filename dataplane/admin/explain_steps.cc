@@ -187,8 +187,8 @@ ordered_json IdentifierJson(Identifier identifier, const routing::GroupEntry& gr
     why = "not needed: an identifier checked earlier decided";
   }
   out["honoured"] = honoured;
-  out["why_not"] = !found       ? ordered_json("not in the request")
-                   : honoured   ? ordered_json()
+  out["why_not"] = !found        ? ordered_json("not in the request")
+                   : honoured    ? ordered_json()
                    : why.empty() ? ordered_json("not used")
                                  : ordered_json(why);
   return out;
@@ -229,8 +229,8 @@ ordered_json BalancingStep(const routing::GroupEntry& group, const routing::Deci
   }
   step["candidates"] = std::move(candidates);
   std::string text = std::string(balancer::StrategyName(group.strategy)) + " over " +
-                     std::to_string(usable) + " usable of " +
-                     std::to_string(group.servers.size()) + " servers (live load summed over "
+                     std::to_string(usable) + " usable of " + std::to_string(group.servers.size()) +
+                     " servers (live load summed over "
                      "the workers)";
   if (decision.server != nullptr) {
     text += "; the explain router picks " + decision.server->name +
@@ -261,7 +261,7 @@ ordered_json ExplainSteps(const routing::Router& router, const routing::Decision
              (vhost->source.empty() ? std::string() : " (UrlMapping " + vhost->source + ")");
     }
     ordered_json step = Step("virtual host", std::move(text));
-    step["host"] = vhost == nullptr     ? ordered_json()
+    step["host"] = vhost == nullptr      ? ordered_json()
                    : vhost->host.empty() ? ordered_json("*")
                                          : ordered_json(vhost->host);
     steps.push_back(std::move(step));

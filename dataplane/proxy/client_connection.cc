@@ -401,8 +401,7 @@ void ClientConnection::OnConnectFailed(int error_number) {
   }
   // Passive health: the health checker re-admits the server once its pings
   // succeed again.
-  if (server->health != nullptr &&
-      server->health->SetHealthy(false, UnixNowMs())) {
+  if (server->health != nullptr && server->health->SetHealthy(false, UnixNowMs())) {
     Log(LogLevel::kWarn, "proxy", "server marked down after a failed connect",
         {{"group", decision_.group->key},
          {"server", server->name},

@@ -66,8 +66,8 @@ GroupTraffic* WorkerStats::GroupFor(const routing::Decision& decision, int* serv
     }
   }
   if (decision.server != nullptr) {
-    *server = same_table ? decision.server_index
-                         : groups[group_index].FindServer(decision.server->name);
+    *server =
+        same_table ? decision.server_index : groups[group_index].FindServer(decision.server->name);
     if (*server >= static_cast<int>(groups_[group_index].servers.size())) {
       *server = -1;
     }

@@ -68,8 +68,8 @@ struct GroupTrafficView {
   std::vector<ServerTrafficView> servers;  // parallel to the asked table's group
 };
 struct TrafficView {
-  std::vector<GroupTrafficView> groups;  // parallel to the asked table's groups
-  double window_seconds = 0;             // what the window counts cover
+  std::vector<GroupTrafficView> groups;    // parallel to the asked table's groups
+  double window_seconds = 0;               // what the window counts cover
   std::vector<LocalAnswer> local_answers;  // oldest first
 };
 

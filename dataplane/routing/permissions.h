@@ -33,9 +33,9 @@ class PermissionTable {
   struct Entry {
     v1::PermissionAction action;
     std::string pattern;  // as configured
-    std::string text;  // lowercase, without the stars
-    bool any_start;    // pattern began with "*"
-    bool any_end;      // pattern ended with "*"
+    std::string text;     // lowercase, without the stars
+    bool any_start;       // pattern began with "*"
+    bool any_end;         // pattern ended with "*"
   };
   static bool Matches(const Entry& entry, std::string_view path);
 

@@ -2,14 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,12 +165,11 @@ spec:
       (dir / "controller.log").string());
   ASSERT_TRUE(controller.started()) << controller.Log();
   uint16_t proxy_admin = testing::ReserveFreePort();
-  testing::Process proxy(
-      {testing::BinaryPath("kwd-proxy"), "serve", "--controller",
-       "127.0.0.1:" + std::to_string(grpc), "--listen", "127.0.0.1:0", "--admin-listen",
-       "127.0.0.1:" + std::to_string(proxy_admin), "--node-id", "state-proxy", "--access-log",
-       "off"},
-      (dir / "proxy.log").string());
+  testing::Process proxy({testing::BinaryPath("kwd-proxy"), "serve", "--controller",
+                          "127.0.0.1:" + std::to_string(grpc), "--listen", "127.0.0.1:0",
+                          "--admin-listen", "127.0.0.1:" + std::to_string(proxy_admin), "--node-id",
+                          "state-proxy", "--access-log", "off"},
+                         (dir / "proxy.log").string());
   ASSERT_TRUE(proxy.started()) << proxy.Log();
 
   nlohmann::json state;
@@ -182,7 +180,8 @@ spec:
     }
     state = nlohmann::json::parse(reply.body);
     return state["proxies"].size() == 1 && state["proxies"][0]["current"] == true;
-  })) << state.dump(1) << controller.Log();
+  })) << state.dump(1)
+      << controller.Log();
   EXPECT_EQ(state["ready"], true);
   std::string version = state["snapshot"]["version"];
   EXPECT_FALSE(version.empty());

@@ -623,8 +623,8 @@ TEST_F(AdminServerTest, PageUsesAbsoluteApiUrlsAtBothAddresses) {
   HttpResponse slash = Get("/admin/");
   EXPECT_EQ(bare.status, 200);
   EXPECT_EQ(bare.body, slash.body);
-  for (const char* url : {"\"/admin/api/state\"", "\"/admin/api/explain?\"",
-                          "\"/admin/api/servers/\""}) {
+  for (const char* url :
+       {"\"/admin/api/state\"", "\"/admin/api/explain?\"", "\"/admin/api/servers/\""}) {
     EXPECT_THAT(bare.body, HasSubstr(url));
   }
   EXPECT_THAT(bare.body, ::testing::Not(HasSubstr("fetch(\"api/")));
@@ -769,7 +769,8 @@ TEST_F(AdminServerTest, ExplainNamesEveryStep) {
   // Hostile text comes back as data.
   json hostile = json::parse(
       Get("/admin/api/explain?url=%2Fsap%2F%3Cscript%3Ealert(1)%3C%2Fscript%3E&host=%3Cb%3E").body);
-  EXPECT_EQ(steps_of(hostile)["virtual host"]["text"], "Host \"<b>\" uses the URL mapping for any host");
+  EXPECT_EQ(steps_of(hostile)["virtual host"]["text"],
+            "Host \"<b>\" uses the URL mapping for any host");
 }
 
 TEST_F(AdminServerTest, HugeExplainInputIsRefused) {
@@ -818,15 +819,15 @@ TEST_F(AdminServerTest, HealthCheckTimesResultsAndChangesAreShown) {
 
 TEST_F(AdminServerTest, ActionsAreRefusedWithoutATokenFile) {
   ApplySnapshot();
-  HttpResponse refused = Fetch(admin_port_, "POST",
-                               "/admin/api/servers/drain?group=erp/diag&server=app2",
-                               "Authorization: Bearer anything\r\n");
+  HttpResponse refused =
+      Fetch(admin_port_, "POST", "/admin/api/servers/drain?group=erp/diag&server=app2",
+            "Authorization: Bearer anything\r\n");
   EXPECT_EQ(refused.status, 403);
   EXPECT_THAT(json::parse(refused.body)["hint"].get<std::string>(),
               HasSubstr("--admin-token-file"));
-  EXPECT_EQ(Fetch(admin_port_, "POST", "/admin/api/servers/undrain?group=erp/diag&server=app2")
-                .status,
-            403);
+  EXPECT_EQ(
+      Fetch(admin_port_, "POST", "/admin/api/servers/undrain?group=erp/diag&server=app2").status,
+      403);
   EXPECT_EQ(State()["groups"][0]["servers"][1]["state"], "ready");
 }
 
@@ -879,13 +880,12 @@ TEST_F(AdminActionsTest, TokenRules) {
 
   HttpResponse ok = Post(drain, bearer);
   EXPECT_EQ(ok.status, 200) << ok.body;
-  EXPECT_EQ(json::parse(ok.body),
-            (json{{"group", "erp/diag"},
-                  {"server", "app2"},
-                  {"state", "draining"},
-                  {"snapshot_state", "ready"},
-                  {"local_drain", true},
-                  {"changed", true}}));
+  EXPECT_EQ(json::parse(ok.body), (json{{"group", "erp/diag"},
+                                        {"server", "app2"},
+                                        {"state", "draining"},
+                                        {"snapshot_state", "ready"},
+                                        {"local_drain", true},
+                                        {"changed", true}}));
   EXPECT_EQ(State()["actions_enabled"], true);
   // The scheme is case-insensitive; undrain answers the new state.
   HttpResponse undrain = Post("/admin/api/servers/undrain?group=erp/diag&server=app2",
