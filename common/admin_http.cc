@@ -131,6 +131,8 @@ int ParseHead(std::string_view head, AdminHttpRequest* request, uint64_t* conten
       *content_length = length;
     } else if (EqualsIgnoreCase(name, "transfer-encoding")) {
       has_transfer_encoding = true;
+    } else if (EqualsIgnoreCase(name, "authorization")) {
+      request->authorization = std::string(value);
     }
   }
   if (has_transfer_encoding) {
@@ -512,6 +514,10 @@ std::string_view HttpReasonPhrase(int status) {
       return "OK";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:

@@ -30,8 +30,9 @@ namespace kwd {
 
 struct AdminHttpRequest {
   std::string method;
-  std::string path;   // the target up to '?', as sent (percent-encoded)
-  std::string query;  // after '?', without it
+  std::string path;           // the target up to '?', as sent (percent-encoded)
+  std::string query;          // after '?', without it
+  std::string authorization;  // the Authorization field's value, "" when absent
 };
 
 struct AdminHttpResponse {

@@ -21,6 +21,8 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
     python3-yaml unzip
     # CRD tests (tests/crds): python3-yaml and jsonschema for Debian's python
     python3-jsonschema
+    # admin page browser tests (tests/browser): headless Chromium driven by Selenium
+    chromium chromium-driver python3-selenium
     # benchmarks
     libbenchmark-dev
   )

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/snapshot_io.h"
+#include "controller/admin/admin_page.h"
 
 namespace kwd::controller_admin {
 namespace {
@@ -12,6 +13,7 @@ namespace {
 constexpr const char kJson[] = "application/json";
 constexpr const char kPrometheusText[] = "text/plain; version=0.0.4";
 constexpr const char kPlainText[] = "text/plain; charset=utf-8";
+constexpr const char kHtml[] = "text/html; charset=utf-8";
 
 AdminHttpResponse Text(int status, std::string body, const char* content_type) {
   AdminHttpResponse response;
@@ -26,6 +28,12 @@ AdminHttpResponse Text(int status, std::string body, const char* content_type) {
 void LatestSnapshot::Publish(std::shared_ptr<const compile::CompileResult> result) {
   std::lock_guard lock(mu_);
   latest_ = std::move(result);
+  published_at_ = std::chrono::system_clock::now();
+}
+
+std::chrono::system_clock::time_point LatestSnapshot::published_at() const {
+  std::lock_guard lock(mu_);
+  return published_at_;
 }
 
 std::shared_ptr<const compile::CompileResult> LatestSnapshot::Get() const {
@@ -95,6 +103,15 @@ class AdminServer::Handler {
         return Text(503, "{\"error\":\"no snapshot compiled yet\"}\n", kJson);
       }
       return Text(200, *json + "\n", kJson);
+    }
+    if (path == "/admin" || path == "/admin/") {
+      return Text(200, std::string(kControllerAdminPage), kHtml);
+    }
+    if (path == "/admin/api/state") {
+      if (!handlers.state) {
+        return Text(503, "{\"error\":\"no state\"}\n", kJson);
+      }
+      return Text(200, handlers.state(), kJson);
     }
     if (path == "/debug/objects") {
       std::optional<std::string> json = handlers.objects ? handlers.objects() : std::nullopt;

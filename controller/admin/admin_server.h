@@ -7,7 +7,12 @@
 //   /readyz           200 after the initial lists and the first compile, else 503
 //   /debug/snapshot   the current snapshot as JSON (503 before the first one)
 //   /debug/objects    each LogonGroup's/UrlMapping's conditions (likewise)
+//   /admin, /admin/   a self-contained HTML page over /admin/api/state
+//   /admin/api/state  snapshot version and time, connected proxies (this
+//                     replica's and the others'), every object with its
+//                     conditions, the latest compile's problems (JSON)
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,10 +30,13 @@ class LatestSnapshot final : public pipeline::SnapshotSink {
  public:
   void Publish(std::shared_ptr<const compile::CompileResult> result) override;
   std::shared_ptr<const compile::CompileResult> Get() const;
+  // When the latest one was published (epoch before the first).
+  std::chrono::system_clock::time_point published_at() const;
 
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const compile::CompileResult> latest_;
+  std::chrono::system_clock::time_point published_at_{};
 };
 
 struct AdminHandlers {
@@ -36,6 +44,7 @@ struct AdminHandlers {
   std::function<bool()> ready;                           // /readyz
   std::function<std::optional<std::string>()> snapshot;  // JSON, nullopt before the first
   std::function<std::optional<std::string>()> objects;   // /debug/objects JSON, likewise
+  std::function<std::string()> state;                    // /admin/api/state JSON
 };
 
 struct AdminOptions {

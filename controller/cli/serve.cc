@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "common/snapshot_io.h"
 #include "controller/admin/admin_server.h"
+#include "controller/admin/state.h"
 #include "controller/cli/cli.h"
 #include "controller/grpc/replica_reports.h"
 #include "controller/grpc/snapshot_server.h"
@@ -50,6 +51,7 @@ constexpr std::string_view kServeUsage =
     "  --grpc-client-ca FILE            mutual TLS: refuse proxies without a client certificate\n"
     "                                   signed by a CA in FILE (PEM; re-read when it changes)\n"
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
+    "                                   /admin /admin/api/state\n"
     "                                   (default 0.0.0.0:9902)\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
@@ -479,6 +481,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     }
     return pipeline::ObjectsJson(*result);
   };
+  handlers.state = [&] { return controller_admin::StateJson(latest, grpc_server, pipeline); };
   controller_admin::AdminOptions admin_options;
   controller_admin::ParseHostPort(flags.admin_listen, &admin_options.host, &admin_options.port);
   controller_admin::AdminServer admin(admin_options, handlers);

@@ -282,6 +282,7 @@ uint64_t SnapshotServer::Register(Subscriber* subscriber, std::string peer) {
   stream.subscriber = subscriber;
   stream.status.stream_id = id;
   stream.status.peer = std::move(peer);
+  stream.status.connected_at = std::chrono::system_clock::now();
   return id;
 }
 
@@ -524,6 +525,11 @@ std::vector<ProxyVersions> SnapshotServer::ConnectedLocked() const {
 std::vector<ProxyVersions> SnapshotServer::LocalProxies() const {
   std::lock_guard lock(mu_);
   return LocalProxiesLocked();
+}
+
+std::vector<ProxyVersions> SnapshotServer::RemoteProxies() const {
+  std::lock_guard lock(mu_);
+  return remote_;
 }
 
 void SnapshotServer::SetRemoteProxies(std::vector<ProxyVersions> proxies) {

@@ -67,6 +67,7 @@ struct ProxyStatus {
   ProxyVersions versions;
   std::string sent_version;  // the newest version pushed to it
   bool awaiting_reply = false;
+  std::chrono::system_clock::time_point connected_at;  // the stream opened
 };
 
 // The Programmed condition of one object of the current snapshot.
@@ -105,6 +106,8 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   compile::Condition ProgrammedFor(const compile::ObjectStatus& object) const;
   // What the proxies connected to this server run and reject.
   std::vector<ProxyVersions> LocalProxies() const;
+  // The last SetRemoteProxies (admin page).
+  std::vector<ProxyVersions> RemoteProxies() const;
   // The proxies of the other controller replicas (ReplicaReports): counted
   // with the local ones for Programmed. Notifies like a proxy change when
   // they differ from the last ones.

@@ -1,13 +1,18 @@
 #include "dataplane/admin/admin_server.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <future>
 #include <mutex>
 #include <vector>
 
 #include "common/log.h"
 #include "dataplane/admin/admin_page.h"
+#include "dataplane/admin/explain_steps.h"
 #include "dataplane/balancer/balancer.h"
 #include "dataplane/routing/decision_json.h"
 #include "dataplane/session/session_table.h"
@@ -145,6 +150,96 @@ void ExportLoadFactors(const ordered_json& state, MetricsRegistry& registry) {
   registry.RetainLabelValues("kwd_proxy_server_load_factor", "server", servers);
 }
 
+int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// RFC 3339 UTC with milliseconds; null for 0 ("never").
+ordered_json TimeJson(int64_t unix_ms) {
+  if (unix_ms <= 0) {
+    return ordered_json();
+  }
+  std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char text[40];
+  size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(unix_ms % 1000));
+  return ordered_json(text);
+}
+
+// Compares without returning early on the first difference.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
+  }
+  return diff == 0 && !b.empty();
+}
+
+std::string_view ActionName(v1::PermissionAction action) {
+  switch (action) {
+    case v1::PERMISSION_ACTION_PERMIT:
+      return "permit";
+    case v1::PERMISSION_ACTION_DENY:
+      return "deny";
+    case v1::PERMISSION_ACTION_SECURE:
+      return "secure";
+    default:
+      return "unspecified";
+  }
+}
+
+// The rules of a virtual host in evaluation order: the longest prefix
+// decides, so longer prefixes first (ties: as in the snapshot).
+std::vector<size_t> RulesInEvaluationOrder(const routing::VirtualHostEntry& vhost) {
+  std::vector<size_t> order(vhost.rules.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return vhost.rules[a].prefix.size() > vhost.rules[b].prefix.size();
+  });
+  return order;
+}
+
+ordered_json GroupName(const routing::RoutingTable& table, int index) {
+  return index >= 0 ? ordered_json(table.groups()[index].key) : ordered_json();
+}
+
+ordered_json UrlMappingJson(const routing::RoutingTable& table) {
+  ordered_json hosts = ordered_json::array();
+  for (const routing::VirtualHostEntry& vhost : table.virtual_hosts()) {
+    ordered_json entry;
+    entry["host"] = vhost.host.empty() ? ordered_json() : ordered_json(vhost.host);
+    entry["source"] = vhost.source.empty() ? ordered_json() : ordered_json(vhost.source);
+    entry["default_root_handler"] = KindName(vhost.default_root_handler);
+    entry["default_groups"] = {{"abap", GroupName(table, vhost.default_abap_group)},
+                               {"java", GroupName(table, vhost.default_java_group)}};
+    ordered_json rules = ordered_json::array();
+    for (size_t i : RulesInEvaluationOrder(vhost)) {
+      const routing::RuleEntry& rule = vhost.rules[i];
+      rules.push_back({{"prefix", rule.prefix},
+                       {"kind", KindName(rule.kind)},
+                       {"group", GroupName(table, rule.group)}});
+    }
+    entry["rules"] = std::move(rules);
+    ordered_json permissions = ordered_json::array();
+    for (size_t i = 0; i < vhost.permissions.size(); ++i) {
+      permissions.push_back({{"action", ActionName(vhost.permissions.action(i))},
+                             {"pattern", vhost.permissions.pattern(i)}});
+    }
+    entry["permissions"] = std::move(permissions);
+    hosts.push_back(std::move(entry));
+  }
+  return hosts;
+}
+
+constexpr std::array<const char*, proxy::kStatusClasses> kClassNames = {"none", "1xx", "2xx",
+                                                                        "3xx",  "4xx", "5xx"};
+
 }  // namespace
 
 int NextPreferredServer(const routing::GroupEntry& group, std::span<const uint64_t> assigned,
@@ -186,6 +281,63 @@ int NextPreferredServer(const routing::GroupEntry& group, std::span<const uint64
   return best;
 }
 
+void SnapshotSourceStatus::SetSource(std::string kind, std::string target) {
+  std::lock_guard lock(mu_);
+  kind_ = std::move(kind);
+  target_ = std::move(target);
+}
+
+void SnapshotSourceStatus::SetConnectedProbe(std::function<bool()> connected) {
+  std::lock_guard lock(mu_);
+  connected_ = std::move(connected);
+}
+
+void SnapshotSourceStatus::Applied(const std::string& version) {
+  std::lock_guard lock(mu_);
+  applied_version_ = version;
+  applied_unix_ms_ = UnixNowMs();
+  ++applied_;
+}
+
+void SnapshotSourceStatus::Rejected(const std::string& version, const std::string& error) {
+  std::lock_guard lock(mu_);
+  rejected_version_ = version;
+  rejected_error_ = error;
+  rejected_unix_ms_ = UnixNowMs();
+  ++rejected_;
+}
+
+ordered_json SnapshotSourceStatus::Json() const {
+  std::function<bool()> connected;
+  ordered_json out;
+  {
+    std::lock_guard lock(mu_);
+    connected = connected_;
+    out["kind"] = kind_;
+    out["target"] = target_;
+    out["applied"] = applied_;
+    out["last_applied"] = applied_ == 0 ? ordered_json()
+                                        : ordered_json{{"version", applied_version_},
+                                                       {"at", TimeJson(applied_unix_ms_)}};
+    out["rejected"] = rejected_;
+    out["last_rejected"] = rejected_ == 0 ? ordered_json()
+                                          : ordered_json{{"version", rejected_version_},
+                                                         {"at", TimeJson(rejected_unix_ms_)},
+                                                         {"error", rejected_error_}};
+  }
+  // Outside the lock: the probe takes the client's own.
+  out["connected"] = connected ? ordered_json(connected()) : ordered_json();
+  return out;
+}
+
+// Every worker's counters for the groups of one table, summed.
+struct AdminServer::WorkerView {
+  std::vector<GroupLoad> load;  // parallel to the table's groups
+  std::vector<proxy::GroupTrafficView> traffic;
+  double window_seconds = 0;
+  std::vector<proxy::LocalAnswer> local_answers;  // every worker's, newest first
+};
+
 // Answers admin requests on the admin server's thread.
 class AdminServer::Handler {
  public:
@@ -213,16 +365,50 @@ class AdminServer::Handler {
     return TextResponse(
         status, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", kJson);
   }
+  static AdminHttpResponse MethodNotAllowed(const std::string& method, const char* allow) {
+    AdminHttpResponse response = JsonResponse(
+        405, ordered_json{{"error", "method not allowed"}, {"method", method}, {"allow", allow}});
+    response.headers.emplace_back("Allow", allow);
+    return response;
+  }
+
+  // Splits a query into decoded (name, value) pairs; false on a malformed escape.
+  static bool ParseQuery(const std::string& query,
+                         std::vector<std::pair<std::string, std::string>>* out) {
+    size_t start = 0;
+    while (start <= query.size()) {
+      size_t end = query.find('&', start);
+      if (end == std::string::npos) {
+        end = query.size();
+      }
+      std::string_view pair = std::string_view(query).substr(start, end - start);
+      start = end + 1;
+      if (pair.empty()) {
+        continue;
+      }
+      size_t eq = pair.find('=');
+      std::string name;
+      std::string value;
+      if (!DecodeQueryComponent(pair.substr(0, eq), &name) ||
+          !DecodeQueryComponent(eq == std::string_view::npos ? "" : pair.substr(eq + 1), &value)) {
+        return false;
+      }
+      out->emplace_back(std::move(name), std::move(value));
+    }
+    return true;
+  }
 
   AdminHttpResponse Respond(const AdminHttpRequest& request) {
     const std::string& path = request.path;
     const std::string& method = request.method;
+    if (path == "/admin/api/servers/drain" || path == "/admin/api/servers/undrain") {
+      if (method != "POST") {
+        return MethodNotAllowed(method, "POST");
+      }
+      return Drain(request, path.ends_with("/drain"));
+    }
     if (method != "GET" && method != "HEAD") {
-      AdminHttpResponse response = JsonResponse(
-          405, ordered_json{
-                   {"error", "method not allowed"}, {"method", method}, {"allow", "GET, HEAD"}});
-      response.headers.emplace_back("Allow", "GET, HEAD");
-      return response;
+      return MethodNotAllowed(method, "GET, HEAD");
     }
     proxy::Proxy& proxy = *server_->proxy_;
     if (path == "/metrics") {
@@ -248,40 +434,79 @@ class AdminServer::Handler {
     return JsonResponse(404, ordered_json{{"error", "not found"}, {"path", path}});
   }
 
+  AdminHttpResponse Drain(const AdminHttpRequest& request, bool drain) {
+    const std::string& token = server_->options_.token;
+    if (token.empty()) {
+      return JsonResponse(403,
+                          ordered_json{{"error", "actions are disabled: this proxy runs read-only"},
+                                       {"hint", "start kwd-proxy with --admin-token-file FILE"}});
+    }
+    constexpr std::string_view kBearer = "Bearer ";
+    std::string_view given = request.authorization;
+    bool bearer = given.size() > kBearer.size() &&
+                  std::equal(kBearer.begin(), kBearer.end(), given.begin(),
+                             [](char a, char b) { return (a | 0x20) == (b | 0x20); });
+    if (!bearer || !ConstantTimeEquals(given.substr(kBearer.size()), token)) {
+      AdminHttpResponse response = JsonResponse(
+          401, ordered_json{{"error", given.empty() ? "missing token" : "wrong token"},
+                            {"hint", "send Authorization: Bearer <the --admin-token-file token>"}});
+      response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"kwd-proxy admin\"");
+      Log(LogLevel::kWarn, "admin", "action refused: missing or wrong token",
+          {{"path", request.path}});
+      return response;
+    }
+    std::vector<std::pair<std::string, std::string>> params;
+    if (!ParseQuery(request.query, &params)) {
+      return JsonResponse(400, ordered_json{{"error", "malformed percent-encoding in the query"}});
+    }
+    std::optional<std::string> group;
+    std::optional<std::string> server;
+    for (auto& [name, value] : params) {
+      if (name == "group") {
+        group = std::move(value);
+      } else if (name == "server") {
+        server = std::move(value);
+      }
+    }
+    if (!group.has_value() || !server.has_value()) {
+      return JsonResponse(
+          400, ordered_json{{"error", "missing group or server parameter"},
+                            {"usage", std::string(request.path) + "?group=NS/NAME&server=NAME"}});
+    }
+    ordered_json body;
+    int status = server_->SetLocalDrain(*group, *server, drain, &body);
+    return JsonResponse(status, body);
+  }
+
   AdminHttpResponse Explain(const std::string& query) {
+    std::vector<std::pair<std::string, std::string>> params;
+    if (!ParseQuery(query, &params)) {
+      return JsonResponse(400, ordered_json{{"error", "malformed percent-encoding in the query"}});
+    }
     std::optional<std::string> url;
     std::optional<std::string> host;
     std::vector<std::string> headers;
-    size_t start = 0;
-    while (start <= query.size()) {
-      size_t end = query.find('&', start);
-      if (end == std::string::npos) {
-        end = query.size();
-      }
-      std::string_view pair = std::string_view(query).substr(start, end - start);
-      start = end + 1;
-      if (pair.empty()) {
-        continue;
-      }
-      size_t eq = pair.find('=');
-      std::string name;
-      std::string value;
-      if (!DecodeQueryComponent(pair.substr(0, eq), &name) ||
-          !DecodeQueryComponent(eq == std::string_view::npos ? "" : pair.substr(eq + 1), &value)) {
-        return JsonResponse(400,
-                            ordered_json{{"error", "malformed percent-encoding in the query"}});
-      }
+    size_t input_bytes = 0;
+    for (auto& [name, value] : params) {
       if (name == "url") {
+        input_bytes += value.size();
         url = std::move(value);
       } else if (name == "host") {
+        input_bytes += value.size();
         host = std::move(value);
       } else if (name == "header") {
+        input_bytes += value.size();
         if (value.find(':') == std::string::npos || value.front() == ':') {
           return JsonResponse(
               400, ordered_json{{"error", "header wants 'Name: value'"}, {"header", value}});
         }
         headers.push_back(std::move(value));
       }
+    }
+    if (input_bytes > kMaxExplainInputBytes) {
+      return JsonResponse(413, ordered_json{{"error", "explain input too large"},
+                                            {"limit_bytes", kMaxExplainInputBytes},
+                                            {"bytes", input_bytes}});
     }
     if (!url.has_value() || url->empty()) {
       return JsonResponse(
@@ -301,6 +526,8 @@ class AdminServer::Handler {
 AdminServer::AdminServer(proxy::Proxy* proxy, AdminOptions options)
     : proxy_(proxy),
       options_(std::move(options)),
+      started_unix_ms_(UnixNowMs()),
+      started_(std::chrono::steady_clock::now()),
       clock_(std::make_shared<routing::SteadyClock>()),
       explain_router_(proxy->affinity_codec(), clock_) {
   explain_router_.set_read_only_sessions(true);
@@ -323,7 +550,8 @@ bool AdminServer::Start(std::string* error) {
     return false;
   }
   http_ = std::move(server);
-  Log(LogLevel::kInfo, "admin", "admin server listening", {{"uri", uri}});
+  Log(LogLevel::kInfo, "admin", "admin server listening",
+      {{"uri", uri}, {"actions", options_.token.empty() ? "disabled (read-only)" : "enabled"}});
   return true;
 }
 
@@ -339,53 +567,104 @@ uint16_t AdminServer::port() const {
   return http_ != nullptr ? http_->port() : 0;
 }
 
-ordered_json AdminServer::State() {
-  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+AdminServer::WorkerView AdminServer::ReadWorkers(
+    const std::shared_ptr<const routing::RoutingTable>& table, int* answered) {
+  struct Answer {
+    WorkerLoad load;
+    proxy::TrafficView traffic;
+  };
   auto& workers = proxy_->workers();
-
   // Ask every worker for its counters; they answer between requests.
-  std::vector<std::future<WorkerLoad>> answers;
+  std::vector<std::future<Answer>> answers;
   for (auto& worker : workers) {
-    auto promise = std::make_shared<std::promise<WorkerLoad>>();
+    auto promise = std::make_shared<std::promise<Answer>>();
     answers.push_back(promise->get_future());
     if (table == nullptr) {
-      promise->set_value(WorkerLoad{});
+      promise->set_value(Answer{});
       continue;
     }
     proxy::Worker* raw = worker.get();
-    raw->Post([raw, table, promise] { promise->set_value(ReadWorkerLoad(raw->router(), *table)); });
+    raw->Post([raw, table, promise] {
+      promise->set_value(Answer{ReadWorkerLoad(raw->router(), *table),
+                                raw->stats().Read(*table, raw->loop().now_ms())});
+    });
   }
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.worker_timeout_ms);
   size_t groups = table != nullptr ? table->groups().size() : 0;
-  std::vector<GroupLoad> total(groups);
+  WorkerView view;
+  view.load.resize(groups);
+  view.traffic.resize(groups);
   for (size_t g = 0; g < groups; ++g) {
-    total[g].assigned.assign(table->groups()[g].servers.size(), 0);
-    total[g].outstanding.assign(table->groups()[g].servers.size(), 0);
+    size_t servers = table->groups()[g].servers.size();
+    view.load[g].assigned.assign(servers, 0);
+    view.load[g].outstanding.assign(servers, 0);
+    view.traffic[g].servers.resize(servers);
   }
-  int answered = 0;
-  for (auto& answer : answers) {
-    if (answer.wait_until(deadline) != std::future_status::ready) {
+  *answered = 0;
+  for (auto& future : answers) {
+    if (future.wait_until(deadline) != std::future_status::ready) {
       continue;  // a stuck or stopped worker: report what the others said
     }
-    WorkerLoad load = answer.get();
-    ++answered;
-    for (size_t g = 0; g < groups && g < load.groups.size(); ++g) {
-      for (size_t s = 0; s < total[g].assigned.size(); ++s) {
-        total[g].assigned[s] += load.groups[g].assigned[s];
-        total[g].outstanding[s] += load.groups[g].outstanding[s];
+    Answer answer = future.get();
+    ++*answered;
+    view.window_seconds = std::max(view.window_seconds, answer.traffic.window_seconds);
+    for (size_t g = 0; g < groups && g < answer.load.groups.size(); ++g) {
+      for (size_t s = 0; s < view.load[g].assigned.size(); ++s) {
+        view.load[g].assigned[s] += answer.load.groups[g].assigned[s];
+        view.load[g].outstanding[s] += answer.load.groups[g].outstanding[s];
       }
     }
+    for (size_t g = 0; g < groups && g < answer.traffic.groups.size(); ++g) {
+      const proxy::GroupTrafficView& theirs = answer.traffic.groups[g];
+      proxy::GroupTrafficView& ours = view.traffic[g];
+      ours.sticky_routed += theirs.sticky_routed;
+      ours.sticky_lost += theirs.sticky_lost;
+      for (size_t s = 0; s < ours.servers.size() && s < theirs.servers.size(); ++s) {
+        for (size_t c = 0; c < proxy::kStatusClasses; ++c) {
+          ours.servers[s].responses[c] += theirs.servers[s].responses[c];
+        }
+        ours.servers[s].window_requests += theirs.servers[s].window_requests;
+        ours.servers[s].window_errors += theirs.servers[s].window_errors;
+      }
+    }
+    view.local_answers.insert(view.local_answers.end(), answer.traffic.local_answers.begin(),
+                              answer.traffic.local_answers.end());
   }
+  std::stable_sort(view.local_answers.begin(), view.local_answers.end(),
+                   [](const proxy::LocalAnswer& a, const proxy::LocalAnswer& b) {
+                     return a.unix_ms > b.unix_ms;
+                   });
+  if (view.local_answers.size() > proxy::kLocalAnswerRing) {
+    view.local_answers.resize(proxy::kLocalAnswerRing);
+  }
+  return view;
+}
+
+ordered_json AdminServer::State() {
+  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  int answered = 0;
+  WorkerView workers = ReadWorkers(table, &answered);
+  const size_t groups = table != nullptr ? table->groups().size() : 0;
+  const double window = workers.window_seconds;
 
   ordered_json state;
   state["version"] = table != nullptr ? table->version() : "";
   state["ready"] = proxy_->ready();
-  state["workers"] = workers.size();
+  state["node_id"] = options_.node_id;
+  state["started_at"] = TimeJson(started_unix_ms_);
+  state["uptime_seconds"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  state["workers"] = proxy_->workers().size();
   state["workers_answered"] = answered;
+  state["snapshot_source"] = options_.source != nullptr ? options_.source->Json() : ordered_json();
+  state["actions_enabled"] = !options_.token.empty();
+  state["rate_window_seconds"] = window;
   state["groups"] = ordered_json::array();
   for (size_t g = 0; g < groups; ++g) {
     const routing::GroupEntry& group = table->groups()[g];
+    const GroupLoad& load = workers.load[g];
+    const proxy::GroupTrafficView& traffic = workers.traffic[g];
     ordered_json entry;
     entry["key"] = group.key;
     entry["kind"] = KindName(group.kind);
@@ -397,38 +676,120 @@ ordered_json AdminServer::State() {
     // because backend sessions filled the table.
     entry["session_table_client_entries"] = sessions.client_entries;
     entry["session_table_refused"] = sessions.refused;
-    int next = NextPreferredServer(group, total[g].assigned, total[g].outstanding);
+    entry["sticky_routed"] = traffic.sticky_routed;
+    entry["sticky_lost"] = traffic.sticky_lost;
+    int next = NextPreferredServer(group, load.assigned, load.outstanding);
     entry["next_preferred_server"] =
         next >= 0 ? ordered_json(group.servers[next].name) : ordered_json();
     entry["servers"] = ordered_json::array();
     for (size_t s = 0; s < group.servers.size(); ++s) {
       const routing::ServerEntry& server = group.servers[s];
       const balancer::ServerInput& input = group.inputs[s];
+      const proxy::ServerTrafficView& counts = traffic.servers[s];
+      const bool local_drain = input.LocallyDrained();
       ordered_json item;
       item["name"] = server.name;
       item["address"] = server.address;
       item["port"] = server.port;
       item["capacity"] = server.capacity;
-      item["state"] = server.state == v1::SERVER_STATE_DRAINING ? "draining" : "ready";
+      item["state"] =
+          server.state == v1::SERVER_STATE_DRAINING || local_drain ? "draining" : "ready";
+      item["snapshot_state"] = server.state == v1::SERVER_STATE_DRAINING ? "draining" : "ready";
+      item["local_drain"] = local_drain;
       item["healthy"] = input.Healthy();
+      const balancer::ServerHealth* health = server.health.get();
+      int32_t result =
+          health != nullptr ? health->last_check_result.load(std::memory_order_relaxed) : 0;
+      item["last_check"] =
+          TimeJson(health != nullptr ? health->last_check_ms.load(std::memory_order_relaxed) : 0);
+      item["last_check_result"] = result > 0   ? ordered_json("passed")
+                                  : result < 0 ? ordered_json("failed")
+                                               : ordered_json();
+      item["last_state_change"] =
+          TimeJson(health != nullptr ? health->last_change_ms.load(std::memory_order_relaxed) : 0);
       int64_t rtt_us = input.RttUs();
       item["rtt_ms"] =
           rtt_us > 0 ? ordered_json(static_cast<double>(rtt_us) / 1000.0) : ordered_json();
-      item["assigned"] = total[g].assigned[s];
-      item["outstanding"] = total[g].outstanding[s];
-      item["load_factor"] = static_cast<double>(total[g].assigned[s] + total[g].outstanding[s]) /
+      item["assigned"] = load.assigned[s];
+      item["outstanding"] = load.outstanding[s];
+      item["load_factor"] = static_cast<double>(load.assigned[s] + load.outstanding[s]) /
                             static_cast<double>(std::max<uint32_t>(server.capacity, 1));
+      uint64_t requests = 0;
+      ordered_json responses = ordered_json::object();
+      for (size_t c = 1; c < proxy::kStatusClasses; ++c) {
+        responses[kClassNames[c]] = counts.responses[c];
+        requests += counts.responses[c];
+      }
+      responses["none"] = counts.responses[0];
+      requests += counts.responses[0];
+      item["requests"] = requests;
+      item["responses"] = std::move(responses);
+      item["errors"] = counts.responses[0] + counts.responses[5];
+      item["requests_per_second"] =
+          window > 0 ? static_cast<double>(counts.window_requests) / window : 0.0;
+      item["errors_per_second"] =
+          window > 0 ? static_cast<double>(counts.window_errors) / window : 0.0;
       entry["servers"].push_back(std::move(item));
     }
     state["groups"].push_back(std::move(entry));
   }
+  state["url_mapping"] = table != nullptr ? UrlMappingJson(*table) : ordered_json::array();
+  ordered_json errors = ordered_json::array();
+  for (const proxy::LocalAnswer& answer : workers.local_answers) {
+    errors.push_back(
+        {{"at", TimeJson(answer.unix_ms)},
+         {"status", answer.status},
+         {"code", std::string(answer.sap_code)},
+         {"reason", std::string(answer.reason)},
+         {"group", answer.group_size == 0
+                       ? ordered_json()
+                       : ordered_json(std::string(answer.group.data(), answer.group_size))},
+         {"detail", std::string(answer.detail.data(), answer.detail_size)}});
+  }
+  state["recent_errors"] = std::move(errors);
   return state;
+}
+
+int AdminServer::SetLocalDrain(std::string_view group_key, std::string_view server_name, bool drain,
+                               ordered_json* body) {
+  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  int group_index = table != nullptr ? table->FindGroup(group_key) : -1;
+  if (group_index < 0) {
+    *body = {{"error", "unknown group"}, {"group", group_key}};
+    return 404;
+  }
+  const routing::GroupEntry& group = table->groups()[group_index];
+  int server_index = group.FindServer(server_name);
+  if (server_index < 0) {
+    *body = {{"error", "unknown server"}, {"group", group_key}, {"server", server_name}};
+    return 404;
+  }
+  const routing::ServerEntry& server = group.servers[server_index];
+  bool was = false;
+  if (server.health != nullptr) {
+    was = server.health->local_drain.exchange(drain, std::memory_order_relaxed);
+  }
+  if (was != drain) {
+    Log(LogLevel::kInfo, "admin", drain ? "server drained locally" : "server undrained locally",
+        {{"group", group.key}, {"server", server.name}});
+  }
+  const bool snapshot_draining = server.state == v1::SERVER_STATE_DRAINING;
+  *body = {{"group", group.key},
+           {"server", server.name},
+           {"state", snapshot_draining || drain ? "draining" : "ready"},
+           {"snapshot_state", snapshot_draining ? "draining" : "ready"},
+           {"local_drain", drain},
+           {"changed", was != drain}};
+  return 200;
 }
 
 ordered_json AdminServer::Explain(std::string_view url, std::optional<std::string_view> host,
                                   std::span<const std::string> headers) {
   routing::ExplainRequest request = routing::MakeExplainRequest(url, headers, host);
   std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  // The live load, for the balancing step (read before taking the lock).
+  int answered = 0;
+  WorkerView workers = ReadWorkers(table, &answered);
   std::lock_guard lock(explain_mu_);
   if (table != nullptr && explain_router_.table() != table) {
     explain_router_.Apply(table);
@@ -438,6 +799,15 @@ ordered_json AdminServer::Explain(std::string_view url, std::optional<std::strin
   }
   routing::Decision decision = explain_router_.Route(request.View());
   ordered_json body = routing::DecisionJson(explain_router_, decision, request.https);
+  ExplainContext context;
+  context.codec = proxy_->affinity_codec().get();
+  context.now_ms = clock_->NowMs();
+  if (decision.group_index >= 0 &&
+      static_cast<size_t>(decision.group_index) < workers.load.size()) {
+    context.assigned = workers.load[decision.group_index].assigned;
+    context.outstanding = workers.load[decision.group_index].outstanding;
+  }
+  body["steps"] = ExplainSteps(explain_router_, decision, request, context);
   // Answered at once: the admin router's outstanding count stays zero.
   explain_router_.Complete(decision);
   return body;

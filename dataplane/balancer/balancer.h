@@ -26,6 +26,24 @@ namespace kwd::balancer {
 struct ServerHealth {
   std::atomic<bool> healthy{true};
   std::atomic<int64_t> smoothed_rtt_us{0};  // 0: not measured yet
+  // Drained on this proxy from its admin port (POST /admin/api/servers/drain):
+  // like a draining server, it keeps its sticky traffic and takes no new
+  // balanced traffic. Lives as long as the server stays in the snapshot.
+  std::atomic<bool> local_drain{false};
+  // What the admin page shows about health checks (Unix milliseconds, 0:
+  // never). Written by the health checker (and the proxy's passive marking).
+  std::atomic<int64_t> last_check_ms{0};
+  std::atomic<int32_t> last_check_result{0};  // 1: passed, -1: failed, 0: never checked
+  std::atomic<int64_t> last_change_ms{0};     // healthy last flipped
+
+  // Sets `healthy`, noting the time of a change; returns whether it changed.
+  bool SetHealthy(bool up, int64_t now_unix_ms) {
+    if (healthy.exchange(up, std::memory_order_relaxed) == up) {
+      return false;
+    }
+    last_change_ms.store(now_unix_ms, std::memory_order_relaxed);
+    return true;
+  }
 };
 
 // What a balancer reads about one server.
@@ -37,7 +55,12 @@ struct ServerInput {
   bool Healthy() const {
     return health == nullptr || health->healthy.load(std::memory_order_relaxed);
   }
-  bool Usable() const { return ready && Healthy(); }
+  bool LocallyDrained() const {
+    return health != nullptr && health->local_drain.load(std::memory_order_relaxed);
+  }
+  // Takes new balanced traffic: ready (not draining, in the snapshot or
+  // locally) and healthy. Sticky traffic only needs Healthy().
+  bool Usable() const { return ready && Healthy() && !LocallyDrained(); }
   // Smoothed ping round-trip time in microseconds, 0 when unknown.
   int64_t RttUs() const {
     return health == nullptr ? 0 : health->smoothed_rtt_us.load(std::memory_order_relaxed);

@@ -8,23 +8,35 @@
 #include "common/file.h"
 
 namespace kwd::cli {
+namespace {
+
+// A secret file's contents without surrounding whitespace (a trailing newline
+// from an editor or `echo` is not part of the secret).
+bool ReadTrimmedFile(const std::string& path, std::string* out, std::string* error) {
+  std::string contents;
+  if (!ReadWholeFile(path, &contents, error)) {
+    return false;
+  }
+  size_t begin = contents.find_first_not_of(" \t\r\n");
+  size_t end = contents.find_last_not_of(" \t\r\n");
+  *out = begin == std::string::npos ? std::string() : contents.substr(begin, end - begin + 1);
+  return true;
+}
+
+}  // namespace
 
 bool LoadAffinityKey(const std::string& key_file, std::string* key, bool* development,
                      std::string* error) {
   *development = false;
   if (!key_file.empty()) {
-    std::string contents;
-    if (!ReadWholeFile(key_file, &contents, error)) {
+    if (!ReadTrimmedFile(key_file, key, error)) {
       *error = "cannot read affinity key file: " + *error;
       return false;
     }
-    size_t begin = contents.find_first_not_of(" \t\r\n");
-    size_t end = contents.find_last_not_of(" \t\r\n");
-    if (begin == std::string::npos) {
+    if (key->empty()) {
       *error = "affinity key file " + key_file + " is empty";
       return false;
     }
-    *key = contents.substr(begin, end - begin + 1);
     return true;
   }
   if (const char* env = std::getenv("KWD_AFFINITY_KEY"); env != nullptr && *env != '\0') {
@@ -33,6 +45,25 @@ bool LoadAffinityKey(const std::string& key_file, std::string* key, bool* develo
   }
   *key = kDevelopmentAffinityKey;
   *development = true;
+  return true;
+}
+
+bool LoadAdminToken(const std::string& path, std::string* token, std::string* error) {
+  if (!ReadTrimmedFile(path, token, error)) {
+    *error = "--admin-token-file: " + *error;
+    return false;
+  }
+  if (token->empty()) {
+    *error = "--admin-token-file: " + path + " is empty";
+    return false;
+  }
+  for (char c : *token) {
+    if (c < 0x21 || c > 0x7e) {
+      *error = "--admin-token-file: the token in " + path +
+               " may hold only visible ASCII characters (no spaces or control bytes)";
+      return false;
+    }
+  }
   return true;
 }
 

@@ -32,4 +32,10 @@ inline constexpr const char kDevelopmentAffinityKey[] = "kwd-development-affinit
 bool LoadAffinityKey(const std::string& key_file, std::string* key, bool* development,
                      std::string* error);
 
+// The admin port's bearer token (--admin-token-file): the file's contents
+// without surrounding whitespace. It goes into an Authorization header, so
+// visible ASCII only. False with `error` naming the flag when the file is
+// unreadable, empty or holds other bytes.
+bool LoadAdminToken(const std::string& path, std::string* token, std::string* error);
+
 }  // namespace kwd::cli

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/snapshot_io.h"
 #include "dataplane/admin/admin_server.h"
@@ -38,6 +39,7 @@ constexpr const char kServeUsage[] =
     "                       [--response-timeout 60s] [--max-body-size 104857600]\n"
     "                       [--max-header-size 65536] [--drain-timeout 10s]\n"
     "                       [--log-level debug|info|warn|error] [--log-format text|json]\n"
+    "                       [--admin-token-file FILE]\n"
     "                       [--controller-ca FILE] [--controller-cert FILE]\n"
     "                       [--controller-key FILE] [--controller-server-name NAME]\n"
     "\n"
@@ -56,7 +58,10 @@ constexpr const char kServeUsage[] =
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
     "every replica must use the same key. Durations take ms, s or m suffixes.\n"
     "--log-format json writes the logs on stderr and the access log as one JSON\n"
-    "object per line (default text: logfmt logs, Common Log Format access log).\n";
+    "object per line (default text: logfmt logs, Common Log Format access log).\n"
+    "The admin port (/admin, /admin/api/...) is read-only unless --admin-token-file\n"
+    "names a file holding a token: then POST /admin/api/servers/drain and /undrain\n"
+    "take \"Authorization: Bearer <token>\".\n";
 
 bool ParseDurationMs(std::string_view text, int64_t* out) {
   int64_t multiplier = 1000;
@@ -101,15 +106,19 @@ bool RejectedByTestSeam(const v1::Snapshot& snapshot, std::string* error) {
   return false;
 }
 
-bool LoadAndApply(proxy::Proxy& proxy, const std::string& path, std::string* error) {
+bool LoadAndApply(proxy::Proxy& proxy, const std::string& path, admin::SnapshotSourceStatus& source,
+                  std::string* error) {
   v1::Snapshot snapshot;
   if (!LoadSnapshotFile(path, &snapshot, error)) {
+    source.Rejected("", *error);
     return false;
   }
   if (!proxy.ApplySnapshot(snapshot, error)) {
     *error = path + ": " + *error;
+    source.Rejected(snapshot.version(), *error);
     return false;
   }
+  source.Applied(snapshot.version());
   return true;
 }
 
@@ -157,6 +166,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string snapshot_path;
   std::string controller;
   std::string affinity_key_file;
+  std::string admin_token_file;
   std::string controller_ca;
   std::string controller_cert;
   std::string controller_key;
@@ -208,6 +218,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       options.access_log = value;
     } else if (name == "--affinity-key-file") {
       affinity_key_file = value;
+    } else if (name == "--admin-token-file") {
+      admin_token_file = value;
     } else if (name == "--header-timeout") {
       ok = ParseDurationMs(value, &options.header_timeout_ms);
     } else if (name == "--idle-timeout") {
@@ -287,6 +299,11 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
         "no affinity-cookie key given (--affinity-key-file or KWD_AFFINITY_KEY): using the "
         "public development key; affinity cookies can be forged");
   }
+  std::string admin_token;
+  if (!admin_token_file.empty() && !LoadAdminToken(admin_token_file, &admin_token, &error)) {
+    err << "kwd-proxy serve: " << error << "\n";
+    return 1;
+  }
   if (options.node_id.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
@@ -309,8 +326,10 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     return 1;
   }
   std::unique_ptr<xds::SnapshotClient> client;
+  auto source = std::make_shared<admin::SnapshotSourceStatus>();
   if (!snapshot_path.empty()) {
-    if (!LoadAndApply(proxy, snapshot_path, &error)) {
+    source->SetSource("file", snapshot_path);
+    if (!LoadAndApply(proxy, snapshot_path, *source, &error)) {
       err << "kwd-proxy serve: " << error << "\n";
       proxy.Shutdown(0);
       return 1;
@@ -322,13 +341,18 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     client_options.tls = controller_tls;
     client = std::make_unique<xds::SnapshotClient>(
         client_options,
-        [&proxy](const v1::Snapshot& snapshot, std::string* apply_error) {
-          if (RejectedByTestSeam(snapshot, apply_error)) {
+        [&proxy, source](const v1::Snapshot& snapshot, std::string* apply_error) {
+          if (RejectedByTestSeam(snapshot, apply_error) ||
+              !proxy.ApplySnapshot(snapshot, apply_error)) {
+            source->Rejected(snapshot.version(), *apply_error);
             return false;
           }
-          return proxy.ApplySnapshot(snapshot, apply_error);
+          source->Applied(snapshot.version());
+          return true;
         },
         &proxy.metrics().registry());
+    source->SetSource("controller", controller);
+    source->SetConnectedProbe([client = client.get()] { return client->connected(); });
     // Workers answer 503 and /readyz 503 until the first snapshot arrives.
     client->Start();
   }
@@ -340,6 +364,9 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   admin::AdminOptions admin_options;
   admin_options.listen = options.admin_listen;
+  admin_options.token = admin_token;
+  admin_options.source = source;
+  admin_options.node_id = options.node_id;
   admin::AdminServer admin(&proxy, admin_options);
   if (!admin.Start(&error)) {
     err << "kwd-proxy serve: cannot serve the admin port: " << error << "\n";
@@ -366,7 +393,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       continue;
     }
     if (sig == SIGHUP) {
-      if (LoadAndApply(proxy, snapshot_path, &error)) {
+      if (LoadAndApply(proxy, snapshot_path, *source, &error)) {
         Log(LogLevel::kInfo, "serve", "snapshot reloaded", {{"version", proxy.version()}});
       } else {
         Log(LogLevel::kError, "serve", "snapshot rejected; the previous one keeps serving",

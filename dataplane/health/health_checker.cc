@@ -30,6 +30,12 @@ int64_t NowUs() {
       .count();
 }
 
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // What to check on one server, and its consecutive results. Shared with the
 // probe in flight so a server removed by a new snapshot mid-check is safe.
 struct Target {
@@ -351,6 +357,10 @@ class HealthChecker::Loop {
     }
     balancer::ServerHealth* health = target.health.get();
     bool healthy = health == nullptr || health->healthy.load(std::memory_order_relaxed);
+    if (health != nullptr) {
+      health->last_check_ms.store(UnixMs(), std::memory_order_relaxed);
+      health->last_check_result.store(success ? 1 : -1, std::memory_order_relaxed);
+    }
     if (success) {
       owner_->successes_->Inc();
       int64_t rtt_us = std::max<int64_t>(NowUs() - probe.start_us, 1);
@@ -384,7 +394,7 @@ class HealthChecker::Loop {
 
   void SetHealthy(Target& target, bool up, const std::string& reason) {
     if (target.health != nullptr) {
-      target.health->healthy.store(up, std::memory_order_relaxed);
+      target.health->SetHealthy(up, UnixMs());
     }
     std::string address = HostHeader(target.address, target.port);
     if (up) {

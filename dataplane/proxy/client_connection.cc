@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -21,6 +22,12 @@ namespace {
 constexpr size_t kHighWater = 64 * 1024;
 // Read buffers while streaming bodies.
 constexpr size_t kBodyBufferBytes = 64 * 1024;
+
+int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 constexpr ssize_t kWouldBlock = -1;
 constexpr ssize_t kIoError = -2;
 constexpr ssize_t kBufferFull = -3;
@@ -295,11 +302,11 @@ void ClientConnection::StartRequest(size_t head_bytes) {
     case routing::Reason::kStickySapExtSid:
     case routing::Reason::kStickyAffinityCookie: {
       static constexpr routing::Identifier kByReason[] = {
-          routing::Identifier::kNone,       routing::Identifier::kSapContextId,
-          routing::Identifier::kSaplb,      routing::Identifier::kJSessionId,
-          routing::Identifier::kSapExtSid,  routing::Identifier::kAffinityCookie};
-      metrics.sticky_routed[static_cast<size_t>(
-          kByReason[static_cast<size_t>(decision_.reason)])]->Inc();
+          routing::Identifier::kNone,      routing::Identifier::kSapContextId,
+          routing::Identifier::kSaplb,     routing::Identifier::kJSessionId,
+          routing::Identifier::kSapExtSid, routing::Identifier::kAffinityCookie};
+      metrics.sticky_routed[static_cast<size_t>(kByReason[static_cast<size_t>(decision_.reason)])]
+          ->Inc();
       break;
     }
     default:
@@ -307,9 +314,9 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   }
   request_remaining_ = request_info_.content_length;
   request_chunked_.Reset();
-  request_done_ = request_info_.body == http::BodyKind::kNone ||
-                  (request_info_.body == http::BodyKind::kContentLength &&
-                   request_info_.content_length == 0);
+  request_done_ =
+      request_info_.body == http::BodyKind::kNone ||
+      (request_info_.body == http::BodyKind::kContentLength && request_info_.content_length == 0);
   ConnectUpstream();
 }
 
@@ -407,7 +414,7 @@ void ClientConnection::OnConnectFailed(int error_number) {
   }
   // Passive health: the health checker re-admits the server once its pings
   // succeed again.
-  if (server->health != nullptr && server->health->healthy.exchange(false)) {
+  if (server->health != nullptr && server->health->SetHealthy(false, UnixNowMs())) {
     Log(LogLevel::kWarn, "proxy", "server marked down after a failed connect",
         {{"group", decision_.group->key},
          {"server", server->name},
@@ -633,8 +640,8 @@ bool ClientConnection::MoveResponse() {
       }
       return true;
     }
-    ssize_t n = ReadInto(upstream_->fd, &upstream_readable_, upstream_in_, kBodyBufferBytes +
-                                                          worker_->options().max_header_bytes);
+    ssize_t n = ReadInto(upstream_->fd, &upstream_readable_, upstream_in_,
+                         kBodyBufferBytes + worker_->options().max_header_bytes);
     if (n > 0) {
       response_started_ = true;
       progressed = true;
@@ -926,8 +933,11 @@ void ClientConnection::AnswerLocally(ErrorCode code, std::string_view detail, bo
   ReleaseUpstream(false);
   response_status_ = ErrorInfoFor(code).status;
   worker_->metrics().local_responses[static_cast<size_t>(code)]->Inc();
-  LogAndCount(response_status_, decided_ ? routing::ReasonName(decision_.reason)
-                                         : std::string_view("bad-request"));
+  std::string_view reason =
+      decided_ ? routing::ReasonName(decision_.reason) : std::string_view("bad-request");
+  worker_->stats().RecordLocalAnswer(decided_ ? &decision_ : nullptr, response_status_,
+                                     ErrorInfoFor(code).sap_code, reason, detail, UnixNowMs());
+  LogAndCount(response_status_, reason);
   if (decided_) {
     worker_->router().Complete(decision_);
     decided_ = false;
@@ -944,9 +954,9 @@ void ClientConnection::AnswerLocally(ErrorCode code, std::string_view detail, bo
   }
   phase_ = Phase::kHead;
   request_started_ = !in_.empty();
-  ArmTimer(request_started_ ? TimerKind::kHeader : TimerKind::kIdle,
-           request_started_ ? worker_->options().header_timeout_ms
-                            : worker_->options().idle_timeout_ms);
+  ArmTimer(
+      request_started_ ? TimerKind::kHeader : TimerKind::kIdle,
+      request_started_ ? worker_->options().header_timeout_ms : worker_->options().idle_timeout_ms);
 }
 
 void ClientConnection::ReleaseUpstream(bool reusable) {
@@ -978,6 +988,7 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
     group = &table_metrics.groups[decision_.group_index];
   }
   group->requests[StatusCodeIndex(status)]->Inc();
+  worker_->stats().CountResponse(decided_ ? &decision_ : nullptr, status, worker_->loop().now_ms());
   group->duration->Observe(duration_ms / 1000.0);
   AccessLog& log = worker_->access_log();
   if (log.enabled()) {
@@ -1046,7 +1057,7 @@ void ClientConnection::OnTimer() {
       Log(LogLevel::kWarn, "proxy", "no progress on a forwarded request: timing out",
           {{"target", target_},
            {"server", decision_.server != nullptr ? std::string_view(decision_.server->name)
-                                                   : std::string_view("-")},
+                                                  : std::string_view("-")},
            {"request_done", request_done_ ? "true" : "false"},
            {"request_remaining", std::to_string(request_remaining_)},
            {"client_buffered", std::to_string(in_.size())},

@@ -123,7 +123,8 @@ void Worker::Join() {
 void Worker::Apply(std::shared_ptr<const routing::RoutingTable> table,
                    std::shared_ptr<const TableMetrics> metrics) {
   loop_.Post([this, table = std::move(table), metrics = std::move(metrics)]() mutable {
-    router_.Apply(std::move(table));
+    router_.Apply(table);
+    stats_.Apply(std::move(table), loop_.now_ms());
     table_metrics_ = std::move(metrics);
   });
 }

@@ -18,6 +18,7 @@
 #include "dataplane/proxy/access_log.h"
 #include "dataplane/proxy/options.h"
 #include "dataplane/proxy/proxy_metrics.h"
+#include "dataplane/proxy/server_stats.h"
 #include "dataplane/routing/router.h"
 
 namespace kwd::proxy {
@@ -76,6 +77,9 @@ class Worker {
   routing::Router& router() { return router_; }
   const std::shared_ptr<const TableMetrics>& table_metrics() const { return table_metrics_; }
   AccessLog& access_log() { return access_log_; }
+  // Per-server traffic for the admin page (read it on this thread: Post).
+  WorkerStats& stats() { return stats_; }
+  const WorkerStats& stats() const { return stats_; }
   bool draining() const { return draining_; }
 
   // An idle pooled connection to address:port, or null.
@@ -115,6 +119,7 @@ class Worker {
   routing::Router router_;
   std::shared_ptr<const TableMetrics> table_metrics_;
   AccessLog access_log_;
+  WorkerStats stats_;
   int listen_fd_ = -1;
   net::Endpoint bound_;
   Acceptor acceptor_;

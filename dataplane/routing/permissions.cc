@@ -9,7 +9,7 @@ PermissionTable::PermissionTable(
     const google::protobuf::RepeatedPtrField<v1::Permission>& permissions) {
   for (const v1::Permission& permission : permissions) {
     std::string_view pattern = permission.pattern();
-    Entry entry{permission.action(), {}, false, false};
+    Entry entry{permission.action(), permission.pattern(), {}, false, false};
     if (!pattern.empty() && pattern.front() == '*') {
       entry.any_start = true;
       pattern.remove_prefix(1);
@@ -81,6 +81,15 @@ v1::PermissionAction PermissionTable::Evaluate(std::string_view lowercase_path) 
     }
   }
   return v1::PERMISSION_ACTION_PERMIT;
+}
+
+int PermissionTable::Match(std::string_view lowercase_path) const {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (Matches(entries_[i], lowercase_path)) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
 }
 
 }  // namespace kwd::routing

@@ -19,15 +19,23 @@ class PermissionTable {
   // The action of the first entry matching `lowercase_path`; PERMIT when none
   // matches (including an empty table).
   v1::PermissionAction Evaluate(std::string_view lowercase_path) const;
+  // The index of the first entry matching `lowercase_path`, -1 when none
+  // does (explaining, admin pages).
+  int Match(std::string_view lowercase_path) const;
 
   bool empty() const { return entries_.empty(); }
+  size_t size() const { return entries_.size(); }
+  v1::PermissionAction action(size_t index) const { return entries_[index].action; }
+  // The pattern as configured.
+  const std::string& pattern(size_t index) const { return entries_[index].pattern; }
 
  private:
   struct Entry {
     v1::PermissionAction action;
-    std::string text;  // lowercase, without the stars
-    bool any_start;    // pattern began with "*"
-    bool any_end;      // pattern ended with "*"
+    std::string pattern;  // as configured
+    std::string text;     // lowercase, without the stars
+    bool any_start;       // pattern began with "*"
+    bool any_end;         // pattern ended with "*"
   };
   static bool Matches(const Entry& entry, std::string_view path);
 

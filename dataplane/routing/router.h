@@ -127,6 +127,10 @@ class Router {
   // explained on the live tables without changing them.
   void set_read_only_sessions(bool read_only) { read_only_sessions_ = read_only; }
 
+  // The session identifiers the last Route() found (explaining). Filled only
+  // when that request reached a group past the permission table.
+  const session::SessionIds& session_ids() const { return ids_; }
+
   // Balancer state of group `group_index` of the current table (admin pages).
   const balancer::Balancer* BalancerFor(size_t group_index) const;
 

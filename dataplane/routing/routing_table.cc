@@ -116,6 +116,7 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
   for (const v1::VirtualHost& vhost : snapshot.virtual_hosts()) {
     VirtualHostEntry entry;
     entry.host = vhost.host();
+    entry.source = vhost.source();
     entry.default_root_handler =
         vhost.default_root_handler() == v1::KIND_ABAP ? v1::KIND_ABAP : v1::KIND_JAVA;
     entry.default_abap_group = table->FindGroup(vhost.default_abap_group());

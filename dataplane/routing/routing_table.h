@@ -62,7 +62,8 @@ struct RuleEntry {
 };
 
 struct VirtualHostEntry {
-  std::string host;  // "" = any host
+  std::string host;    // "" = any host
+  std::string source;  // the UrlMapping ("namespace/name") that set the defaults
   v1::Kind default_root_handler = v1::KIND_JAVA;
   int default_abap_group = -1;
   int default_java_group = -1;

@@ -5,7 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +94,138 @@ TEST(AdminServerTest, AnAddressInUseIsAnError) {
   AdminServer second(options, {});
   EXPECT_FALSE(second.Start(&error));
   EXPECT_NE(error.find("cannot listen"), std::string::npos);
+}
+
+TEST(AdminServerTest, ServesThePageAndTheState) {
+  AdminHandlers handlers;
+  handlers.state = [] { return std::string("{\"proxies\":[]}\n"); };
+  AdminOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  AdminServer server(options, handlers);
+  std::string error;
+  ASSERT_TRUE(server.Start(&error)) << error;
+  testing::HttpReply bare = testing::HttpGet(server.port(), "/admin");
+  testing::HttpReply slash = testing::HttpGet(server.port(), "/admin/");
+  EXPECT_EQ(bare.status, 200);
+  EXPECT_EQ(bare.body, slash.body);
+  EXPECT_NE(bare.body.find("fetch(\"/admin/api/state\""), std::string::npos);
+  EXPECT_NE(bare.body.find("rel=\"icon\" type=\"image/svg+xml\" href=\"data:"), std::string::npos);
+  EXPECT_EQ(bare.body.find("innerHTML"), std::string::npos);
+  EXPECT_EQ(bare.body.find("http://"), std::string::npos);
+  testing::HttpReply state = testing::HttpGet(server.port(), "/admin/api/state");
+  EXPECT_EQ(state.status, 200);
+  EXPECT_EQ(state.body, "{\"proxies\":[]}\n");
+  server.Stop();
+
+  AdminServer without(options, {});
+  ASSERT_TRUE(without.Start(&error)) << error;
+  EXPECT_EQ(testing::HttpGet(without.port(), "/admin/api/state").status, 503);
+}
+
+// A real controller and proxy: the controller's state names the proxy, the
+// objects with their conditions and the compile's problems.
+TEST(AdminServerBlackBoxTest, StateShowsProxiesObjectsAndCompileProblems) {
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kwd-admin-state";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "config");
+  std::ofstream(dir / "config" / "objects.yaml") << R"(apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: public, namespace: erp}
+spec:
+  kind: abap
+  backend:
+    staticServers:
+      - {name: app1, address: 127.0.0.1, port: 1, capacity: 2}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: broken, namespace: erp}
+spec:
+  kind: abap
+  strategy: fastest
+  backend:
+    staticServers:
+      - {name: app1, address: 127.0.0.1, port: 1}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: erp, namespace: erp}
+spec:
+  defaultGroups: {abap: public, java: public}
+  rules:
+    - {prefix: /sap/, kind: abap, logonGroup: public}
+)";
+  uint16_t admin = testing::ReserveFreePort();
+  uint16_t grpc = testing::ReserveFreePort();
+  testing::Process controller(
+      {testing::BinaryPath("kwd-controller"), "serve", "--source=dir:" + (dir / "config").string(),
+       "--admin-listen", "127.0.0.1:" + std::to_string(admin), "--grpc-listen",
+       "127.0.0.1:" + std::to_string(grpc)},
+      (dir / "controller.log").string());
+  ASSERT_TRUE(controller.started()) << controller.Log();
+  uint16_t proxy_admin = testing::ReserveFreePort();
+  testing::Process proxy({testing::BinaryPath("kwd-proxy"), "serve", "--controller",
+                          "127.0.0.1:" + std::to_string(grpc), "--listen", "127.0.0.1:0",
+                          "--admin-listen", "127.0.0.1:" + std::to_string(proxy_admin), "--node-id",
+                          "state-proxy", "--access-log", "off"},
+                         (dir / "proxy.log").string());
+  ASSERT_TRUE(proxy.started()) << proxy.Log();
+
+  nlohmann::json state;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    testing::HttpReply reply = testing::HttpGet(admin, "/admin/api/state");
+    if (reply.status != 200) {
+      return false;
+    }
+    state = nlohmann::json::parse(reply.body);
+    return state["proxies"].size() == 1 && state["proxies"][0]["current"] == true;
+  })) << state.dump(1)
+      << controller.Log();
+  EXPECT_EQ(state["ready"], true);
+  std::string version = state["snapshot"]["version"];
+  EXPECT_FALSE(version.empty());
+  EXPECT_TRUE(state["snapshot"]["published_at"].is_string());
+  EXPECT_EQ(state["snapshot"]["groups"], 1);
+  const nlohmann::json& p = state["proxies"][0];
+  EXPECT_EQ(p["node_id"], "state-proxy");
+  EXPECT_EQ(p["replica"], "this");
+  EXPECT_EQ(p["acked_version"], version);
+  EXPECT_TRUE(p["peer"].is_string());
+  EXPECT_TRUE(p["connected_since"].is_string());
+  EXPECT_TRUE(p["last_nack"].is_null());
+
+  ASSERT_EQ(state["objects"].size(), 3u);
+  std::map<std::string, nlohmann::json> objects;
+  for (const nlohmann::json& object : state["objects"]) {
+    objects[object["kind"].get<std::string>() + " " + object["name"].get<std::string>()] = object;
+  }
+  const nlohmann::json& pub = objects["LogonGroup public"];
+  EXPECT_EQ(pub["ready_servers"], 1);
+  std::map<std::string, std::string> conditions;
+  for (const nlohmann::json& c : pub["conditions"]) {
+    conditions[c["type"]] = c["status"];
+  }
+  EXPECT_EQ(conditions["Accepted"], "True");
+  EXPECT_EQ(conditions["Programmed"], "True");
+  EXPECT_TRUE(objects["UrlMapping erp"]["ready_servers"].is_null());
+
+  ASSERT_EQ(state["compile_problems"].size(), 1u) << state["compile_problems"].dump(1);
+  const nlohmann::json& problem = state["compile_problems"][0];
+  EXPECT_EQ(problem["name"], "broken");
+  EXPECT_EQ(problem["type"], "Accepted");
+  EXPECT_EQ(problem["reason"], "InvalidStrategy");
+
+  // The proxy's own page names where its snapshots come from.
+  testing::HttpReply proxy_state = testing::HttpGet(proxy_admin, "/admin/api/state");
+  ASSERT_EQ(proxy_state.status, 200);
+  nlohmann::json source = nlohmann::json::parse(proxy_state.body)["snapshot_source"];
+  EXPECT_EQ(source["kind"], "controller");
+  EXPECT_EQ(source["connected"], true);
+  EXPECT_EQ(source["last_applied"]["version"], version);
+  EXPECT_TRUE(source["last_rejected"].is_null());
+  EXPECT_EQ(proxy.Stop(), 0);
+  EXPECT_EQ(controller.Stop(), 0);
 }
 
 // The admin port bounds what a client can make it hold: an oversize head is

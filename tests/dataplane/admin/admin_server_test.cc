@@ -61,7 +61,9 @@ struct HttpResponse {
 
 // One HTTP/1.1 exchange over a fresh loopback connection, bounded by a
 // deadline: write the request, read until the server closes.
-HttpResponse Fetch(uint16_t port, const std::string& method, const std::string& target) {
+// `extra_headers`: more header lines, each ending in CRLF.
+HttpResponse Fetch(uint16_t port, const std::string& method, const std::string& target,
+                   const std::string& extra_headers = "") {
   HttpResponse response;
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -74,7 +76,7 @@ HttpResponse Fetch(uint16_t port, const std::string& method, const std::string& 
     return response;
   }
   std::string request = method + " " + target +
-                        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers +
                         "Content-Length: 0\r\n\r\n";
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string raw;
@@ -179,6 +181,12 @@ v1::Snapshot MakeSnapshot(uint16_t app1, uint16_t app2, uint16_t app3, uint16_t 
     rule->set_kind(kind);
     rule->set_group(group);
   }
+  for (auto [action, pattern] : {std::pair{v1::PERMISSION_ACTION_PERMIT, "/sap/public/*"},
+                                 {v1::PERMISSION_ACTION_DENY, "*.cgi"}}) {
+    v1::Permission* permission = any->add_permissions();
+    permission->set_action(action);
+    permission->set_pattern(pattern);
+  }
   StampSnapshotVersion(&snapshot);
   return snapshot;
 }
@@ -206,6 +214,7 @@ class AdminServerTest : public ::testing::Test {
     ASSERT_TRUE(proxy_->Start(&error)) << error;
     AdminOptions admin_options;
     admin_options.listen = options.admin_listen;
+    admin_options.token = admin_token_;
     admin_ = std::make_unique<AdminServer>(proxy_.get(), admin_options);
     ASSERT_TRUE(admin_->Start(&error)) << error;
   }
@@ -234,6 +243,7 @@ class AdminServerTest : public ::testing::Test {
     return json::parse(response.body);
   }
 
+  std::string admin_token_;  // set before SetUp: actions enabled
   TestBackend app1_;
   TestBackend app2_;
   TestBackend app3_;
@@ -359,6 +369,57 @@ TEST(AdminServerBlackBoxTest, OversizeHeadIsRefusedWithoutGrowing) {
   RecordProperty("peak_rss_growth_kib", static_cast<int>(grown_kib));
   EXPECT_LT(grown_kib, 8 * 1024) << "sent " << sent << " bytes";
   EXPECT_EQ(kwd::testing::HttpGet(admin_port, "/healthz").status, 200);
+  EXPECT_EQ(proxy.Stop(), 0);
+}
+
+// A real kwd-proxy: --admin-token-file turns the actions on; without it, or
+// with a wrong token, they are refused; an empty token file stops the start.
+TEST(AdminServerBlackBoxTest, TokenFileEnablesActions) {
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kwd-proxy-token";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  TestBackend app(TestBackend::Mode::kOk);
+  std::ofstream(dir / "snapshot.json")
+      << SnapshotToJson(MakeSnapshot(app.port(), app.port(), app.port(), app.port()));
+  std::ofstream(dir / "token") << "black-box-token\n";
+  std::ofstream(dir / "empty") << "\n";
+  auto args = [&](const std::string& token_file, uint16_t admin_port) {
+    return std::vector<std::string>{kwd::testing::BinaryPath("kwd-proxy"),
+                                    "serve",
+                                    "--snapshot",
+                                    (dir / "snapshot.json").string(),
+                                    "--listen",
+                                    "127.0.0.1:0",
+                                    "--admin-listen",
+                                    "127.0.0.1:" + std::to_string(admin_port),
+                                    "--access-log",
+                                    "off",
+                                    "--admin-token-file",
+                                    token_file};
+  };
+  {
+    kwd::testing::Process refused(args((dir / "empty").string(), ReserveFreePort()),
+                                  (dir / "empty.log").string(), /*wait_for_listening=*/false);
+    ASSERT_TRUE(kwd::testing::WaitFor([&] { return !refused.Alive(); }));
+    EXPECT_THAT(refused.Log(), HasSubstr("--admin-token-file: "));
+    EXPECT_THAT(refused.Log(), HasSubstr("is empty"));
+  }
+  uint16_t admin_port = ReserveFreePort();
+  kwd::testing::Process proxy(args((dir / "token").string(), admin_port),
+                              (dir / "proxy.log").string());
+  ASSERT_TRUE(proxy.started()) << proxy.Log();
+  const std::string drain = "/admin/api/servers/drain?group=erp/diag&server=app2";
+  EXPECT_EQ(Fetch(admin_port, "POST", drain).status, 401);
+  EXPECT_EQ(Fetch(admin_port, "POST", drain, "Authorization: Bearer nope\r\n").status, 401);
+  HttpResponse ok = Fetch(admin_port, "POST", drain, "Authorization: Bearer black-box-token\r\n");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  json state = json::parse(Fetch(admin_port, "GET", "/admin/api/state").body);
+  EXPECT_EQ(state["actions_enabled"], true);
+  EXPECT_EQ(state["groups"][0]["servers"][1]["local_drain"], true);
+  EXPECT_EQ(state["snapshot_source"]["kind"], "file");
+  EXPECT_TRUE(state["snapshot_source"]["connected"].is_null());
+  EXPECT_EQ(state["snapshot_source"]["last_applied"]["version"], state["version"]);
+  EXPECT_THAT(proxy.Log(), HasSubstr("server drained locally"));
   EXPECT_EQ(proxy.Stop(), 0);
 }
 
@@ -560,13 +621,349 @@ TEST_F(AdminServerTest, ExplainDoesNotChangeLiveState) {
   EXPECT_EQ(sticky["reason"], "sticky:sap-ext-sid");
 
   // No worker counter, health state or metric moved.
-  for (const json& group : State()["groups"]) {
+  json final_state = State();  // kept: a range over a temporary's member would dangle
+  for (const json& group : final_state["groups"]) {
     for (const json& server : group["servers"]) {
       EXPECT_EQ(server["assigned"], 0) << server;
       EXPECT_EQ(server["healthy"], true) << server;
     }
   }
   EXPECT_EQ(kwd_metrics(), metrics_before);
+}
+
+// Regression: at /admin (no slash) the page fetched "api/state" relative to
+// "/" and showed "cannot read state". Every URL is absolute now, and both
+// addresses serve the same page.
+TEST_F(AdminServerTest, PageUsesAbsoluteApiUrlsAtBothAddresses) {
+  HttpResponse bare = Get("/admin");
+  HttpResponse slash = Get("/admin/");
+  EXPECT_EQ(bare.status, 200);
+  EXPECT_EQ(bare.body, slash.body);
+  for (const char* url :
+       {"\"/admin/api/state\"", "\"/admin/api/explain?\"", "\"/admin/api/servers/\""}) {
+    EXPECT_THAT(bare.body, HasSubstr(url));
+  }
+  EXPECT_THAT(bare.body, ::testing::Not(HasSubstr("fetch(\"api/")));
+  // The favicon is inline: the browser asks for nothing else.
+  EXPECT_THAT(bare.body, HasSubstr("rel=\"icon\" type=\"image/svg+xml\" href=\"data:"));
+  for (const char* part : {"<form id=\"explain\">", "name=\"url\"", "name=\"host\"",
+                           "name=\"header\"", "id=\"explain-result\"", "id=\"token\""}) {
+    EXPECT_THAT(bare.body, HasSubstr(part));
+  }
+  // Untrusted text is never parsed as HTML.
+  EXPECT_THAT(bare.body, ::testing::Not(HasSubstr("innerHTML")));
+  EXPECT_THAT(bare.body, ::testing::Not(HasSubstr("insertAdjacentHTML")));
+}
+
+TEST_F(AdminServerTest, StateShowsTrafficMappingPermissionsAndRecentErrors) {
+  ApplySnapshot();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Fetch(proxy_->bound().port(), "GET", "/sap/bc/x").status, 200);
+  }
+  // Denied: the proxy answers itself and remembers it, without the URL or the session id.
+  ASSERT_EQ(Fetch(proxy_->bound().port(), "GET",
+                  "/sap/bc/secret.cgi?sap-contextid=SID%3aANON%3aapp1%3aSECRET")
+                .status,
+            403);
+  json state = State();
+  EXPECT_EQ(state["actions_enabled"], false);
+  EXPECT_TRUE(state["started_at"].is_string());
+  EXPECT_GE(state["uptime_seconds"].get<double>(), 0.0);
+  EXPECT_GT(state["rate_window_seconds"].get<double>(), 0.0);
+  EXPECT_TRUE(state["snapshot_source"].is_null());  // not given in this test
+
+  const json& diag = state["groups"][0];
+  uint64_t requests = 0;
+  double rate = 0;
+  for (const json& server : diag["servers"]) {
+    requests += server["requests"].get<uint64_t>();
+    EXPECT_EQ(server["requests"], server["responses"]["2xx"]) << server;
+    EXPECT_EQ(server["errors"], 0) << server;
+    rate += server["requests_per_second"].get<double>();
+    EXPECT_EQ(server["local_drain"], false);
+  }
+  EXPECT_EQ(requests, 3u);  // summed over both workers
+  EXPECT_GT(rate, 0.0);
+  EXPECT_EQ(diag["sticky_routed"], 0);
+
+  ASSERT_EQ(state["url_mapping"].size(), 1u);
+  const json& mapping = state["url_mapping"][0];
+  EXPECT_TRUE(mapping["host"].is_null());  // any host
+  EXPECT_EQ(mapping["default_root_handler"], "abap");
+  EXPECT_EQ(mapping["default_groups"]["abap"], "erp/diag");
+  ASSERT_EQ(mapping["rules"].size(), 2u);
+  EXPECT_EQ(mapping["rules"][0]["prefix"], "/irj/");
+  EXPECT_EQ(mapping["rules"][0]["group"], "erp/j2ee");
+  EXPECT_EQ(mapping["rules"][1]["kind"], "abap");
+  ASSERT_EQ(mapping["permissions"].size(), 2u);
+  EXPECT_EQ(mapping["permissions"][0], (json{{"action", "permit"}, {"pattern", "/sap/public/*"}}));
+  EXPECT_EQ(mapping["permissions"][1], (json{{"action", "deny"}, {"pattern", "*.cgi"}}));
+
+  ASSERT_EQ(state["recent_errors"].size(), 1u);
+  const json& error = state["recent_errors"][0];
+  EXPECT_EQ(error["status"], 403);
+  EXPECT_EQ(error["code"], "EPERM");
+  EXPECT_EQ(error["reason"], "denied");
+  EXPECT_EQ(error["group"], "erp/diag");
+  EXPECT_TRUE(error["at"].is_string());
+  std::string errors = state["recent_errors"].dump();
+  EXPECT_THAT(errors, ::testing::Not(HasSubstr("SECRET")));
+  EXPECT_THAT(errors, ::testing::Not(HasSubstr("secret.cgi")));
+}
+
+// The rules of a host in evaluation order: the longest prefix first.
+TEST_F(AdminServerTest, UrlMappingRulesAreListedLongestPrefixFirst) {
+  v1::Snapshot snapshot = MakeSnapshot(app1_.port(), app2_.port(), app3_.port(), j1_.port());
+  v1::Rule* rule = snapshot.mutable_virtual_hosts(0)->add_rules();
+  rule->set_prefix("/sap/bc/gui/");
+  rule->set_kind(v1::KIND_ABAP);
+  rule->set_group("erp/diag");
+  StampSnapshotVersion(&snapshot);
+  std::string error;
+  ASSERT_TRUE(proxy_->ApplySnapshot(snapshot, &error)) << error;
+  std::vector<std::string> prefixes;
+  json state = State();
+  for (const json& r : state["url_mapping"][0]["rules"]) {
+    prefixes.push_back(r["prefix"]);
+  }
+  EXPECT_EQ(prefixes, (std::vector<std::string>{"/sap/bc/gui/", "/irj/", "/sap/"}));
+}
+
+TEST_F(AdminServerTest, ExplainNamesEveryStep) {
+  ApplySnapshot();
+  auto steps_of = [](const json& body) {
+    std::map<std::string, json> steps;
+    for (const json& step : body["steps"]) {
+      steps[step["step"].get<std::string>()] = step;
+    }
+    return steps;
+  };
+  // Denied by the second permission rule.
+  json denied = json::parse(Get("/admin/api/explain?url=/sap/bc/x.cgi").body);
+  auto steps = steps_of(denied);
+  EXPECT_EQ(steps["permission"]["rule"]["index"], 2);
+  EXPECT_EQ(steps["permission"]["rule"]["pattern"], "*.cgi");
+  EXPECT_THAT(steps["permission"]["text"].get<std::string>(), HasSubstr("403"));
+  EXPECT_EQ(steps["classification"]["rule"], "/sap/");
+  EXPECT_THAT(steps["result"]["text"].get<std::string>(), HasSubstr("403"));
+  EXPECT_EQ(steps.count("balancing"), 0u);
+
+  // sap-contextid names a server the group lacks, saplb names app2: saplb is honoured.
+  json sticky = json::parse(
+      Get("/admin/api/explain?url=/sap/bc/x&header=Cookie:%20sap-contextid%3DSID%253aANON%253agone"
+          "%253a1%3B%20saplb_diag%3D(app2)00")
+          .body);
+  EXPECT_EQ(sticky["server"], "app2");
+  steps = steps_of(sticky);
+  EXPECT_TRUE(steps["permission"]["rule"].is_null());
+  EXPECT_THAT(steps["permission"]["text"].get<std::string>(), HasSubstr("permitted"));
+  std::map<std::string, json> ids;
+  for (const json& id : steps["session identifiers"]["identifiers"]) {
+    ids[id["identifier"].get<std::string>()] = id;
+  }
+  EXPECT_EQ(ids["sap-contextid"]["found"], true);
+  EXPECT_EQ(ids["sap-contextid"]["names_server"], "gone");
+  EXPECT_EQ(ids["sap-contextid"]["honoured"], false);
+  EXPECT_THAT(ids["sap-contextid"]["why_not"].get<std::string>(),
+              HasSubstr("not a server of this group"));
+  EXPECT_EQ(ids["saplb"]["honoured"], true);
+  EXPECT_EQ(ids["jsessionid"]["found"], false);
+  EXPECT_THAT(steps["balancing"]["text"].get<std::string>(), HasSubstr("skipped"));
+
+  // Balanced: the candidates with their live load and why a server is not usable.
+  json balanced = json::parse(Get("/admin/api/explain?url=/sap/bc/x").body);
+  steps = steps_of(balanced);
+  EXPECT_EQ(steps["balancing"]["strategy"], "weighted_round_robin");
+  ASSERT_EQ(steps["balancing"]["candidates"].size(), 3u);
+  EXPECT_EQ(steps["balancing"]["candidates"][0]["usable"], true);
+  EXPECT_THAT(steps["balancing"]["candidates"][2]["why_not"].get<std::string>(),
+              HasSubstr("draining"));
+  EXPECT_THAT(steps["result"]["text"].get<std::string>(), HasSubstr("balance"));
+  json root = json::parse(Get("/admin/api/explain?url=/index.html").body);
+  EXPECT_EQ(steps_of(root)["classification"]["rule"], "root");
+
+  // Hostile text comes back as data.
+  json hostile = json::parse(
+      Get("/admin/api/explain?url=%2Fsap%2F%3Cscript%3Ealert(1)%3C%2Fscript%3E&host=%3Cb%3E").body);
+  EXPECT_EQ(steps_of(hostile)["virtual host"]["text"],
+            "Host \"<b>\" uses the URL mapping for any host");
+}
+
+TEST_F(AdminServerTest, HugeExplainInputIsRefused) {
+  ApplySnapshot();
+  HttpResponse huge = Get("/admin/api/explain?url=/" + std::string(kMaxExplainInputBytes, 'a'));
+  EXPECT_EQ(huge.status, 413);
+  EXPECT_EQ(json::parse(huge.body)["limit_bytes"], kMaxExplainInputBytes);
+  HttpResponse headers =
+      Get("/admin/api/explain?url=/x&header=X-A:" + std::string(kMaxExplainInputBytes, 'b'));
+  EXPECT_EQ(headers.status, 413);
+  // Beyond the admin port's head bound the port itself refuses (431).
+  EXPECT_EQ(Get("/admin/api/explain?url=/" + std::string(20000, 'a')).status, 431);
+  EXPECT_EQ(Get("/admin/api/explain?url=/" + std::string(1000, 'a')).status, 200);
+}
+
+TEST_F(AdminServerTest, HealthCheckTimesResultsAndChangesAreShown) {
+  ApplySnapshot();
+  health::HealthCheckerOptions options;
+  options.interval_override_ms = 20;
+  options.timeout_override_ms = 500;
+  health::HealthChecker checker([this] { return proxy_->table(); }, &proxy_->metrics().registry(),
+                                options);
+  std::string error;
+  ASSERT_TRUE(checker.Start(&error)) << error;
+  app2_.set_mode(TestBackend::Mode::kError);
+  json server1;
+  json server2;
+  auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (std::chrono::steady_clock::now() < deadline) {
+    json state = State();
+    server1 = state["groups"][0]["servers"][0];
+    server2 = state["groups"][0]["servers"][1];
+    if (server1["last_check_result"] == "passed" && server2["healthy"] == false) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  checker.Stop();
+  EXPECT_EQ(server1["last_check_result"], "passed") << server1;
+  EXPECT_TRUE(server1["last_check"].is_string()) << server1;
+  EXPECT_TRUE(server1["last_state_change"].is_null()) << server1;  // never changed
+  EXPECT_EQ(server2["healthy"], false) << server2;
+  EXPECT_EQ(server2["last_check_result"], "failed") << server2;
+  EXPECT_TRUE(server2["last_state_change"].is_string()) << server2;
+}
+
+TEST_F(AdminServerTest, ActionsAreRefusedWithoutATokenFile) {
+  ApplySnapshot();
+  HttpResponse refused =
+      Fetch(admin_port_, "POST", "/admin/api/servers/drain?group=erp/diag&server=app2",
+            "Authorization: Bearer anything\r\n");
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_THAT(json::parse(refused.body)["hint"].get<std::string>(),
+              HasSubstr("--admin-token-file"));
+  EXPECT_EQ(
+      Fetch(admin_port_, "POST", "/admin/api/servers/undrain?group=erp/diag&server=app2").status,
+      403);
+  EXPECT_EQ(State()["groups"][0]["servers"][1]["state"], "ready");
+}
+
+class AdminActionsTest : public AdminServerTest {
+ protected:
+  static constexpr const char* kToken = "s3cret-Token_0123";
+
+  AdminActionsTest() { admin_token_ = kToken; }
+
+  HttpResponse Post(const std::string& target, const std::string& authorization = "") {
+    return Fetch(admin_port_, "POST", target,
+                 authorization.empty() ? "" : "Authorization: " + authorization + "\r\n");
+  }
+  HttpResponse Action(const std::string& action, const std::string& server) {
+    return Post("/admin/api/servers/" + action + "?group=erp%2Fdiag&server=" + server,
+                std::string("Bearer ") + kToken);
+  }
+  json Server(const std::string& name) {
+    json state = State();
+    for (const json& server : state["groups"][0]["servers"]) {
+      if (server["name"] == name) {
+        return server;
+      }
+    }
+    return json();
+  }
+};
+
+TEST_F(AdminActionsTest, TokenRules) {
+  ApplySnapshot();
+  const std::string drain = "/admin/api/servers/drain?group=erp%2Fdiag&server=app2";
+  HttpResponse missing = Post(drain);
+  EXPECT_EQ(missing.status, 401);
+  EXPECT_EQ(missing.headers["www-authenticate"], "Bearer realm=\"kwd-proxy admin\"");
+  EXPECT_EQ(json::parse(missing.body)["error"], "missing token");
+  EXPECT_EQ(Post(drain, "Bearer wrong").status, 401);
+  EXPECT_EQ(Post(drain, std::string("Bearer ") + kToken + "x").status, 401);
+  EXPECT_EQ(Post(drain, std::string("Basic ") + kToken).status, 401);
+  EXPECT_EQ(Post(drain, "Bearer").status, 401);
+  HttpResponse get = Get(drain);
+  EXPECT_EQ(get.status, 405);
+  EXPECT_EQ(get.headers["allow"], "POST");
+  // Refused calls changed nothing.
+  EXPECT_EQ(Server("app2")["local_drain"], false);
+
+  std::string bearer = std::string("Bearer ") + kToken;
+  EXPECT_EQ(Post("/admin/api/servers/drain?group=erp%2Fnope&server=app2", bearer).status, 404);
+  EXPECT_EQ(Post("/admin/api/servers/drain?group=erp%2Fdiag&server=nope", bearer).status, 404);
+  EXPECT_EQ(Post("/admin/api/servers/drain?group=erp%2Fdiag", bearer).status, 400);
+
+  HttpResponse ok = Post(drain, bearer);
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body), (json{{"group", "erp/diag"},
+                                        {"server", "app2"},
+                                        {"state", "draining"},
+                                        {"snapshot_state", "ready"},
+                                        {"local_drain", true},
+                                        {"changed", true}}));
+  EXPECT_EQ(State()["actions_enabled"], true);
+  // The scheme is case-insensitive; undrain answers the new state.
+  HttpResponse undrain = Post("/admin/api/servers/undrain?group=erp/diag&server=app2",
+                              std::string("bearer ") + kToken);
+  EXPECT_EQ(undrain.status, 200);
+  EXPECT_EQ(json::parse(undrain.body)["state"], "ready");
+  EXPECT_EQ(json::parse(Action("undrain", "app2").body)["changed"], false);
+}
+
+// A local drain is a terminating pod: sticky traffic stays, no new balanced
+// traffic; it holds across snapshots until undrained or the server leaves.
+TEST_F(AdminActionsTest, LocalDrainKeepsStickyTrafficAndTakesNoNewBalancedTraffic) {
+  ApplySnapshot();
+  ASSERT_EQ(Action("drain", "app2").status, 200);
+  json drained = Server("app2");
+  EXPECT_EQ(drained["state"], "draining");
+  EXPECT_EQ(drained["snapshot_state"], "ready");
+  EXPECT_EQ(drained["local_drain"], true);
+  const uint16_t port = proxy_->bound().port();
+  for (int i = 0; i < 9; ++i) {
+    ASSERT_EQ(Fetch(port, "GET", "/sap/bc/x").status, 200);
+  }
+  EXPECT_EQ(app2_.requests(), 0);
+  EXPECT_EQ(app1_.requests(), 9);
+  ASSERT_EQ(Fetch(port, "GET", "/sap/bc/x", "Cookie: saplb_diag=(app2)00\r\n").status, 200);
+  EXPECT_EQ(app2_.requests(), 1);  // sticky traffic still arrives
+  EXPECT_EQ(State()["groups"][0]["next_preferred_server"], "app1");
+  json explain = json::parse(Get("/admin/api/explain?url=/sap/bc/x").body);
+  bool shown = false;
+  for (const json& step : explain["steps"]) {
+    if (step["step"] == "balancing") {
+      shown = step["candidates"][1]["why_not"] == "drained on this proxy: sticky traffic only";
+    }
+  }
+  EXPECT_TRUE(shown) << explain.dump(1);
+
+  // A new snapshot with the server keeps the drain.
+  v1::Snapshot changed = MakeSnapshot(app1_.port(), app2_.port(), app3_.port(), j1_.port());
+  changed.mutable_groups(0)->mutable_servers(0)->set_capacity(7);
+  StampSnapshotVersion(&changed);
+  std::string error;
+  ASSERT_TRUE(proxy_->ApplySnapshot(changed, &error)) << error;
+  EXPECT_EQ(Server("app2")["local_drain"], true);
+
+  // Undrained: balanced traffic reaches it again.
+  ASSERT_EQ(Action("undrain", "app2").status, 200);
+  EXPECT_EQ(Server("app2")["state"], "ready");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Fetch(port, "GET", "/sap/bc/x").status, 200);
+  }
+  EXPECT_GT(app2_.requests(), 1);
+
+  // Drained, then gone from the snapshot and back: the drain is forgotten.
+  ASSERT_EQ(Action("drain", "app2").status, 200);
+  v1::Snapshot without = MakeSnapshot(app1_.port(), app2_.port(), app3_.port(), j1_.port());
+  without.mutable_groups(0)->mutable_servers()->DeleteSubrange(1, 1);
+  StampSnapshotVersion(&without);
+  ASSERT_TRUE(proxy_->ApplySnapshot(without, &error)) << error;
+  EXPECT_EQ(Action("undrain", "app2").status, 404);
+  ApplySnapshot();
+  EXPECT_EQ(Server("app2")["local_drain"], false);
+  EXPECT_EQ(Server("app2")["state"], "ready");
 }
 
 TEST(AdminServerStartTest, ReportsBindFailures) {
