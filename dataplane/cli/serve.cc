@@ -40,6 +40,9 @@ constexpr const char kServeUsage[] =
     "                       [--log-level debug|info|warn|error]\n"
     "                       [--controller-ca FILE] [--controller-cert FILE]\n"
     "                       [--controller-key FILE] [--controller-server-name NAME]\n"
+    "                       [--passthrough-listen 0.0.0.0:9443]\n"
+    "                       [--proxy-protocol http,tls,passthrough]\n"
+    "                       [--trusted-proxies CIDR,...]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
     "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
@@ -54,7 +57,18 @@ constexpr const char kServeUsage[] =
     "PEM files are read again on every reconnect. SIGTERM stops accepting, lets\n"
     "in-flight requests finish (up to --drain-timeout) and exits.\n"
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
-    "every replica must use the same key. Durations take ms, s or m suffixes.\n";
+    "every replica must use the same key. Durations take ms, s or m suffixes.\n"
+    "--passthrough-listen: TLS passthrough (end-to-end TLS): the ClientHello's server\n"
+    "name picks the UrlMapping whose passthroughGroup takes the connection; the\n"
+    "bytes go to a server of that group undecrypted. A ClientHello must arrive\n"
+    "within --header-timeout; unknown or missing server names without a default\n"
+    "group are closed.\n"
+    "--proxy-protocol: the listed listeners (http, tls, passthrough) require a PROXY\n"
+    "protocol v1 or v2 header (within --header-timeout) and take the client address\n"
+    "from it; connections without one are closed.\n"
+    "--trusted-proxies: from peers in these ranges X-Forwarded-For and\n"
+    "X-Forwarded-Proto are honoured (client address: the right-most untrusted one;\n"
+    "X-Forwarded-Proto: https counts as https); from others they are replaced.\n";
 
 bool ParseDurationMs(std::string_view text, int64_t* out) {
   int64_t multiplier = 1000;
@@ -74,6 +88,32 @@ bool ParseDurationMs(std::string_view text, int64_t* out) {
   }
   *out = value * multiplier;
   return true;
+}
+
+// "http,tls,passthrough" (any subset, at least one).
+bool ParseProxyProtocolListeners(std::string_view list, ProxyOptions* options,
+                                 std::string* error) {
+  bool any = false;
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (item == "http") {
+      options->proxy_protocol_http = true;
+    } else if (item == "tls") {
+      options->proxy_protocol_tls = true;
+    } else if (item == "passthrough") {
+      options->proxy_protocol_passthrough = true;
+    } else {
+      *error = "\"" + std::string(item) + "\" is not a listener (http, tls, passthrough)";
+      return false;
+    }
+    any = true;
+  }
+  if (!any) {
+    *error = "name at least one listener (http, tls, passthrough)";
+  }
+  return any;
 }
 
 bool ParseUnsigned(std::string_view text, uint64_t* out) {
@@ -222,6 +262,13 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ok = ParseUnsigned(value, &number) && number >= 1024 && number <= 1024 * 1024;
       options.max_header_bytes = number;
       error = "--max-header-size takes 1024 to 1048576 bytes";
+    } else if (name == "--passthrough-listen") {
+      ok = net::ParseEndpoint(value, &options.passthrough_listen, &error);
+      options.passthrough = ok;
+    } else if (name == "--proxy-protocol") {
+      ok = ParseProxyProtocolListeners(value, &options, &error);
+    } else if (name == "--trusted-proxies") {
+      ok = options.trusted_proxies.Parse(value, &error);
     } else if (name == "--log-level") {
       LogLevel level;
       ok = ParseLogLevel(value, &level);
@@ -236,12 +283,18 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (!ok) {
       err << "kwd-proxy serve: invalid value \"" << value << "\" for " << name;
       if (name == "--listen" || name == "--admin-listen" || name == "--workers" ||
-          name == "--max-header-size" || name == "--log-level") {
+          name == "--max-header-size" || name == "--log-level" ||
+          name == "--passthrough-listen" || name == "--proxy-protocol" ||
+          name == "--trusted-proxies") {
         err << ": " << error;
       }
       err << "\n";
       return 2;
     }
+  }
+  if (options.proxy_protocol_passthrough && !options.passthrough) {
+    err << "kwd-proxy serve: --proxy-protocol passthrough needs --passthrough-listen\n";
+    return 2;
   }
   if (snapshot_path.empty() == controller.empty()) {
     err << "kwd-proxy serve: give exactly one of --snapshot FILE or --controller HOST:PORT\n\n"
@@ -346,6 +399,11 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
        {"snapshot", snapshot_path.empty() ? "controller " + controller : snapshot_path}});
   // Tests and scripts read the bound address (useful with port 0).
   out << "listening " << proxy.bound().ToString() << std::endl;
+  if (options.passthrough) {
+    Log(LogLevel::kInfo, "serve", "listening for TLS passthrough",
+        {{"address", proxy.passthrough_bound().ToString()}});
+    out << "passthrough " << proxy.passthrough_bound().ToString() << std::endl;
+  }
 
   for (;;) {
     int sig = 0;

@@ -43,7 +43,12 @@ void AccessLog::Write(const AccessLogEntry& e, time_t now) {
   out += e.method;
   out += ' ';
   http::AppendMaskedTarget(e.target, out);
-  out += e.version_minor == 0 ? " HTTP/1.0" : " HTTP/1.1";
+  if (!e.protocol.empty()) {
+    out += ' ';
+    out += e.protocol;
+  } else {
+    out += e.version_minor == 0 ? " HTTP/1.0" : " HTTP/1.1";
+  }
   // The request line came from the client: no quotes or controls in the log.
   for (size_t i = line_start; i < out.size(); ++i) {
     if (out[i] == '"' || static_cast<unsigned char>(out[i]) < 0x20 || out[i] == 0x7f) {

@@ -21,6 +21,7 @@ struct AccessLogEntry {
   std::string_view method;
   std::string_view target;
   int version_minor = 1;
+  std::string_view protocol;  // "" : HTTP/1.x by version_minor; else as given ("passthrough")
   int status = 0;
   uint64_t bytes_sent = 0;  // response body bytes
   std::string_view group;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dataplane/net/cidr.h"
 #include "dataplane/net/socket.h"
 
 namespace kwd::proxy {
@@ -27,6 +28,22 @@ struct ProxyOptions {
   size_t max_idle_upstream_per_server = 64;    // per worker
   int64_t upstream_idle_timeout_ms = 30'000;   // pooled connections close after this
   size_t max_connections = 10'000;             // per worker; beyond: accept and close
+
+  // TLS passthrough (--passthrough-listen): off unless set.
+  bool passthrough = false;
+  net::Endpoint passthrough_listen;
+  int64_t client_hello_timeout_ms = 10'000;  // the whole ClientHello (--header-timeout)
+  size_t max_client_hello_bytes = 16 * 1024;
+  size_t passthrough_buffer_bytes = 64 * 1024;  // per direction
+  int64_t passthrough_idle_timeout_ms = 3'600'000;  // no byte either way (SAP: 1 h)
+
+  // --proxy-protocol http,tls,passthrough: these listeners require a PROXY
+  // v1/v2 header (within header_timeout_ms).
+  bool proxy_protocol_http = false;
+  bool proxy_protocol_tls = false;
+  bool proxy_protocol_passthrough = false;
+  // --trusted-proxies: peers whose X-Forwarded-For/-Proto are honoured.
+  net::CidrSet trusted_proxies;
 
   std::string access_log = "-";  // --access-log FILE | - (stdout) | off
   std::string affinity_key;      // from --affinity-key-file or KWD_AFFINITY_KEY

@@ -72,6 +72,10 @@ bool Proxy::Start(std::string* error) {
       bound_ = worker->bound();
       // Port 0: the other workers share the port the first one got.
       options_.listen = bound_;
+      if (options_.passthrough) {
+        passthrough_bound_ = worker->passthrough_bound();
+        options_.passthrough_listen = passthrough_bound_;
+      }
     }
     workers_.push_back(std::move(worker));
   }

@@ -40,6 +40,7 @@ class Proxy {
   std::string version() const;
   std::shared_ptr<const routing::RoutingTable> table() const;
   const net::Endpoint& bound() const { return bound_; }
+  const net::Endpoint& passthrough_bound() const { return passthrough_bound_; }
   ProxyMetrics& metrics() { return metrics_; }
   routing::ServerHealthRegistry& health() { return health_; }
   session::SessionRegistry& sessions() { return sessions_; }
@@ -58,6 +59,7 @@ class Proxy {
   std::shared_ptr<const routing::Clock> clock_;
   std::vector<std::unique_ptr<Worker>> workers_;
   net::Endpoint bound_;
+  net::Endpoint passthrough_bound_;
   int access_log_fd_ = -1;
   bool owns_access_log_fd_ = false;
 

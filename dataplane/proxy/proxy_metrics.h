@@ -5,6 +5,7 @@
 // table's groups and servers), so the request path only increments.
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +25,25 @@ struct GroupMetrics {
   std::array<Counter*, 6> requests{};
   Histogram* duration = nullptr;
   std::vector<ServerMetrics> servers;  // parallel to GroupEntry::servers
+  // TLS passthrough: connections routed to the group, bytes each way, and
+  // connections that failed after routing (connect failure or timeout).
+  Counter* passthrough_connections = nullptr;
+  Counter* passthrough_bytes_in = nullptr;   // client -> server
+  Counter* passthrough_bytes_out = nullptr;  // server -> client
+  Counter* passthrough_errors = nullptr;
 };
+
+// Why a passthrough (or PROXY protocol) connection was closed before it was
+// routed; the index into ProxyMetrics::passthrough_rejected.
+enum class PassthroughReject : uint8_t {
+  kNoRoute,          // no group for the server name and no default
+  kNoServer,         // the group has no usable server
+  kBadClientHello,   // not a TLS ClientHello
+  kTooLarge,         // ClientHello above the limit
+  kTimeout,          // no complete ClientHello in time
+  kClosed,           // the client closed before its ClientHello was complete
+};
+inline constexpr size_t kPassthroughRejectCount = 6;
 
 // Holds its children, so a worker still finishing requests on an old table
 // can count them after the registry stopped exporting removed groups.
@@ -60,6 +79,8 @@ class ProxyMetrics {
   std::array<Counter*, 6> sticky_routed{};
   std::array<Counter*, 6> sticky_lost{};
   Counter& sessions_learned;
+  std::array<Counter*, kPassthroughRejectCount> passthrough_rejected{};
+  Counter& proxy_protocol_rejected;
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

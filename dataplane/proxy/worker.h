@@ -18,12 +18,29 @@
 #include "dataplane/proxy/access_log.h"
 #include "dataplane/proxy/options.h"
 #include "dataplane/proxy/proxy_metrics.h"
+#include "dataplane/routing/passthrough_router.h"
 #include "dataplane/routing/router.h"
 
 namespace kwd::proxy {
 
 class ClientConnection;
 class Worker;
+
+// The listeners a worker accepts on.
+enum class Listener : uint8_t { kHttp, kTls, kPassthrough };
+// "http", "tls", "passthrough".
+std::string_view ListenerName(Listener listener);
+
+// A connection the worker owns besides the HTTP ClientConnection: TLS
+// passthrough tunnels and the PROXY protocol step that runs before either.
+class WorkerConnection : public net::IoHandler, public net::Deletable {
+ public:
+  ~WorkerConnection() override = default;
+  virtual void Start() = 0;
+  // The worker is draining: end at the next safe point (or at the deadline).
+  virtual void BeginDrain() = 0;
+  size_t slot = 0;  // index in the worker's list
+};
 
 // An upstream connection. Owned by its client connection while it carries a
 // request, by the pool while idle.
@@ -66,6 +83,7 @@ class Worker {
 
   int id() const { return id_; }
   const net::Endpoint& bound() const { return bound_; }
+  const net::Endpoint& passthrough_bound() const { return passthrough_bound_; }
   const routing::Router& router() const { return router_; }
   size_t connection_count() const { return connection_count_; }
 
@@ -84,6 +102,17 @@ class Worker {
   void ReleaseIdle(UpstreamConnection* connection);
   void ForgetIdle(UpstreamConnection* connection);
   void ConnectionClosed(ClientConnection* connection);
+  void ConnectionClosed(WorkerConnection* connection);
+  // Takes `connection` off the worker's list without uncounting it.
+  void Detach(WorkerConnection* connection);
+  // Starts the connection for `listener` on an accepted socket whose client
+  // is `client_ip` (the peer, or what its PROXY protocol header said). The
+  // connection is already counted.
+  void StartConnection(Listener listener, int fd, std::string client_ip);
+  routing::PassthroughRouter& passthrough_router() { return passthrough_router_; }
+  // The metrics of a passthrough decision's group; null when the decision was
+  // made on a table other than the current one.
+  const GroupMetrics* GroupMetricsFor(const routing::PassthroughDecision& decision) const;
   // Logs that `what` failed for want of descriptors (or memory, ports), at
   // most once a second per worker.
   void WarnOutOfResources(std::string_view what, int error_number);
@@ -91,7 +120,9 @@ class Worker {
  private:
   struct Acceptor final : net::IoHandler {
     Worker* worker;
-    void OnIo(uint32_t events) override { worker->Accept(); }
+    Listener listener = Listener::kHttp;
+    int* fd = nullptr;
+    void OnIo(uint32_t events) override { worker->Accept(*this); }
   };
   struct PoolBucket {
     std::string address;
@@ -100,8 +131,10 @@ class Worker {
   };
 
   void Run();
-  void Accept();
+  void Accept(const Acceptor& acceptor);
+  void AcceptAll();
   void RetryAcceptLater();
+  bool ProxyProtocolOn(Listener listener) const;
   // Closes every idle pooled upstream connection; returns how many were open.
   size_t CloseIdleUpstreams();
   void StopAccepting();
@@ -113,11 +146,16 @@ class Worker {
   ProxyMetrics* metrics_;
   net::EventLoop loop_;
   routing::Router router_;
+  routing::PassthroughRouter passthrough_router_;
   std::shared_ptr<const TableMetrics> table_metrics_;
   AccessLog access_log_;
   int listen_fd_ = -1;
   net::Endpoint bound_;
   Acceptor acceptor_;
+  int passthrough_fd_ = -1;
+  net::Endpoint passthrough_bound_;
+  Acceptor passthrough_acceptor_;
+  std::vector<WorkerConnection*> others_;  // passthrough and PROXY-step connections
   std::thread thread_;
   size_t connection_count_ = 0;
   std::vector<ClientConnection*> connections_;  // for draining; swap-removed
