@@ -252,7 +252,13 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   request.method = request_head_.method;
   request.target = request_head_.target;
   request.host = request_info_.host;
-  request.https = false;
+  // Trusted peers (--trusted-proxies) may say who the client is and that it
+  // used https; others' X-Forwarded-* are replaced.
+  const http::ForwardedClient forwarded =
+      http::ResolveForwarded(request_head_, client_ip_, worker_->options().trusted_proxies);
+  request_client_ip_.assign(forwarded.client_ip);
+  https_ = forwarded.https;
+  request.https = https_;
   request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
   decision_ = worker_->router().Route(request);
   rewrite_target_ = routing::UpstreamTarget(decision_, request.target, &upstream_target_);
@@ -342,7 +348,7 @@ void ClientConnection::OnConnected() {
   std::array<http::Header, 1> extra{};
   http::ForwardRequestOptions options;
   options.client_ip = client_ip_;
-  options.proto = "http";
+  options.proto = https_ ? "https" : "http";
   options.tunnel_upgrade = request_info_.upgrade_websocket;
   if (rewrite_target_) {
     options.target = upstream_target_;
@@ -853,6 +859,7 @@ void ClientConnection::FinishTransaction() {
 
 void ClientConnection::ResetRequest() {
   request_parser_.Reset();
+  request_client_ip_.clear();
   response_parser_.Reset();
   response_head_done_ = false;
   response_started_ = false;
@@ -964,7 +971,7 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
   AccessLog& log = worker_->access_log();
   if (log.enabled()) {
     AccessLogEntry entry;
-    entry.client_ip = client_ip_;
+    entry.client_ip = request_client_ip_.empty() ? client_ip_ : request_client_ip_;
     entry.method = method_.empty() ? std::string_view("-") : std::string_view(method_);
     entry.target = target_;
     entry.version_minor = version_minor_;

@@ -89,6 +89,10 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   Worker* worker_;
   int fd_;
   std::string client_ip_;
+  // This request counts as https: a trusted proxy's X-Forwarded-Proto said so
+  // (set per request; TLS arrival sets it too).
+  bool https_ = false;
+  std::string request_client_ip_;  // the client as trusted proxies name it, for the log
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
   bool client_eof_ = false;

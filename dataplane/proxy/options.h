@@ -32,7 +32,6 @@ struct ProxyOptions {
   // TLS passthrough (--passthrough-listen): off unless set.
   bool passthrough = false;
   net::Endpoint passthrough_listen;
-  int64_t client_hello_timeout_ms = 10'000;  // the whole ClientHello (--header-timeout)
   size_t max_client_hello_bytes = 16 * 1024;
   size_t passthrough_buffer_bytes = 64 * 1024;  // per direction
   int64_t passthrough_idle_timeout_ms = 3'600'000;  // no byte either way (SAP: 1 h)

@@ -44,7 +44,7 @@ void PassthroughConnection::Start() {
   start_ms_ = worker_->loop().now_ms();
   last_activity_ms_ = start_ms_;
   worker_->loop().Add(client_.fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
-  worker_->loop().Schedule(&timer_, worker_->options().client_hello_timeout_ms);
+  worker_->loop().Schedule(&timer_, worker_->options().header_timeout_ms);
   ReadHello();
 }
 
