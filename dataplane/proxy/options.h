@@ -18,6 +18,7 @@ struct ProxyOptions {
   std::string node_id;         // --node-id, default the host name
 
   int64_t header_timeout_ms = 10'000;    // --header-timeout: whole request head
+  int64_t handshake_timeout_ms = 10'000;  // --tls-handshake-timeout: TLS handshake
   int64_t idle_timeout_ms = 60'000;      // --idle-timeout: keep-alive between requests
   int64_t connect_timeout_ms = 5'000;    // --connect-timeout: upstream connect
   int64_t response_timeout_ms = 60'000;  // --response-timeout: upstream response head (504)

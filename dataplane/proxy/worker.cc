@@ -18,6 +18,7 @@ UpstreamConnection::UpstreamConnection(Worker* worker, int fd, std::string_view 
                                        uint32_t port)
     : worker(worker),
       fd(fd),
+      transport(std::make_unique<net::PlainTransport>(fd)),
       address(address),
       port(port),
       idle_timer(this, [](void* self) {
@@ -168,7 +169,8 @@ void Worker::Accept() {
     net::Endpoint peer;
     peer.addr = addr;
     peer.len = len;
-    auto* connection = new ClientConnection(this, fd, net::AddressString(peer));
+    auto* connection = new ClientConnection(this, std::make_unique<net::PlainTransport>(fd),
+                                            net::AddressString(peer));
     connection->slot = connections_.size();
     connections_.push_back(connection);
     ++connection_count_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dataplane/net/event_loop.h"
+#include "dataplane/net/transport.h"
 #include "dataplane/proxy/access_log.h"
 #include "dataplane/proxy/options.h"
 #include "dataplane/proxy/proxy_metrics.h"
@@ -37,6 +38,9 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
   Worker* worker;
   int fd;
+  // Plain unless the group re-encrypts; the client connection reads and
+  // writes through it.
+  std::unique_ptr<net::Transport> transport;
   std::string address;
   uint32_t port;
   bool connecting = true;
