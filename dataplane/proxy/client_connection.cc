@@ -184,6 +184,7 @@ void ClientConnection::Drive() {
 bool ClientConnection::StepHandshake() {
   switch (transport_->Handshake()) {
     case net::Transport::HandshakeStatus::kDone:
+      request_https_ = transport_->tls() != nullptr;
       ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
       return true;
     case net::Transport::HandshakeStatus::kWantIo:
@@ -363,9 +364,38 @@ void ClientConnection::ConnectUpstream() {
   ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
 }
 
+namespace {
+
+constexpr size_t kMaxForwardedChain = 8;
+constexpr std::string_view kChainHeaders[kMaxForwardedChain] = {
+    "SSL_CLIENT_CERT_CHAIN_1", "SSL_CLIENT_CERT_CHAIN_2", "SSL_CLIENT_CERT_CHAIN_3",
+    "SSL_CLIENT_CERT_CHAIN_4", "SSL_CLIENT_CERT_CHAIN_5", "SSL_CLIENT_CERT_CHAIN_6",
+    "SSL_CLIENT_CERT_CHAIN_7", "SSL_CLIENT_CERT_CHAIN_8"};
+
+// What SAP's ICM reads from a TLS-terminating Web Dispatcher: the cipher, its
+// key size and a verified client certificate with its chain. Clients' own
+// fields of these names are always dropped (http::SerializeRequestHead).
+size_t AppendTlsHeaders(const net::TlsInfo& tls, std::string_view key_size,
+                        std::span<http::Header> out) {
+  size_t n = 0;
+  out[n++] = {"SSL_CIPHER_SUITE", tls.cipher};
+  out[n++] = {"SSL_CIPHER_USEKEYSIZE", key_size};
+  if (tls.peer_verified && !tls.peer_pem_line.empty()) {
+    out[n++] = {"SSL_CLIENT_CERT", tls.peer_pem_line};
+    for (size_t i = 0; i < tls.peer_chain_pem_lines.size() && i < kMaxForwardedChain; ++i) {
+      out[n++] = {kChainHeaders[i], tls.peer_chain_pem_lines[i]};
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 void ClientConnection::OnConnected() {
   phase_ = Phase::kForward;
-  std::array<http::Header, 1> extra{};
+  std::array<http::Header, 4 + kMaxForwardedChain> extra{};
+  size_t extra_count = 0;
+  char key_size[16];
   http::ForwardRequestOptions options;
   options.client_ip = client_ip_;
   options.proto = request_https_ ? "https" : "http";
@@ -375,9 +405,14 @@ void ClientConnection::OnConnected() {
   }
   if (request_info_.body == http::BodyKind::kChunked) {
     options.reframe_body = true;
-    extra[0] = {"Transfer-Encoding", "chunked"};
-    options.extra_headers = std::span<const http::Header>(extra.data(), 1);
+    extra[extra_count++] = {"Transfer-Encoding", "chunked"};
   }
+  if (const net::TlsInfo* tls = transport_->tls(); tls != nullptr) {
+    int n = std::snprintf(key_size, sizeof key_size, "%d", tls->cipher_bits);
+    extra_count += AppendTlsHeaders(*tls, std::string_view(key_size, static_cast<size_t>(n)),
+                                    std::span<http::Header>(extra).subspan(extra_count));
+  }
+  options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
   http::SerializeRequestHead(request_head_, request_info_, options, sent_head_);
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
@@ -1006,6 +1041,7 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
     }
     entry.duration_ms = duration_ms;
     entry.reason = reason;
+    entry.https = request_https_;
     log.Write(entry, time(nullptr));
   }
 }

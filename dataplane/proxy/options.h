@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dataplane/net/socket.h"
+#include "dataplane/tls/server_tls.h"
 
 namespace kwd::proxy {
 
@@ -14,6 +15,9 @@ namespace kwd::proxy {
 struct ProxyOptions {
   net::Endpoint listen;        // --listen, default 0.0.0.0:8080
   net::Endpoint admin_listen;  // --admin-listen, default 0.0.0.0:9901
+  // --tls-listen (with --tls-cert-dir): HTTPS termination; len 0 when off.
+  net::Endpoint tls_listen;
+  tls::ServerTlsOptions tls;  // --tls-cert-dir, --tls-client-ca, --tls-verify-client
   int workers = 1;             // --workers
   std::string node_id;         // --node-id, default the host name
 
