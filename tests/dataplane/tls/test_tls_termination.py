@@ -184,7 +184,8 @@ class TlsTermination(unittest.TestCase):
              "--admin-listen", "127.0.0.1:%d" % cls.admin_port, "--access-log", cls.access_log,
              "--tls-listen", "127.0.0.1:0", "--tls-cert-dir", cls.certs,
              "--tls-client-ca", os.path.join(cls.pki, "client-ca.pem"),
-             "--tls-verify-client", "optional", "--tls-handshake-timeout", "1s",
+             "--tls-verify-client", getattr(cls, "VERIFY", "optional"),
+             "--tls-handshake-timeout", "1s",
              "--log-level", "info"],
             stdout=subprocess.PIPE, stderr=cls.log, text=True)
         ports = {}
@@ -554,6 +555,103 @@ class TlsReload(unittest.TestCase):
                 t.join(timeout=70)
         self.assertEqual(failures, [])
         self.assertGreater(counts[0], 40)
+
+
+class TlsRequiredClientCertificate(unittest.TestCase):
+    VERIFY = "required"
+
+    @classmethod
+    def setUpClass(cls):
+        TlsTermination.setUpClass.__func__(cls)
+
+    @classmethod
+    def tearDownClass(cls):
+        TlsTermination.tearDownClass.__func__(cls)
+
+    context = TlsTermination.context
+    tls_connect = TlsTermination.tls_connect
+    request = TlsTermination.request
+    echoed = TlsTermination.echoed
+    metrics = TlsTermination.metrics
+    metric = TlsTermination.metric
+    wait_for = TlsTermination.wait_for
+
+    def test_no_or_unverified_certificate_is_refused(self):
+        before = self.metric('kwd_proxy_tls_handshake_errors_total{reason="client_certificate"}')
+        for cert in (None, ("stranger.crt", "stranger.key")):
+            with self.subTest(cert=cert):
+                # TLS 1.3: the client learns of the refusal at its first read.
+                with self.assertRaises((ssl.SSLError, ConnectionError, OSError)):
+                    with self.tls_connect("alpha.kwd.test", self.context(client_cert=cert)) as s:
+                        self.request(s)
+        self.assertTrue(self.wait_for(lambda: self.metric(
+            'kwd_proxy_tls_handshake_errors_total{reason="client_certificate"}') >= before + 2))
+        ctx = self.context(client_cert=("client-chain.pem", "client.key"))
+        with self.tls_connect("alpha.kwd.test", ctx) as s:
+            self.assertIn("ssl_client_cert", self.echoed(s))
+
+
+class TlsFlags(unittest.TestCase):
+    """kwd-proxy serve refuses TLS flags that cannot work, naming the flag."""
+
+    def serve(self, *args):
+        if not PROXY:
+            self.skipTest("set KWD_PROXY")
+        return subprocess.run(
+            [PROXY, "serve", "--snapshot", "/nonexistent.json", "--listen", "127.0.0.1:0",
+             "--admin-listen", "127.0.0.1:0"] + list(args),
+            capture_output=True, text=True, timeout=30)
+
+    def test_usage_errors_exit_two_naming_the_flag(self):
+        for args, text in [
+            (["--tls-listen", "127.0.0.1:0"], "--tls-listen and --tls-cert-dir go together"),
+            (["--tls-cert-dir", "/tmp"], "--tls-listen and --tls-cert-dir go together"),
+            (["--tls-listen", "127.0.0.1:0", "--tls-cert-dir", "/tmp", "--tls-verify-client",
+              "sometimes"], "--tls-verify-client takes none, optional or required"),
+            (["--tls-listen", "127.0.0.1:0", "--tls-cert-dir", "/tmp", "--tls-verify-client",
+              "required"], "needs --tls-client-ca"),
+            (["--tls-client-ca", "/tmp/ca.pem"], "need --tls-listen"),
+            (["--tls-listen", "nowhere", "--tls-cert-dir", "/tmp"], "--tls-listen"),
+        ]:
+            with self.subTest(args=args):
+                r = self.serve(*args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(text, r.stderr)
+
+    def test_help_lists_the_tls_flags(self):
+        r = subprocess.run([PROXY, "serve", "--help"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0)
+        for flag in ("--tls-listen", "--tls-cert-dir", "--tls-client-ca", "--tls-verify-client",
+                     "--tls-handshake-timeout"):
+            self.assertIn(flag, r.stdout)
+
+    def test_unusable_certificate_directory_exits_one(self):
+        empty = tempfile.mkdtemp(prefix="kwd-tls-empty-")
+        try:
+            with open(os.path.join(empty, "bad.crt"), "w") as f:
+                f.write("not a certificate")
+            with open(os.path.join(empty, "bad.key"), "w") as f:
+                f.write("not a key")
+            snapshot = os.path.join(empty, "snapshot.json")
+            with open(snapshot, "w") as f:
+                f.write("{}")
+            r = subprocess.run(
+                [PROXY, "serve", "--snapshot", snapshot, "--listen", "127.0.0.1:0",
+                 "--admin-listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0",
+                 "--tls-cert-dir", empty], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("--tls-cert-dir " + empty + ": no certificate pair could be loaded",
+                          r.stderr)
+            self.assertIn("certificate pair refused", r.stderr)
+            os.remove(os.path.join(empty, "bad.crt"))
+            r = subprocess.run(
+                [PROXY, "serve", "--snapshot", snapshot, "--listen", "127.0.0.1:0",
+                 "--admin-listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0",
+                 "--tls-cert-dir", empty], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("no certificate pair (NAME.crt + NAME.key", r.stderr)
+        finally:
+            shutil.rmtree(empty, ignore_errors=True)
 
 
 def free_port():
