@@ -1,6 +1,8 @@
 #include "dataplane/tls/tls_transport.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
@@ -95,11 +97,89 @@ HandshakeError Classify(int ssl_error, unsigned long code) {
   }
 }
 
+// A socket BIO that remembers whether its last read emptied the socket (a
+// short read), so that a read which got everything can tell the owner that no
+// further read is worth a system call before the next EPOLLIN edge.
+struct SocketBio {
+  int fd;
+  bool* short_read;
+};
+
+int BioWrite(BIO* bio, const char* data, int size) {
+  auto* s = static_cast<SocketBio*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  for (;;) {
+    ssize_t n = ::send(s->fd, data, static_cast<size_t>(size), MSG_NOSIGNAL);
+    if (n >= 0) {
+      return static_cast<int>(n);
+    }
+    if (errno == EINTR) {
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      BIO_set_retry_write(bio);
+    }
+    return -1;
+  }
+}
+
+int BioRead(BIO* bio, char* data, int size) {
+  auto* s = static_cast<SocketBio*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  for (;;) {
+    ssize_t n = ::recv(s->fd, data, static_cast<size_t>(size), 0);
+    if (n > 0) {
+      *s->short_read = n < size;
+      return static_cast<int>(n);
+    }
+    if (n == 0) {
+      return 0;
+    }
+    if (errno == EINTR) {
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      BIO_set_retry_read(bio);
+    }
+    return -1;
+  }
+}
+
+long BioCtrl(BIO* /*bio*/, int command, long /*num*/, void* /*ptr*/) {
+  return command == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+int BioDestroy(BIO* bio) {
+  delete static_cast<SocketBio*>(BIO_get_data(bio));
+  BIO_set_data(bio, nullptr);
+  return 1;
+}
+
+BIO_METHOD* SocketBioMethod() {
+  static BIO_METHOD* method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kwd socket");
+    BIO_meth_set_write(m, BioWrite);
+    BIO_meth_set_read(m, BioRead);
+    BIO_meth_set_ctrl(m, BioCtrl);
+    BIO_meth_set_destroy(m, BioDestroy);
+    return m;
+  }();
+  return method;
+}
+
 }  // namespace
 
 TlsTransport::TlsTransport(int fd, SSL* ssl, ServerTls* server,
                            std::shared_ptr<const CertSet> certs)
     : Transport(fd), ssl_(ssl), server_(server), certs_(std::move(certs)) {
+  BIO* bio = BIO_new(SocketBioMethod());
+  if (bio != nullptr) {
+    BIO_set_data(bio, new SocketBio{fd, &bio_short_read_});
+    BIO_set_init(bio, 1);
+    SSL_set_bio(ssl_, bio, bio);
+  } else {
+    SSL_set_fd(ssl_, fd);
+  }
   SSL_set_app_data(ssl_, this);
   if (server_ != nullptr) {
     SSL_set_msg_callback(ssl_, &TlsTransport::OnMessage);
@@ -114,8 +194,7 @@ std::unique_ptr<TlsTransport> TlsTransport::Client(SSL_CTX* ctx, int fd,
                                                    std::string* error) {
   ERR_clear_error();
   SSL* ssl = SSL_new(ctx);
-  if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
-    SSL_free(ssl);
+  if (ssl == nullptr) {
     const char* reason = ERR_reason_error_string(ERR_get_error());
     *error = std::string("cannot create a TLS connection: ") +
              (reason != nullptr ? reason : "unknown error");
@@ -260,6 +339,7 @@ ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
     return kError;
   }
   ERR_clear_error();
+  bio_short_read_ = false;
   int n = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
   if (renegotiation_) {
     fatal_ = true;
@@ -271,6 +351,9 @@ ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
     return kError;
   }
   if (n > 0) {
+    // The socket gave less than asked and OpenSSL holds nothing more: the
+    // next read would only say EAGAIN.
+    *drained = bio_short_read_ && SSL_has_pending(ssl_) == 0;
     return n;
   }
   switch (SSL_get_error(ssl_, n)) {

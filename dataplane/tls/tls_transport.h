@@ -58,6 +58,7 @@ class TlsTransport final : public net::Transport {
   bool fatal_ = false;  // no close_notify after a fatal error
   bool want_read_ = false;
   bool renegotiation_ = false;
+  bool bio_short_read_ = false;  // the socket BIO's last read emptied the socket
   net::TlsInfo info_;
   std::string error_;
 };
