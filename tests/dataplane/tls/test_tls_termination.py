@@ -72,9 +72,15 @@ def make_pki(pki, certs):
               os.path.join(certs, "alpha.crt"), os.path.join(certs, "alpha.key"))
     make_cert(pki, "beta", "server-ca", "/CN=beta", server_ext("beta.kwd.test"),
               os.path.join(certs, "beta.crt"), os.path.join(certs, "beta.key"))
-    os.makedirs(os.path.join(certs, "wild"))
+    # A Kubernetes Secret mount: tls.crt -> ..data/tls.crt, ..data -> ..<version>.
+    wild = os.path.join(certs, "wild")
+    os.makedirs(os.path.join(wild, "..v1"))
     make_cert(pki, "wild", "server-ca", "/CN=wild", server_ext("*.wild.kwd.test"),
-              os.path.join(certs, "wild", "tls.crt"), os.path.join(certs, "wild", "tls.key"))
+              os.path.join(wild, "..v1", "tls.crt"), os.path.join(wild, "..v1", "tls.key"))
+    os.symlink("..v1", os.path.join(wild, "..data"))
+    for name in ("tls.crt", "tls.key"):
+        os.symlink(os.path.join("..data", name), os.path.join(wild, name))
+    make_cert(pki, "wild2", "server-ca", "/CN=wild-renewed", server_ext("*.wild.kwd.test"))
     # beta again, signed by the unrelated CA: the "renewed" certificate.
     make_cert(pki, "beta2", "other-ca", "/CN=beta-renewed", server_ext("beta.kwd.test"))
     make_cert(pki, "client-int", "client-ca", "/CN=client-int",
@@ -213,6 +219,7 @@ class TlsTermination(unittest.TestCase):
         cls.proxy.stdout.close()
         cls.log.close()
         cls.backend.shutdown()
+        cls.backend.server_close()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     # ---- helpers ----
@@ -544,6 +551,19 @@ class TlsReload(unittest.TestCase):
                 "kwd_proxy_tls_certificate_reloads_total") >= reloads_before + 1))
             with self.tls_connect("beta.kwd.test", self.context(ca="other-ca.pem")) as s:
                 self.assertEqual(self.peer_cn(s), "beta-renewed")
+            # A Secret update: the kubelet writes a new version directory and
+            # swaps the ..data symlink atomically.
+            wild = os.path.join(self.certs, "wild")
+            os.makedirs(os.path.join(wild, "..v2"))
+            shutil.copy(os.path.join(self.pki, "wild2.crt"), os.path.join(wild, "..v2", "tls.crt"))
+            shutil.copy(os.path.join(self.pki, "wild2.key"), os.path.join(wild, "..v2", "tls.key"))
+            os.symlink("..v2", os.path.join(wild, "..data_tmp"))
+            os.replace(os.path.join(wild, "..data_tmp"), os.path.join(wild, "..data"))
+
+            def wild_cn():
+                with self.tls_connect("x.wild.kwd.test") as s:
+                    return self.peer_cn(s)
+            self.assertTrue(self.wait_for(lambda: wild_cn() == "wild-renewed"))
             served = counts[0]
             self.assertTrue(self.wait_for(lambda: counts[0] >= served + 20))
             # The connection opened before the reloads still works.
