@@ -45,8 +45,8 @@ enum class VerifyClient { kNone, kOptional, kRequired };
 bool ParseVerifyClient(std::string_view text, VerifyClient* out);
 
 struct ServerTlsOptions {
-  std::string cert_dir;        // --tls-cert-dir
-  std::string client_ca_file;  // --tls-client-ca
+  std::string cert_dir;                              // --tls-cert-dir
+  std::string client_ca_file;                        // --tls-client-ca
   VerifyClient verify_client = VerifyClient::kNone;  // --tls-verify-client
   int64_t reload_interval_ms = 2'000;
   int64_t ticket_rotation_ms = 3'600'000;
