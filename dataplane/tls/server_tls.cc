@@ -258,6 +258,8 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
   auto pair = std::make_shared<CertPair>();
   pair->name = candidate.name;
   pair->fingerprint = candidate.fingerprint;
+  pair->cert_path = candidate.cert_path;
+  pair->key_path = candidate.key_path;
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   if (ctx == nullptr) {
     *error = OpenSslErrors();
@@ -392,11 +394,28 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
     }
   }
   for (const auto& [name, pair] : old_by_name) {
-    if (tried.count(name) == 0) {
-      changed = true;
-      Log(LogLevel::kInfo, "tls", "certificate pair removed", {{"pair", name}});
+    if (tried.count(name) != 0) {
+      continue;
     }
+    if (!FileStamp(pair->cert_path).empty() || !FileStamp(pair->key_path).empty()) {
+      // Half of the pair is there: a copy in progress (or a mistake). The
+      // loaded pair keeps serving until both files are back or both are gone.
+      tried[name] = "incomplete";
+      if (tried_.count(name) == 0 || tried_[name] != "incomplete") {
+        metrics_.certificate_errors.Inc();
+        Log(LogLevel::kError, "tls",
+            "certificate pair incomplete (certificate or key missing); the previous one keeps "
+            "serving",
+            {{"pair", name}, {"file", pair->cert_path}});
+      }
+      set->pairs.push_back(pair);
+      continue;
+    }
+    changed = true;
+    Log(LogLevel::kInfo, "tls", "certificate pair removed", {{"pair", name}});
   }
+  std::sort(set->pairs.begin(), set->pairs.end(),
+            [](const auto& a, const auto& b) { return a->name < b->name; });
   tried_ = std::move(tried);
   if (set->pairs.empty()) {
     if (initial) {

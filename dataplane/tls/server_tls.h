@@ -81,6 +81,8 @@ struct CertPair {
   ~CertPair();
   std::string name;
   std::string fingerprint;  // of the files it was loaded from
+  std::string cert_path;
+  std::string key_path;
   SSL_CTX* ctx = nullptr;
   std::vector<std::string> names;  // lower-case DNS names, wildcards as "*.rest"
   int64_t not_after = 0;           // seconds since the epoch

@@ -543,6 +543,15 @@ class TlsReload(unittest.TestCase):
                 self.assertIn("certificate pair refused; the previous one keeps serving", f.read())
             with self.tls_connect("beta.kwd.test") as s:
                 self.assertEqual(self.peer_cn(s), "beta", "the old pair keeps serving")
+            # The key is deleted before the new one is written: still the old pair.
+            errors_before = self.metric("kwd_proxy_tls_certificate_errors_total")
+            os.remove(key)
+            self.assertTrue(self.wait_for(lambda: self.metric(
+                "kwd_proxy_tls_certificate_errors_total") >= errors_before + 1))
+            with open(self.log_path) as f:
+                self.assertIn("certificate pair incomplete", f.read())
+            with self.tls_connect("beta.kwd.test") as s:
+                self.assertEqual(self.peer_cn(s), "beta", "the old pair keeps serving")
             # The matching key arrives: the renewed certificate is used.
             reloads_before = self.metric("kwd_proxy_tls_certificate_reloads_total")
             shutil.copy(os.path.join(self.pki, "beta2.key"), key + ".tmp")
