@@ -48,7 +48,10 @@ ProxyMetrics::ProxyMetrics()
       proxy_protocol_rejected(registry_.GetCounter(
           "kwd_proxy_proxy_protocol_rejected_total",
           "Connections closed on a --proxy-protocol listener for a missing, invalid or late "
-          "PROXY header.")) {
+          "PROXY header.")),
+      tls_handshake_timeouts(registry_.GetCounter(
+          "kwd_proxy_tls_handshake_errors_total",
+          "TLS handshakes on --tls-listen that failed, by reason.", {{"reason", "timeout"}})) {
   constexpr const char* kRejectReasons[kPassthroughRejectCount] = {
       "no-route", "no-server", "bad-client-hello", "too-large", "timeout", "closed"};
   for (size_t i = 0; i < kPassthroughRejectCount; ++i) {

@@ -81,6 +81,9 @@ class ProxyMetrics {
   Counter& sessions_learned;
   std::array<Counter*, kPassthroughRejectCount> passthrough_rejected{};
   Counter& proxy_protocol_rejected;
+  // kwd_proxy_tls_handshake_errors_total{reason="timeout"}; the TLS library
+  // counts the other reasons under the same name.
+  Counter& tls_handshake_timeouts;
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

@@ -117,6 +117,7 @@ UpstreamConnection::UpstreamConnection(Worker* worker, int fd, std::string_view 
                                        uint32_t port)
     : worker(worker),
       fd(fd),
+      transport(std::make_unique<net::PlainTransport>(fd)),
       address(address),
       port(port),
       idle_timer(this, [](void* self) {
@@ -159,13 +160,15 @@ void UpstreamConnection::Close() {
 
 Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                std::shared_ptr<const session::AffinityCookieCodec> codec,
-               std::shared_ptr<const routing::Clock> clock, int access_log_fd)
+               std::shared_ptr<const routing::Clock> clock, int access_log_fd,
+               tls::ServerTls* server_tls)
     : id_(id),
       options_(options),
       metrics_(metrics),
       router_(std::move(codec), clock),
       passthrough_router_(std::move(clock)),
       access_log_(access_log_fd),
+      server_tls_(server_tls),
       flush_timer_(this,
                    [](void* self) {
                      auto* w = static_cast<Worker*>(self);
@@ -180,6 +183,9 @@ Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
   passthrough_acceptor_.worker = this;
   passthrough_acceptor_.listener = Listener::kPassthrough;
   passthrough_acceptor_.fd = &passthrough_fd_;
+  tls_acceptor_.worker = this;
+  tls_acceptor_.listener = Listener::kTls;
+  tls_acceptor_.fd = &tls_listen_fd_;
 }
 
 Worker::~Worker() {
@@ -189,6 +195,9 @@ Worker::~Worker() {
   }
   if (passthrough_fd_ >= 0) {
     ::close(passthrough_fd_);
+  }
+  if (tls_listen_fd_ >= 0) {
+    ::close(tls_listen_fd_);
   }
 }
 
@@ -206,6 +215,15 @@ bool Worker::Start(std::string* error) {
     }
     passthrough_bound_ = net::LocalEndpoint(passthrough_fd_);
     loop_.Add(passthrough_fd_, EPOLLIN | EPOLLET, &passthrough_acceptor_);
+  }
+  if (server_tls_ != nullptr) {
+    tls_listen_fd_ = net::Listen(options_.tls_listen, /*reuse_port=*/true, 4096, error);
+    if (tls_listen_fd_ < 0) {
+      *error = "--tls-listen " + options_.tls_listen.ToString() + ": " + *error;
+      return false;
+    }
+    tls_bound_ = net::LocalEndpoint(tls_listen_fd_);
+    loop_.Add(tls_listen_fd_, EPOLLIN | EPOLLET, &tls_acceptor_);
   }
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
   loop_.Schedule(&flush_timer_, 100);
@@ -252,6 +270,9 @@ void Worker::Apply(std::shared_ptr<const routing::RoutingTable> table,
 
 void Worker::AcceptAll() {
   Accept(acceptor_);
+  if (tls_listen_fd_ >= 0) {
+    Accept(tls_acceptor_);
+  }
   if (passthrough_fd_ >= 0) {
     Accept(passthrough_acceptor_);
   }
@@ -339,8 +360,21 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
     connection->Start();
     return;
   }
-  // kHttp (and, until the TLS listener lands, nothing else reaches here).
-  auto* connection = new ClientConnection(this, fd, std::move(client_ip));
+  // kHttp and kTls: the HTTP codec over a plain or TLS transport.
+  std::unique_ptr<net::Transport> transport;
+  if (listener == Listener::kTls) {
+    transport = server_tls_->NewTransport(fd);
+    if (transport == nullptr) {
+      WarnOutOfResources("start a TLS connection", ENOMEM);
+      ::close(fd);
+      --connection_count_;
+      metrics_->connections_active.Add(-1);
+      return;
+    }
+  } else {
+    transport = std::make_unique<net::PlainTransport>(fd);
+  }
+  auto* connection = new ClientConnection(this, std::move(transport), std::move(client_ip));
   connection->slot = connections_.size();
   connections_.push_back(connection);
   connection->Start();
@@ -469,10 +503,12 @@ size_t Worker::CloseIdleUpstreams() {
 
 void Worker::StopAccepting() {
   loop_.Cancel(&accept_retry_timer_);
-  if (listen_fd_ >= 0) {
-    loop_.Remove(listen_fd_);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
+  for (int* fd : {&listen_fd_, &tls_listen_fd_}) {
+    if (*fd >= 0) {
+      loop_.Remove(*fd);
+      ::close(*fd);
+      *fd = -1;
+    }
   }
   if (passthrough_fd_ >= 0) {
     loop_.Remove(passthrough_fd_);
