@@ -292,11 +292,13 @@ class Proxy:
              "--passthrough-listen", "127.0.0.1:0", "--access-log", self.access_log,
              "--header-timeout", "1s"] + flags,
             stdout=subprocess.PIPE, stderr=self.stderr, text=True)
-        self.port = self.passthrough_port = None
+        self.port = self.passthrough_port = self.tls_port = None
         for _ in range(10):
             line = self.process.stdout.readline()
             if line.startswith("listening "):
                 self.port = int(line.rsplit(":", 1)[1])
+            elif line.startswith("listening-tls "):
+                self.tls_port = int(line.rsplit(":", 1)[1])
             elif line.startswith("passthrough "):
                 self.passthrough_port = int(line.rsplit(":", 1)[1])
                 break
@@ -350,6 +352,10 @@ class PassthroughTest(unittest.TestCase):
             raise unittest.SkipTest("set KWD_PROXY and KWD_CONTROLLER to the built binaries")
         cls.dir = tempfile.mkdtemp(prefix="kwd-passthrough-")
         cert, key = make_cert(cls.dir)
+        cls.cert_dir = os.path.join(cls.dir, "certs")
+        os.makedirs(cls.cert_dir)
+        shutil.copy(cert, os.path.join(cls.cert_dir, "site.crt"))
+        shutil.copy(key, os.path.join(cls.cert_dir, "site.key"))
         b = {n: Backend(n, cert, key) for n in ["a1", "a2", "w1", "s1", "s2", "h1", "h2", "d1"]}
         cls.backends = b
         cls.web = HttpEcho()
@@ -379,7 +385,8 @@ class PassthroughTest(unittest.TestCase):
         b["h2"].healthy = False
         cls.plain = Proxy(cls.dir, "plain", groups + mappings, [])
         cls.fronted = Proxy(cls.dir, "fronted", groups + mappings + default,
-                            ["--proxy-protocol", "http,passthrough",
+                            ["--proxy-protocol", "http,tls,passthrough",
+                             "--tls-listen", "127.0.0.1:0", "--tls-cert-dir", cls.cert_dir,
                              "--trusted-proxies", "10.0.0.0/8, 192.168.1.1"])
 
     @classmethod
@@ -550,6 +557,28 @@ class PassthroughTest(unittest.TestCase):
         self.assertIn(b"X-Forwarded-For: 198.51.100.4\r\n", data)
         data = self.http(proxy_v2("198.51.100.5"), path=b"/open")
         self.assertIn(b"X-Forwarded-For: 198.51.100.5\r\n", data)
+
+    def test_proxy_header_before_the_tls_handshake(self):
+        with socket.create_connection(("127.0.0.1", self.fronted.tls_port), timeout=5) as raw:
+            raw.sendall(b"PROXY TCP4 198.51.100.44 127.0.0.1 5555 443\r\n")
+            with client_context().wrap_socket(raw, server_hostname="a.example.test") as tls:
+                tls.sendall(b"GET /open HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+                data = b""
+                while True:
+                    chunk = tls.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:200])
+        self.assertIn(b"X-Forwarded-For: 198.51.100.44\r\n", data)
+        self.assertIn(b"X-Forwarded-Proto: https\r\n", data)
+        # Without the header the TLS listener refuses the connection.
+        with socket.create_connection(("127.0.0.1", self.fronted.tls_port), timeout=5) as raw:
+            with self.assertRaises((ssl.SSLError, OSError)):
+                with client_context().wrap_socket(raw, server_hostname="a.example.test") as tls:
+                    tls.sendall(b"GET /open HTTP/1.1\r\nHost: h\r\n\r\n")
+                    if not tls.recv(100):
+                        raise OSError("closed")
 
     # ---- trusted proxies ----
 
