@@ -468,8 +468,7 @@ class LogonGroupCompiler {
       const std::string mask = spec.client_ip->mask.value_or("255.255.240.0");
       uint32_t bits = 0;
       if (!ParseContiguousIpv4Mask(mask, &bits)) {
-        findings.Reject(kReasonInvalidField, "spec.sessionAffinity.clientIP.mask: " +
-                                                 Quote(mask) +
+        findings.Reject(kReasonInvalidField, "spec.sessionAffinity.clientIP.mask: " + Quote(mask) +
                                                  " is not a contiguous dotted IPv4 mask "
                                                  "(e.g. 255.255.240.0)");
         bits = 0xFFFFF000;

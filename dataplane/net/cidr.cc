@@ -79,8 +79,8 @@ bool CidrSet::Parse(std::string_view list, std::string* error) {
       prefix = max_prefix;
     }
     if (prefix > max_prefix) {
-      *error = "\"" + std::string(entry) + "\" has a prefix length above " +
-               std::to_string(max_prefix);
+      *error =
+          "\"" + std::string(entry) + "\" has a prefix length above " + std::to_string(max_prefix);
       return false;
     }
     range.prefix = is_v4 ? 96 + prefix : prefix;

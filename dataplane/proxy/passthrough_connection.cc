@@ -251,8 +251,8 @@ bool PassthroughConnection::Move(Side& from, Buffer& buffer, Side& to, uint64_t*
     bool progress = false;
     while (from.readable && !from.eof && buffer.size() < limit) {
       size_t free_bytes = 0;
-      char* p = buffer.PrepareWrite(std::min(kReadChunk, limit - buffer.size()), limit,
-                                    &free_bytes);
+      char* p =
+          buffer.PrepareWrite(std::min(kReadChunk, limit - buffer.size()), limit, &free_bytes);
       if (free_bytes == 0) {
         break;
       }
@@ -364,8 +364,8 @@ void PassthroughConnection::LogLine(int status, std::string_view reason) {
   AccessLogEntry entry;
   entry.client_ip = client_ip_;
   entry.method = "TLS";
-  entry.target = hello_.server_name().empty() ? std::string_view("-")
-                                               : std::string_view(hello_.server_name());
+  entry.target =
+      hello_.server_name().empty() ? std::string_view("-") : std::string_view(hello_.server_name());
   entry.protocol = "passthrough";
   entry.status = status;
   entry.bytes_sent = bytes_out_;

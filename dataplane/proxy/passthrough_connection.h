@@ -38,7 +38,7 @@ class PassthroughConnection final : public WorkerConnection {
     int fd = -1;
     bool readable = true;
     bool writable = true;
-    bool eof = false;        // read returned 0
+    bool eof = false;         // read returned 0
     bool shut_write = false;  // we sent our FIN towards it
   };
 

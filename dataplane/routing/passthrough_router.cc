@@ -35,8 +35,8 @@ void PassthroughRouter::Apply(std::shared_ptr<const RoutingTable> table) {
       } else {
         // Passthrough connections are balanced without load resets: open
         // connections are the load.
-        balancer = balancer::MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN,
-                                          group.servers.size(), 0);
+        balancer =
+            balancer::MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, group.servers.size(), 0);
       }
       balancers.push_back(std::move(balancer));
     }
@@ -46,8 +46,7 @@ void PassthroughRouter::Apply(std::shared_ptr<const RoutingTable> table) {
   ++generation_;
 }
 
-PassthroughDecision PassthroughRouter::Route(std::string_view sni,
-                                             std::string_view client_address,
+PassthroughDecision PassthroughRouter::Route(std::string_view sni, std::string_view client_address,
                                              int exclude_server) {
   PassthroughDecision decision;
   if (table_ == nullptr) {

@@ -21,10 +21,10 @@
 namespace kwd::routing {
 
 enum class PassthroughReason : uint8_t {
-  kBalance,      // picked by capacity
-  kAffinity,     // the client's address had a server
-  kNoGroup,      // no server name matched and there is no default
-  kNoServer,     // the group has no usable server
+  kBalance,   // picked by capacity
+  kAffinity,  // the client's address had a server
+  kNoGroup,   // no server name matched and there is no default
+  kNoServer,  // the group has no usable server
 };
 // "balance", "affinity:client-ip", "no-group", "no-server".
 std::string_view PassthroughReasonName(PassthroughReason reason);

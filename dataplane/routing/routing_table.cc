@@ -110,16 +110,17 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     entry.sessions->Reconfigure(options);
     if (const v1::ClientIpAffinity& client_ip = affinity.client_ip(); client_ip.enabled()) {
       session::ClientIpTableOptions ip_options;
-      ip_options.ipv4_mask = client_ip.ipv4_mask() != 0 ? client_ip.ipv4_mask() : kDefaultClientIpMask;
+      ip_options.ipv4_mask =
+          client_ip.ipv4_mask() != 0 ? client_ip.ipv4_mask() : kDefaultClientIpMask;
       ip_options.ipv6_prefix_length = client_ip.ipv6_prefix_length() != 0
                                           ? client_ip.ipv6_prefix_length()
                                           : kDefaultClientIpv6PrefixLength;
       ip_options.max_entries =
           client_ip.max_entries() > 0 ? client_ip.max_entries() : kDefaultSessionTableEntries;
-      ip_options.idle_timeout_ms = int64_t{client_ip.idle_timeout_seconds() > 0
-                                               ? client_ip.idle_timeout_seconds()
-                                               : kDefaultSessionIdleSeconds} *
-                                   1000;
+      ip_options.idle_timeout_ms =
+          int64_t{client_ip.idle_timeout_seconds() > 0 ? client_ip.idle_timeout_seconds()
+                                                       : kDefaultSessionIdleSeconds} *
+          1000;
       entry.client_ips = context.sessions->ClientIpTableFor(entry.key, ip_options);
     }
     live_groups.push_back(entry.key);
@@ -208,7 +209,8 @@ const VirtualHostEntry* RoutingTable::FindVirtualHost(std::string_view host_head
 
 int RoutingTable::FindPassthroughGroup(std::string_view sni) const {
   if (!sni.empty()) {
-    if (int index = exact_hosts_.Find(sni); index >= 0 && virtual_hosts_[index].passthrough_group >= 0) {
+    if (int index = exact_hosts_.Find(sni);
+        index >= 0 && virtual_hosts_[index].passthrough_group >= 0) {
       return virtual_hosts_[index].passthrough_group;
     }
     for (size_t dot = sni.find('.'); dot != std::string_view::npos; dot = sni.find('.', dot + 1)) {

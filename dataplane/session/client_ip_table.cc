@@ -17,8 +17,8 @@ bool ClientIpTable::MakeKey(std::string_view client_address, Key* key) const {
   uint32_t prefix_bits;
   std::array<uint8_t, 4> v4{};
   if (inet_pton(AF_INET, text.data(), v4.data()) == 1) {
-    uint32_t value = (uint32_t{v4[0]} << 24) | (uint32_t{v4[1]} << 16) | (uint32_t{v4[2]} << 8) |
-                     v4[3];
+    uint32_t value =
+        (uint32_t{v4[0]} << 24) | (uint32_t{v4[1]} << 16) | (uint32_t{v4[2]} << 8) | v4[3];
     value &= options_.ipv4_mask;
     (*key)[10] = 0xFF;
     (*key)[11] = 0xFF;

@@ -99,10 +99,9 @@ ClientHelloStatus ClientHelloParser::Feed(std::string_view data) {
       return Fail(ClientHelloStatus::kInvalid, "first handshake message is not a ClientHello");
     }
     if (handshake_.size() >= 4) {
-      const size_t body_length =
-          (static_cast<size_t>(static_cast<uint8_t>(handshake_[1])) << 16) |
-          (static_cast<size_t>(static_cast<uint8_t>(handshake_[2])) << 8) |
-          static_cast<uint8_t>(handshake_[3]);
+      const size_t body_length = (static_cast<size_t>(static_cast<uint8_t>(handshake_[1])) << 16) |
+                                 (static_cast<size_t>(static_cast<uint8_t>(handshake_[2])) << 8) |
+                                 static_cast<uint8_t>(handshake_[3]);
       // It needs at least one record header besides its bytes.
       if (4 + body_length + kRecordHeaderBytes > max_bytes_) {
         return Fail(ClientHelloStatus::kTooLarge, "ClientHello larger than the limit");

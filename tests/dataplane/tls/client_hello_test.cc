@@ -94,7 +94,8 @@ TEST(ClientHelloTest, GarbageIsRefusedAtTheFirstByte) {
   ClientHelloParser sslv2;
   EXPECT_EQ(sslv2.Feed("\x80\x2e\x01"), ClientHelloStatus::kInvalid);
   ClientHelloParser alert;
-  EXPECT_EQ(alert.Feed(std::string("\x15\x03\x01\x00\x02\x02\x28", 7)), ClientHelloStatus::kInvalid);
+  EXPECT_EQ(alert.Feed(std::string("\x15\x03\x01\x00\x02\x02\x28", 7)),
+            ClientHelloStatus::kInvalid);
 }
 
 TEST(ClientHelloTest, AnotherHandshakeMessageIsRefused) {
