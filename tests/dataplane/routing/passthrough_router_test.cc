@@ -85,6 +85,20 @@ TEST_F(PassthroughRouterTest, ExactThenWildcardThenDefault) {
   EXPECT_EQ(no_default->FindPassthroughGroup(""), -1);
 }
 
+TEST_F(PassthroughRouterTest, SnapshotNamingAnUnknownGroupOrABadMaskIsRefused) {
+  v1::Snapshot unknown = Snapshot(true);
+  unknown.mutable_virtual_hosts(1)->set_passthrough_group("ns/missing");
+  std::string error;
+  EXPECT_EQ(RoutingTable::Build(unknown, TableContext{&sessions_, &health_}, &error), nullptr);
+  EXPECT_NE(error.find("passthrough group names unknown group ns/missing"), std::string::npos)
+      << error;
+  v1::Snapshot holes = Snapshot(true);
+  holes.mutable_groups(2)->mutable_session_affinity()->mutable_client_ip()->set_ipv4_mask(
+      0xFF00FF00);
+  EXPECT_EQ(RoutingTable::Build(holes, TableContext{&sessions_, &health_}, &error), nullptr);
+  EXPECT_NE(error.find("not a contiguous IPv4 mask"), std::string::npos) << error;
+}
+
 TEST_F(PassthroughRouterTest, CapacityRatioAndOpenConnectionsCount) {
   PassthroughRouter router(clock_);
   router.Apply(Build(Snapshot(false)));
