@@ -395,6 +395,17 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
       problems.push_back("group " + group.key() + ": affinity cookie name \"" + cookie +
                          "\" is not a cookie name");
     }
+    if (const auto& client_ip = group.session_affinity().client_ip(); client_ip.enabled()) {
+      const uint32_t host_bits = ~client_ip.ipv4_mask();  // must be 0...01...1
+      if ((host_bits & (host_bits + 1)) != 0 || client_ip.ipv4_mask() == 0) {
+        problems.push_back("group " + group.key() +
+                           ": client IP affinity mask is not a contiguous IPv4 mask");
+      }
+      if (client_ip.ipv6_prefix_length() > 128) {
+        problems.push_back("group " + group.key() +
+                           ": client IP affinity IPv6 prefix length is above 128");
+      }
+    }
     const std::string* previous_server = nullptr;
     for (const auto& server : group.servers()) {
       if (server.name().empty()) {
@@ -461,6 +472,7 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     previous_host = &vhost.host();
     check_ref([&] { return where + " default abap group"; }, vhost.default_abap_group());
     check_ref([&] { return where + " default java group"; }, vhost.default_java_group());
+    check_ref([&] { return where + " passthrough group"; }, vhost.passthrough_group());
     const std::string* previous_prefix = nullptr;
     for (const auto& rule : vhost.rules()) {
       const std::string& p = rule.prefix();

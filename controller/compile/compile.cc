@@ -135,6 +135,36 @@ class Findings {
 
 // Applies a default and checks an integer range; out of range rejects the
 // object with InvalidField naming the field and the allowed values.
+// "255.255.240.0": four decimal octets, ones then zeros, at least one one.
+bool ParseContiguousIpv4Mask(std::string_view text, uint32_t* out) {
+  uint32_t value = 0;
+  for (int part = 0; part < 4; ++part) {
+    size_t digits = 0;
+    uint32_t octet = 0;
+    while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9' && digits < 3) {
+      octet = octet * 10 + static_cast<uint32_t>(text[digits] - '0');
+      ++digits;
+    }
+    if (digits == 0 || octet > 255 || (digits > 1 && text[0] == '0')) {
+      return false;
+    }
+    text.remove_prefix(digits);
+    value = (value << 8) | octet;
+    if (part < 3) {
+      if (text.empty() || text[0] != '.') {
+        return false;
+      }
+      text.remove_prefix(1);
+    }
+  }
+  const uint32_t host_bits = ~value;
+  if (!text.empty() || value == 0 || (host_bits & (host_bits + 1)) != 0) {
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
 std::uint32_t CheckedNumber(const std::optional<std::int64_t>& value, std::int64_t fallback,
                             std::int64_t min, std::int64_t max, std::string_view field,
                             Findings& findings) {
@@ -432,6 +462,26 @@ class LogonGroupCompiler {
                                                Quote(cookie) + " is not a valid cookie name");
     }
     out->set_affinity_cookie_name(cookie);
+    if (spec.client_ip) {
+      v1::ClientIpAffinity* client_ip = out->mutable_client_ip();
+      client_ip->set_enabled(true);
+      const std::string mask = spec.client_ip->mask.value_or("255.255.240.0");
+      uint32_t bits = 0;
+      if (!ParseContiguousIpv4Mask(mask, &bits)) {
+        findings.Reject(kReasonInvalidField, "spec.sessionAffinity.clientIP.mask: " + Quote(mask) +
+                                                 " is not a contiguous dotted IPv4 mask "
+                                                 "(e.g. 255.255.240.0)");
+        bits = 0xFFFFF000;
+      }
+      client_ip->set_ipv4_mask(bits);
+      client_ip->set_ipv6_prefix_length(64);
+      client_ip->set_max_entries(CheckedNumber(spec.client_ip->max_entries, 50000, 1, kUint32Max,
+                                               "spec.sessionAffinity.clientIP.maxEntries",
+                                               findings));
+      client_ip->set_idle_timeout_seconds(
+          CheckedNumber(spec.client_ip->idle_timeout_seconds, 3600, 1, kUint32Max,
+                        "spec.sessionAffinity.clientIP.idleTimeoutSeconds", findings));
+    }
   }
 
   static void CompileUpstreamTls(const model::UpstreamTlsSpec& spec, v1::UpstreamTls* out,
@@ -829,6 +879,11 @@ class UrlMappingCompiler {
     ResolvedDefault java = ResolveDefault(ns, spec.default_groups.java, kImplicitJavaDefaultGroup,
                                           "spec.defaultGroups.java", findings);
 
+    std::string passthrough;
+    if (spec.passthrough_group) {
+      passthrough = ResolveGroupRef(ns, *spec.passthrough_group, "spec.passthroughGroup", findings);
+    }
+
     // Rules, validated once for all hosts.
     std::vector<v1::Rule> rules;
     std::set<std::string> prefixes;
@@ -916,8 +971,8 @@ class UrlMappingCompiler {
       Compile(*last_good);  // its rules and permissions; its status is not this object's
     } else if (valid_spec) {
       for (const auto& host : hosts) {
-        ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java, rules,
-                    permissions, findings);
+        ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
+                    passthrough, rules, permissions, findings);
       }
     }
 
@@ -985,7 +1040,7 @@ class UrlMappingCompiler {
 
   void ApplyToHost(const std::string& host, const std::string& source, v1::Kind root,
                    bool explicit_root, const ResolvedDefault& abap, const ResolvedDefault& java,
-                   const std::vector<v1::Rule>& rules,
+                   const std::string& passthrough, const std::vector<v1::Rule>& rules,
                    const std::vector<v1::Permission>& permissions, Findings& findings) {
     std::string host_label = host.empty() ? "any host" : "host " + host;
     auto [it, created] = hosts_.try_emplace(host);
@@ -996,6 +1051,7 @@ class UrlMappingCompiler {
       entry.vhost.set_default_root_handler(root);
       entry.vhost.set_default_abap_group(abap.resolved);
       entry.vhost.set_default_java_group(java.resolved);
+      entry.vhost.set_passthrough_group(passthrough);
       entry.vhost.set_source(source);
       entry.intended_abap = abap.intended;
       entry.intended_java = java.intended;
@@ -1009,6 +1065,13 @@ class UrlMappingCompiler {
       }
       if (java.explicit_ && java.intended != entry.intended_java) {
         differing.push_back("defaultGroups.java " + java.intended);
+      }
+      if (!passthrough.empty()) {
+        if (entry.vhost.passthrough_group().empty()) {
+          entry.vhost.set_passthrough_group(passthrough);
+        } else if (entry.vhost.passthrough_group() != passthrough) {
+          differing.push_back("passthroughGroup " + passthrough);
+        }
       }
       if (!differing.empty()) {
         findings.Reject(kReasonConflicted, JoinStrings(differing, ", ") + " ignored on " +

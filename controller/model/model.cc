@@ -346,7 +346,8 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* sa = r.ObjectField(spec, "sessionAffinity", "spec.sessionAffinity")) {
     auto& a = out->session_affinity;
-    r.Known(sa, "spec.sessionAffinity", {"identifiers", "sessionTable", "affinityCookie"});
+    r.Known(sa, "spec.sessionAffinity",
+            {"identifiers", "sessionTable", "affinityCookie", "clientIP"});
     if (r.Field(*sa, "identifiers") != nullptr) {
       std::vector<std::string> identifiers;
       r.StringList(*sa, "identifiers", "spec.sessionAffinity.identifiers", &identifiers);
@@ -368,6 +369,16 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
       r.OptString(*cookie, "name", "spec.sessionAffinity.affinityCookie.name",
                   &a.affinity_cookie.name);
     }
+    if (const json* client_ip = r.ObjectField(*sa, "clientIP", "spec.sessionAffinity.clientIP")) {
+      r.Known(client_ip, "spec.sessionAffinity.clientIP",
+              {"mask", "maxEntries", "idleTimeoutSeconds"});
+      auto& c = a.client_ip.emplace();
+      r.OptString(*client_ip, "mask", "spec.sessionAffinity.clientIP.mask", &c.mask);
+      r.OptInt(*client_ip, "maxEntries", "spec.sessionAffinity.clientIP.maxEntries",
+               &c.max_entries);
+      r.OptInt(*client_ip, "idleTimeoutSeconds", "spec.sessionAffinity.clientIP.idleTimeoutSeconds",
+               &c.idle_timeout_seconds);
+    }
   }
 
   if (const json* tls = r.ObjectField(spec, "upstreamTLS", "spec.upstreamTLS")) {
@@ -378,7 +389,9 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 }
 
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
-  r.Known(&spec, "spec", {"hosts", "defaultRootHandler", "defaultGroups", "rules", "permissions"});
+  r.Known(
+      &spec, "spec",
+      {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules", "permissions"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
@@ -386,6 +399,7 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
     r.OptString(*groups, "abap", "spec.defaultGroups.abap", &out->default_groups.abap);
     r.OptString(*groups, "java", "spec.defaultGroups.java", &out->default_groups.java);
   }
+  r.OptString(spec, "passthroughGroup", "spec.passthroughGroup", &out->passthrough_group);
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
                  r.Known(&entry, path, {"prefix", "kind", "logonGroup"});

@@ -105,10 +105,21 @@ struct AffinityCookieSpec {
   bool operator==(const AffinityCookieSpec&) const = default;
 };
 
+// TLS passthrough client-IP affinity (SAP: wdisp/ssl_cli_affinity); on when
+// the object is present.
+struct ClientIpAffinitySpec {
+  std::optional<std::string> mask;  // dotted IPv4 mask, default 255.255.240.0
+  std::optional<std::int64_t> max_entries;
+  std::optional<std::int64_t> idle_timeout_seconds;
+
+  bool operator==(const ClientIpAffinitySpec&) const = default;
+};
+
 struct SessionAffinitySpec {
   std::optional<std::vector<std::string>> identifiers;
   SessionTableSpec session_table;
   AffinityCookieSpec affinity_cookie;
+  std::optional<ClientIpAffinitySpec> client_ip;
 
   bool operator==(const SessionAffinitySpec&) const = default;
 };
@@ -173,6 +184,7 @@ struct UrlMappingSpec {
   std::vector<std::string> hosts;  // empty: any host
   std::optional<std::string> default_root_handler;
   DefaultGroups default_groups;
+  std::optional<std::string> passthrough_group;  // TLS passthrough: a LogonGroup name
   std::vector<UrlRule> rules;
   std::vector<PermissionEntry> permissions;
 

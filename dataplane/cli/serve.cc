@@ -42,6 +42,13 @@ constexpr const char kServeUsage[] =
     "                       [--admin-token-file FILE]\n"
     "                       [--controller-ca FILE] [--controller-cert FILE]\n"
     "                       [--controller-key FILE] [--controller-server-name NAME]\n"
+    "                       [--tls-listen 0.0.0.0:8443 --tls-cert-dir DIR]\n"
+    "                       [--tls-client-ca FILE]\n"
+    "                       [--tls-verify-client none|optional|required]\n"
+    "                       [--tls-handshake-timeout 10s]\n"
+    "                       [--passthrough-listen 0.0.0.0:9443]\n"
+    "                       [--proxy-protocol http,tls,passthrough]\n"
+    "                       [--trusted-proxies CIDR,...]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
     "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
@@ -55,13 +62,34 @@ constexpr const char kServeUsage[] =
     "controller's certificate must carry; default: the host of --controller). The\n"
     "PEM files are read again on every reconnect. SIGTERM stops accepting, lets\n"
     "in-flight requests finish (up to --drain-timeout) and exits.\n"
+    "HTTPS: --tls-listen terminates TLS 1.2/1.3 with every certificate pair in\n"
+    "--tls-cert-dir (NAME.crt + NAME.key, or Secret mounts <secret>/tls.crt +\n"
+    "tls.key); SNI picks the pair whose certificate names the host (exact, then\n"
+    "wildcard), else the first pair by name. Changed files are loaded within\n"
+    "seconds; a pair that does not load is refused (logged, counted) and the one\n"
+    "it would replace keeps serving. --tls-verify-client optional|required asks\n"
+    "for a client certificate signed by --tls-client-ca; a verified one is\n"
+    "forwarded as SSL_CLIENT_CERT (+ SSL_CLIENT_CERT_CHAIN_<n>), with\n"
+    "SSL_CIPHER_SUITE and SSL_CIPHER_USEKEYSIZE; clients' own such headers are\n"
+    "always dropped. --tls-handshake-timeout bounds a TLS handshake.\n"
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
     "every replica must use the same key. Durations take ms, s or m suffixes.\n"
     "--log-format json writes the logs on stderr and the access log as one JSON\n"
     "object per line (default text: logfmt logs, Common Log Format access log).\n"
     "The admin port (/admin, /admin/api/...) is read-only unless --admin-token-file\n"
     "names a file holding a token: then POST /admin/api/servers/drain and /undrain\n"
-    "take \"Authorization: Bearer <token>\".\n";
+    "take \"Authorization: Bearer <token>\".\n"
+    "--passthrough-listen: TLS passthrough (end-to-end TLS): the ClientHello's server\n"
+    "name picks the UrlMapping whose passthroughGroup takes the connection; the\n"
+    "bytes go to a server of that group undecrypted. A ClientHello must arrive\n"
+    "within --header-timeout; unknown or missing server names without a default\n"
+    "group are closed.\n"
+    "--proxy-protocol: the listed listeners (http, tls, passthrough) require a PROXY\n"
+    "protocol v1 or v2 header (within --header-timeout) and take the client address\n"
+    "from it; connections without one are closed.\n"
+    "--trusted-proxies: from peers in these ranges X-Forwarded-For and\n"
+    "X-Forwarded-Proto are honoured (client address: the right-most untrusted one;\n"
+    "X-Forwarded-Proto: https counts as https); from others they are replaced.\n";
 
 bool ParseDurationMs(std::string_view text, int64_t* out) {
   int64_t multiplier = 1000;
@@ -81,6 +109,32 @@ bool ParseDurationMs(std::string_view text, int64_t* out) {
   }
   *out = value * multiplier;
   return true;
+}
+
+// "http,tls,passthrough" (any subset, at least one).
+bool ParseProxyProtocolListeners(std::string_view list, ProxyOptions* options,
+                                 std::string* error) {
+  bool any = false;
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (item == "http") {
+      options->proxy_protocol_http = true;
+    } else if (item == "tls") {
+      options->proxy_protocol_tls = true;
+    } else if (item == "passthrough") {
+      options->proxy_protocol_passthrough = true;
+    } else {
+      *error = "\"" + std::string(item) + "\" is not a listener (http, tls, passthrough)";
+      return false;
+    }
+    any = true;
+  }
+  if (!any) {
+    *error = "name at least one listener (http, tls, passthrough)";
+  }
+  return any;
 }
 
 bool ParseUnsigned(std::string_view text, uint64_t* out) {
@@ -172,6 +226,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string controller_key;
   std::string controller_server_name;
   int64_t drain_ms = 10'000;
+  bool verify_client_given = false;
 
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -206,6 +261,19 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       controller_server_name = value;
     } else if (name == "--listen") {
       ok = net::ParseEndpoint(value, &options.listen, &error);
+    } else if (name == "--tls-listen") {
+      ok = net::ParseEndpoint(value, &options.tls_listen, &error);
+    } else if (name == "--tls-cert-dir") {
+      options.tls.cert_dir = value;
+    } else if (name == "--tls-client-ca") {
+      options.tls.client_ca_file = value;
+    } else if (name == "--tls-verify-client") {
+      ok = tls::ParseVerifyClient(value, &options.tls.verify_client);
+      error = "--tls-verify-client takes none, optional or required";
+      verify_client_given = true;
+    } else if (name == "--tls-handshake-timeout") {
+      ok = ParseDurationMs(value, &options.handshake_timeout_ms) &&
+           options.handshake_timeout_ms > 0;
     } else if (name == "--admin-listen") {
       ok = net::ParseEndpoint(value, &options.admin_listen, &error);
     } else if (name == "--workers") {
@@ -236,6 +304,13 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ok = ParseUnsigned(value, &number) && number >= 1024 && number <= 1024 * 1024;
       options.max_header_bytes = number;
       error = "--max-header-size takes 1024 to 1048576 bytes";
+    } else if (name == "--passthrough-listen") {
+      ok = net::ParseEndpoint(value, &options.passthrough_listen, &error);
+      options.passthrough = ok;
+    } else if (name == "--proxy-protocol") {
+      ok = ParseProxyProtocolListeners(value, &options, &error);
+    } else if (name == "--trusted-proxies") {
+      ok = options.trusted_proxies.Parse(value, &error);
     } else if (name == "--log-level") {
       LogLevel level;
       ok = ParseLogLevel(value, &level);
@@ -257,17 +332,46 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (!ok) {
       err << "kwd-proxy serve: invalid value \"" << value << "\" for " << name;
       if (name == "--listen" || name == "--admin-listen" || name == "--workers" ||
-          name == "--max-header-size" || name == "--log-level" || name == "--log-format") {
+          name == "--max-header-size" || name == "--log-level" || name == "--log-format" ||
+          name == "--tls-listen" || name == "--tls-verify-client" ||
+          name == "--passthrough-listen" || name == "--proxy-protocol" ||
+          name == "--trusted-proxies") {
         err << ": " << error;
       }
       err << "\n";
       return 2;
     }
   }
+  if (options.proxy_protocol_passthrough && !options.passthrough) {
+    err << "kwd-proxy serve: --proxy-protocol passthrough needs --passthrough-listen\n";
+    return 2;
+  }
   if (snapshot_path.empty() == controller.empty()) {
     err << "kwd-proxy serve: give exactly one of --snapshot FILE or --controller HOST:PORT\n\n"
         << kServeUsage;
     return 2;
+  }
+  bool tls_listen = options.tls_listen.len != 0;
+  if (options.proxy_protocol_tls && !tls_listen) {
+    err << "kwd-proxy serve: --proxy-protocol tls needs --tls-listen\n";
+    return 2;
+  }
+  if (tls_listen != !options.tls.cert_dir.empty()) {
+    err << "kwd-proxy serve: --tls-listen and --tls-cert-dir go together\n";
+    return 2;
+  }
+  if (!tls_listen && (!options.tls.client_ca_file.empty() || verify_client_given)) {
+    err << "kwd-proxy serve: --tls-client-ca and --tls-verify-client need --tls-listen\n";
+    return 2;
+  }
+  if (options.tls.verify_client != tls::VerifyClient::kNone &&
+      options.tls.client_ca_file.empty()) {
+    err << "kwd-proxy serve: --tls-verify-client optional|required needs --tls-client-ca FILE\n";
+    return 2;
+  }
+  if (!options.tls.client_ca_file.empty() && !verify_client_given) {
+    // A client CA without a mode: ask for certificates, require none.
+    options.tls.verify_client = tls::VerifyClient::kOptional;
   }
   std::optional<xds::ClientTls> controller_tls;
   bool tls_flags = !controller_ca.empty() || !controller_cert.empty() || !controller_key.empty() ||
@@ -380,8 +484,20 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
        {"admin", options.admin_listen.ToString()},
        {"node", options.node_id},
        {"snapshot", snapshot_path.empty() ? "controller " + controller : snapshot_path}});
+  if (proxy.tls_bound().len != 0) {
+    Log(LogLevel::kInfo, "serve", "listening for HTTPS",
+        {{"address", proxy.tls_bound().ToString()}, {"cert_dir", options.tls.cert_dir}});
+  }
   // Tests and scripts read the bound address (useful with port 0).
   out << "listening " << proxy.bound().ToString() << std::endl;
+  if (proxy.tls_bound().len != 0) {
+    out << "listening-tls " << proxy.tls_bound().ToString() << std::endl;
+  }
+  if (options.passthrough) {
+    Log(LogLevel::kInfo, "serve", "listening for TLS passthrough",
+        {{"address", proxy.passthrough_bound().ToString()}});
+    out << "passthrough " << proxy.passthrough_bound().ToString() << std::endl;
+  }
 
   for (;;) {
     int sig = 0;

@@ -1,10 +1,23 @@
 #include "dataplane/http/forward.h"
 
+#include <array>
+#include <cstdint>
+
 #include "dataplane/http/chars.h"
 
 namespace kwd::http {
 
 namespace {
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
 
 bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && EqualsIgnoreCase(s.substr(0, prefix.size()), prefix);
@@ -124,6 +137,56 @@ bool AppendContentLengthOnce(const Header& h, bool* sent, std::string& out) {
 bool IsHopByHop(std::string_view name, std::span<const Header> fields) {
   return IsAlwaysHopByHop(name) || EqualsIgnoreCase(name, "transfer-encoding") ||
          EqualsIgnoreCase(name, "upgrade") || NamedByConnection(name, ConnectionValues(fields));
+}
+
+ForwardedClient ResolveForwarded(const RequestHead& head, std::string_view peer,
+                                 const net::CidrSet& trusted_proxies) {
+  ForwardedClient result;
+  result.client_ip = peer;
+  if (trusted_proxies.empty() || !trusted_proxies.Contains(peer)) {
+    return result;
+  }
+  std::span<const Header> fields = head.fields();
+  // X-Forwarded-For: the fields in order form one list; walk it from the right.
+  bool walking = true;
+  for (size_t f = fields.size(); walking && f-- > 0;) {
+    if (!EqualsIgnoreCase(fields[f].name, "x-forwarded-for")) {
+      continue;
+    }
+    std::string_view list = fields[f].value;
+    while (walking && !list.empty()) {
+      size_t comma = list.rfind(',');
+      std::string_view entry =
+          TrimOws(comma == std::string_view::npos ? list : list.substr(comma + 1));
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(0, comma);
+      std::array<uint8_t, 16> bytes{};
+      bool is_v4 = false;
+      if (entry.empty()) {
+        continue;
+      }
+      if (!net::ParseAddress16(entry, &bytes, &is_v4)) {
+        walking = false;  // not an address: believe nothing further left
+        break;
+      }
+      result.client_ip = entry;
+      if (!trusted_proxies.Contains(entry)) {
+        walking = false;
+      }
+    }
+  }
+  // X-Forwarded-Proto: the last value of the last field.
+  for (size_t f = fields.size(); f-- > 0;) {
+    if (!EqualsIgnoreCase(fields[f].name, "x-forwarded-proto")) {
+      continue;
+    }
+    std::string_view value = fields[f].value;
+    if (size_t comma = value.rfind(','); comma != std::string_view::npos) {
+      value = value.substr(comma + 1);
+    }
+    result.https = EqualsIgnoreCase(TrimOws(value), "https");
+    break;
+  }
+  return result;
 }
 
 void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,

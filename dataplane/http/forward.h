@@ -10,6 +10,7 @@
 
 #include "dataplane/http/framing.h"
 #include "dataplane/http/parser.h"
+#include "dataplane/net/cidr.h"
 
 namespace kwd::http {
 
@@ -29,6 +30,22 @@ struct ForwardRequestOptions {
   // Non-empty: sent as the only X-Request-Id (the client's fields dropped).
   std::string_view request_id;
 };
+
+// What a request's forwarded fields say about its client, as far as they can
+// be believed (`--trusted-proxies`).
+struct ForwardedClient {
+  // The client's address: from a trusted peer the right-most X-Forwarded-For
+  // entry that is not itself a trusted proxy (an entry that is not an address
+  // stops the walk at the last good one); otherwise the peer.
+  std::string_view client_ip;
+  // A trusted peer said X-Forwarded-Proto: https (the last value it sent).
+  bool https = false;
+};
+
+// `peer` is the connection's client address (its PROXY header's, if any).
+// The result's client_ip views `peer` or the head's fields.
+ForwardedClient ResolveForwarded(const RequestHead& head, std::string_view peer,
+                                 const net::CidrSet& trusted_proxies);
 
 // Request line in origin-form (absolute-form is rewritten, its authority
 // becomes Host) and HTTP/1.1; Host and X-Forwarded-Host from info.host, the

@@ -48,8 +48,11 @@ void AppendMs(double ms, std::string& out) {
   out += text;
 }
 
-std::string_view Protocol(int version_minor) {
-  return version_minor == 0 ? "HTTP/1.0" : "HTTP/1.1";
+std::string_view Protocol(const AccessLogEntry& e) {
+  if (!e.protocol.empty()) {
+    return e.protocol;
+  }
+  return e.version_minor == 0 ? "HTTP/1.0" : "HTTP/1.1";
 }
 
 }  // namespace
@@ -77,7 +80,7 @@ void AccessLog::WriteJson(const AccessLogEntry& e) {
   http::AppendMaskedTarget(e.target, scratch_);
   AppendJsonOrNull(scratch_, out);
   out += ",\"protocol\":\"";
-  out += Protocol(e.version_minor);
+  out += Protocol(e);
   out += "\",\"status\":";
   out += std::to_string(e.status);
   out += ",\"bytes_sent\":";
@@ -134,7 +137,7 @@ void AccessLog::Write(const AccessLogEntry& e, time_t now) {
   out += ' ';
   http::AppendMaskedTarget(e.target, out);
   out += ' ';
-  out += Protocol(e.version_minor);
+  out += Protocol(e);
   // The request line came from the client: no quotes or controls in the log.
   for (size_t i = line_start; i < out.size(); ++i) {
     if (out[i] == '"' || static_cast<unsigned char>(out[i]) < 0x20 || out[i] == 0x7f) {
@@ -163,6 +166,8 @@ void AccessLog::Write(const AccessLogEntry& e, time_t now) {
   AppendToken(e.request_id, out);
   out += ' ';
   AppendToken(e.trace_id, out);
+  out += ' ';
+  AppendToken(e.tls_version, out);
   out += '\n';
   if (out.size() >= kFlushBytes) {
     Flush();

@@ -5,7 +5,8 @@
 //   127.0.0.1 - - [30/Nov/2026:10:00:00 +0000] "GET /sap/bc/x?sap-contextid=*** HTTP/1.1" 200 512
 //   "erp/public" "erp1_ERP_00" 1.204 balance
 // (one line; wrapped here), then the upstream time in ms ("-" when no server
-// answered), the request id and the trace id ("-" when none). With
+// answered), the request id, the trace id and the client connection's TLS
+// version ("-" when none). With
 // LogFormat::kJson (--log-format json) each line is a JSON object instead:
 //   {"ts":"2026-11-30T10:00:00.123Z","client_ip":"127.0.0.1","method":"GET",
 //    "target":"/sap/bc/x?sap-contextid=***","protocol":"HTTP/1.1","status":200,
@@ -31,6 +32,7 @@ struct AccessLogEntry {
   std::string_view method;
   std::string_view target;
   int version_minor = 1;
+  std::string_view protocol;  // "" : HTTP/1.x by version_minor; else as given ("passthrough")
   int status = 0;
   uint64_t bytes_sent = 0;      // response body bytes
   uint64_t bytes_received = 0;  // request body bytes

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "dataplane/net/cidr.h"
 #include "dataplane/net/socket.h"
+#include "dataplane/tls/server_tls.h"
 
 namespace kwd::proxy {
 
@@ -14,10 +16,14 @@ namespace kwd::proxy {
 struct ProxyOptions {
   net::Endpoint listen;        // --listen, default 0.0.0.0:8080
   net::Endpoint admin_listen;  // --admin-listen, default 0.0.0.0:9901
+  // --tls-listen (with --tls-cert-dir): HTTPS termination; len 0 when off.
+  net::Endpoint tls_listen;
+  tls::ServerTlsOptions tls;  // --tls-cert-dir, --tls-client-ca, --tls-verify-client
   int workers = 1;             // --workers
   std::string node_id;         // --node-id, default the host name
 
   int64_t header_timeout_ms = 10'000;    // --header-timeout: whole request head
+  int64_t handshake_timeout_ms = 10'000;  // --tls-handshake-timeout: TLS handshake
   int64_t idle_timeout_ms = 60'000;      // --idle-timeout: keep-alive between requests
   int64_t connect_timeout_ms = 5'000;    // --connect-timeout: upstream connect
   int64_t response_timeout_ms = 60'000;  // --response-timeout: upstream response head (504)
@@ -27,6 +33,21 @@ struct ProxyOptions {
   size_t max_idle_upstream_per_server = 64;    // per worker
   int64_t upstream_idle_timeout_ms = 30'000;   // pooled connections close after this
   size_t max_connections = 10'000;             // per worker; beyond: accept and close
+
+  // TLS passthrough (--passthrough-listen): off unless set.
+  bool passthrough = false;
+  net::Endpoint passthrough_listen;
+  size_t max_client_hello_bytes = 16 * 1024;
+  size_t passthrough_buffer_bytes = 64 * 1024;  // per direction
+  int64_t passthrough_idle_timeout_ms = 3'600'000;  // no byte either way (SAP: 1 h)
+
+  // --proxy-protocol http,tls,passthrough: these listeners require a PROXY
+  // v1/v2 header (within header_timeout_ms).
+  bool proxy_protocol_http = false;
+  bool proxy_protocol_tls = false;
+  bool proxy_protocol_passthrough = false;
+  // --trusted-proxies: peers whose X-Forwarded-For/-Proto are honoured.
+  net::CidrSet trusted_proxies;
 
   std::string access_log = "-";  // --access-log FILE | - (stdout) | off
   std::string affinity_key;      // from --affinity-key-file or KWD_AFFINITY_KEY

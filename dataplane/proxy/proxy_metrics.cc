@@ -50,7 +50,14 @@ ProxyMetrics::ProxyMetrics()
           "Snapshots rejected as invalid (the previous one keeps serving).")),
       sessions_learned(registry_.GetCounter(
           "kwd_proxy_sessions_learned_total",
-          "JSESSIONID values learned from backend Set-Cookie headers.")) {
+          "JSESSIONID values learned from backend Set-Cookie headers.")),
+      proxy_protocol_rejected(registry_.GetCounter(
+          "kwd_proxy_proxy_protocol_rejected_total",
+          "Connections closed on a --proxy-protocol listener for a missing, invalid or late "
+          "PROXY header.")),
+      tls_handshake_timeouts(registry_.GetCounter(
+          "kwd_proxy_tls_handshake_errors_total",
+          "TLS handshakes on --tls-listen that failed, by reason.", {{"reason", "timeout"}})) {
   RegisterStandardMetrics(registry_);
   for (size_t i = 0; i < kErrorCodeCount; ++i) {
     ErrorInfo info = ErrorInfoFor(static_cast<ErrorCode>(i));
@@ -58,6 +65,14 @@ ProxyMetrics::ProxyMetrics()
         "kwd_proxy_local_responses_total",
         "Responses the proxy made itself (error pages), by SAP error code and status.",
         {{"error", std::string(info.sap_code)}, {"status", std::to_string(info.status)}});
+  }
+  constexpr const char* kRejectReasons[kPassthroughRejectCount] = {
+      "no-route", "no-server", "bad-client-hello", "too-large", "timeout", "closed"};
+  for (size_t i = 0; i < kPassthroughRejectCount; ++i) {
+    passthrough_rejected[i] = &registry_.GetCounter(
+        "kwd_proxy_passthrough_rejected_total",
+        "TLS passthrough connections closed before reaching a server, by reason.",
+        {{"reason", kRejectReasons[i]}});
   }
   using routing::Identifier;
   for (Identifier id : {Identifier::kSapContextId, Identifier::kSaplb, Identifier::kJSessionId,
@@ -91,6 +106,19 @@ GroupMetrics ProxyMetrics::MakeGroup(const std::string& group,
   m.duration = keep(registry_.HistogramPtr(
       "kwd_proxy_request_duration_seconds",
       "Time from the request head to the end of the response.", {{"group", group}}));
+  m.passthrough_connections = keep(registry_.CounterPtr(
+      "kwd_proxy_passthrough_connections_total", "TLS passthrough connections routed to a group.",
+      {{"group", group}}));
+  m.passthrough_bytes_in = keep(registry_.CounterPtr(
+      "kwd_proxy_passthrough_bytes_total", "TLS passthrough bytes by direction.",
+      {{"group", group}, {"direction", "in"}}));
+  m.passthrough_bytes_out = keep(registry_.CounterPtr(
+      "kwd_proxy_passthrough_bytes_total", "TLS passthrough bytes by direction.",
+      {{"group", group}, {"direction", "out"}}));
+  m.passthrough_errors = keep(registry_.CounterPtr(
+      "kwd_proxy_passthrough_errors_total",
+      "TLS passthrough connections that failed after routing (connect error or timeout).",
+      {{"group", group}}));
   for (const auto& server : servers) {
     ServerMetrics s;
     s.requests = keep(registry_.CounterPtr("kwd_proxy_server_requests_total",
@@ -121,7 +149,9 @@ std::shared_ptr<const TableMetrics> ProxyMetrics::ForTable(const routing::Routin
   std::sort(live_groups.begin(), live_groups.end());
   for (const char* family :
        {"kwd_proxy_requests_total", "kwd_proxy_request_duration_seconds",
-        "kwd_proxy_server_requests_total", "kwd_proxy_upstream_connect_errors_total"}) {
+        "kwd_proxy_server_requests_total", "kwd_proxy_upstream_connect_errors_total",
+        "kwd_proxy_passthrough_connections_total", "kwd_proxy_passthrough_bytes_total",
+        "kwd_proxy_passthrough_errors_total"}) {
     registry_.RetainLabelValues(family, "group", live_groups);
   }
   // Pods come and go: series of servers no group has any more are dropped.

@@ -45,7 +45,25 @@ struct GroupMetrics {
   std::array<Counter*, kStatusCodeLabelCount> requests{};
   Histogram* duration = nullptr;
   std::vector<ServerMetrics> servers;  // parallel to GroupEntry::servers
+  // TLS passthrough: connections routed to the group, bytes each way, and
+  // connections that failed after routing (connect failure or timeout).
+  Counter* passthrough_connections = nullptr;
+  Counter* passthrough_bytes_in = nullptr;   // client -> server
+  Counter* passthrough_bytes_out = nullptr;  // server -> client
+  Counter* passthrough_errors = nullptr;
 };
+
+// Why a passthrough (or PROXY protocol) connection was closed before it was
+// routed; the index into ProxyMetrics::passthrough_rejected.
+enum class PassthroughReject : uint8_t {
+  kNoRoute,          // no group for the server name and no default
+  kNoServer,         // the group has no usable server
+  kBadClientHello,   // not a TLS ClientHello
+  kTooLarge,         // ClientHello above the limit
+  kTimeout,          // no complete ClientHello in time
+  kClosed,           // the client closed before its ClientHello was complete
+};
+inline constexpr size_t kPassthroughRejectCount = 6;
 
 // Holds its children, so a worker still finishing requests on an old table
 // can count them after the registry stopped exporting removed groups.
@@ -84,6 +102,11 @@ class ProxyMetrics {
   Counter& sessions_learned;
   // Responses the proxy made itself (error pages), by ErrorCode.
   std::array<Counter*, kErrorCodeCount> local_responses{};
+  std::array<Counter*, kPassthroughRejectCount> passthrough_rejected{};
+  Counter& proxy_protocol_rejected;
+  // kwd_proxy_tls_handshake_errors_total{reason="timeout"}; the TLS library
+  // counts the other reasons under the same name.
+  Counter& tls_handshake_timeouts;
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

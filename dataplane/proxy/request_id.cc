@@ -20,11 +20,6 @@ bool AllZero(std::string_view text) { return text.find_first_not_of('0') == std:
 
 }  // namespace
 
-bool PeerTrusted(std::string_view client_ip) {
-  (void)client_ip;
-  return false;
-}
-
 bool ValidRequestId(std::string_view id) {
   if (id.empty() || id.size() > 128) {
     return false;

@@ -2,7 +2,7 @@
 
 // Request ids and trace context for the access log and the upstream.
 //
-// X-Request-Id: a request from a trusted peer keeps the id it carries (when
+// X-Request-Id: a request from a trusted peer (--trusted-proxies) keeps the id it carries (when
 // it is a sane token); any other request gets a new random id. Either way the
 // id is logged and forwarded upstream as the only X-Request-Id.
 // traceparent (W3C Trace Context): passed through unchanged; its trace id is
@@ -12,11 +12,6 @@
 #include <string_view>
 
 namespace kwd::proxy {
-
-// Whether the peer at `client_ip` may assert request headers such as
-// X-Request-Id (a load balancer or ingress in front of kwd). The one place
-// that decides it: no peer is trusted until --trusted-proxies exists.
-bool PeerTrusted(std::string_view client_ip);
 
 // A request id worth keeping: 1 to 128 characters of [A-Za-z0-9._:+/=-].
 bool ValidRequestId(std::string_view id);

@@ -8,9 +8,108 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "dataplane/net/proxy_protocol.h"
 #include "dataplane/proxy/client_connection.h"
+#include "dataplane/proxy/passthrough_connection.h"
 
 namespace kwd::proxy {
+
+std::string_view ListenerName(Listener listener) {
+  switch (listener) {
+    case Listener::kHttp:
+      return "http";
+    case Listener::kTls:
+      return "tls";
+    case Listener::kPassthrough:
+      return "passthrough";
+  }
+  return "http";
+}
+
+namespace {
+
+// The PROXY protocol step (`--proxy-protocol`): waits (up to the header
+// timeout) for the header on a fresh connection, consumes exactly it, then
+// hands the socket to the listener's connection with the client address the
+// header gave. A connection without a valid header is closed.
+class ProxyHeaderStep final : public WorkerConnection {
+ public:
+  ProxyHeaderStep(Worker* worker, Listener listener, int fd, std::string peer_ip)
+      : worker_(worker),
+        listener_(listener),
+        fd_(fd),
+        peer_ip_(std::move(peer_ip)),
+        timer_(this, [](void* self) {
+          static_cast<ProxyHeaderStep*>(self)->Refuse("no complete PROXY header in time");
+        }) {}
+  ~ProxyHeaderStep() override {
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
+  }
+
+  void Start() override {
+    worker_->loop().Add(fd_, EPOLLIN | EPOLLRDHUP | EPOLLET, this);
+    worker_->loop().Schedule(&timer_, worker_->options().header_timeout_ms);
+    OnIo(EPOLLIN);
+  }
+  void BeginDrain() override { Refuse("draining"); }
+
+  void OnIo(uint32_t /*events*/) override {
+    if (done_) {
+      return;
+    }
+    net::ProxyHeader header;
+    std::string error;
+    switch (net::ReadProxyHeader(fd_, &header, &error)) {
+      case net::ProxyReadStatus::kNeedMore:
+        return;
+      case net::ProxyReadStatus::kInvalid:
+      case net::ProxyReadStatus::kClosed:
+        Refuse(error);
+        return;
+      case net::ProxyReadStatus::kDone:
+        break;
+    }
+    done_ = true;
+    worker_->loop().Cancel(&timer_);
+    worker_->loop().Remove(fd_);
+    const int fd = fd_;
+    fd_ = -1;
+    std::string client_ip = header.local ? peer_ip_ : header.source_address;
+    // The step leaves the worker's list; the connection takes its place
+    // (and its count).
+    worker_->Detach(this);
+    worker_->loop().DeleteLater(this);
+    worker_->StartConnection(listener_, fd, std::move(client_ip));
+  }
+
+ private:
+  void Refuse(std::string_view why) {
+    if (done_) {
+      return;
+    }
+    done_ = true;
+    worker_->metrics().proxy_protocol_rejected.Inc();
+    Log(LogLevel::kDebug, "proxy", "connection refused: PROXY protocol header",
+        {{"listener", ListenerName(listener_)}, {"peer", peer_ip_}, {"error", why}});
+    worker_->loop().Cancel(&timer_);
+    worker_->loop().Remove(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    worker_->ConnectionClosed(this);
+    worker_->loop().DeleteLater(this);
+  }
+
+  Worker* worker_;
+  Listener listener_;
+  int fd_;
+  std::string peer_ip_;
+  bool done_ = false;
+  net::Timer timer_;
+};
+
+}  // namespace
 
 // ---- UpstreamConnection ----
 
@@ -18,6 +117,7 @@ UpstreamConnection::UpstreamConnection(Worker* worker, int fd, std::string_view 
                                        uint32_t port)
     : worker(worker),
       fd(fd),
+      transport(std::make_unique<net::PlainTransport>(fd)),
       address(address),
       port(port),
       idle_timer(this, [](void* self) {
@@ -60,12 +160,15 @@ void UpstreamConnection::Close() {
 
 Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                std::shared_ptr<const session::AffinityCookieCodec> codec,
-               std::shared_ptr<const routing::Clock> clock, int access_log_fd)
+               std::shared_ptr<const routing::Clock> clock, int access_log_fd,
+               tls::ServerTls* server_tls)
     : id_(id),
       options_(options),
       metrics_(metrics),
-      router_(std::move(codec), std::move(clock)),
+      router_(std::move(codec), clock),
+      passthrough_router_(std::move(clock)),
       access_log_(access_log_fd),
+      server_tls_(server_tls),
       flush_timer_(this,
                    [](void* self) {
                      auto* w = static_cast<Worker*>(self);
@@ -73,14 +176,28 @@ Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                      w->loop_.Schedule(&w->flush_timer_, 100);
                    }),
       drain_timer_(this, [](void* self) { static_cast<Worker*>(self)->CheckDrained(); }),
-      accept_retry_timer_(this, [](void* self) { static_cast<Worker*>(self)->Accept(); }) {
+      accept_retry_timer_(this, [](void* self) { static_cast<Worker*>(self)->AcceptAll(); }) {
   acceptor_.worker = this;
+  acceptor_.listener = Listener::kHttp;
+  acceptor_.fd = &listen_fd_;
+  passthrough_acceptor_.worker = this;
+  passthrough_acceptor_.listener = Listener::kPassthrough;
+  passthrough_acceptor_.fd = &passthrough_fd_;
+  tls_acceptor_.worker = this;
+  tls_acceptor_.listener = Listener::kTls;
+  tls_acceptor_.fd = &tls_listen_fd_;
 }
 
 Worker::~Worker() {
   Join();
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
+  }
+  if (passthrough_fd_ >= 0) {
+    ::close(passthrough_fd_);
+  }
+  if (tls_listen_fd_ >= 0) {
+    ::close(tls_listen_fd_);
   }
 }
 
@@ -90,6 +207,24 @@ bool Worker::Start(std::string* error) {
     return false;
   }
   bound_ = net::LocalEndpoint(listen_fd_);
+  if (options_.passthrough) {
+    passthrough_fd_ = net::Listen(options_.passthrough_listen, /*reuse_port=*/true, 4096, error);
+    if (passthrough_fd_ < 0) {
+      *error = "--passthrough-listen: " + *error;
+      return false;
+    }
+    passthrough_bound_ = net::LocalEndpoint(passthrough_fd_);
+    loop_.Add(passthrough_fd_, EPOLLIN | EPOLLET, &passthrough_acceptor_);
+  }
+  if (server_tls_ != nullptr) {
+    tls_listen_fd_ = net::Listen(options_.tls_listen, /*reuse_port=*/true, 4096, error);
+    if (tls_listen_fd_ < 0) {
+      *error = "--tls-listen " + options_.tls_listen.ToString() + ": " + *error;
+      return false;
+    }
+    tls_bound_ = net::LocalEndpoint(tls_listen_fd_);
+    loop_.Add(tls_listen_fd_, EPOLLIN | EPOLLET, &tls_acceptor_);
+  }
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
   loop_.Schedule(&flush_timer_, 100);
   thread_ = std::thread([this] { Run(); });
@@ -104,6 +239,10 @@ void Worker::Run() {
     delete c;
   }
   connections_.clear();
+  for (WorkerConnection* c : std::vector<WorkerConnection*>(others_)) {
+    delete c;
+  }
+  others_.clear();
   for (auto& [key, bucket] : pool_) {
     for (UpstreamConnection* u : bucket.idle) {
       ::close(u->fd);
@@ -123,20 +262,44 @@ void Worker::Join() {
 void Worker::Apply(std::shared_ptr<const routing::RoutingTable> table,
                    std::shared_ptr<const TableMetrics> metrics) {
   loop_.Post([this, table = std::move(table), metrics = std::move(metrics)]() mutable {
+    passthrough_router_.Apply(table);
     router_.Apply(table);
     stats_.Apply(std::move(table), loop_.now_ms());
     table_metrics_ = std::move(metrics);
   });
 }
 
-void Worker::Accept() {
-  if (listen_fd_ < 0) {
+void Worker::AcceptAll() {
+  Accept(acceptor_);
+  if (tls_listen_fd_ >= 0) {
+    Accept(tls_acceptor_);
+  }
+  if (passthrough_fd_ >= 0) {
+    Accept(passthrough_acceptor_);
+  }
+}
+
+bool Worker::ProxyProtocolOn(Listener listener) const {
+  switch (listener) {
+    case Listener::kHttp:
+      return options_.proxy_protocol_http;
+    case Listener::kTls:
+      return options_.proxy_protocol_tls;
+    case Listener::kPassthrough:
+      return options_.proxy_protocol_passthrough;
+  }
+  return false;
+}
+
+void Worker::Accept(const Acceptor& acceptor) {
+  const int listen_fd = *acceptor.fd;
+  if (listen_fd < 0) {
     return;  // draining: the listener is closed
   }
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
+    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) {
@@ -169,14 +332,62 @@ void Worker::Accept() {
     net::Endpoint peer;
     peer.addr = addr;
     peer.len = len;
-    auto* connection = new ClientConnection(this, fd, net::AddressString(peer));
-    connection->slot = connections_.size();
-    connections_.push_back(connection);
     ++connection_count_;
     metrics_->connections_accepted.Inc();
     metrics_->connections_active.Add(1);
-    connection->Start();
+    if (ProxyProtocolOn(acceptor.listener)) {
+      auto* step = new ProxyHeaderStep(this, acceptor.listener, fd, net::AddressString(peer));
+      step->slot = others_.size();
+      others_.push_back(step);
+      step->Start();
+      continue;
+    }
+    StartConnection(acceptor.listener, fd, net::AddressString(peer));
   }
+}
+
+void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
+  if (draining_) {
+    // A PROXY step finished after the drain began.
+    ::close(fd);
+    --connection_count_;
+    metrics_->connections_active.Add(-1);
+    return;
+  }
+  if (listener == Listener::kPassthrough) {
+    auto* connection = new PassthroughConnection(this, fd, std::move(client_ip));
+    connection->slot = others_.size();
+    others_.push_back(connection);
+    connection->Start();
+    return;
+  }
+  // kHttp and kTls: the HTTP codec over a plain or TLS transport.
+  std::unique_ptr<net::Transport> transport;
+  if (listener == Listener::kTls) {
+    transport = server_tls_->NewTransport(fd);
+    if (transport == nullptr) {
+      WarnOutOfResources("start a TLS connection", ENOMEM);
+      ::close(fd);
+      --connection_count_;
+      metrics_->connections_active.Add(-1);
+      return;
+    }
+  } else {
+    transport = std::make_unique<net::PlainTransport>(fd);
+  }
+  auto* connection = new ClientConnection(this, std::move(transport), std::move(client_ip));
+  connection->slot = connections_.size();
+  connections_.push_back(connection);
+  connection->Start();
+}
+
+const GroupMetrics* Worker::GroupMetricsFor(const routing::PassthroughDecision& decision) const {
+  if (decision.group_index < 0 || table_metrics_ == nullptr ||
+      decision.table != passthrough_router_.table() ||
+      static_cast<size_t>(decision.group_index) >= table_metrics_->groups.size()) {
+    return nullptr;
+  }
+  return &table_metrics_->groups[decision.group_index];
 }
 
 void Worker::RetryAcceptLater() {
@@ -195,6 +406,24 @@ void Worker::WarnOutOfResources(std::string_view what, int error_number) {
   last_resource_warning_ms_ = loop_.now_ms();
   Log(LogLevel::kWarn, "proxy", "out of file descriptors or other local resources",
       {{"failed", what}, {"error", std::strerror(error_number)}, {"worker", std::to_string(id_)}});
+}
+
+void Worker::Detach(WorkerConnection* connection) {
+  size_t slot = connection->slot;
+  if (slot < others_.size() && others_[slot] == connection) {
+    others_[slot] = others_.back();
+    others_[slot]->slot = slot;
+    others_.pop_back();
+  }
+}
+
+void Worker::ConnectionClosed(WorkerConnection* connection) {
+  Detach(connection);
+  --connection_count_;
+  metrics_->connections_active.Add(-1);
+  if (draining_) {
+    CheckDrained();
+  }
 }
 
 void Worker::ConnectionClosed(ClientConnection* connection) {
@@ -275,10 +504,17 @@ size_t Worker::CloseIdleUpstreams() {
 
 void Worker::StopAccepting() {
   loop_.Cancel(&accept_retry_timer_);
-  if (listen_fd_ >= 0) {
-    loop_.Remove(listen_fd_);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
+  for (int* fd : {&listen_fd_, &tls_listen_fd_}) {
+    if (*fd >= 0) {
+      loop_.Remove(*fd);
+      ::close(*fd);
+      *fd = -1;
+    }
+  }
+  if (passthrough_fd_ >= 0) {
+    loop_.Remove(passthrough_fd_);
+    ::close(passthrough_fd_);
+    passthrough_fd_ = -1;
   }
 }
 
@@ -289,6 +525,9 @@ void Worker::Drain(int64_t grace_ms) {
     StopAccepting();
     CloseIdleUpstreams();
     for (ClientConnection* c : std::vector<ClientConnection*>(connections_)) {
+      c->BeginDrain();
+    }
+    for (WorkerConnection* c : std::vector<WorkerConnection*>(others_)) {
       c->BeginDrain();
     }
     CheckDrained();

@@ -15,16 +15,34 @@
 #include <vector>
 
 #include "dataplane/net/event_loop.h"
+#include "dataplane/net/transport.h"
 #include "dataplane/proxy/access_log.h"
 #include "dataplane/proxy/options.h"
 #include "dataplane/proxy/proxy_metrics.h"
 #include "dataplane/proxy/server_stats.h"
+#include "dataplane/routing/passthrough_router.h"
 #include "dataplane/routing/router.h"
 
 namespace kwd::proxy {
 
 class ClientConnection;
 class Worker;
+
+// The listeners a worker accepts on.
+enum class Listener : uint8_t { kHttp, kTls, kPassthrough };
+// "http", "tls", "passthrough".
+std::string_view ListenerName(Listener listener);
+
+// A connection the worker owns besides the HTTP ClientConnection: TLS
+// passthrough tunnels and the PROXY protocol step that runs before either.
+class WorkerConnection : public net::IoHandler, public net::Deletable {
+ public:
+  ~WorkerConnection() override = default;
+  virtual void Start() = 0;
+  // The worker is draining: end at the next safe point (or at the deadline).
+  virtual void BeginDrain() = 0;
+  size_t slot = 0;  // index in the worker's list
+};
 
 // An upstream connection. Owned by its client connection while it carries a
 // request, by the pool while idle.
@@ -38,6 +56,9 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
   Worker* worker;
   int fd;
+  // Plain unless the group re-encrypts; the client connection reads and
+  // writes through it.
+  std::unique_ptr<net::Transport> transport;
   std::string address;
   uint32_t port;
   bool connecting = true;
@@ -48,12 +69,15 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
 class Worker {
  public:
+  // `server_tls` (owned by the proxy, may be null) terminates TLS on
+  // options.tls_listen.
   Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
          std::shared_ptr<const session::AffinityCookieCodec> codec,
-         std::shared_ptr<const routing::Clock> clock, int access_log_fd);
+         std::shared_ptr<const routing::Clock> clock, int access_log_fd,
+         tls::ServerTls* server_tls = nullptr);
   ~Worker();
 
-  // Opens the listener (SO_REUSEPORT) and starts the thread.
+  // Opens the listeners (SO_REUSEPORT) and starts the thread.
   bool Start(std::string* error);
   // Thread-safe: the worker switches tables between requests.
   void Apply(std::shared_ptr<const routing::RoutingTable> table,
@@ -67,6 +91,8 @@ class Worker {
 
   int id() const { return id_; }
   const net::Endpoint& bound() const { return bound_; }
+  const net::Endpoint& passthrough_bound() const { return passthrough_bound_; }
+  const net::Endpoint& tls_bound() const { return tls_bound_; }
   const routing::Router& router() const { return router_; }
   size_t connection_count() const { return connection_count_; }
 
@@ -88,6 +114,17 @@ class Worker {
   void ReleaseIdle(UpstreamConnection* connection);
   void ForgetIdle(UpstreamConnection* connection);
   void ConnectionClosed(ClientConnection* connection);
+  void ConnectionClosed(WorkerConnection* connection);
+  // Takes `connection` off the worker's list without uncounting it.
+  void Detach(WorkerConnection* connection);
+  // Starts the connection for `listener` on an accepted socket whose client
+  // is `client_ip` (the peer, or what its PROXY protocol header said). The
+  // connection is already counted.
+  void StartConnection(Listener listener, int fd, std::string client_ip);
+  routing::PassthroughRouter& passthrough_router() { return passthrough_router_; }
+  // The metrics of a passthrough decision's group; null when the decision was
+  // made on a table other than the current one.
+  const GroupMetrics* GroupMetricsFor(const routing::PassthroughDecision& decision) const;
   // Logs that `what` failed for want of descriptors (or memory, ports), at
   // most once a second per worker.
   void WarnOutOfResources(std::string_view what, int error_number);
@@ -95,7 +132,9 @@ class Worker {
  private:
   struct Acceptor final : net::IoHandler {
     Worker* worker;
-    void OnIo(uint32_t events) override { worker->Accept(); }
+    Listener listener = Listener::kHttp;
+    int* fd = nullptr;
+    void OnIo(uint32_t events) override { worker->Accept(*this); }
   };
   struct PoolBucket {
     std::string address;
@@ -104,8 +143,10 @@ class Worker {
   };
 
   void Run();
-  void Accept();
+  void Accept(const Acceptor& acceptor);
+  void AcceptAll();
   void RetryAcceptLater();
+  bool ProxyProtocolOn(Listener listener) const;
   // Closes every idle pooled upstream connection; returns how many were open.
   size_t CloseIdleUpstreams();
   void StopAccepting();
@@ -117,12 +158,21 @@ class Worker {
   ProxyMetrics* metrics_;
   net::EventLoop loop_;
   routing::Router router_;
+  routing::PassthroughRouter passthrough_router_;
   std::shared_ptr<const TableMetrics> table_metrics_;
   AccessLog access_log_;
   WorkerStats stats_;
   int listen_fd_ = -1;
   net::Endpoint bound_;
   Acceptor acceptor_;
+  int passthrough_fd_ = -1;
+  net::Endpoint passthrough_bound_;
+  Acceptor passthrough_acceptor_;
+  std::vector<WorkerConnection*> others_;  // passthrough and PROXY-step connections
+  tls::ServerTls* server_tls_;
+  int tls_listen_fd_ = -1;
+  net::Endpoint tls_bound_;
+  Acceptor tls_acceptor_;
   std::thread thread_;
   size_t connection_count_ = 0;
   std::vector<ClientConnection*> connections_;  // for draining; swap-removed

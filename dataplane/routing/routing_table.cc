@@ -108,6 +108,21 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
                               1000;
     entry.sessions = context.sessions->TableFor(entry.key, options);
     entry.sessions->Reconfigure(options);
+    if (const v1::ClientIpAffinity& client_ip = affinity.client_ip(); client_ip.enabled()) {
+      session::ClientIpTableOptions ip_options;
+      ip_options.ipv4_mask =
+          client_ip.ipv4_mask() != 0 ? client_ip.ipv4_mask() : kDefaultClientIpMask;
+      ip_options.ipv6_prefix_length = client_ip.ipv6_prefix_length() != 0
+                                          ? client_ip.ipv6_prefix_length()
+                                          : kDefaultClientIpv6PrefixLength;
+      ip_options.max_entries =
+          client_ip.max_entries() > 0 ? client_ip.max_entries() : kDefaultSessionTableEntries;
+      ip_options.idle_timeout_ms =
+          int64_t{client_ip.idle_timeout_seconds() > 0 ? client_ip.idle_timeout_seconds()
+                                                       : kDefaultSessionIdleSeconds} *
+          1000;
+      entry.client_ips = context.sessions->ClientIpTableFor(entry.key, ip_options);
+    }
     live_groups.push_back(entry.key);
     table->group_index_.Insert(entry.key, static_cast<int>(table->groups_.size()));
     table->groups_.push_back(std::move(entry));
@@ -128,6 +143,8 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     }
     entry.prefixes = PrefixIndex(std::move(lowercase_prefixes));
     entry.permissions = PermissionTable(vhost.permissions());
+    entry.passthrough_group = table->FindGroup(vhost.passthrough_group());
+    table->has_passthrough_ = table->has_passthrough_ || entry.passthrough_group >= 0;
     const int index = static_cast<int>(table->virtual_hosts_.size());
     std::string host = Lowercase(entry.host);
     if (host.empty()) {
@@ -189,6 +206,22 @@ const VirtualHostEntry* RoutingTable::FindVirtualHost(std::string_view host_head
     }
   }
   return any_host_ >= 0 ? &virtual_hosts_[any_host_] : nullptr;
+}
+
+int RoutingTable::FindPassthroughGroup(std::string_view sni) const {
+  if (!sni.empty()) {
+    if (int index = exact_hosts_.Find(sni);
+        index >= 0 && virtual_hosts_[index].passthrough_group >= 0) {
+      return virtual_hosts_[index].passthrough_group;
+    }
+    for (size_t dot = sni.find('.'); dot != std::string_view::npos; dot = sni.find('.', dot + 1)) {
+      if (int index = wildcard_hosts_.Find(sni.substr(dot));
+          index >= 0 && virtual_hosts_[index].passthrough_group >= 0) {
+        return virtual_hosts_[index].passthrough_group;
+      }
+    }
+  }
+  return any_host_ >= 0 ? virtual_hosts_[any_host_].passthrough_group : -1;
 }
 
 }  // namespace kwd::routing

@@ -48,6 +48,8 @@ struct GroupEntry {
   NameIndex server_index;
   std::shared_ptr<session::SessionTable> sessions;
   v1::HealthCheck health_check;  // as compiled (defaults filled in); read by the health checker
+  // TLS passthrough client-IP affinity; null when the group has none.
+  std::shared_ptr<session::ClientIpTable> client_ips;
 
   bool Enabled(v1::SessionIdentifier identifier) const {
     return identifier_enabled[static_cast<size_t>(identifier)];
@@ -70,6 +72,7 @@ struct VirtualHostEntry {
   std::vector<RuleEntry> rules;
   PrefixIndex prefixes;  // parallel to `rules`, lowercase
   PermissionTable permissions;
+  int passthrough_group = -1;  // TLS passthrough connections with this SNI, -1: none
 
   int DefaultGroup(v1::Kind kind) const {
     return kind == v1::KIND_ABAP ? default_abap_group : default_java_group;
@@ -85,6 +88,8 @@ struct TableContext {
 inline constexpr std::string_view kDefaultAffinityCookieName = "kwd_affinity";
 inline constexpr size_t kDefaultSessionTableEntries = 50000;
 inline constexpr int64_t kDefaultSessionIdleSeconds = 3600;
+inline constexpr uint32_t kDefaultClientIpMask = 0xFFFFF000;  // 255.255.240.0 (SAP)
+inline constexpr uint32_t kDefaultClientIpv6PrefixLength = 64;
 
 class RoutingTable {
  public:
@@ -104,6 +109,12 @@ class RoutingTable {
   // "" entry; null when none applies. `scratch` holds the lowercased host.
   const VirtualHostEntry* FindVirtualHost(std::string_view host_header,
                                           std::span<char> scratch) const;
+  // The group for a TLS passthrough connection with server name `sni`
+  // (lowercase, as the ClientHello parser gives it; "" when none was sent):
+  // the exact virtual host's passthrough group, else the longest "*.suffix"
+  // one's, else the "" host's (the default); -1 when none applies.
+  int FindPassthroughGroup(std::string_view sni) const;
+  bool has_passthrough() const { return has_passthrough_; }
 
  private:
   RoutingTable() = default;
@@ -115,6 +126,7 @@ class RoutingTable {
   NameIndex exact_hosts_;     // host -> virtual host index
   NameIndex wildcard_hosts_;  // ".suffix" -> virtual host index
   int any_host_ = -1;
+  bool has_passthrough_ = false;
 };
 
 }  // namespace kwd::routing

@@ -346,11 +346,26 @@ std::shared_ptr<SessionTable> SessionRegistry::TableFor(const std::string& group
   return table;
 }
 
+std::shared_ptr<ClientIpTable> SessionRegistry::ClientIpTableFor(
+    const std::string& group_key, const ClientIpTableOptions& options) {
+  std::lock_guard lock(mu_);
+  auto it = client_ip_tables_.find(group_key);
+  if (it != client_ip_tables_.end()) {
+    it->second->Reconfigure(options);
+    return it->second;
+  }
+  auto table = std::make_shared<ClientIpTable>(options);
+  client_ip_tables_.emplace(group_key, table);
+  return table;
+}
+
 void SessionRegistry::Retain(const std::vector<std::string>& live_group_keys) {
   std::lock_guard lock(mu_);
-  std::erase_if(tables_, [&](const auto& item) {
+  const auto gone = [&](const auto& item) {
     return !std::binary_search(live_group_keys.begin(), live_group_keys.end(), item.first);
-  });
+  };
+  std::erase_if(tables_, gone);
+  std::erase_if(client_ip_tables_, gone);
 }
 
 }  // namespace kwd::session

@@ -30,6 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dataplane/session/client_ip_table.h"
+
 namespace kwd::session {
 
 enum class TableKey : uint8_t { kJSessionId = 0, kSapExtSid = 1 };
@@ -97,12 +99,16 @@ class SessionRegistry {
  public:
   std::shared_ptr<SessionTable> TableFor(const std::string& group_key,
                                          const SessionTableOptions& options);
+  // The group's client-IP affinity table (TLS passthrough), kept likewise.
+  std::shared_ptr<ClientIpTable> ClientIpTableFor(const std::string& group_key,
+                                                  const ClientIpTableOptions& options);
   // Drops the tables of groups that are not in `live_group_keys` (sorted).
   void Retain(const std::vector<std::string>& live_group_keys);
 
  private:
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<SessionTable>> tables_;
+  std::unordered_map<std::string, std::shared_ptr<ClientIpTable>> client_ip_tables_;
 };
 
 }  // namespace kwd::session

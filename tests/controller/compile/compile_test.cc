@@ -1154,5 +1154,64 @@ TEST(CompileMemoTest, OnlyTheGroupsAChangeTouchesAreCompiledAgain) {
   EXPECT_EQ(memo.groups_compiled(), 14u);
 }
 
+// TLS passthrough: spec.passthroughGroup goes to every host's virtual host; a
+// missing group is ResolvedRefs=False like a rule's; clientIP affinity
+// compiles its mask, and a mask that is not contiguous rejects the group.
+TEST(CompileTest, PassthroughGroupAndClientIpAffinity) {
+  json sticky = StaticLg("erp", "tls");
+  sticky["spec"]["sessionAffinity"] = {
+      {"clientIP", {{"mask", "255.255.255.0"}, {"maxEntries", 10}}}};
+  json holes = StaticLg("erp", "holes");
+  holes["spec"]["sessionAffinity"] = {{"clientIP", {{"mask", "255.0.255.0"}}}};
+  CompileResult result = Compile(Objects(
+      {sticky, holes, StaticLg("erp", "plain"),
+       Um("erp", "a", "", {{"hosts", {"a.example.com", "*.b.example.com"}},
+                           {"passthroughGroup", "tls"}}),
+       Um("erp", "m", "", {{"hosts", {"m.example.com"}}, {"passthroughGroup", "missing"}})}));
+  std::map<std::string, std::string> passthrough;
+  for (const auto& vhost : result.snapshot.virtual_hosts()) {
+    passthrough[vhost.host()] = vhost.passthrough_group();
+  }
+  EXPECT_EQ(passthrough["a.example.com"], "erp/tls");
+  EXPECT_EQ(passthrough["*.b.example.com"], "erp/tls");
+  EXPECT_EQ(passthrough["m.example.com"], "");
+  bool tls_seen = false;
+  bool holes_seen = false;
+  for (const auto& group : result.snapshot.groups()) {
+    if (group.key() == "erp/tls") {
+      tls_seen = true;
+      const auto& client_ip = group.session_affinity().client_ip();
+      EXPECT_TRUE(client_ip.enabled());
+      EXPECT_EQ(client_ip.ipv4_mask(), 0xFFFFFF00u);
+      EXPECT_EQ(client_ip.max_entries(), 10u);
+      EXPECT_EQ(client_ip.idle_timeout_seconds(), 3600u);
+    } else if (group.key() == "erp/plain") {
+      EXPECT_FALSE(group.session_affinity().client_ip().enabled());
+    } else if (group.key() == "erp/holes") {
+      holes_seen = true;
+    }
+  }
+  EXPECT_TRUE(tls_seen);
+  EXPECT_FALSE(holes_seen);
+  bool unresolved = false;
+  bool bad_mask = false;
+  for (const auto& status : result.statuses) {
+    for (const auto& condition : status.conditions) {
+      if (status.name == "m" && condition.type == "ResolvedRefs" && condition.status == "False" &&
+          condition.message.find("spec.passthroughGroup: LogonGroup erp/missing does not exist") !=
+              std::string::npos) {
+        unresolved = true;
+      }
+      if (status.name == "holes" && condition.message.find("spec.sessionAffinity.clientIP.mask") !=
+                                        std::string::npos) {
+        bad_mask = true;
+      }
+    }
+  }
+  EXPECT_TRUE(unresolved);
+  EXPECT_TRUE(bad_mask);
+  EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace kwd::compile

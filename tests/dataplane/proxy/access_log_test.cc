@@ -32,7 +32,7 @@ TEST(AccessLogTest, WritesCommonLogFormatWithRoutingFieldsAndMasks) {
   EXPECT_EQ(line,
             "10.1.2.3 - - [01/Jan/1970:00:00:00 +0000] \"GET "
             "/sap/bc/x;jsessionid=***?sap-contextid=***&q=?1? HTTP/1.1\" 200 512 "
-            "\"erp/public\" \"erp1_ERP_00\" 1.500 sticky:sap-contextid - - -\n");
+            "\"erp/public\" \"erp1_ERP_00\" 1.500 sticky:sap-contextid - - - -\n");
 }
 
 std::string WriteOne(const AccessLogEntry& entry, LogFormat format) {
@@ -72,13 +72,14 @@ AccessLogEntry FullEntry() {
   e.reason = "balance,aborted-upstream";
   e.request_id = "4bf92f3577b34da6a3ce929d0e0e4736";
   e.trace_id = "0af7651916cd43dd8448eb211c80319c";
+  e.tls_version = "TLSv1.3";
   return e;
 }
 
-TEST(AccessLogTest, TextLineEndsWithUpstreamTimeRequestAndTraceIds) {
+TEST(AccessLogTest, TextLineEndsWithUpstreamTimeRequestAndTraceIdsAndTlsVersion) {
   std::string line = WriteOne(FullEntry(), LogFormat::kText);
   EXPECT_NE(line.find("\" 502 10 \"erp/public\" \"erp1_ERP_00\" 1.250 balance,aborted-upstream "
-                      "0.500 4bf92f3577b34da6a3ce929d0e0e4736 0af7651916cd43dd8448eb211c80319c\n"),
+                      "0.500 4bf92f3577b34da6a3ce929d0e0e4736 0af7651916cd43dd8448eb211c80319c TLSv1.3\n"),
             std::string::npos)
       << line;
   EXPECT_NE(line.find(" HTTP/1.0\" "), std::string::npos) << line;
@@ -86,7 +87,7 @@ TEST(AccessLogTest, TextLineEndsWithUpstreamTimeRequestAndTraceIds) {
 
 // --log-format json: one JSON object per line; absent values are null; the
 // target is masked and escaped (a quote, a control character and a byte that
-// is not UTF-8 in it). The TLS work fills tls_version.
+// is not UTF-8 in it).
 TEST(AccessLogTest, JsonLineHasEveryField) {
   std::string line = WriteOne(FullEntry(), LogFormat::kJson);
   ASSERT_EQ(line.find('\n'), line.size() - 1) << line;
@@ -98,7 +99,7 @@ TEST(AccessLogTest, JsonLineHasEveryField) {
         R"("group":"erp/public")", R"("server":"erp1_ERP_00")", R"("duration_ms":1.250)",
         R"("upstream_ms":0.500)", R"("reason":"balance,aborted-upstream")",
         R"("request_id":"4bf92f3577b34da6a3ce929d0e0e4736")",
-        R"("trace_id":"0af7651916cd43dd8448eb211c80319c")", R"("tls_version":null})"}) {
+        R"("trace_id":"0af7651916cd43dd8448eb211c80319c")", R"("tls_version":"TLSv1.3"})"}) {
     EXPECT_NE(line.find(field), std::string::npos) << field << "\n" << line;
   }
   AccessLogEntry bare;
@@ -106,7 +107,7 @@ TEST(AccessLogTest, JsonLineHasEveryField) {
   std::string minimal = WriteOne(bare, LogFormat::kJson);
   for (const char* field :
        {R"("client_ip":null)", R"("server":null)", R"("upstream_ms":null)",
-        R"("request_id":null)", R"("trace_id":null)"}) {
+        R"("request_id":null)", R"("trace_id":null)", R"("tls_version":null})"}) {
     EXPECT_NE(minimal.find(field), std::string::npos) << field << "\n" << minimal;
   }
 }

@@ -33,11 +33,6 @@ TEST(RequestIdTest, OnlySaneIdsAreKept) {
   EXPECT_FALSE(ValidRequestId("\xc3\xa9"));
 }
 
-TEST(RequestIdTest, NoPeerIsTrustedYet) {
-  EXPECT_FALSE(PeerTrusted("127.0.0.1"));
-  EXPECT_FALSE(PeerTrusted("10.0.0.1"));
-}
-
 // W3C Trace Context, traceparent: version-traceid-parentid-flags.
 TEST(RequestIdTest, TraceIdFromTraceparent) {
   EXPECT_EQ(TraceIdFromTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
