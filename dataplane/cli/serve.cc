@@ -40,6 +40,10 @@ constexpr const char kServeUsage[] =
     "                       [--log-level debug|info|warn|error]\n"
     "                       [--controller-ca FILE] [--controller-cert FILE]\n"
     "                       [--controller-key FILE] [--controller-server-name NAME]\n"
+    "                       [--tls-listen 0.0.0.0:8443 --tls-cert-dir DIR]\n"
+    "                       [--tls-client-ca FILE]\n"
+    "                       [--tls-verify-client none|optional|required]\n"
+    "                       [--tls-handshake-timeout 10s]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
     "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
@@ -53,6 +57,16 @@ constexpr const char kServeUsage[] =
     "controller's certificate must carry; default: the host of --controller). The\n"
     "PEM files are read again on every reconnect. SIGTERM stops accepting, lets\n"
     "in-flight requests finish (up to --drain-timeout) and exits.\n"
+    "HTTPS: --tls-listen terminates TLS 1.2/1.3 with every certificate pair in\n"
+    "--tls-cert-dir (NAME.crt + NAME.key, or Secret mounts <secret>/tls.crt +\n"
+    "tls.key); SNI picks the pair whose certificate names the host (exact, then\n"
+    "wildcard), else the first pair by name. Changed files are loaded within\n"
+    "seconds; a pair that does not load is refused (logged, counted) and the one\n"
+    "it would replace keeps serving. --tls-verify-client optional|required asks\n"
+    "for a client certificate signed by --tls-client-ca; a verified one is\n"
+    "forwarded as SSL_CLIENT_CERT (+ SSL_CLIENT_CERT_CHAIN_<n>), with\n"
+    "SSL_CIPHER_SUITE and SSL_CIPHER_USEKEYSIZE; clients' own such headers are\n"
+    "always dropped. --tls-handshake-timeout bounds a TLS handshake.\n"
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
     "every replica must use the same key. Durations take ms, s or m suffixes.\n";
 
@@ -160,6 +174,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string controller_key;
   std::string controller_server_name;
   int64_t drain_ms = 10'000;
+  bool verify_client_given = false;
 
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -194,6 +209,19 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       controller_server_name = value;
     } else if (name == "--listen") {
       ok = net::ParseEndpoint(value, &options.listen, &error);
+    } else if (name == "--tls-listen") {
+      ok = net::ParseEndpoint(value, &options.tls_listen, &error);
+    } else if (name == "--tls-cert-dir") {
+      options.tls.cert_dir = value;
+    } else if (name == "--tls-client-ca") {
+      options.tls.client_ca_file = value;
+    } else if (name == "--tls-verify-client") {
+      ok = tls::ParseVerifyClient(value, &options.tls.verify_client);
+      error = "--tls-verify-client takes none, optional or required";
+      verify_client_given = true;
+    } else if (name == "--tls-handshake-timeout") {
+      ok = ParseDurationMs(value, &options.handshake_timeout_ms) &&
+           options.handshake_timeout_ms > 0;
     } else if (name == "--admin-listen") {
       ok = net::ParseEndpoint(value, &options.admin_listen, &error);
     } else if (name == "--workers") {
@@ -236,7 +264,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (!ok) {
       err << "kwd-proxy serve: invalid value \"" << value << "\" for " << name;
       if (name == "--listen" || name == "--admin-listen" || name == "--workers" ||
-          name == "--max-header-size" || name == "--log-level") {
+          name == "--max-header-size" || name == "--log-level" || name == "--tls-listen" ||
+          name == "--tls-verify-client") {
         err << ": " << error;
       }
       err << "\n";
@@ -247,6 +276,24 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     err << "kwd-proxy serve: give exactly one of --snapshot FILE or --controller HOST:PORT\n\n"
         << kServeUsage;
     return 2;
+  }
+  bool tls_listen = options.tls_listen.len != 0;
+  if (tls_listen != !options.tls.cert_dir.empty()) {
+    err << "kwd-proxy serve: --tls-listen and --tls-cert-dir go together\n";
+    return 2;
+  }
+  if (!tls_listen && (!options.tls.client_ca_file.empty() || verify_client_given)) {
+    err << "kwd-proxy serve: --tls-client-ca and --tls-verify-client need --tls-listen\n";
+    return 2;
+  }
+  if (options.tls.verify_client != tls::VerifyClient::kNone &&
+      options.tls.client_ca_file.empty()) {
+    err << "kwd-proxy serve: --tls-verify-client optional|required needs --tls-client-ca FILE\n";
+    return 2;
+  }
+  if (!options.tls.client_ca_file.empty() && !verify_client_given) {
+    // A client CA without a mode: ask for certificates, require none.
+    options.tls.verify_client = tls::VerifyClient::kOptional;
   }
   std::optional<xds::ClientTls> controller_tls;
   bool tls_flags = !controller_ca.empty() || !controller_cert.empty() || !controller_key.empty() ||
@@ -344,8 +391,15 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
        {"admin", options.admin_listen.ToString()},
        {"node", options.node_id},
        {"snapshot", snapshot_path.empty() ? "controller " + controller : snapshot_path}});
+  if (proxy.tls_bound().len != 0) {
+    Log(LogLevel::kInfo, "serve", "listening for HTTPS",
+        {{"address", proxy.tls_bound().ToString()}, {"cert_dir", options.tls.cert_dir}});
+  }
   // Tests and scripts read the bound address (useful with port 0).
   out << "listening " << proxy.bound().ToString() << std::endl;
+  if (proxy.tls_bound().len != 0) {
+    out << "listening-tls " << proxy.tls_bound().ToString() << std::endl;
+  }
 
   for (;;) {
     int sig = 0;

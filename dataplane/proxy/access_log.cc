@@ -62,7 +62,7 @@ void AccessLog::Write(const AccessLogEntry& e, time_t now) {
   std::snprintf(duration, sizeof duration, " %.3f ", e.duration_ms);
   out += duration;
   out += e.reason.empty() ? std::string_view("-") : e.reason;
-  out += '\n';
+  out += e.https ? " https\n" : "\n";
   if (out.size() >= kFlushBytes) {
     Flush();
   }

@@ -4,7 +4,8 @@
 // reason, one line per request:
 //   127.0.0.1 - - [30/Nov/2026:10:00:00 +0000] "GET /sap/bc/x?sap-contextid=*** HTTP/1.1" 200 512
 //   "erp/public" "erp1_ERP_00" 1.204 balance
-// (one line; wrapped here). Session identifiers and credentials in the target
+// (one line; wrapped here). A request that arrived over TLS has one more
+// field at the end: https. Session identifiers and credentials in the target
 // are masked (http/access_log_mask.h); headers are not logged. Each worker
 // buffers its lines and writes them in batches, so logging costs no system
 // call per request.
@@ -27,6 +28,7 @@ struct AccessLogEntry {
   std::string_view server;
   double duration_ms = 0;
   std::string_view reason;
+  bool https = false;
 };
 
 class AccessLog {

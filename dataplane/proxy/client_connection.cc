@@ -57,9 +57,11 @@ void ResetOnClose(int fd) {
 
 }  // namespace
 
-ClientConnection::ClientConnection(Worker* worker, int fd, std::string client_ip)
+ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transport> transport,
+                                   std::string client_ip)
     : worker_(worker),
-      fd_(fd),
+      transport_(std::move(transport)),
+      fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
       request_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
       request_chunked_(http::ChunkedLimits{worker->options().max_body_bytes}),
@@ -78,7 +80,11 @@ ClientConnection::~ClientConnection() = default;
 
 void ClientConnection::Start() {
   worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
-  ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  if (transport_->established()) {
+    ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  } else {
+    ArmTimer(TimerKind::kHandshake, worker_->options().handshake_timeout_ms);
+  }
 }
 
 namespace {
@@ -140,6 +146,9 @@ void ClientConnection::Drive() {
   // Edge-triggered: keep going until neither side can make progress. Every
   // round that reports progress moved bytes or changed the phase, so the loop
   // ends when the sockets would block; the bound only guards against a bug.
+  if (!transport_->established() && !StepHandshake()) {
+    return;
+  }
   for (int round = 0; round < 1'000'000 && !closed_; ++round) {
     bool progressed = false;
     switch (phase_) {
@@ -170,6 +179,22 @@ void ClientConnection::Drive() {
         {{"client", client_ip_}});
     Close();
   }
+}
+
+bool ClientConnection::StepHandshake() {
+  switch (transport_->Handshake()) {
+    case net::Transport::HandshakeStatus::kDone:
+      request_https_ = transport_->tls() != nullptr;
+      ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+      return true;
+    case net::Transport::HandshakeStatus::kWantIo:
+      return false;
+    case net::Transport::HandshakeStatus::kFailed:
+      break;
+  }
+  // Counted and logged (at debug: scanners make many) by the transport.
+  Close("handshake-failed");
+  return false;
 }
 
 // ---- reading the request head ----
@@ -205,7 +230,8 @@ bool ClientConnection::StepHead() {
     Close();
     return false;
   }
-  ssize_t n = ReadInto(fd_, &client_readable_, in_, worker_->options().max_header_bytes + 4096);
+  ssize_t n =
+      ReadInto(*transport_, &client_readable_, in_, worker_->options().max_header_bytes + 4096);
   if (n > 0) {
     if (!request_started_) {
       request_started_ = true;
@@ -248,11 +274,12 @@ void ClientConnection::StartRequest(size_t head_bytes) {
       cookies_[cookie_count++] = field.value;
     }
   }
+  request_https_ = transport_->tls() != nullptr;
   routing::Request request;
   request.method = request_head_.method;
   request.target = request_head_.target;
   request.host = request_info_.host;
-  request.https = false;
+  request.https = request_https_;
   request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
   decision_ = worker_->router().Route(request);
   rewrite_target_ = routing::UpstreamTarget(decision_, request.target, &upstream_target_);
@@ -337,21 +364,55 @@ void ClientConnection::ConnectUpstream() {
   ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
 }
 
+namespace {
+
+constexpr size_t kMaxForwardedChain = 8;
+constexpr std::string_view kChainHeaders[kMaxForwardedChain] = {
+    "SSL_CLIENT_CERT_CHAIN_1", "SSL_CLIENT_CERT_CHAIN_2", "SSL_CLIENT_CERT_CHAIN_3",
+    "SSL_CLIENT_CERT_CHAIN_4", "SSL_CLIENT_CERT_CHAIN_5", "SSL_CLIENT_CERT_CHAIN_6",
+    "SSL_CLIENT_CERT_CHAIN_7", "SSL_CLIENT_CERT_CHAIN_8"};
+
+// What SAP's ICM reads from a TLS-terminating Web Dispatcher: the cipher, its
+// key size and a verified client certificate with its chain. Clients' own
+// fields of these names are always dropped (http::SerializeRequestHead).
+size_t AppendTlsHeaders(const net::TlsInfo& tls, std::string_view key_size,
+                        std::span<http::Header> out) {
+  size_t n = 0;
+  out[n++] = {"SSL_CIPHER_SUITE", tls.cipher};
+  out[n++] = {"SSL_CIPHER_USEKEYSIZE", key_size};
+  if (tls.peer_verified && !tls.peer_pem_line.empty()) {
+    out[n++] = {"SSL_CLIENT_CERT", tls.peer_pem_line};
+    for (size_t i = 0; i < tls.peer_chain_pem_lines.size() && i < kMaxForwardedChain; ++i) {
+      out[n++] = {kChainHeaders[i], tls.peer_chain_pem_lines[i]};
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 void ClientConnection::OnConnected() {
   phase_ = Phase::kForward;
-  std::array<http::Header, 1> extra{};
+  std::array<http::Header, 4 + kMaxForwardedChain> extra{};
+  size_t extra_count = 0;
+  char key_size[16];
   http::ForwardRequestOptions options;
   options.client_ip = client_ip_;
-  options.proto = "http";
+  options.proto = request_https_ ? "https" : "http";
   options.tunnel_upgrade = request_info_.upgrade_websocket;
   if (rewrite_target_) {
     options.target = upstream_target_;
   }
   if (request_info_.body == http::BodyKind::kChunked) {
     options.reframe_body = true;
-    extra[0] = {"Transfer-Encoding", "chunked"};
-    options.extra_headers = std::span<const http::Header>(extra.data(), 1);
+    extra[extra_count++] = {"Transfer-Encoding", "chunked"};
   }
+  if (const net::TlsInfo* tls = transport_->tls(); tls != nullptr) {
+    int n = std::snprintf(key_size, sizeof key_size, "%d", tls->cipher_bits);
+    extra_count += AppendTlsHeaders(*tls, std::string_view(key_size, static_cast<size_t>(n)),
+                                    std::span<http::Header>(extra).subspan(extra_count));
+  }
+  options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
   http::SerializeRequestHead(request_head_, request_info_, options, sent_head_);
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
@@ -420,6 +481,7 @@ bool ClientConnection::RetryElsewhere() {
   request.method = request_head_.method;
   request.target = request_head_.target;
   request.host = request_info_.host;
+  request.https = request_https_;
   size_t cookie_count = 0;
   for (const auto& field : request_head_.fields()) {
     if (cookie_count < cookies_.size() && http::EqualsIgnoreCase(field.name, "cookie")) {
@@ -483,7 +545,7 @@ bool ClientConnection::MoveRequestBody() {
         Close("aborted-client");
         return true;
       }
-      ssize_t n = ReadInto(fd_, &client_readable_, in_, kBodyBufferBytes);
+      ssize_t n = ReadInto(*transport_, &client_readable_, in_, kBodyBufferBytes);
       if (n > 0) {
         progressed = true;
         continue;
@@ -618,7 +680,7 @@ bool ClientConnection::MoveResponse() {
       }
       return true;
     }
-    ssize_t n = ReadInto(upstream_->fd, &upstream_readable_, upstream_in_, kBodyBufferBytes +
+    ssize_t n = ReadInto(*upstream_->transport, &upstream_readable_, upstream_in_, kBodyBufferBytes +
                                                           worker_->options().max_header_bytes);
     if (n > 0) {
       response_started_ = true;
@@ -719,7 +781,7 @@ bool ClientConnection::HandleResponseHead() {
     }
   }
   if (set_affinity) {
-    scratch_ = worker_->router().AffinityCookieHeader(decision_, false);
+    scratch_ = worker_->router().AffinityCookieHeader(decision_, request_https_);
     if (!scratch_.empty()) {
       extra[extra_count++] = {"Set-Cookie", scratch_};
     }
@@ -795,7 +857,7 @@ bool ClientConnection::StepTunnel() {
   }
   progressed = progressed || before_up != UpstreamPending() || before_out != out_.size();
   if (!client_eof_ && UpstreamPending() < kHighWater) {
-    ssize_t n = ReadInto(fd_, &client_readable_, in_, kBodyBufferBytes);
+    ssize_t n = ReadInto(*transport_, &client_readable_, in_, kBodyBufferBytes);
     if (n > 0) {
       progressed = true;
     } else if (n == 0 || n == kIoError) {
@@ -803,7 +865,7 @@ bool ClientConnection::StepTunnel() {
     }
   }
   if (!upstream_eof_ && out_.size() < kHighWater) {
-    ssize_t n = ReadInto(upstream_->fd, &upstream_readable_, upstream_in_, kBodyBufferBytes);
+    ssize_t n = ReadInto(*upstream_->transport, &upstream_readable_, upstream_in_, kBodyBufferBytes);
     if (n > 0) {
       progressed = true;
     } else if (n == 0 || n == kIoError) {
@@ -874,6 +936,7 @@ void ClientConnection::AbortTransaction(ErrorCode code, std::string_view detail)
     // The head went out: what was sent is delivered, then the connection is
     // reset so that no client can take the cut-short response as complete.
     ResetOnClose(fd_);
+    abortive_close_ = true;  // no TLS close_notify either: it would say "complete"
     EndAborted(code == ErrorCode::kGatewayTimeout ? "aborted-timeout"
                : code == ErrorCode::kBadGateway   ? "aborted-upstream"
                                                   : "aborted-client");
@@ -978,6 +1041,7 @@ void ClientConnection::LogAndCount(int status, std::string_view reason) {
     }
     entry.duration_ms = duration_ms;
     entry.reason = reason;
+    entry.https = request_https_;
     log.Write(entry, time(nullptr));
   }
 }
@@ -996,6 +1060,10 @@ void ClientConnection::OnTimer() {
   ProxyMetrics& metrics = worker_->metrics();
   switch (timer_kind_) {
     case TimerKind::kNone:
+      return;
+    case TimerKind::kHandshake:
+      worker_->metrics().tls_handshake_timeouts.Inc();
+      Close("handshake-timeout");
       return;
     case TimerKind::kIdle:
       if (phase_ == Phase::kTunnel) {
@@ -1037,9 +1105,9 @@ void ClientConnection::OnTimer() {
 
 // ---- socket I/O ----
 
-ssize_t ClientConnection::ReadInto(int fd, Readiness* readiness, Buffer& buffer,
-                                   size_t max_capacity) {
-  // Edge-triggered readiness is cached: no recv() that is known to block.
+ssize_t ClientConnection::ReadInto(net::Transport& transport, Readiness* readiness,
+                                   Buffer& buffer, size_t max_capacity) {
+  // Edge-triggered readiness is cached: no read that is known to block.
   if (!readiness->readable) {
     return kWouldBlock;
   }
@@ -1048,43 +1116,31 @@ ssize_t ClientConnection::ReadInto(int fd, Readiness* readiness, Buffer& buffer,
   if (free_bytes == 0) {
     return kBufferFull;
   }
-  for (;;) {
-    ssize_t n = ::recv(fd, p, free_bytes, 0);
-    if (n > 0) {
-      buffer.Commit(static_cast<size_t>(n));
-      // A short read drained the socket; new data raises a new edge. A FIN
-      // that came with the data does not: the next read returns the EOF.
-      if (static_cast<size_t>(n) < free_bytes && !readiness->peer_closed) {
-        readiness->readable = false;
-      }
-      return n;
-    }
-    if (n == 0) {
-      return 0;
-    }
-    if (errno == EINTR) {
-      continue;
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      readiness->readable = false;
-      return kWouldBlock;
-    }
-    return kIoError;
+  bool drained = false;
+  ssize_t n = transport.Read(p, free_bytes, &drained);
+  if (n > 0) {
+    buffer.Commit(static_cast<size_t>(n));
   }
+  // A drained socket raises a new edge when data comes. A FIN that came with
+  // the data does not: the next read returns the EOF.
+  if (drained && (n <= 0 || !readiness->peer_closed)) {
+    readiness->readable = false;
+  }
+  if (n > 0 || n == net::Transport::kEof) {
+    return n;
+  }
+  return n == net::Transport::kWouldBlock ? kWouldBlock : kIoError;
 }
 
 bool ClientConnection::FlushClient() {
   while (!out_.empty()) {
     std::string_view pending = out_.view();
-    ssize_t n = ::send(fd_, pending.data(), pending.size(), MSG_NOSIGNAL);
+    ssize_t n = transport_->Write(pending.data(), pending.size());
     if (n > 0) {
       out_.Consume(static_cast<size_t>(n));
       continue;
     }
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    if (n == net::Transport::kWouldBlock) {
       return true;
     }
     Close("aborted-client");  // the client is gone
@@ -1098,16 +1154,13 @@ bool ClientConnection::FlushUpstream() {
     return true;
   }
   while (upstream_sent_ < upstream_out_.size()) {
-    ssize_t n = ::send(upstream_->fd, upstream_out_.data() + upstream_sent_,
-                       upstream_out_.size() - upstream_sent_, MSG_NOSIGNAL);
+    ssize_t n = upstream_->transport->Write(upstream_out_.data() + upstream_sent_,
+                                            upstream_out_.size() - upstream_sent_);
     if (n > 0) {
       upstream_sent_ += static_cast<size_t>(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    if (n == net::Transport::kWouldBlock) {
       // Keep the pending bytes at the front so the buffer stays bounded.
       if (upstream_sent_ >= kHighWater) {
         upstream_out_.erase(0, upstream_sent_);
@@ -1135,6 +1188,9 @@ void ClientConnection::Close(std::string_view cause) {
   }
   worker_->loop().Cancel(&timer_);
   worker_->loop().Remove(fd_);
+  if (!abortive_close_) {
+    transport_->Shutdown();
+  }
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);

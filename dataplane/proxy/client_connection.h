@@ -7,12 +7,14 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "dataplane/http/chunked.h"
 #include "dataplane/http/framing.h"
 #include "dataplane/http/parser.h"
 #include "dataplane/net/event_loop.h"
+#include "dataplane/net/transport.h"
 #include "dataplane/proxy/buffer.h"
 #include "dataplane/proxy/error_page.h"
 #include "dataplane/routing/router.h"
@@ -25,7 +27,10 @@ struct GroupMetrics;
 
 class ClientConnection final : public net::IoHandler, public net::Deletable {
  public:
-  ClientConnection(Worker* worker, int fd, std::string client_ip);
+  // `transport` is plain or TLS (its handshake runs in Drive); the
+  // connection owns it and the descriptor under it.
+  ClientConnection(Worker* worker, std::unique_ptr<net::Transport> transport,
+                   std::string client_ip);
   ~ClientConnection() override;
 
   void Start();
@@ -38,9 +43,11 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
 
  private:
   enum class Phase { kHead, kConnecting, kReconnecting, kForward, kTunnel, kClosing };
-  enum class TimerKind { kNone, kIdle, kHeader, kConnect, kResponse };
+  enum class TimerKind { kNone, kHandshake, kIdle, kHeader, kConnect, kResponse };
 
   void Drive();
+  // Advances the transport's handshake; true once established.
+  bool StepHandshake();
   bool StepHead();
   bool StepForward();
   bool StepTunnel();
@@ -80,17 +87,20 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
 
   // I/O: return bytes moved, 0 on EOF, -1 when the socket would block, -2 on
   // error.
-  static ssize_t ReadInto(int fd, Readiness* readiness, Buffer& buffer, size_t max_capacity);
+  static ssize_t ReadInto(net::Transport& transport, Readiness* readiness, Buffer& buffer,
+                          size_t max_capacity);
   bool FlushClient();
   bool FlushUpstream();
   // Bytes queued towards the server and not sent yet.
   size_t UpstreamPending() const { return upstream_out_.size() - upstream_sent_; }
 
   Worker* worker_;
+  std::unique_ptr<net::Transport> transport_;
   int fd_;
   std::string client_ip_;
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
+  bool abortive_close_ = false;  // the close resets: no orderly end of the stream
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};
   Readiness upstream_readable_;
@@ -108,6 +118,10 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   size_t head_bytes_ = 0;
   bool request_started_ = false;  // bytes of a new request arrived
   int64_t request_start_ms_ = 0;
+  // The request is https: it arrived over TLS. The one place the permission
+  // table's `secure` rule, X-Forwarded-Proto, the affinity cookie's Secure
+  // flag and the access log read.
+  bool request_https_ = false;
   std::string method_;  // copies for logging after the head left the buffer
   std::string target_;
   int version_minor_ = 1;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dataplane/net/socket.h"
+#include "dataplane/tls/server_tls.h"
 
 namespace kwd::proxy {
 
@@ -14,10 +15,14 @@ namespace kwd::proxy {
 struct ProxyOptions {
   net::Endpoint listen;        // --listen, default 0.0.0.0:8080
   net::Endpoint admin_listen;  // --admin-listen, default 0.0.0.0:9901
+  // --tls-listen (with --tls-cert-dir): HTTPS termination; len 0 when off.
+  net::Endpoint tls_listen;
+  tls::ServerTlsOptions tls;  // --tls-cert-dir, --tls-client-ca, --tls-verify-client
   int workers = 1;             // --workers
   std::string node_id;         // --node-id, default the host name
 
   int64_t header_timeout_ms = 10'000;    // --header-timeout: whole request head
+  int64_t handshake_timeout_ms = 10'000;  // --tls-handshake-timeout: TLS handshake
   int64_t idle_timeout_ms = 60'000;      // --idle-timeout: keep-alive between requests
   int64_t connect_timeout_ms = 5'000;    // --connect-timeout: upstream connect
   int64_t response_timeout_ms = 60'000;  // --response-timeout: upstream response head (504)

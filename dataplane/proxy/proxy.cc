@@ -56,9 +56,17 @@ bool Proxy::Start(std::string* error) {
       table_ = empty;
     }
   }
+  if (options_.tls_listen.len != 0) {
+    server_tls_ = std::make_unique<tls::ServerTls>(options_.tls, metrics_.registry());
+    if (!server_tls_->Load(error)) {
+      return false;
+    }
+    server_tls_->StartWatching();
+  }
   int count = std::max(1, options_.workers);
   for (int i = 0; i < count; ++i) {
-    auto worker = std::make_unique<Worker>(i, options_, &metrics_, codec_, clock_, access_log_fd_);
+    auto worker = std::make_unique<Worker>(i, options_, &metrics_, codec_, clock_, access_log_fd_,
+                                           server_tls_.get());
     std::shared_ptr<const routing::RoutingTable> table;
     {
       std::lock_guard lock(mu_);
@@ -72,6 +80,10 @@ bool Proxy::Start(std::string* error) {
       bound_ = worker->bound();
       // Port 0: the other workers share the port the first one got.
       options_.listen = bound_;
+      tls_bound_ = worker->tls_bound();
+      if (server_tls_ != nullptr) {
+        options_.tls_listen = tls_bound_;
+      }
     }
     workers_.push_back(std::move(worker));
   }

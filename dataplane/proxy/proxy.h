@@ -40,6 +40,9 @@ class Proxy {
   std::string version() const;
   std::shared_ptr<const routing::RoutingTable> table() const;
   const net::Endpoint& bound() const { return bound_; }
+  // --tls-listen's bound address (len 0 without TLS).
+  const net::Endpoint& tls_bound() const { return tls_bound_; }
+  tls::ServerTls* server_tls() { return server_tls_.get(); }
   ProxyMetrics& metrics() { return metrics_; }
   routing::ServerHealthRegistry& health() { return health_; }
   session::SessionRegistry& sessions() { return sessions_; }
@@ -56,8 +59,10 @@ class Proxy {
   session::SessionRegistry sessions_;
   std::shared_ptr<const session::AffinityCookieCodec> codec_;
   std::shared_ptr<const routing::Clock> clock_;
+  std::unique_ptr<tls::ServerTls> server_tls_;  // outlives the workers (declared first)
   std::vector<std::unique_ptr<Worker>> workers_;
   net::Endpoint bound_;
+  net::Endpoint tls_bound_;
   int access_log_fd_ = -1;
   bool owns_access_log_fd_ = false;
 

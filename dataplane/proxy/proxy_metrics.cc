@@ -44,7 +44,10 @@ ProxyMetrics::ProxyMetrics()
           "Snapshots rejected as invalid (the previous one keeps serving).")),
       sessions_learned(registry_.GetCounter(
           "kwd_proxy_sessions_learned_total",
-          "JSESSIONID values learned from backend Set-Cookie headers.")) {
+          "JSESSIONID values learned from backend Set-Cookie headers.")),
+      tls_handshake_timeouts(registry_.GetCounter(
+          "kwd_proxy_tls_handshake_errors_total",
+          "TLS handshakes on --tls-listen that failed, by reason.", {{"reason", "timeout"}})) {
   using routing::Identifier;
   for (Identifier id : {Identifier::kSapContextId, Identifier::kSaplb, Identifier::kJSessionId,
                         Identifier::kSapExtSid, Identifier::kAffinityCookie}) {

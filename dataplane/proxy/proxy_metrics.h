@@ -60,6 +60,9 @@ class ProxyMetrics {
   std::array<Counter*, 6> sticky_routed{};
   std::array<Counter*, 6> sticky_lost{};
   Counter& sessions_learned;
+  // kwd_proxy_tls_handshake_errors_total{reason="timeout"}; the TLS library
+  // counts the other reasons under the same name.
+  Counter& tls_handshake_timeouts;
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

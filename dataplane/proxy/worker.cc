@@ -18,6 +18,7 @@ UpstreamConnection::UpstreamConnection(Worker* worker, int fd, std::string_view 
                                        uint32_t port)
     : worker(worker),
       fd(fd),
+      transport(std::make_unique<net::PlainTransport>(fd)),
       address(address),
       port(port),
       idle_timer(this, [](void* self) {
@@ -60,12 +61,14 @@ void UpstreamConnection::Close() {
 
 Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                std::shared_ptr<const session::AffinityCookieCodec> codec,
-               std::shared_ptr<const routing::Clock> clock, int access_log_fd)
+               std::shared_ptr<const routing::Clock> clock, int access_log_fd,
+               tls::ServerTls* server_tls)
     : id_(id),
       options_(options),
       metrics_(metrics),
       router_(std::move(codec), std::move(clock)),
       access_log_(access_log_fd),
+      server_tls_(server_tls),
       flush_timer_(this,
                    [](void* self) {
                      auto* w = static_cast<Worker*>(self);
@@ -73,14 +76,23 @@ Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                      w->loop_.Schedule(&w->flush_timer_, 100);
                    }),
       drain_timer_(this, [](void* self) { static_cast<Worker*>(self)->CheckDrained(); }),
-      accept_retry_timer_(this, [](void* self) { static_cast<Worker*>(self)->Accept(); }) {
+      accept_retry_timer_(this, [](void* self) {
+        auto* w = static_cast<Worker*>(self);
+        w->Accept(false);
+        w->Accept(true);
+      }) {
   acceptor_.worker = this;
+  tls_acceptor_.worker = this;
+  tls_acceptor_.tls = true;
 }
 
 Worker::~Worker() {
   Join();
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
+  }
+  if (tls_listen_fd_ >= 0) {
+    ::close(tls_listen_fd_);
   }
 }
 
@@ -90,6 +102,15 @@ bool Worker::Start(std::string* error) {
     return false;
   }
   bound_ = net::LocalEndpoint(listen_fd_);
+  if (server_tls_ != nullptr) {
+    tls_listen_fd_ = net::Listen(options_.tls_listen, /*reuse_port=*/true, 4096, error);
+    if (tls_listen_fd_ < 0) {
+      *error = "--tls-listen " + options_.tls_listen.ToString() + ": " + *error;
+      return false;
+    }
+    tls_bound_ = net::LocalEndpoint(tls_listen_fd_);
+    loop_.Add(tls_listen_fd_, EPOLLIN | EPOLLET, &tls_acceptor_);
+  }
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
   loop_.Schedule(&flush_timer_, 100);
   thread_ = std::thread([this] { Run(); });
@@ -128,14 +149,15 @@ void Worker::Apply(std::shared_ptr<const routing::RoutingTable> table,
   });
 }
 
-void Worker::Accept() {
-  if (listen_fd_ < 0) {
-    return;  // draining: the listener is closed
+void Worker::Accept(bool tls) {
+  int listen_fd = tls ? tls_listen_fd_ : listen_fd_;
+  if (listen_fd < 0) {
+    return;  // draining: the listener is closed (or there is no TLS listener)
   }
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
+    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) {
@@ -168,7 +190,18 @@ void Worker::Accept() {
     net::Endpoint peer;
     peer.addr = addr;
     peer.len = len;
-    auto* connection = new ClientConnection(this, fd, net::AddressString(peer));
+    std::unique_ptr<net::Transport> transport;
+    if (tls) {
+      transport = server_tls_->NewTransport(fd);
+      if (transport == nullptr) {
+        WarnOutOfResources("start a TLS connection", ENOMEM);
+        ::close(fd);
+        continue;
+      }
+    } else {
+      transport = std::make_unique<net::PlainTransport>(fd);
+    }
+    auto* connection = new ClientConnection(this, std::move(transport), net::AddressString(peer));
     connection->slot = connections_.size();
     connections_.push_back(connection);
     ++connection_count_;
@@ -274,10 +307,12 @@ size_t Worker::CloseIdleUpstreams() {
 
 void Worker::StopAccepting() {
   loop_.Cancel(&accept_retry_timer_);
-  if (listen_fd_ >= 0) {
-    loop_.Remove(listen_fd_);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
+  for (int* fd : {&listen_fd_, &tls_listen_fd_}) {
+    if (*fd >= 0) {
+      loop_.Remove(*fd);
+      ::close(*fd);
+      *fd = -1;
+    }
   }
 }
 

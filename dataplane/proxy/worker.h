@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dataplane/net/event_loop.h"
+#include "dataplane/net/transport.h"
 #include "dataplane/proxy/access_log.h"
 #include "dataplane/proxy/options.h"
 #include "dataplane/proxy/proxy_metrics.h"
@@ -37,6 +38,9 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
   Worker* worker;
   int fd;
+  // Plain unless the group re-encrypts; the client connection reads and
+  // writes through it.
+  std::unique_ptr<net::Transport> transport;
   std::string address;
   uint32_t port;
   bool connecting = true;
@@ -47,12 +51,15 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
 class Worker {
  public:
+  // `server_tls` (owned by the proxy, may be null) terminates TLS on
+  // options.tls_listen.
   Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
          std::shared_ptr<const session::AffinityCookieCodec> codec,
-         std::shared_ptr<const routing::Clock> clock, int access_log_fd);
+         std::shared_ptr<const routing::Clock> clock, int access_log_fd,
+         tls::ServerTls* server_tls = nullptr);
   ~Worker();
 
-  // Opens the listener (SO_REUSEPORT) and starts the thread.
+  // Opens the listeners (SO_REUSEPORT) and starts the thread.
   bool Start(std::string* error);
   // Thread-safe: the worker switches tables between requests.
   void Apply(std::shared_ptr<const routing::RoutingTable> table,
@@ -66,6 +73,7 @@ class Worker {
 
   int id() const { return id_; }
   const net::Endpoint& bound() const { return bound_; }
+  const net::Endpoint& tls_bound() const { return tls_bound_; }
   const routing::Router& router() const { return router_; }
   size_t connection_count() const { return connection_count_; }
 
@@ -91,7 +99,8 @@ class Worker {
  private:
   struct Acceptor final : net::IoHandler {
     Worker* worker;
-    void OnIo(uint32_t events) override { worker->Accept(); }
+    bool tls = false;
+    void OnIo(uint32_t events) override { worker->Accept(tls); }
   };
   struct PoolBucket {
     std::string address;
@@ -100,7 +109,7 @@ class Worker {
   };
 
   void Run();
-  void Accept();
+  void Accept(bool tls);
   void RetryAcceptLater();
   // Closes every idle pooled upstream connection; returns how many were open.
   size_t CloseIdleUpstreams();
@@ -118,6 +127,10 @@ class Worker {
   int listen_fd_ = -1;
   net::Endpoint bound_;
   Acceptor acceptor_;
+  tls::ServerTls* server_tls_;
+  int tls_listen_fd_ = -1;
+  net::Endpoint tls_bound_;
+  Acceptor tls_acceptor_;
   std::thread thread_;
   size_t connection_count_ = 0;
   std::vector<ClientConnection*> connections_;  // for draining; swap-removed

@@ -22,6 +22,9 @@ TEST(AccessLogTest, WritesCommonLogFormatWithRoutingFieldsAndMasks) {
     e.duration_ms = 1.5;
     e.reason = "sticky:sap-contextid";
     log.Write(e, 0);
+    e.https = true;
+    e.target = "/";
+    log.Write(e, 0);
   }  // flushed on destruction
   close(fds[1]);
   char buf[1024];
@@ -32,7 +35,9 @@ TEST(AccessLogTest, WritesCommonLogFormatWithRoutingFieldsAndMasks) {
   EXPECT_EQ(line,
             "10.1.2.3 - - [01/Jan/1970:00:00:00 +0000] \"GET "
             "/sap/bc/x;jsessionid=***?sap-contextid=***&q=?1? HTTP/1.1\" 200 512 "
-            "\"erp/public\" \"erp1_ERP_00\" 1.500 sticky:sap-contextid\n");
+            "\"erp/public\" \"erp1_ERP_00\" 1.500 sticky:sap-contextid\n"
+            "10.1.2.3 - - [01/Jan/1970:00:00:00 +0000] \"GET / HTTP/1.1\" 200 512 "
+            "\"erp/public\" \"erp1_ERP_00\" 1.500 sticky:sap-contextid https\n");
 }
 
 }  // namespace

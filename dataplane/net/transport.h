@@ -1,0 +1,95 @@
+#pragma once
+
+// The byte stream under the HTTP codec: plain TCP or TLS, on the server side
+// (client connections) and the client side (upstream connections). The
+// connection code reads and writes through a Transport and never asks which
+// kind it has; what only TLS knows (cipher, peer certificate, SNI) is in
+// TlsInfo, null for plain.
+//
+// All calls are non-blocking and run on the owning event loop's thread. The
+// socket is registered edge-triggered for EPOLLIN | EPOLLOUT by its owner; a
+// handshake that wants either direction just waits for the next event.
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kwd::net {
+
+// What a finished TLS handshake established. Filled once, when the handshake
+// completes.
+struct TlsInfo {
+  std::string version;      // "TLSv1.3"
+  std::string cipher;       // OpenSSL name, "TLS_AES_128_GCM_SHA256"
+  int cipher_bits = 0;      // symmetric key size in bits
+  std::string server_name;  // SNI the client sent (server side) or we sent (client side)
+  std::string alpn;         // negotiated protocol, "" when none
+  bool resumed = false;     // session resumption (ticket) was used
+  // The peer's certificate, verified against the configured CA (server side:
+  // --tls-client-ca; client side: the upstream CA). Empty when the peer sent
+  // none. `peer_verified` is false when a certificate came but did not verify
+  // (only possible with optional verification).
+  bool peer_certificate = false;
+  bool peer_verified = false;
+  std::string verify_error;  // OpenSSL's reason when verification failed
+  std::string peer_subject;  // RFC 2253 subject of the peer's certificate
+  // PEM of the peer certificate and of the chain it sent after it, each on
+  // one line (SAP ICM's SSL_CLIENT_CERT form): base64 body only, the PEM
+  // armour kept, line breaks replaced by spaces.
+  std::string peer_pem_line;
+  std::vector<std::string> peer_chain_pem_lines;
+};
+
+class Transport {
+ public:
+  // Results of Read/Write besides a positive byte count.
+  static constexpr ssize_t kEof = 0;
+  static constexpr ssize_t kWouldBlock = -1;
+  static constexpr ssize_t kError = -2;
+
+  enum class HandshakeStatus { kDone, kWantIo, kFailed };
+
+  virtual ~Transport() = default;
+
+  int fd() const { return fd_; }
+  // True once the handshake completed (always for plain).
+  virtual bool established() const = 0;
+  // Advances the handshake; kDone once established (at once for plain). On
+  // kFailed `error()` says why; the caller closes.
+  virtual HandshakeStatus Handshake() = 0;
+  // Up to `size` bytes of application data: n > 0, kEof, kWouldBlock or
+  // kError. `*drained` is set true when the socket is known to be read empty
+  // (a short read of plain TCP, or TLS wanting more bytes from the socket): no
+  // read is worth trying before the next EPOLLIN edge. Never blocks.
+  virtual ssize_t Read(char* data, size_t size, bool* drained) = 0;
+  // n > 0 bytes taken, kWouldBlock or kError.
+  virtual ssize_t Write(const char* data, size_t size) = 0;
+  // Orderly end of the stream towards the peer (TLS close_notify, best
+  // effort, never blocks). The owner still closes the descriptor.
+  virtual void Shutdown() = 0;
+  // Null for plain TCP; set once established for TLS.
+  virtual const TlsInfo* tls() const { return nullptr; }
+  // Why the handshake or the last I/O failed, for logs ("" when unknown).
+  virtual std::string_view error() const { return {}; }
+
+ protected:
+  explicit Transport(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// Plain TCP: recv/send on the descriptor.
+class PlainTransport final : public Transport {
+ public:
+  explicit PlainTransport(int fd) : Transport(fd) {}
+  bool established() const override { return true; }
+  HandshakeStatus Handshake() override { return HandshakeStatus::kDone; }
+  ssize_t Read(char* data, size_t size, bool* drained) override;
+  ssize_t Write(const char* data, size_t size) override;
+  void Shutdown() override {}
+};
+
+}  // namespace kwd::net

@@ -1,0 +1,413 @@
+#include "dataplane/tls/tls_transport.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "common/log.h"
+#include "dataplane/tls/server_tls.h"
+
+namespace kwd::tls {
+
+namespace {
+
+constexpr unsigned char kContentTypeHandshake = 22;
+
+// PEM on one line: armour, base64 body without line breaks, armour.
+std::string PemLine(X509* cert) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio == nullptr) {
+    return {};
+  }
+  std::string out;
+  if (PEM_write_bio_X509(bio, cert) == 1) {
+    char* data = nullptr;
+    long length = BIO_get_mem_data(bio, &data);
+    std::string_view pem(data, length > 0 ? static_cast<size_t>(length) : 0);
+    constexpr std::string_view kBegin = "-----BEGIN CERTIFICATE-----";
+    constexpr std::string_view kEnd = "-----END CERTIFICATE-----";
+    out.reserve(pem.size());
+    out.append(kBegin).append(" ");
+    size_t body_start = pem.find('\n');
+    size_t body_end = pem.find(kEnd);
+    if (body_start != std::string_view::npos && body_end != std::string_view::npos) {
+      for (char c : pem.substr(body_start, body_end - body_start)) {
+        if (c != '\n' && c != '\r') {
+          out.push_back(c);
+        }
+      }
+    }
+    out.append(" ").append(kEnd);
+  }
+  BIO_free(bio);
+  return out;
+}
+
+std::string SubjectText(X509* cert) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio == nullptr) {
+    return {};
+  }
+  X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
+  char* data = nullptr;
+  long length = BIO_get_mem_data(bio, &data);
+  std::string out(data, length > 0 ? static_cast<size_t>(length) : 0);
+  BIO_free(bio);
+  return out;
+}
+
+bool IsSelfIssued(X509* cert) {
+  return X509_NAME_cmp(X509_get_subject_name(cert), X509_get_issuer_name(cert)) == 0;
+}
+
+HandshakeError Classify(int ssl_error, unsigned long code) {
+  if (ssl_error == SSL_ERROR_ZERO_RETURN || ssl_error == SSL_ERROR_SYSCALL) {
+    return HandshakeError::kEof;
+  }
+  if (ERR_GET_LIB(code) != ERR_LIB_SSL) {
+    return HandshakeError::kProtocol;
+  }
+  switch (ERR_GET_REASON(code)) {
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_VERSION_TOO_LOW:
+    case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
+      return HandshakeError::kProtocolVersion;
+    case SSL_R_NO_SHARED_CIPHER:
+    case SSL_R_NO_SHARED_GROUPS:
+    case SSL_R_NO_SUITABLE_SIGNATURE_ALGORITHM:
+      return HandshakeError::kNoSharedCipher;
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+    case SSL_R_CERTIFICATE_VERIFY_FAILED:
+      return HandshakeError::kClientCertificate;
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+      return HandshakeError::kHttpRequest;
+    case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+      return HandshakeError::kEof;
+    default:
+      return HandshakeError::kProtocol;
+  }
+}
+
+// A socket BIO that remembers whether its last read emptied the socket (a
+// short read), so that a read which got everything can tell the owner that no
+// further read is worth a system call before the next EPOLLIN edge.
+struct SocketBio {
+  int fd;
+  bool* short_read;
+};
+
+int BioWrite(BIO* bio, const char* data, int size) {
+  auto* s = static_cast<SocketBio*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  for (;;) {
+    ssize_t n = ::send(s->fd, data, static_cast<size_t>(size), MSG_NOSIGNAL);
+    if (n >= 0) {
+      return static_cast<int>(n);
+    }
+    if (errno == EINTR) {
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      BIO_set_retry_write(bio);
+    }
+    return -1;
+  }
+}
+
+int BioRead(BIO* bio, char* data, int size) {
+  auto* s = static_cast<SocketBio*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  for (;;) {
+    ssize_t n = ::recv(s->fd, data, static_cast<size_t>(size), 0);
+    if (n > 0) {
+      *s->short_read = n < size;
+      return static_cast<int>(n);
+    }
+    if (n == 0) {
+      return 0;
+    }
+    if (errno == EINTR) {
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      BIO_set_retry_read(bio);
+    }
+    return -1;
+  }
+}
+
+long BioCtrl(BIO* /*bio*/, int command, long /*num*/, void* /*ptr*/) {
+  return command == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+int BioDestroy(BIO* bio) {
+  delete static_cast<SocketBio*>(BIO_get_data(bio));
+  BIO_set_data(bio, nullptr);
+  return 1;
+}
+
+BIO_METHOD* SocketBioMethod() {
+  static BIO_METHOD* method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kwd socket");
+    BIO_meth_set_write(m, BioWrite);
+    BIO_meth_set_read(m, BioRead);
+    BIO_meth_set_ctrl(m, BioCtrl);
+    BIO_meth_set_destroy(m, BioDestroy);
+    return m;
+  }();
+  return method;
+}
+
+}  // namespace
+
+TlsTransport::TlsTransport(int fd, SSL* ssl, ServerTls* server,
+                           std::shared_ptr<const CertSet> certs)
+    : Transport(fd), ssl_(ssl), server_(server), certs_(std::move(certs)) {
+  BIO* bio = BIO_new(SocketBioMethod());
+  if (bio != nullptr) {
+    BIO_set_data(bio, new SocketBio{fd, &bio_short_read_});
+    BIO_set_init(bio, 1);
+    SSL_set_bio(ssl_, bio, bio);
+  } else {
+    SSL_set_fd(ssl_, fd);
+  }
+  SSL_set_app_data(ssl_, this);
+  if (server_ != nullptr) {
+    SSL_set_msg_callback(ssl_, &TlsTransport::OnMessage);
+    SSL_set_msg_callback_arg(ssl_, this);
+  }
+}
+
+TlsTransport::~TlsTransport() { SSL_free(ssl_); }
+
+std::unique_ptr<TlsTransport> TlsTransport::Client(SSL_CTX* ctx, int fd,
+                                                   std::string_view server_name,
+                                                   std::string* error) {
+  ERR_clear_error();
+  SSL* ssl = SSL_new(ctx);
+  if (ssl == nullptr) {
+    const char* reason = ERR_reason_error_string(ERR_get_error());
+    *error = std::string("cannot create a TLS connection: ") +
+             (reason != nullptr ? reason : "unknown error");
+    return nullptr;
+  }
+  SSL_set_connect_state(ssl);
+  if (!server_name.empty()) {
+    std::string name(server_name);
+    unsigned char address[16];
+    bool is_ip = inet_pton(AF_INET, name.c_str(), address) == 1 ||
+                 inet_pton(AF_INET6, name.c_str(), address) == 1;
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    bool ok = is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str()) == 1
+                    : (SSL_set_tlsext_host_name(ssl, name.c_str()) == 1 &&
+                       SSL_set1_host(ssl, name.c_str()) == 1);
+    if (!ok) {
+      SSL_free(ssl);
+      *error = "invalid TLS server name \"" + name + "\"";
+      return nullptr;
+    }
+  }
+  return std::unique_ptr<TlsTransport>(new TlsTransport(fd, ssl, nullptr, nullptr));
+}
+
+void TlsTransport::OnMessage(int write_p, int version, int content_type, const void* buf,
+                             size_t len, SSL* /*ssl*/, void* arg) {
+  // A handshake record from the client after the TLS 1.2 handshake finished
+  // is a renegotiation attempt (TLS 1.3 has none; its records are typed
+  // application data on the wire). OpenSSL refuses it (no_renegotiation);
+  // the connection is closed on the next read.
+  auto* self = static_cast<TlsTransport*>(arg);
+  if (write_p != 0 || content_type != SSL3_RT_HEADER || !self->established_ || len < 1 ||
+      version > TLS1_2_VERSION || self->renegotiation_) {
+    return;
+  }
+  if (static_cast<const unsigned char*>(buf)[0] == kContentTypeHandshake) {
+    self->renegotiation_ = true;
+  }
+}
+
+net::Transport::HandshakeStatus TlsTransport::Handshake() {
+  if (established_) {
+    return HandshakeStatus::kDone;
+  }
+  if (fatal_) {
+    return HandshakeStatus::kFailed;
+  }
+  ERR_clear_error();
+  int r = SSL_do_handshake(ssl_);
+  if (r == 1) {
+    established_ = true;
+    FillInfo();
+    return HandshakeStatus::kDone;
+  }
+  int e = SSL_get_error(ssl_, r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    want_read_ = e == SSL_ERROR_WANT_READ;
+    return HandshakeStatus::kWantIo;
+  }
+  HandshakeFailed(e);
+  return HandshakeStatus::kFailed;
+}
+
+void TlsTransport::HandshakeFailed(int ssl_error) {
+  fatal_ = true;
+  unsigned long code = ERR_peek_error();
+  HandshakeError reason = Classify(ssl_error, code);
+  if (ssl_error == SSL_ERROR_SYSCALL && errno != 0) {
+    error_ = std::string("socket error during the TLS handshake: ") + std::strerror(errno);
+  } else if (code == 0) {
+    error_ = "the peer closed the connection during the TLS handshake";
+  } else {
+    char buffer[256];
+    ERR_error_string_n(code, buffer, sizeof buffer);
+    error_ = buffer;
+  }
+  ERR_clear_error();
+  if (server_ != nullptr) {
+    server_->metrics().errors[static_cast<size_t>(reason)]->Inc();
+    Log(LogLevel::kDebug, "tls", "TLS handshake failed", {{"error", error_}});
+  }
+}
+
+void TlsTransport::FillInfo() {
+  info_.version = SSL_get_version(ssl_);
+  if (const SSL_CIPHER* cipher = SSL_get_current_cipher(ssl_); cipher != nullptr) {
+    info_.cipher = SSL_CIPHER_get_name(cipher);
+    info_.cipher_bits = SSL_CIPHER_get_bits(cipher, nullptr);
+  }
+  if (const char* name = SSL_get_servername(ssl_, TLSEXT_NAMETYPE_host_name); name != nullptr) {
+    info_.server_name = name;
+  }
+  const unsigned char* alpn = nullptr;
+  unsigned int alpn_len = 0;
+  SSL_get0_alpn_selected(ssl_, &alpn, &alpn_len);
+  info_.alpn.assign(reinterpret_cast<const char*>(alpn), alpn != nullptr ? alpn_len : 0);
+  info_.resumed = SSL_session_reused(ssl_) == 1;
+  X509* peer = SSL_get0_peer_certificate(ssl_);
+  if (peer != nullptr) {
+    info_.peer_certificate = true;
+    long verify = SSL_get_verify_result(ssl_);
+    info_.peer_verified = verify == X509_V_OK;
+    if (!info_.peer_verified) {
+      info_.verify_error = X509_verify_cert_error_string(verify);
+    }
+    info_.peer_subject = SubjectText(peer);
+    if (server_ != nullptr && info_.peer_verified) {
+      // What SAP's ICM reads: the certificate and the chain the client sent
+      // after it, without the root.
+      info_.peer_pem_line = PemLine(peer);
+      STACK_OF(X509)* chain = SSL_get_peer_cert_chain(ssl_);
+      for (int i = 0; chain != nullptr && i < sk_X509_num(chain); ++i) {
+        X509* cert = sk_X509_value(chain, i);
+        if (X509_cmp(cert, peer) == 0 || IsSelfIssued(cert)) {
+          continue;
+        }
+        info_.peer_chain_pem_lines.push_back(PemLine(cert));
+      }
+    }
+  }
+  if (server_ != nullptr) {
+    (info_.resumed ? server_->metrics().handshakes_resumed : server_->metrics().handshakes).Inc();
+    if (info_.peer_certificate && !info_.peer_verified) {
+      server_->metrics().client_certificates_unverified.Inc();
+    }
+  }
+}
+
+ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
+  *drained = false;
+  if (!established_) {
+    HandshakeStatus status = Handshake();
+    if (status == HandshakeStatus::kFailed) {
+      return kError;
+    }
+    if (status == HandshakeStatus::kWantIo) {
+      *drained = want_read_;
+      return kWouldBlock;
+    }
+  }
+  if (renegotiation_ || fatal_) {
+    return kError;
+  }
+  ERR_clear_error();
+  bio_short_read_ = false;
+  int n = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+  if (renegotiation_) {
+    fatal_ = true;
+    if (server_ != nullptr) {
+      server_->metrics().errors[static_cast<size_t>(HandshakeError::kRenegotiation)]->Inc();
+      Log(LogLevel::kDebug, "tls", "renegotiation refused: closing the connection");
+    }
+    error_ = "renegotiation refused";
+    return kError;
+  }
+  if (n > 0) {
+    // The socket gave less than asked and OpenSSL holds nothing more: the
+    // next read would only say EAGAIN.
+    *drained = bio_short_read_ && SSL_has_pending(ssl_) == 0;
+    return n;
+  }
+  switch (SSL_get_error(ssl_, n)) {
+    case SSL_ERROR_WANT_READ:
+      *drained = true;
+      return kWouldBlock;
+    case SSL_ERROR_WANT_WRITE:
+      return kWouldBlock;
+    case SSL_ERROR_ZERO_RETURN:
+      return kEof;
+    case SSL_ERROR_SYSCALL:
+      fatal_ = true;
+      return errno == 0 ? kEof : kError;
+    default:
+      fatal_ = true;
+      error_ = "TLS read failed";
+      ERR_clear_error();
+      return kError;
+  }
+}
+
+ssize_t TlsTransport::Write(const char* data, size_t size) {
+  if (!established_) {
+    HandshakeStatus status = Handshake();
+    if (status != HandshakeStatus::kDone) {
+      return status == HandshakeStatus::kFailed ? kError : kWouldBlock;
+    }
+  }
+  if (fatal_) {
+    return kError;
+  }
+  ERR_clear_error();
+  int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+  if (n > 0) {
+    return n;
+  }
+  switch (SSL_get_error(ssl_, n)) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+      return kWouldBlock;
+    default:
+      fatal_ = true;
+      ERR_clear_error();
+      return kError;
+  }
+}
+
+void TlsTransport::Shutdown() {
+  if (!established_ || fatal_) {
+    return;
+  }
+  ERR_clear_error();
+  SSL_shutdown(ssl_);  // sends close_notify if the socket takes it; never waits
+  ERR_clear_error();
+}
+
+}  // namespace kwd::tls

@@ -1,0 +1,66 @@
+#pragma once
+
+// TLS over a non-blocking socket with OpenSSL 3, as a net::Transport: the
+// handshake and every read and write return at once and are driven again by
+// the owner's next epoll event. Server side (client connections on
+// --tls-listen, made by ServerTls::NewTransport) and client side (upstream
+// re-encryption, made by TlsTransport::Client).
+
+#include <openssl/ssl.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "dataplane/net/transport.h"
+
+namespace kwd::tls {
+
+class ServerTls;
+struct CertSet;
+
+class TlsTransport final : public net::Transport {
+ public:
+  // Client side: `ctx` says what to verify (SSL_VERIFY_PEER and its CA);
+  // `server_name` is sent as SNI (unless it is an IP address) and checked
+  // against the server's certificate (host name or IP) when not empty. Null
+  // with `error` set when OpenSSL cannot make the connection object.
+  static std::unique_ptr<TlsTransport> Client(SSL_CTX* ctx, int fd, std::string_view server_name,
+                                              std::string* error);
+
+  ~TlsTransport() override;
+
+  bool established() const override { return established_; }
+  HandshakeStatus Handshake() override;
+  ssize_t Read(char* data, size_t size, bool* drained) override;
+  ssize_t Write(const char* data, size_t size) override;
+  void Shutdown() override;
+  const net::TlsInfo* tls() const override { return established_ ? &info_ : nullptr; }
+  std::string_view error() const override { return error_; }
+
+  // The OpenSSL connection (client side: to offer a session before the
+  // handshake, SSL_set_session, and to keep SSL_get1_session after it).
+  SSL* ssl() { return ssl_; }
+
+ private:
+  friend class ServerTls;
+  TlsTransport(int fd, SSL* ssl, ServerTls* server, std::shared_ptr<const CertSet> certs);
+  void FillInfo();
+  // Records why the handshake failed: a reason label and OpenSSL's text.
+  void HandshakeFailed(int ssl_error);
+  static void OnMessage(int write_p, int version, int content_type, const void* buf, size_t len,
+                        SSL* ssl, void* arg);
+
+  SSL* ssl_;
+  ServerTls* server_;  // null on the client side
+  std::shared_ptr<const CertSet> certs_;  // the certificates this handshake chooses from
+  bool established_ = false;
+  bool fatal_ = false;  // no close_notify after a fatal error
+  bool want_read_ = false;
+  bool renegotiation_ = false;
+  bool bio_short_read_ = false;  // the socket BIO's last read emptied the socket
+  net::TlsInfo info_;
+  std::string error_;
+};
+
+}  // namespace kwd::tls

@@ -1,0 +1,158 @@
+// TlsTransport in-process: a server side made by ServerTls and a client side
+// made by TlsTransport::Client over a socket pair, driven like the worker's
+// loop drives them (non-blocking, each step until both would block).
+#include "dataplane/tls/tls_transport.h"
+
+#include <gtest/gtest.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/metrics.h"
+#include "dataplane/tls/server_tls.h"
+#include "tests/support/test_pki.h"
+
+namespace kwd::tls {
+namespace {
+
+class TlsTransportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pki_ = new std::string(::testing::TempDir() + "/kwd_tls_transport_" +
+                           std::to_string(::getpid()));
+    std::filesystem::create_directories(*pki_ + "/certs");
+    std::string error;
+    ASSERT_TRUE(testing::MakeTestPki(*pki_, &error)) << error;
+    std::filesystem::copy_file(*pki_ + "/server.pem", *pki_ + "/certs/server.crt");
+    std::filesystem::copy_file(*pki_ + "/server.key", *pki_ + "/certs/server.key");
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*pki_);
+    delete pki_;
+  }
+
+  void SetUp() override {
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds_), 0);
+    client_ctx_ = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_min_proto_version(client_ctx_, TLS1_2_VERSION);
+    ASSERT_EQ(SSL_CTX_load_verify_locations(client_ctx_, (*pki_ + "/ca.pem").c_str(), nullptr),
+              1);
+    SSL_CTX_set_verify(client_ctx_, SSL_VERIFY_PEER, nullptr);
+  }
+  void TearDown() override {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+    SSL_CTX_free(client_ctx_);
+  }
+
+  // Steps both handshakes until neither progresses; true when both are done.
+  static bool HandshakeBoth(net::Transport& a, net::Transport& b) {
+    for (int i = 0; i < 100; ++i) {
+      auto sa = a.Handshake();
+      auto sb = b.Handshake();
+      if (sa == net::Transport::HandshakeStatus::kFailed ||
+          sb == net::Transport::HandshakeStatus::kFailed) {
+        return false;
+      }
+      if (sa == net::Transport::HandshakeStatus::kDone &&
+          sb == net::Transport::HandshakeStatus::kDone) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  static std::string* pki_;
+  int fds_[2] = {-1, -1};
+  SSL_CTX* client_ctx_ = nullptr;
+  MetricsRegistry registry_;
+};
+
+std::string* TlsTransportTest::pki_ = nullptr;
+
+TEST_F(TlsTransportTest, ClientAndServerHandshakeVerifyAndExchangeData) {
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";
+  ServerTls server_tls(options, registry_);
+  std::string error;
+  ASSERT_TRUE(server_tls.Load(&error)) << error;
+  auto server = server_tls.NewTransport(fds_[0]);
+  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
+  ASSERT_NE(client, nullptr) << error;
+  EXPECT_FALSE(server->established());
+  EXPECT_EQ(server->tls(), nullptr);
+  ASSERT_TRUE(HandshakeBoth(*client, *server)) << client->error() << " / " << server->error();
+  ASSERT_NE(client->tls(), nullptr);
+  EXPECT_TRUE(client->tls()->peer_certificate);
+  EXPECT_TRUE(client->tls()->peer_verified);
+  EXPECT_EQ(client->tls()->version, "TLSv1.3");
+  EXPECT_EQ(server->tls()->server_name, testing::kTestServerName);
+  EXPECT_GT(server->tls()->cipher_bits, 0);
+
+  ASSERT_EQ(client->Write("ping", 4), 4);
+  char buf[64];
+  bool drained = false;
+  ssize_t n = server->Read(buf, sizeof buf, &drained);
+  ASSERT_EQ(n, 4);
+  EXPECT_EQ(std::string(buf, 4), "ping");
+  EXPECT_TRUE(drained) << "everything the socket had was read";
+  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  EXPECT_TRUE(drained);
+  // close_notify reads as the end of the stream.
+  client->Shutdown();
+  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kEof);
+}
+
+TEST_F(TlsTransportTest, ClientRefusesAServerWhoseCertificateLacksTheName) {
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";
+  ServerTls server_tls(options, registry_);
+  std::string error;
+  ASSERT_TRUE(server_tls.Load(&error)) << error;
+  auto server = server_tls.NewTransport(fds_[0]);
+  auto client = TlsTransport::Client(client_ctx_, fds_[1], "elsewhere.example", &error);
+  ASSERT_NE(client, nullptr) << error;
+  EXPECT_FALSE(HandshakeBoth(*client, *server));
+  EXPECT_NE(client->error().find("certificate verify failed"), std::string::npos)
+      << client->error();
+  EXPECT_EQ(client->tls(), nullptr);
+}
+
+TEST(CertSetTest, ExactThenWildcardThenFirst) {
+  auto a = std::make_shared<CertPair>();
+  a->name = "a";
+  auto b = std::make_shared<CertPair>();
+  b->name = "b";
+  auto w = std::make_shared<CertPair>();
+  w->name = "w";
+  CertSet set;
+  set.pairs = {a, b, w};
+  set.exact["b.example"] = b.get();
+  set.exact["x.wild.example"] = b.get();
+  set.wildcard["wild.example"] = w.get();
+  EXPECT_EQ(set.Select("B.Example"), b.get());
+  EXPECT_EQ(set.Select("x.wild.example"), b.get()) << "exact beats wildcard";
+  EXPECT_EQ(set.Select("y.wild.example"), w.get());
+  EXPECT_EQ(set.Select("y.x.wild.example"), a.get()) << "a wildcard covers one label";
+  EXPECT_EQ(set.Select("wild.example"), a.get());
+  EXPECT_EQ(set.Select(""), a.get());
+  EXPECT_EQ(set.Select(".wild.example"), a.get());
+}
+
+TEST(VerifyClientTest, Parses) {
+  VerifyClient v;
+  EXPECT_TRUE(ParseVerifyClient("none", &v));
+  EXPECT_EQ(v, VerifyClient::kNone);
+  EXPECT_TRUE(ParseVerifyClient("optional", &v));
+  EXPECT_EQ(v, VerifyClient::kOptional);
+  EXPECT_TRUE(ParseVerifyClient("required", &v));
+  EXPECT_EQ(v, VerifyClient::kRequired);
+  EXPECT_FALSE(ParseVerifyClient("Required", &v));
+  EXPECT_FALSE(ParseVerifyClient("", &v));
+}
+
+}  // namespace
+}  // namespace kwd::tls
