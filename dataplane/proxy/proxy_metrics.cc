@@ -109,7 +109,8 @@ std::shared_ptr<const TableMetrics> ProxyMetrics::ForTable(const routing::Routin
   std::sort(live_groups.begin(), live_groups.end());
   for (const char* family :
        {"kwd_proxy_requests_total", "kwd_proxy_request_duration_seconds",
-        "kwd_proxy_server_requests_total", "kwd_proxy_upstream_connect_errors_total"}) {
+        "kwd_proxy_server_requests_total", "kwd_proxy_upstream_connect_errors_total",
+        "kwd_proxy_upstream_tls_errors_total"}) {
     registry_.RetainLabelValues(family, "group", live_groups);
   }
   // Pods come and go: series of servers no group has any more are dropped.

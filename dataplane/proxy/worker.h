@@ -43,6 +43,11 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
   std::unique_ptr<net::Transport> transport;
   std::string address;
   uint32_t port;
+  // "" for plain; else the group's UpstreamTls::key(): a pooled connection
+  // is reused only with the same TLS settings. `tls` keeps the settings (and
+  // their SSL_CTX) alive while the connection lives.
+  std::string tls_key;
+  std::shared_ptr<const tls::UpstreamTls> tls;
   bool connecting = true;
   ClientConnection* owner = nullptr;  // null while idle in the pool
   net::Timer idle_timer;
@@ -86,8 +91,10 @@ class Worker {
   AccessLog& access_log() { return access_log_; }
   bool draining() const { return draining_; }
 
-  // An idle pooled connection to address:port, or null.
-  UpstreamConnection* TakeIdle(std::string_view address, uint32_t port);
+  // An idle pooled connection to address:port with TLS settings `tls_key`
+  // ("" plain), or null.
+  UpstreamConnection* TakeIdle(std::string_view address, uint32_t port,
+                               std::string_view tls_key = {});
   // Parks a healthy keep-alive connection (or closes it when the pool is full).
   void ReleaseIdle(UpstreamConnection* connection);
   void ForgetIdle(UpstreamConnection* connection);
@@ -105,6 +112,7 @@ class Worker {
   struct PoolBucket {
     std::string address;
     uint32_t port = 0;
+    std::string tls_key;
     std::vector<UpstreamConnection*> idle;
   };
 
@@ -115,7 +123,7 @@ class Worker {
   size_t CloseIdleUpstreams();
   void StopAccepting();
   void CheckDrained();
-  static uint64_t PoolKey(std::string_view address, uint32_t port);
+  static uint64_t PoolKey(std::string_view address, uint32_t port, std::string_view tls_key);
 
   int id_;
   ProxyOptions options_;
