@@ -1003,7 +1003,18 @@ void ClientConnection::FinishTransaction() {
   // and bytes already there raise no new edge for the idle pool to see).
   bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ &&
                   response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
-                  !upstream_readable_.readable && upstream_sent_ == upstream_out_.size();
+                  upstream_sent_ == upstream_out_.size();
+  if (reusable && upstream_readable_.readable && upstream_ != nullptr &&
+      upstream_->transport->tls() != nullptr) {
+    // A TLS read returns one record, so the last one never proves the socket
+    // empty: one more read does (it also takes a TLS 1.3 session ticket that
+    // came after the response). Any data instead: not reusable.
+    char extra;
+    bool drained = false;
+    reusable = upstream_->transport->Read(&extra, 1, &drained) == net::Transport::kWouldBlock;
+  } else {
+    reusable = reusable && !upstream_readable_.readable;
+  }
   ReleaseUpstream(reusable);
   LogAndCount(response_status_, routing::ReasonName(decision_.reason));
   worker_->router().Complete(decision_);
