@@ -787,8 +787,8 @@ bool ClientConnection::MoveResponse() {
       }
       return true;
     }
-    ssize_t n = ReadInto(*upstream_->transport, &upstream_readable_, upstream_in_, kBodyBufferBytes +
-                                                          worker_->options().max_header_bytes);
+    ssize_t n = ReadInto(*upstream_->transport, &upstream_readable_, upstream_in_,
+                         kBodyBufferBytes + worker_->options().max_header_bytes);
     if (n > 0) {
       response_started_ = true;
       progressed = true;
@@ -975,7 +975,8 @@ bool ClientConnection::StepTunnel() {
     }
   }
   if (!upstream_eof_ && out_.size() < kHighWater) {
-    ssize_t n = ReadInto(*upstream_->transport, &upstream_readable_, upstream_in_, kBodyBufferBytes);
+    ssize_t n =
+        ReadInto(*upstream_->transport, &upstream_readable_, upstream_in_, kBodyBufferBytes);
     if (n > 0) {
       progressed = true;
     } else if (n == 0 || n == kIoError) {
@@ -1226,8 +1227,8 @@ void ClientConnection::OnTimer() {
 
 // ---- socket I/O ----
 
-ssize_t ClientConnection::ReadInto(net::Transport& transport, Readiness* readiness,
-                                   Buffer& buffer, size_t max_capacity) {
+ssize_t ClientConnection::ReadInto(net::Transport& transport, Readiness* readiness, Buffer& buffer,
+                                   size_t max_capacity) {
   // Edge-triggered readiness is cached: no read that is known to block.
   if (!readiness->readable) {
     return kWouldBlock;

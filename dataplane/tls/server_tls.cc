@@ -31,10 +31,9 @@ constexpr const char kGroups[] = "X25519:P-256:P-384";
 // Sessions resumed across certificate pairs and reloads must agree on this.
 constexpr unsigned char kSessionIdContext[] = "kwd-tls";
 
-constexpr const char* kErrorReasons[] = {"protocol_version", "no_shared_cipher",
-                                         "client_certificate", "http_request",
-                                         "eof",              "protocol",
-                                         "renegotiation"};
+constexpr const char* kErrorReasons[] = {
+    "protocol_version", "no_shared_cipher", "client_certificate", "http_request", "eof",
+    "protocol",         "renegotiation"};
 
 std::string OpenSslErrors() {
   std::string text;
@@ -63,7 +62,7 @@ std::string Lower(std::string_view text) {
 // "mtime size inode" of a file (following symlinks, as Secret mounts use
 // them), or "" when it is missing.
 std::string FileStamp(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return {};
   }
@@ -79,8 +78,8 @@ bool IsFile(const std::filesystem::path& path) {
 // The names a server certificate is valid for: SAN DNS entries, else the CN.
 std::vector<std::string> CertificateNames(X509* cert) {
   std::vector<std::string> names;
-  auto* sans = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  auto* sans =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   if (sans != nullptr) {
     for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
       const GENERAL_NAME* name = sk_GENERAL_NAME_value(sans, i);
@@ -88,8 +87,8 @@ std::vector<std::string> CertificateNames(X509* cert) {
         const unsigned char* data = ASN1_STRING_get0_data(name->d.dNSName);
         int length = ASN1_STRING_length(name->d.dNSName);
         if (data != nullptr && length > 0) {
-          names.push_back(Lower(std::string_view(reinterpret_cast<const char*>(data),
-                                                 static_cast<size_t>(length))));
+          names.push_back(Lower(
+              std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(length))));
         }
       }
     }
@@ -103,8 +102,8 @@ std::vector<std::string> CertificateNames(X509* cert) {
       unsigned char* utf8 = nullptr;
       int length = ASN1_STRING_to_UTF8(&utf8, cn);
       if (length > 0) {
-        names.push_back(Lower(std::string_view(reinterpret_cast<char*>(utf8),
-                                               static_cast<size_t>(length))));
+        names.push_back(
+            Lower(std::string_view(reinterpret_cast<char*>(utf8), static_cast<size_t>(length))));
       }
       OPENSSL_free(utf8);
     }
@@ -174,7 +173,9 @@ TlsMetrics::TlsMetrics(MetricsRegistry& registry)
   }
 }
 
-CertPair::~CertPair() { SSL_CTX_free(ctx); }
+CertPair::~CertPair() {
+  SSL_CTX_free(ctx);
+}
 
 const CertPair* CertSet::Select(std::string_view server_name) const {
   if (pairs.empty()) {
@@ -200,7 +201,9 @@ ServerTls::ServerTls(ServerTlsOptions options, MetricsRegistry& registry)
   certs_.store(std::make_shared<const CertSet>());
 }
 
-ServerTls::~ServerTls() { Stop(); }
+ServerTls::~ServerTls() {
+  Stop();
+}
 
 std::vector<ServerTls::Candidate> ServerTls::ScanDirectory(std::string* error) const {
   namespace fs = std::filesystem;
@@ -255,6 +258,8 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
   auto pair = std::make_shared<CertPair>();
   pair->name = candidate.name;
   pair->fingerprint = candidate.fingerprint;
+  pair->cert_path = candidate.cert_path;
+  pair->key_path = candidate.key_path;
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   if (ctx == nullptr) {
     *error = OpenSslErrors();
@@ -308,8 +313,7 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
     return nullptr;
   }
   if (SSL_CTX_check_private_key(ctx) != 1) {
-    *error = candidate.key_path + " does not match " + candidate.cert_path + ": " +
-             OpenSslErrors();
+    *error = candidate.key_path + " does not match " + candidate.cert_path + ": " + OpenSslErrors();
     return nullptr;
   }
   X509* leaf = SSL_CTX_get0_certificate(ctx);
@@ -381,9 +385,8 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
     if (retry) {
       metrics_.certificate_errors.Inc();
       Log(LogLevel::kError, "tls",
-          previous != old_by_name.end()
-              ? "certificate pair refused; the previous one keeps serving"
-              : "certificate pair refused",
+          previous != old_by_name.end() ? "certificate pair refused; the previous one keeps serving"
+                                        : "certificate pair refused",
           {{"pair", c.name}, {"error", pair_error}});
     }
     if (previous != old_by_name.end()) {
@@ -391,11 +394,28 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
     }
   }
   for (const auto& [name, pair] : old_by_name) {
-    if (tried.count(name) == 0) {
-      changed = true;
-      Log(LogLevel::kInfo, "tls", "certificate pair removed", {{"pair", name}});
+    if (tried.count(name) != 0) {
+      continue;
     }
+    if (!FileStamp(pair->cert_path).empty() || !FileStamp(pair->key_path).empty()) {
+      // Half of the pair is there: a copy in progress (or a mistake). The
+      // loaded pair keeps serving until both files are back or both are gone.
+      tried[name] = "incomplete";
+      if (tried_.count(name) == 0 || tried_[name] != "incomplete") {
+        metrics_.certificate_errors.Inc();
+        Log(LogLevel::kError, "tls",
+            "certificate pair incomplete (certificate or key missing); the previous one keeps "
+            "serving",
+            {{"pair", name}, {"file", pair->cert_path}});
+      }
+      set->pairs.push_back(pair);
+      continue;
+    }
+    changed = true;
+    Log(LogLevel::kInfo, "tls", "certificate pair removed", {{"pair", name}});
   }
+  std::sort(set->pairs.begin(), set->pairs.end(),
+            [](const auto& a, const auto& b) { return a->name < b->name; });
   tried_ = std::move(tried);
   if (set->pairs.empty()) {
     if (initial) {
@@ -541,8 +561,8 @@ int ServerTls::OnTicketKey(SSL* ssl, unsigned char* key_name, unsigned char* iv,
   return transport->server_->TicketKeyCallback(key_name, iv, cipher, mac, encrypt);
 }
 
-int ServerTls::TicketKeyCallback(unsigned char* key_name, unsigned char* iv,
-                                 EVP_CIPHER_CTX* cipher, EVP_MAC_CTX* mac, int encrypt) {
+int ServerTls::TicketKeyCallback(unsigned char* key_name, unsigned char* iv, EVP_CIPHER_CTX* cipher,
+                                 EVP_MAC_CTX* mac, int encrypt) {
   TicketKey key{};
   bool renew = false;
   {

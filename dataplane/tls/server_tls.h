@@ -45,8 +45,8 @@ enum class VerifyClient { kNone, kOptional, kRequired };
 bool ParseVerifyClient(std::string_view text, VerifyClient* out);
 
 struct ServerTlsOptions {
-  std::string cert_dir;        // --tls-cert-dir
-  std::string client_ca_file;  // --tls-client-ca
+  std::string cert_dir;                              // --tls-cert-dir
+  std::string client_ca_file;                        // --tls-client-ca
   VerifyClient verify_client = VerifyClient::kNone;  // --tls-verify-client
   int64_t reload_interval_ms = 2'000;
   int64_t ticket_rotation_ms = 3'600'000;
@@ -81,6 +81,8 @@ struct CertPair {
   ~CertPair();
   std::string name;
   std::string fingerprint;  // of the files it was loaded from
+  std::string cert_path;
+  std::string key_path;
   SSL_CTX* ctx = nullptr;
   std::vector<std::string> names;  // lower-case DNS names, wildcards as "*.rest"
   int64_t not_after = 0;           // seconds since the epoch

@@ -1,11 +1,11 @@
 #include "dataplane/tls/tls_transport.h"
 
 #include <arpa/inet.h>
-#include <sys/socket.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -187,7 +187,9 @@ TlsTransport::TlsTransport(int fd, SSL* ssl, ServerTls* server,
   }
 }
 
-TlsTransport::~TlsTransport() { SSL_free(ssl_); }
+TlsTransport::~TlsTransport() {
+  SSL_free(ssl_);
+}
 
 std::unique_ptr<TlsTransport> TlsTransport::Client(SSL_CTX* ctx, int fd,
                                                    std::string_view server_name,

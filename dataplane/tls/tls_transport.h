@@ -52,7 +52,7 @@ class TlsTransport final : public net::Transport {
                         SSL* ssl, void* arg);
 
   SSL* ssl_;
-  ServerTls* server_;  // null on the client side
+  ServerTls* server_;                     // null on the client side
   std::shared_ptr<const CertSet> certs_;  // the certificates this handshake chooses from
   bool established_ = false;
   bool fatal_ = false;  // no close_notify after a fatal error

@@ -191,7 +191,7 @@ class TlsTermination(unittest.TestCase):
              "--tls-listen", "127.0.0.1:0", "--tls-cert-dir", cls.certs,
              "--tls-client-ca", os.path.join(cls.pki, "client-ca.pem"),
              "--tls-verify-client", getattr(cls, "VERIFY", "optional"),
-             "--tls-handshake-timeout", "1s",
+             "--tls-handshake-timeout", "1s", "--workers", "2",
              "--log-level", "info"],
             stdout=subprocess.PIPE, stderr=cls.log, text=True)
         ports = {}
@@ -396,6 +396,11 @@ class TlsTermination(unittest.TestCase):
             session = s.session
         with self.tls_connect("beta.kwd.test", ctx, session=session) as s:
             self.assertTrue(s.session_reused)
+        # Two workers, one ticket key: every resumption works whichever worker
+        # the kernel hands the connection to.
+        for _ in range(6):
+            with self.tls_connect("beta.kwd.test", ctx, session=session) as s:
+                self.assertTrue(s.session_reused)
         self.assertGreaterEqual(self.metric('kwd_proxy_tls_handshakes_total{resumed="true"}'), 2)
 
     # ---- bad input ----
@@ -541,6 +546,15 @@ class TlsReload(unittest.TestCase):
                 "kwd_proxy_tls_certificate_errors_total") >= errors_before + 1))
             with open(self.log_path) as f:
                 self.assertIn("certificate pair refused; the previous one keeps serving", f.read())
+            with self.tls_connect("beta.kwd.test") as s:
+                self.assertEqual(self.peer_cn(s), "beta", "the old pair keeps serving")
+            # The key is deleted before the new one is written: still the old pair.
+            errors_before = self.metric("kwd_proxy_tls_certificate_errors_total")
+            os.remove(key)
+            self.assertTrue(self.wait_for(lambda: self.metric(
+                "kwd_proxy_tls_certificate_errors_total") >= errors_before + 1))
+            with open(self.log_path) as f:
+                self.assertIn("certificate pair incomplete", f.read())
             with self.tls_connect("beta.kwd.test") as s:
                 self.assertEqual(self.peer_cn(s), "beta", "the old pair keeps serving")
             # The matching key arrives: the renewed certificate is used.

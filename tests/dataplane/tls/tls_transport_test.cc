@@ -21,8 +21,8 @@ namespace {
 class TlsTransportTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    pki_ = new std::string(::testing::TempDir() + "/kwd_tls_transport_" +
-                           std::to_string(::getpid()));
+    pki_ =
+        new std::string(::testing::TempDir() + "/kwd_tls_transport_" + std::to_string(::getpid()));
     std::filesystem::create_directories(*pki_ + "/certs");
     std::string error;
     ASSERT_TRUE(testing::MakeTestPki(*pki_, &error)) << error;
@@ -38,8 +38,7 @@ class TlsTransportTest : public ::testing::Test {
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds_), 0);
     client_ctx_ = SSL_CTX_new(TLS_client_method());
     SSL_CTX_set_min_proto_version(client_ctx_, TLS1_2_VERSION);
-    ASSERT_EQ(SSL_CTX_load_verify_locations(client_ctx_, (*pki_ + "/ca.pem").c_str(), nullptr),
-              1);
+    ASSERT_EQ(SSL_CTX_load_verify_locations(client_ctx_, (*pki_ + "/ca.pem").c_str(), nullptr), 1);
     SSL_CTX_set_verify(client_ctx_, SSL_VERIFY_PEER, nullptr);
   }
   void TearDown() override {
