@@ -63,6 +63,7 @@ def make_pki(directory):
     leaf("server", "ca", f"subjectAltName=DNS:{SERVER_NAME},IP:127.0.0.1\n"
                          "extendedKeyUsage=serverAuth")
     leaf("client", "ca", "extendedKeyUsage=clientAuth")
+    leaf("client2", "ca", "extendedKeyUsage=clientAuth")
 
 
 class TlsBackend:
@@ -154,8 +155,13 @@ class TlsBackend:
                 status = "503 Service Unavailable"
             body = json.dumps({"connection": index, "sni": sni, "client": client,
                                "path": target}).encode()
+            close = "close" in target  # a new connection for the next request
             tls.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-                        f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                        f"Content-Length: {len(body)}\r\n"
+                        f"{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n".encode()
+                        + body)
+            if close:
+                return
 
     def close(self):
         self.closed = True
@@ -199,7 +205,9 @@ class UpstreamTlsTest(unittest.TestCase):
         os.makedirs(pki)
         make_pki(pki)
         # The client certificate as a Secret mount: DIR/<secret>/tls.crt + tls.key.
+        cls.pki = pki
         certs = os.path.join(cls.dir, "upstream-certs")
+        cls.certs = certs
         os.makedirs(os.path.join(certs, "erp-client"))
         shutil.copy(os.path.join(pki, "client.pem"), os.path.join(certs, "erp-client", "tls.crt"))
         shutil.copy(os.path.join(pki, "client.key"), os.path.join(certs, "erp-client", "tls.key"))
@@ -356,6 +364,26 @@ spec:
         status, body = self.get("/mtls/x")
         self.assertEqual(status, 200, body)
         self.assertEqual(json.loads(body)["client"], "client")
+
+    def test_client_certificate_is_reloaded_when_the_secret_changes(self):
+        status, body = self.get("/mtls/close1")
+        self.assertEqual(status, 200, body)
+        # The Secret is renewed (here: the files replaced): new connections
+        # present the new certificate within seconds.
+        secret = os.path.join(self.certs, "erp-client")
+        for name, target in (("client2.key", "tls.key.new"), ("client2.pem", "tls.crt.new")):
+            shutil.copy(os.path.join(self.pki, name), os.path.join(secret, target))
+        os.replace(os.path.join(secret, "tls.key.new"), os.path.join(secret, "tls.key"))
+        os.replace(os.path.join(secret, "tls.crt.new"), os.path.join(secret, "tls.crt"))
+        seen = []
+
+        def presents_new_certificate():
+            status, body = self.get("/mtls/close")
+            seen.append((status, json.loads(body).get("client") if status == 200 else body))
+            return seen[-1] == (200, "client2")
+        self.assertTrue(self.wait_for(presents_new_certificate, timeout=15), seen)
+        # Every request in between was served (old pair or new, never none).
+        self.assertTrue(all(s == 200 for s, _ in seen), seen)
 
     def test_missing_client_certificate_secret_is_502_not_clear_text(self):
         status, body = self.get("/nosecret/x")
