@@ -1,5 +1,10 @@
 #include "controller/compile/compile.h"
 
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -12,11 +17,6 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <arpa/inet.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 
 #include "common/crypto.h"
 #include "common/log.h"
@@ -111,8 +111,8 @@ std::string DecodeCaBundle(std::string_view base64, std::string* pem) {
   // Standard base64 only, as the CRD's format: byte (Base64Decode also
   // takes the URL-safe alphabet).
   bool standard = std::all_of(compact.begin(), compact.end(), [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '+' || c == '/' || c == '=';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+           c == '/' || c == '=';
   });
   if (!standard) {
     return "is not valid base64 (it holds the PEM certificates base64-encoded, "
@@ -143,7 +143,8 @@ std::string DecodeCaBundle(std::string_view base64, std::string* pem) {
       if (ERR_GET_LIB(error) == ERR_LIB_PEM && ERR_GET_REASON(error) == PEM_R_NO_START_LINE) {
         break;  // no further certificate
       }
-      return "certificate " + std::to_string(count + 1) + " cannot be read (not a PEM X.509 "
+      return "certificate " + std::to_string(count + 1) +
+             " cannot be read (not a PEM X.509 "
              "certificate)";
     }
     X509_free(cert);
@@ -517,8 +518,8 @@ class LogonGroupCompiler {
   }
 
   static void CompileUpstreamTls(const model::UpstreamTlsSpec& spec,
-                                 const std::optional<model::Backend>& backend,
-                                 v1::UpstreamTls* out, Findings& findings) {
+                                 const std::optional<model::Backend>& backend, v1::UpstreamTls* out,
+                                 Findings& findings) {
     std::string mode = spec.mode.value_or("none");
     if (mode == "none") {
       out->set_mode(v1::UPSTREAM_TLS_MODE_NONE);

@@ -7,11 +7,11 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <filesystem>
 #include <string>
 #include <string_view>
 

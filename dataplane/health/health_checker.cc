@@ -18,9 +18,9 @@
 #include "common/log.h"
 #include "dataplane/net/socket.h"
 #include "dataplane/net/transport.h"
+#include "dataplane/routing/server_health_registry.h"
 #include "dataplane/tls/tls_transport.h"
 #include "dataplane/tls/upstream_tls.h"
-#include "dataplane/routing/server_health_registry.h"
 
 namespace kwd::health {
 namespace {
@@ -316,8 +316,8 @@ class HealthChecker::Loop {
       } else {
         const Target& target = *probe.target;
         std::shared_ptr<SSL_CTX> ctx = target.tls != nullptr ? target.tls->Context() : nullptr;
-        std::string error = target.tls == nullptr ? "no TLS settings for the group"
-                                                  : target.tls->error();
+        std::string error =
+            target.tls == nullptr ? "no TLS settings for the group" : target.tls->error();
         std::unique_ptr<tls::TlsTransport> transport;
         if (ctx != nullptr) {
           transport = tls::TlsTransport::Client(ctx.get(), probe.fd,

@@ -493,9 +493,9 @@ void ClientConnection::OnUpstreamTlsFailed(std::string_view reason, std::string_
        {"reason", std::string(reason)},
        {"error", std::string(detail)}});
   // The detail (paths, OpenSSL's words) goes to the log, not to clients.
-  AbortTransaction(ErrorCode::kBadGateway,
-                   reason == "verify" ? "the server's TLS certificate did not verify"
-                                      : "TLS to the server could not be established");
+  AbortTransaction(ErrorCode::kBadGateway, reason == "verify"
+                                               ? "the server's TLS certificate did not verify"
+                                               : "TLS to the server could not be established");
 }
 
 void ClientConnection::OnConnected() {

@@ -244,7 +244,7 @@ void Worker::ConnectionClosed(ClientConnection* connection) {
 }
 
 uint64_t Worker::PoolKey(std::string_view address, uint32_t port, std::string_view tls_key) {
-  return (std::hash<std::string_view>{}(address) * 31 + port) * 31 +
+  return (std::hash<std::string_view>{}(address)*31 + port) * 31 +
          std::hash<std::string_view>{}(tls_key);
 }
 

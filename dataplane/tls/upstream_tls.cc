@@ -81,8 +81,8 @@ std::shared_ptr<const UpstreamTls> UpstreamTls::Build(const v1::Group& group,
       tls->key_path_ = options.cert_dir + "/" + secret + "/tls.key";
     }
   }
-  tls->key_ = "tls:" + HexEncode(Sha256(tls->server_name_ + '\0' + tls->ca_bundle_pem_ + '\0' +
-                                        secret));
+  tls->key_ =
+      "tls:" + HexEncode(Sha256(tls->server_name_ + '\0' + tls->ca_bundle_pem_ + '\0' + secret));
   if (tls->error_.empty()) {
     std::lock_guard lock(tls->mu_);
     std::string error;
@@ -117,8 +117,7 @@ bool UpstreamTls::LoadContext(std::string* error) const {
     }
   } else {
     std::unique_ptr<BIO, decltype(&BIO_free)> bio(
-        BIO_new_mem_buf(ca_bundle_pem_.data(), static_cast<int>(ca_bundle_pem_.size())),
-        &BIO_free);
+        BIO_new_mem_buf(ca_bundle_pem_.data(), static_cast<int>(ca_bundle_pem_.size())), &BIO_free);
     X509_STORE* store = SSL_CTX_get_cert_store(ctx.get());
     int count = 0;
     while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {

@@ -29,7 +29,15 @@ HSJ5MDUn
 -----END CERTIFICATE-----
 )";
 constexpr std::string_view kTestCaBase64 =
-    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJnakNDQVNtZ0F3SUJBZ0lVVWl4TWQ2M3ZRWkErQjJuM01EaXlKbDJhVUVNd0NnWUlLb1pJemowRUF3SXcKRmpFVU1CSUdBMVVFQXd3TGEzZGtMWFJsYzNRdFkyRXdJQmNOTWpZeE1qQXhNVE13TWpBMVdoZ1BNakV5TmpFeApNRGN4TXpBeU1EVmFNQll4RkRBU0JnTlZCQU1NQzJ0M1pDMTBaWE4wTFdOaE1Ga3dFd1lIS29aSXpqMENBUVlJCktvWkl6ajBEQVFjRFFnQUVjY3RsMExEQUkwdE1yRm1UM3dwdDBqK1p2UHN2QW5rMnROZWtBc0JySmhqcnR3TkkKUU03Y2JJcTZ4MElnVncxYXZhbGhqYW1YRk5pU0Yra1ZoQWs5QzZOVE1GRXdIUVlEVlIwT0JCWUVGTFlOOHUyOQphUFcrN0Z4NjNJS24ycXMxT0VOUk1COEdBMVVkSXdRWU1CYUFGTFlOOHUyOWFQVys3Rng2M0lLbjJxczFPRU5SCk1BOEdBMVVkRXdFQi93UUZNQU1CQWY4d0NnWUlLb1pJemowRUF3SURSd0F3UkFJZ0RsNmhISzhycXkvQ1FsR2EKQlJxQmRLdExZbldPcEJ1OXlIdHJHUzF5WStVQ0lEZjhXZHRrbWgwQmVsc2pBdVJaT3N5aFd2Q0NLaldBOGwzYwpIU0o1TURVbgotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg==";
+    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJnakNDQVNtZ0F3SUJBZ0lVVWl4TWQ2M3ZRWkErQjJuM01EaXlKbD"
+    "JhVUVNd0NnWUlLb1pJemowRUF3SXcKRmpFVU1CSUdBMVVFQXd3TGEzZGtMWFJsYzNRdFkyRXdJQmNOTWpZeE1qQXhNVE13"
+    "TWpBMVdoZ1BNakV5TmpFeApNRGN4TXpBeU1EVmFNQll4RkRBU0JnTlZCQU1NQzJ0M1pDMTBaWE4wTFdOaE1Ga3dFd1lIS2"
+    "9aSXpqMENBUVlJCktvWkl6ajBEQVFjRFFnQUVjY3RsMExEQUkwdE1yRm1UM3dwdDBqK1p2UHN2QW5rMnROZWtBc0JySmhq"
+    "cnR3TkkKUU03Y2JJcTZ4MElnVncxYXZhbGhqYW1YRk5pU0Yra1ZoQWs5QzZOVE1GRXdIUVlEVlIwT0JCWUVGTFlOOHUyOQ"
+    "phUFcrN0Z4NjNJS24ycXMxT0VOUk1COEdBMVVkSXdRWU1CYUFGTFlOOHUyOWFQVys3Rng2M0lLbjJxczFPRU5SCk1BOEdB"
+    "MVVkRXdFQi93UUZNQU1CQWY4d0NnWUlLb1pJemowRUF3SURSd0F3UkFJZ0RsNmhISzhycXkvQ1FsR2EKQlJxQmRLdExZbl"
+    "dPcEJ1OXlIdHJHUzF5WStVQ0lEZjhXZHRrbWgwQmVsc2pBdVJaT3N5aFd2Q0NLaldBOGwzYwpIU0o1TURVbgotLS0tLUVO"
+    "RCBDRVJUSUZJQ0FURS0tLS0tCg==";
 
 // ---- Object builders (shaped as the API server returns them) ----
 
@@ -137,8 +145,8 @@ std::vector<std::string> Summary(const CompileResult& result) {
         " tls=" + v1::UpstreamTlsMode_Name(g.upstream_tls().mode()));
     if (g.upstream_tls().mode() == v1::UPSTREAM_TLS_MODE_REENCRYPT) {
       const auto& tls = g.upstream_tls();
-      lines.push_back("tls " + g.key() + " sni=" + tls.server_name() +
-                      " ca=" + (tls.ca_bundle_pem() == kTestCaPem ? "test-ca" : tls.ca_bundle_pem()) +
+      lines.push_back("tls " + g.key() + " sni=" + tls.server_name() + " ca=" +
+                      (tls.ca_bundle_pem() == kTestCaPem ? "test-ca" : tls.ca_bundle_pem()) +
                       " client=" + tls.client_cert_secret());
     }
     lines.push_back("servers " + g.key() + " " + std::to_string(g.servers_size()));
@@ -344,7 +352,8 @@ std::vector<CompileCase> Cases() {
            {{"upstreamTLS", {{"mode", "reencrypt"}}},
             {"backend",
              {{"staticServers",
-               json::array({{{"name", "s1"}, {"address", "erp1.example.com"}, {"port", 443}}})}}}})},
+               json::array(
+                   {{{"name", "s1"}, {"address", "erp1.example.com"}, {"port", 443}}})}}}})},
        {"LogonGroup erp/a Accepted=True Accepted", "tls erp/a sni= ca= client="}},
       // The caBundle may be wrapped at 76 columns, as base64 writes it.
       {"CaBundleWithLineBreaks",
@@ -380,7 +389,8 @@ std::vector<CompileCase> Cases() {
             {"backend", {{"staticServers", json::array()}}}}),
         // "hello" in base64: decodes, but holds no certificate.
         Lg("erp", "b",
-           {{"upstreamTLS", {{"mode", "reencrypt"}, {"serverName", "erp"}, {"caBundle", "aGVsbG8="}}},
+           {{"upstreamTLS",
+             {{"mode", "reencrypt"}, {"serverName", "erp"}, {"caBundle", "aGVsbG8="}}},
             {"backend", {{"staticServers", json::array()}}}}),
         // A PEM block whose content is no certificate.
         Lg("erp", "c",
@@ -388,7 +398,8 @@ std::vector<CompileCase> Cases() {
              {{"mode", "reencrypt"},
               {"serverName", "erp"},
               {"caBundle",
-               "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCmFHVnNiRzg9Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K"}}},
+               "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCmFHVnNiRzg9Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0"
+               "K"}}},
             {"backend", {{"staticServers", json::array()}}}}),
         Lg("erp", "d",
            {{"upstreamTLS", {{"mode", "reencrypt"}, {"serverName", "erp"}, {"caBundle", ""}}},
