@@ -438,5 +438,20 @@ spec:
         self.assertEqual(self.health_backend.cleartext, 0)
 
 
+class UpstreamCertDirFlagTest(unittest.TestCase):
+    def test_upstream_cert_dir_must_be_a_directory(self):
+        if not PROXY:
+            raise unittest.SkipTest("set KWD_PROXY to the built binary")
+        result = subprocess.run(
+            [PROXY, "serve", "--snapshot", "/nonexistent.json", "--upstream-cert-dir",
+             "/nonexistent-kwd-dir"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn('invalid value "/nonexistent-kwd-dir" for --upstream-cert-dir: '
+                      "not a directory", result.stderr)
+        usage = subprocess.run([PROXY, "serve", "--help"], capture_output=True, text=True,
+                               timeout=30)
+        self.assertIn("--upstream-cert-dir DIR", usage.stdout + usage.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
