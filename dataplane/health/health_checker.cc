@@ -64,6 +64,9 @@ struct Probe {
 
   std::shared_ptr<Target> target;
   int fd = -1;
+  // The settings the handshake uses, kept while it lives (a new snapshot
+  // replaces the target's).
+  std::shared_ptr<const tls::UpstreamTls> tls;
   // Plain or TLS over fd (set once connected); `tls_transport` is the same
   // object when it is TLS (for the direction the handshake waits on).
   std::unique_ptr<net::Transport> transport;
@@ -328,6 +331,7 @@ class HealthChecker::Loop {
           return;
         }
         target.tls->OfferSession(transport->ssl(), target.address, target.port);
+        probe.tls = target.tls;
         probe.tls_transport = transport.get();
         probe.transport = std::move(transport);
         probe.phase = Probe::Phase::kHandshaking;
@@ -402,6 +406,7 @@ class HealthChecker::Loop {
     probe.done = true;
     probe.tls_transport = nullptr;
     probe.transport.reset();
+    probe.tls.reset();
     if (probe.fd >= 0) {
       ::close(probe.fd);
       probe.fd = -1;

@@ -38,16 +38,17 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
   Worker* worker;
   int fd;
+  // "" for plain; else the group's UpstreamTls::key(): a pooled connection
+  // is reused only with the same TLS settings. `tls` keeps the settings (and
+  // their SSL_CTX) alive while the connection lives
+  // (declared before `transport`: destroyed after it).
+  std::string tls_key;
+  std::shared_ptr<const tls::UpstreamTls> tls;
   // Plain unless the group re-encrypts; the client connection reads and
   // writes through it.
   std::unique_ptr<net::Transport> transport;
   std::string address;
   uint32_t port;
-  // "" for plain; else the group's UpstreamTls::key(): a pooled connection
-  // is reused only with the same TLS settings. `tls` keeps the settings (and
-  // their SSL_CTX) alive while the connection lives.
-  std::string tls_key;
-  std::shared_ptr<const tls::UpstreamTls> tls;
   bool connecting = true;
   ClientConnection* owner = nullptr;  // null while idle in the pool
   net::Timer idle_timer;
