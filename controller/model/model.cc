@@ -383,8 +383,12 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* tls = r.ObjectField(spec, "upstreamTLS", "spec.upstreamTLS")) {
     auto& t = out->upstream_tls;
-    r.Known(tls, "spec.upstreamTLS", {"mode"});
+    r.Known(tls, "spec.upstreamTLS", {"mode", "caBundle", "serverName", "clientCertSecret"});
     r.OptString(*tls, "mode", "spec.upstreamTLS.mode", &t.mode);
+    r.OptString(*tls, "caBundle", "spec.upstreamTLS.caBundle", &t.ca_bundle);
+    r.OptString(*tls, "serverName", "spec.upstreamTLS.serverName", &t.server_name);
+    r.OptString(*tls, "clientCertSecret", "spec.upstreamTLS.clientCertSecret",
+                &t.client_cert_secret);
   }
 }
 

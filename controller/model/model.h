@@ -124,10 +124,12 @@ struct SessionAffinitySpec {
   bool operator==(const SessionAffinitySpec&) const = default;
 };
 
-// Only `mode` (none): the proxy cannot speak TLS to servers yet, so
-// serverName and caSecret are unknown fields rather than silently ignored.
+// TLS from the proxy to the group's servers (mode none | reencrypt).
 struct UpstreamTlsSpec {
   std::optional<std::string> mode;
+  std::optional<std::string> ca_bundle;  // base64 of PEM certificates, as written
+  std::optional<std::string> server_name;
+  std::optional<std::string> client_cert_secret;
 
   bool operator==(const UpstreamTlsSpec&) const = default;
 };

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -49,6 +50,7 @@ constexpr const char kServeUsage[] =
     "                       [--passthrough-listen 0.0.0.0:9443]\n"
     "                       [--proxy-protocol http,tls,passthrough]\n"
     "                       [--trusted-proxies CIDR,...]\n"
+    "                       [--upstream-cert-dir DIR]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
     "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
@@ -72,6 +74,11 @@ constexpr const char kServeUsage[] =
     "forwarded as SSL_CLIENT_CERT (+ SSL_CLIENT_CERT_CHAIN_<n>), with\n"
     "SSL_CIPHER_SUITE and SSL_CIPHER_USEKEYSIZE; clients' own such headers are\n"
     "always dropped. --tls-handshake-timeout bounds a TLS handshake.\n"
+    "Re-encryption (LogonGroup upstreamTLS mode reencrypt): the group's servers\n"
+    "are reached over TLS 1.2/1.3, verified against its caBundle (else the system\n"
+    "store) and its serverName (else the server's address); a failure answers 502\n"
+    "and is never retried in clear. A group's clientCertSecret is read from\n"
+    "--upstream-cert-dir DIR/<secret>/tls.crt + tls.key (reloaded on change).\n"
     "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
     "every replica must use the same key. Durations take ms, s or m suffixes.\n"
     "--log-format json writes the logs on stderr and the access log as one JSON\n"
@@ -265,6 +272,11 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ok = net::ParseEndpoint(value, &options.tls_listen, &error);
     } else if (name == "--tls-cert-dir") {
       options.tls.cert_dir = value;
+    } else if (name == "--upstream-cert-dir") {
+      options.upstream_tls.cert_dir = std::string(value);
+      std::error_code ec;
+      ok = std::filesystem::is_directory(std::string(value), ec);
+      error = "not a directory";
     } else if (name == "--tls-client-ca") {
       options.tls.client_ca_file = value;
     } else if (name == "--tls-verify-client") {
@@ -335,7 +347,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
           name == "--max-header-size" || name == "--log-level" || name == "--log-format" ||
           name == "--tls-listen" || name == "--tls-verify-client" ||
           name == "--passthrough-listen" || name == "--proxy-protocol" ||
-          name == "--trusted-proxies") {
+          name == "--trusted-proxies" || name == "--upstream-cert-dir") {
         err << ": " << error;
       }
       err << "\n";

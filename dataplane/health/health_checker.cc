@@ -10,13 +10,17 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "common/log.h"
 #include "dataplane/net/socket.h"
+#include "dataplane/net/transport.h"
 #include "dataplane/routing/server_health_registry.h"
+#include "dataplane/tls/tls_transport.h"
+#include "dataplane/tls/upstream_tls.h"
 
 namespace kwd::health {
 namespace {
@@ -49,6 +53,10 @@ struct Target {
   uint32_t unhealthy_threshold = kDefaultUnhealthyThreshold;
   uint32_t healthy_threshold = kDefaultHealthyThreshold;
   std::shared_ptr<balancer::ServerHealth> health;
+  // Re-encrypting groups are checked over TLS with the group's settings
+  // (never in clear); `tls` null or with an error: every check fails.
+  bool reencrypt = false;
+  std::shared_ptr<const tls::UpstreamTls> tls;
 
   uint32_t consecutive_successes = 0;
   uint32_t consecutive_failures = 0;
@@ -58,10 +66,17 @@ struct Target {
 };
 
 struct Probe {
-  enum class Phase { kConnecting, kSending, kReading };
+  enum class Phase { kConnecting, kHandshaking, kSending, kReading };
 
   std::shared_ptr<Target> target;
   int fd = -1;
+  // The settings the handshake uses, kept while it lives (a new snapshot
+  // replaces the target's).
+  std::shared_ptr<const tls::UpstreamTls> tls;
+  // Plain or TLS over fd (set once connected); `tls_transport` is the same
+  // object when it is TLS (for the direction the handshake waits on).
+  std::unique_ptr<net::Transport> transport;
+  tls::TlsTransport* tls_transport = nullptr;
   Phase phase = Phase::kConnecting;
   std::string request;
   size_t sent = 0;
@@ -133,6 +148,9 @@ class HealthChecker::Loop {
       int64_t wake_at = next_table_read_us_;
       for (const Probe& probe : probes_) {
         short events = probe.phase == Probe::Phase::kReading ? POLLIN : POLLOUT;
+        if (probe.phase == Probe::Phase::kHandshaking) {
+          events = SSL_want_write(probe.tls_transport->ssl()) ? POLLOUT : POLLIN;
+        }
         fds.push_back(pollfd{probe.fd, events, 0});
         wake_at = std::min(wake_at, probe.deadline_us);
       }
@@ -198,6 +216,8 @@ class HealthChecker::Loop {
         }
         target->address = server.address;
         target->port = server.port;
+        target->reencrypt = group.reencrypt;
+        target->tls = group.tls;
         target->path = !check.path().empty()         ? check.path()
                        : group.kind == v1::KIND_ABAP ? std::string(kDefaultAbapHealthPath)
                                                      : std::string(kDefaultJavaHealthPath);
@@ -299,17 +319,57 @@ class HealthChecker::Loop {
         Finish(probe, false, std::string("connect: ") + std::strerror(err != 0 ? err : ECONNRESET));
         return;
       }
-      probe.phase = Probe::Phase::kSending;
+      if (!probe.target->reencrypt) {
+        probe.transport = std::make_unique<net::PlainTransport>(probe.fd);
+        probe.phase = Probe::Phase::kSending;
+      } else {
+        const Target& target = *probe.target;
+        std::shared_ptr<SSL_CTX> ctx = target.tls != nullptr ? target.tls->Context() : nullptr;
+        std::string error =
+            target.tls == nullptr ? "no TLS settings for the group" : target.tls->error();
+        std::unique_ptr<tls::TlsTransport> transport;
+        if (ctx != nullptr) {
+          transport = tls::TlsTransport::Client(ctx.get(), probe.fd,
+                                                target.tls->ServerName(target.address), &error);
+        }
+        if (transport == nullptr) {
+          Finish(probe, false, "TLS: " + error);
+          return;
+        }
+        target.tls->OfferSession(transport->ssl(), target.address, target.port);
+        probe.tls = target.tls;
+        probe.tls_transport = transport.get();
+        probe.transport = std::move(transport);
+        probe.phase = Probe::Phase::kHandshaking;
+      }
+    }
+    if (probe.phase == Probe::Phase::kHandshaking) {
+      switch (probe.transport->Handshake()) {
+        case net::Transport::HandshakeStatus::kWantIo:
+          return;
+        case net::Transport::HandshakeStatus::kFailed: {
+          long verify = SSL_get_verify_result(probe.tls_transport->ssl());
+          Finish(probe, false,
+                 verify != X509_V_OK
+                     ? std::string("TLS: the server's certificate did not verify: ") +
+                           X509_verify_cert_error_string(verify)
+                     : "TLS handshake failed: " + std::string(probe.transport->error()));
+          return;
+        }
+        case net::Transport::HandshakeStatus::kDone:
+          probe.phase = Probe::Phase::kSending;
+          break;
+      }
     }
     if (probe.phase == Probe::Phase::kSending) {
       while (probe.sent < probe.request.size()) {
-        ssize_t n = ::send(probe.fd, probe.request.data() + probe.sent,
-                           probe.request.size() - probe.sent, MSG_NOSIGNAL);
+        ssize_t n = probe.transport->Write(probe.request.data() + probe.sent,
+                                           probe.request.size() - probe.sent);
+        if (n == net::Transport::kWouldBlock) {
+          return;
+        }
         if (n < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-            return;
-          }
-          Finish(probe, false, std::string("send: ") + std::strerror(errno));
+          Finish(probe, false, "send failed: " + std::string(probe.transport->error()));
           return;
         }
         probe.sent += static_cast<size_t>(n);
@@ -319,12 +379,13 @@ class HealthChecker::Loop {
     }
     char buffer[2048];
     while (true) {
-      ssize_t n = ::recv(probe.fd, buffer, sizeof buffer, 0);
+      bool drained = false;
+      ssize_t n = probe.transport->Read(buffer, sizeof buffer, &drained);
+      if (n == net::Transport::kWouldBlock) {
+        return;
+      }
       if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-          return;
-        }
-        Finish(probe, false, std::string("recv: ") + std::strerror(errno));
+        Finish(probe, false, "recv failed: " + std::string(probe.transport->error()));
         return;
       }
       if (n == 0) {
@@ -341,11 +402,17 @@ class HealthChecker::Loop {
         Finish(probe, status == 200, "status " + std::to_string(status));
         return;
       }
+      if (drained) {
+        return;
+      }
     }
   }
 
   void Finish(Probe& probe, bool success, const std::string& reason) {
     probe.done = true;
+    probe.tls_transport = nullptr;
+    probe.transport.reset();
+    probe.tls.reset();
     if (probe.fd >= 0) {
       ::close(probe.fd);
       probe.fd = -1;

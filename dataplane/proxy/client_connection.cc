@@ -13,6 +13,8 @@
 #include "dataplane/net/socket.h"
 #include "dataplane/proxy/request_id.h"
 #include "dataplane/proxy/worker.h"
+#include "dataplane/tls/tls_transport.h"
+#include "dataplane/tls/upstream_tls.h"
 
 namespace kwd::proxy {
 
@@ -119,25 +121,33 @@ void ClientConnection::OnIo(uint32_t events) {
 void ClientConnection::OnUpstreamIo(uint32_t events) {
   upstream_readable_.Note(events);
   if (phase_ == Phase::kReconnecting) {
-    int err = net::SocketError(upstream_->fd);
-    if (err != 0 || (events & EPOLLERR) != 0) {
+    int err = upstream_->connecting ? net::SocketError(upstream_->fd) : 0;
+    if (err != 0 || (upstream_->connecting && (events & EPOLLERR) != 0)) {
       AbortTransaction(ErrorCode::kBadGateway, "the selected server is not reachable");
-    } else if ((events & EPOLLOUT) != 0) {
+    } else if (upstream_->connecting && (events & EPOLLOUT) == 0) {
+      return;
+    } else {
       upstream_->connecting = false;
+      if (!StepUpstreamHandshake()) {
+        return;
+      }
       phase_ = Phase::kForward;
       ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
-    } else {
-      return;
     }
   } else if (phase_ == Phase::kConnecting) {
-    int err = net::SocketError(upstream_->fd);
-    if (err != 0 || (events & EPOLLERR) != 0) {
+    int err = upstream_->connecting ? net::SocketError(upstream_->fd) : 0;
+    if (err != 0 || (upstream_->connecting && (events & EPOLLERR) != 0)) {
       OnConnectFailed(err != 0 ? err : ECONNREFUSED);
-    } else if ((events & EPOLLOUT) != 0) {
-      upstream_->connecting = false;
-      OnConnected();
-    } else {
+    } else if (upstream_->connecting && (events & EPOLLOUT) == 0) {
       return;
+    } else {
+      // TCP is up; a re-encrypting group's handshake follows before the
+      // request goes out.
+      upstream_->connecting = false;
+      if (!StepUpstreamHandshake()) {
+        return;
+      }
+      OnConnected();
     }
   }
   Drive();
@@ -361,7 +371,18 @@ void ClientConnection::ConnectUpstream() {
     upstream_start_us_ = MonotonicUs();
   }
   upstream_readable_ = {};
-  upstream_ = worker_->TakeIdle(server->address, server->port);
+  std::string_view tls_key;
+  if (decision_.group != nullptr && decision_.group->reencrypt) {
+    // Never in clear: a group whose TLS cannot be set up gets 502.
+    const auto& tls = decision_.group->tls;
+    if (tls == nullptr || !tls->error().empty()) {
+      OnUpstreamTlsFailed("config", tls == nullptr ? "the proxy has no TLS settings for the group"
+                                                   : std::string_view(tls->error()));
+      return;
+    }
+    tls_key = tls->key();
+  }
+  upstream_ = worker_->TakeIdle(server->address, server->port, tls_key);
   if (upstream_ != nullptr) {
     upstream_->owner = this;
     upstream_reused_ = true;
@@ -384,6 +405,9 @@ void ClientConnection::ConnectUpstream() {
   worker_->metrics().upstream_connects.Inc();
   upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
   upstream_->owner = this;
+  if (!tls_key.empty() && !StartUpstreamTls()) {
+    return;
+  }
   phase_ = Phase::kConnecting;
   worker_->loop().Add(fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, upstream_);
   ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
@@ -415,6 +439,89 @@ size_t AppendTlsHeaders(const net::TlsInfo& tls, std::string_view key_size,
 }
 
 }  // namespace
+
+bool ClientConnection::StartUpstreamTls() {
+  const auto& tls = decision_.group->tls;
+  if (tls == nullptr || !tls->error().empty()) {
+    OnUpstreamTlsFailed("config", "the proxy has no usable TLS settings for the group");
+    return false;
+  }
+  std::shared_ptr<SSL_CTX> ctx = tls->Context();
+  std::string error;
+  std::unique_ptr<tls::TlsTransport> transport =
+      ctx == nullptr ? nullptr
+                     : tls::TlsTransport::Client(ctx.get(), upstream_->fd,
+                                                 tls->ServerName(upstream_->address), &error);
+  if (transport == nullptr) {
+    OnUpstreamTlsFailed("config", error.empty() ? "no TLS context" : error);
+    return false;
+  }
+  tls->OfferSession(transport->ssl(), upstream_->address, upstream_->port);
+  upstream_->tls_key = tls->key();
+  upstream_->tls = tls;
+  upstream_->transport = std::move(transport);
+  return true;
+}
+
+bool ClientConnection::StepUpstreamHandshake() {
+  net::Transport& transport = *upstream_->transport;
+  if (transport.established()) {
+    return true;
+  }
+  switch (transport.Handshake()) {
+    case net::Transport::HandshakeStatus::kDone: {
+      const net::TlsInfo* info = transport.tls();
+      worker_->metrics()
+          .registry()
+          .GetCounter("kwd_proxy_upstream_tls_handshakes_total",
+                      "TLS handshakes with servers of re-encrypting groups, by whether a "
+                      "session was resumed.",
+                      {{"resumed", info != nullptr && info->resumed ? "true" : "false"}})
+          .Inc();
+      return true;
+    }
+    case net::Transport::HandshakeStatus::kWantIo:
+      return false;
+    case net::Transport::HandshakeStatus::kFailed:
+      break;
+  }
+  auto* tls_transport = static_cast<tls::TlsTransport*>(upstream_->transport.get());
+  long verify = SSL_get_verify_result(tls_transport->ssl());
+  if (verify != X509_V_OK) {
+    OnUpstreamTlsFailed("verify", std::string("the server's certificate did not verify: ") +
+                                      X509_verify_cert_error_string(verify));
+  } else {
+    OnUpstreamTlsFailed("handshake", std::string("TLS handshake with the server failed: ") +
+                                         std::string(transport.error()));
+  }
+  return false;
+}
+
+void ClientConnection::OnUpstreamTlsFailed(std::string_view reason, std::string_view detail) {
+  if (upstream_ != nullptr) {
+    upstream_->Close();
+    upstream_ = nullptr;
+  }
+  phase_ = Phase::kForward;  // no longer waiting for the connect
+  std::string group = decision_.group != nullptr ? decision_.group->key : "";
+  worker_->metrics()
+      .registry()
+      .GetCounter("kwd_proxy_upstream_tls_errors_total",
+                  "Requests of re-encrypting groups answered 502 because TLS to the server "
+                  "could not be set up (config), the server's certificate or name did not verify "
+                  "(verify) or the handshake failed (handshake). Never sent in clear instead.",
+                  {{"group", group}, {"reason", std::string(reason)}})
+      .Inc();
+  Log(LogLevel::kWarn, "proxy", "TLS to a server failed: answered 502",
+      {{"group", group},
+       {"server", decision_.server != nullptr ? decision_.server->name : ""},
+       {"reason", std::string(reason)},
+       {"error", std::string(detail)}});
+  // The detail (paths, OpenSSL's words) goes to the log, not to clients.
+  AbortTransaction(ErrorCode::kBadGateway, reason == "verify"
+                                               ? "the server's TLS certificate did not verify"
+                                               : "TLS to the server could not be established");
+}
 
 void ClientConnection::OnConnected() {
   phase_ = Phase::kForward;
@@ -743,6 +850,9 @@ void ClientConnection::RetryOnFreshConnection() {
   worker_->metrics().upstream_connects.Inc();
   upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
   upstream_->owner = this;
+  if (decision_.group != nullptr && decision_.group->reencrypt && !StartUpstreamTls()) {
+    return;
+  }
   upstream_readable_ = {};
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
@@ -922,7 +1032,18 @@ void ClientConnection::FinishTransaction() {
   // and bytes already there raise no new edge for the idle pool to see).
   bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ &&
                   response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
-                  !upstream_readable_.readable && upstream_sent_ == upstream_out_.size();
+                  upstream_sent_ == upstream_out_.size();
+  if (reusable && upstream_readable_.readable && upstream_ != nullptr &&
+      upstream_->transport->tls() != nullptr) {
+    // A TLS read returns one record, so the last one never proves the socket
+    // empty: one more read does (it also takes a TLS 1.3 session ticket that
+    // came after the response). Any data instead: not reusable.
+    char extra;
+    bool drained = false;
+    reusable = upstream_->transport->Read(&extra, 1, &drained) == net::Transport::kWouldBlock;
+  } else {
+    reusable = reusable && !upstream_readable_.readable;
+  }
   ReleaseUpstream(reusable);
   LogAndCount(response_status_, routing::ReasonName(decision_.reason));
   worker_->router().Complete(decision_);

@@ -53,6 +53,15 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   bool StepTunnel();
   void StartRequest(size_t head_bytes);
   void ConnectUpstream();
+  // Re-encryption: puts a TLS transport on the new upstream_ (false: failed
+  // and answered).
+  bool StartUpstreamTls();
+  // Advances the upstream TLS handshake once TCP is connected: true once
+  // established; false while waiting or after a failure (answered 502).
+  bool StepUpstreamHandshake();
+  // 502 EPROTERROR for a group whose TLS to the server failed (`reason`:
+  // config, verify, handshake), counted in kwd_proxy_upstream_tls_errors_total.
+  void OnUpstreamTlsFailed(std::string_view reason, std::string_view detail);
   void OnConnected();
   void OnConnectFailed(int error_number);
   bool RetryElsewhere();

@@ -7,6 +7,7 @@
 #include "dataplane/net/cidr.h"
 #include "dataplane/net/socket.h"
 #include "dataplane/tls/server_tls.h"
+#include "dataplane/tls/upstream_tls.h"
 
 namespace kwd::proxy {
 
@@ -19,6 +20,7 @@ struct ProxyOptions {
   // --tls-listen (with --tls-cert-dir): HTTPS termination; len 0 when off.
   net::Endpoint tls_listen;
   tls::ServerTlsOptions tls;  // --tls-cert-dir, --tls-client-ca, --tls-verify-client
+  tls::UpstreamTlsOptions upstream_tls;  // --upstream-cert-dir (re-encryption client certs)
   int workers = 1;             // --workers
   std::string node_id;         // --node-id, default the host name
 

@@ -151,7 +151,7 @@ std::shared_ptr<const TableMetrics> ProxyMetrics::ForTable(const routing::Routin
        {"kwd_proxy_requests_total", "kwd_proxy_request_duration_seconds",
         "kwd_proxy_server_requests_total", "kwd_proxy_upstream_connect_errors_total",
         "kwd_proxy_passthrough_connections_total", "kwd_proxy_passthrough_bytes_total",
-        "kwd_proxy_passthrough_errors_total"}) {
+        "kwd_proxy_passthrough_errors_total", "kwd_proxy_upstream_tls_errors_total"}) {
     registry_.RetainLabelValues(family, "group", live_groups);
   }
   // Pods come and go: series of servers no group has any more are dropped.

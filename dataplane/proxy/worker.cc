@@ -440,13 +440,16 @@ void Worker::ConnectionClosed(ClientConnection* connection) {
   }
 }
 
-uint64_t Worker::PoolKey(std::string_view address, uint32_t port) {
-  return std::hash<std::string_view>{}(address) * 31 + port;
+uint64_t Worker::PoolKey(std::string_view address, uint32_t port, std::string_view tls_key) {
+  return (std::hash<std::string_view>{}(address)*31 + port) * 31 +
+         std::hash<std::string_view>{}(tls_key);
 }
 
-UpstreamConnection* Worker::TakeIdle(std::string_view address, uint32_t port) {
-  auto it = pool_.find(PoolKey(address, port));
-  if (it == pool_.end() || it->second.address != address || it->second.port != port) {
+UpstreamConnection* Worker::TakeIdle(std::string_view address, uint32_t port,
+                                     std::string_view tls_key) {
+  auto it = pool_.find(PoolKey(address, port, tls_key));
+  if (it == pool_.end() || it->second.address != address || it->second.port != port ||
+      it->second.tls_key != tls_key) {
     return nullptr;
   }
   auto& idle = it->second.idle;
@@ -462,12 +465,14 @@ UpstreamConnection* Worker::TakeIdle(std::string_view address, uint32_t port) {
 }
 
 void Worker::ReleaseIdle(UpstreamConnection* connection) {
-  auto& bucket = pool_[PoolKey(connection->address, connection->port)];
+  auto& bucket = pool_[PoolKey(connection->address, connection->port, connection->tls_key)];
   if (bucket.address.empty()) {
     bucket.address = connection->address;
     bucket.port = connection->port;
+    bucket.tls_key = connection->tls_key;
   }
   if (draining_ || bucket.address != connection->address || bucket.port != connection->port ||
+      bucket.tls_key != connection->tls_key ||
       bucket.idle.size() >= options_.max_idle_upstream_per_server) {
     connection->Close();
     return;
@@ -477,7 +482,7 @@ void Worker::ReleaseIdle(UpstreamConnection* connection) {
 }
 
 void Worker::ForgetIdle(UpstreamConnection* connection) {
-  auto it = pool_.find(PoolKey(connection->address, connection->port));
+  auto it = pool_.find(PoolKey(connection->address, connection->port, connection->tls_key));
   if (it == pool_.end()) {
     return;
   }

@@ -56,6 +56,12 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
   Worker* worker;
   int fd;
+  // "" for plain; else the group's UpstreamTls::key(): a pooled connection
+  // is reused only with the same TLS settings. `tls` keeps the settings (and
+  // their SSL_CTX) alive while the connection lives
+  // (declared before `transport`: destroyed after it).
+  std::string tls_key;
+  std::shared_ptr<const tls::UpstreamTls> tls;
   // Plain unless the group re-encrypts; the client connection reads and
   // writes through it.
   std::unique_ptr<net::Transport> transport;
@@ -108,8 +114,10 @@ class Worker {
   const WorkerStats& stats() const { return stats_; }
   bool draining() const { return draining_; }
 
-  // An idle pooled connection to address:port, or null.
-  UpstreamConnection* TakeIdle(std::string_view address, uint32_t port);
+  // An idle pooled connection to address:port with TLS settings `tls_key`
+  // ("" plain), or null.
+  UpstreamConnection* TakeIdle(std::string_view address, uint32_t port,
+                               std::string_view tls_key = {});
   // Parks a healthy keep-alive connection (or closes it when the pool is full).
   void ReleaseIdle(UpstreamConnection* connection);
   void ForgetIdle(UpstreamConnection* connection);
@@ -139,6 +147,7 @@ class Worker {
   struct PoolBucket {
     std::string address;
     uint32_t port = 0;
+    std::string tls_key;
     std::vector<UpstreamConnection*> idle;
   };
 
@@ -151,7 +160,7 @@ class Worker {
   size_t CloseIdleUpstreams();
   void StopAccepting();
   void CheckDrained();
-  static uint64_t PoolKey(std::string_view address, uint32_t port);
+  static uint64_t PoolKey(std::string_view address, uint32_t port, std::string_view tls_key);
 
   int id_;
   ProxyOptions options_;

@@ -75,6 +75,10 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     entry.strategy = group.strategy();
     entry.load_reset_interval_ms = int64_t{group.load_reset_interval_seconds()} * 1000;
     entry.health_check = group.health_check();
+    entry.reencrypt = group.upstream_tls().mode() == v1::UPSTREAM_TLS_MODE_REENCRYPT;
+    if (entry.reencrypt && context.upstream_tls) {
+      entry.tls = context.upstream_tls(group);
+    }
     const v1::SessionAffinity& affinity = group.session_affinity();
     for (int identifier : affinity.identifiers()) {
       if (identifier > 0 && static_cast<size_t>(identifier) < entry.identifier_enabled.size()) {

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,6 +22,10 @@
 #include "dataplane/routing/server_health_registry.h"
 #include "dataplane/session/session_table.h"
 #include "kwd/v1/snapshot.pb.h"
+
+namespace kwd::tls {
+class UpstreamTls;  // dataplane/tls/upstream_tls.h
+}  // namespace kwd::tls
 
 namespace kwd::routing {
 
@@ -50,6 +55,11 @@ struct GroupEntry {
   v1::HealthCheck health_check;  // as compiled (defaults filled in); read by the health checker
   // TLS passthrough client-IP affinity; null when the group has none.
   std::shared_ptr<session::ClientIpTable> client_ips;
+  // Mode REENCRYPT: the servers are reached over TLS only. `tls` is built
+  // with the table (TableContext::upstream_tls); null or with an error: the
+  // group's requests get 502, never clear text.
+  bool reencrypt = false;
+  std::shared_ptr<const tls::UpstreamTls> tls;
 
   bool Enabled(v1::SessionIdentifier identifier) const {
     return identifier_enabled[static_cast<size_t>(identifier)];
@@ -83,6 +93,8 @@ struct VirtualHostEntry {
 struct TableContext {
   session::SessionRegistry* sessions = nullptr;
   ServerHealthRegistry* health = nullptr;
+  // Builds the TLS settings of a REENCRYPT group (unset: none are built).
+  std::function<std::shared_ptr<const tls::UpstreamTls>(const v1::Group&)> upstream_tls = {};
 };
 
 inline constexpr std::string_view kDefaultAffinityCookieName = "kwd_affinity";

@@ -162,6 +162,10 @@ TlsMetrics::TlsMetrics(MetricsRegistry& registry)
           "matching); the pair they would replace keeps serving.")),
       certificates(registry.GetGauge("kwd_proxy_tls_certificates",
                                      "Certificate pairs serving --tls-listen.")),
+      earliest_expiry(registry.GetGauge(
+          "kwd_proxy_tls_certificate_expiry_timestamp_seconds",
+          "Unix time the serving certificate that expires first stops being valid (alert "
+          "on this minus time()).")),
       client_certificates_unverified(registry.GetCounter(
           "kwd_proxy_tls_client_certificates_unverified_total",
           "Client certificates that did not verify (--tls-verify-client optional); not "
@@ -436,6 +440,13 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
     }
   }
   metrics_.certificates.Set(static_cast<double>(set->pairs.size()));
+  int64_t earliest = 0;
+  for (const auto& pair : set->pairs) {
+    if (pair->not_after != 0 && (earliest == 0 || pair->not_after < earliest)) {
+      earliest = pair->not_after;
+    }
+  }
+  metrics_.earliest_expiry.Set(static_cast<double>(earliest));
   certs_.store(std::move(set));
   return true;
 }

@@ -73,6 +73,7 @@ struct TlsMetrics {
   Counter& certificate_reloads;
   Counter& certificate_errors;
   Gauge& certificates;
+  Gauge& earliest_expiry;                   // Unix time the first serving certificate expires
   Counter& client_certificates_unverified;  // optional verification: sent but not verified
 };
 

@@ -57,6 +57,9 @@ CAPACITY = "capacity must be at least 1"
 DEFAULT_CAPACITY = "defaultCapacity must be at least 1"
 PREFIX = "prefix must start and end with / and not be / alone"
 STAR = "* may appear only at the start or the end of a pattern"
+REENCRYPT_NAME = ("upstreamTLS mode reencrypt needs serverName unless every server address is a "
+                  "host name")
+NEEDS_REENCRYPT = "caBundle, serverName and clientCertSecret need mode reencrypt"
 # The API server runs no CEL rule on an object with type or enum errors.
 SKIPPED = ("cel", "", crd_support.CEL_SKIPPED)
 
@@ -161,6 +164,32 @@ CASES = [
     dict(name="unknown_tls_mode", kind="LogonGroup", change=_set("upstreamTLS.mode", "passthrough"),
          crd={("schema", "spec.upstreamTLS.mode", "enum"), SKIPPED},
          compiler="spec.upstreamTLS.mode: \"passthrough\" is not one of none"),
+    # Issue 11: re-encryption needs a name to send and verify; the base's
+    # servers are IP addresses.
+    dict(name="reencrypt_without_server_name", kind="LogonGroup",
+         change=_set("upstreamTLS", {"mode": "reencrypt"}),
+         crd={("cel", "spec", REENCRYPT_NAME)},
+         compiler="spec.upstreamTLS.serverName: required with mode reencrypt unless every server "
+                  "address is a host name (spec.backend.staticServers[0].address \"10.0.0.1\" is "
+                  "an IP address)"),
+    dict(name="server_name_with_mode_none", kind="LogonGroup",
+         change=_set("upstreamTLS", {"serverName": "erp.example.com"}),
+         crd={("cel", "spec.upstreamTLS", NEEDS_REENCRYPT)},
+         compiler="spec.upstreamTLS.serverName: only with mode reencrypt"),
+    dict(name="ca_bundle_not_base64", kind="LogonGroup",
+         change=_set("upstreamTLS", {"mode": "reencrypt", "serverName": "erp.example.com",
+                                     "caBundle": "-----BEGIN CERTIFICATE-----"}),
+         crd={("schema", "spec.upstreamTLS.caBundle", "pattern")},
+         compiler="spec.upstreamTLS.caBundle: is not valid base64"),
+    dict(name="server_name_with_space", kind="LogonGroup",
+         change=_set("upstreamTLS", {"mode": "reencrypt", "serverName": "erp example.com"}),
+         crd={("schema", "spec.upstreamTLS.serverName", "pattern")},
+         compiler="spec.upstreamTLS.serverName: \"erp example.com\" is not a DNS name"),
+    dict(name="client_cert_secret_path", kind="LogonGroup",
+         change=_set("upstreamTLS", {"mode": "reencrypt", "serverName": "erp.example.com",
+                                     "clientCertSecret": "../../etc"}),
+         crd={("schema", "spec.upstreamTLS.clientCertSecret", "pattern")},
+         compiler="spec.upstreamTLS.clientCertSecret: \"../../etc\" is not a Secret name"),
     dict(name="port_too_large", kind="LogonGroup",
          change=_set("backend.staticServers.0.port", 70000),
          crd={("schema", SERVERS + ".0.port", "maximum")},

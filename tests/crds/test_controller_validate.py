@@ -176,6 +176,9 @@ class ControllerValidateTest(unittest.TestCase):
                     if kind == "UrlMapping":  # one host each: no conflicts
                         obj["spec"]["hosts"] = [f"h{index}.example.com"]
                     set_path(obj, path, value)
+                    if path == "spec.upstreamTLS.mode" and value == "reencrypt":
+                        # The base's servers are IP addresses: a name to verify.
+                        obj["spec"]["upstreamTLS"]["serverName"] = "erp.example.com"
                     with self.subTest(field=path, value=value):
                         self.assertEqual(s.rejections(crd, obj), set())
                     objects.append(obj)

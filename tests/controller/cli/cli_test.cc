@@ -206,7 +206,7 @@ TEST_F(CliTempDirTest, YamlSyntaxErrorExitsOneNamingFileAndLine) {
 
 // Issue 10 item 16: what a strict validate refuses, each at the line of the
 // offending field with its path, exit 1; compile refuses the same.
-TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencrypt) {
+TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencryptWithoutName) {
   struct Case {
     std::string name;
     std::string yaml;
@@ -224,9 +224,9 @@ TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencrypt) 
        ":6: LogonGroup default/g: spec.strategy: duplicate key (first at line 5)"},
       {"alias", head + "spec:\n  kind: &k abap\n  strategy: *k\n", ":5: YAML anchors"},
       {"reencrypt",
-       head + "spec:\n  backend: {staticServers: []}\n  upstreamTLS:\n    mode: reencrypt\n",
-       "LogonGroup default/g: Accepted=False InvalidField: spec.upstreamTLS.mode: "
-       "\"reencrypt\" is not one of none"},
+       head + "spec:\n  backend: {service: {name: erp}}\n  upstreamTLS:\n    mode: reencrypt\n",
+       "LogonGroup default/g: Accepted=False InvalidField: spec.upstreamTLS.serverName: "
+       "required with mode reencrypt unless every server address is a host name"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

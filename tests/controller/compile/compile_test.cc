@@ -15,6 +15,30 @@ namespace {
 
 using nlohmann::json;
 
+// A self-signed CA certificate (only parsed here, never used to verify).
+constexpr std::string_view kTestCaPem = R"(-----BEGIN CERTIFICATE-----
+MIIBgjCCASmgAwIBAgIUUixMd63vQZA+B2n3MDiyJl2aUEMwCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLa3dkLXRlc3QtY2EwIBcNMjYxMjAxMTMwMjA1WhgPMjEyNjEx
+MDcxMzAyMDVaMBYxFDASBgNVBAMMC2t3ZC10ZXN0LWNhMFkwEwYHKoZIzj0CAQYI
+KoZIzj0DAQcDQgAEcctl0LDAI0tMrFmT3wpt0j+ZvPsvAnk2tNekAsBrJhjrtwNI
+QM7cbIq6x0IgVw1avalhjamXFNiSF+kVhAk9C6NTMFEwHQYDVR0OBBYEFLYN8u29
+aPW+7Fx63IKn2qs1OENRMB8GA1UdIwQYMBaAFLYN8u29aPW+7Fx63IKn2qs1OENR
+MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDRwAwRAIgDl6hHK8rqy/CQlGa
+BRqBdKtLYnWOpBu9yHtrGS1yY+UCIDf8Wdtkmh0BelsjAuRZOsyhWvCCKjWA8l3c
+HSJ5MDUn
+-----END CERTIFICATE-----
+)";
+constexpr std::string_view kTestCaBase64 =
+    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJnakNDQVNtZ0F3SUJBZ0lVVWl4TWQ2M3ZRWkErQjJuM01EaXlKbD"
+    "JhVUVNd0NnWUlLb1pJemowRUF3SXcKRmpFVU1CSUdBMVVFQXd3TGEzZGtMWFJsYzNRdFkyRXdJQmNOTWpZeE1qQXhNVE13"
+    "TWpBMVdoZ1BNakV5TmpFeApNRGN4TXpBeU1EVmFNQll4RkRBU0JnTlZCQU1NQzJ0M1pDMTBaWE4wTFdOaE1Ga3dFd1lIS2"
+    "9aSXpqMENBUVlJCktvWkl6ajBEQVFjRFFnQUVjY3RsMExEQUkwdE1yRm1UM3dwdDBqK1p2UHN2QW5rMnROZWtBc0JySmhq"
+    "cnR3TkkKUU03Y2JJcTZ4MElnVncxYXZhbGhqYW1YRk5pU0Yra1ZoQWs5QzZOVE1GRXdIUVlEVlIwT0JCWUVGTFlOOHUyOQ"
+    "phUFcrN0Z4NjNJS24ycXMxT0VOUk1COEdBMVVkSXdRWU1CYUFGTFlOOHUyOWFQVys3Rng2M0lLbjJxczFPRU5SCk1BOEdB"
+    "MVVkRXdFQi93UUZNQU1CQWY4d0NnWUlLb1pJemowRUF3SURSd0F3UkFJZ0RsNmhISzhycXkvQ1FsR2EKQlJxQmRLdExZbl"
+    "dPcEJ1OXlIdHJHUzF5WStVQ0lEZjhXZHRrbWgwQmVsc2pBdVJaT3N5aFd2Q0NLaldBOGwzYwpIU0o1TURVbgotLS0tLUVO"
+    "RCBDRVJUSUZJQ0FURS0tLS0tCg==";
+
 // ---- Object builders (shaped as the API server returns them) ----
 
 json Meta(const std::string& ns, const std::string& name, const std::string& created = "",
@@ -119,6 +143,12 @@ std::vector<std::string> Summary(const CompileResult& result) {
         std::to_string(sa.session_table_idle_timeout_seconds()) +
         " cookie=" + (sa.affinity_cookie_enabled() ? "on:" : "off:") + sa.affinity_cookie_name() +
         " tls=" + v1::UpstreamTlsMode_Name(g.upstream_tls().mode()));
+    if (g.upstream_tls().mode() == v1::UPSTREAM_TLS_MODE_REENCRYPT) {
+      const auto& tls = g.upstream_tls();
+      lines.push_back("tls " + g.key() + " sni=" + tls.server_name() + " ca=" +
+                      (tls.ca_bundle_pem() == kTestCaPem ? "test-ca" : tls.ca_bundle_pem()) +
+                      " client=" + tls.client_cert_secret());
+    }
     lines.push_back("servers " + g.key() + " " + std::to_string(g.servers_size()));
     for (const auto& s : g.servers()) {
       lines.push_back("server " + g.key() + " " + s.name() + " " + s.address() + ":" +
@@ -301,16 +331,108 @@ std::vector<CompileCase> Cases() {
        {"LogonGroup erp/a Accepted=False InvalidField"},
        {"group erp/a"},
        {"\"cookie\" is not one of sap-contextid, saplb, jsessionid, sap-ext-sid",
-        "\"a b\" is not a valid cookie name", "\"mtls\" is not one of none"}},
-      // The proxy has no TLS to servers: reencrypt must not be accepted and
-      // silently served as plain HTTP.
-      {"ReencryptIsRefused",
+        "\"a b\" is not a valid cookie name", "\"mtls\" is not one of none, reencrypt"}},
+      // Issue 11: re-encryption. The caBundle arrives base64-encoded and goes
+      // into the snapshot as PEM; the name to send as SNI and verify is
+      // lowercased.
+      {"ReencryptWithEveryField",
+       {Lg("erp", "a",
+           {{"upstreamTLS",
+             {{"mode", "reencrypt"},
+              {"serverName", "ERP.Example.com"},
+              {"caBundle", kTestCaBase64},
+              {"clientCertSecret", "erp-client"}}},
+            {"backend", {{"service", {{"name", "erp"}}}}}})},
+       {"LogonGroup erp/a Accepted=True Accepted",
+        "tls erp/a sni=erp.example.com ca=test-ca client=erp-client"}},
+      // Host-name addresses are the names to verify: no serverName needed;
+      // no caBundle: the system store.
+      {"ReencryptToHostNamesNeedsNoServerName",
        {Lg("erp", "a",
            {{"upstreamTLS", {{"mode", "reencrypt"}}},
+            {"backend",
+             {{"staticServers",
+               json::array(
+                   {{{"name", "s1"}, {"address", "erp1.example.com"}, {"port", 443}}})}}}})},
+       {"LogonGroup erp/a Accepted=True Accepted", "tls erp/a sni= ca= client="}},
+      // The caBundle may be wrapped at 76 columns, as base64 writes it.
+      {"CaBundleWithLineBreaks",
+       {Lg("erp", "a",
+           {{"upstreamTLS",
+             {{"mode", "reencrypt"},
+              {"serverName", "erp.example.com"},
+              {"caBundle", std::string(kTestCaBase64.substr(0, 76)) + "\n" +
+                               std::string(kTestCaBase64.substr(76)) + "\n"}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=True Accepted",
+        "tls erp/a sni=erp.example.com ca=test-ca client="}},
+      {"ReencryptToAnIpAddressNeedsServerName",
+       {Lg("erp", "a",
+           {{"upstreamTLS", {{"mode", "reencrypt"}}},
+            {"backend",
+             {{"staticServers",
+               json::array({{{"name", "s1"}, {"address", "erp1.example.com"}, {"port", 443}},
+                            {{"name", "s2"}, {"address", "10.0.0.2"}, {"port", 443}}})}}}}),
+        Lg("erp", "b",
+           {{"upstreamTLS", {{"mode", "reencrypt"}}},
+            {"backend", {{"service", {{"name", "erp"}}}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField",
+        "LogonGroup erp/b Accepted=False InvalidField"},
+       {"group erp/a", "group erp/b"},
+       {"spec.upstreamTLS.serverName: required with mode reencrypt unless every server address "
+        "is a host name (spec.backend.staticServers[1].address \"10.0.0.2\" is an IP address)",
+        "(spec.backend.service: the servers are pod IP addresses)"}},
+      {"BadCaBundle",
+       {Lg("erp", "a",
+           {{"upstreamTLS",
+             {{"mode", "reencrypt"}, {"serverName", "erp"}, {"caBundle", "not base64!"}}},
+            {"backend", {{"staticServers", json::array()}}}}),
+        // "hello" in base64: decodes, but holds no certificate.
+        Lg("erp", "b",
+           {{"upstreamTLS",
+             {{"mode", "reencrypt"}, {"serverName", "erp"}, {"caBundle", "aGVsbG8="}}},
+            {"backend", {{"staticServers", json::array()}}}}),
+        // A PEM block whose content is no certificate.
+        Lg("erp", "c",
+           {{"upstreamTLS",
+             {{"mode", "reencrypt"},
+              {"serverName", "erp"},
+              {"caBundle",
+               "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCmFHVnNiRzg9Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0"
+               "K"}}},
+            {"backend", {{"staticServers", json::array()}}}}),
+        Lg("erp", "d",
+           {{"upstreamTLS", {{"mode", "reencrypt"}, {"serverName", "erp"}, {"caBundle", ""}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField",
+        "LogonGroup erp/b Accepted=False InvalidField",
+        "LogonGroup erp/c Accepted=False InvalidField",
+        "LogonGroup erp/d Accepted=False InvalidField"},
+       {"group erp/"},
+       {"LogonGroup erp/a Accepted: spec.upstreamTLS.caBundle: is not valid base64",
+        "LogonGroup erp/b Accepted: spec.upstreamTLS.caBundle: holds no PEM certificate",
+        "LogonGroup erp/c Accepted: spec.upstreamTLS.caBundle: certificate 1 cannot be read",
+        "LogonGroup erp/d Accepted: spec.upstreamTLS.caBundle: is empty"}},
+      {"BadServerNameAndSecretName",
+       {Lg("erp", "a",
+           {{"upstreamTLS",
+             {{"mode", "reencrypt"},
+              {"serverName", "erp example"},
+              {"clientCertSecret", "../etc"}}},
             {"backend", {{"staticServers", json::array()}}}})},
        {"LogonGroup erp/a Accepted=False InvalidField"},
        {"group erp/a"},
-       {"spec.upstreamTLS.mode: \"reencrypt\" is not one of none"}},
+       {"spec.upstreamTLS.serverName: \"erp example\" is not a DNS name",
+        "spec.upstreamTLS.clientCertSecret: \"../etc\" is not a Secret name"}},
+      // With mode none the settings would silently do nothing.
+      {"TlsSettingsWithModeNone",
+       {Lg("erp", "a",
+           {{"upstreamTLS", {{"serverName", "erp.example.com"}, {"caBundle", kTestCaBase64}}},
+            {"backend", {{"staticServers", json::array()}}}})},
+       {"LogonGroup erp/a Accepted=False InvalidField"},
+       {"group erp/a"},
+       {"spec.upstreamTLS.caBundle: only with mode reencrypt",
+        "spec.upstreamTLS.serverName: only with mode reencrypt"}},
       {"UnknownFieldsAreRejected",
        {Lg("erp", "a",
            {{"strategee", "adaptive"}, {"backend", {{"staticServers", json::array()}}}}),

@@ -182,7 +182,7 @@ TEST(DecodeObjectTest, StrictAboutOurKinds) {
     "metadata": {"name": "g", "managedFields": [], "finalizers": [], "lables": {}},
     "spec": {"strategee": "adaptive", "healthCheck": {"intervall": 5},
              "backend": {"staticServers": [{"name": "s", "address": "a", "port": 1, "weight": 2}]},
-             "upstreamTLS": {"mode": "none", "serverName": "x"}},
+             "upstreamTLS": {"mode": "none", "caSecret": "x"}},
     "status": {"observedGeneration": 1}, "extra": 1})"));
   ASSERT_TRUE(group.ok()) << group.error;
   std::vector<std::string> want = {"extra",
@@ -190,7 +190,7 @@ TEST(DecodeObjectTest, StrictAboutOurKinds) {
                                    "spec.strategee",
                                    "spec.backend.staticServers[0].weight",
                                    "spec.healthCheck.intervall",
-                                   "spec.upstreamTLS.serverName"};
+                                   "spec.upstreamTLS.caSecret"};
   std::vector<std::string> got = group.unknown_fields;
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());

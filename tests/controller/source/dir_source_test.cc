@@ -185,21 +185,21 @@ metadata: {name: v}
   EXPECT_EQ(result.objects.size(), 0u);
 }
 
-TEST_F(DirSourceTest, UpstreamTlsServerNameIsAnUnknownField) {
+// Issue 11: serverName, caBundle and clientCertSecret are fields now; the
+// old caSecret (replaced by caBundle) is still an unknown field.
+TEST_F(DirSourceTest, UpstreamTlsFieldsAreReadAndCaSecretIsUnknown) {
   Write("a.yaml", R"(apiVersion: dispatch.kwd.io/v1alpha1
 kind: LogonGroup
 metadata: {name: g}
 spec:
   backend: {service: {name: erp}}
-  upstreamTLS: {mode: none, serverName: erp.example, caSecret: ca}
+  upstreamTLS: {mode: reencrypt, serverName: erp.example, caBundle: Zm9v,
+                clientCertSecret: erp-client, caSecret: ca}
 )");
   LoadResult result = LoadDirectory(dir_);
-  ASSERT_EQ(result.problems.size(), 2u);
-  EXPECT_EQ(result.problems[0].line, 6);
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_EQ(result.problems[0].line, 7);
   EXPECT_NE(result.problems[0].message.find("spec.upstreamTLS.caSecret: unknown field"),
-            std::string::npos);
-  EXPECT_EQ(result.problems[1].line, 6);
-  EXPECT_NE(result.problems[1].message.find("spec.upstreamTLS.serverName: unknown field"),
             std::string::npos);
 }
 

@@ -404,6 +404,13 @@ class TlsTermination(unittest.TestCase):
                 self.assertTrue(s.session_reused)
         self.assertGreaterEqual(self.metric('kwd_proxy_tls_handshakes_total{resumed="true"}'), 2)
 
+    def test_certificate_metrics(self):
+        self.assertEqual(self.metric("kwd_proxy_tls_certificates"), 3)
+        expiry = self.metric("kwd_proxy_tls_certificate_expiry_timestamp_seconds")
+        # The test certificates are valid for two days.
+        self.assertGreater(expiry, time.time() + 86400)
+        self.assertLess(expiry, time.time() + 3 * 86400)
+
     # ---- bad input ----
 
     def test_garbage_split_oversized_and_stalled_handshakes_leave_others_alone(self):
