@@ -225,13 +225,13 @@ TEST(CompileSapSystemTest, StoreAndMemo) {
   // The crm list arrives: only crm is compiled again.
   const std::uint64_t before_crm = store.memo().groups_compiled();
   EXPECT_TRUE(store.Upsert({List("crm"), nullptr}));
-  result = store.Compile();
+  CompileResult with_crm = store.Compile();
   EXPECT_EQ(store.memo().groups_compiled() - before_crm, 1u);
-  EXPECT_EQ(Servers(result, "crm"), "a_ERP_00@10.0.0.1:8000/3,b_ERP_01@10.0.0.2:8001/5");
+  EXPECT_EQ(Servers(with_crm, "crm"), "a_ERP_00@10.0.0.1:8000/3,b_ERP_01@10.0.0.2:8001/5");
   // The list goes (SapSystem deleted): the group resolves no more.
   EXPECT_TRUE(store.Remove({"SapServerList", "erp", "erp"}));
-  result = store.Compile();
-  EXPECT_EQ(Find(result, "LogonGroup", "diag", kResolvedRefs)->reason, "NoServerList");
+  CompileResult without = store.Compile();
+  EXPECT_EQ(Find(without, "LogonGroup", "diag", kResolvedRefs)->reason, "NoServerList");
 }
 
 }  // namespace
