@@ -55,7 +55,7 @@ DEFAULT_STATE = {
     "groups_mode": "ok",  # ok | status | garbage (the application servers' icr_groups)
 }
 
-LOCK = threading.Lock()
+LOCK = threading.RLock()
 STATE = copy.deepcopy(DEFAULT_STATE)
 REQUESTS = []
 APP_SERVERS = {}  # instance name -> (server, port)
@@ -146,7 +146,8 @@ class MessageServer(Base):
             return self.reply(200, json.dumps(state), "application/json")
         if path == "/_fake/requests":
             with LOCK:
-                return self.reply(200, json.dumps(REQUESTS), "application/json")
+                requests = json.dumps(REQUESTS)
+            return self.reply(200, requests, "application/json")
         with LOCK:
             REQUESTS.append(self.path)
             state = copy.deepcopy(STATE)
