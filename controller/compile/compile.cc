@@ -475,7 +475,7 @@ class LogonGroupCompiler {
     if (count != 1) {
       std::string message =
           std::string("spec.backend: exactly one of service, staticServers or sapSystem ") +
-          "must be set, got " + (count == 0 ? "none" : std::to_string(count));
+          "must be set, got " + (count == 0 ? "neither" : count == 2 ? "both" : "all three");
       findings.Reject(kReasonInvalidBackend, message);
       findings.Unresolved(kReasonInvalidBackend, message);
       return;

@@ -195,7 +195,7 @@ TEST(CompileSapSystemTest, NoListYetAndBadSpecs) {
   const Condition* both_accepted = Find(result, "LogonGroup", "both", kAccepted);
   EXPECT_EQ(both_accepted->status, "False");
   EXPECT_EQ(both_accepted->message,
-            "spec.backend: exactly one of service, staticServers or sapSystem must be set, got 2");
+            "spec.backend: exactly one of service, staticServers or sapSystem must be set, got both");
 }
 
 // A list change recompiles only the groups that read it; the memo's output
