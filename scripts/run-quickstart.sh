@@ -31,14 +31,6 @@ start_backend 18001 demo1_QS_00 abap
 start_backend 18002 demo2_QS_01 abap
 start_backend 18003 demo3_QS_02 java
 
-# examples/sapsystem: the demo backends listed by a fake SAP message server
-# (tests/fake_sap) that the controller polls instead of static servers.
-if [[ -f "$examples/message-server.json" ]]; then
-  python3 -u tests/fake_sap/fake_message_server.py --listen 127.0.0.1:18101 \
-    --config "$examples/message-server.json" >"$run_dir/message-server.out" 2>&1 &
-  pids+=($!)
-fi
-
 controller_admin=${KWD_CONTROLLER_ADMIN:-127.0.0.1:9902}
 grpc=${KWD_GRPC_LISTEN:-127.0.0.1:18000}
 
@@ -50,6 +42,15 @@ wait_listening() {  # file log
   cat "$2" >&2
   return 1
 }
+
+# examples/sapsystem: the demo backends listed by a fake SAP message server
+# (tests/fake_sap) that the controller polls instead of static servers.
+if [[ -f "$examples/message-server.json" ]]; then
+  python3 -u tests/fake_sap/fake_message_server.py --listen 127.0.0.1:18101 \
+    --config "$examples/message-server.json" >"$run_dir/message-server.out" 2>&1 &
+  pids+=($!)
+  wait_listening "$run_dir/message-server.out" "$run_dir/message-server.out" || exit 1
+fi
 
 # The controller follows the YAML (it notices file changes) and streams each
 # new snapshot to the proxy over gRPC.
