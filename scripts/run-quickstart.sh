@@ -43,6 +43,15 @@ wait_listening() {  # file log
   return 1
 }
 
+# examples/sapsystem: the demo backends listed by a fake SAP message server
+# (tests/fake_sap) that the controller polls instead of static servers.
+if [[ -f "$examples/message-server.json" ]]; then
+  python3 -u tests/fake_sap/fake_message_server.py --listen 127.0.0.1:18101 \
+    --config "$examples/message-server.json" >"$run_dir/message-server.out" 2>&1 &
+  pids+=($!)
+  wait_listening "$run_dir/message-server.out" "$run_dir/message-server.out" || exit 1
+fi
+
 # The controller follows the YAML (it notices file changes) and streams each
 # new snapshot to the proxy over gRPC.
 "$build/kwd-controller" serve --source="dir:$examples" --grpc-listen "$grpc" \

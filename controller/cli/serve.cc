@@ -28,6 +28,7 @@
 #include "controller/pipeline/kube_source.h"
 #include "controller/pipeline/pipeline.h"
 #include "controller/pipeline/status.h"
+#include "controller/sapsystem/poller.h"
 
 namespace kwd::cli {
 namespace {
@@ -64,6 +65,8 @@ constexpr std::string_view kServeUsage =
     "  --max-delay D                    compile at most this long after the first change\n"
     "                                   of a burst (default 100ms)\n"
     "  --poll-interval D                dir source: how often files are checked (default 1s)\n"
+    "  --sapsystem-timeout D            SapSystem polls: timeout of each request to a message\n"
+    "                                   server or application server (default 10s)\n"
     "  --log-level debug|info|warn|error  (default info)\n"
     "  --log-format text|json           logfmt lines or one JSON object per line (default text)\n"
     "\n"
@@ -89,6 +92,7 @@ struct ServeFlags {
   milliseconds hold_off{10};
   milliseconds max_delay{100};
   milliseconds poll_interval{1000};
+  milliseconds sapsystem_timeout{10000};
   LogLevel log_level = LogLevel::kInfo;
   LogFormat log_format = LogFormat::kText;
 };
@@ -158,8 +162,10 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
                                                        "--hold-off",
                                                        "--max-delay",
                                                        "--poll-interval",
+                                                       "--sapsystem-timeout",
                                                        "--log-level",
-                                                       "--log-format"};
+
+                                                                                                              "--log-format"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), name) == std::end(kValueFlags)) {
       return usage_error("unknown flag " + name);
     }
@@ -212,6 +218,8 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       duration = &flags->max_delay;
     } else if (name == "--poll-interval") {
       duration = &flags->poll_interval;
+    } else if (name == "--sapsystem-timeout") {
+      duration = &flags->sapsystem_timeout;
     } else if (name == "--log-level") {
       if (!ParseLogLevel(value, &flags->log_level)) {
         return usage_error("--log-level must be debug, info, warn or error");
@@ -229,6 +237,9 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
   }
   if (!flags->source) {
     return usage_error("missing --source=dir:DIR or --source=kube");
+  }
+  if (flags->sapsystem_timeout.count() < 1) {
+    return usage_error("--sapsystem-timeout must be at least 1ms");
   }
   std::string host;
   uint16_t port = 0;
@@ -382,6 +393,16 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     ~StopGrpcFirst() { server.Stop(); }
   } stop_grpc_first{grpc_server};
 
+  // SapSystems (from either source) are polled; their server lists are one
+  // more compile input.
+  sapsystem::PollerOptions poller_options;
+  poller_options.timeout = flags.sapsystem_timeout;
+  sapsystem::SapSystemPoller sap_poller(pipeline, poller_options, &metrics);
+  pipeline.SetSapSystemObserver(
+      [&sap_poller](std::vector<model::SapSystem> systems) { sap_poller.SetSystems(std::move(systems)); });
+  pipeline.SetStatusDecorator(
+      [&sap_poller](compile::ObjectStatus* status) { sap_poller.Decorate(status); });
+
   std::unique_ptr<pipeline::DirWatcher> dir_watcher;
   std::unique_ptr<kube::KubeClient> client;
   std::unique_ptr<pipeline::KubeSource> kube_source;
@@ -415,6 +436,9 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     pipeline.SetStatusWriter(status_writer.get());
     // Programmed follows what the connected proxies ACK and NACK.
     pipeline.SetExtraConditions([&grpc_server](const compile::ObjectStatus& object) {
+      if (object.kind == model::kSapSystemKind) {
+        return std::vector<compile::Condition>{};  // not programmed into proxies itself
+      }
       return std::vector<compile::Condition>{grpc_server.ProgrammedFor(object)};
     });
     grpc_server.SetOnProxiesChanged([&pipeline] { pipeline.ResyncStatus(); });
@@ -495,6 +519,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   Log(LogLevel::kInfo, "serve", "admin port listening", {{"address", flags.admin_listen}});
 
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
+  std::jthread sap_poller_thread([&](std::stop_token stop) { sap_poller.Run(stop); });
   std::jthread writer_thread;
   std::jthread elector_thread;
   std::jthread reports_thread;
@@ -540,6 +565,8 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     writer_thread.request_stop();
     writer_thread.join();
   }
+  sap_poller_thread.request_stop();
+  sap_poller_thread.join();
   pipeline_thread.request_stop();
   pipeline_thread.join();
   grpc_server.Stop();

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/snapshot_io.h"
 #include "common/string_hash.h"
+#include "controller/sapsystem/spec.h"
 
 namespace kwd::compile {
 namespace {
@@ -29,6 +30,7 @@ namespace {
 using model::EndpointSlice;
 using model::LogonGroup;
 using model::ObjectSet;
+using model::SapServerList;
 using model::UrlMapping;
 
 constexpr std::int64_t kUint32Max = std::numeric_limits<std::uint32_t>::max();
@@ -349,13 +351,27 @@ class GroupInputs {
   virtual const std::vector<const EndpointSlice*>* SlicesOf(const std::string& ns,
                                                             const std::string& service) = 0;
   virtual const model::Pod* FindPod(std::string_view ns, std::string_view name) = 0;
+  // The SapSystem ns/name and the poller's server list of it, or null.
+  virtual const model::SapSystem* FindSapSystem(const std::string& ns, const std::string& name) = 0;
+  virtual const model::SapServerList* FindServerList(const std::string& ns,
+                                                     const std::string& name) = 0;
 };
 
 // Everything indexed up front: the pure compile.
 class IndexedInputs : public GroupInputs {
  public:
   explicit IndexedInputs(const ObjectSet& objects)
-      : slices_(IndexSlices(objects)), pods_(IndexPods(objects)) {}
+      : objects_(objects), slices_(IndexSlices(objects)), pods_(IndexPods(objects)) {}
+
+  const model::SapSystem* FindSapSystem(const std::string& ns, const std::string& name) override {
+    auto it = objects_.sap_systems().find({ns, name});
+    return it == objects_.sap_systems().end() ? nullptr : &it->second;
+  }
+  const model::SapServerList* FindServerList(const std::string& ns,
+                                             const std::string& name) override {
+    auto it = objects_.sap_server_lists().find({ns, name});
+    return it == objects_.sap_server_lists().end() ? nullptr : &it->second;
+  }
 
   const std::vector<const EndpointSlice*>* SlicesOf(const std::string& ns,
                                                     const std::string& service) override {
@@ -368,6 +384,7 @@ class IndexedInputs : public GroupInputs {
   }
 
  private:
+  const ObjectSet& objects_;
   SliceIndex slices_;
   PodIndex pods_;
 };
@@ -657,11 +674,19 @@ class LogonGroupCompiler {
     const auto& backend = lg.spec.backend;
     bool has_service = backend && backend->service.has_value();
     bool has_static = backend && backend->static_servers.has_value();
-    if (has_service == has_static) {
-      std::string message = std::string("spec.backend: exactly one of service or staticServers ") +
-                            "must be set, got " + (has_service ? "both" : "neither");
+    bool has_sap = backend && backend->sap_system.has_value();
+    int count = int{has_service} + int{has_static} + int{has_sap};
+    if (count != 1) {
+      std::string message =
+          std::string("spec.backend: exactly one of service, staticServers or sapSystem ") +
+          "must be set, got " + (count == 0 ? "neither" : count == 2 ? "both" : "all three");
       findings.Reject(kReasonInvalidBackend, message);
       findings.Unresolved(kReasonInvalidBackend, message);
+      return;
+    }
+    if (has_sap) {
+      CompileSapSystemBackend(lg, *backend->sap_system, group->kind(), default_capacity, group,
+                              findings, resolved_summary);
       return;
     }
     if (has_static) {
@@ -864,6 +889,104 @@ class LogonGroupCompiler {
     std::size_t slice_count = slices->size() - unmatched_slices.size();
     *resolved_summary = service_ref + ": " + std::to_string(slice_count) +
                         (slice_count == 1 ? " EndpointSlice" : " EndpointSlices");
+  }
+
+  // The servers of a SapSystem: the instances of its last good server list
+  // that have the port the group talks to (HTTP; HTTPS with reencrypt) and
+  // belong to the group's stack, or to the named SMLG logon group. Every
+  // name and address in the list was checked by the poller; checked again
+  // here, as the compile trusts no input.
+  void CompileSapSystemBackend(const LogonGroup& lg, const model::SapSystemBackend& sap,
+                               v1::Kind kind, std::uint32_t default_capacity, v1::Group* group,
+                               Findings& findings, std::string* resolved_summary) {
+    if (sap.name.empty()) {
+      std::string message = "spec.backend.sapSystem.name: must not be empty";
+      findings.Reject(kReasonInvalidBackend, message);
+      findings.Unresolved(kReasonInvalidBackend, message);
+      return;
+    }
+    if (sap.logon_group && (sap.logon_group->empty() || !IsServerName(*sap.logon_group))) {
+      std::string message = "spec.backend.sapSystem.logonGroup: " + Quote(*sap.logon_group) +
+                            " is not a valid logon group name";
+      findings.Reject(kReasonInvalidField, message);
+      findings.Unresolved(kReasonInvalidField, message);
+      return;
+    }
+    const std::string& ns = lg.metadata.namespace_;
+    std::string system_ref = "SapSystem " + GroupKey(ns, sap.name);
+    const model::SapSystem* system = inputs_.FindSapSystem(ns, sap.name);
+    if (system == nullptr) {
+      findings.Unresolved(kReasonSapSystemNotFound, system_ref + " not found");
+      return;
+    }
+    const model::SapServerList* list = inputs_.FindServerList(ns, sap.name);
+    if (list == nullptr || !list->has_list) {
+      std::string why = list == nullptr ? std::string("not polled yet") : list->message;
+      findings.Unresolved(kReasonNoServerList, system_ref + " has no server list yet: " + why);
+      return;
+    }
+    const bool https = lg.spec.upstream_tls.mode.value_or("none") == "reencrypt";
+    const std::vector<std::string>* members = nullptr;
+    if (sap.logon_group) {
+      if (!list->has_groups) {
+        findings.Unresolved(kReasonNoServerList,
+                            system_ref + " has no logon group information (spec.logonGroups " +
+                                "true on the SapSystem?): " + list->message);
+        return;
+      }
+      auto it = list->logon_groups.find(*sap.logon_group);
+      if (it == list->logon_groups.end()) {
+        std::vector<std::string> known;
+        for (const auto& [name, group_members] : list->logon_groups) {
+          if (known.size() == 10) {
+            known.push_back("...");
+            break;
+          }
+          known.push_back(name);
+        }
+        findings.Unresolved(kReasonLogonGroupNotFound,
+                            "logon group " + Quote(*sap.logon_group) + " not in " + system_ref +
+                                " (groups: " + JoinStrings(known, ", ") + ")");
+        return;
+      }
+      members = &it->second;
+    }
+    std::size_t without_port = 0;
+    for (const model::SapInstance& instance : list->instances) {
+      std::uint32_t port = https ? instance.https_port : instance.http_port;
+      if (members != nullptr) {
+        if (!std::binary_search(members->begin(), members->end(), instance.name)) {
+          continue;
+        }
+      } else if (instance.abap || instance.java) {
+        // SAP's internal groups: !DIAG for abap, !J2EE for java.
+        if ((kind == v1::KIND_ABAP && !instance.abap) ||
+            (kind == v1::KIND_JAVA && !instance.java)) {
+          continue;
+        }
+      }
+      if (port == 0) {
+        ++without_port;
+        continue;
+      }
+      if (!IsServerName(instance.name) || !IsServerAddress(instance.address)) {
+        findings.Note("instance " + Quote(instance.name) + " left out: invalid name or address");
+        continue;
+      }
+      v1::Server* server = group->add_servers();
+      server->set_name(instance.name);
+      server->set_address(instance.address);
+      server->set_port(port);
+      server->set_capacity(instance.capacity > 0 ? instance.capacity : default_capacity);
+      server->set_state(v1::SERVER_STATE_READY);
+    }
+    if (without_port > 0) {
+      findings.Note(std::to_string(without_port) + (without_port == 1 ? " instance" : " instances") +
+                    " without an " + (https ? "HTTPS" : "HTTP") + " port left out");
+    }
+    *resolved_summary = system_ref + (sap.logon_group ? ", logon group " + *sap.logon_group : "") +
+                        ": " + std::to_string(group->servers_size()) + " of " +
+                        std::to_string(list->instances.size()) + " instances";
   }
 
   // A server built from an endpoint, before de-duplication. Views into the
@@ -1309,6 +1432,42 @@ struct CompiledGroup {
 // Puts the compiled LogonGroups (in (namespace, name) order) and the
 // UrlMappings together into the snapshot and the statuses, and stamps the
 // version. Moves out of the results when `take`, else copies them.
+// A SapSystem's status: Accepted from its spec, Refreshed and the server
+// count from the poller's list.
+ObjectStatus SapSystemStatus(const model::SapSystem& system, const SapServerList* list) {
+  ObjectStatus status;
+  status.kind = std::string(model::kSapSystemKind);
+  status.namespace_ = system.metadata.namespace_;
+  status.name = system.metadata.name;
+  status.generation = system.metadata.generation;
+  Findings findings;
+  CheckObjectName(system.metadata, findings);
+  sapsystem::SpecCheck check = sapsystem::CheckSapSystem(system);
+  for (const std::string& error : check.errors) {
+    findings.Reject(kReasonInvalidField, error);
+  }
+  std::string summary;
+  if (check.config) {
+    summary = "message server " + sapsystem::ServerListUrl(*check.config) + ", every " +
+              std::to_string(check.config->refresh_interval_seconds) + "s";
+  }
+  Condition accepted = findings.Conditions(summary, "").front();
+  status.conditions.push_back(std::move(accepted));
+  // Refreshed comes from the poller's list: none before its first poll (and
+  // none offline, e.g. `kwd-controller validate`).
+  if (list == nullptr) {
+    return status;
+  }
+  Condition refreshed;
+  refreshed.type = std::string(kRefreshed);
+  refreshed.status = list->refreshed ? "True" : "False";
+  refreshed.reason = list->reason.empty() ? std::string(kReasonPending) : list->reason;
+  refreshed.message = EscapeControlCharacters(list->message);
+  status.servers = static_cast<std::int32_t>(list->instances.size());
+  status.conditions.push_back(std::move(refreshed));
+  return status;
+}
+
 CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
                        bool take, const LastGood* last_good) {
   CompileResult result;
@@ -1316,7 +1475,8 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
   std::set<std::string> accepted_groups;
   std::set<std::string> existing_groups;
   std::vector<const CompiledGroup*> accepted;
-  result.statuses.reserve(compiled.size() + objects.url_mappings().size());
+  result.statuses.reserve(compiled.size() + objects.url_mappings().size() +
+                          objects.sap_systems().size());
   for (const CompiledGroup& group : compiled) {
     ObjectStatus& status = group.result->status;
     existing_groups.insert(GroupKey(status.namespace_, status.name));
@@ -1372,6 +1532,14 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
             });
   for (auto& status : mapping_statuses) {
     result.statuses.push_back(std::move(status));
+  }
+
+  for (const auto& [key, system] : objects.sap_systems()) {
+    const SapServerList* list = nullptr;
+    if (auto it = objects.sap_server_lists().find(key); it != objects.sap_server_lists().end()) {
+      list = &it->second;
+    }
+    result.statuses.push_back(SapSystemStatus(system, list));
   }
 
   // An object whose name no snapshot may hold (rejected, see CheckObjectName)
@@ -1488,6 +1656,7 @@ struct CompileMemo::State {
     // version, when that was compiled too).
     std::vector<NamespacedName> services;
     std::vector<NamespacedName> pods;
+    std::vector<NamespacedName> sap_systems;  // SapSystems and their server lists
   };
   // Changes reported since the last compile; `all_changed` when there is
   // no usable earlier compile (none yet, too many changes, or one that
@@ -1498,6 +1667,7 @@ struct CompileMemo::State {
   // Which LogonGroups read a Service's slices or a Pod.
   std::map<NamespacedName, std::set<NamespacedName>> groups_by_service;
   std::map<NamespacedName, std::set<NamespacedName>> groups_by_pod;
+  std::map<NamespacedName, std::set<NamespacedName>> groups_by_sap_system;
   // EndpointSlices by (namespace, service) as slice names, and each
   // labelled slice's service, kept up to date from the changes.
   std::map<NamespacedName, std::set<std::string>> slices_of_service;
@@ -1552,6 +1722,9 @@ struct CompileMemo::State {
     for (const NamespacedName& pod : entry.pods) {
       update(groups_by_pod, pod);
     }
+    for (const NamespacedName& system : entry.sap_systems) {
+      update(groups_by_sap_system, system);
+    }
   }
   void MarkUsers(const std::map<NamespacedName, std::set<NamespacedName>>& index,
                  const NamespacedName& input, std::set<NamespacedName>* dirty) const {
@@ -1599,6 +1772,18 @@ class MemoInputs : public GroupInputs {
     }
     auto it = objects_.pods().find(entry_->pods.back());
     return it == objects_.pods().end() ? nullptr : &it->second;
+  }
+
+  const model::SapSystem* FindSapSystem(const std::string& ns, const std::string& name) override {
+    entry_->sap_systems.emplace_back(ns, name);
+    auto it = objects_.sap_systems().find({ns, name});
+    return it == objects_.sap_systems().end() ? nullptr : &it->second;
+  }
+  const model::SapServerList* FindServerList(const std::string& ns,
+                                             const std::string& name) override {
+    entry_->sap_systems.emplace_back(ns, name);
+    auto it = objects_.sap_server_lists().find({ns, name});
+    return it == objects_.sap_server_lists().end() ? nullptr : &it->second;
   }
 
  private:
@@ -1652,6 +1837,7 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo, const LastGoo
     state.entries.clear();
     state.groups_by_service.clear();
     state.groups_by_pod.clear();
+    state.groups_by_sap_system.clear();
     state.slices_of_service.clear();
     state.service_of_slice.clear();
     for (const auto& [key, slice] : objects.endpoint_slices()) {
@@ -1679,6 +1865,9 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo, const LastGoo
         }
       } else if (changed.kind == model::kPodKind) {
         state.MarkUsers(state.groups_by_pod, key, &dirty);
+      } else if (changed.kind == model::kSapSystemKind ||
+                 changed.kind == model::kSapServerListKind) {
+        state.MarkUsers(state.groups_by_sap_system, key, &dirty);
       }
       // UrlMappings are compiled every time (Assemble).
     }

@@ -20,6 +20,8 @@ namespace kwd::compile {
 // Condition types and reasons (Kubernetes convention: CamelCase reasons).
 inline constexpr std::string_view kAccepted = "Accepted";
 inline constexpr std::string_view kResolvedRefs = "ResolvedRefs";
+// SapSystem: whether the last poll of the message server succeeded.
+inline constexpr std::string_view kRefreshed = "Refreshed";
 
 inline constexpr std::string_view kReasonAccepted = "Accepted";
 inline constexpr std::string_view kReasonResolvedRefs = "ResolvedRefs";
@@ -38,6 +40,11 @@ inline constexpr std::string_view kReasonLogonGroupNotFound = "LogonGroupNotFoun
 // or its address or pod reference is not one a snapshot may hold.
 inline constexpr std::string_view kReasonInvalidServerName = "InvalidServerName";
 inline constexpr std::string_view kReasonInvalidEndpoint = "InvalidEndpoint";
+// LogonGroup.spec.backend.sapSystem: the SapSystem does not exist, is
+// rejected, or has no server list yet.
+inline constexpr std::string_view kReasonSapSystemNotFound = "SapSystemNotFound";
+inline constexpr std::string_view kReasonNoServerList = "NoServerList";
+inline constexpr std::string_view kReasonPending = "Pending";
 
 struct Condition {
   std::string type;
@@ -49,11 +56,13 @@ struct Condition {
 };
 
 struct ObjectStatus {
-  std::string kind;  // LogonGroup | UrlMapping
+  std::string kind;  // LogonGroup | UrlMapping | SapSystem
   std::string namespace_;
   std::string name;
   std::int64_t generation = 0;        // becomes status.observedGeneration
   std::int32_t ready_servers = 0;     // LogonGroup only
+  std::int32_t servers = 0;           // SapSystem only: instances in the last good list
+  std::string last_refresh_time;      // SapSystem only, RFC 3339 (not compiled: the poller's)
   std::vector<Condition> conditions;  // Accepted, then ResolvedRefs
   // Rejected, and the snapshot serves the object's last accepted version
   // (LastGood) instead, of this generation.

@@ -568,6 +568,9 @@ std::vector<ProgrammedStatus> SnapshotServer::ProgrammedConditions() const {
   std::vector<ProxyVersions> proxies = ConnectedLocked();
   SnapshotLookup lookup = LookupLocked();
   for (const auto& object : current_->statuses) {
+    if (object.kind == model::kSapSystemKind) {
+      continue;  // configures the controller, not the proxies
+    }
     ProgrammedStatus status;
     status.kind = object.kind;
     status.namespace_ = object.namespace_;

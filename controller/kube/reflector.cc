@@ -64,6 +64,13 @@ void Reflector::Run(std::stop_token stop) {
         ++errors_;
         Log(LogLevel::kWarn, kComponent, "list failed",
             {{"path", options_.path}, {"error", list.status.ToString()}});
+        if (options_.empty_when_not_found && list.status.IsNotFound() && !synced_) {
+          Log(LogLevel::kWarn, kComponent,
+              "resource not served (its CRD is not installed?): empty until it is",
+              {{"path", options_.path}});
+          sink_.Replace({}, "");
+          synced_ = true;
+        }
         if (!sleeper_->SleepFor(backoff.Next(), stop)) {
           return;
         }

@@ -33,6 +33,11 @@ class ReflectorSink {
 struct ReflectorOptions {
   std::string path;  // collection, e.g. "/apis/discovery.k8s.io/v1/endpointslices"
   std::string label_selector;
+  // A 404 on the first list (a custom resource whose CRD is not installed,
+  // e.g. SapSystem after an upgrade that did not apply the new CRD) counts
+  // as an empty list, so the controller does not wait for it forever; the
+  // list is retried with backoff until the resource is served.
+  bool empty_when_not_found = false;
   int watch_timeout_seconds = 300;
   std::chrono::seconds stall_timeout{90};
   BackoffPolicy backoff;

@@ -308,7 +308,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 
   if (const json* backend = r.ObjectField(spec, "backend", "spec.backend")) {
     Backend b;
-    r.Known(backend, "spec.backend", {"service", "staticServers"});
+    r.Known(backend, "spec.backend", {"service", "staticServers", "sapSystem"});
     if (const json* service = r.ObjectField(*backend, "service", "spec.backend.service")) {
       r.Known(service, "spec.backend.service", {"name", "port"});
       ServiceBackend s;
@@ -327,6 +327,13 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
                      r.OptInt(entry, "capacity", Join(path, "capacity"), &server->capacity);
                    });
       b.static_servers = std::move(servers);
+    }
+    if (const json* sap = r.ObjectField(*backend, "sapSystem", "spec.backend.sapSystem")) {
+      r.Known(sap, "spec.backend.sapSystem", {"name", "logonGroup"});
+      SapSystemBackend s;
+      r.String(*sap, "name", "spec.backend.sapSystem.name", &s.name);
+      r.OptString(*sap, "logonGroup", "spec.backend.sapSystem.logonGroup", &s.logon_group);
+      b.sap_system = std::move(s);
     }
     out->backend = std::move(b);
   }
@@ -419,6 +426,26 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
                });
 }
 
+void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
+  r.Known(&spec, "spec",
+          {"sid", "messageServer", "serverListPath", "refreshIntervalSeconds", "logonGroups",
+           "groupInfoPath"});
+  r.OptString(spec, "sid", "spec.sid", &out->sid);
+  if (const json* ms = r.ObjectField(spec, "messageServer", "spec.messageServer")) {
+    r.Known(ms, "spec.messageServer", {"host", "httpPort", "httpsPort", "caBundle"});
+    auto& m = out->message_server;
+    r.String(*ms, "host", "spec.messageServer.host", &m.host);
+    r.OptInt(*ms, "httpPort", "spec.messageServer.httpPort", &m.http_port);
+    r.OptInt(*ms, "httpsPort", "spec.messageServer.httpsPort", &m.https_port);
+    r.OptString(*ms, "caBundle", "spec.messageServer.caBundle", &m.ca_bundle);
+  }
+  r.OptString(spec, "serverListPath", "spec.serverListPath", &out->server_list_path);
+  r.OptInt(spec, "refreshIntervalSeconds", "spec.refreshIntervalSeconds",
+           &out->refresh_interval_seconds);
+  r.OptBool(spec, "logonGroups", "spec.logonGroups", &out->logon_groups);
+  r.OptString(spec, "groupInfoPath", "spec.groupInfoPath", &out->group_info_path);
+}
+
 void ReadEndpointSlice(Reader& r, const json& object, EndpointSlice* out) {
   r.String(object, "addressType", "addressType", &out->address_type);
   r.ObjectList(
@@ -503,6 +530,15 @@ DecodeResult DecodeKnownKind(std::string_view kind, const json& value) {
     }
     return FinishCustom(r, std::move(mapping));
   }
+  if (kind == kSapSystemKind) {
+    SapSystem system;
+    r.Known(&value, "", kCustomResourceFields);
+    ReadMetadata(r, value, &system.metadata, /*strict=*/true);
+    if (const json* spec = r.ObjectField(value, "spec", "spec")) {
+      ReadSapSystemSpec(r, *spec, &system.spec);
+    }
+    return FinishCustom(r, std::move(system));
+  }
   if (kind == kEndpointSliceKind) {
     EndpointSlice slice;
     ReadMetadata(r, value, &slice.metadata);
@@ -521,7 +557,7 @@ DecodeResult DecodeKnownKind(std::string_view kind, const json& value) {
 }
 
 std::string_view ApiVersionOf(std::string_view kind) {
-  if (kind == kLogonGroupKind || kind == kUrlMappingKind) {
+  if (kind == kLogonGroupKind || kind == kUrlMappingKind || kind == kSapSystemKind) {
     return kDispatchApiVersion;
   }
   if (kind == kEndpointSliceKind) {
@@ -551,8 +587,12 @@ std::string_view KindOf(const Object& object) {
       return kUrlMappingKind;
     case 2:
       return kEndpointSliceKind;
-    default:
+    case 3:
       return kPodKind;
+    case 4:
+      return kSapSystemKind;
+    default:
+      return kSapServerListKind;
   }
 }
 
@@ -587,7 +627,7 @@ DecodeResult DecodeObject(const nlohmann::json& json) {
     // Ours, misspelt: never skipped silently.
     if (expected.empty() || expected != kDispatchApiVersion) {
       result.error =
-          "kind: \"" + kind + "\" is not a kind of " + api_version + " (LogonGroup, UrlMapping)";
+          "kind: \"" + kind + "\" is not a kind of " + api_version + " (LogonGroup, UrlMapping, SapSystem)";
       result.error_path = "kind";
     } else {
       result.error = "apiVersion: \"" + api_version + "\" is not served; use " +
@@ -621,8 +661,12 @@ bool ObjectSet::Upsert(Object object) {
           map = &url_mappings_;
         } else if constexpr (std::is_same_v<T, EndpointSlice>) {
           map = &endpoint_slices_;
-        } else {
+        } else if constexpr (std::is_same_v<T, Pod>) {
           map = &pods_;
+        } else if constexpr (std::is_same_v<T, SapSystem>) {
+          map = &sap_systems_;
+        } else {
+          map = &sap_server_lists_;
         }
         auto it = map->find(key);
         if (it != map->end() && it->second == typed) {
@@ -648,6 +692,12 @@ bool ObjectSet::Remove(const ObjectKey& key) {
   if (key.kind == kPodKind) {
     return pods_.erase(name) > 0;
   }
+  if (key.kind == kSapSystemKind) {
+    return sap_systems_.erase(name) > 0;
+  }
+  if (key.kind == kSapServerListKind) {
+    return sap_server_lists_.erase(name) > 0;
+  }
   return false;
 }
 
@@ -672,11 +722,18 @@ std::optional<Object> ObjectSet::Find(const ObjectKey& key) const {
   if (key.kind == kPodKind) {
     return lookup(pods_);
   }
+  if (key.kind == kSapSystemKind) {
+    return lookup(sap_systems_);
+  }
+  if (key.kind == kSapServerListKind) {
+    return lookup(sap_server_lists_);
+  }
   return std::nullopt;
 }
 
 std::size_t ObjectSet::size() const {
-  return logon_groups_.size() + url_mappings_.size() + endpoint_slices_.size() + pods_.size();
+  return logon_groups_.size() + url_mappings_.size() + endpoint_slices_.size() + pods_.size() +
+         sap_systems_.size() + sap_server_lists_.size();
 }
 
 }  // namespace kwd::model

@@ -29,6 +29,11 @@ inline constexpr std::string_view kLogonGroupKind = "LogonGroup";
 inline constexpr std::string_view kUrlMappingKind = "UrlMapping";
 inline constexpr std::string_view kEndpointSliceKind = "EndpointSlice";
 inline constexpr std::string_view kPodKind = "Pod";
+inline constexpr std::string_view kSapSystemKind = "SapSystem";
+// Not an API kind: what the controller's SAP system poller learnt from a
+// SapSystem's message server (one per SapSystem, same namespace/name), fed
+// to the compile like an EndpointSlice.
+inline constexpr std::string_view kSapServerListKind = "SapServerList";
 
 inline constexpr std::string_view kServiceNameLabel = "kubernetes.io/service-name";
 inline constexpr std::string_view kCapacityAnnotation = "dispatch.kwd.io/capacity";
@@ -74,9 +79,20 @@ struct StaticServer {
   bool operator==(const StaticServer&) const = default;
 };
 
+// LogonGroup.spec.backend.sapSystem: the servers of a SapSystem (every
+// instance with an HTTP port of the group's kind, or the members of one of
+// its SMLG logon groups).
+struct SapSystemBackend {
+  std::string name;
+  std::optional<std::string> logon_group;
+
+  bool operator==(const SapSystemBackend&) const = default;
+};
+
 struct Backend {
   std::optional<ServiceBackend> service;
   std::optional<std::vector<StaticServer>> static_servers;
+  std::optional<SapSystemBackend> sap_system;
 
   bool operator==(const Backend&) const = default;
 };
@@ -201,6 +217,65 @@ struct UrlMapping {
   bool operator==(const UrlMapping&) const = default;
 };
 
+// ---- SapSystem (dispatch.kwd.io/v1alpha1) ----
+
+struct MessageServerSpec {
+  std::string host;
+  std::optional<std::int64_t> http_port;
+  std::optional<std::int64_t> https_port;
+  std::optional<std::string> ca_bundle;  // PEM, with httpsPort
+
+  bool operator==(const MessageServerSpec&) const = default;
+};
+
+struct SapSystemSpec {
+  std::optional<std::string> sid;
+  MessageServerSpec message_server;
+  std::optional<std::string> server_list_path;
+  std::optional<std::int64_t> refresh_interval_seconds;
+  std::optional<bool> logon_groups;
+  std::optional<std::string> group_info_path;
+
+  bool operator==(const SapSystemSpec&) const = default;
+};
+
+struct SapSystem {
+  ObjectMeta metadata;
+  SapSystemSpec spec;
+  std::vector<std::string> field_errors;  // as LogonGroup::field_errors
+
+  bool operator==(const SapSystem&) const = default;
+};
+
+// One application server instance of a SapServerList. Every text field was
+// checked by the poller (IsServerName / IsServerAddress) before it got here.
+struct SapInstance {
+  std::string name;     // sap-server-name (rdisp/myname)
+  std::string host;     // as the message server lists it
+  std::string address;  // resolved IP address
+  std::uint32_t http_port = 0;   // 0: none
+  std::uint32_t https_port = 0;  // 0: none
+  std::uint32_t capacity = 0;    // LB= of the DIAG row; 0: not given
+  bool abap = false;             // has a DIAG row
+  bool java = false;             // has a Java row (P4, P4S, IIOP, J2EE, TELNET)
+
+  bool operator==(const SapInstance&) const = default;
+};
+
+struct SapServerList {
+  ObjectMeta metadata;              // the SapSystem's namespace and name
+  bool has_list = false;            // a good list was received at least once
+  std::vector<SapInstance> instances;  // the last good list, by name
+  bool has_groups = false;          // group information was received at least once
+  std::map<std::string, std::vector<std::string>> logon_groups;  // SMLG group -> instances
+  // The Refreshed condition: whether the last poll succeeded and why not.
+  bool refreshed = false;
+  std::string reason;
+  std::string message;
+
+  bool operator==(const SapServerList&) const = default;
+};
+
 // ---- EndpointSlice (discovery.k8s.io/v1) ----
 
 struct EndpointConditions {
@@ -263,10 +338,10 @@ struct Pod {
 
 // ---- Objects, keys, sets ----
 
-using Object = std::variant<LogonGroup, UrlMapping, EndpointSlice, Pod>;
+using Object = std::variant<LogonGroup, UrlMapping, EndpointSlice, Pod, SapSystem, SapServerList>;
 
 struct ObjectKey {
-  std::string kind;  // LogonGroup | UrlMapping | EndpointSlice | Pod
+  std::string kind;  // LogonGroup | UrlMapping | EndpointSlice | Pod | SapSystem | SapServerList
   std::string namespace_;
   std::string name;
 
@@ -325,12 +400,18 @@ class ObjectSet {
     return endpoint_slices_;
   }
   const std::map<NamespacedName, Pod>& pods() const { return pods_; }
+  const std::map<NamespacedName, SapSystem>& sap_systems() const { return sap_systems_; }
+  const std::map<NamespacedName, SapServerList>& sap_server_lists() const {
+    return sap_server_lists_;
+  }
 
  private:
   std::map<NamespacedName, LogonGroup> logon_groups_;
   std::map<NamespacedName, UrlMapping> url_mappings_;
   std::map<NamespacedName, EndpointSlice> endpoint_slices_;
   std::map<NamespacedName, Pod> pods_;
+  std::map<NamespacedName, SapSystem> sap_systems_;
+  std::map<NamespacedName, SapServerList> sap_server_lists_;
 };
 
 }  // namespace kwd::model

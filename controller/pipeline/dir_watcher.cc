@@ -127,6 +127,9 @@ bool DirWatcher::PollOnce() {
   for (const auto& [name, object] : set.pods()) {
     add(object);
   }
+  for (const auto& [name, object] : set.sap_systems()) {
+    add(object);
+  }
   for (const std::string& file : bad_files) {
     auto kept = files_.find(file);
     if (kept == files_.end()) {

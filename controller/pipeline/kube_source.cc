@@ -9,7 +9,13 @@ namespace kwd::pipeline {
 namespace {
 
 constexpr std::string_view kWatchedKinds[] = {model::kLogonGroupKind, model::kUrlMappingKind,
-                                              model::kEndpointSliceKind, model::kPodKind};
+                                              model::kEndpointSliceKind, model::kPodKind,
+                                              model::kSapSystemKind};
+
+bool IsCustomKind(std::string_view kind) {
+  return kind == model::kLogonGroupKind || kind == model::kUrlMappingKind ||
+         kind == model::kSapSystemKind;
+}
 
 std::optional<model::ObjectKey> KeyFromJson(std::string_view kind, const nlohmann::json& json) {
   auto metadata = json.find("metadata");
@@ -31,9 +37,11 @@ std::optional<model::ObjectKey> KeyFromJson(std::string_view kind, const nlohman
 std::string CollectionPath(std::string_view kind, std::string_view namespace_) {
   std::string prefix;
   std::string_view plural;
-  if (kind == model::kLogonGroupKind || kind == model::kUrlMappingKind) {
+  if (IsCustomKind(kind)) {
     prefix = "/apis/dispatch.kwd.io/v1alpha1";
-    plural = kind == model::kLogonGroupKind ? "logongroups" : "urlmappings";
+    plural = kind == model::kLogonGroupKind   ? "logongroups"
+             : kind == model::kSapSystemKind ? "sapsystems"
+                                             : "urlmappings";
   } else if (kind == model::kEndpointSliceKind) {
     prefix = "/apis/discovery.k8s.io/v1";
     plural = "endpointslices";
@@ -50,7 +58,7 @@ std::string CollectionPath(std::string_view kind, std::string_view namespace_) {
 std::optional<ObservedObject> DecodeObserved(std::string_view kind, const nlohmann::json& json,
                                              std::string* error) {
   model::DecodeResult decoded = model::DecodeObjectOfKind(kind, json);
-  if (!decoded.ok() && (kind == model::kLogonGroupKind || kind == model::kUrlMappingKind) &&
+  if (!decoded.ok() && IsCustomKind(kind) &&
       json.is_object() && json.contains("metadata")) {
     // A LogonGroup/UrlMapping whose spec cannot be read (a CRD newer than
     // this controller) is kept as an object the compiler rejects, so that
@@ -62,7 +70,8 @@ std::optional<ObservedObject> DecodeObserved(std::string_view kind, const nlohma
           [&](auto& typed) {
             using T = std::decay_t<decltype(typed)>;
             if constexpr (std::is_same_v<T, model::LogonGroup> ||
-                          std::is_same_v<T, model::UrlMapping>) {
+                          std::is_same_v<T, model::UrlMapping> ||
+                          std::is_same_v<T, model::SapSystem>) {
               typed.field_errors.push_back(decoded.error);
             }
           },
@@ -75,7 +84,7 @@ std::optional<ObservedObject> DecodeObserved(std::string_view kind, const nlohma
     return std::nullopt;
   }
   ObservedObject observed{std::move(*decoded.object), nullptr};
-  if (kind == model::kLogonGroupKind || kind == model::kUrlMappingKind) {
+  if (IsCustomKind(kind)) {
     auto status = json.find("status");
     if (status != json.end() && status->is_object()) {
       observed.status = *status;
@@ -159,6 +168,8 @@ KubeSource::KubeSource(kube::KubeApi& api, Pipeline& pipeline, KubeSourceOptions
       if (kind == model::kEndpointSliceKind) {
         reflector_options.label_selector = std::string(model::kServiceNameLabel);
       }
+      // Added after LogonGroup and UrlMapping: a cluster may not have its CRD yet.
+      reflector_options.empty_when_not_found = kind == model::kSapSystemKind;
       reflector_options.watch_timeout_seconds = options.watch_timeout_seconds;
       reflector_options.backoff = options.backoff;
       watch.reflector =

@@ -9,8 +9,11 @@
 namespace kwd::pipeline {
 namespace {
 
+// What sources deliver (a directory reload replaces all of them); the SAP
+// system poller's SapServerLists are its own.
 constexpr std::string_view kAllKinds[] = {model::kLogonGroupKind, model::kUrlMappingKind,
-                                          model::kEndpointSliceKind, model::kPodKind};
+                                          model::kEndpointSliceKind, model::kPodKind,
+                                          model::kSapSystemKind};
 
 std::vector<double> CompileBuckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -81,14 +84,18 @@ std::shared_ptr<const compile::CompileResult> Pipeline::current() const {
 
 bool Pipeline::Apply(Event& event, bool* resync) {
   if (auto* upsert = std::get_if<UpsertEvent>(&event)) {
+    sap_systems_touched_ =
+        sap_systems_touched_ || model::KindOf(upsert->observed.object) == model::kSapSystemKind;
     return store_.Upsert(std::move(upsert->observed));
   }
   if (auto* removal = std::get_if<DeleteEvent>(&event)) {
+    sap_systems_touched_ = sap_systems_touched_ || removal->key.kind == model::kSapSystemKind;
     return store_.Remove(removal->key);
   }
   if (auto* replace = std::get_if<ReplaceEvent>(&event)) {
     bool changed = false;
     for (const std::string& kind : replace->kinds) {
+      sap_systems_touched_ = sap_systems_touched_ || kind == model::kSapSystemKind;
       std::vector<ObservedObject> of_kind;
       for (ObservedObject& observed : replace->objects) {
         if (model::KindOf(observed.object) == kind) {
@@ -131,6 +138,14 @@ void Pipeline::Run(std::stop_token stop) {
     }
     if (!batch.empty()) {
       UpdateObjectGauges();
+    }
+    if (sap_systems_touched_ && sap_system_observer_) {
+      sap_systems_touched_ = false;
+      std::vector<model::SapSystem> systems;
+      for (const auto& [key, system] : store_.objects().sap_systems()) {
+        systems.push_back(system);
+      }
+      sap_system_observer_(std::move(systems));
     }
     if (!all_synced_) {
       all_synced_ = std::all_of(source_synced_.begin(), source_synced_.end(),
@@ -242,6 +257,9 @@ void Pipeline::DiffStatuses() {
       continue;
     }
     compile::ObjectStatus desired = status;
+    if (status_decorator_) {
+      status_decorator_(&desired);
+    }
     if (extra_conditions_) {
       for (compile::Condition& condition : extra_conditions_(status)) {
         desired.conditions.push_back(std::move(condition));

@@ -63,6 +63,17 @@ class Pipeline {
   using ExtraConditions =
       std::function<std::vector<compile::Condition>(const compile::ObjectStatus&)>;
   void SetExtraConditions(ExtraConditions extra) { extra_conditions_ = std::move(extra); }
+  // Fields of a status the compile does not know (a SapSystem's
+  // lastRefreshTime, from its poller), set before the diff. Set before Run.
+  using StatusDecorator = std::function<void(compile::ObjectStatus*)>;
+  void SetStatusDecorator(StatusDecorator decorator) { status_decorator_ = std::move(decorator); }
+  // Told every SapSystem (current versions) on the pipeline thread after
+  // each batch that delivered SapSystems, so that the SAP system poller
+  // polls what the sources hold. Set before Run; must not block.
+  using SapSystemObserver = std::function<void(std::vector<model::SapSystem>)>;
+  void SetSapSystemObserver(SapSystemObserver observer) {
+    sap_system_observer_ = std::move(observer);
+  }
 
   // Thread-safe; only enqueue.
   void Upsert(ObservedObject observed);
@@ -110,6 +121,8 @@ class Pipeline {
   std::shared_ptr<const kube::Clock> clock_;
   StatusWriter* status_writer_ = nullptr;
   ExtraConditions extra_conditions_;
+  StatusDecorator status_decorator_;
+  SapSystemObserver sap_system_observer_;
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
@@ -122,6 +135,7 @@ class Pipeline {
   std::vector<std::string> source_names_;
   std::vector<bool> source_synced_;
   bool all_synced_ = false;
+  bool sap_systems_touched_ = false;
   std::string published_version_;
   std::map<model::ObjectKey, std::string> rejected_logged_;  // Accepted=False messages logged
 

@@ -19,7 +19,9 @@ std::string FormatTime(std::chrono::system_clock::time_point time) {
 }
 
 std::string ObjectPath(std::string_view kind, std::string_view namespace_, std::string_view name) {
-  std::string_view plural = kind == model::kLogonGroupKind ? "logongroups" : "urlmappings";
+  std::string_view plural = kind == model::kLogonGroupKind   ? "logongroups"
+                            : kind == model::kSapSystemKind ? "sapsystems"
+                                                            : "urlmappings";
   return "/apis/dispatch.kwd.io/v1alpha1/namespaces/" + std::string(namespace_) + "/" +
          std::string(plural) + "/" + std::string(name);
 }
@@ -31,6 +33,12 @@ std::optional<json> StatusToWrite(const compile::ObjectStatus& desired, const js
   status["observedGeneration"] = desired.generation;
   if (desired.kind == model::kLogonGroupKind) {
     status["readyServers"] = desired.ready_servers;
+  }
+  if (desired.kind == model::kSapSystemKind) {
+    status["servers"] = desired.servers;
+    if (!desired.last_refresh_time.empty()) {
+      status["lastRefreshTime"] = desired.last_refresh_time;
+    }
   }
   const json* existing = nullptr;
   if (has_observed) {

@@ -60,7 +60,7 @@ bool ObjectStore::IsRelevant(const model::Object& object) const {
   if (const auto* pod = std::get_if<model::Pod>(&object)) {
     return referenced_pods_.contains({pod->metadata.namespace_, pod->metadata.name});
   }
-  return true;  // LogonGroups and UrlMappings are always compiled
+  return true;  // LogonGroups, UrlMappings, SapSystems and their lists are always compiled
 }
 
 void ObjectStore::Index(const model::Object& object, int delta) {
@@ -86,7 +86,8 @@ void ObjectStore::Index(const model::Object& object, int delta) {
 bool ObjectStore::Upsert(ObservedObject observed) {
   TrimForCompile(&observed.object);
   model::ObjectKey key = model::KeyOf(observed.object);
-  if (key.kind == model::kLogonGroupKind || key.kind == model::kUrlMappingKind) {
+  if (key.kind == model::kLogonGroupKind || key.kind == model::kUrlMappingKind ||
+      key.kind == model::kSapSystemKind) {
     if (observed.status.is_null()) {
       statuses_.erase(key);
     } else {
@@ -132,6 +133,10 @@ std::vector<model::ObjectKey> ObjectStore::KeysOf(std::string_view kind,
     CollectKeys(objects_.endpoint_slices(), kind, namespace_, &keys);
   } else if (kind == model::kPodKind) {
     CollectKeys(objects_.pods(), kind, namespace_, &keys);
+  } else if (kind == model::kSapSystemKind) {
+    CollectKeys(objects_.sap_systems(), kind, namespace_, &keys);
+  } else if (kind == model::kSapServerListKind) {
+    CollectKeys(objects_.sap_server_lists(), kind, namespace_, &keys);
   }
   return keys;
 }
@@ -177,6 +182,12 @@ std::size_t ObjectStore::CountOf(std::string_view kind) const {
   }
   if (kind == model::kPodKind) {
     return objects_.pods().size();
+  }
+  if (kind == model::kSapSystemKind) {
+    return objects_.sap_systems().size();
+  }
+  if (kind == model::kSapServerListKind) {
+    return objects_.sap_server_lists().size();
   }
   return 0;
 }

@@ -411,7 +411,7 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
     if (decoded.unsupported_kind) {
       add(LoadProblem::Severity::kNote, line,
           "skipping " + Describe(object) + ": " + decoded.error +
-              " (kwd reads LogonGroup, UrlMapping, EndpointSlice, Pod)");
+              " (kwd reads LogonGroup, UrlMapping, SapSystem, EndpointSlice, Pod)");
       continue;
     }
     if (!decoded.ok()) {

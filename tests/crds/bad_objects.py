@@ -49,9 +49,23 @@ BASE_URL_MAPPING = {
     },
 }
 
-BASES = {"LogonGroup": BASE_LOGON_GROUP, "UrlMapping": BASE_URL_MAPPING}
+BASE_SAP_SYSTEM = {
+    "apiVersion": API_VERSION,
+    "kind": "SapSystem",
+    "metadata": {"name": "sys"},
+    "spec": {
+        "sid": "ERP",
+        "messageServer": {"host": "erp-ms.erp.svc", "httpPort": 8101},
+        "refreshIntervalSeconds": 25,
+    },
+}
 
-EXACTLY_ONE = "exactly one of service or staticServers must be set"
+BASES = {"LogonGroup": BASE_LOGON_GROUP, "UrlMapping": BASE_URL_MAPPING,
+         "SapSystem": BASE_SAP_SYSTEM}
+
+EXACTLY_ONE = "exactly one of service, staticServers or sapSystem must be set"
+MS_PORT = "exactly one of httpPort or httpsPort must be set"
+CA_BUNDLE = "caBundle applies to httpsPort only"
 UNIQUE_NAMES = "server names must be unique"
 CAPACITY = "capacity must be at least 1"
 DEFAULT_CAPACITY = "defaultCapacity must be at least 1"
@@ -103,13 +117,53 @@ CASES = [
     dict(name="service_and_static_servers", kind="LogonGroup",
          change=_set("backend.service", {"name": "erp-abap", "port": 8000}),
          crd={("cel", "spec.backend", EXACTLY_ONE)},
-         compiler="exactly one of service or staticServers must be set, got both"),
+         compiler="exactly one of service, staticServers or sapSystem must be set, got both"),
     dict(name="empty_backend", kind="LogonGroup", change=_set("backend", {}),
          crd={("cel", "spec.backend", EXACTLY_ONE)},
-         compiler="exactly one of service or staticServers must be set, got neither"),
+         compiler="exactly one of service, staticServers or sapSystem must be set, got neither"),
     dict(name="no_backend", kind="LogonGroup", change=_delete("backend"),
          crd={("schema", "spec", "required")},
-         compiler="exactly one of service or staticServers must be set, got neither"),
+         compiler="exactly one of service, staticServers or sapSystem must be set, got neither"),
+    dict(name="static_servers_and_sap_system", kind="LogonGroup",
+         change=_set("backend.sapSystem", {"name": "erp"}),
+         crd={("cel", "spec.backend", EXACTLY_ONE)},
+         compiler="exactly one of service, staticServers or sapSystem must be set, got both"),
+    dict(name="sap_system_without_name", kind="LogonGroup",
+         change=_set("backend", {"sapSystem": {"logonGroup": "PUBLIC"}}),
+         crd={("schema", "spec.backend.sapSystem", "required")},
+         compiler="spec.backend.sapSystem.name: must not be empty"),
+    dict(name="sap_logon_group_with_space", kind="LogonGroup",
+         change=_set("backend", {"sapSystem": {"name": "erp", "logonGroup": "MY GROUP"}}),
+         crd={("schema", "spec.backend.sapSystem.logonGroup", "pattern")},
+         compiler="is not a valid logon group name"),
+    # ---- SapSystem ----
+    dict(name="ms_both_ports", kind="SapSystem", change=_set("messageServer.httpsPort", 8443),
+         crd={("cel", "spec.messageServer", MS_PORT)},
+         compiler="exactly one of httpPort or httpsPort must be set, got both"),
+    dict(name="ms_no_port", kind="SapSystem", change=_delete("messageServer.httpPort"),
+         crd={("cel", "spec.messageServer", MS_PORT)},
+         compiler="exactly one of httpPort or httpsPort must be set, got neither"),
+    dict(name="ca_bundle_with_http", kind="SapSystem",
+         change=_set("messageServer.caBundle",
+                     "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+         crd={("cel", "spec.messageServer", CA_BUNDLE)},
+         compiler="spec.messageServer.caBundle: only with httpsPort"),
+    dict(name="ms_port_out_of_range", kind="SapSystem", change=_set("messageServer.httpPort", 70000),
+         crd={("schema", "spec.messageServer.httpPort", "maximum")},
+         compiler="spec.messageServer.httpPort: 70000 is not 1 to 65535"),
+    dict(name="ms_host_with_space", kind="SapSystem", change=_set("messageServer.host", "erp ms"),
+         crd={("schema", "spec.messageServer.host", "pattern")},
+         compiler="is not a host name or IP address"),
+    dict(name="sid_lowercase", kind="SapSystem", change=_set("sid", "erp"),
+         crd={("schema", "spec.sid", "pattern")},
+         compiler="is not a SAP system ID"),
+    dict(name="refresh_zero", kind="SapSystem", change=_set("refreshIntervalSeconds", 0),
+         crd={("schema", "spec.refreshIntervalSeconds", "minimum")},
+         compiler="spec.refreshIntervalSeconds: 0 is not 1 to 86400"),
+    dict(name="server_list_path_relative", kind="SapSystem",
+         change=_set("serverListPath", "msgserver/text/logon"),
+         crd={("schema", "spec.serverListPath", "pattern")},
+         compiler="spec.serverListPath: \"msgserver/text/logon\" is not an origin-form path"),
     dict(name="duplicate_server_name", kind="LogonGroup",
          change=_set("backend.staticServers.1.name", "sap1_ERP_00"),
          crd={("schema", SERVERS, "x-kubernetes-list-type"),

@@ -15,6 +15,8 @@ EXPECTED_NAMES = {
                        shortNames=["lg"]),
     "UrlMapping": dict(plural="urlmappings", singular="urlmapping", listKind="UrlMappingList",
                        shortNames=["um"]),
+    "SapSystem": dict(plural="sapsystems", singular="sapsystem", listKind="SapSystemList",
+                      shortNames=["sap"]),
 }
 # The columns `kubectl get` shows (priority 0), in order, and their jsonPaths.
 EXPECTED_COLUMNS = {
@@ -31,6 +33,14 @@ EXPECTED_COLUMNS = {
         ("Accepted", "string", '.status.conditions[?(@.type=="Accepted")].status'),
         ("Age", "date", ".metadata.creationTimestamp"),
     ],
+    "SapSystem": [
+        ("SID", "string", ".spec.sid"),
+        ("Message Server", "string", ".spec.messageServer.host"),
+        ("Servers", "integer", ".status.servers"),
+        ("Refreshed", "string", '.status.conditions[?(@.type=="Refreshed")].status'),
+        ("Last Refresh", "date", ".status.lastRefreshTime"),
+        ("Age", "date", ".metadata.creationTimestamp"),
+    ],
 }
 CONDITION_FIELDS = {"type", "status", "observedGeneration", "lastTransitionTime", "reason",
                     "message"}
@@ -45,7 +55,7 @@ class CrdStructureTest(unittest.TestCase):
         cls.crds = s.load_crds()
 
     def test_both_kinds_are_defined(self):
-        self.assertEqual(set(self.crds), {"LogonGroup", "UrlMapping"})
+        self.assertEqual(set(self.crds), {"LogonGroup", "UrlMapping", "SapSystem"})
 
     def test_names_group_scope(self):
         for kind, crd in self.crds.items():
@@ -143,6 +153,8 @@ class CrdStructureTest(unittest.TestCase):
                 want = {"observedGeneration", "conditions"}
                 if kind == "LogonGroup":
                     want.add("readyServers")
+                if kind == "SapSystem":
+                    want |= {"servers", "lastRefreshTime"}
                 self.assertEqual(set(status), want)
                 conditions = status["conditions"]
                 self.assertEqual(conditions["x-kubernetes-list-type"], "map")
@@ -162,11 +174,16 @@ class CrdStructureTest(unittest.TestCase):
             with self.subTest(kind=kind):
                 obj = {"apiVersion": f"{s.GROUP}/{s.VERSION}", "kind": kind,
                        "metadata": {"name": "x"}, "spec": {"backend": {"service": {"name": "x"}}}
-                       if kind == "LogonGroup" else {},
+                       if kind == "LogonGroup" else
+                       {"messageServer": {"host": "ms", "httpPort": 8101}}
+                       if kind == "SapSystem" else {},
                        "status": {"observedGeneration": 3,
                                   "conditions": copy.deepcopy(conditions)}}
                 if kind == "LogonGroup":
                     obj["status"]["readyServers"] = 2
+                if kind == "SapSystem":
+                    obj["status"]["servers"] = 4
+                    obj["status"]["lastRefreshTime"] = "2026-11-30T10:00:25Z"
                 self.assertEqual(s.rejections(crd, obj), set())
                 obj["status"]["conditions"][0]["reason"] = "not camel case"
                 self.assertEqual(s.rejections(crd, obj), {

@@ -101,6 +101,8 @@ ALLOWED_VERBS = {
     ("dispatch.kwd.io", "urlmappings"): {"get", "list", "watch"},
     ("dispatch.kwd.io", "logongroups/status"): {"patch"},
     ("dispatch.kwd.io", "urlmappings/status"): {"patch"},
+    ("dispatch.kwd.io", "sapsystems"): {"get", "list", "watch"},
+    ("dispatch.kwd.io", "sapsystems/status"): {"patch"},
     ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
     ("coordination.k8s.io", "leases"): {"get", "list", "create", "update", "delete"},
@@ -817,6 +819,7 @@ class Crds(unittest.TestCase):
         self.assertEqual(rendered, want)
         self.assertIn("logongroups.dispatch.kwd.io", rendered)
         self.assertIn("urlmappings.dispatch.kwd.io", rendered)
+        self.assertIn("sapsystems.dispatch.kwd.io", rendered)
 
 
 class Notes(unittest.TestCase):

@@ -64,6 +64,7 @@ class Resource:
 RESOURCES = [
     Resource("dispatch.kwd.io", "v1alpha1", "LogonGroup", "logongroups", True, True),
     Resource("dispatch.kwd.io", "v1alpha1", "UrlMapping", "urlmappings", True, True),
+    Resource("dispatch.kwd.io", "v1alpha1", "SapSystem", "sapsystems", True, True),
     Resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", False, False),
     Resource("", "v1", "Pod", "pods", False, True),
     Resource("coordination.k8s.io", "v1", "Lease", "leases", False, False),

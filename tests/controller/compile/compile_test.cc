@@ -295,7 +295,7 @@ std::vector<CompileCase> Cases() {
        {"LogonGroup erp/a Accepted=False InvalidBackend",
         "LogonGroup erp/a ResolvedRefs=False InvalidBackend", "source LogonGroup erp/a gen=1"},
        {"group erp/a"},
-       {"exactly one of service or staticServers must be set, got both"}},
+       {"exactly one of service, staticServers or sapSystem must be set, got both"}},
       {"NeitherBackend",
        {Lg("erp", "a", {{"kind", "abap"}}), Lg("erp", "b", {{"backend", json::object()}})},
        {"LogonGroup erp/a Accepted=False InvalidBackend",

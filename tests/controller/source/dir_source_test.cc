@@ -174,7 +174,7 @@ metadata: {name: v}
   }
   EXPECT_EQ(got, (std::vector<std::string>{
                      a + ":2: LogonGrup default/typo: kind: \"LogonGrup\" is not a kind of "
-                         "dispatch.kwd.io/v1alpha1 (LogonGroup, UrlMapping)",
+                         "dispatch.kwd.io/v1alpha1 (LogonGroup, UrlMapping, SapSystem)",
                      a + ":10: LogonGroup default/g: spec.strategee: unknown field",
                      a + ":16: LogonGroup default/g: spec.backend.staticServers[0].weight: "
                          "unknown field",

@@ -296,10 +296,10 @@ patch on the two status subresources (merge patch), and its own Lease.
 */}}
 {{- define "kwd.controller.watchRules" -}}
 - apiGroups: ["dispatch.kwd.io"]
-  resources: ["logongroups", "urlmappings"]
+  resources: ["logongroups", "urlmappings", "sapsystems"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["dispatch.kwd.io"]
-  resources: ["logongroups/status", "urlmappings/status"]
+  resources: ["logongroups/status", "urlmappings/status", "sapsystems/status"]
   verbs: ["patch"]
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]

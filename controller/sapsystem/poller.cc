@@ -1,0 +1,468 @@
+#include "controller/sapsystem/poller.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "common/log.h"
+#include "common/snapshot_io.h"
+#include "controller/pipeline/status.h"
+
+namespace kwd::sapsystem {
+namespace {
+
+// Refreshed reasons.
+constexpr std::string_view kReasonRefreshed = "Refreshed";
+constexpr std::string_view kReasonUnreachable = "Unreachable";
+constexpr std::string_view kReasonTimeout = "Timeout";
+constexpr std::string_view kReasonHttpError = "HTTPError";
+constexpr std::string_view kReasonInvalidServerList = "InvalidServerList";
+constexpr std::string_view kReasonEmptyList = "EmptyList";
+constexpr std::string_view kReasonGroupInfoFailed = "GroupInfoFailed";
+
+// Application servers asked for the group information before giving up.
+constexpr int kMaxGroupInfoAttempts = 3;
+
+void InitCurl() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+struct Body {
+  std::string data;
+  bool too_large = false;
+};
+
+size_t OnBody(char* ptr, size_t size, size_t count, void* user) {
+  auto* body = static_cast<Body*>(user);
+  size_t n = size * count;
+  if (body->data.size() + n > kMaxBodyBytes) {
+    body->too_large = true;
+    return 0;  // aborts the transfer
+  }
+  body->data.append(ptr, n);
+  return n;
+}
+
+std::string Label(const model::ObjectSet::NamespacedName& key) {
+  return key.first + "/" + key.second;
+}
+
+// A failure: the last good list stays, Refreshed=False says why.
+PollOutcome Failed(const model::SapServerList& previous, std::string_view reason,
+                   const std::string& message) {
+  PollOutcome outcome;
+  outcome.failed = true;
+  outcome.list = previous;
+  outcome.list.refreshed = false;
+  outcome.list.reason = std::string(reason);
+  outcome.list.message = EscapeControlCharacters(message) +
+                         (previous.has_list ? "; keeping the last good list of " +
+                                                  std::to_string(previous.instances.size()) +
+                                                  " instances"
+                                            : "");
+  return outcome;
+}
+
+// Why a fetch failed, or nullopt when it gave HTTP 200.
+std::optional<std::pair<std::string_view, std::string>> FetchProblem(const FetchResult& fetched,
+                                                                     const std::string& url) {
+  if (fetched.too_large) {
+    return std::pair{kReasonInvalidServerList,
+                     "GET " + url + ": body larger than " + std::to_string(kMaxBodyBytes) +
+                         " bytes"};
+  }
+  if (fetched.timed_out) {
+    return std::pair{kReasonTimeout, "GET " + url + ": " + fetched.error};
+  }
+  if (!fetched.error.empty()) {
+    return std::pair{kReasonUnreachable, "GET " + url + ": " + fetched.error};
+  }
+  if (fetched.status != 200) {
+    return std::pair{kReasonHttpError, "GET " + url + ": HTTP " + std::to_string(fetched.status)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::string> ResolveHost(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  std::vector<std::string> v4;
+  std::vector<std::string> v6;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &result) != 0) {
+    return {};
+  }
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (ai->ai_family == AF_INET) {
+      auto* sin = reinterpret_cast<sockaddr_in*>(ai->ai_addr);
+      inet_ntop(AF_INET, &sin->sin_addr, text, sizeof(text));
+      v4.emplace_back(text);
+    } else if (ai->ai_family == AF_INET6) {
+      auto* sin6 = reinterpret_cast<sockaddr_in6*>(ai->ai_addr);
+      inet_ntop(AF_INET6, &sin6->sin6_addr, text, sizeof(text));
+      v6.emplace_back(text);
+    }
+  }
+  freeaddrinfo(result);
+  v4.insert(v4.end(), v6.begin(), v6.end());
+  return v4;
+}
+
+FetchResult Fetch(const std::string& url, std::chrono::milliseconds timeout,
+                  const std::string& ca_bundle) {
+  InitCurl();
+  FetchResult result;
+  CURL* easy = curl_easy_init();
+  if (easy == nullptr) {
+    result.error = "cannot create a curl handle";
+    return result;
+  }
+  Body body;
+  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(easy, CURLOPT_USERAGENT, "kwd-controller");
+  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_blob ca{};
+  if (!ca_bundle.empty()) {
+    ca.data = const_cast<char*>(ca_bundle.data());
+    ca.len = ca_bundle.size();
+    ca.flags = CURL_BLOB_COPY;
+    curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &ca);
+  }
+  CURLcode code = curl_easy_perform(easy);
+  if (code == CURLE_OK) {
+    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &result.status);
+    result.body = std::move(body.data);
+  } else if (body.too_large) {
+    result.too_large = true;
+  } else {
+    result.timed_out = code == CURLE_OPERATION_TIMEDOUT;
+    result.error = curl_easy_strerror(code);  // stable text: no timings or byte counts
+  }
+  curl_easy_cleanup(easy);
+  return result;
+}
+
+PollOutcome ApplyServerList(std::string_view body, const std::string& source,
+                            const model::SapServerList& previous, const Resolver& resolve) {
+  ParsedServerList parsed = ParseServerList(body);
+  if (!parsed.ok) {
+    return Failed(previous, kReasonInvalidServerList,
+                  source + ": not a server list: " + parsed.error);
+  }
+  PollOutcome outcome;
+  outcome.skips = parsed.skips;
+  std::vector<model::SapInstance> instances =
+      BuildInstances(parsed, resolve, previous.has_list ? &previous.instances : nullptr,
+                     &outcome.skips);
+  if (instances.empty() && previous.has_list && !previous.instances.empty()) {
+    std::string why = parsed.instances.empty() ? "the list is empty"
+                                               : "no usable instance: " + outcome.skips.Summary();
+    PollOutcome failed = Failed(previous, kReasonEmptyList, source + ": " + why);
+    failed.skips = std::move(outcome.skips);
+    return failed;
+  }
+  outcome.list = previous;
+  outcome.list.has_list = true;
+  outcome.list.instances = std::move(instances);
+  outcome.list.refreshed = true;
+  outcome.list.reason = std::string(kReasonRefreshed);
+  std::size_t n = outcome.list.instances.size();
+  outcome.list.message = std::to_string(n) + (n == 1 ? " instance" : " instances") + " from " +
+                         source;
+  if (parsed.minor != 2) {
+    outcome.list.message += " (list version 1." + std::to_string(parsed.minor) + ")";
+  }
+  if (std::string skipped = outcome.skips.Summary(); !skipped.empty()) {
+    outcome.list.message += "; " + skipped;
+  }
+  outcome.list.message = EscapeControlCharacters(outcome.list.message);
+  return outcome;
+}
+
+PollOutcome PollOnce(const SapSystemConfig& config, const model::SapServerList& previous,
+                     std::chrono::milliseconds timeout, const Resolver& resolve) {
+  const std::string url = ServerListUrl(config);
+  FetchResult fetched = Fetch(url, timeout, config.ca_bundle);
+  if (auto problem = FetchProblem(fetched, url)) {
+    return Failed(previous, problem->first, problem->second);
+  }
+  PollOutcome outcome = ApplyServerList(fetched.body, url, previous, resolve);
+  if (outcome.failed || !config.logon_groups) {
+    return outcome;
+  }
+  // SMLG groups from an application server of the list (the message server
+  // does not serve them), the next one on failure.
+  std::string group_error = "no instance with an HTTP or HTTPS port to ask";
+  int attempts = 0;
+  for (const model::SapInstance& instance : outcome.list.instances) {
+    if (attempts == kMaxGroupInfoAttempts) {
+      break;
+    }
+    if (instance.http_port == 0 && instance.https_port == 0) {
+      continue;
+    }
+    ++attempts;
+    const bool https = instance.http_port == 0;
+    std::string group_url =
+        ServerUrl(https, https ? instance.host : instance.address,
+                  https ? instance.https_port : instance.http_port, config.group_info_path);
+    FetchResult groups = Fetch(group_url, timeout, config.ca_bundle);
+    if (auto problem = FetchProblem(groups, group_url)) {
+      group_error = problem->second;
+      continue;
+    }
+    ParsedGroupInfo parsed = ParseGroupInfo(groups.body);
+    if (!parsed.ok) {
+      group_error = group_url + ": not group information: " + parsed.error;
+      continue;
+    }
+    outcome.list.has_groups = true;
+    outcome.list.logon_groups = std::move(parsed.groups);
+    outcome.list.message += "; " + std::to_string(outcome.list.logon_groups.size()) +
+                            " logon groups from " + group_url;
+    if (std::string skipped = parsed.skips.Summary(); !skipped.empty()) {
+      outcome.list.message += " (" + skipped + ")";
+    }
+    outcome.list.message = EscapeControlCharacters(outcome.list.message);
+    return outcome;
+  }
+  outcome.failed = true;
+  outcome.list.refreshed = false;
+  outcome.list.reason = std::string(kReasonGroupInfoFailed);
+  outcome.list.message = EscapeControlCharacters(
+      outcome.list.message + "; logon groups not refreshed: " + group_error +
+      (outcome.list.has_groups ? " (keeping the last good groups)" : ""));
+  return outcome;
+}
+
+SapSystemPoller::SapSystemPoller(pipeline::Pipeline& pipeline, PollerOptions options,
+                                 MetricsRegistry* metrics)
+    : pipeline_(pipeline),
+      options_(std::move(options)),
+      metrics_(metrics),
+      source_(pipeline.AddSource("SapSystem poller")) {}
+
+void SapSystemPoller::SetSystems(std::vector<model::SapSystem> systems) {
+  std::vector<model::ObjectKey> removed;
+  {
+    std::lock_guard lock(mu_);
+    std::map<NamespacedName, System> next;
+    const auto now = std::chrono::steady_clock::now();
+    for (model::SapSystem& object : systems) {
+      NamespacedName key{object.metadata.namespace_, object.metadata.name};
+      SpecCheck check = CheckSapSystem(object);
+      if (!IsNamespaceName(key.first) || !IsObjectName(key.second)) {
+        check.config.reset();
+      }
+      System system;
+      if (auto it = systems_.find(key); it != systems_.end()) {
+        system = std::move(it->second);
+        systems_.erase(it);
+        if (system.config != check.config) {
+          system.next_due = now;  // a new spec: poll now
+        }
+      } else {
+        system.next_due = now;
+      }
+      system.object = std::move(object);
+      system.config = std::move(check.config);
+      next.emplace(std::move(key), std::move(system));
+    }
+    for (const auto& [key, system] : systems_) {
+      if (system.delivered) {
+        removed.push_back({std::string(model::kSapServerListKind), key.first, key.second});
+      }
+    }
+    systems_ = std::move(next);
+    have_systems_ = true;
+    ++generation_;
+    if (metrics_ != nullptr) {
+      std::vector<std::string> labels;
+      for (const auto& [key, system] : systems_) {
+        labels.push_back(Label(key));
+      }
+      for (std::string_view name :
+           {"kwd_controller_sapsystem_servers", "kwd_controller_sapsystem_refresh_errors_total",
+            "kwd_controller_sapsystem_refreshes_total",
+            "kwd_controller_sapsystem_entries_skipped"}) {
+        metrics_->RetainLabelValues(name, "sapsystem", labels);
+      }
+    }
+  }
+  for (model::ObjectKey& key : removed) {
+    Log(LogLevel::kInfo, "sapsystem", "SapSystem removed: its servers leave",
+        {{"sapsystem", key.namespace_ + "/" + key.name}});
+    pipeline_.Delete(std::move(key));
+  }
+  wake_.notify_all();
+}
+
+void SapSystemPoller::Decorate(compile::ObjectStatus* status) const {
+  if (status->kind != model::kSapSystemKind) {
+    return;
+  }
+  std::lock_guard lock(mu_);
+  auto it = systems_.find({status->namespace_, status->name});
+  if (it != systems_.end()) {
+    status->last_refresh_time = it->second.last_refresh_time;
+  }
+}
+
+void SapSystemPoller::Publish(const NamespacedName& key, const PollOutcome& outcome) {
+  if (metrics_ == nullptr) {
+    return;
+  }
+  const std::string label = Label(key);
+  metrics_
+      ->GetCounter("kwd_controller_sapsystem_refreshes_total",
+                   "Polls of a SapSystem's message server (successful or not).",
+                   {{"sapsystem", label}})
+      .Inc();
+  Counter& errors = metrics_->GetCounter(
+      "kwd_controller_sapsystem_refresh_errors_total",
+      "Failed polls of a SapSystem (transport, timeout, HTTP status, not a server list, empty "
+      "list, group information); the last good list stays.",
+      {{"sapsystem", label}});
+  if (outcome.failed) {
+    errors.Inc();
+  }
+  metrics_
+      ->GetGauge("kwd_controller_sapsystem_servers",
+                 "Instances in a SapSystem's last good server list.", {{"sapsystem", label}})
+      .Set(static_cast<double>(outcome.list.instances.size()));
+  for (SkipReason reason : kAllSkipReasons) {
+    auto count = outcome.skips.counts.find(reason);
+    metrics_
+        ->GetGauge("kwd_controller_sapsystem_entries_skipped",
+                   "Entries of a SapSystem's last server list or group information that were "
+                   "skipped, by reason.",
+                   {{"sapsystem", label}, {"reason", std::string(SkipReasonName(reason))}})
+        .Set(count == outcome.skips.counts.end() ? 0.0 : static_cast<double>(count->second));
+  }
+}
+
+void SapSystemPoller::Run(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  while (!stop.stop_requested()) {
+    if (!have_systems_) {
+      wake_.wait(lock, stop, [&] { return have_systems_; });
+      continue;
+    }
+    auto now = std::chrono::steady_clock::now();
+    struct Due {
+      NamespacedName key;
+      SapSystemConfig config;
+      model::SapServerList previous;
+    };
+    std::vector<Due> due;
+    std::optional<std::chrono::steady_clock::time_point> earliest;
+    for (auto& [key, system] : systems_) {
+      if (!system.config) {
+        continue;
+      }
+      if (system.next_due <= now) {
+        model::SapServerList previous = system.list;
+        previous.metadata.namespace_ = key.first;
+        previous.metadata.name = key.second;
+        due.push_back(Due{key, *system.config, std::move(previous)});
+      } else if (!earliest || system.next_due < *earliest) {
+        earliest = system.next_due;
+      }
+    }
+    if (due.empty()) {
+      if (!synced_) {
+        // Every polled system has its first result (or there is none): the
+        // first compile may go.
+        std::vector<pipeline::ObservedObject> lists;
+        for (const auto& [key, system] : systems_) {
+          if (system.delivered) {
+            lists.push_back(pipeline::ObservedObject{system.list, nullptr});
+          }
+        }
+        synced_ = true;
+        lock.unlock();
+        pipeline_.Replace(source_, std::string(model::kSapServerListKind), "", std::move(lists));
+        lock.lock();
+        continue;
+      }
+      std::uint64_t generation = generation_;
+      if (earliest) {
+        wake_.wait_until(lock, stop, *earliest, [&] { return generation_ != generation; });
+      } else {
+        wake_.wait(lock, stop, [&] { return generation_ != generation; });
+      }
+      continue;
+    }
+    lock.unlock();
+    std::vector<std::pair<Due*, PollOutcome>> outcomes;
+    const Resolver& resolve = options_.resolve ? options_.resolve : Resolver(ResolveHost);
+    for (Due& entry : due) {
+      if (stop.stop_requested()) {
+        return;
+      }
+      PollOutcome outcome = PollOnce(entry.config, entry.previous, options_.timeout, resolve);
+      const std::string label = Label(entry.key);
+      if (outcome.failed) {
+        Log(LogLevel::kWarn, "sapsystem", "refresh failed",
+            {{"sapsystem", label}, {"reason", outcome.list.reason}, {"message", outcome.list.message}});
+      } else if (outcome.list != entry.previous) {
+        Log(LogLevel::kInfo, "sapsystem", "server list changed",
+            {{"sapsystem", label},
+             {"servers", std::to_string(outcome.list.instances.size())},
+             {"message", outcome.list.message}});
+      }
+      Publish(entry.key, outcome);
+      outcomes.emplace_back(&entry, std::move(outcome));
+    }
+    const std::string refreshed_at = pipeline::FormatTime(std::chrono::system_clock::now());
+    std::vector<model::SapServerList> changed;
+    lock.lock();
+    now = std::chrono::steady_clock::now();
+    for (auto& [entry, outcome] : outcomes) {
+      auto it = systems_.find(entry->key);
+      if (it == systems_.end() || it->second.config != entry->config) {
+        continue;  // removed or changed meanwhile: polled again or dropped
+      }
+      System& system = it->second;
+      system.next_due = now + std::chrono::seconds(entry->config.refresh_interval_seconds);
+      if (outcome.list.refreshed) {
+        system.last_refresh_time = refreshed_at;
+      }
+      if (!system.delivered || system.list != outcome.list) {
+        system.list = outcome.list;
+        if (synced_) {
+          changed.push_back(outcome.list);
+        }
+      }
+      system.delivered = true;
+    }
+    if (!synced_) {
+      continue;  // delivered all at once above when nothing is due
+    }
+    lock.unlock();
+    // A list equal to the one delivered before is not delivered again: a
+    // refresh that changes nothing compiles nothing.
+    for (model::SapServerList& list : changed) {
+      pipeline_.Upsert(pipeline::ObservedObject{std::move(list), nullptr});
+    }
+    pipeline_.ResyncStatus();  // lastRefreshTime
+    lock.lock();
+  }
+}
+
+}  // namespace kwd::sapsystem

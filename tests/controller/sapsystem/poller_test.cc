@@ -1,0 +1,139 @@
+// PollOnce against the fake message server: the fetch, the keep-last-good
+// rules and the group information, over real HTTP on loopback.
+
+#include "controller/sapsystem/poller.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/fake_sap/fake_message_server_process.h"
+
+namespace kwd::sapsystem {
+namespace {
+
+using nlohmann::json;
+using testing::FakeMessageServer;
+
+std::vector<std::string> Loopback(const std::string& host) {
+  return host == "127.0.0.1" ? std::vector<std::string>{"127.0.0.1"} : std::vector<std::string>{};
+}
+
+class PollerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake_ = std::make_unique<FakeMessageServer>(json{
+        {"instances",
+         {{{"name", "a_FAK_00"}, {"lb", 3}, {"serve", true}},
+          {{"name", "b_FAK_01"}, {"http", 8001}, {"https", 44301}, {"lb", 1}},
+          {{"name", "j_FAK_02"}, {"http", 50000}, {"stack", "java"}, {"lb", 2}}}},
+        {"groups", {{"PUBLIC", {"a_FAK_00", "b_FAK_01"}}, {"SPACE", {"a_FAK_00"}}}}});
+    config_.host = "127.0.0.1";
+    config_.port = fake_->port();
+    config_.server_list_path = std::string(kDefaultServerListPath);
+    config_.group_info_path = std::string(kDefaultGroupInfoPath);
+  }
+
+  PollOutcome Poll(const model::SapServerList& previous,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    return PollOnce(config_, previous, timeout, Loopback);
+  }
+
+  std::unique_ptr<FakeMessageServer> fake_;
+  SapSystemConfig config_;
+};
+
+TEST_F(PollerTest, ListsInstancesWithPortsAndCapacities) {
+  PollOutcome outcome = Poll({});
+  ASSERT_FALSE(outcome.failed) << outcome.list.message;
+  const model::SapServerList& list = outcome.list;
+  EXPECT_TRUE(list.has_list);
+  EXPECT_TRUE(list.refreshed);
+  EXPECT_EQ(list.reason, "Refreshed");
+  ASSERT_EQ(list.instances.size(), 3u);
+  EXPECT_EQ(list.instances[0].name, "a_FAK_00");
+  EXPECT_EQ(list.instances[0].http_port, fake_->AppPort("a_FAK_00"));
+  EXPECT_EQ(list.instances[0].capacity, 3u);
+  EXPECT_EQ(list.instances[1].https_port, 44301u);
+  EXPECT_TRUE(list.instances[2].java);
+  EXPECT_FALSE(list.has_groups);  // logonGroups false
+  EXPECT_NE(list.message.find("3 instances from http://127.0.0.1:"), std::string::npos)
+      << list.message;
+}
+
+TEST_F(PollerTest, LfAndSpacesToo) {
+  fake_->Set({{"line_ending", "lf"}, {"separator", "space"}, {"blank_between", false},
+              {"vhost_twins", false}});
+  PollOutcome outcome = Poll({});
+  ASSERT_FALSE(outcome.failed) << outcome.list.message;
+  EXPECT_EQ(outcome.list.instances.size(), 3u);
+  EXPECT_EQ(outcome.list.instances[0].capacity, 3u);
+}
+
+TEST_F(PollerTest, FailuresKeepTheLastGoodList) {
+  PollOutcome good = Poll({});
+  ASSERT_FALSE(good.failed);
+  const std::pair<json, std::string> failures[] = {
+      {{{"mode", "status"}, {"status", 503}}, "HTTPError"},
+      {{{"mode", "garbage"}}, "InvalidServerList"},
+      {{{"mode", "binary"}}, "InvalidServerList"},
+      {{{"mode", "huge"}}, "InvalidServerList"},
+      {{{"mode", "empty"}}, "EmptyList"},
+      {{{"mode", "raw"}, {"raw", "version 1.2\nbad\x01_X_00\nHTTP\t127.0.0.1\t1\t\n"}},
+       "EmptyList"},
+      {{{"mode", "timeout"}, {"delay_seconds", 3}}, "Timeout"},
+  };
+  for (const auto& [state, reason] : failures) {
+    fake_->Set(state);
+    PollOutcome outcome =
+        Poll(good.list, reason == "Timeout" ? std::chrono::milliseconds(500) : std::chrono::seconds(5));
+    EXPECT_TRUE(outcome.failed) << reason;
+    EXPECT_FALSE(outcome.list.refreshed) << reason;
+    EXPECT_EQ(outcome.list.reason, reason) << outcome.list.message;
+    EXPECT_EQ(outcome.list.instances, good.list.instances) << reason;
+    EXPECT_NE(outcome.list.message.find("keeping the last good list of 3 instances"),
+              std::string::npos)
+        << outcome.list.message;
+    for (char c : outcome.list.message) {
+      EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20) << outcome.list.message;
+    }
+  }
+  // The same failure twice gives the same message: no recompile per poll.
+  fake_->Set({{"mode", "status"}});
+  EXPECT_EQ(Poll(good.list).list, Poll(good.list).list);
+  // Recovery applies the new list.
+  fake_->Set({{"mode", "ok"}, {"instances", {{{"name", "n_FAK_09"}, {"http", 8009}}}}});
+  PollOutcome recovered = Poll(good.list);
+  ASSERT_FALSE(recovered.failed) << recovered.list.message;
+  ASSERT_EQ(recovered.list.instances.size(), 1u);
+  EXPECT_EQ(recovered.list.instances[0].name, "n_FAK_09");
+}
+
+TEST_F(PollerTest, UnreachableMessageServer) {
+  config_.port = 1;  // nothing listens on port 1 on loopback
+  PollOutcome outcome = Poll({});
+  EXPECT_TRUE(outcome.failed);
+  EXPECT_EQ(outcome.list.reason, "Unreachable");
+  EXPECT_FALSE(outcome.list.has_list);
+}
+
+TEST_F(PollerTest, LogonGroupsFromAnApplicationServer) {
+  config_.logon_groups = true;
+  PollOutcome outcome = Poll({});
+  ASSERT_FALSE(outcome.failed) << outcome.list.message;
+  EXPECT_TRUE(outcome.list.has_groups);
+  EXPECT_EQ(outcome.list.logon_groups.at("PUBLIC"),
+            (std::vector<std::string>{"a_FAK_00", "b_FAK_01"}));
+  EXPECT_EQ(outcome.list.logon_groups.at("SPACE"), (std::vector<std::string>{"a_FAK_00"}));
+
+  // Group information fails: the list is applied, the groups stay, Refreshed=False.
+  fake_->Set({{"groups_mode", "garbage"}});
+  PollOutcome failed = Poll(outcome.list);
+  EXPECT_TRUE(failed.failed);
+  EXPECT_EQ(failed.list.reason, "GroupInfoFailed");
+  EXPECT_EQ(failed.list.logon_groups, outcome.list.logon_groups);
+  EXPECT_EQ(failed.list.instances.size(), 3u);
+}
+
+}  // namespace
+}  // namespace kwd::sapsystem

@@ -1,0 +1,342 @@
+// The server list and group information parsers and BuildInstances: table
+// tests over the captured shape (reference section 3.2), layout variants and
+// bad input.
+
+#include "controller/sapsystem/server_list.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "controller/sapsystem/spec.h"
+
+namespace kwd::sapsystem {
+namespace {
+
+// The captured kernel-793 answer (host sanitised), LF as stored.
+constexpr std::string_view kCaptured =
+    "version 1.2\n"
+    "vhcala4hci_A4H_00\n"
+    "DIAG\tvhcala4hci\t3200\tLB=7\n"
+    "DIAGS\tvhcala4hci\t3200\tp:CN=A4H, OU=I0000000000, OU=SAP Web AS, O=SAP Trust Community, "
+    "C=DE\n"
+    "RFC\tvhcala4hci\t3300\t\n"
+    "RFCS\tvhcala4hci\t4800\tp:CN=A4H, OU=I0000000000, OU=SAP Web AS, O=SAP Trust Community, "
+    "C=DE\n"
+    "HTTP\tvhcala4hci\t50000\t\n"
+    "HTTPS\tvhcala4hci\t50001\t\n"
+    "HTTP\tvhcala4hci\t50000\tVHOST=0\n"
+    "HTTPS\tvhcala4hci\t50001\tVHOST=0\n"
+    "\n";
+
+Resolver Table(std::map<std::string, std::vector<std::string>> table) {
+  return [table](const std::string& host) {
+    auto it = table.find(host);
+    return it == table.end() ? std::vector<std::string>{} : it->second;
+  };
+}
+
+std::vector<model::SapInstance> Build(std::string_view body, Skips* skips,
+                                      const std::vector<model::SapInstance>* previous = nullptr) {
+  ParsedServerList parsed = ParseServerList(body);
+  EXPECT_TRUE(parsed.ok) << parsed.error;
+  *skips = parsed.skips;
+  return BuildInstances(parsed,
+                        Table({{"vhcala4hci", {"10.0.0.5"}},
+                               {"appa", {"10.0.0.1", "fd00::1"}},
+                               {"appb", {"10.0.0.2"}},
+                               {"127.0.0.1", {"127.0.0.1"}}}),
+                        previous, skips);
+}
+
+TEST(ServerListTest, CapturedShape) {
+  ParsedServerList parsed = ParseServerList(kCaptured);
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  EXPECT_EQ(parsed.major, 1);
+  EXPECT_EQ(parsed.minor, 2);
+  ASSERT_EQ(parsed.instances.size(), 1u);
+  EXPECT_EQ(parsed.instances[0].name, "vhcala4hci_A4H_00");
+  ASSERT_EQ(parsed.instances[0].rows.size(), 8u);
+  EXPECT_EQ(parsed.instances[0].rows[1].description,
+            "p:CN=A4H, OU=I0000000000, OU=SAP Web AS, O=SAP Trust Community, C=DE");
+  EXPECT_EQ(parsed.skips.total(), 0u);
+
+  Skips skips;
+  auto instances = Build(kCaptured, &skips);
+  ASSERT_EQ(instances.size(), 1u);
+  EXPECT_EQ(instances[0].name, "vhcala4hci_A4H_00");
+  EXPECT_EQ(instances[0].host, "vhcala4hci");
+  EXPECT_EQ(instances[0].address, "10.0.0.5");
+  EXPECT_EQ(instances[0].http_port, 50000u);
+  EXPECT_EQ(instances[0].https_port, 50001u);
+  EXPECT_EQ(instances[0].capacity, 7u);
+  EXPECT_TRUE(instances[0].abap);
+  EXPECT_FALSE(instances[0].java);
+}
+
+// The reference's constructed two-record example, in every layout variant.
+TEST(ServerListTest, LayoutVariantsGiveTheSameList) {
+  const std::string records[][5] = {
+      {"appa_PRD_00", "DIAG appa 3200 LB=10", "RFC appa 3300 ", "HTTP appa 8000 ",
+       "HTTPS appa 44300 "},
+      {"appb_PRD_01", "DIAG appb 3201 LB=4", "HTTP appb 8001 ", "", ""},
+  };
+  struct Variant {
+    std::string name;
+    std::string eol;
+    bool tabs;
+    bool blank_between;
+    std::string version;
+  };
+  const Variant variants[] = {
+      {"crlf tabs blank", "\r\n", true, true, "version 1.2"},
+      {"lf tabs blank", "\n", true, true, "version 1.2"},
+      {"crlf spaces blank", "\r\n", false, true, "version 1.2"},
+      {"lf spaces, no blank line between records", "\n", false, false, "version1.2"},
+      {"crlf tabs, no blank, tab in version", "\r\n", true, false, "version\t1.2"},
+  };
+  for (const Variant& v : variants) {
+    std::string body = v.version + v.eol;
+    for (const auto& record : records) {
+      for (const std::string& line : record) {
+        if (line.empty()) {
+          continue;
+        }
+        std::string text = line;
+        if (v.tabs) {
+          for (char& c : text) {
+            c = c == ' ' ? '\t' : c;
+          }
+        } else {
+          // Runs of spaces are one separator.
+          std::string wide;
+          for (char c : text) {
+            wide += c == ' ' ? std::string("   ") : std::string(1, c);
+          }
+          text = wide;
+        }
+        body += text + v.eol;
+      }
+      if (v.blank_between) {
+        body += v.eol;
+      }
+    }
+    Skips skips;
+    auto instances = Build(body, &skips);
+    ASSERT_EQ(instances.size(), 2u) << v.name;
+    EXPECT_EQ(skips.total(), 0u) << v.name << ": " << skips.Summary();
+    EXPECT_EQ(instances[0].name, "appa_PRD_00") << v.name;
+    EXPECT_EQ(instances[0].address, "10.0.0.1") << v.name << " (IPv4 first)";
+    EXPECT_EQ(instances[0].http_port, 8000u) << v.name;
+    EXPECT_EQ(instances[0].https_port, 44300u) << v.name;
+    EXPECT_EQ(instances[0].capacity, 10u) << v.name;
+    EXPECT_EQ(instances[1].name, "appb_PRD_01") << v.name;
+    EXPECT_EQ(instances[1].http_port, 8001u) << v.name;
+    EXPECT_EQ(instances[1].https_port, 0u) << v.name;
+    EXPECT_EQ(instances[1].capacity, 4u) << v.name;
+  }
+}
+
+TEST(ServerListTest, EmptyDescriptionUnknownRowsAndJava) {
+  Skips skips;
+  auto instances = Build(
+      "version 1.2\n"
+      "j1_PRD_10\n"
+      "P4\tappa\t50004\tLB=3\n"
+      "TELNET\tappa\t50008\n"
+      "SMTP\tappa\t25\tsomething new\n"
+      "HTTP\tappa\t50000\n"  // no trailing TAB: empty description
+      "\n"
+      "bare_PRD_11\n"
+      "HTTP\tappb\t8000\t\n",
+      &skips);
+  ASSERT_EQ(instances.size(), 2u);
+  EXPECT_EQ(skips.total(), 0u) << skips.Summary();
+  EXPECT_EQ(instances[0].name, "bare_PRD_11");
+  EXPECT_FALSE(instances[0].abap);
+  EXPECT_FALSE(instances[0].java);
+  EXPECT_EQ(instances[0].capacity, 0u);  // not given: the LogonGroup's defaultCapacity
+  EXPECT_EQ(instances[1].name, "j1_PRD_10");
+  EXPECT_TRUE(instances[1].java);
+  EXPECT_FALSE(instances[1].abap);
+  EXPECT_EQ(instances[1].capacity, 3u);
+  EXPECT_EQ(instances[1].http_port, 50000u);
+}
+
+TEST(ServerListTest, PrefersTheRowWithoutVhost) {
+  Skips skips;
+  auto instances = Build(
+      "version 1.2\na_X_00\nHTTP\tappa\t9000\tVHOST=1\nHTTP\tappa\t8000\t\n"
+      "HTTP\tappa\t8000\tVHOST=0\n",
+      &skips);
+  ASSERT_EQ(instances.size(), 1u);
+  EXPECT_EQ(instances[0].http_port, 8000u);
+}
+
+TEST(ServerListTest, NotAServerList) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "empty body"},
+      {"\r\n\r\n", "empty body"},
+      {"<html><body>Service unavailable</body></html>", "first line"},
+      {std::string("version 1.2\n\0\x01\x02", 15), "binary"},
+      {"version 2.0\na_X_00\nHTTP appa 8000\n", "unknown server list version 2.0"},
+      {"version x.y\n", "first line"},
+      {"versions 1.2\n", "first line"},
+      {"version 1.2" + std::string(kMaxBodyBytes, 'x'), "larger than"},
+  };
+  for (const auto& [body, want] : cases) {
+    ParsedServerList parsed = ParseServerList(body);
+    EXPECT_FALSE(parsed.ok) << body.substr(0, 40);
+    EXPECT_NE(parsed.error.find(want), std::string::npos) << parsed.error;
+    EXPECT_EQ(parsed.error.find('\n'), std::string::npos);
+  }
+}
+
+TEST(ServerListTest, UnknownMinorVersionIsRead) {
+  ParsedServerList parsed = ParseServerList("version 1.7\na_X_00\nHTTP appa 8000\n");
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  EXPECT_EQ(parsed.minor, 7);
+  EXPECT_EQ(parsed.instances.size(), 1u);
+}
+
+// One bad line never drops the other servers; each skip has a reason.
+TEST(ServerListTest, BadLinesAreSkippedWithAReason) {
+  Skips skips;
+  auto instances = Build(
+      "version 1.2\n"
+      "good_X_00\n"
+      "HTTP\tappa\t8000\t\n"
+      "HTTP\tappa\t0\t\n"         // port 0: row skipped (the good row stays)
+      "HTTPS\tappa\t70000\t\n"    // out of range
+      "HTTPS\tappa\tabc\t\n"      // not a number
+      "HTTP\tap pa;x\t8001\t\n"   // a space in a TAB-separated host
+      "HTTP\n"                    // too few fields: a name line? no: no separator => a name
+      "\n"
+      "bad\x01name\n"             // control character
+      "HTTP\tappa\t8000\t\n"
+      "\n"
+      "x\"y,z\n"                  // cookie-unsafe
+      "HTTP\tappa\t8000\t\n"
+      "\n"
+      "good_X_00\n"               // duplicate
+      "HTTP\tappb\t8002\t\n"
+      "\n"
+      "DIAG\tappa\t3200\t\n"      // a row outside a record
+      "nodns_X_01\n"
+      "HTTP\tnowhere.invalid\t8000\t\n"
+      "\n"
+      "good_X_02\n"
+      "HTTP\tappb\t8000\tLB=abc\n",  // a capacity that is not a number: ignored
+      &skips);
+  ASSERT_EQ(instances.size(), 3u) << skips.Summary();  // good_X_00, HTTP (a name), good_X_02
+  EXPECT_EQ(instances[0].name, "HTTP");
+  EXPECT_EQ(instances[0].address, "");  // no rows: not balanced
+  EXPECT_EQ(instances[1].name, "good_X_00");
+  EXPECT_EQ(instances[1].http_port, 8000u);
+  EXPECT_EQ(instances[1].https_port, 0u);
+  EXPECT_EQ(instances[2].name, "good_X_02");
+  EXPECT_EQ(instances[2].capacity, 0u);
+  EXPECT_EQ(skips.counts[SkipReason::kInvalidPort], 3u);
+  EXPECT_EQ(skips.counts[SkipReason::kInvalidHost], 1u);
+  EXPECT_EQ(skips.counts[SkipReason::kInvalidName], 2u);
+  EXPECT_EQ(skips.counts[SkipReason::kDuplicateName], 1u);
+  EXPECT_EQ(skips.counts[SkipReason::kMalformedRow], 1u);
+  EXPECT_EQ(skips.counts[SkipReason::kUnknownHost], 1u);
+  std::string summary = skips.Summary();
+  EXPECT_NE(summary.find("entries skipped"), std::string::npos);
+  for (char c : summary) {
+    EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 || c == 0x7f) << summary;
+  }
+  EXPECT_NE(summary.find("bad\\x01name"), std::string::npos) << summary;
+}
+
+TEST(ServerListTest, LongNamesAndLines) {
+  std::string body = "version 1.2\n" + std::string(kMaxInstanceNameLength + 1, 'n') +
+                     "\nHTTP appa 8000\n\nok_X_00\nHTTP appa 8000 " + std::string(10000, 'd') +
+                     "\nHTTP appa 8001\n";
+  Skips skips;
+  auto instances = Build(body, &skips);
+  ASSERT_EQ(instances.size(), 1u);
+  EXPECT_EQ(instances[0].http_port, 8001u);
+  EXPECT_EQ(skips.counts[SkipReason::kInvalidName], 1u);
+  EXPECT_EQ(skips.counts[SkipReason::kMalformedRow], 1u);
+}
+
+TEST(ServerListTest, ThousandsOfInstancesAreCapped) {
+  std::string body = "version 1.2\r\n";
+  const std::size_t n = kMaxInstances + 100;
+  for (std::size_t i = 0; i < n; ++i) {
+    body += "i" + std::to_string(i) + "_X_00\r\nDIAG\tappa\t3200\tLB=" + std::to_string(i % 9 + 1) +
+            "\r\nHTTP\tappa\t" + std::to_string(8000 + i % 1000) + "\t\r\n\r\n";
+  }
+  Skips skips;
+  auto instances = Build(body, &skips);
+  EXPECT_EQ(instances.size(), kMaxInstances);
+  EXPECT_EQ(skips.counts[SkipReason::kTooMany], 100u);
+  EXPECT_LE(skips.messages.size(), kMaxSkipMessages);
+}
+
+TEST(ServerListTest, UnresolvedHostKeepsThePreviousAddress) {
+  std::vector<model::SapInstance> previous(1);
+  previous[0].name = "dns_X_00";
+  previous[0].host = "flaky";
+  previous[0].address = "10.9.9.9";
+  Skips skips;
+  auto instances = Build("version 1.2\ndns_X_00\nHTTP\tflaky\t8000\t\n", &skips, &previous);
+  ASSERT_EQ(instances.size(), 1u);
+  EXPECT_EQ(instances[0].address, "10.9.9.9");
+  EXPECT_EQ(skips.total(), 0u);
+}
+
+TEST(GroupInfoTest, ReferenceExampleAndTolerance) {
+  ParsedGroupInfo parsed = ParseGroupInfo(
+      "version 1.0\r\nappa_PRD_00\r\nappb_PRD_01\r\n\r\nPUBLIC:appa_PRD_00,appb_PRD_01\r\n"
+      "WEBGUI:appb_PRD_01\r\nPUBLIC: appb_PRD_01 , appc_PRD_02\r\n\r\n");
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  ASSERT_EQ(parsed.groups.size(), 2u);
+  EXPECT_EQ(parsed.groups["PUBLIC"],
+            (std::vector<std::string>{"appa_PRD_00", "appb_PRD_01", "appc_PRD_02"}));
+  EXPECT_EQ(parsed.groups["WEBGUI"], (std::vector<std::string>{"appb_PRD_01"}));
+
+  ParsedGroupInfo bad = ParseGroupInfo(
+      "version 1.0\nbad group:a_X_00\nG1:ok_X_00,bad\x02member\n\nG2:\n");
+  ASSERT_TRUE(bad.ok);
+  EXPECT_EQ(bad.groups.size(), 2u);
+  EXPECT_EQ(bad.groups["G1"], (std::vector<std::string>{"ok_X_00"}));
+  EXPECT_TRUE(bad.groups["G2"].empty());
+  EXPECT_EQ(bad.skips.counts[SkipReason::kInvalidGroup], 2u);
+
+  EXPECT_FALSE(ParseGroupInfo("<html>nope</html>").ok);
+  EXPECT_FALSE(ParseGroupInfo("").ok);
+}
+
+TEST(SpecTest, ChecksAndUrl) {
+  model::SapSystem system;
+  system.metadata.name = "erp";
+  system.spec.sid = "ERP";
+  system.spec.message_server.host = "erp-ms.erp.svc";
+  system.spec.message_server.http_port = 8101;
+  SpecCheck check = CheckSapSystem(system);
+  ASSERT_TRUE(check.config) << check.errors.front();
+  EXPECT_EQ(ServerListUrl(*check.config), "http://erp-ms.erp.svc:8101/msgserver/text/logon?version=1.2");
+  EXPECT_EQ(check.config->refresh_interval_seconds, 25);
+
+  system.spec.message_server.host = "::1";
+  system.spec.server_list_path = "/x?a=b";
+  check = CheckSapSystem(system);
+  ASSERT_TRUE(check.config);
+  EXPECT_EQ(ServerListUrl(*check.config), "http://[::1]:8101/x?a=b&version=1.2");
+
+  system.spec.sid = "erp";
+  system.spec.message_server.https_port = 443;
+  system.spec.message_server.host = "bad host";
+  system.spec.refresh_interval_seconds = 0;
+  system.spec.server_list_path = "no-slash";
+  check = CheckSapSystem(system);
+  EXPECT_FALSE(check.config);
+  EXPECT_EQ(check.errors.size(), 5u);
+}
+
+}  // namespace
+}  // namespace kwd::sapsystem

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""A fake SAP message server and fake application servers, for tests and
+`make run`. Python standard library only; loopback only.
+
+The message server answers GET /msgserver/text/logon[?version=1.2] with the
+application server list in the shape of a captured kernel-793 answer (see
+../shared/reference/sap-server-list.md, section 3.2): "version 1.2", one
+record per instance (instance name line, then TAB-separated service rows
+DIAG/RFC/HTTP/HTTPS with "LB=<capacity>" on the DIAG row, the VHOST=0 twins
+of the HTTP rows), an empty line after each record, CRLF. Switches make it
+answer with LF, spaces, an error status, garbage, binary, a huge body, an
+empty list, or nothing at all (timeout).
+
+An instance with "serve": true gets a fake application server of its own on
+127.0.0.1 (an ephemeral port unless "http" gives one): it answers
+/sap/public/icf_info/icr_groups with the group information (section 5 form),
+/sap/public/icman/ping with 200, and any other request with 200 and
+"X-Instance: <name>" so that tests can count where requests went.
+
+Control (JSON, on the message server's port):
+  GET  /_fake/state           the current state, with the ports in use
+  POST /_fake/state           merge keys into the state (see DEFAULT_STATE);
+                              "instances" replaces the whole list
+  GET  /_fake/requests        paths served so far (message server only)
+
+Usage: fake_message_server.py [--listen 127.0.0.1:0] [--config FILE.json]
+Prints "listening 127.0.0.1:PORT" once ready.
+"""
+
+import argparse
+import copy
+import http.server
+import json
+import socketserver
+import sys
+import threading
+import time
+
+DEFAULT_STATE = {
+    "sid": "FAK",
+    "release": "793",
+    # {"name", "host" (default 127.0.0.1), "http", "https", "lb", "stack":
+    #  "abap"|"java"|"dual", "serve": bool}
+    "instances": [],
+    "groups": {},  # SMLG group -> instance names (the application servers' icr_groups)
+    # ok | status | garbage | binary | huge | timeout | empty | raw
+    "mode": "ok",
+    "status": 503,  # for mode=status
+    "raw": "",  # for mode=raw: served as is
+    "delay_seconds": 30,  # for mode=timeout
+    "line_ending": "crlf",  # crlf | lf
+    "separator": "tab",  # tab | space
+    "blank_between": True,  # an empty line after each record
+    "vhost_twins": True,  # HTTP/HTTPS rows repeated with VHOST=0, as captured
+    "groups_mode": "ok",  # ok | status | garbage (the application servers' icr_groups)
+}
+
+LOCK = threading.RLock()
+STATE = copy.deepcopy(DEFAULT_STATE)
+REQUESTS = []
+APP_SERVERS = {}  # instance name -> (server, port)
+
+
+def server_list(state):
+    eol = "\r\n" if state["line_ending"] == "crlf" else "\n"
+    sep = "\t" if state["separator"] == "tab" else " "
+    lines = ["version 1.2"]
+    for inst in state["instances"]:
+        host = inst.get("host", "127.0.0.1")
+        stack = inst.get("stack", "abap")
+        lines.append(inst["name"])
+        rows = []
+        if stack in ("abap", "dual"):
+            rows.append(("DIAG", 3200, "LB=%d" % inst["lb"] if inst.get("lb") else ""))
+            rows.append(("RFC", 3300, ""))
+        if stack in ("java", "dual"):
+            rows.append(("P4", 50004, "LB=%d" % inst["lb"] if inst.get("lb") and stack == "java" else ""))
+        http_port = port_of(inst)
+        if http_port:
+            rows.append(("HTTP", http_port, ""))
+        if inst.get("https"):
+            rows.append(("HTTPS", inst["https"], ""))
+        if state["vhost_twins"]:
+            if http_port:
+                rows.append(("HTTP", http_port, "VHOST=0"))
+            if inst.get("https"):
+                rows.append(("HTTPS", inst["https"], "VHOST=0"))
+        for kind, port, desc in rows:
+            # The capture ends a row with an empty description in a TAB.
+            lines.append(sep.join([kind, host, str(port), desc]))
+        if state["blank_between"]:
+            lines.append("")
+    return eol.join(lines) + eol
+
+
+def group_info(state):
+    eol = "\r\n" if state["line_ending"] == "crlf" else "\n"
+    names = [inst["name"] for inst in state["instances"]]
+    lines = ["version 1.0"] + names + [""]
+    for group, members in sorted(state["groups"].items()):
+        lines.append("%s:%s" % (group, ",".join(members)))
+    lines.append("")
+    return eol.join(lines) + eol
+
+
+def port_of(inst):
+    name = inst["name"]
+    if inst.get("serve") and name in APP_SERVERS:
+        return APP_SERVERS[name][1]
+    return inst.get("http", 0)
+
+
+class Threading(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class Base(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body, content_type="text/plain", headers=()):
+        data = body if isinstance(body, bytes) else body.encode("utf-8", "surrogateescape")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class MessageServer(Base):
+    def version_string(self):
+        with LOCK:
+            return "SAP Message Server, release %s (%s)" % (STATE["release"], STATE["sid"])
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        if path == "/_fake/state":
+            with LOCK:
+                state = copy.deepcopy(STATE)
+                state["ports"] = {name: port for name, (srv, port) in APP_SERVERS.items()}
+            return self.reply(200, json.dumps(state), "application/json")
+        if path == "/_fake/requests":
+            with LOCK:
+                requests = json.dumps(REQUESTS)
+            return self.reply(200, requests, "application/json")
+        with LOCK:
+            REQUESTS.append(self.path)
+            state = copy.deepcopy(STATE)
+        if path != "/msgserver/text/logon":
+            return self.reply(404, "not found\n")
+        mode = state["mode"]
+        if mode == "timeout":
+            time.sleep(state["delay_seconds"])
+            mode = "ok"
+        if mode == "status":
+            return self.reply(state["status"], "error\n")
+        if mode == "garbage":
+            return self.reply(200, "<html><body>Service unavailable</body></html>\n", "text/html")
+        if mode == "binary":
+            return self.reply(200, bytes(range(256)) * 4, "application/octet-stream")
+        if mode == "huge":
+            body = "version 1.2\n" + ("x" * 1023 + "\n") * (5 * 1024)
+            return self.reply(200, body)
+        if mode == "empty":
+            return self.reply(200, "version 1.2\r\n\r\n")
+        if mode == "raw":
+            return self.reply(200, state["raw"])
+        return self.reply(200, server_list(state))
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length) if length else b"{}"
+        if path != "/_fake/state":
+            return self.reply(404, "not found\n")
+        try:
+            update = json.loads(body)
+            if not isinstance(update, dict):
+                raise ValueError("an object")
+        except ValueError as error:
+            return self.reply(400, "bad JSON: %s\n" % error)
+        with LOCK:
+            for key, value in update.items():
+                if key not in DEFAULT_STATE:
+                    return self.reply(400, "unknown key %s\n" % key)
+                STATE[key] = value
+            sync_app_servers()
+        return self.do_GET_state()
+
+    def do_GET_state(self):
+        with LOCK:
+            state = copy.deepcopy(STATE)
+            state["ports"] = {name: port for name, (srv, port) in APP_SERVERS.items()}
+        return self.reply(200, json.dumps(state), "application/json")
+
+
+def make_app_handler(name):
+    class AppServer(Base):
+        def do_GET(self):
+            path = self.path.split("?", 1)[0]
+            with LOCK:
+                state = copy.deepcopy(STATE)
+            headers = [("X-Instance", name)]
+            if path == "/sap/public/icf_info/icr_groups":
+                if state["groups_mode"] == "status":
+                    return self.reply(500, "error\n", headers=headers)
+                if state["groups_mode"] == "garbage":
+                    return self.reply(200, "<html>nope</html>\n", "text/html", headers)
+                return self.reply(200, group_info(state), headers=headers)
+            if path == "/sap/public/icman/ping":
+                return self.reply(200, "", headers=headers)
+            return self.reply(200, "served by %s\n" % name, headers=headers)
+
+        do_POST = do_GET
+
+    return AppServer
+
+
+def sync_app_servers():
+    """Starts an application server for each instance with "serve" (LOCK held)."""
+    wanted = {inst["name"]: inst for inst in STATE["instances"] if inst.get("serve")}
+    for name in list(APP_SERVERS):
+        if name not in wanted:
+            srv, _ = APP_SERVERS.pop(name)
+            threading.Thread(target=srv.shutdown, daemon=True).start()
+    for name, inst in wanted.items():
+        if name in APP_SERVERS:
+            continue
+        srv = Threading(("127.0.0.1", inst.get("http", 0)), make_app_handler(name))
+        APP_SERVERS[name] = (srv, srv.server_address[1])
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--listen", default="127.0.0.1:0")
+    parser.add_argument("--config", help="JSON file: initial state keys")
+    args = parser.parse_args()
+    host, _, port = args.listen.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        sys.exit("--listen: loopback only")
+    if args.config:
+        with open(args.config) as f:
+            STATE.update(json.load(f))
+    with LOCK:
+        sync_app_servers()
+    server = Threading((host, int(port)), MessageServer)
+    print("listening %s:%d" % (host, server.server_address[1]), flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+// Fuzzes the SAP message server's server list parser and the ICF group
+// information parser (controller/sapsystem/server_list.h) on arbitrary
+// bodies, and BuildInstances on what the parser accepts. Checks that
+// nothing that reaches a snapshot, header, label or log holds a control
+// character or breaks the snapshot's name rules.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "common/snapshot_io.h"
+#include "controller/sapsystem/server_list.h"
+
+namespace {
+
+void Check(bool condition) {
+  if (!condition) {
+    std::abort();
+  }
+}
+
+bool HasControl(std::string_view text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void CheckSkips(const kwd::sapsystem::Skips& skips) {
+  Check(skips.messages.size() <= kwd::sapsystem::kMaxSkipMessages);
+  Check(!HasControl(skips.Summary()));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view body(reinterpret_cast<const char*>(data), size);
+  kwd::sapsystem::ParsedServerList parsed = kwd::sapsystem::ParseServerList(body);
+  Check(!HasControl(parsed.error));
+  CheckSkips(parsed.skips);
+  if (parsed.ok) {
+    Check(parsed.instances.size() <= kwd::sapsystem::kMaxInstances);
+    for (const auto& instance : parsed.instances) {
+      Check(kwd::IsServerName(instance.name));
+      for (const auto& row : instance.rows) {
+        Check(kwd::IsServerAddress(row.host));
+        Check(row.port >= 1 && row.port <= 65535);
+      }
+    }
+    kwd::sapsystem::Skips skips = parsed.skips;
+    // Every host "resolves" to itself when it is an address-like name.
+    auto instances = kwd::sapsystem::BuildInstances(
+        parsed, [](const std::string& host) { return std::vector<std::string>{host}; }, nullptr,
+        &skips);
+    CheckSkips(skips);
+    for (const auto& instance : instances) {
+      Check(kwd::IsServerName(instance.name));
+      Check(instance.address.empty() || kwd::IsServerAddress(instance.address));
+    }
+  }
+  kwd::sapsystem::ParsedGroupInfo groups = kwd::sapsystem::ParseGroupInfo(body);
+  Check(!HasControl(groups.error));
+  CheckSkips(groups.skips);
+  for (const auto& [name, members] : groups.groups) {
+    Check(kwd::IsServerName(name));
+    for (const auto& member : members) {
+      Check(kwd::IsServerName(member));
+    }
+  }
+  return 0;
+}
