@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "common/duration.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/snapshot_io.h"
@@ -46,12 +47,14 @@ constexpr std::string_view kServeUsage =
     "  --grpc-listen HOST:PORT          snapshot gRPC server for kwd-proxy --controller\n"
     "                                   (default 0.0.0.0:18000)\n"
     "  --grpc-tls-cert FILE             serve gRPC over TLS with this certificate chain (PEM)...\n"
+    "                                   (default: none, plain text)\n"
     "  --grpc-tls-key FILE              ...and its key (PEM); both re-read when they change\n"
     "  --grpc-client-ca FILE            mutual TLS: refuse proxies without a client certificate\n"
     "                                   signed by a CA in FILE (PEM; re-read when it changes)\n"
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
     "                                   (default 0.0.0.0:9902)\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
+    "                                   (default false)\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
     "                                   else \"default\")\n"
     "  --leader-election-identity ID    (default: hostname + random suffix)\n"
@@ -64,7 +67,7 @@ constexpr std::string_view kServeUsage =
     "  --poll-interval D                dir source: how often files are checked (default 1s)\n"
     "  --log-level debug|info|warn|error  (default info)\n"
     "\n"
-    "Durations take a unit: 500ms, 2s, 1m. Stdout carries one line, \"listening HOST:PORT\",\n"
+    "Durations need a unit: 500ms, 2s, 1m, 1h (a bare number is refused). Stdout carries one line, \"listening HOST:PORT\",\n"
     "once the admin port is bound; logs go to stderr. SIGTERM/SIGINT stop cleanly (exit 0).\n";
 
 struct ServeFlags {
@@ -89,22 +92,12 @@ struct ServeFlags {
   LogLevel log_level = LogLevel::kInfo;
 };
 
-bool ParseDuration(std::string_view text, milliseconds* out) {
-  int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || value < 0) {
+bool ParseDuration(std::string_view text, milliseconds* out, std::string* error) {
+  int64_t ms = 0;
+  if (!ParseDurationMs(text, &ms, error)) {
     return false;
   }
-  std::string_view unit(end, text.data() + text.size() - end);
-  if (unit == "ms") {
-    *out = milliseconds(value);
-  } else if (unit == "s") {
-    *out = milliseconds(value * 1000);
-  } else if (unit == "m") {
-    *out = milliseconds(value * 60000);
-  } else {
-    return false;
-  }
+  *out = milliseconds(ms);
   return true;
 }
 
@@ -214,8 +207,9 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
     } else {
       return usage_error("unknown flag " + name);
     }
-    if (duration != nullptr && !ParseDuration(value, duration)) {
-      return usage_error(name + " wants a duration such as 500ms, 2s or 1m, got \"" + value + "\"");
+    std::string duration_error;
+    if (duration != nullptr && !ParseDuration(value, duration, &duration_error)) {
+      return usage_error(name + ": " + duration_error);
     }
   }
   if (!flags->source) {

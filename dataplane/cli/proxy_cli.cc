@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "common/file.h"
+#include "common/version.h"
 
 namespace kwd::cli {
 
@@ -44,6 +45,7 @@ constexpr const char kUsage[] =
     "commands:\n"
     "  serve     run the proxy (--snapshot FILE | --controller HOST:PORT)\n"
     "  explain   show how the proxy would route a request (--snapshot FILE --url URL)\n"
+    "  version   print the version and git revision (also --version)\n"
     "\n"
     "Run 'kwd-proxy <command> --help' for a command's flags.\n";
 
@@ -57,6 +59,10 @@ int ProxyMain(int argc, char** argv) {
   std::string_view command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
     std::cout << kUsage;
+    return 0;
+  }
+  if (command == "version" || command == "--version") {
+    std::cout << VersionLine("kwd-proxy") << "\n";
     return 0;
   }
   if (command == "explain") {

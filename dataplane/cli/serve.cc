@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -14,7 +15,9 @@
 #include <string>
 #include <string_view>
 
+#include "common/duration.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "common/snapshot_io.h"
 #include "dataplane/admin/admin_server.h"
 #include "dataplane/cli/proxy_cli.h"
@@ -30,51 +33,79 @@ using proxy::ProxyOptions;
 namespace {
 
 constexpr const char kServeUsage[] =
-    "usage: kwd-proxy serve --snapshot FILE | --controller HOST:PORT\n"
-    "                       [--listen 0.0.0.0:8080] [--admin-listen 0.0.0.0:9901]\n"
-    "                       [--workers N] [--node-id ID] [--access-log FILE|-|off]\n"
-    "                       [--affinity-key-file FILE] [--header-timeout 10s]\n"
-    "                       [--idle-timeout 60s] [--connect-timeout 5s]\n"
-    "                       [--response-timeout 60s] [--max-body-size 104857600]\n"
-    "                       [--max-header-size 65536] [--drain-timeout 10s]\n"
-    "                       [--log-level debug|info|warn|error]\n"
-    "                       [--controller-ca FILE] [--controller-cert FILE]\n"
-    "                       [--controller-key FILE] [--controller-server-name NAME]\n"
+    "usage: kwd-proxy serve --snapshot FILE | --controller HOST:PORT [flags]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
-    "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
-    "rejected and the previous one keeps serving.\n"
-    "With --controller the snapshots stream from kwd-controller over gRPC; an\n"
-    "invalid one is rejected (NACK) and the previous one keeps serving, as it\n"
-    "does while the controller is away; /readyz answers 200 once a snapshot is\n"
-    "applied. TLS to the controller: --controller-ca (the CA that signed the\n"
-    "controller's certificate), --controller-cert/--controller-key (this proxy's\n"
-    "client certificate, for mutual TLS), --controller-server-name (the name the\n"
-    "controller's certificate must carry; default: the host of --controller). The\n"
-    "PEM files are read again on every reconnect. SIGTERM stops accepting, lets\n"
-    "in-flight requests finish (up to --drain-timeout) and exits.\n"
-    "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
-    "every replica must use the same key. Durations take ms, s or m suffixes.\n";
+    "`kwd-controller compile` prints; SIGHUP reloads it) or streamed from\n"
+    "kwd-controller over gRPC (--controller). An invalid snapshot is rejected (NACK)\n"
+    "and the previous one keeps serving, as it does while the controller is away;\n"
+    "/readyz answers 200 once a snapshot is applied. SIGTERM/SIGINT stop accepting,\n"
+    "let in-flight requests finish (up to --drain-timeout) and exit 0.\n"
+    "\n"
+    "flags:\n"
+    "  --snapshot FILE                  routing snapshot file (JSON)\n"
+    "  --controller HOST:PORT           stream snapshots from kwd-controller\n"
+    "  --controller-ca FILE             TLS to the controller: the CA that signed its\n"
+    "                                   certificate (default: none, plain text)\n"
+    "  --controller-cert FILE           this proxy's client certificate, for mutual TLS\n"
+    "  --controller-key FILE            ...and its key (PEM files re-read on reconnect)\n"
+    "  --controller-server-name NAME    name the controller's certificate must carry\n"
+    "                                   (default: the host of --controller)\n"
+    "  --listen HOST:PORT               HTTP listener (default 0.0.0.0:8080)\n"
+    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /admin (default 0.0.0.0:9901)\n"
+    "  --workers N                      worker threads, 1-256 (default 1)\n"
+    "  --node-id ID                     name towards the controller (default: hostname)\n"
+    "  --access-log FILE|-|off          access log: a file, - (stdout) or off (default -)\n"
+    "  --affinity-key-file FILE         affinity-cookie signing key; every replica must\n"
+    "                                   share it (default: $KWD_AFFINITY_KEY, else a public\n"
+    "                                   development key). Re-read every 2s: a changed key\n"
+    "                                   signs new cookies at once...\n"
+    "  --affinity-key-grace D           ...and the previous key is still accepted this long\n"
+    "                                   (default 1h)\n"
+    "  --header-timeout D               whole request head (default 10s)\n"
+    "  --idle-timeout D                 keep-alive between requests (default 1m)\n"
+    "  --connect-timeout D              upstream connect (default 5s)\n"
+    "  --response-timeout D             upstream response head, then 504 (default 1m)\n"
+    "  --max-body-size BYTES            request body limit, then 413 (default 104857600)\n"
+    "  --max-header-size BYTES          request head limit, 1024-1048576, then 431\n"
+    "                                   (default 65536)\n"
+    "  --drain-timeout D                SIGTERM drain (default 10s)\n"
+    "  --log-level debug|info|warn|error  (default info)\n"
+    "\n"
+    "Durations need a unit: 500ms, 10s, 2m, 1h (a bare number is refused).\n";
 
-bool ParseDurationMs(std::string_view text, int64_t* out) {
-  int64_t multiplier = 1000;
-  if (text.ends_with("ms")) {
-    multiplier = 1;
-    text.remove_suffix(2);
-  } else if (text.ends_with("s")) {
-    text.remove_suffix(1);
-  } else if (text.ends_with("m")) {
-    multiplier = 60'000;
-    text.remove_suffix(1);
+constexpr int64_t kAffinityKeyPollMs = 2000;
+
+// --affinity-key-file is re-read on this schedule: Kubernetes updates a
+// mounted Secret in place (an atomic symlink swap), so a rotated key reaches
+// running proxies without a restart.
+struct AffinityKeyWatch {
+  std::string file;
+  std::chrono::milliseconds grace{3'600'000};
+  std::string current;  // the key in use
+  std::string last_error;
+
+  void Check(proxy::Proxy& proxy) {
+    std::string key;
+    std::string error;
+    bool development = false;
+    if (!LoadAffinityKey(file, &key, &development, &error)) {
+      if (error != last_error) {
+        Log(LogLevel::kWarn, "serve", "affinity key file unreadable; keeping the current key",
+            {{"error", error}});
+        last_error = error;
+      }
+      return;
+    }
+    last_error.clear();
+    if (key != current) {
+      proxy.RotateAffinityKey(key, grace);
+      current = std::move(key);
+      Log(LogLevel::kInfo, "serve", "affinity key changed: signing with the new key",
+          {{"previous_key_accepted_for", FormatDurationMs(grace.count())}});
+    }
   }
-  int64_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || value < 0) {
-    return false;
-  }
-  *out = value * multiplier;
-  return true;
-}
+};
 
 bool ParseUnsigned(std::string_view text, uint64_t* out) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
@@ -160,11 +191,16 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string controller_key;
   std::string controller_server_name;
   int64_t drain_ms = 10'000;
+  AffinityKeyWatch key_watch;
 
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       out << kServeUsage;
+      return 0;
+    }
+    if (arg == "--version") {
+      out << VersionLine("kwd-proxy") << "\n";
       return 0;
     }
     std::string_view value;
@@ -180,6 +216,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     bool ok = true;
     uint64_t number = 0;
+    error.clear();
     if (name == "--snapshot") {
       snapshot_path = value;
     } else if (name == "--controller") {
@@ -206,16 +243,20 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       options.access_log = value;
     } else if (name == "--affinity-key-file") {
       affinity_key_file = value;
+    } else if (name == "--affinity-key-grace") {
+      int64_t grace_ms = 0;
+      ok = ParseDurationMs(value, &grace_ms, &error);
+      key_watch.grace = std::chrono::milliseconds(grace_ms);
     } else if (name == "--header-timeout") {
-      ok = ParseDurationMs(value, &options.header_timeout_ms);
+      ok = ParseDurationMs(value, &options.header_timeout_ms, &error);
     } else if (name == "--idle-timeout") {
-      ok = ParseDurationMs(value, &options.idle_timeout_ms);
+      ok = ParseDurationMs(value, &options.idle_timeout_ms, &error);
     } else if (name == "--connect-timeout") {
-      ok = ParseDurationMs(value, &options.connect_timeout_ms);
+      ok = ParseDurationMs(value, &options.connect_timeout_ms, &error);
     } else if (name == "--response-timeout") {
-      ok = ParseDurationMs(value, &options.response_timeout_ms);
+      ok = ParseDurationMs(value, &options.response_timeout_ms, &error);
     } else if (name == "--drain-timeout") {
-      ok = ParseDurationMs(value, &drain_ms);
+      ok = ParseDurationMs(value, &drain_ms, &error);
     } else if (name == "--max-body-size") {
       ok = ParseUnsigned(value, &options.max_body_bytes);
     } else if (name == "--max-header-size") {
@@ -235,8 +276,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     if (!ok) {
       err << "kwd-proxy serve: invalid value \"" << value << "\" for " << name;
-      if (name == "--listen" || name == "--admin-listen" || name == "--workers" ||
-          name == "--max-header-size" || name == "--log-level") {
+      if (!error.empty()) {
         err << ": " << error;
       }
       err << "\n";
@@ -273,6 +313,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     err << "kwd-proxy serve: " << error << "\n";
     return 1;
   }
+  key_watch.file = affinity_key_file;
+  key_watch.current = options.affinity_key;
   if (development_key) {
     Log(LogLevel::kWarn, "serve",
         "no affinity-cookie key given (--affinity-key-file or KWD_AFFINITY_KEY): using the "
@@ -347,9 +389,13 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // Tests and scripts read the bound address (useful with port 0).
   out << "listening " << proxy.bound().ToString() << std::endl;
 
+  const timespec key_poll{kAffinityKeyPollMs / 1000, (kAffinityKeyPollMs % 1000) * 1'000'000};
   for (;;) {
-    int sig = 0;
-    if (sigwait(&signals, &sig) != 0) {
+    int sig = sigtimedwait(&signals, nullptr, &key_poll);
+    if (sig < 0) {
+      if (errno == EAGAIN && !key_watch.file.empty()) {
+        key_watch.Check(proxy);
+      }
       continue;
     }
     if (sig == SIGHUP && client) {
