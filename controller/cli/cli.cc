@@ -23,6 +23,8 @@ constexpr std::string_view kUsage =
     "  compile   --source=dir:DIR | -f FILE         print the snapshot as JSON on stdout\n"
     "  validate  --source=dir:DIR | -f FILE|-       print problems per object; exit 1 if any\n"
     "  version                                      print the version and git revision\n"
+    "  ensure-affinity-key --namespace NS --secret NAME\n"
+    "                                               create the proxies' key Secret once\n"
     "\n"
     "Run 'kwd-controller <command> --help' for the flags of a command.\n";
 
@@ -244,6 +246,9 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   if (command == "version" || command == "--version") {
     out << VersionLine("kwd-controller") << "\n";
     return 0;
+  }
+  if (command == "ensure-affinity-key") {
+    return RunEnsureAffinityKey(rest, out, err);
   }
   if (command == "compile") {
     return RunCompile(rest, out, err);
