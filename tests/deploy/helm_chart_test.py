@@ -1072,7 +1072,8 @@ class ChartHooks(unittest.TestCase):
         self.assertEqual(first.returncode, 0, first.stderr)
         self.assertEqual(first.stdout, second.stdout)
         with open(os.path.join(CHART, "templates", "affinity-key-secret.yaml")) as f:
-            self.assertNotRegex(f.read(), r"\{\{[^}]*(randAlphaNum|lookup)")
+            code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", f.read(), flags=re.S)  # comments
+            self.assertNotRegex(code, r"\{\{[^}]*(randAlphaNum|lookup)")
 
     def test_checksum_rolls_proxies_when_the_key_source_changes(self):
         def checksum(*args):
