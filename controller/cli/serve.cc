@@ -22,6 +22,7 @@
 #include "controller/grpc/replica_reports.h"
 #include "controller/grpc/snapshot_server.h"
 #include "controller/kube/kube_client.h"
+#include "controller/kube/event_recorder.h"
 #include "controller/kube/kube_config.h"
 #include "controller/kube/leader_elector.h"
 #include "controller/pipeline/dir_watcher.h"
@@ -303,6 +304,50 @@ class WatchMetrics {
   std::mutex mu_;
 };
 
+// Events for an object whose status is about to change: a Warning for each
+// condition that turns False (or stays False with another reason or message;
+// Programmed only when proxies reject it), a Normal "Accepted" when Accepted
+// turns True again.
+void RecordConditionEvents(kube::EventRecorder& recorder, const compile::ObjectStatus& desired,
+                           const nlohmann::json* observed, const std::string& uid) {
+  auto observed_condition = [&](const std::string& type) -> const nlohmann::json* {
+    if (observed == nullptr || !observed->is_object() || !observed->contains("conditions") ||
+        !(*observed)["conditions"].is_array()) {
+      return nullptr;
+    }
+    for (const auto& condition : (*observed)["conditions"]) {
+      if (condition.is_object() && condition.value("type", "") == type) {
+        return &condition;
+      }
+    }
+    return nullptr;
+  };
+  kube::EventObjectRef ref{"dispatch.kwd.io/v1alpha1", desired.kind, desired.namespace_,
+                           desired.name, uid};
+  for (const compile::Condition& condition : desired.conditions) {
+    const nlohmann::json* before = observed_condition(condition.type);
+    std::string before_status = before ? before->value("status", "") : "";
+    std::string action = condition.type == "Accepted" ? "Validate" : "Program";
+    // Programmed=False is only news when proxies reject the snapshot; waiting
+    // for proxies (NoProxies, Pending) is normal at startup.
+    if (condition.type == "Programmed" && condition.reason != "Rejected") {
+      continue;
+    }
+    if (condition.status == "False") {
+      if (before_status == "False" && before->value("reason", "") == condition.reason &&
+          before->value("message", "") == condition.message) {
+        continue;
+      }
+      recorder.Record(ref, "Warning", condition.reason, action,
+                      condition.type + "=False: " + condition.message);
+    } else if (condition.status == "True" && condition.type == "Accepted" &&
+               before_status == "False") {
+      recorder.Record(ref, "Normal", condition.reason, action,
+                      "Accepted again: " + condition.message);
+    }
+  }
+}
+
 int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   SetLogLevel(flags.log_level);
 
@@ -371,6 +416,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   std::unique_ptr<pipeline::StatusWriter> status_writer;
   std::unique_ptr<kube::LeaderElector> elector;
   std::unique_ptr<snapshot_server::ReplicaReports> reports;
+  std::unique_ptr<kube::EventRecorder> events;
 
   if (flags.source->type == SourceSpec::Type::kDir) {
     std::error_code error;
@@ -401,11 +447,20 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       return std::vector<compile::Condition>{grpc_server.ProgrammedFor(object)};
     });
     grpc_server.SetOnProxiesChanged([&pipeline] { pipeline.ResyncStatus(); });
+    std::string identity = flags.identity.empty() ? DefaultIdentity() : flags.identity;
+    kube::EventRecorderOptions event_options;
+    event_options.reporting_instance = identity;
+    events = std::make_unique<kube::EventRecorder>(*client, event_options);
+    pipeline.SetStatusObserver([recorder = events.get()](const compile::ObjectStatus& desired,
+                                                         const nlohmann::json* observed,
+                                                         const std::string& uid) {
+      RecordConditionEvents(*recorder, desired, observed, uid);
+    });
     if (flags.leader_elect) {
       kube::LeaderElectionConfig election;
       election.lease_namespace =
           flags.lease_namespace.empty() ? DefaultLeaseNamespace() : flags.lease_namespace;
-      election.identity = flags.identity.empty() ? DefaultIdentity() : flags.identity;
+      election.identity = identity;
       election.lease_duration = flags.lease_duration;
       election.renew_deadline = flags.renew_deadline;
       election.retry_period = flags.retry_period;
@@ -414,15 +469,23 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
            {"identity", election.identity}});
       kube::LeaderCallbacks callbacks;
       pipeline::StatusWriter* writer = status_writer.get();
-      callbacks.on_started_leading = [writer, &pipeline, &leader_gauge] {
+      kube::EventObjectRef lease{"coordination.k8s.io/v1", "Lease", election.lease_namespace,
+                                 election.lease_name, ""};
+      kube::EventRecorder* recorder = events.get();
+      callbacks.on_started_leading = [writer, &pipeline, &leader_gauge, recorder, lease,
+                                      identity] {
         Log(LogLevel::kInfo, "leader", "started leading: writing status");
         writer->SetLeader(true);
         leader_gauge.Set(1);
+        recorder->Record(lease, "Normal", "LeaderElected", "LeaderElection",
+                         identity + " became leader: it writes status and events");
         pipeline.ResyncStatus();
       };
-      callbacks.on_stopped_leading = [writer, &leader_gauge] {
+      callbacks.on_stopped_leading = [writer, &leader_gauge, recorder, lease, identity] {
         writer->SetLeader(false);
         leader_gauge.Set(0);
+        recorder->Record(lease, "Normal", "LeadershipLost", "LeaderElection",
+                         identity + " stopped leading");
         Log(LogLevel::kInfo, "leader", "stopped leading: status writes stopped");
       };
       callbacks.on_new_leader = [](const std::string& identity) {
@@ -480,6 +543,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   std::jthread writer_thread;
   std::jthread elector_thread;
   std::jthread reports_thread;
+  std::jthread events_thread;
   std::jthread dir_thread;
   if (dir_watcher) {
     dir_thread = std::jthread([&](std::stop_token stop) { dir_watcher->Run(stop); });
@@ -492,6 +556,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     if (reports) {
       reports_thread = std::jthread([&](std::stop_token stop) { reports->Run(stop); });
     }
+    events_thread = std::jthread([&](std::stop_token stop) { events->Run(stop); });
   }
 
   int signal_number = 0;
@@ -524,6 +589,11 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   }
   pipeline_thread.request_stop();
   pipeline_thread.join();
+  if (events_thread.joinable()) {
+    events_thread.request_stop();
+    events_thread.join();
+    events->Flush();  // e.g. LeadershipLost
+  }
   grpc_server.Stop();
   admin.Stop();
   Log(LogLevel::kInfo, "serve", "stopped");

@@ -63,6 +63,12 @@ class Pipeline {
   using ExtraConditions =
       std::function<std::vector<compile::Condition>(const compile::ObjectStatus&)>;
   void SetExtraConditions(ExtraConditions extra) { extra_conditions_ = std::move(extra); }
+  // Called (on the pipeline thread, while leading) for each object whose
+  // status is about to be written: what it will say, what it said (or null),
+  // and the object's uid. Kubernetes Events come from here. Set before Run.
+  using StatusObserver = std::function<void(const compile::ObjectStatus& desired,
+                                            const nlohmann::json* observed, const std::string& uid)>;
+  void SetStatusObserver(StatusObserver observer) { status_observer_ = std::move(observer); }
 
   // Thread-safe; only enqueue.
   void Upsert(ObservedObject observed);
@@ -110,6 +116,7 @@ class Pipeline {
   std::shared_ptr<const kube::Clock> clock_;
   StatusWriter* status_writer_ = nullptr;
   ExtraConditions extra_conditions_;
+  StatusObserver status_observer_;
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
