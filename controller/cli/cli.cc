@@ -5,9 +5,8 @@
 #include <sstream>
 
 #include "common/file.h"
-#include "common/version.h"
-
 #include "common/snapshot_io.h"
+#include "common/version.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
 #include "controller/source/dir_source.h"

@@ -21,8 +21,8 @@
 #include "controller/cli/cli.h"
 #include "controller/grpc/replica_reports.h"
 #include "controller/grpc/snapshot_server.h"
-#include "controller/kube/kube_client.h"
 #include "controller/kube/event_recorder.h"
+#include "controller/kube/kube_client.h"
 #include "controller/kube/kube_config.h"
 #include "controller/kube/leader_elector.h"
 #include "controller/pipeline/dir_watcher.h"
@@ -68,7 +68,8 @@ constexpr std::string_view kServeUsage =
     "  --poll-interval D                dir source: how often files are checked (default 1s)\n"
     "  --log-level debug|info|warn|error  (default info)\n"
     "\n"
-    "Durations need a unit: 500ms, 2s, 1m, 1h (a bare number is refused). Stdout carries one line, \"listening HOST:PORT\",\n"
+    "Durations need a unit: 500ms, 2s, 1m, 1h (a bare number is refused). Stdout carries one line, "
+    "\"listening HOST:PORT\",\n"
     "once the admin port is bound; logs go to stderr. SIGTERM/SIGINT stop cleanly (exit 0).\n";
 
 struct ServeFlags {
@@ -472,8 +473,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       kube::EventObjectRef lease{"coordination.k8s.io/v1", "Lease", election.lease_namespace,
                                  election.lease_name, ""};
       kube::EventRecorder* recorder = events.get();
-      callbacks.on_started_leading = [writer, &pipeline, &leader_gauge, recorder, lease,
-                                      identity] {
+      callbacks.on_started_leading = [writer, &pipeline, &leader_gauge, recorder, lease, identity] {
         Log(LogLevel::kInfo, "leader", "started leading: writing status");
         writer->SetLeader(true);
         leader_gauge.Set(1);

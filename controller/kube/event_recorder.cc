@@ -100,13 +100,12 @@ void EventRecorder::Record(const EventObjectRef& regarding, std::string_view typ
 }
 
 void EventRecorder::Post(const Queued& queued) {
-  ApiResult result = api_.Post(
-      "/apis/events.k8s.io/v1/namespaces/" + queued.namespace_ + "/events", queued.event);
+  ApiResult result =
+      api_.Post("/apis/events.k8s.io/v1/namespaces/" + queued.namespace_ + "/events", queued.event);
   if (!result.status.ok()) {
     Log(LogLevel::kWarn, "events", "event not recorded",
-        {{"object", queued.event["regarding"]["kind"].get<std::string>() + " " +
-                        queued.namespace_ + "/" +
-                        queued.event["regarding"]["name"].get<std::string>()},
+        {{"object", queued.event["regarding"]["kind"].get<std::string>() + " " + queued.namespace_ +
+                        "/" + queued.event["regarding"]["name"].get<std::string>()},
          {"reason", queued.event["reason"].get<std::string>()},
          {"error", result.status.ToString()}});
   }

@@ -73,8 +73,7 @@ class EventRecorder {
   std::condition_variable_any wake_;
   std::deque<Queued> queue_;
   // (namespace/kind/name, reason, note) -> when it was last queued.
-  std::map<std::tuple<std::string, std::string, std::string>,
-           std::chrono::steady_clock::time_point>
+  std::map<std::tuple<std::string, std::string, std::string>, std::chrono::steady_clock::time_point>
       recent_;
 };
 

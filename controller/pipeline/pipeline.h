@@ -66,8 +66,9 @@ class Pipeline {
   // Called (on the pipeline thread, while leading) for each object whose
   // status is about to be written: what it will say, what it said (or null),
   // and the object's uid. Kubernetes Events come from here. Set before Run.
-  using StatusObserver = std::function<void(const compile::ObjectStatus& desired,
-                                            const nlohmann::json* observed, const std::string& uid)>;
+  using StatusObserver =
+      std::function<void(const compile::ObjectStatus& desired, const nlohmann::json* observed,
+                         const std::string& uid)>;
   void SetStatusObserver(StatusObserver observer) { status_observer_ = std::move(observer); }
 
   // Thread-safe; only enqueue.

@@ -17,8 +17,8 @@
 
 #include "common/duration.h"
 #include "common/log.h"
-#include "common/version.h"
 #include "common/snapshot_io.h"
+#include "common/version.h"
 #include "dataplane/admin/admin_server.h"
 #include "dataplane/cli/proxy_cli.h"
 #include "dataplane/health/health_checker.h"

@@ -105,7 +105,8 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> KeyDigest(std::string_view key) 
 }  // namespace
 
 AffinityCookieCodec::AffinityCookieCodec(std::string key)
-    : hmac_(std::make_shared<const HmacState>(HmacState{PrecomputePads(key), KeyDigest(key), false, {}, {}})) {
+    : hmac_(std::make_shared<const HmacState>(
+          HmacState{PrecomputePads(key), KeyDigest(key), false, {}, {}})) {
   OPENSSL_cleanse(key.data(), key.size());
 }
 

@@ -396,8 +396,7 @@ TEST(CliTest, ServeDurationsNeedAUnit) {
                            "--renew-deadline", "--retry-period"}) {
     RunResult r = RunController(std::string("serve --source=kube ") + flag + " 15");
     EXPECT_EQ(r.exit_code, 2) << flag;
-    EXPECT_NE(r.err.find(std::string(flag) + ": \"15\" needs a unit"), std::string::npos)
-        << r.err;
+    EXPECT_NE(r.err.find(std::string(flag) + ": \"15\" needs a unit"), std::string::npos) << r.err;
   }
   RunResult help = RunController("serve --help");
   for (const char* flag :

@@ -110,10 +110,10 @@ TEST_F(ControllerAgainstFakeTest, RejectedObjectsAndLeadershipBecomeEvents) {
   fake_->Upsert(LogonGroup("broken", "fastest"));
   fake_->Upsert(LogonGroup("good", "weighted_round_robin"));
   testing::Process controller(
-      {testing::BinaryPath("kwd-controller"), "serve", "--source=kube", "--kubeconfig",
-       kubeconfig_, "--admin-listen", "127.0.0.1:" + std::to_string(testing::ReserveFreePort()),
-       "--grpc-listen", "127.0.0.1:0", "--hold-off", "5ms", "--leader-elect",
-       "--leader-election-namespace", "kwd", "--leader-election-identity", "replica-a"},
+      {testing::BinaryPath("kwd-controller"), "serve", "--source=kube", "--kubeconfig", kubeconfig_,
+       "--admin-listen", "127.0.0.1:" + std::to_string(testing::ReserveFreePort()), "--grpc-listen",
+       "127.0.0.1:0", "--hold-off", "5ms", "--leader-elect", "--leader-election-namespace", "kwd",
+       "--leader-election-identity", "replica-a"},
       (dir_ / "controller.log").string());
   ASSERT_TRUE(controller.started()) << controller.Log();
   auto find = [&](const std::string& ns, const std::string& reason) -> json {

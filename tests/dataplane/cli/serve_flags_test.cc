@@ -62,18 +62,33 @@ TEST(ProxyVersionTest, VersionCommandAndFlagPrintTheVersionAndRevision) {
 TEST(ProxyServeHelpTest, ListsEveryFlagWithItsDefault) {
   RunResult help = RunProxy("serve --help");
   ASSERT_EQ(help.code, 0);
-  for (const char* flag :
-       {"--snapshot", "--controller", "--controller-ca", "--controller-cert", "--controller-key",
-        "--controller-server-name", "--listen", "--admin-listen", "--workers", "--node-id",
-        "--access-log", "--affinity-key-file", "--affinity-key-grace", "--header-timeout",
-        "--idle-timeout", "--connect-timeout", "--response-timeout", "--max-body-size",
-        "--max-header-size", "--drain-timeout", "--log-level"}) {
+  for (const char* flag : {"--snapshot",
+                           "--controller",
+                           "--controller-ca",
+                           "--controller-cert",
+                           "--controller-key",
+                           "--controller-server-name",
+                           "--listen",
+                           "--admin-listen",
+                           "--workers",
+                           "--node-id",
+                           "--access-log",
+                           "--affinity-key-file",
+                           "--affinity-key-grace",
+                           "--header-timeout",
+                           "--idle-timeout",
+                           "--connect-timeout",
+                           "--response-timeout",
+                           "--max-body-size",
+                           "--max-header-size",
+                           "--drain-timeout",
+                           "--log-level"}) {
     EXPECT_NE(help.out.find(std::string("  ") + flag + " "), std::string::npos) << flag;
   }
-  for (const char* shown : {"(default 0.0.0.0:8080)", "(default 0.0.0.0:9901)", "(default 1)",
-                            "(default 10s)", "(default 1m)", "(default 5s)", "(default 1h)",
-                            "(default 104857600)", "(default 65536)", "(default info)",
-                            "(default -)"}) {
+  for (const char* shown :
+       {"(default 0.0.0.0:8080)", "(default 0.0.0.0:9901)", "(default 1)", "(default 10s)",
+        "(default 1m)", "(default 5s)", "(default 1h)", "(default 104857600)", "(default 65536)",
+        "(default info)", "(default -)"}) {
     EXPECT_NE(help.out.find(shown), std::string::npos) << shown;
   }
   // Each flag in the help text is one the parser knows (a value it refuses
@@ -95,8 +110,7 @@ TEST(ProxyServeFlagsTest, DurationsNeedAUnit) {
                            "--response-timeout", "--drain-timeout", "--affinity-key-grace"}) {
     RunResult r = RunProxy(std::string("serve --snapshot /nonexistent ") + flag + " 10");
     EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
-    EXPECT_NE(r.out.find(std::string(flag) + ": \"10\" needs a unit"), std::string::npos)
-        << r.out;
+    EXPECT_NE(r.out.find(std::string(flag) + ": \"10\" needs a unit"), std::string::npos) << r.out;
     r = RunProxy(std::string("serve --snapshot /nonexistent ") + flag + " 10x");
     EXPECT_EQ(r.code, 2) << flag;
     EXPECT_NE(r.out.find("unknown unit \"x\""), std::string::npos) << r.out;
@@ -127,9 +141,9 @@ constexpr const char kKeyA[] = "key-A-0123456789abcdef";
 constexpr const char kKeyB[] = "key-B-fedcba9876543210";
 
 std::unique_ptr<Process> StartBackend(const std::string& instance) {
-  return std::make_unique<Process>(std::vector<std::string>{
-      testing::BinaryPath("kwd-demo-backend"), "--listen", "127.0.0.1:0", "--instance", instance,
-      "--kind", "java"});
+  return std::make_unique<Process>(std::vector<std::string>{testing::BinaryPath("kwd-demo-backend"),
+                                                            "--listen", "127.0.0.1:0", "--instance",
+                                                            instance, "--kind", "java"});
 }
 
 // One Java group "erp/portal" (J1, J2, equal capacity) under /irj/.
@@ -188,10 +202,10 @@ class AffinityKeyRotationTest : public ::testing::Test {
 
   void StartProxy(const std::string& grace) {
     proxy_ = std::make_unique<Process>(
-        std::vector<std::string>{testing::BinaryPath("kwd-proxy"), "serve", "--snapshot",
-                                 snapshot_, "--listen", "127.0.0.1:0", "--admin-listen",
-                                 "127.0.0.1:0", "--access-log", "off", "--affinity-key-file",
-                                 key_file_, "--affinity-key-grace", grace},
+        std::vector<std::string>{testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", snapshot_,
+                                 "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+                                 "--access-log", "off", "--affinity-key-file", key_file_,
+                                 "--affinity-key-grace", grace},
         dir_ + "/proxy.log");
     ASSERT_TRUE(proxy_->started()) << proxy_->Log();
   }
