@@ -1,7 +1,6 @@
 #include "controller/cli/cli.h"
 
 #include <iostream>
-#include <iterator>
 #include <sstream>
 
 #include "common/file.h"
