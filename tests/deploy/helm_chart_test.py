@@ -106,6 +106,7 @@ ALLOWED_VERBS = {
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 LEASE = ("coordination.k8s.io", "leases")
+EVENTS = ("events.k8s.io", "events")
 # The affinity-key hook Job: get on its one Secret, create (not limitable by name).
 AFFINITY_KEY_JOB_VERBS = {("", "secrets"): {"get", "create"}}
 
@@ -417,7 +418,8 @@ class RenderedChecks:
         roles = [r for r in self.of_kind("Role") if component_of(r) != "affinity-key"]
         self.assertTrue(all(component_of(r) == "controller" for r in roles))
         self.assertEqual(len(lease_roles), 1)
-        self.assertEqual(granted(lease_roles[0]["rules"]), {LEASE: ALLOWED_VERBS[LEASE]})
+        self.assertEqual(granted(lease_roles[0]["rules"]),
+                         {LEASE: ALLOWED_VERBS[LEASE], EVENTS: ALLOWED_VERBS[EVENTS]})
         self.assertTrue(bound("Role", lease_roles[0]["metadata"]["name"], NAMESPACE))
 
     def test_grpc_tls_files_come_from_mounted_secrets(self):
