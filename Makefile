@@ -25,7 +25,14 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-run: build
+# Only what running needs: build packages and curl (no test tools), the three
+# binaries (an existing build directory is reused as it is configured; a new one
+# is configured without tests). Ctrl-C stops everything and exits 0.
+run:
+	@KWD_RUN=1 ./scripts/install-deps.sh
+	@test -f $(BUILD_DIR)/CMakeCache.txt || cmake -S . -B $(BUILD_DIR) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKWD_BUILD_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target kwd-controller kwd-proxy kwd-demo-backend
 	@./scripts/run-quickstart.sh $(BUILD_DIR)
 
 unit: build

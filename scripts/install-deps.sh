@@ -12,6 +12,11 @@ packages=(
   nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
   libboost-dev libyaml-cpp-dev
 )
+# KWD_RUN=1 (`make run`): building the binaries and running the quickstart (curl), no test tools.
+if [[ "${KWD_RUN:-0}" == 1 ]]; then
+  KWD_BUILD_ONLY=1
+  packages+=(curl)
+fi
 # KWD_BUILD_ONLY=1 (the Dockerfile's build stage): only what building the binaries needs.
 if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
   packages+=(

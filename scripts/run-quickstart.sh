@@ -3,8 +3,21 @@
 # kwd-controller following examples/quickstart/ (admin on 127.0.0.1:9902, gRPC
 # on 127.0.0.1:18000) and one kwd-proxy on 127.0.0.1:8080 (admin on
 # 127.0.0.1:9901) fed by the controller. Editing the YAML changes routing live.
-# Ctrl-C stops everything.
+# Ctrl-C stops everything and exits 0.
 set -euo pipefail
+
+# On a terminal, Ctrl-C sends SIGINT to the whole foreground process group:
+# `make run` included, and make then reports "Interrupt" and fails however
+# cleanly this script stops. So the script runs itself as a job of its own
+# (job control: its own process group, given the terminal by fg): Ctrl-C
+# reaches only the quickstart, which stops and exits 0, and so does make.
+if [[ -t 0 && -z "${KWD_QUICKSTART_JOB:-}" ]]; then
+  set -m
+  KWD_QUICKSTART_JOB=1 "$0" "$@" &
+  fg %1 >/dev/null
+  exit $?
+fi
+
 build=${1:-build}
 examples=${KWD_EXAMPLES:-examples/quickstart}
 listen=${KWD_LISTEN:-127.0.0.1:8080}
@@ -20,7 +33,10 @@ cleanup() {
   wait 2>/dev/null || true
   echo "stopped"
 }
-trap cleanup EXIT INT TERM
+# Ctrl-C (SIGINT) and SIGTERM are the normal way to stop: exit 0. Any other
+# exit (a process died, a start failed) keeps its status.
+trap cleanup EXIT
+trap 'cleanup; exit 0' INT TERM
 
 start_backend() {  # port instance kind
   "$build/kwd-demo-backend" --listen "127.0.0.1:$1" --instance "$2" --kind "$3" \
@@ -100,8 +116,7 @@ over gRPC ($grpc); an invalid change is reported and the proxy keeps the previou
 Ctrl-C stops everything.
 HINTS
 
-while kill -0 "$proxy_pid" 2>/dev/null && kill -0 "$controller_pid" 2>/dev/null; do
-  sleep 1
-done
+# Signals interrupt `wait` at once, so Ctrl-C is handled without delay.
+wait -n "$proxy_pid" "$controller_pid" || true
 echo "a process exited; see $run_dir/proxy.log and $run_dir/controller.log" >&2
 exit 1

@@ -1,8 +1,11 @@
 #include "controller/cli/cli.h"
 
 #include <iostream>
+#include <sstream>
 
+#include "common/file.h"
 #include "common/snapshot_io.h"
+#include "common/build_info.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
 #include "controller/source/dir_source.h"
@@ -15,23 +18,29 @@ constexpr std::string_view kUsage =
     "\n"
     "commands:\n"
     "  serve     --source=dir:DIR | --source=kube   serve snapshots to proxies\n"
-    "  compile   --source=dir:DIR                   print the snapshot as JSON on stdout\n"
-    "  validate  --source=dir:DIR                   print problems per object; exit 1 if any\n"
+    "  compile   --source=dir:DIR | -f FILE         print the snapshot as JSON on stdout\n"
+    "  validate  --source=dir:DIR | -f FILE|-       print problems per object; exit 1 if any\n"
+    "  version                                      print the version and git revision\n"
+    "  ensure-affinity-key --namespace NS --secret NAME\n"
+    "                                               create the proxies' key Secret once\n"
     "\n"
     "Run 'kwd-controller <command> --help' for the flags of a command.\n";
 
 constexpr std::string_view kCompileUsage =
-    "usage: kwd-controller compile --source=dir:DIR\n"
+    "usage: kwd-controller compile --source=dir:DIR | -f FILE [-f FILE...]\n"
     "\n"
     "Reads every *.yaml/*.yml under DIR (LogonGroup, UrlMapping, EndpointSlice, Pod),\n"
+    "or the files given with -f (\"-f -\" reads standard input),\n"
     "compiles them and prints the routing snapshot as JSON on stdout. Invalid objects\n"
     "are reported on stderr and left out. Exit 0 on success, 1 when a file cannot be\n"
     "loaded (e.g. a YAML syntax error), 2 on a usage error.\n";
 
 constexpr std::string_view kValidateUsage =
-    "usage: kwd-controller validate --source=dir:DIR\n"
+    "usage: kwd-controller validate --source=dir:DIR | -f FILE [-f FILE...]\n"
     "\n"
-    "Reads every *.yaml/*.yml under DIR and prints one line per problem per object,\n"
+    "Reads every *.yaml/*.yml under DIR, or the files given with -f (\"-f -\" reads\n"
+    "standard input, e.g. `helm template ... | kwd-controller validate -f -`), and\n"
+    "prints one line per problem per object,\n"
     "or \"ok: N objects\" when there is none. Strict: an unknown field, a duplicate\n"
     "key, a YAML anchor or alias and a misspelt dispatch.kwd.io kind are problems,\n"
     "each naming file:line of the field and its path. Exit 0 when clean, 1 on\n"
@@ -43,6 +52,7 @@ bool IsHelp(std::string_view arg) {
 
 struct DirCommandFlags {
   std::string dir;
+  std::vector<std::string> files;  // -f FILE; "-" is standard input
 };
 
 // Parses the flags of `compile`/`validate`. Returns an exit code to stop
@@ -69,14 +79,27 @@ std::optional<int> ParseDirCommandFlags(std::string_view command, std::string_vi
         return usage_error("--source needs a value (dir:DIR)");
       }
       source = args[++i];
+    } else if (arg == "-f" || arg == "--filename") {
+      if (i + 1 >= args.size()) {
+        return usage_error(std::string(arg) + " needs a file name (or - for standard input)");
+      }
+      flags->files.push_back(args[++i]);
+    } else if (arg.substr(0, 11) == "--filename=") {
+      flags->files.push_back(std::string(arg.substr(11)));
     } else if (arg.substr(0, 1) == "-") {
       return usage_error("unknown flag " + std::string(arg));
     } else {
       return usage_error("unexpected argument " + std::string(arg));
     }
   }
+  if (source && !flags->files.empty()) {
+    return usage_error("give either --source=dir:DIR or -f FILE, not both");
+  }
+  if (!flags->files.empty()) {
+    return std::nullopt;
+  }
   if (!source) {
-    return usage_error("missing --source=dir:DIR");
+    return usage_error("missing --source=dir:DIR or -f FILE");
   }
   std::string error;
   auto spec = ParseSource(*source, &error);
@@ -98,9 +121,27 @@ std::string ConditionLine(const compile::ObjectStatus& status,
 
 // Loads and reports load problems: notes go to `notes`, errors to `errors`
 // (prefixed when `error_prefix` is set). Returns whether loading succeeded.
-bool Load(const std::string& dir, source::LoadResult* result, std::ostream& errors,
+bool Load(const DirCommandFlags& flags, source::LoadResult* result, std::ostream& errors,
           std::string_view error_prefix, std::ostream& notes) {
-  *result = source::LoadDirectory(dir);
+  if (flags.files.empty()) {
+    *result = source::LoadDirectory(flags.dir);
+  }
+  for (const std::string& file : flags.files) {
+    std::string text;
+    std::string read_error;
+    if (file == "-") {
+      std::ostringstream in;
+      in << std::cin.rdbuf();
+      source::LoadYamlText(in.str(), "<stdin>", result);
+      continue;
+    }
+    if (!ReadWholeFile(file, &text, &read_error)) {
+      result->problems.push_back(
+          {source::LoadProblem::Severity::kError, file, 0, "cannot read: " + read_error});
+      continue;
+    }
+    source::LoadYamlText(text, file, result);
+  }
   for (const auto& problem : result->problems) {
     if (problem.is_error()) {
       errors << error_prefix << problem.ToString() << "\n";
@@ -127,7 +168,7 @@ int RunCompile(const std::vector<std::string>& args, std::ostream& out, std::ost
     return *code;
   }
   source::LoadResult loaded;
-  if (!Load(flags.dir, &loaded, err, "error: ", err)) {
+  if (!Load(flags, &loaded, err, "error: ", err)) {
     return 1;
   }
   compile::CompileResult compiled = compile::Compile(loaded.objects);
@@ -151,7 +192,7 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
     return *code;
   }
   source::LoadResult loaded;
-  bool clean = Load(flags.dir, &loaded, out, "", err);
+  bool clean = Load(flags, &loaded, out, "", err);
   compile::CompileResult compiled = compile::Compile(loaded.objects);
   for (const auto& status : compiled.statuses) {
     for (const auto& condition : status.conditions) {
@@ -199,6 +240,13 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   if (IsHelp(command)) {
     out << kUsage;
     return 0;
+  }
+  if (command == "version" || command == "--version") {
+    out << VersionLine("kwd-controller") << "\n";
+    return 0;
+  }
+  if (command == "ensure-affinity-key") {
+    return RunEnsureAffinityKey(rest, out, err);
   }
   if (command == "compile") {
     return RunCompile(rest, out, err);

@@ -26,4 +26,8 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
 
 int ControllerMain(int argc, char** argv);
 
+// `kwd-controller ensure-affinity-key` (args without the command name).
+int RunEnsureAffinityKey(const std::vector<std::string>& args, std::ostream& out,
+                         std::ostream& err);
+
 }  // namespace kwd::cli

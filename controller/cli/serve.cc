@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "common/duration.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/snapshot_io.h"
@@ -21,6 +22,7 @@
 #include "controller/cli/cli.h"
 #include "controller/grpc/replica_reports.h"
 #include "controller/grpc/snapshot_server.h"
+#include "controller/kube/event_recorder.h"
 #include "controller/kube/kube_client.h"
 #include "controller/kube/kube_config.h"
 #include "controller/kube/leader_elector.h"
@@ -48,6 +50,7 @@ constexpr std::string_view kServeUsage =
     "  --grpc-listen HOST:PORT          snapshot gRPC server for kwd-proxy --controller\n"
     "                                   (default 0.0.0.0:18000)\n"
     "  --grpc-tls-cert FILE             serve gRPC over TLS with this certificate chain (PEM)...\n"
+    "                                   (default: none, plain text)\n"
     "  --grpc-tls-key FILE              ...and its key (PEM); both re-read when they change\n"
     "  --grpc-client-ca FILE            mutual TLS: refuse proxies without a client certificate\n"
     "                                   signed by a CA in FILE (PEM; re-read when it changes)\n"
@@ -55,6 +58,7 @@ constexpr std::string_view kServeUsage =
     "                                   /admin /admin/api/state\n"
     "                                   (default 0.0.0.0:9902)\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
+    "                                   (default false)\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
     "                                   else \"default\")\n"
     "  --leader-election-identity ID    (default: hostname + random suffix)\n"
@@ -70,7 +74,8 @@ constexpr std::string_view kServeUsage =
     "  --log-level debug|info|warn|error  (default info)\n"
     "  --log-format text|json           logfmt lines or one JSON object per line (default text)\n"
     "\n"
-    "Durations take a unit: 500ms, 2s, 1m. Stdout carries one line, \"listening HOST:PORT\",\n"
+    "Durations need a unit: 500ms, 2s, 1m, 1h (a bare number is refused). Stdout carries one line, "
+    "\"listening HOST:PORT\",\n"
     "once the admin port is bound; logs go to stderr. SIGTERM/SIGINT stop cleanly (exit 0).\n";
 
 struct ServeFlags {
@@ -97,22 +102,12 @@ struct ServeFlags {
   LogFormat log_format = LogFormat::kText;
 };
 
-bool ParseDuration(std::string_view text, milliseconds* out) {
-  int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || value < 0) {
+bool ParseDuration(std::string_view text, milliseconds* out, std::string* error) {
+  int64_t ms = 0;
+  if (!ParseDurationMs(text, &ms, error)) {
     return false;
   }
-  std::string_view unit(end, text.data() + text.size() - end);
-  if (unit == "ms") {
-    *out = milliseconds(value);
-  } else if (unit == "s") {
-    *out = milliseconds(value * 1000);
-  } else if (unit == "m") {
-    *out = milliseconds(value * 60000);
-  } else {
-    return false;
-  }
+  *out = milliseconds(ms);
   return true;
 }
 
@@ -165,7 +160,7 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
                                                        "--sapsystem-timeout",
                                                        "--log-level",
 
-                                                                                                              "--log-format"};
+                                                       "--log-format"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), name) == std::end(kValueFlags)) {
       return usage_error("unknown flag " + name);
     }
@@ -231,8 +226,9 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
     } else {
       return usage_error("unknown flag " + name);
     }
-    if (duration != nullptr && !ParseDuration(value, duration)) {
-      return usage_error(name + " wants a duration such as 500ms, 2s or 1m, got \"" + value + "\"");
+    std::string duration_error;
+    if (duration != nullptr && !ParseDuration(value, duration, &duration_error)) {
+      return usage_error(name + ": " + duration_error);
     }
   }
   if (!flags->source) {
@@ -329,6 +325,50 @@ class WatchMetrics {
   std::mutex mu_;
 };
 
+// Events for an object whose status is about to change: a Warning for each
+// condition that turns False (or stays False with another reason or message;
+// Programmed only when proxies reject it), a Normal "Accepted" when Accepted
+// turns True again.
+void RecordConditionEvents(kube::EventRecorder& recorder, const compile::ObjectStatus& desired,
+                           const nlohmann::json* observed, const std::string& uid) {
+  auto observed_condition = [&](const std::string& type) -> const nlohmann::json* {
+    if (observed == nullptr || !observed->is_object() || !observed->contains("conditions") ||
+        !(*observed)["conditions"].is_array()) {
+      return nullptr;
+    }
+    for (const auto& condition : (*observed)["conditions"]) {
+      if (condition.is_object() && condition.value("type", "") == type) {
+        return &condition;
+      }
+    }
+    return nullptr;
+  };
+  kube::EventObjectRef ref{"dispatch.kwd.io/v1alpha1", desired.kind, desired.namespace_,
+                           desired.name, uid};
+  for (const compile::Condition& condition : desired.conditions) {
+    const nlohmann::json* before = observed_condition(condition.type);
+    std::string before_status = before ? before->value("status", "") : "";
+    std::string action = condition.type == "Accepted" ? "Validate" : "Program";
+    // Programmed=False is only news when proxies reject the snapshot; waiting
+    // for proxies (NoProxies, Pending) is normal at startup.
+    if (condition.type == "Programmed" && condition.reason != "Rejected") {
+      continue;
+    }
+    if (condition.status == "False") {
+      if (before_status == "False" && before->value("reason", "") == condition.reason &&
+          before->value("message", "") == condition.message) {
+        continue;
+      }
+      recorder.Record(ref, "Warning", condition.reason, action,
+                      condition.type + "=False: " + condition.message);
+    } else if (condition.status == "True" && condition.type == "Accepted" &&
+               before_status == "False") {
+      recorder.Record(ref, "Normal", condition.reason, action,
+                      "Accepted again: " + condition.message);
+    }
+  }
+}
+
 int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   SetLogLevel(flags.log_level);
   SetLogFormat(flags.log_format);
@@ -398,8 +438,9 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   sapsystem::PollerOptions poller_options;
   poller_options.timeout = flags.sapsystem_timeout;
   sapsystem::SapSystemPoller sap_poller(pipeline, poller_options, &metrics);
-  pipeline.SetSapSystemObserver(
-      [&sap_poller](std::vector<model::SapSystem> systems) { sap_poller.SetSystems(std::move(systems)); });
+  pipeline.SetSapSystemObserver([&sap_poller](std::vector<model::SapSystem> systems) {
+    sap_poller.SetSystems(std::move(systems));
+  });
   pipeline.SetStatusDecorator(
       [&sap_poller](compile::ObjectStatus* status) { sap_poller.Decorate(status); });
 
@@ -409,6 +450,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   std::unique_ptr<pipeline::StatusWriter> status_writer;
   std::unique_ptr<kube::LeaderElector> elector;
   std::unique_ptr<snapshot_server::ReplicaReports> reports;
+  std::unique_ptr<kube::EventRecorder> events;
 
   if (flags.source->type == SourceSpec::Type::kDir) {
     std::error_code error;
@@ -442,11 +484,20 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       return std::vector<compile::Condition>{grpc_server.ProgrammedFor(object)};
     });
     grpc_server.SetOnProxiesChanged([&pipeline] { pipeline.ResyncStatus(); });
+    std::string identity = flags.identity.empty() ? DefaultIdentity() : flags.identity;
+    kube::EventRecorderOptions event_options;
+    event_options.reporting_instance = identity;
+    events = std::make_unique<kube::EventRecorder>(*client, event_options);
+    pipeline.SetStatusObserver([recorder = events.get()](const compile::ObjectStatus& desired,
+                                                         const nlohmann::json* observed,
+                                                         const std::string& uid) {
+      RecordConditionEvents(*recorder, desired, observed, uid);
+    });
     if (flags.leader_elect) {
       kube::LeaderElectionConfig election;
       election.lease_namespace =
           flags.lease_namespace.empty() ? DefaultLeaseNamespace() : flags.lease_namespace;
-      election.identity = flags.identity.empty() ? DefaultIdentity() : flags.identity;
+      election.identity = identity;
       election.lease_duration = flags.lease_duration;
       election.renew_deadline = flags.renew_deadline;
       election.retry_period = flags.retry_period;
@@ -455,15 +506,22 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
            {"identity", election.identity}});
       kube::LeaderCallbacks callbacks;
       pipeline::StatusWriter* writer = status_writer.get();
-      callbacks.on_started_leading = [writer, &pipeline, &leader_gauge] {
+      kube::EventObjectRef lease{"coordination.k8s.io/v1", "Lease", election.lease_namespace,
+                                 election.lease_name, ""};
+      kube::EventRecorder* recorder = events.get();
+      callbacks.on_started_leading = [writer, &pipeline, &leader_gauge, recorder, lease, identity] {
         Log(LogLevel::kInfo, "leader", "started leading: writing status");
         writer->SetLeader(true);
         leader_gauge.Set(1);
+        recorder->Record(lease, "Normal", "LeaderElected", "LeaderElection",
+                         identity + " became leader: it writes status and events");
         pipeline.ResyncStatus();
       };
-      callbacks.on_stopped_leading = [writer, &leader_gauge] {
+      callbacks.on_stopped_leading = [writer, &leader_gauge, recorder, lease, identity] {
         writer->SetLeader(false);
         leader_gauge.Set(0);
+        recorder->Record(lease, "Normal", "LeadershipLost", "LeaderElection",
+                         identity + " stopped leading");
         Log(LogLevel::kInfo, "leader", "stopped leading: status writes stopped");
       };
       callbacks.on_new_leader = [](const std::string& identity) {
@@ -523,6 +581,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   std::jthread writer_thread;
   std::jthread elector_thread;
   std::jthread reports_thread;
+  std::jthread events_thread;
   std::jthread dir_thread;
   if (dir_watcher) {
     dir_thread = std::jthread([&](std::stop_token stop) { dir_watcher->Run(stop); });
@@ -535,6 +594,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     if (reports) {
       reports_thread = std::jthread([&](std::stop_token stop) { reports->Run(stop); });
     }
+    events_thread = std::jthread([&](std::stop_token stop) { events->Run(stop); });
   }
 
   int signal_number = 0;
@@ -569,6 +629,11 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   sap_poller_thread.join();
   pipeline_thread.request_stop();
   pipeline_thread.join();
+  if (events_thread.joinable()) {
+    events_thread.request_stop();
+    events_thread.join();
+    events->Flush();  // e.g. LeadershipLost
+  }
   grpc_server.Stop();
   admin.Stop();
   Log(LogLevel::kInfo, "serve", "stopped");

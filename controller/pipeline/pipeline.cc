@@ -253,7 +253,8 @@ void Pipeline::DiffStatuses() {
   auto now = clock_->WallNow();
   for (const compile::ObjectStatus& status : result->statuses) {
     model::ObjectKey key{status.kind, status.namespace_, status.name};
-    if (!store_.objects().Find(key)) {
+    std::optional<model::Object> object = store_.objects().Find(key);
+    if (!object) {
       continue;
     }
     compile::ObjectStatus desired = status;
@@ -266,6 +267,9 @@ void Pipeline::DiffStatuses() {
       }
     }
     if (auto write = StatusToWrite(desired, store_.ObservedStatus(key), now)) {
+      if (status_observer_) {
+        status_observer_(desired, store_.ObservedStatus(key), model::MetadataOf(*object).uid);
+      }
       updates.push_back(StatusUpdate{std::move(key), std::move(*write)});
     }
   }

@@ -74,6 +74,13 @@ class Pipeline {
   void SetSapSystemObserver(SapSystemObserver observer) {
     sap_system_observer_ = std::move(observer);
   }
+  // Called (on the pipeline thread, while leading) for each object whose
+  // status is about to be written: what it will say, what it said (or null),
+  // and the object's uid. Kubernetes Events come from here. Set before Run.
+  using StatusObserver =
+      std::function<void(const compile::ObjectStatus& desired, const nlohmann::json* observed,
+                         const std::string& uid)>;
+  void SetStatusObserver(StatusObserver observer) { status_observer_ = std::move(observer); }
 
   // Thread-safe; only enqueue.
   void Upsert(ObservedObject observed);
@@ -123,6 +130,7 @@ class Pipeline {
   ExtraConditions extra_conditions_;
   StatusDecorator status_decorator_;
   SapSystemObserver sap_system_observer_;
+  StatusObserver status_observer_;
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;

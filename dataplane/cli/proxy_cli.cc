@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "common/file.h"
+#include "common/build_info.h"
 
 namespace kwd::cli {
 namespace {
@@ -75,6 +76,7 @@ constexpr const char kUsage[] =
     "commands:\n"
     "  serve     run the proxy (--snapshot FILE | --controller HOST:PORT)\n"
     "  explain   show how the proxy would route a request (--snapshot FILE --url URL)\n"
+    "  version   print the version and git revision (also --version)\n"
     "\n"
     "Run 'kwd-proxy <command> --help' for a command's flags.\n";
 
@@ -88,6 +90,10 @@ int ProxyMain(int argc, char** argv) {
   std::string_view command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
     std::cout << kUsage;
+    return 0;
+  }
+  if (command == "version" || command == "--version") {
+    std::cout << VersionLine("kwd-proxy") << "\n";
     return 0;
   }
   if (command == "explain") {

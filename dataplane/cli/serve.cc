@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/build_info.h"
+#include "common/duration.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "common/snapshot_io.h"
@@ -32,95 +35,109 @@ using proxy::ProxyOptions;
 namespace {
 
 constexpr const char kServeUsage[] =
-    "usage: kwd-proxy serve --snapshot FILE | --controller HOST:PORT\n"
-    "                       [--listen 0.0.0.0:8080] [--admin-listen 0.0.0.0:9901]\n"
-    "                       [--workers N] [--node-id ID] [--access-log FILE|-|off]\n"
-    "                       [--affinity-key-file FILE] [--header-timeout 10s]\n"
-    "                       [--idle-timeout 60s] [--connect-timeout 5s]\n"
-    "                       [--response-timeout 60s] [--max-body-size 104857600]\n"
-    "                       [--max-header-size 65536] [--drain-timeout 10s]\n"
-    "                       [--log-level debug|info|warn|error] [--log-format text|json]\n"
-    "                       [--admin-token-file FILE]\n"
-    "                       [--controller-ca FILE] [--controller-cert FILE]\n"
-    "                       [--controller-key FILE] [--controller-server-name NAME]\n"
-    "                       [--tls-listen 0.0.0.0:8443 --tls-cert-dir DIR]\n"
-    "                       [--tls-client-ca FILE]\n"
-    "                       [--tls-verify-client none|optional|required]\n"
-    "                       [--tls-handshake-timeout 10s]\n"
-    "                       [--passthrough-listen 0.0.0.0:9443]\n"
-    "                       [--proxy-protocol http,tls,passthrough]\n"
-    "                       [--trusted-proxies CIDR,...]\n"
-    "                       [--upstream-cert-dir DIR]\n"
+    "usage: kwd-proxy serve --snapshot FILE | --controller HOST:PORT [flags]\n"
     "\n"
     "Serves HTTP/1.1 on --listen with the routing snapshot from FILE (what\n"
-    "`kwd-controller compile` prints). SIGHUP reloads FILE: an invalid snapshot is\n"
-    "rejected and the previous one keeps serving.\n"
-    "With --controller the snapshots stream from kwd-controller over gRPC; an\n"
-    "invalid one is rejected (NACK) and the previous one keeps serving, as it\n"
-    "does while the controller is away; /readyz answers 200 once a snapshot is\n"
-    "applied. TLS to the controller: --controller-ca (the CA that signed the\n"
-    "controller's certificate), --controller-cert/--controller-key (this proxy's\n"
-    "client certificate, for mutual TLS), --controller-server-name (the name the\n"
-    "controller's certificate must carry; default: the host of --controller). The\n"
-    "PEM files are read again on every reconnect. SIGTERM stops accepting, lets\n"
-    "in-flight requests finish (up to --drain-timeout) and exits.\n"
-    "HTTPS: --tls-listen terminates TLS 1.2/1.3 with every certificate pair in\n"
-    "--tls-cert-dir (NAME.crt + NAME.key, or Secret mounts <secret>/tls.crt +\n"
-    "tls.key); SNI picks the pair whose certificate names the host (exact, then\n"
-    "wildcard), else the first pair by name. Changed files are loaded within\n"
-    "seconds; a pair that does not load is refused (logged, counted) and the one\n"
-    "it would replace keeps serving. --tls-verify-client optional|required asks\n"
-    "for a client certificate signed by --tls-client-ca; a verified one is\n"
-    "forwarded as SSL_CLIENT_CERT (+ SSL_CLIENT_CERT_CHAIN_<n>), with\n"
-    "SSL_CIPHER_SUITE and SSL_CIPHER_USEKEYSIZE; clients' own such headers are\n"
-    "always dropped. --tls-handshake-timeout bounds a TLS handshake.\n"
-    "Re-encryption (LogonGroup upstreamTLS mode reencrypt): the group's servers\n"
-    "are reached over TLS 1.2/1.3, verified against its caBundle (else the system\n"
-    "store) and its serverName (else the server's address); a failure answers 502\n"
-    "and is never retried in clear. A group's clientCertSecret is read from\n"
-    "--upstream-cert-dir DIR/<secret>/tls.crt + tls.key (reloaded on change).\n"
-    "The affinity-cookie key comes from --affinity-key-file, else $KWD_AFFINITY_KEY;\n"
-    "every replica must use the same key. Durations take ms, s or m suffixes.\n"
-    "--log-format json writes the logs on stderr and the access log as one JSON\n"
-    "object per line (default text: logfmt logs, Common Log Format access log).\n"
-    "The admin port (/admin, /admin/api/...) is read-only unless --admin-token-file\n"
-    "names a file holding a token: then POST /admin/api/servers/drain and /undrain\n"
-    "take \"Authorization: Bearer <token>\".\n"
-    "--passthrough-listen: TLS passthrough (end-to-end TLS): the ClientHello's server\n"
-    "name picks the UrlMapping whose passthroughGroup takes the connection; the\n"
-    "bytes go to a server of that group undecrypted. A ClientHello must arrive\n"
-    "within --header-timeout; unknown or missing server names without a default\n"
-    "group are closed.\n"
-    "--proxy-protocol: the listed listeners (http, tls, passthrough) require a PROXY\n"
-    "protocol v1 or v2 header (within --header-timeout) and take the client address\n"
-    "from it; connections without one are closed.\n"
-    "--trusted-proxies: from peers in these ranges X-Forwarded-For and\n"
-    "X-Forwarded-Proto are honoured (client address: the right-most untrusted one;\n"
-    "X-Forwarded-Proto: https counts as https); from others they are replaced.\n";
+    "`kwd-controller compile` prints; SIGHUP reloads it) or streamed from\n"
+    "kwd-controller over gRPC (--controller). An invalid snapshot is rejected (NACK)\n"
+    "and the previous one keeps serving, as it does while the controller is away;\n"
+    "/readyz answers 200 once a snapshot is applied. SIGTERM/SIGINT stop accepting,\n"
+    "let in-flight requests finish (up to --drain-timeout) and exit 0.\n"
+    "\n"
+    "flags:\n"
+    "  --snapshot FILE                  routing snapshot file (JSON)\n"
+    "  --controller HOST:PORT           stream snapshots from kwd-controller\n"
+    "  --controller-ca FILE             TLS to the controller: the CA that signed its\n"
+    "                                   certificate (default: none, plain text)\n"
+    "  --controller-cert FILE           this proxy's client certificate, for mutual TLS\n"
+    "  --controller-key FILE            ...and its key (PEM files re-read on reconnect)\n"
+    "  --controller-server-name NAME    name the controller's certificate must carry\n"
+    "                                   (default: the host of --controller)\n"
+    "  --listen HOST:PORT               HTTP listener (default 0.0.0.0:8080)\n"
+    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /admin (default 0.0.0.0:9901)\n"
+    "  --workers N                      worker threads, 1-256 (default 1)\n"
+    "  --node-id ID                     name towards the controller (default: hostname)\n"
+    "  --access-log FILE|-|off          access log: a file, - (stdout) or off (default -)\n"
+    "  --affinity-key-file FILE         affinity-cookie signing key; every replica must\n"
+    "                                   share it (default: $KWD_AFFINITY_KEY, else a public\n"
+    "                                   development key). Re-read every 2s: a changed key\n"
+    "                                   signs new cookies at once...\n"
+    "  --affinity-key-grace D           ...and the previous key is still accepted this long\n"
+    "                                   (default 1h)\n"
+    "  --header-timeout D               whole request head (default 10s)\n"
+    "  --idle-timeout D                 keep-alive between requests (default 1m)\n"
+    "  --connect-timeout D              upstream connect (default 5s)\n"
+    "  --response-timeout D             upstream response head, then 504 (default 1m)\n"
+    "  --max-body-size BYTES            request body limit, then 413 (default 104857600)\n"
+    "  --max-header-size BYTES          request head limit, 1024-1048576, then 431\n"
+    "                                   (default 65536)\n"
+    "  --drain-timeout D                SIGTERM drain (default 10s)\n"
+    "  --log-level debug|info|warn|error  (default info)\n"
+    "  --log-format text|json           logfmt lines or one JSON object per line, for the\n"
+    "                                   logs and the access log (default text)\n"
+    "  --admin-token-file FILE          bearer token that enables POST\n"
+    "                                   /admin/api/servers/drain and /undrain (default: none,\n"
+    "                                   the admin port is read-only)\n"
+    "\n"
+    "HTTPS, client certificates, re-encryption, passthrough:\n"
+    "  --tls-listen HOST:PORT           HTTPS listener (default: none); needs --tls-cert-dir\n"
+    "  --tls-cert-dir DIR               every pair NAME.crt + NAME.key or <secret>/tls.crt +\n"
+    "                                   tls.key; SNI picks by name (exact, then wildcard),\n"
+    "                                   else the first pair; changed files load within\n"
+    "                                   seconds, a broken pair is refused and the old serves\n"
+    "  --tls-client-ca FILE             CA for client certificates (default: none)\n"
+    "  --tls-verify-client none|optional|required  (default none; optional with a CA)\n"
+    "                                   a verified certificate is forwarded as\n"
+    "                                   SSL_CLIENT_CERT (+ SSL_CLIENT_CERT_CHAIN_<n>)\n"
+    "  --tls-handshake-timeout D        TLS handshake limit (default 10s)\n"
+    "  --upstream-cert-dir DIR          client certificates for re-encryption:\n"
+    "                                   DIR/<clientCertSecret>/tls.crt + tls.key (default:\n"
+    "                                   none)\n"
+    "  --passthrough-listen HOST:PORT   end-to-end TLS (default: none): the ClientHello's\n"
+    "                                   server name picks the UrlMapping whose\n"
+    "                                   passthroughGroup takes the connection, undecrypted\n"
+    "  --proxy-protocol LISTENERS       http,tls,passthrough: these listeners require a\n"
+    "                                   PROXY v1/v2 header (default: none)\n"
+    "  --trusted-proxies CIDR,...       peers whose X-Forwarded-For/-Proto and X-Request-Id\n"
+    "                                   are honoured (default: none)\n"
+    "\n"
+    "Durations need a unit: 500ms, 10s, 2m, 1h (a bare number is refused).\n";
 
-bool ParseDurationMs(std::string_view text, int64_t* out) {
-  int64_t multiplier = 1000;
-  if (text.ends_with("ms")) {
-    multiplier = 1;
-    text.remove_suffix(2);
-  } else if (text.ends_with("s")) {
-    text.remove_suffix(1);
-  } else if (text.ends_with("m")) {
-    multiplier = 60'000;
-    text.remove_suffix(1);
+constexpr int64_t kAffinityKeyPollMs = 2000;
+
+// --affinity-key-file is re-read on this schedule: Kubernetes updates a
+// mounted Secret in place (an atomic symlink swap), so a rotated key reaches
+// running proxies without a restart.
+struct AffinityKeyWatch {
+  std::string file;
+  std::chrono::milliseconds grace{3'600'000};
+  std::string current;  // the key in use
+  std::string last_error;
+
+  void Check(proxy::Proxy& proxy) {
+    std::string key;
+    std::string error;
+    bool development = false;
+    if (!LoadAffinityKey(file, &key, &development, &error)) {
+      if (error != last_error) {
+        Log(LogLevel::kWarn, "serve", "affinity key file unreadable; keeping the current key",
+            {{"error", error}});
+        last_error = error;
+      }
+      return;
+    }
+    last_error.clear();
+    if (key != current) {
+      proxy.RotateAffinityKey(key, grace);
+      current = std::move(key);
+      Log(LogLevel::kInfo, "serve", "affinity key changed: signing with the new key",
+          {{"previous_key_accepted_for", FormatDurationMs(grace.count())}});
+    }
   }
-  int64_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size() || value < 0) {
-    return false;
-  }
-  *out = value * multiplier;
-  return true;
-}
+};
 
 // "http,tls,passthrough" (any subset, at least one).
-bool ParseProxyProtocolListeners(std::string_view list, ProxyOptions* options,
-                                 std::string* error) {
+bool ParseProxyProtocolListeners(std::string_view list, ProxyOptions* options, std::string* error) {
   bool any = false;
   while (!list.empty()) {
     size_t comma = list.find(',');
@@ -234,11 +251,16 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string controller_server_name;
   int64_t drain_ms = 10'000;
   bool verify_client_given = false;
+  AffinityKeyWatch key_watch;
 
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       out << kServeUsage;
+      return 0;
+    }
+    if (arg == "--version") {
+      out << VersionLine("kwd-proxy") << "\n";
       return 0;
     }
     std::string_view value;
@@ -254,6 +276,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     bool ok = true;
     uint64_t number = 0;
+    error.clear();
     if (name == "--snapshot") {
       snapshot_path = value;
     } else if (name == "--controller") {
@@ -284,8 +307,11 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       error = "--tls-verify-client takes none, optional or required";
       verify_client_given = true;
     } else if (name == "--tls-handshake-timeout") {
-      ok = ParseDurationMs(value, &options.handshake_timeout_ms) &&
+      ok = ParseDurationMs(value, &options.handshake_timeout_ms, &error) &&
            options.handshake_timeout_ms > 0;
+      if (ok || error.empty()) {
+        error = "--tls-handshake-timeout must be more than 0";
+      }
     } else if (name == "--admin-listen") {
       ok = net::ParseEndpoint(value, &options.admin_listen, &error);
     } else if (name == "--workers") {
@@ -300,16 +326,20 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       affinity_key_file = value;
     } else if (name == "--admin-token-file") {
       admin_token_file = value;
+    } else if (name == "--affinity-key-grace") {
+      int64_t grace_ms = 0;
+      ok = ParseDurationMs(value, &grace_ms, &error);
+      key_watch.grace = std::chrono::milliseconds(grace_ms);
     } else if (name == "--header-timeout") {
-      ok = ParseDurationMs(value, &options.header_timeout_ms);
+      ok = ParseDurationMs(value, &options.header_timeout_ms, &error);
     } else if (name == "--idle-timeout") {
-      ok = ParseDurationMs(value, &options.idle_timeout_ms);
+      ok = ParseDurationMs(value, &options.idle_timeout_ms, &error);
     } else if (name == "--connect-timeout") {
-      ok = ParseDurationMs(value, &options.connect_timeout_ms);
+      ok = ParseDurationMs(value, &options.connect_timeout_ms, &error);
     } else if (name == "--response-timeout") {
-      ok = ParseDurationMs(value, &options.response_timeout_ms);
+      ok = ParseDurationMs(value, &options.response_timeout_ms, &error);
     } else if (name == "--drain-timeout") {
-      ok = ParseDurationMs(value, &drain_ms);
+      ok = ParseDurationMs(value, &drain_ms, &error);
     } else if (name == "--max-body-size") {
       ok = ParseUnsigned(value, &options.max_body_bytes);
     } else if (name == "--max-header-size") {
@@ -343,11 +373,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     if (!ok) {
       err << "kwd-proxy serve: invalid value \"" << value << "\" for " << name;
-      if (name == "--listen" || name == "--admin-listen" || name == "--workers" ||
-          name == "--max-header-size" || name == "--log-level" || name == "--log-format" ||
-          name == "--tls-listen" || name == "--tls-verify-client" ||
-          name == "--passthrough-listen" || name == "--proxy-protocol" ||
-          name == "--trusted-proxies" || name == "--upstream-cert-dir") {
+      if (!error.empty()) {
         err << ": " << error;
       }
       err << "\n";
@@ -376,8 +402,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     err << "kwd-proxy serve: --tls-client-ca and --tls-verify-client need --tls-listen\n";
     return 2;
   }
-  if (options.tls.verify_client != tls::VerifyClient::kNone &&
-      options.tls.client_ca_file.empty()) {
+  if (options.tls.verify_client != tls::VerifyClient::kNone && options.tls.client_ca_file.empty()) {
     err << "kwd-proxy serve: --tls-verify-client optional|required needs --tls-client-ca FILE\n";
     return 2;
   }
@@ -410,6 +435,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     err << "kwd-proxy serve: " << error << "\n";
     return 1;
   }
+  key_watch.file = affinity_key_file;
+  key_watch.current = options.affinity_key;
   if (development_key) {
     Log(LogLevel::kWarn, "serve",
         "no affinity-cookie key given (--affinity-key-file or KWD_AFFINITY_KEY): using the "
@@ -511,9 +538,13 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << "passthrough " << proxy.passthrough_bound().ToString() << std::endl;
   }
 
+  const timespec key_poll{kAffinityKeyPollMs / 1000, (kAffinityKeyPollMs % 1000) * 1'000'000};
   for (;;) {
-    int sig = 0;
-    if (sigwait(&signals, &sig) != 0) {
+    int sig = sigtimedwait(&signals, nullptr, &key_poll);
+    if (sig < 0) {
+      if (errno == EAGAIN && !key_watch.file.empty()) {
+        key_watch.Check(proxy);
+      }
       continue;
     }
     if (sig == SIGHUP && client) {

@@ -5,6 +5,7 @@
 // completely and builds the RoutingTable off the request path, then hands the
 // same immutable table to every worker; a worker switches between requests.
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,8 +48,11 @@ class Proxy {
   ProxyMetrics& metrics() { return metrics_; }
   routing::ServerHealthRegistry& health() { return health_; }
   session::SessionRegistry& sessions() { return sessions_; }
-  const std::shared_ptr<const session::AffinityCookieCodec>& affinity_codec() const {
-    return codec_;
+  std::shared_ptr<const session::AffinityCookieCodec> affinity_codec() const { return codec_; }
+  // A new affinity-cookie key for every worker; the previous one is still
+  // accepted for `grace` (AffinityCookieCodec::Rotate).
+  void RotateAffinityKey(std::string_view key, std::chrono::milliseconds grace) {
+    codec_->Rotate(key, grace);
   }
   std::vector<std::unique_ptr<Worker>>& workers() { return workers_; }
   const ProxyOptions& options() const { return options_; }
@@ -58,7 +62,7 @@ class Proxy {
   ProxyMetrics metrics_;
   routing::ServerHealthRegistry health_;
   session::SessionRegistry sessions_;
-  std::shared_ptr<const session::AffinityCookieCodec> codec_;
+  std::shared_ptr<session::AffinityCookieCodec> codec_;
   std::shared_ptr<const routing::Clock> clock_;
   std::unique_ptr<tls::ServerTls> server_tls_;  // outlives the workers (declared first)
   std::vector<std::unique_ptr<Worker>> workers_;

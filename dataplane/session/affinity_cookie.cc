@@ -88,14 +88,49 @@ std::array<char, kMacChars> ComputeMac(const HmacPads& pads, std::string_view gr
 
 struct AffinityCookieCodec::HmacState {
   HmacPads pads;
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> key_digest;  // to notice an unchanged key
+  bool has_previous = false;
+  HmacPads previous;
+  std::chrono::steady_clock::time_point previous_until;
 };
 
+namespace {
+
+std::array<unsigned char, SHA256_DIGEST_LENGTH> KeyDigest(std::string_view key) {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest{};
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest.data());
+  return digest;
+}
+
+}  // namespace
+
 AffinityCookieCodec::AffinityCookieCodec(std::string key)
-    : key_(std::move(key)),
-      hmac_(std::make_shared<const HmacState>(HmacState{PrecomputePads(key_)})) {}
+    : hmac_(std::make_shared<const HmacState>(
+          HmacState{PrecomputePads(key), KeyDigest(key), false, {}, {}})) {
+  OPENSSL_cleanse(key.data(), key.size());
+}
+
+AffinityCookieCodec::AffinityCookieCodec(const AffinityCookieCodec& other)
+    : hmac_(other.hmac_.load()) {}
+
+void AffinityCookieCodec::Rotate(std::string_view key, std::chrono::milliseconds grace) {
+  std::shared_ptr<const HmacState> old = hmac_.load();
+  auto digest = KeyDigest(key);
+  if (CRYPTO_memcmp(digest.data(), old->key_digest.data(), digest.size()) == 0) {
+    return;
+  }
+  auto next = std::make_shared<HmacState>(HmacState{PrecomputePads(key), digest, false, {}, {}});
+  if (grace.count() > 0) {
+    next->has_previous = true;
+    next->previous = old->pads;
+    next->previous_until = std::chrono::steady_clock::now() + grace;
+  }
+  hmac_.store(std::move(next));
+}
 
 std::string AffinityCookieCodec::Encode(std::string_view group_key, std::string_view server) const {
-  std::array<char, kMacChars> mac = ComputeMac(hmac_->pads, group_key, server);
+  std::shared_ptr<const HmacState> state = hmac_.load();
+  std::array<char, kMacChars> mac = ComputeMac(state->pads, group_key, server);
   std::string value;
   value.reserve(kMacChars + 1 + server.size());
   value.append(mac.data(), mac.size());
@@ -110,9 +145,17 @@ bool AffinityCookieCodec::Verify(std::string_view value, std::string_view group_
     return false;
   }
   std::string_view claimed_server = value.substr(kMacChars + 1);
-  std::array<char, kMacChars> expected = ComputeMac(hmac_->pads, group_key, claimed_server);
+  std::shared_ptr<const HmacState> state = hmac_.load();
+  std::array<char, kMacChars> expected = ComputeMac(state->pads, group_key, claimed_server);
   if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
-    return false;
+    // A cookie signed before the last rotation, within the grace period.
+    if (!state->has_previous || std::chrono::steady_clock::now() >= state->previous_until) {
+      return false;
+    }
+    expected = ComputeMac(state->previous, group_key, claimed_server);
+    if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
+      return false;
+    }
   }
   *server = claimed_server;
   return true;

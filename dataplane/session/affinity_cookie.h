@@ -10,7 +10,13 @@
 // as-is (CheckSnapshot admits only cookie-octets in server names; should
 // another byte get through, SetCookieValue percent-encodes it and the cookie
 // does not verify). Verification is constant time and does not allocate.
+//
+// Key rotation: Rotate(new_key, grace) signs with the new key from then on and
+// still accepts cookies signed with the key it replaces for `grace`, so that
+// sessions in flight stay sticky while every replica picks up the new key.
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,21 +26,28 @@ namespace kwd::session {
 class AffinityCookieCodec {
  public:
   explicit AffinityCookieCodec(std::string key);
+  AffinityCookieCodec(const AffinityCookieCodec& other);
+  AffinityCookieCodec& operator=(const AffinityCookieCodec&) = delete;
 
   std::string Encode(std::string_view group_key, std::string_view server) const;
   // On success points `server` into `value` and returns true.
+  // Accepts the current key and, within its grace period, the previous one.
   bool Verify(std::string_view value, std::string_view group_key, std::string_view* server) const;
+
+  // Thread-safe against concurrent Encode/Verify. A key equal to the current
+  // one changes nothing. `grace` 0 drops the previous key at once.
+  void Rotate(std::string_view key, std::chrono::milliseconds grace);
 
   // The Set-Cookie header value: "<name>=<value>; Path=/; HttpOnly; SameSite=Lax"
   // plus "; Secure" when the request came over https.
   static std::string SetCookieValue(std::string_view name, std::string_view value, bool secure);
 
  private:
-  std::string key_;
-  // HMAC-SHA256 pad states keyed once at construction, so Verify only
-  // hashes the message (opaque here to keep OpenSSL out of the header).
+  // HMAC-SHA256 pad states of the current and the previous key, keyed once
+  // per rotation, so Verify only hashes the message (opaque here to keep
+  // OpenSSL out of the header). Replaced as a whole on Rotate.
   struct HmacState;
-  std::shared_ptr<const HmacState> hmac_;
+  std::atomic<std::shared_ptr<const HmacState>> hmac_;
 };
 
 }  // namespace kwd::session

@@ -106,8 +106,16 @@ ALLOWED_VERBS = {
     ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
     ("coordination.k8s.io", "leases"): {"get", "list", "create", "update", "delete"},
+    ("events.k8s.io", "events"): {"create", "patch"},
 }
 LEASE = ("coordination.k8s.io", "leases")
+EVENTS = ("events.k8s.io", "events")
+# The affinity-key hook Job: get on its one Secret, create (not limitable by name).
+AFFINITY_KEY_JOB_VERBS = {("", "secrets"): {"get", "create"}}
+
+
+def component_of(doc):
+    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
 
 
 def granted(rules):
@@ -200,6 +208,8 @@ class RenderedChecks:
     def test_kwd_containers_probe_their_admin_port(self):
         seen = 0
         for owner, c in self.kwd_containers():
+            if c["args"][0] == "ensure-affinity-key":  # a hook Job: runs and exits
+                continue
             seen += 1
             where = f"{owner}/{c['name']}"
             admin = listen_port(c["args"], "--admin-listen")
@@ -269,11 +279,23 @@ class RenderedChecks:
         self.assertEqual(len(volume), 1)
         mount = [m for m in c["volumeMounts"] if m["name"] == volume[0]["name"]][0]
         self.assertEqual(key_file, f"{mount['mountPath']}/{p['affinityKey']['secretKey']}")
-        generated = [s for s in self.of_kind("Secret") if s["metadata"]["name"] == secret_name]
-        self.assertEqual(len(generated), 0 if p["affinityKey"]["existingSecret"] else 1)
-        for s in generated:
-            self.assertIn(p["affinityKey"]["secretKey"], s["data"])
-            self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
+        # Never rendered (no key generated at render time): a hook Job creates it once.
+        self.assertEqual([s for s in self.of_kind("Secret")
+                          if s["metadata"]["name"] == secret_name], [])
+        jobs = [j for j in self.of_kind("Job") if component_of(j) == "affinity-key"]
+        self.assertEqual(len(jobs), 0 if p["affinityKey"]["existingSecret"] else 1)
+        for job in jobs:
+            self.assertEqual(job["metadata"]["annotations"]["helm.sh/hook"],
+                             "pre-install,pre-upgrade")
+            (jc,) = job["spec"]["template"]["spec"]["containers"]
+            self.assertEqual(jc["command"], ["/usr/local/bin/kwd-controller"])
+            self.assertEqual(jc["args"][0], "ensure-affinity-key")
+            self.assertEqual(arg_after(jc["args"], "--secret"), secret_name)
+            self.assertEqual(arg_after(jc["args"], "--key"), p["affinityKey"]["secretKey"])
+            self.assertEqual(arg_after(jc["args"], "--namespace"), NAMESPACE)
+        self.assertEqual(arg_after(args, "--affinity-key-grace"), p["affinityKey"]["gracePeriod"])
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        self.assertRegex(annotations["checksum/affinity-key"], r"^[0-9a-f]{64}$")
 
     def test_proxy_drains_before_it_is_killed(self):
         p = self.values["proxy"]
@@ -364,6 +386,11 @@ class RenderedChecks:
         roles = self.of_kind("ClusterRole") + self.of_kind("Role")
         self.assertTrue(roles)
         for role in roles:
+            if component_of(role) == "affinity-key":
+                self.assertEqual(granted(role["rules"]), AFFINITY_KEY_JOB_VERBS)
+                (get,) = [r for r in role["rules"] if "get" in r["verbs"]]
+                self.assertEqual(get["resourceNames"], [f"{self.fullname()}-affinity-key"])
+                continue
             name = f"{role['kind']}/{role['metadata'].get('namespace')}/{role['metadata']['name']}"
             for rule in role["rules"]:
                 self.assertNotIn("nonResourceURLs", rule, name)
@@ -404,8 +431,11 @@ class RenderedChecks:
             self.assertEqual(granted(cluster_role["rules"]), needed)
             self.assertTrue(bound("ClusterRole", cluster_role["metadata"]["name"], None))
         lease_roles = [r for r in self.of_kind("Role") if LEASE in granted(r["rules"])]
+        roles = [r for r in self.of_kind("Role") if component_of(r) != "affinity-key"]
+        self.assertTrue(all(component_of(r) == "controller" for r in roles))
         self.assertEqual(len(lease_roles), 1)
-        self.assertEqual(granted(lease_roles[0]["rules"]), {LEASE: ALLOWED_VERBS[LEASE]})
+        self.assertEqual(granted(lease_roles[0]["rules"]),
+                         {LEASE: ALLOWED_VERBS[LEASE], EVENTS: ALLOWED_VERBS[EVENTS]})
         self.assertTrue(bound("Role", lease_roles[0]["metadata"]["name"], NAMESPACE))
 
     def test_grpc_tls_files_come_from_mounted_secrets(self):
@@ -430,6 +460,8 @@ class RenderedChecks:
                     continue
                 if c.get("command", [""])[0] not in ("/usr/local/bin/kwd-controller",
                                                      "/usr/local/bin/kwd-proxy"):
+                    continue
+                if c["args"][0] == "ensure-affinity-key":
                     continue
                 want = CONTROLLER_TLS_FLAGS if "--grpc-listen" in args else PROXY_TLS_FLAGS
                 self.assertEqual(sorted(flags), sorted(want), f"{owner}/{c['name']}")
@@ -495,9 +527,9 @@ class RenderedChecks:
 class DefaultValues(RenderedChecks, unittest.TestCase):
     custom = False
     expected_kinds = {
-        "Deployment": 2, "Service": 3, "ServiceAccount": 1, "Secret": 3,
-        "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-        "PodDisruptionBudget": 2, "NetworkPolicy": 2,
+        "Deployment": 2, "Service": 3, "ServiceAccount": 2, "Secret": 2,
+        "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
+        "PodDisruptionBudget": 2, "NetworkPolicy": 2, "Job": 1,
     }
 
     def test_defaults_from_interface(self):
@@ -730,8 +762,7 @@ class GrpcTls(unittest.TestCase):
     def test_turned_off(self):
         docs = render("--set", "grpcTLS.enabled=false", "--set", "networkPolicy.enabled=false")
         self.assertEqual([d for d in docs if d["kind"] in ("Certificate", "Issuer", "NetworkPolicy")], [])
-        self.assertEqual([d["metadata"]["name"] for d in docs if d["kind"] == "Secret"],
-                         [f"{RELEASE}-kwd-affinity-key"])
+        self.assertEqual([d["metadata"]["name"] for d in docs if d["kind"] == "Secret"], [])
         for _, spec in pod_specs(docs):
             for c in spec["containers"]:
                 for flag in GRPC_TLS_FLAGS:
@@ -837,8 +868,9 @@ class Notes(unittest.TestCase):
 
     def test_default_notes(self):
         notes = self.render_notes()
-        for text in ("kubectl get lg", "kubectl apply -n erp -f examples/cluster/",
-                     "kubectl apply --server-side -f crds/",
+        for text in ("kubectl get lg",
+                     "helm show crds <chart reference> --version 0.1.0 | "
+                     "kubectl apply --server-side -f -",
                      f"port-forward svc/{RELEASE}-kwd-proxy 8080:80",
                      f"port-forward svc/{RELEASE}-kwd-proxy-admin 9901",
                      f"port-forward svc/{RELEASE}-kwd-controller 9902",
@@ -846,6 +878,9 @@ class Notes(unittest.TestCase):
                      "watching all namespaces"):
             self.assertIn(text, notes)
         self.assertNotIn("<no value>", notes)
+        # The notes work from the packaged chart: no repository paths.
+        self.assertNotIn("examples/", notes)
+        self.assertNotIn("-f crds/", notes)
 
     def test_custom_notes(self):
         notes = self.render_notes("-f", CUSTOM_VALUES)
@@ -938,7 +973,7 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
             docs = render(*render_args)
             tls_files = mounted_secret_files(docs, tmp)
             for d in docs:
-                if d["kind"] != "Deployment":
+                if d["kind"] not in ("Deployment", "Job"):
                     continue
                 for c in d["spec"]["template"]["spec"]["containers"]:
                     if not c.get("command", [""])[0].startswith("/usr/local/bin/kwd-"):
@@ -960,7 +995,8 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
         return checked
 
     def test_default_values(self):
-        self.assertEqual(self.check(), 2)
+        # controller, proxy and the affinity-key hook Job
+        self.assertEqual(self.check(), 3)
 
     def test_chart_certificates_connect_a_proxy_to_the_controller(self):
         """The generated Secrets, mounted where the rendered flags say, make a working
@@ -1027,6 +1063,102 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
         self.assertEqual(self.check("-f", CUSTOM_VALUES), 3)
 
 
+class ChartHooks(unittest.TestCase):
+    """The platform hooks (issue 14): every new value renders where it belongs."""
+    VALUES = os.path.join(SOURCE_DIR, "tests", "deploy", "values-hooks.yaml")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.docs = render("-f", cls.VALUES)
+        cls.values = load_yaml(cls.VALUES)
+
+    def workload(self, kind, component):
+        (doc,) = [d for d in self.docs if d["kind"] == kind and component_of(d) == component]
+        return doc
+
+    def test_pod_and_container_hooks(self):
+        for component in ("controller", "proxy"):
+            with self.subTest(component):
+                v = self.values[component]
+                deployment = self.workload("Deployment", component)
+                pod = deployment["spec"]["template"]["spec"]
+                (c,) = [c for c in pod["containers"] if c["name"] == component]
+                self.assertEqual(deployment["spec"]["minReadySeconds"], v["minReadySeconds"])
+                self.assertEqual(deployment["spec"]["strategy"], v["updateStrategy"])
+                for env in v["extraEnv"]:
+                    self.assertIn(env, c["env"])
+                self.assertEqual(c["env"][0]["name"], "POD_NAME")  # the chart's own stay
+                for volume in v["extraVolumes"]:
+                    self.assertIn(volume, pod["volumes"])
+                for mount in v["extraVolumeMounts"]:
+                    self.assertIn(mount, c["volumeMounts"])
+                self.assertEqual(c["livenessProbe"], v["livenessProbe"])
+                self.assertEqual(c["readinessProbe"], v["readinessProbe"])
+                annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+                for key, value in v["podAnnotations"].items():
+                    self.assertEqual(annotations[key], value)
+                # OpenShift restricted SCC: no fixed UIDs anywhere.
+                self.assertEqual(pod["securityContext"], self.values["podSecurityContext"])
+                self.assertEqual(c["securityContext"], self.values["containerSecurityContext"])
+                self.assertNotIn("runAsUser", c["securityContext"])
+        controller = self.workload("Deployment", "controller")["spec"]["template"]["spec"]
+        self.assertEqual(controller["topologySpreadConstraints"],
+                         self.values["controller"]["topologySpreadConstraints"])
+        (c,) = controller["containers"]
+        self.assertEqual(c["startupProbe"], self.values["controller"]["startupProbe"])
+        # The hook Job uses the same security contexts.
+        job = self.workload("Job", "affinity-key")["spec"]["template"]["spec"]
+        self.assertEqual(job["securityContext"], self.values["podSecurityContext"])
+
+    def test_services_hpa_and_grace(self):
+        for component, name in (("controller", f"{RELEASE}-kwd-controller"),
+                                ("proxy", f"{RELEASE}-kwd-proxy")):
+            (service,) = [d for d in self.docs if d["kind"] == "Service" and
+                          d["metadata"]["name"] == name]
+            for key, value in self.values[component]["service"]["labels"].items():
+                self.assertEqual(service["metadata"]["labels"][key], value)
+        (hpa,) = [d for d in self.docs if d["kind"] == "HorizontalPodAutoscaler"]
+        a = self.values["proxy"]["autoscaling"]
+        resources = {m["resource"]["name"]: m["resource"]["target"]["averageUtilization"]
+                     for m in hpa["spec"]["metrics"]}
+        self.assertEqual(resources["memory"], a["targetMemoryUtilizationPercentage"])
+        self.assertIn("cpu", resources)
+        self.assertEqual(hpa["spec"]["behavior"], a["behavior"])
+        proxy = self.workload("Deployment", "proxy")["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(arg_after(proxy["args"], "--affinity-key-grace"),
+                         self.values["proxy"]["affinityKey"]["gracePeriod"])
+
+    def test_rendering_is_stable_for_gitops(self):
+        """Two renders are identical: no random key, no lookup-dependent output.
+        (grpcTLS.provider=helm generates certificates at render time, so the check
+        uses cert-manager; that provider has the same GitOps trap, see the README.)"""
+        args = ["--namespace", NAMESPACE, "--set", "grpcTLS.provider=cert-manager"]
+        first = helm("template", RELEASE, CHART, *args)
+        second = helm("template", RELEASE, CHART, *args)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertEqual(first.stdout, second.stdout)
+        with open(os.path.join(CHART, "templates", "affinity-key-secret.yaml")) as f:
+            code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", f.read(), flags=re.S)  # comments
+            self.assertNotRegex(code, r"\{\{[^}]*(randAlphaNum|lookup)")
+
+    def test_checksum_rolls_proxies_when_the_key_source_changes(self):
+        def checksum(*args):
+            (proxy,) = [d for d in render(*args) if d["kind"] == "Deployment" and
+                        component_of(d) == "proxy"]
+            return proxy["spec"]["template"]["metadata"]["annotations"]["checksum/affinity-key"]
+
+        default = checksum()
+        self.assertEqual(default, checksum("--set", "proxy.affinityKey.gracePeriod=2h"))
+        self.assertNotEqual(default, checksum("--set", "proxy.affinityKey.existingSecret=mine"))
+        self.assertNotEqual(default, checksum("--set", "proxy.affinityKey.secretKey=other"))
+
+    def test_existing_secret_or_create_false_renders_no_job(self):
+        for args in (["--set", "proxy.affinityKey.existingSecret=mine"],
+                     ["--set", "proxy.affinityKey.create=false"]):
+            docs = render(*args)
+            self.assertEqual([d for d in docs if component_of(d) == "affinity-key"], [], args)
+
+
 class Schema(unittest.TestCase):
     """Bad values make helm fail instead of rendering something wrong."""
     REJECTED_BY_SCHEMA = [
@@ -1054,6 +1186,13 @@ class Schema(unittest.TestCase):
         ("upstream client cert Secret name",
          ["--set", "proxy.upstreamTLS.clientCertSecrets[0]=../etc"]),
         ("passthrough port", ["--set", "proxy.service.passthrough.containerPort=0"]),
+        ("replicas without leader election", ["--set", "controller.leaderElect=false"]),
+        ("grace period without a unit", ["--set", "proxy.affinityKey.gracePeriod=3600"]),
+        ("memory target", ["--set", "proxy.autoscaling.targetMemoryUtilizationPercentage=0"]),
+        ("update strategy type", ["--set", "proxy.updateStrategy.type=BlueGreen"]),
+        ("extra env without a name", ["--set", "controller.extraEnv[0].value=x"]),
+        ("security context as text", ["--set", "podSecurityContext=restricted"]),
+        ("unknown hpa behavior key", ["--set", "proxy.autoscaling.behavior.scaleSideways.x=1"]),
     ]
     REJECTED_BY_TEMPLATE = [
         ("grace period too short", ["--set", "proxy.terminationGracePeriodSeconds=15"],
@@ -1076,6 +1215,13 @@ class Schema(unittest.TestCase):
                 result = helm("template", RELEASE, CHART, *args)
                 self.assertNotEqual(result.returncode, 0, name)
                 self.assertIn(message, result.stderr, name)
+
+    def test_single_controller_without_leader_election_renders(self):
+        docs = render("--set", "controller.leaderElect=false", "--set", "controller.replicas=1")
+        (controller,) = [d for d in docs if d["kind"] == "Deployment" and
+                         component_of(d) == "controller"]
+        self.assertNotIn("--leader-elect", controller["spec"]["template"]["spec"]
+                         ["containers"][0]["args"])
 
     def test_explicit_grace_period_is_used(self):
         docs = render("--set", "proxy.terminationGracePeriodSeconds=45")

@@ -68,9 +68,30 @@ RESOURCES = [
     Resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", False, False),
     Resource("", "v1", "Pod", "pods", False, True),
     Resource("coordination.k8s.io", "v1", "Lease", "leases", False, False),
+    Resource("", "v1", "Secret", "secrets", False, False),
+    Resource("events.k8s.io", "v1", "Event", "events", False, False),
 ]
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
+
+
+def validate_event(obj):
+    """What the real API server requires of an events.k8s.io/v1 Event (422 otherwise)."""
+    problems = []
+    for field in ("eventTime", "reportingController", "reportingInstance", "action", "reason"):
+        if not obj.get(field):
+            problems.append(f"{field}: Required value")
+    if obj.get("type") not in ("Normal", "Warning"):
+        problems.append("type: Unsupported value: should be Normal or Warning")
+    if len(obj.get("note") or "") > 1024:
+        problems.append("note: Too long: must have at most 1024 bytes")
+    if len(obj.get("action") or "") > 128 or len(obj.get("reason") or "") > 128:
+        problems.append("action/reason: Too long: must have at most 128 bytes")
+    regarding = obj.get("regarding") or {}
+    if not regarding.get("kind") or not regarding.get("name"):
+        problems.append("regarding: Required value")
+    if problems:
+        raise ApiError(422, "Invalid", "Event.events.k8s.io is invalid: " + "; ".join(problems))
 
 
 def now_rfc3339():
@@ -450,6 +471,13 @@ class Handler(BaseHTTPRequestHandler):
                            "sent on the request")
         meta["namespace"] = namespace
         meta.pop("resourceVersion", None)
+        if res.kind == "Secret":
+            # The API server stores stringData base64-encoded under data.
+            data = obj.setdefault("data", {})
+            for key, value in (obj.pop("stringData", None) or {}).items():
+                data[key] = base64.b64encode(value.encode()).decode()
+        if res.kind == "Event":
+            validate_event(obj)
         if res.status_subresource:
             obj.pop("status", None)
         with STATE.cond:

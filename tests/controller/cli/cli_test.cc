@@ -344,6 +344,71 @@ struct UsageCase {
   std::string want_err;  // substring of stderr
 };
 
+// `validate -f FILE` (repeatable) and `-f -` (standard input): the same
+// problems, named by the file (or <stdin>) and line.
+TEST_F(CliTempDirTest, ValidateReadsFilesAndStandardInput) {
+  Write("x.yaml", kConflicting);
+  std::string file = (dir_ / "x.yaml").string();
+  RunResult r = RunController("validate -f " + ShellQuote(file));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("LogonGroup erp/g: Accepted=False InvalidStrategy"), std::string::npos)
+      << r.out;
+  r = RunController("validate -f - <" + ShellQuote(file));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("LogonGroup erp/g: Accepted=False InvalidStrategy"), std::string::npos)
+      << r.out;
+  // Both quickstart files, one with -f and one on standard input: clean.
+  std::string quickstart = Example("quickstart");
+  r = RunController("validate -f " + ShellQuote(quickstart + "/logongroups.yaml") + " -f - <" +
+                    ShellQuote(quickstart + "/urlmapping.yaml"));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("ok: ", 0), 0u) << r.out;
+  // A YAML syntax error on standard input names <stdin> and the line.
+  Write("bad.yaml", "kind: LogonGroup\nmetadata: [\n");
+  r = RunController("validate -f - <" + ShellQuote((dir_ / "bad.yaml").string()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("<stdin>:"), std::string::npos) << r.out << r.err;
+  // A missing file is a problem naming it; -f and --source do not mix.
+  r = RunController("validate -f /nonexistent/kwd.yaml");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/kwd.yaml: cannot read"), std::string::npos) << r.out;
+  r = RunController("validate -f " + ShellQuote(file) + " " + Source());
+  EXPECT_EQ(r.exit_code, 2);
+  // compile takes -f as well.
+  r = RunController("compile -f " + ShellQuote(quickstart + "/logongroups.yaml") + " -f " +
+                    ShellQuote(quickstart + "/urlmapping.yaml"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"groups\""), std::string::npos);
+}
+
+TEST(CliTest, VersionCommandAndFlag) {
+  for (const char* args : {"version", "--version"}) {
+    RunResult r = RunController(args);
+    EXPECT_EQ(r.exit_code, 0) << args;
+    EXPECT_EQ(r.out.rfind("kwd-controller ", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find(" (revision "), std::string::npos) << r.out;
+  }
+}
+
+// The one duration rule: a unit is required; ms, s, m and h are known.
+TEST(CliTest, ServeDurationsNeedAUnit) {
+  for (const char* flag : {"--hold-off", "--max-delay", "--poll-interval", "--lease-duration",
+                           "--renew-deadline", "--retry-period"}) {
+    RunResult r = RunController(std::string("serve --source=kube ") + flag + " 15");
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_NE(r.err.find(std::string(flag) + ": \"15\" needs a unit"), std::string::npos) << r.err;
+  }
+  RunResult help = RunController("serve --help");
+  for (const char* flag :
+       {"--source", "--kubeconfig", "--namespace", "--grpc-listen", "--grpc-tls-cert",
+        "--grpc-tls-key", "--grpc-client-ca", "--admin-listen", "--leader-elect",
+        "--leader-election-namespace", "--leader-election-identity", "--lease-duration",
+        "--renew-deadline", "--retry-period", "--hold-off", "--max-delay", "--poll-interval",
+        "--log-level"}) {
+    EXPECT_NE(help.out.find(std::string("  ") + flag), std::string::npos) << flag;
+  }
+}
+
 class UsageTest : public testing::TestWithParam<UsageCase> {};
 
 TEST_P(UsageTest, ExitCodeAndMessage) {
@@ -363,7 +428,7 @@ INSTANTIATE_TEST_SUITE_P(
         UsageCase{"ValidateHelp", "validate -h", 0, "usage: kwd-controller validate", ""},
         UsageCase{"NoCommand", "", 2, "", "usage: kwd-controller"},
         UsageCase{"UnknownCommand", "frobnicate", 2, "", "unknown command \"frobnicate\""},
-        UsageCase{"MissingSource", "compile", 2, "", "missing --source=dir:DIR"},
+        UsageCase{"MissingSource", "compile", 2, "", "missing --source=dir:DIR or -f FILE"},
         UsageCase{"UnknownFlag", "validate --source=dir:. --frob", 2, "", "unknown flag --frob"},
         UsageCase{"BadSource", "compile --source=file:x", 2, "",
                   "--source must be dir:DIR or kube"},

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "common/crypto.h"
@@ -135,6 +136,48 @@ TEST(AffinityCookieTest, SetCookieValueNeverCarriesWhatACookieMayNotHold) {
   // Names a snapshot may hold pass unchanged.
   EXPECT_EQ(AffinityCookieCodec::SetCookieValue("kwd_affinity", "m.erp1_ERP_00:fd00::1", false),
             "kwd_affinity=m.erp1_ERP_00:fd00::1; Path=/; HttpOnly; SameSite=Lax");
+}
+
+TEST(AffinityCookieRotationTest, SignsWithTheNewKeyAndAcceptsThePreviousWithinGrace) {
+  AffinityCookieCodec codec("key-A");
+  std::string old_value = codec.Encode("erp/public", "s1");
+  codec.Rotate("key-B", std::chrono::hours(1));
+  EXPECT_EQ(codec.Encode("erp/public", "s1"), ExpectedValue("key-B", "erp/public", "s1"));
+  std::string_view server;
+  EXPECT_TRUE(codec.Verify(old_value, "erp/public", &server));
+  EXPECT_EQ(server, "s1");
+  EXPECT_TRUE(codec.Verify(codec.Encode("erp/public", "s2"), "erp/public", &server));
+  EXPECT_EQ(server, "s2");
+  // Only the one previous key: after a second rotation key A is gone.
+  codec.Rotate("key-C", std::chrono::hours(1));
+  EXPECT_FALSE(codec.Verify(old_value, "erp/public", &server));
+  EXPECT_TRUE(codec.Verify(ExpectedValue("key-B", "erp/public", "s1"), "erp/public", &server));
+}
+
+TEST(AffinityCookieRotationTest, GraceZeroDropsThePreviousKeyAndTheSameKeyChangesNothing) {
+  AffinityCookieCodec codec("key-A");
+  std::string old_value = codec.Encode("erp/public", "s1");
+  std::string_view server;
+  codec.Rotate("key-A", std::chrono::milliseconds(0));
+  EXPECT_TRUE(codec.Verify(old_value, "erp/public", &server));
+  codec.Rotate("key-B", std::chrono::milliseconds(0));
+  EXPECT_FALSE(codec.Verify(old_value, "erp/public", &server));
+  // Rotating to the current key again keeps the previous one's grace.
+  AffinityCookieCodec graced("key-A");
+  graced.Rotate("key-B", std::chrono::hours(1));
+  graced.Rotate("key-B", std::chrono::milliseconds(0));
+  EXPECT_TRUE(graced.Verify(old_value, "erp/public", &server));
+}
+
+TEST(AffinityCookieRotationTest, VerifyWithThePreviousKeyDoesNotAllocate) {
+  AffinityCookieCodec codec("key-A");
+  std::string old_value = codec.Encode("erp/public", "s1");
+  codec.Rotate("key-B", std::chrono::hours(1));
+  std::string_view server;
+  testing::AllocScope scope;
+  bool verified = codec.Verify(old_value, "erp/public", &server);
+  EXPECT_EQ(scope.Delta().count, 0u);
+  EXPECT_TRUE(verified);
 }
 
 }  // namespace

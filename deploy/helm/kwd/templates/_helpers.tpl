@@ -150,6 +150,9 @@ is 65532 as well; the numbers here make runAsNonRoot checkable without
 inspecting the image.
 */}}
 {{- define "kwd.podSecurityContext" -}}
+{{- if kindIs "map" .Values.podSecurityContext }}
+{{- toYaml .Values.podSecurityContext }}
+{{- else }}
 runAsNonRoot: true
 runAsUser: 65532
 runAsGroup: 65532
@@ -157,8 +160,12 @@ fsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+{{- end }}
 
 {{- define "kwd.containerSecurityContext" -}}
+{{- if kindIs "map" .Values.containerSecurityContext }}
+{{- toYaml .Values.containerSecurityContext }}
+{{- else }}
 runAsNonRoot: true
 runAsUser: 65532
 runAsGroup: 65532
@@ -170,6 +177,42 @@ capabilities:
     - ALL
 seccompProfile:
   type: RuntimeDefault
+{{- end }}
+{{- end }}
+
+{{/*
+A probe: the component's value when set (it replaces the default whole, so
+another handler such as exec or tcpSocket works), else the default.
+Usage: include "kwd.probe" (dict "override" $p.livenessProbe "default" (dict ...))
+*/}}
+{{- define "kwd.probe" -}}
+{{- if .override }}
+{{- toYaml .override }}
+{{- else }}
+{{- toYaml .default }}
+{{- end }}
+{{- end }}
+
+{{/* The Deployment strategy: the component's updateStrategy, else a surge-only rolling update. */}}
+{{- define "kwd.updateStrategy" -}}
+{{- if . }}
+{{- toYaml . }}
+{{- else }}
+type: RollingUpdate
+rollingUpdate:
+  maxUnavailable: 0
+  maxSurge: 1
+{{- end }}
+{{- end }}
+
+{{/*
+Rolls the proxy pods when the affinity key's source changes (another Secret
+or key). A new key in the same Secret needs no restart: the kubelet updates
+the mounted file and kwd-proxy reloads it, accepting the previous key for
+proxy.affinityKey.gracePeriod.
+*/}}
+{{- define "kwd.affinityKeyChecksum" -}}
+{{- dict "secret" (include "kwd.affinityKeySecretName" .) "key" .Values.proxy.affinityKey.secretKey | toJson | sha256sum }}
 {{- end }}
 
 {{/* Soft anti-affinity: replicas on different nodes when the scheduler can. */}}
@@ -237,6 +280,8 @@ The sidecar drains like the shared proxy: a preStop sleep, then SIGTERM.
     - {{ printf "%ds" (int .Values.proxy.drainTimeoutSeconds) }}
     - --affinity-key-file
     - /etc/kwd/affinity/{{ .Values.proxy.affinityKey.secretKey }}
+    - --affinity-key-grace
+    - {{ .Values.proxy.affinityKey.gracePeriod }}
     - --log-level
     - {{ .Values.proxy.logLevel }}
     {{- if .Values.grpcTLS.enabled }}
@@ -308,4 +353,9 @@ patch on the two status subresources (merge patch), and its own Lease.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+# Events about rejected LogonGroups/UrlMappings (in their namespaces) and
+# leadership changes (controller/kube/event_recorder.cc).
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
 {{- end }}
