@@ -243,8 +243,7 @@ ordered_json UrlMappingJson(const routing::RoutingTable& table) {
 // A TLS passthrough group's hosts (null: the any-host default) and
 // counters (kwd_proxy_passthrough_*); null for a group no host names.
 ordered_json PassthroughJson(const routing::RoutingTable& table, size_t group,
-                             const health::GroupCheck& check,
-                             const proxy::TableMetrics* metrics) {
+                             const health::GroupCheck& check, const proxy::TableMetrics* metrics) {
   if (!check.passthrough) {
     return ordered_json();
   }
@@ -718,7 +717,8 @@ ordered_json AdminServer::State() {
     entry["health_check"] = {
         {"path", group.health_check.path()},
         {"protocol", health::CheckTransportName(check.transport)},
-        {"server_name", check.server_name.empty() ? ordered_json() : ordered_json(check.server_name)}};
+        {"server_name",
+         check.server_name.empty() ? ordered_json() : ordered_json(check.server_name)}};
     entry["passthrough"] = PassthroughJson(*table, g, check, metrics.get());
     entry["servers"] = ordered_json::array();
     for (size_t s = 0; s < group.servers.size(); ++s) {

@@ -404,7 +404,7 @@ class HealthChecker::Loop {
         std::shared_ptr<SSL_CTX> ctx = settings != nullptr ? settings->Context() : nullptr;
         std::string error =
             settings == nullptr ? "no TLS settings for the group" : settings->error();
-        std::string_view name = !probe.verify ? std::string_view(target.server_name)
+        std::string_view name = !probe.verify         ? std::string_view(target.server_name)
                                 : settings != nullptr ? settings->ServerName(target.address)
                                                       : std::string_view();
         if (name.empty()) {

@@ -733,12 +733,12 @@ TEST_F(AdminServerTest, UrlMappingRulesAreListedLongestPrefixFirst) {
 // Groups by key and virtual hosts by host, as CheckSnapshot wants them,
 // then a new version.
 void SortAndStamp(v1::Snapshot* snapshot) {
-  std::sort(snapshot->mutable_groups()->pointer_begin(),
-            snapshot->mutable_groups()->pointer_end(),
+  std::sort(snapshot->mutable_groups()->pointer_begin(), snapshot->mutable_groups()->pointer_end(),
             [](const v1::Group* a, const v1::Group* b) { return a->key() < b->key(); });
-  std::sort(snapshot->mutable_virtual_hosts()->pointer_begin(),
-            snapshot->mutable_virtual_hosts()->pointer_end(),
-            [](const v1::VirtualHost* a, const v1::VirtualHost* b) { return a->host() < b->host(); });
+  std::sort(
+      snapshot->mutable_virtual_hosts()->pointer_begin(),
+      snapshot->mutable_virtual_hosts()->pointer_end(),
+      [](const v1::VirtualHost* a, const v1::VirtualHost* b) { return a->host() < b->host(); });
   StampSnapshotVersion(snapshot);
 }
 
