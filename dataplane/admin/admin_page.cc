@@ -153,7 +153,19 @@ function renderGroups(state) {
     section.appendChild(el("div", "kind " + g.kind + " \u00b7 strategy " + g.strategy +
       " \u00b7 next preferred server: " + (g.next_preferred_server || "none") +
       " \u00b7 session table: " + g.session_table_entries + " entries" +
-      " \u00b7 sticky routed " + g.sticky_routed + ", lost " + g.sticky_lost, "muted"));
+      " \u00b7 sticky routed " + g.sticky_routed + ", lost " + g.sticky_lost +
+      " \u00b7 health check " + g.health_check.protocol + " " + g.health_check.path +
+      (g.health_check.server_name ? " (SNI " + g.health_check.server_name + ")" : ""), "muted"));
+    const pt = g.passthrough;
+    if (pt) {
+      const div = el("div", "TLS passthrough for " +
+        pt.hosts.map((h) => h === null ? "* (any other host)" : h).join(", ") +
+        " \u00b7 connections " + pt.connections + " \u00b7 bytes in " + pt.bytes_in +
+        ", out " + pt.bytes_out + " \u00b7 errors " + pt.errors, "passthrough");
+      div.setAttribute("data-connections", pt.connections);
+      div.setAttribute("data-errors", pt.errors);
+      section.appendChild(div);
+    }
     const wrap = el("div", null, "scroll");
     const table = el("table");
     headRow(table, ["server", "address", "capacity", "state", "health", "last check",
@@ -204,6 +216,11 @@ function renderMapping(state) {
   for (const h of state.url_mapping) {
     const title = "host " + (h.host === null ? "* (any)" : h.host) + (h.source ? " \u00b7 UrlMapping " + h.source : "");
     root.appendChild(el("h3", title));
+    if (h.passthrough_group) {
+      const p = el("p", "TLS passthrough (by SNI) \u2192 " + h.passthrough_group, "passthrough-group");
+      p.setAttribute("data-group", h.passthrough_group);
+      root.appendChild(p);
+    }
     const table = el("table");
     table.className = "rules";
     headRow(table, ["#", "prefix", "kind", "logon group"]);

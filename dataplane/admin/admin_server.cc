@@ -14,6 +14,7 @@
 #include "dataplane/admin/admin_page.h"
 #include "dataplane/admin/explain_steps.h"
 #include "dataplane/balancer/balancer.h"
+#include "dataplane/health/health_checker.h"
 #include "dataplane/routing/decision_json.h"
 #include "dataplane/session/session_table.h"
 
@@ -218,6 +219,8 @@ ordered_json UrlMappingJson(const routing::RoutingTable& table) {
     entry["default_root_handler"] = KindName(vhost.default_root_handler);
     entry["default_groups"] = {{"abap", GroupName(table, vhost.default_abap_group)},
                                {"java", GroupName(table, vhost.default_java_group)}};
+    // TLS passthrough connections whose SNI picks this host.
+    entry["passthrough_group"] = GroupName(table, vhost.passthrough_group);
     ordered_json rules = ordered_json::array();
     for (size_t i : RulesInEvaluationOrder(vhost)) {
       const routing::RuleEntry& rule = vhost.rules[i];
@@ -235,6 +238,32 @@ ordered_json UrlMappingJson(const routing::RoutingTable& table) {
     hosts.push_back(std::move(entry));
   }
   return hosts;
+}
+
+// A TLS passthrough group's hosts (null: the any-host default) and
+// counters (kwd_proxy_passthrough_*); null for a group no host names.
+ordered_json PassthroughJson(const routing::RoutingTable& table, size_t group,
+                             const health::GroupCheck& check, const proxy::TableMetrics* metrics) {
+  if (!check.passthrough) {
+    return ordered_json();
+  }
+  ordered_json hosts = ordered_json::array();
+  for (const routing::VirtualHostEntry& vhost : table.virtual_hosts()) {
+    if (vhost.passthrough_group == static_cast<int>(group)) {
+      hosts.push_back(vhost.host.empty() ? ordered_json() : ordered_json(vhost.host));
+    }
+  }
+  const proxy::GroupMetrics* counters =
+      metrics != nullptr && group < metrics->groups.size() ? &metrics->groups[group] : nullptr;
+  auto value = [](const Counter* counter) -> uint64_t {
+    return counter != nullptr ? counter->Value() : 0;
+  };
+  return ordered_json{
+      {"hosts", std::move(hosts)},
+      {"connections", value(counters != nullptr ? counters->passthrough_connections : nullptr)},
+      {"bytes_in", value(counters != nullptr ? counters->passthrough_bytes_in : nullptr)},
+      {"bytes_out", value(counters != nullptr ? counters->passthrough_bytes_out : nullptr)},
+      {"errors", value(counters != nullptr ? counters->passthrough_errors : nullptr)}};
 }
 
 constexpr std::array<const char*, proxy::kStatusClasses> kClassNames = {"none", "1xx", "2xx",
@@ -642,10 +671,13 @@ AdminServer::WorkerView AdminServer::ReadWorkers(
 }
 
 ordered_json AdminServer::State() {
-  std::shared_ptr<const routing::RoutingTable> table = proxy_->table();
+  std::shared_ptr<const proxy::TableMetrics> metrics;
+  std::shared_ptr<const routing::RoutingTable> table = proxy_->table(&metrics);
   int answered = 0;
   WorkerView workers = ReadWorkers(table, &answered);
   const size_t groups = table != nullptr ? table->groups().size() : 0;
+  std::vector<health::GroupCheck> checks =
+      table != nullptr ? health::GroupChecks(*table) : std::vector<health::GroupCheck>();
   const double window = workers.window_seconds;
 
   ordered_json state;
@@ -681,6 +713,13 @@ ordered_json AdminServer::State() {
     int next = NextPreferredServer(group, load.assigned, load.outstanding);
     entry["next_preferred_server"] =
         next >= 0 ? ordered_json(group.servers[next].name) : ordered_json();
+    const health::GroupCheck& check = checks[g];
+    entry["health_check"] = {
+        {"path", group.health_check.path()},
+        {"protocol", health::CheckTransportName(check.transport)},
+        {"server_name",
+         check.server_name.empty() ? ordered_json() : ordered_json(check.server_name)}};
+    entry["passthrough"] = PassthroughJson(*table, g, check, metrics.get());
     entry["servers"] = ordered_json::array();
     for (size_t s = 0; s < group.servers.size(); ++s) {
       const routing::ServerEntry& server = group.servers[s];

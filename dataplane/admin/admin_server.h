@@ -7,8 +7,10 @@
 //   /healthz             200 while the process runs
 //   /readyz              200 once a snapshot is applied, else 503
 //   /admin, /admin/      a self-contained HTML page over the JSON API
-//   /admin/api/state     header, groups, servers (load, health, traffic,
-//                        drain), URL mapping, permissions, recent errors
+//   /admin/api/state     header, groups (health-check protocol, TLS
+//                        passthrough hosts and counters), servers (load,
+//                        health, traffic, drain), URL mapping (with each
+//                        host's passthrough group), permissions, recent errors
 //   /admin/api/explain   ?url=...&host=...&header=... : one routing decision
 //                        and every step that made it
 //   POST /admin/api/servers/drain|undrain?group=NS/NAME&server=NAME

@@ -55,7 +55,9 @@ struct Target {
   std::shared_ptr<balancer::ServerHealth> health;
   // Re-encrypting groups are checked over TLS with the group's settings
   // (never in clear); `tls` null or with an error: every check fails.
-  bool reencrypt = false;
+  // Passthrough groups over TLS without verification (GroupChecks).
+  CheckTransport transport = CheckTransport::kHttp;
+  std::string server_name;  // kTls: SNI and Host; "" for the address
   std::shared_ptr<const tls::UpstreamTls> tls;
 
   uint32_t consecutive_successes = 0;
@@ -77,6 +79,7 @@ struct Probe {
   // object when it is TLS (for the direction the handshake waits on).
   std::unique_ptr<net::Transport> transport;
   tls::TlsTransport* tls_transport = nullptr;
+  bool verify = false;  // TLS: the server's certificate is verified
   Phase phase = Phase::kConnecting;
   std::string request;
   size_t sent = 0;
@@ -118,6 +121,65 @@ int ParseStatusLine(std::string_view response) {
     status = status * 10 + (line[i] - '0');
   }
   return status >= 100 ? status : -1;
+}
+
+std::string_view CheckTransportName(CheckTransport transport) {
+  switch (transport) {
+    case CheckTransport::kTls:
+      return "tls";
+    case CheckTransport::kTlsVerified:
+      return "tls-verified";
+    case CheckTransport::kHttp:
+      break;
+  }
+  return "http";
+}
+
+std::vector<GroupCheck> GroupChecks(const routing::RoutingTable& table) {
+  const size_t count = table.groups().size();
+  std::vector<GroupCheck> checks(count);
+  // Exact host names naming each group as its passthrough group, and
+  // whether a wildcard or the any-host entry does too.
+  std::vector<std::vector<std::string_view>> exact_hosts(count);
+  auto valid = [count](int index) { return index >= 0 && static_cast<size_t>(index) < count; };
+  for (const routing::VirtualHostEntry& vhost : table.virtual_hosts()) {
+    for (int index : {vhost.default_abap_group, vhost.default_java_group}) {
+      if (valid(index)) {
+        checks[index].http = true;
+      }
+    }
+    for (const routing::RuleEntry& rule : vhost.rules) {
+      if (valid(rule.group)) {
+        checks[rule.group].http = true;
+      }
+    }
+    if (valid(vhost.passthrough_group)) {
+      checks[vhost.passthrough_group].passthrough = true;
+      if (!vhost.host.empty() && !vhost.host.starts_with("*.")) {
+        std::vector<std::string_view>& hosts = exact_hosts[vhost.passthrough_group];
+        if (std::find(hosts.begin(), hosts.end(), vhost.host) == hosts.end()) {
+          hosts.push_back(vhost.host);
+        }
+      }
+    }
+  }
+  for (size_t g = 0; g < count; ++g) {
+    GroupCheck& check = checks[g];
+    if (table.groups()[g].reencrypt) {
+      check.transport = CheckTransport::kTlsVerified;
+    } else if (check.passthrough && !check.http) {
+      check.transport = CheckTransport::kTls;
+      if (exact_hosts[g].size() == 1) {
+        check.server_name = std::string(exact_hosts[g].front());
+      }
+    }
+  }
+  return checks;
+}
+
+GroupCheck GroupCheckFor(const routing::RoutingTable& table, size_t group_index) {
+  std::vector<GroupCheck> checks = GroupChecks(table);
+  return group_index < checks.size() ? checks[group_index] : GroupCheck{};
 }
 
 // The checker thread's state; lives on that thread only.
@@ -199,9 +261,18 @@ class HealthChecker::Loop {
     std::unordered_map<std::string, std::shared_ptr<Target>> next;
     std::vector<std::string> live_groups;
     std::vector<std::string> live_servers;
-    for (const routing::GroupEntry& group : table->groups()) {
+    std::vector<GroupCheck> checks = GroupChecks(*table);
+    for (size_t g = 0; g < table->groups().size(); ++g) {
+      const routing::GroupEntry& group = table->groups()[g];
       live_groups.push_back(group.key);
       const v1::HealthCheck& check = group.health_check;
+      const GroupCheck& how = checks[g];
+      if (how.passthrough && how.http && !group.reencrypt) {
+        Log(LogLevel::kWarn, "health",
+            "group serves both HTTP requests and TLS passthrough: its health checks are plain "
+            "HTTP (its servers must answer HTTP on that port; give passthrough its own group)",
+            {{"group", group.key}});
+      }
       for (const routing::ServerEntry& server : group.servers) {
         live_servers.push_back(server.name);
         std::string key = routing::ServerHealthRegistry::Key(group.key, server.name);
@@ -216,7 +287,8 @@ class HealthChecker::Loop {
         }
         target->address = server.address;
         target->port = server.port;
-        target->reencrypt = group.reencrypt;
+        target->transport = how.transport;
+        target->server_name = how.server_name;
         target->tls = group.tls;
         target->path = !check.path().empty()         ? check.path()
                        : group.kind == v1::KIND_ABAP ? std::string(kDefaultAbapHealthPath)
@@ -304,8 +376,10 @@ class HealthChecker::Loop {
         Finish(probe, false, std::string("connect: ") + std::strerror(error_number));
         continue;
       }
-      probe.request = "GET " + target->path +
-                      " HTTP/1.1\r\nHost: " + HostHeader(target->address, target->port) +
+      probe.request = "GET " + target->path + " HTTP/1.1\r\nHost: " +
+                      (target->transport == CheckTransport::kTls && !target->server_name.empty()
+                           ? target->server_name
+                           : HostHeader(target->address, target->port)) +
                       "\r\nUser-Agent: kwd-health-check\r\nAccept: */*\r\nConnection: "
                       "close\r\n\r\n";
       probes_.push_back(std::move(probe));
@@ -319,25 +393,33 @@ class HealthChecker::Loop {
         Finish(probe, false, std::string("connect: ") + std::strerror(err != 0 ? err : ECONNRESET));
         return;
       }
-      if (!probe.target->reencrypt) {
+      const Target& target = *probe.target;
+      if (target.transport == CheckTransport::kHttp) {
         probe.transport = std::make_unique<net::PlainTransport>(probe.fd);
         probe.phase = Probe::Phase::kSending;
       } else {
-        const Target& target = *probe.target;
-        std::shared_ptr<SSL_CTX> ctx = target.tls != nullptr ? target.tls->Context() : nullptr;
+        probe.verify = target.transport == CheckTransport::kTlsVerified;
+        std::shared_ptr<const tls::UpstreamTls> settings =
+            probe.verify ? target.tls : UnverifiedTls();
+        std::shared_ptr<SSL_CTX> ctx = settings != nullptr ? settings->Context() : nullptr;
         std::string error =
-            target.tls == nullptr ? "no TLS settings for the group" : target.tls->error();
+            settings == nullptr ? "no TLS settings for the group" : settings->error();
+        std::string_view name = !probe.verify         ? std::string_view(target.server_name)
+                                : settings != nullptr ? settings->ServerName(target.address)
+                                                      : std::string_view();
+        if (name.empty()) {
+          name = target.address;
+        }
         std::unique_ptr<tls::TlsTransport> transport;
         if (ctx != nullptr) {
-          transport = tls::TlsTransport::Client(ctx.get(), probe.fd,
-                                                target.tls->ServerName(target.address), &error);
+          transport = tls::TlsTransport::Client(ctx.get(), probe.fd, name, &error);
         }
         if (transport == nullptr) {
           Finish(probe, false, "TLS: " + error);
           return;
         }
-        target.tls->OfferSession(transport->ssl(), target.address, target.port);
-        probe.tls = target.tls;
+        settings->OfferSession(transport->ssl(), target.address, target.port);
+        probe.tls = std::move(settings);
         probe.tls_transport = transport.get();
         probe.transport = std::move(transport);
         probe.phase = Probe::Phase::kHandshaking;
@@ -348,7 +430,8 @@ class HealthChecker::Loop {
         case net::Transport::HandshakeStatus::kWantIo:
           return;
         case net::Transport::HandshakeStatus::kFailed: {
-          long verify = SSL_get_verify_result(probe.tls_transport->ssl());
+          long verify = probe.verify ? SSL_get_verify_result(probe.tls_transport->ssl())
+                                     : static_cast<long>(X509_V_OK);
           Finish(probe, false,
                  verify != X509_V_OK
                      ? std::string("TLS: the server's certificate did not verify: ") +
@@ -483,7 +566,21 @@ class HealthChecker::Loop {
     }
   }
 
+  // The client settings of passthrough groups' checks: no verification
+  // (UpstreamTlsOptions::verify_server), built on first use.
+  std::shared_ptr<const tls::UpstreamTls> UnverifiedTls() {
+    if (unverified_tls_ == nullptr) {
+      tls::UpstreamTlsOptions options;
+      options.verify_server = false;
+      v1::Group group;
+      group.set_key("(passthrough health checks)");
+      unverified_tls_ = tls::UpstreamTls::Build(group, options);
+    }
+    return unverified_tls_;
+  }
+
   HealthChecker* owner_;
+  std::shared_ptr<const tls::UpstreamTls> unverified_tls_;
   std::shared_ptr<const routing::RoutingTable> table_;
   std::unordered_map<std::string, std::shared_ptr<Target>> targets_;
   std::vector<Probe> probes_;

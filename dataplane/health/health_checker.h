@@ -13,6 +13,20 @@
 // connect fails (passive marking); the next successful check re-admits it.
 // The round-trip time of successful pings feeds ServerHealth.smoothed_rtt_us
 // (EWMA, alpha 0.3), which the adaptive balancer reads.
+//
+// The check speaks what the group's traffic speaks (GroupCheckFor):
+// - re-encrypting groups (upstreamTLS reencrypt): over TLS with the group's
+//   settings, the server verified as for requests;
+// - TLS passthrough groups (named by a UrlMapping's passthroughGroup and by
+//   no HTTP rule or default group): over TLS without verifying the server,
+//   since kwd does not terminate these connections (the client verifies the
+//   server; kwd only needs to know it answers). SNI and Host are the
+//   UrlMapping's host when exactly one exact host names the group, else the
+//   server's address (no SNI for an IP address);
+// - every other group, including one used both for HTTP requests and for
+//   passthrough: plain HTTP, the way its HTTP requests are sent (a server
+//   that only speaks TLS could not answer those either). Such a mixed group
+//   is logged once per snapshot; give passthrough its own group.
 
 #include <atomic>
 #include <cstddef>
@@ -20,7 +34,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/metrics.h"
 #include "dataplane/routing/routing_table.h"
@@ -89,6 +105,29 @@ inline constexpr int64_t kDefaultIntervalSeconds = 25;
 inline constexpr int64_t kDefaultTimeoutSeconds = 5;
 inline constexpr uint32_t kDefaultUnhealthyThreshold = 2;
 inline constexpr uint32_t kDefaultHealthyThreshold = 1;
+
+// How a group's servers are checked (see the top of this file).
+enum class CheckTransport {
+  kHttp,         // plain HTTP
+  kTls,          // TLS, server not verified (passthrough groups)
+  kTlsVerified,  // TLS with the group's UpstreamTls (re-encrypting groups)
+};
+std::string_view CheckTransportName(CheckTransport transport);  // "http", "tls", "tls-verified"
+
+struct GroupCheck {
+  CheckTransport transport = CheckTransport::kHttp;
+  // kTls: the name sent as SNI and Host; "" for the server's address.
+  std::string server_name;
+  // Named by some virtual host's passthrough group / used by HTTP routing
+  // (a rule or a default group).
+  bool passthrough = false;
+  bool http = false;
+};
+
+// The check of group `group_index` of `table`.
+GroupCheck GroupCheckFor(const routing::RoutingTable& table, size_t group_index);
+// The same for every group (parallel to table.groups()), in one pass.
+std::vector<GroupCheck> GroupChecks(const routing::RoutingTable& table);
 
 // The status code of an HTTP/1.x status line at the start of `response`
 // ("HTTP/1.1 200 OK\r\n..."): 0 while the line is incomplete, -1 when it is

@@ -54,6 +54,7 @@ bool Proxy::Start(std::string* error) {
     std::lock_guard lock(mu_);
     if (table_ == nullptr) {
       table_ = empty;
+      table_metrics_ = empty_metrics;
     }
   }
   if (options_.tls_listen.len != 0) {
@@ -116,6 +117,7 @@ bool Proxy::ApplySnapshot(const v1::Snapshot& snapshot, std::string* error) {
     std::lock_guard lock(mu_);
     previous = table_ != nullptr ? table_->version() : "";
     table_ = table;
+    table_metrics_ = table_metrics;
     ready_ = true;
   }
   double seconds =
@@ -164,6 +166,13 @@ std::string Proxy::version() const {
 
 std::shared_ptr<const routing::RoutingTable> Proxy::table() const {
   std::lock_guard lock(mu_);
+  return table_;
+}
+
+std::shared_ptr<const routing::RoutingTable> Proxy::table(
+    std::shared_ptr<const TableMetrics>* metrics) const {
+  std::lock_guard lock(mu_);
+  *metrics = table_metrics_;
   return table_;
 }
 

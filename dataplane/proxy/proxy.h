@@ -40,6 +40,10 @@ class Proxy {
   bool ready() const;
   std::string version() const;
   std::shared_ptr<const routing::RoutingTable> table() const;
+  // The table and its metrics children (TableMetrics::groups parallel to its
+  // groups), read together: for the admin port's per-group counters.
+  std::shared_ptr<const routing::RoutingTable> table(
+      std::shared_ptr<const TableMetrics>* metrics) const;
   const net::Endpoint& bound() const { return bound_; }
   const net::Endpoint& passthrough_bound() const { return passthrough_bound_; }
   // --tls-listen's bound address (len 0 without TLS).
@@ -74,6 +78,7 @@ class Proxy {
 
   mutable std::mutex mu_;  // guards the fields below; never taken per request
   std::shared_ptr<const routing::RoutingTable> table_;
+  std::shared_ptr<const TableMetrics> table_metrics_;
   bool ready_ = false;
   Gauge* version_info_ = nullptr;
 };

@@ -107,10 +107,13 @@ bool UpstreamTls::LoadContext(std::string* error) const {
   }
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
   SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  SSL_CTX_set_verify(ctx.get(), options_.verify_server ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
+                     nullptr);
   static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   SSL_CTX_set_alpn_protos(ctx.get(), kAlpn, sizeof kAlpn);
-  if (ca_bundle_pem_.empty()) {
+  if (!options_.verify_server) {
+    // Nothing to verify against (see UpstreamTlsOptions::verify_server).
+  } else if (ca_bundle_pem_.empty()) {
     if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
       *error = OpenSslError("cannot load the system certificate store");
       return false;

@@ -38,6 +38,11 @@ struct UpstreamTlsOptions {
   std::string cert_dir;  // --upstream-cert-dir; empty: no client certificates
   int64_t reload_interval_ms = 2'000;
   size_t max_sessions = 1024;  // servers whose last session is kept
+  // False: the server's certificate is not verified (no CA is loaded). Only
+  // for the health checks of TLS passthrough groups, whose connections kwd
+  // does not terminate (the client verifies the server, not kwd); never for
+  // re-encryption.
+  bool verify_server = true;
 };
 
 class UpstreamTls {

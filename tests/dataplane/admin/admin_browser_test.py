@@ -116,6 +116,22 @@ spec:
   permissions:
     - {action: permit, pattern: /sap/bc/public/*}
     - {action: deny, pattern: "*.cgi"}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: https, namespace: default}
+spec:
+  kind: abap
+  backend:
+    staticServers:
+      - {name: demo1_QS_00, address: 127.0.0.1, port: %(b1)d}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: tls, namespace: default}
+spec:
+  hosts: [erp.example.test]
+  passthroughGroup: https
 """
 
 
@@ -232,9 +248,23 @@ class AdminBrowserTest(unittest.TestCase):
                          "session table", "sticky routed", "demo2_QS_01", "127.0.0.1"):
             self.assertIn(expected, groups)
         self.assertIn("ready", self.cell("default/public", "demo1_QS_00", "td.state"))
+        # TLS passthrough: the group's hosts and counters, its TLS health
+        # check (SNI: the one host), and the host's passthrough group.
+        passthrough = self.text('section.group[data-group="default/https"] div.passthrough')
+        self.assertIn("TLS passthrough for erp.example.test", passthrough)
+        self.assertIn("connections 0", passthrough)
+        https = self.text('section.group[data-group="default/https"]')
+        self.assertIn("health check tls /sap/public/icman/ping (SNI erp.example.test)", https)
+        self.assertIn("health check http", self.text('section.group[data-group="default/public"]'))
+        self.assertEqual(self.driver.find_elements(
+            By.CSS_SELECTOR, 'section.group[data-group="default/public"] div.passthrough'), [])
+        self.assertIn("TLS passthrough (by SNI) \u2192 default/https",
+                      self.text('#url-mapping p.passthrough-group[data-group="default/https"]'))
         # Rules in evaluation order: the longest prefix first.
+        # (The any host's table comes first: hosts are listed in name order.)
+        any_host = self.driver.find_elements(By.CSS_SELECTOR, "#url-mapping table.rules")[0]
         prefixes = [r.find_elements(By.TAG_NAME, "td")[1].text for r in
-                    self.driver.find_elements(By.CSS_SELECTOR, "#url-mapping table.rules tr")[1:]]
+                    any_host.find_elements(By.TAG_NAME, "tr")[1:]]
         self.assertEqual(prefixes[:2], ["/sap/bc/gui/", "/sap/"])
         self.assertIn("root URL", prefixes[2])
         permissions = self.text("#permissions")

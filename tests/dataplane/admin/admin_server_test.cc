@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -727,6 +728,119 @@ TEST_F(AdminServerTest, UrlMappingRulesAreListedLongestPrefixFirst) {
     prefixes.push_back(r["prefix"]);
   }
   EXPECT_EQ(prefixes, (std::vector<std::string>{"/sap/bc/gui/", "/irj/", "/sap/"}));
+}
+
+// Groups by key and virtual hosts by host, as CheckSnapshot wants them,
+// then a new version.
+void SortAndStamp(v1::Snapshot* snapshot) {
+  std::sort(snapshot->mutable_groups()->pointer_begin(), snapshot->mutable_groups()->pointer_end(),
+            [](const v1::Group* a, const v1::Group* b) { return a->key() < b->key(); });
+  std::sort(
+      snapshot->mutable_virtual_hosts()->pointer_begin(),
+      snapshot->mutable_virtual_hosts()->pointer_end(),
+      [](const v1::VirtualHost* a, const v1::VirtualHost* b) { return a->host() < b->host(); });
+  StampSnapshotVersion(snapshot);
+}
+
+// TLS passthrough: each host's passthrough group, the group's hosts and
+// counters, and how its servers are health-checked (TLS for a passthrough
+// group only; plain HTTP for a group that also serves HTTP requests).
+TEST_F(AdminServerTest, StateShowsPassthroughGroupsAndHealthCheckProtocols) {
+  v1::Snapshot snapshot = MakeSnapshot(app1_.port(), app2_.port(), app3_.port(), j1_.port());
+  v1::Group* https = snapshot.add_groups();
+  *https = snapshot.groups(1);
+  https->set_key("erp/https");
+  https->mutable_servers(0)->set_name("s1");
+  v1::VirtualHost* erp = snapshot.add_virtual_hosts();
+  erp->set_host("erp.example.com");
+  erp->set_passthrough_group("erp/https");
+  v1::VirtualHost* wild = snapshot.add_virtual_hosts();
+  wild->set_host("*.erp.example.com");
+  wild->set_passthrough_group("erp/https");
+  // The any host: erp/diag is its HTTP default and its passthrough default.
+  snapshot.mutable_virtual_hosts(0)->set_passthrough_group("erp/diag");
+  SortAndStamp(&snapshot);
+  std::string error;
+  ASSERT_TRUE(proxy_->ApplySnapshot(snapshot, &error)) << error;
+
+  json state = State();
+  std::map<std::string, json> groups;
+  for (const json& g : state["groups"]) {
+    groups[g["key"]] = g;
+  }
+  const json& pt = groups["erp/https"]["passthrough"];
+  ASSERT_TRUE(pt.is_object()) << groups["erp/https"];
+  EXPECT_THAT(pt["hosts"].get<std::vector<std::string>>(),
+              ::testing::UnorderedElementsAre("erp.example.com", "*.erp.example.com"));
+  EXPECT_EQ(pt["connections"], 0);
+  EXPECT_EQ(pt["bytes_in"], 0);
+  EXPECT_EQ(pt["bytes_out"], 0);
+  EXPECT_EQ(pt["errors"], 0);
+  // One exact host: the health check's SNI and Host.
+  EXPECT_EQ(groups["erp/https"]["health_check"],
+            (json{{"path", "/ping"}, {"protocol", "tls"}, {"server_name", "erp.example.com"}}));
+  // Used for HTTP too: checked the way its HTTP requests are sent.
+  EXPECT_EQ(groups["erp/diag"]["passthrough"]["hosts"], json::array({nullptr}));
+  EXPECT_EQ(groups["erp/diag"]["health_check"]["protocol"], "http");
+  EXPECT_TRUE(groups["erp/j2ee"]["passthrough"].is_null());
+  EXPECT_EQ(groups["erp/j2ee"]["health_check"]["protocol"], "http");
+
+  std::map<std::string, json> hosts;
+  for (const json& h : state["url_mapping"]) {
+    hosts[h["host"].is_null() ? "" : h["host"].get<std::string>()] = h;
+  }
+  EXPECT_EQ(hosts["erp.example.com"]["passthrough_group"], "erp/https");
+  EXPECT_EQ(hosts["*.erp.example.com"]["passthrough_group"], "erp/https");
+  EXPECT_EQ(hosts[""]["passthrough_group"], "erp/diag");
+
+  // Two exact hosts: no obvious name, the check goes to the address.
+  erp = snapshot.add_virtual_hosts();
+  erp->set_host("erp2.example.com");
+  erp->set_passthrough_group("erp/https");
+  SortAndStamp(&snapshot);
+  ASSERT_TRUE(proxy_->ApplySnapshot(snapshot, &error)) << error;
+  state = State();
+  for (const json& g : state["groups"]) {
+    if (g["key"] == "erp/https") {
+      EXPECT_EQ(g["health_check"]["protocol"], "tls");
+      EXPECT_TRUE(g["health_check"]["server_name"].is_null()) << g;
+    }
+  }
+}
+
+// The health checker's rule, without a proxy: re-encryption wins (verified
+// TLS), passthrough-only is unverified TLS, anything else plain HTTP.
+TEST(GroupChecksTest, ReencryptPassthroughAndMixedGroups) {
+  v1::Snapshot snapshot = MakeSnapshot(1001, 1002, 1003, 1004);
+  snapshot.mutable_virtual_hosts(0)->set_passthrough_group("erp/j2ee");
+  v1::Group* tls = snapshot.add_groups();
+  *tls = snapshot.groups(1);
+  tls->set_key("erp/tls");
+  v1::VirtualHost* host = snapshot.add_virtual_hosts();
+  host->set_host("tls.example.com");
+  host->set_passthrough_group("erp/tls");
+  SortAndStamp(&snapshot);
+  session::SessionRegistry sessions;
+  routing::ServerHealthRegistry health;
+  routing::TableContext context{&sessions, &health};
+  std::string error;
+  auto table = routing::RoutingTable::Build(snapshot, context, &error);
+  ASSERT_NE(table, nullptr) << error;
+  std::vector<health::GroupCheck> checks = health::GroupChecks(*table);
+  ASSERT_EQ(checks.size(), 3u);
+  std::map<std::string, health::GroupCheck> by_key;
+  for (size_t g = 0; g < checks.size(); ++g) {
+    by_key[table->groups()[g].key] = checks[g];
+  }
+  EXPECT_EQ(by_key["erp/diag"].transport, health::CheckTransport::kHttp);
+  EXPECT_FALSE(by_key["erp/diag"].passthrough);
+  EXPECT_EQ(by_key["erp/j2ee"].transport, health::CheckTransport::kHttp);  // mixed
+  EXPECT_TRUE(by_key["erp/j2ee"].passthrough);
+  EXPECT_TRUE(by_key["erp/j2ee"].http);
+  EXPECT_EQ(by_key["erp/tls"].transport, health::CheckTransport::kTls);
+  EXPECT_EQ(by_key["erp/tls"].server_name, "tls.example.com");
+  EXPECT_EQ(health::GroupCheckFor(*table, 2).transport, by_key[table->groups()[2].key].transport);
+  EXPECT_EQ(health::CheckTransportName(health::CheckTransport::kTlsVerified), "tls-verified");
 }
 
 TEST_F(AdminServerTest, ExplainNamesEveryStep) {

@@ -5,8 +5,9 @@ Real kwd-controller (compiles the objects) and kwd-proxy processes on
 loopback; TLS backends are Python ssl servers with an openssl-made
 certificate. Each backend answers a TLS connection with its own name, so the
 client learns which server the proxy chose without the proxy decrypting
-anything; plain HTTP (the proxy's health checks) gets 200, or 503 while the
-backend plays unhealthy.
+anything. The backends speak only TLS, as SAP's HTTPS ports do: the proxy's
+health checks of passthrough groups come over TLS (an HTTP GET inside) and get
+200, or 503 while the backend plays unhealthy; plain TCP is closed unanswered.
 
 Needs KWD_PROXY and KWD_CONTROLLER (the built binaries), set by ctest.
 """
@@ -27,7 +28,7 @@ import urllib.request
 PROXY = os.environ.get("KWD_PROXY", "")
 CONTROLLER = os.environ.get("KWD_CONTROLLER", "")
 NAMES = ["a.example.test", "x.wild.example.test", "sticky.example.test",
-         "health.example.test", "unknown.example.test", "other.test"]
+         "health.example.test", "unknown.example.test", "other.test", "quiet.example.test"]
 
 
 def make_cert(directory):
@@ -49,15 +50,22 @@ def free_port():
 
 
 class Backend:
-    """A TLS server answering its name; plain HTTP gets a health answer."""
+    """A TLS-only server answering its name; an HTTP request inside TLS (a
+    health check) gets a health answer; plain TCP is closed unanswered."""
 
     def __init__(self, name, cert, key):
         self.name = name
         self.healthy = True
-        self.tls_connections = 0
+        self.silent = False  # accepts, then never answers (a hung server)
+        self.tls_connections = 0  # passthrough clients (not health checks)
+        self.health_checks = 0  # HTTP requests over TLS
+        self.plain_connections = 0
+        self.last_sni = None  # of the last health check
+        self.last_check_head = b""
         self.lock = threading.Lock()
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(cert, key)
+        self.context.sni_callback = self.on_sni
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(128)
@@ -73,27 +81,48 @@ class Backend:
                 return
             threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
 
+    @staticmethod
+    def on_sni(sslobj, name, context):
+        sslobj.kwd_sni = name
+
     def serve(self, conn):
         conn.settimeout(10)
         try:
+            if self.silent:
+                deadline = time.monotonic() + 10
+                while self.silent and not self.closed and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return
             first = conn.recv(1, socket.MSG_PEEK)
-            if first == b"\x16":
+            if first != b"\x16":
                 with self.lock:
-                    self.tls_connections += 1
-                tls = self.context.wrap_socket(conn, server_side=True)
-                data = b""
-                while not data.endswith(b"\n"):
+                    self.plain_connections += 1
+                return
+            tls = self.context.wrap_socket(conn, server_side=True)
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = tls.recv(1024)
+                if not chunk:
+                    break
+                data += chunk
+            if data.startswith(b"GET "):
+                while b"\r\n\r\n" not in data:
                     chunk = tls.recv(1024)
                     if not chunk:
                         break
                     data += chunk
+                with self.lock:
+                    self.health_checks += 1
+                    self.last_check_head = data
+                    self.last_sni = getattr(tls, "kwd_sni", None)
+                status = b"200 OK" if self.healthy else b"503 Service Unavailable"
+                tls.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n"
+                            b"Connection: close\r\n\r\nok")
+            else:
+                with self.lock:
+                    self.tls_connections += 1
                 tls.sendall(self.name.encode() + b" " + data)
-                tls.close()
-                return
-            conn.recv(65536)
-            status = b"200 OK" if self.healthy else b"503 Service Unavailable"
-            conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n"
-                         b"Connection: close\r\n\r\nok")
+            tls.close()
         except (OSError, ssl.SSLError):
             pass
         finally:
@@ -311,6 +340,22 @@ class Proxy:
                                     timeout=5) as r:
             return r.read().decode()
 
+    def state(self):
+        import json
+        with urllib.request.urlopen("http://127.0.0.1:%d/admin/api/state" % self.admin_port,
+                                    timeout=5) as r:
+            return json.loads(r.read().decode())
+
+    def wait_up(self, group, server, up, deadline_s=15):
+        want = 1 if up else 0
+        deadline = time.monotonic() + deadline_s
+        while self.metric(r'kwd_proxy_server_up\{group="%s",server="%s"\}' % (group, server)) \
+                != want:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def metric(self, pattern):
         match = re.search("^" + pattern + r" (\S+)$", self.metrics(), re.M)
         return float(match.group(1)) if match else None
@@ -356,7 +401,8 @@ class PassthroughTest(unittest.TestCase):
         os.makedirs(cls.cert_dir)
         shutil.copy(cert, os.path.join(cls.cert_dir, "site.crt"))
         shutil.copy(key, os.path.join(cls.cert_dir, "site.key"))
-        b = {n: Backend(n, cert, key) for n in ["a1", "a2", "w1", "s1", "s2", "h1", "h2", "d1"]}
+        b = {n: Backend(n, cert, key)
+             for n in ["a1", "a2", "w1", "s1", "s2", "h1", "h2", "d1", "q1", "q2"]}
         cls.backends = b
         cls.web = HttpEcho()
         affinity = "  sessionAffinity:\n    clientIP: {mask: 255.255.255.0, maxEntries: 100}\n"
@@ -367,6 +413,7 @@ class PassthroughTest(unittest.TestCase):
                                  servers=servers(b["s1"], b["s2"]))
                   + GROUP % dict(name="health", affinity="", servers=servers(b["h1"], b["h2"]))
                   + GROUP % dict(name="dflt", affinity="", servers=servers(b["d1"]))
+                  + GROUP % dict(name="quiet", affinity="", servers=servers(b["q1"], b["q2"]))
                   + GROUP.replace("healthCheck: {path: /ping, intervalSeconds: 1, timeoutSeconds:"
                                   " 1, unhealthyThreshold: 1}", "healthCheck: {path: /}")
                   % dict(name="web", affinity="", servers=
@@ -377,6 +424,8 @@ class PassthroughTest(unittest.TestCase):
                     + MAPPING % dict(name="s", hosts="[sticky.example.test]", group="sticky",
                                      extra="")
                     + MAPPING % dict(name="h", hosts="[health.example.test]", group="health",
+                                     extra="")
+                    + MAPPING % dict(name="q", hosts="[quiet.example.test]", group="quiet",
                                      extra=""))
         default = MAPPING % dict(
             name="any", hosts="[]", group="dflt",
@@ -468,6 +517,84 @@ class PassthroughTest(unittest.TestCase):
         names = [tls_ask(self.plain.passthrough_port, "health.example.test") for _ in range(6)]
         self.assertEqual(names, ["h1"] * 6)
         self.assertEqual(self.backends["h2"].tls_connections, before)
+
+    # ---- health checks over TLS ----
+
+    def test_health_checks_of_passthrough_groups_are_tls(self):
+        h1 = self.backends["h1"]
+        self.assertTrue(self.plain.wait_up("t/health", "h1", True))
+        deadline = time.monotonic() + 15
+        while h1.health_checks == 0:
+            self.assertLess(time.monotonic(), deadline, "no TLS health check reached h1")
+            time.sleep(0.1)
+        # SNI and Host are the UrlMapping's one exact host; the path is healthCheck.path.
+        self.assertEqual(h1.last_sni, "health.example.test")
+        self.assertTrue(h1.last_check_head.startswith(b"GET /ping HTTP/1.1\r\n"),
+                        h1.last_check_head)
+        self.assertIn(b"\r\nHost: health.example.test\r\n", h1.last_check_head)
+        # A wildcard host is no name to ask for: the address (no SNI for an IP).
+        w1 = self.backends["w1"]
+        while w1.health_checks == 0:
+            self.assertLess(time.monotonic(), deadline, "no TLS health check reached w1")
+            time.sleep(0.1)
+        self.assertIsNone(w1.last_sni)
+        # TLS-only servers stay up and take connections; nothing came in clear.
+        self.assertTrue(self.plain.wait_up("t/alpha", "a1", True))
+        self.assertTrue(self.plain.wait_up("t/alpha", "a2", True))
+        self.assertIn(tls_ask(self.plain.passthrough_port, "a.example.test"), ("a1", "a2"))
+        for name in ("a1", "a2", "w1", "h1", "h2", "s1", "s2", "q1", "q2"):
+            self.assertEqual(self.backends[name].plain_connections, 0, name)
+
+    def test_backend_that_stops_answering_is_marked_down_and_skipped(self):
+        q2 = self.backends["q2"]
+        self.assertTrue(self.plain.wait_up("t/quiet", "q1", True))
+        self.assertTrue(self.plain.wait_up("t/quiet", "q2", True))
+        q2.silent = True
+        try:
+            self.assertTrue(self.plain.wait_up("t/quiet", "q2", False), "q2 never marked down")
+            before = q2.tls_connections
+            names = [tls_ask(self.plain.passthrough_port, "quiet.example.test")
+                     for _ in range(6)]
+            self.assertEqual(names, ["q1"] * 6)
+            self.assertEqual(q2.tls_connections, before)
+        finally:
+            q2.silent = False
+        self.assertTrue(self.plain.wait_up("t/quiet", "q2", True), "q2 never came back")
+
+    # ---- admin views ----
+
+    def test_admin_state_shows_passthrough_groups_and_counters(self):
+        self.assertEqual(tls_ask(self.plain.passthrough_port, "x.wild.example.test"), "w1")
+        state = self.plain.state()
+        groups = {g["key"]: g for g in state["groups"]}
+        wild = groups["t/wild"]["passthrough"]
+        self.assertEqual(wild["hosts"], ["*.wild.example.test"])
+        self.assertGreaterEqual(wild["connections"], 1)
+        self.assertGreater(wild["bytes_in"], 0)
+        self.assertGreater(wild["bytes_out"], 0)
+        self.assertEqual(wild["errors"], self.plain.metric(
+            r'kwd_proxy_passthrough_errors_total\{group="t/wild"\}'))
+        self.assertEqual(groups["t/health"]["health_check"],
+                         {"path": "/ping", "protocol": "tls",
+                          "server_name": "health.example.test"})
+        self.assertIsNone(groups["t/wild"]["health_check"]["server_name"])
+        # In the plain proxy no host names dflt: not a passthrough group, checked in HTTP.
+        self.assertIsNone(groups["t/dflt"]["passthrough"])
+        self.assertEqual(groups["t/dflt"]["health_check"]["protocol"], "http")
+        hosts = {h["host"]: h for h in state["url_mapping"]}
+        self.assertEqual(hosts["a.example.test"]["passthrough_group"], "t/alpha")
+        self.assertEqual(hosts["*.wild.example.test"]["passthrough_group"], "t/wild")
+        # The any-host entry's passthrough group is the default; its HTTP
+        # group stays an HTTP group.
+        fronted = self.fronted.state()
+        fgroups = {g["key"]: g for g in fronted["groups"]}
+        self.assertEqual(fgroups["t/dflt"]["passthrough"]["hosts"], [None])
+        self.assertEqual(fgroups["t/dflt"]["health_check"]["protocol"], "tls")
+        self.assertIsNone(fgroups["t/web"]["passthrough"])
+        self.assertEqual(fgroups["t/web"]["health_check"]["protocol"], "http")
+        any_host = [h for h in fronted["url_mapping"] if h["host"] is None][0]
+        self.assertEqual(any_host["passthrough_group"], "t/dflt")
+        self.assertEqual(any_host["default_groups"]["java"], "t/web")
 
     # ---- bad input ----
 
