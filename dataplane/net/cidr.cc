@@ -74,7 +74,10 @@ bool CidrSet::Parse(std::string_view list, std::string* error) {
       *error = "\"" + std::string(entry) + "\" is not an IPv4 or IPv6 address or CIDR range";
       return false;
     }
-    const int max_prefix = is_v4 ? 32 : 128;
+    // The prefix length counts the bits of the notation used: an
+    // IPv4-mapped range written the IPv6 way ("::ffff:10.0.0.0/104") has 128.
+    const bool v4_notation = address.find(':') == std::string_view::npos;
+    const int max_prefix = v4_notation ? 32 : 128;
     if (prefix < 0) {
       prefix = max_prefix;
     }
@@ -83,7 +86,7 @@ bool CidrSet::Parse(std::string_view list, std::string* error) {
           "\"" + std::string(entry) + "\" has a prefix length above " + std::to_string(max_prefix);
       return false;
     }
-    range.prefix = is_v4 ? 96 + prefix : prefix;
+    range.prefix = v4_notation ? 96 + prefix : prefix;
     ranges_.push_back(range);
   }
   return true;

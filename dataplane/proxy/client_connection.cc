@@ -128,11 +128,13 @@ void ClientConnection::OnUpstreamIo(uint32_t events) {
       return;
     } else {
       upstream_->connecting = false;
-      if (!StepUpstreamHandshake()) {
-        return;
+      if (StepUpstreamHandshake()) {
+        phase_ = Phase::kForward;
+        ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+      } else if (upstream_ != nullptr) {
+        return;  // the handshake goes on
       }
-      phase_ = Phase::kForward;
-      ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+      // Else it failed and the 502 is queued: Drive sends it.
     }
   } else if (phase_ == Phase::kConnecting) {
     int err = upstream_->connecting ? net::SocketError(upstream_->fd) : 0;
@@ -144,10 +146,12 @@ void ClientConnection::OnUpstreamIo(uint32_t events) {
       // TCP is up; a re-encrypting group's handshake follows before the
       // request goes out.
       upstream_->connecting = false;
-      if (!StepUpstreamHandshake()) {
-        return;
+      if (StepUpstreamHandshake()) {
+        OnConnected();
+      } else if (upstream_ != nullptr) {
+        return;  // the handshake goes on
       }
-      OnConnected();
+      // Else it failed and the 502 is queued: Drive sends it.
     }
   }
   Drive();
@@ -521,6 +525,11 @@ void ClientConnection::OnUpstreamTlsFailed(std::string_view reason, std::string_
   AbortTransaction(ErrorCode::kBadGateway, reason == "verify"
                                                ? "the server's TLS certificate did not verify"
                                                : "TLS to the server could not be established");
+  if (phase_ == Phase::kClosing) {
+    // The connect timer must not fire on an answered request (a second
+    // answer, the server marked down for a connect that succeeded).
+    ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  }
 }
 
 void ClientConnection::OnConnected() {
@@ -1244,6 +1253,12 @@ void ClientConnection::OnTimer() {
       AnswerLocally(ErrorCode::kRequestTimeout, "the request head did not arrive in time", true);
       break;
     case TimerKind::kConnect:
+      if (phase_ != Phase::kConnecting && phase_ != Phase::kReconnecting) {
+        // Left over from a connect that ended otherwise (answered locally,
+        // its answer still being flushed): nothing is connecting any more.
+        Close("idle-timeout");
+        return;
+      }
       metrics.timeouts_upstream.Inc();
       if (phase_ == Phase::kReconnecting) {
         AbortTransaction(ErrorCode::kGatewayTimeout, "the selected server did not accept in time");

@@ -185,6 +185,9 @@ const CertPair* CertSet::Select(std::string_view server_name) const {
   if (pairs.empty()) {
     return nullptr;
   }
+  if (!server_name.empty() && server_name.back() == '.') {
+    server_name.remove_suffix(1);  // an absolute name: the same host
+  }
   if (!server_name.empty()) {
     std::string name = Lower(server_name);
     if (auto it = exact.find(name); it != exact.end()) {

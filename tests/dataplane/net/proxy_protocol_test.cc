@@ -127,5 +127,28 @@ TEST(CidrSetTest, MatchesRangesAndMappedAddresses) {
   EXPECT_FALSE(bad.Parse("10.0.0.0/x", &error));
 }
 
+TEST(CidrSetTest, MappedRangeInIpv6NotationTakesAnIpv6PrefixLength) {
+  // "::ffff:10.0.0.0/104" is 10.0.0.0/8 written the IPv6 way: its prefix
+  // length counts 128 bits, not 32.
+  CidrSet set;
+  std::string error;
+  ASSERT_TRUE(set.Parse("::ffff:10.0.0.0/104", &error)) << error;
+  EXPECT_TRUE(set.Contains("10.9.8.7"));
+  EXPECT_TRUE(set.Contains("::ffff:10.1.2.3"));
+  EXPECT_FALSE(set.Contains("11.0.0.1"));
+  CidrSet all_v4;
+  ASSERT_TRUE(all_v4.Parse("::ffff:0.0.0.0/96", &error)) << error;
+  EXPECT_TRUE(all_v4.Contains("203.0.113.9"));
+  EXPECT_FALSE(all_v4.Contains("2001:db8::1"));
+  // Not a narrower IPv4 range by accident: /8 of the 128 bits is ::/8.
+  CidrSet wide;
+  ASSERT_TRUE(wide.Parse("::ffff:10.0.0.0/8", &error)) << error;
+  EXPECT_TRUE(wide.Contains("10.1.1.1"));
+  EXPECT_TRUE(wide.Contains("11.1.1.1"));
+  CidrSet bad;
+  EXPECT_FALSE(bad.Parse("::ffff:10.0.0.0/129", &error));
+  EXPECT_NE(error.find("above 128"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace kwd::net

@@ -168,6 +168,39 @@ class TlsBackend:
         self.sock.close()
 
 
+class GarbageBackend:
+    """Answers the proxy's ClientHello with clear-text HTTP instead of a
+    ServerHello (a server that does not speak TLS on that port)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        with conn:
+            try:
+                conn.settimeout(10)
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                time.sleep(1)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
 def group(name, port, quick_health=False, **tls):
     # Quick health checks only where the test is about them: a group whose
     # TLS fails would otherwise be marked down at once and answer 503
@@ -214,6 +247,7 @@ class UpstreamTlsTest(unittest.TestCase):
 
         cls.backend = TlsBackend(pki)
         cls.health_backend = TlsBackend(pki)
+        cls.garbage_backend = GarbageBackend()
 
         def b64(name):
             with open(os.path.join(pki, name), "rb") as f:
@@ -230,6 +264,8 @@ class UpstreamTlsTest(unittest.TestCase):
                     clientCertSecret="absent")
             + group("health", cls.health_backend.port, quick_health=True, serverName=SERVER_NAME,
                     caBundle=b64("ca.pem"))
+            + group("garbage", cls.garbage_backend.port, serverName=SERVER_NAME,
+                    caBundle=b64("ca.pem"))
             + """apiVersion: dispatch.kwd.io/v1alpha1
 kind: UrlMapping
 metadata: {name: map}
@@ -238,7 +274,8 @@ spec:
   rules:
 """
             + "".join(f"    - {{prefix: /{g}/, kind: abap, logonGroup: {g}}}\n"
-                      for g in ("good", "wrongca", "wrongname", "mtls", "nosecret", "health")))
+                      for g in ("good", "wrongca", "wrongname", "mtls", "nosecret", "health",
+                                 "garbage")))
         os.makedirs(os.path.join(cls.dir, "objects"))
         with open(os.path.join(cls.dir, "objects", "objects.yaml"), "w") as f:
             f.write(objects)
@@ -277,6 +314,7 @@ spec:
         cls.log.close()
         cls.backend.close()
         cls.health_backend.close()
+        cls.garbage_backend.close()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def get(self, path, sock=None):
@@ -359,6 +397,35 @@ spec:
         self.assertGreaterEqual(self.metric("kwd_proxy_upstream_tls_errors_total",
                                             group="default/wrongname", reason="verify"), 1)
         self.assertEqual(self.backend.cleartext, 0)
+
+    def test_failed_handshake_is_one_prompt_502_and_no_connect_failure(self):
+        # The server answers the ClientHello with clear text: the handshake
+        # fails at once, so the 502 goes out at once (not when the connect
+        # timeout, 5 s, fires), exactly once, and the server is not marked
+        # down as if its connect had timed out.
+        with socket.create_connection(("127.0.0.1", self.port), timeout=15) as sock:
+            start = time.monotonic()
+            sock.sendall(b"GET /garbage/x HTTP/1.1\r\nHost: erp\r\n\r\n")
+            data = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            elapsed = time.monotonic() - start
+        self.assertTrue(data.startswith(b"HTTP/1.1 502 "), data[:200])
+        self.assertIn(b"EPROTERROR", data)
+        self.assertEqual(data.count(b"HTTP/1.1 "), 1, data)
+        self.assertLess(elapsed, 3.0)
+        self.assertGreaterEqual(self.metric("kwd_proxy_upstream_tls_errors_total",
+                                            group="default/garbage", reason="handshake"), 1)
+        time.sleep(0.2)
+        with open(self.log_path) as f:
+            log = f.read()
+        self.assertNotIn("server=garbage1 error=\"Connection timed out\"", log)
+        # Still up: the next request gets the same 502, not "no server" 503.
+        status, body = self.get("/garbage/y")
+        self.assertEqual(status, 502, body)
 
     def test_client_certificate_is_presented(self):
         status, body = self.get("/mtls/x")

@@ -290,6 +290,16 @@ class TlsTermination(unittest.TestCase):
         with ctx.wrap_socket(raw) as s:  # no server_hostname: no SNI
             self.assertEqual(self.peer_cn(s), "alpha")
 
+    def test_sni_with_a_trailing_dot_picks_the_same_pair(self):
+        # An absolute name ("beta.kwd.test.") is the same host: the pair for
+        # it, as passthrough routes it, not the default pair.
+        for name, cn in [("beta.kwd.test.", "beta"), ("x.wild.kwd.test.", "wild"),
+                         ("BETA.kwd.test.", "beta")]:
+            ctx = self.context()
+            ctx.check_hostname = False
+            with self.tls_connect(name, ctx) as s:
+                self.assertEqual(self.peer_cn(s), cn, name)
+
     def test_alpn_http11_and_tls12_13_only(self):
         with self.tls_connect("alpha.kwd.test") as s:
             self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
