@@ -229,11 +229,12 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
     AppendField(out, h.name, h.value);
   }
 
+  has_forwarded_for = has_forwarded_for && options.keep_forwarded_for;
   if (has_forwarded_for || !options.client_ip.empty()) {
     out.append("X-Forwarded-For: ");
     bool first = true;
     for (const Header& h : fields) {
-      if (EqualsIgnoreCase(h.name, "x-forwarded-for") && !h.value.empty()) {
+      if (has_forwarded_for && EqualsIgnoreCase(h.name, "x-forwarded-for") && !h.value.empty()) {
         if (!first) {
           out.append(", ");
         }

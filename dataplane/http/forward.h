@@ -16,6 +16,10 @@ namespace kwd::http {
 
 struct ForwardRequestOptions {
   std::string_view client_ip;       // appended to X-Forwarded-For
+  // The peer is a trusted proxy (--trusted-proxies): the X-Forwarded-For it
+  // sent is kept and client_ip appended; otherwise the client's own fields are
+  // dropped and X-Forwarded-For is client_ip alone.
+  bool keep_forwarded_for = false;
   std::string_view proto = "http";  // X-Forwarded-Proto: how the client reached us
   // The proxy re-frames the body (e.g. de-chunks and sends Content-Length,
   // given in extra_headers): drop Transfer-Encoding.

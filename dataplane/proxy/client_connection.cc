@@ -279,7 +279,8 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   method_.assign(request_head_.method);
   target_.assign(request_head_.target);
   const http::Header* request_id = request_head_.Find("x-request-id");
-  if (request_id != nullptr && worker_->options().trusted_proxies.Contains(client_ip_) && ValidRequestId(request_id->value)) {
+  peer_trusted_ = worker_->options().trusted_proxies.Contains(client_ip_);
+  if (request_id != nullptr && peer_trusted_ && ValidRequestId(request_id->value)) {
     request_id_.assign(request_id->value);
   } else {
     GenerateRequestId(&request_id_);
@@ -539,6 +540,7 @@ void ClientConnection::OnConnected() {
   char key_size[16];
   http::ForwardRequestOptions options;
   options.client_ip = client_ip_;
+  options.keep_forwarded_for = peer_trusted_;
   options.proto = request_https_ ? "https" : "http";
   options.tunnel_upgrade = request_info_.upgrade_websocket;
   options.request_id = request_id_;

@@ -137,6 +137,9 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   // table's `secure` rule, X-Forwarded-Proto, the affinity cookie's Secure
   // flag and the access log read.
   bool request_https_ = false;
+  // The peer (the socket's, or the PROXY header's) is in --trusted-proxies:
+  // its X-Request-Id and X-Forwarded-For are kept.
+  bool peer_trusted_ = false;
   std::string method_;  // copies for logging after the head left the buffer
   std::string target_;
   int version_minor_ = 1;

@@ -48,6 +48,7 @@ TEST(Allocations, NoneOnTheRequestPath) {
   log_line.reserve(4096);
   ForwardRequestOptions options;
   options.client_ip = "192.0.2.1";
+  options.keep_forwarded_for = true;
 
   long before = g_allocations.load();
   size_t body_bytes = 0;

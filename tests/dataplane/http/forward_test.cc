@@ -41,6 +41,7 @@ TEST(SerializeRequestHead, StripsHopByHopAndAddsForwardedFields) {
       &p);
   ForwardRequestOptions options;
   options.client_ip = "192.0.2.7";
+  options.keep_forwarded_for = true;  // the peer is a trusted proxy
   std::string out;
   SerializeRequestHead(p.head, p.info, options, out);
   EXPECT_EQ(out,
@@ -52,6 +53,13 @@ TEST(SerializeRequestHead, StripsHopByHopAndAddsForwardedFields) {
             "X-Forwarded-Proto: http\r\n"
             "X-Forwarded-Host: erp.example\r\n"
             "\r\n");
+  // From a peer that is not a trusted proxy the client's own X-Forwarded-For
+  // is dropped: the server sees only the address the proxy saw.
+  options.keep_forwarded_for = false;
+  out.clear();
+  SerializeRequestHead(p.head, p.info, options, out);
+  EXPECT_NE(out.find("X-Forwarded-For: 192.0.2.7\r\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("10.0.0.1"), std::string::npos) << out;
 }
 
 TEST(SerializeRequestHead, RepeatedOrListedContentLengthGoesOnAsOneValue) {

@@ -723,6 +723,10 @@ class PassthroughTest(unittest.TestCase):
         self.assertTrue(data.startswith(b"HTTP/1.1 403"), data[:200])
         data = self.http(untrusted, https, path=b"/open")
         self.assertIn(b"X-Forwarded-Proto: http\r\n", data)
+        # An untrusted peer's X-Forwarded-For is replaced, not extended: the
+        # server sees only the address kwd saw.
+        self.assertIn(b"X-Forwarded-For: 198.51.100.9\r\n", data)
+        self.assertNotIn(b"203.0.113.7", data)
         self.assertTrue(self.fronted.log_lines('198.51.100.9 - - '))
 
 
