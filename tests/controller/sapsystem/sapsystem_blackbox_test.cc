@@ -324,6 +324,67 @@ TEST_F(SapSystemBlackBoxTest, UrlMapFromTheSystem) {
   EXPECT_TRUE(only_b("/sap/yy/x"));
 }
 
+// LogonGroup.spec.backend.staticServers[].drain: the drained server takes no
+// new balanced traffic on the proxy but keeps its sticky (sap-contextid)
+// traffic; undrained, it is balanced again. (The fake application servers
+// stand in as static servers.)
+TEST_F(SapSystemBlackBoxTest, DrainedStaticServerKeepsStickyTrafficOnly) {
+  ASSERT_TRUE(WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; },
+                      seconds(20)));
+  auto write = [&](bool drain) {
+    std::ofstream(dir_ / "drain.yaml.tmp")
+        << "apiVersion: dispatch.kwd.io/v1alpha1\n"
+           "kind: LogonGroup\n"
+           "metadata: {name: static, namespace: erp}\n"
+           "spec:\n"
+           "  kind: abap\n"
+           "  backend:\n"
+           "    staticServers:\n"
+           "      - {name: a_FAK_00, address: 127.0.0.1, port: "
+        << fake_->AppPort("a_FAK_00")
+        << "}\n"
+           "      - {name: b_FAK_01, address: 127.0.0.1, port: "
+        << fake_->AppPort("b_FAK_01") << ", drain: " << (drain ? "true" : "false")
+        << "}\n"
+           "---\n"
+           "apiVersion: dispatch.kwd.io/v1alpha1\n"
+           "kind: UrlMapping\n"
+           "metadata: {name: drain, namespace: erp}\n"
+           "spec:\n"
+           "  rules:\n"
+           "    - {prefix: /drain/, logonGroup: static}\n";
+    fs::rename(dir_ / "drain.yaml.tmp", dir_ / "objects" / "drain.yaml");
+  };
+  auto sticky_to_b = [&] {
+    HttpClient client(proxy_->port());
+    HttpReply reply = client.Get(
+        "/drain/x", {"Cookie: sap-contextid=SID%3aANON%3ab_FAK_01%3aabc"});
+    return reply.status == 200 ? reply.Header("X-Instance") : std::to_string(reply.status);
+  };
+  write(true);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto counts = Spread(4, "/drain/x");
+        return counts.size() == 1 && counts.begin()->first == "a_FAK_00";
+      },
+      seconds(20)))
+      << controller_->Log();
+  // Balanced traffic: a only, however many requests.
+  std::map<std::string, int> counts = Spread(20, "/drain/x");
+  EXPECT_EQ(counts["a_FAK_00"], 20) << "b is draining";
+  // Sticky traffic keeps b.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sticky_to_b(), "b_FAK_01");
+  }
+  json accepted = Condition(admin_, "LogonGroup", "static", "Accepted");
+  EXPECT_NE(accepted.value("message", "").find("(1 draining)"), std::string::npos) << accepted;
+
+  // Undrained: balanced again (capacity 1 each).
+  write(false);
+  ASSERT_TRUE(WaitFor([&] { return Spread(6, "/drain/x").size() == 2; }, seconds(20)));
+  EXPECT_EQ(sticky_to_b(), "b_FAK_01");
+}
+
 // A refresh that changes nothing compiles nothing.
 TEST_F(SapSystemBlackBoxTest, UnchangedListCompilesNothing) {
   ASSERT_TRUE(WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; },
