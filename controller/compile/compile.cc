@@ -1407,8 +1407,8 @@ class UrlMappingCompiler {
     }
     std::string system_ref = "SapSystem " + GroupKey(ns, system_name);
     if (objects_.sap_systems().find({ns, system_name}) == objects_.sap_systems().end()) {
-      findings.Unresolved(kReasonSapSystemNotFound, "spec.fromSapSystem: " + system_ref +
-                                                        " not found (no rules from it)");
+      findings.Unresolved(kReasonSapSystemNotFound,
+                          "spec.fromSapSystem: " + system_ref + " not found (no rules from it)");
       return;
     }
     auto list_it = objects_.sap_server_lists().find({ns, system_name});
@@ -1473,9 +1473,10 @@ class UrlMappingCompiler {
       note += "; " + std::to_string(invalid) + " invalid prefixes left out";
     }
     if (!unmapped.empty()) {
-      note += "; logon groups without a LogonGroup (backend.sapSystem.logonGroup), default group "
-              "used: " +
-              JoinStrings(std::vector<std::string>(unmapped.begin(), unmapped.end()), ", ");
+      note +=
+          "; logon groups without a LogonGroup (backend.sapSystem.logonGroup), default group "
+          "used: " +
+          JoinStrings(std::vector<std::string>(unmapped.begin(), unmapped.end()), ", ");
     }
     findings.Note(note);
   }

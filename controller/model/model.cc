@@ -401,10 +401,9 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 }
 
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
-  r.Known(
-      &spec, "spec",
-      {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules", "permissions",
-       "fromSapSystem"});
+  r.Known(&spec, "spec",
+          {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
+           "permissions", "fromSapSystem"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {

@@ -242,7 +242,7 @@ struct SapSystemSpec {
   std::optional<std::int64_t> refresh_interval_seconds;
   std::optional<bool> logon_groups;
   std::optional<std::string> group_info_path;
-  std::optional<bool> url_map;               // fetch the ICF URL map (icr_urlprefix)
+  std::optional<bool> url_map;  // fetch the ICF URL map (icr_urlprefix)
   std::optional<std::string> url_map_path;
 
   bool operator==(const SapSystemSpec&) const = default;
@@ -286,7 +286,7 @@ struct SapServerList {
   std::vector<SapInstance> instances;  // the last good list, by name
   bool has_groups = false;          // group information was received at least once
   std::map<std::string, std::vector<std::string>> logon_groups;  // SMLG group -> instances
-  bool has_url_map = false;  // the ICF URL map was received at least once
+  bool has_url_map = false;                // the ICF URL map was received at least once
   std::vector<SapUrlPrefix> url_prefixes;  // the last good URL map, by prefix
   // The Refreshed condition: whether the last poll succeeded and why not.
   bool refreshed = false;

@@ -452,9 +452,12 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 }
 
 int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
   return -1;
 }
 
@@ -574,7 +577,8 @@ ParsedUrlMap ParseUrlMap(std::string_view body) {
       continue;
     }
     if (prefixes.contains(prefix)) {
-      out.skips.Add(SkipReason::kDuplicateName, where + "prefix " + Shown(prefix) + " listed again");
+      out.skips.Add(SkipReason::kDuplicateName,
+                    where + "prefix " + Shown(prefix) + " listed again");
       continue;
     }
     if (prefixes.size() >= kMaxUrlPrefixes) {

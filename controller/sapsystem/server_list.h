@@ -43,15 +43,15 @@ inline constexpr std::size_t kMaxSkipMessages = 5;
 // Why a line or an instance was skipped: bounded values, used as the
 // `reason` label of kwd_controller_sapsystem_entries_skipped_total.
 enum class SkipReason {
-  kMalformedRow,     // a service row with fewer than 3 fields, or a row outside a record
-  kInvalidName,      // instance name: control characters, spaces, too long
-  kInvalidHost,      // host field: not a host name or IP address
-  kInvalidPort,      // port field: not 1 to 65535
-  kDuplicateName,    // a second record with the same instance name
-  kTooMany,          // beyond kMaxInstances
-  kUnknownHost,      // the host does not resolve (and never did)
-  kInvalidGroup,     // group information: a bad group or member name
-  kInvalidPrefix,    // URL map: a prefix that is not a path prefix kwd can match
+  kMalformedRow,   // a service row with fewer than 3 fields, or a row outside a record
+  kInvalidName,    // instance name: control characters, spaces, too long
+  kInvalidHost,    // host field: not a host name or IP address
+  kInvalidPort,    // port field: not 1 to 65535
+  kDuplicateName,  // a second record with the same instance name
+  kTooMany,        // beyond kMaxInstances
+  kUnknownHost,    // the host does not resolve (and never did)
+  kInvalidGroup,   // group information: a bad group or member name
+  kInvalidPrefix,  // URL map: a prefix that is not a path prefix kwd can match
 };
 std::string_view SkipReasonName(SkipReason reason);
 inline constexpr SkipReason kAllSkipReasons[] = {

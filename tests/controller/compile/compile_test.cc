@@ -459,9 +459,10 @@ std::vector<CompileCase> Cases() {
        {Lg("erp", "a",
            {{"backend",
              {{"staticServers",
-               json::array({{{"name", "a"}, {"address", "10.0.0.1"}, {"port", 8000}, {"drain", true}},
-                            {{"name", "b"}, {"address", "10.0.0.2"}, {"port", 8001}, {"drain", false}},
-                            {{"name", "c"}, {"address", "10.0.0.3"}, {"port", 8002}}})}}}})},
+               json::array(
+                   {{{"name", "a"}, {"address", "10.0.0.1"}, {"port", 8000}, {"drain", true}},
+                    {{"name", "b"}, {"address", "10.0.0.2"}, {"port", 8001}, {"drain", false}},
+                    {{"name", "c"}, {"address", "10.0.0.3"}, {"port", 8002}}})}}}})},
        {"server erp/a a 10.0.0.1:8000 c=1 SERVER_STATE_DRAINING pod=",
         "server erp/a b 10.0.0.2:8001 c=1 SERVER_STATE_READY pod=",
         "server erp/a c 10.0.0.3:8002 c=1 SERVER_STATE_READY pod=", "ready LogonGroup erp/a 2",

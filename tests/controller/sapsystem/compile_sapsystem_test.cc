@@ -276,9 +276,9 @@ TEST(CompileSapSystemTest, UrlMapFromSapSystem) {
   objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
   objects.Upsert(Decode(Group("j2ee", "java", {{"name", "erp"}})));
   objects.Upsert(Decode(Group("public", "abap", {{"name", "erp"}, {"logonGroup", "PUBLIC"}})));
-  objects.Upsert(Decode(Mapping(
-      "erp", {{"fromSapSystem", "erp"},
-              {"rules", json::array({{{"prefix", "/sap/bc/own/"}, {"kind", "java"}}})}})));
+  objects.Upsert(Decode(
+      Mapping("erp", {{"fromSapSystem", "erp"},
+                      {"rules", json::array({{{"prefix", "/sap/bc/own/"}, {"kind", "java"}}})}})));
   CompileResult result = Compile(objects);
   EXPECT_EQ(Rules(result),
             "/irj~portal/ java erp/j2ee, /sap/bc/gui/sap/its/webgui/ abap erp/diag, "
@@ -286,8 +286,7 @@ TEST(CompileSapSystemTest, UrlMapFromSapSystem) {
   const Condition* accepted = Find(result, "UrlMapping", "erp", kAccepted);
   ASSERT_NE(accepted, nullptr);
   EXPECT_EQ(accepted->status, "True") << accepted->message;
-  EXPECT_NE(accepted->message.find("3 from SapSystem erp"), std::string::npos)
-      << accepted->message;
+  EXPECT_NE(accepted->message.find("3 from SapSystem erp"), std::string::npos) << accepted->message;
   const Condition* resolved = Find(result, "UrlMapping", "erp", kResolvedRefs);
   ASSERT_NE(resolved, nullptr);
   EXPECT_EQ(resolved->status, "True") << resolved->message;
@@ -316,12 +315,12 @@ TEST(CompileSapSystemTest, UrlMapFromSapSystemUnresolved) {
   objects.Upsert(List("erp"));  // no URL map
   objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
   auto own = json::array({{{"prefix", "/sap/bc/own/"}}});
-  objects.Upsert(Decode(Mapping("nomap", {{"hosts", {"a.example"}}, {"fromSapSystem", "erp"},
-                                          {"rules", own}})));
-  objects.Upsert(Decode(Mapping("missing", {{"hosts", {"b.example"}}, {"fromSapSystem", "crm"},
-                                            {"rules", own}})));
-  objects.Upsert(Decode(Mapping("badname", {{"hosts", {"c.example"}},
-                                            {"fromSapSystem", "Not_A_Name"}})));
+  objects.Upsert(Decode(
+      Mapping("nomap", {{"hosts", {"a.example"}}, {"fromSapSystem", "erp"}, {"rules", own}})));
+  objects.Upsert(Decode(
+      Mapping("missing", {{"hosts", {"b.example"}}, {"fromSapSystem", "crm"}, {"rules", own}})));
+  objects.Upsert(
+      Decode(Mapping("badname", {{"hosts", {"c.example"}}, {"fromSapSystem", "Not_A_Name"}})));
   CompileResult result = Compile(objects);
   const Condition* nomap = Find(result, "UrlMapping", "nomap", kResolvedRefs);
   ASSERT_NE(nomap, nullptr);

@@ -151,7 +151,8 @@ TEST_F(PollerTest, UrlMapFromAnApplicationServer) {
                                               {"/sap/bc/gui/sap/its/webgui/", "PUBLIC", false}}));
   EXPECT_NE(outcome.list.message.find("2 URL prefixes from http://127.0.0.1:"), std::string::npos)
       << outcome.list.message;
-  EXPECT_NE(outcome.list.message.find("1 entry skipped: line 4: prefix \"/bad path/\""), std::string::npos)
+  EXPECT_NE(outcome.list.message.find("1 entry skipped: line 4: prefix \"/bad path/\""),
+            std::string::npos)
       << outcome.list.message;
   EXPECT_EQ(outcome.skips.counts[SkipReason::kInvalidPrefix], 1u);
 

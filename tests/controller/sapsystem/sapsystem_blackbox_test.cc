@@ -261,8 +261,8 @@ TEST_F(SapSystemBlackBoxTest, InstancesFollowTheMessageServer) {
 // servers serve become rules (an SMLG group to its LogonGroup), follow the
 // map at the next refresh, and a failed fetch keeps the last good ones.
 TEST_F(SapSystemBlackBoxTest, UrlMapFromTheSystem) {
-  ASSERT_TRUE(WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; },
-                      seconds(20)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; }, seconds(20)));
   ASSERT_TRUE(WaitFor([&] { return HttpGet(proxy_admin_, "/readyz").status == 200; }, seconds(20)));
   // No URL map asked for yet: ResolvedRefs=False says why.
   fake_->Set({{"url_prefixes", {{{"prefix", "/sap/zz/"}, {"group", "PUBLIC"}}}}});
@@ -279,9 +279,8 @@ TEST_F(SapSystemBlackBoxTest, UrlMapFromTheSystem) {
     text.replace(text.find(from), from.size(), to);
     return text;
   };
-  std::string with_mapping =
-      replace(objects, "  defaultRootHandler: abap\n",
-              "  defaultRootHandler: abap\n  fromSapSystem: fak\n");
+  std::string with_mapping = replace(objects, "  defaultRootHandler: abap\n",
+                                     "  defaultRootHandler: abap\n  fromSapSystem: fak\n");
   write(with_mapping);
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -329,8 +328,8 @@ TEST_F(SapSystemBlackBoxTest, UrlMapFromTheSystem) {
 // traffic; undrained, it is balanced again. (The fake application servers
 // stand in as static servers.)
 TEST_F(SapSystemBlackBoxTest, DrainedStaticServerKeepsStickyTrafficOnly) {
-  ASSERT_TRUE(WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; },
-                      seconds(20)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; }, seconds(20)));
   auto write = [&](bool drain) {
     std::ofstream(dir_ / "drain.yaml.tmp")
         << "apiVersion: dispatch.kwd.io/v1alpha1\n"
@@ -357,8 +356,7 @@ TEST_F(SapSystemBlackBoxTest, DrainedStaticServerKeepsStickyTrafficOnly) {
   };
   auto sticky_to_b = [&] {
     HttpClient client(proxy_->port());
-    HttpReply reply = client.Get(
-        "/drain/x", {"Cookie: sap-contextid=SID%3aANON%3ab_FAK_01%3aabc"});
+    HttpReply reply = client.Get("/drain/x", {"Cookie: sap-contextid=SID%3aANON%3ab_FAK_01%3aabc"});
     return reply.status == 200 ? reply.Header("X-Instance") : std::to_string(reply.status);
   };
   write(true);
