@@ -737,7 +737,8 @@ class LogonGroupCompiler {
       server->set_port(CheckedNumber(in.port.value_or(1), 1, 1, 65535, field + ".port", findings));
       server->set_capacity(CheckedNumber(in.capacity, default_capacity, 1, kUint32Max,
                                          field + ".capacity", findings));
-      server->set_state(v1::SERVER_STATE_READY);
+      server->set_state(in.drain.value_or(false) ? v1::SERVER_STATE_DRAINING
+                                                 : v1::SERVER_STATE_READY);
     }
   }
 
@@ -1013,6 +1014,7 @@ class LogonGroupCompiler {
                                          Findings& findings) {
     static const std::string kInstanceName(model::kInstanceNameAnnotation);
     static const std::string kCapacity(model::kCapacityAnnotation);
+    static const std::string kDrain(model::kDrainAnnotation);
     Candidate c;
     c.address = endpoint.addresses.front();
     if (!IsServerAddress(c.address)) {
@@ -1049,6 +1051,11 @@ class LogonGroupCompiler {
           if (instance != annotations.end() && !instance->second.empty()) {
             name = &instance->second;
             annotation = &kInstanceName;
+          }
+          // dispatch.kwd.io/drain: "true": a ready server takes sticky traffic only.
+          auto drain = annotations.find(kDrain);
+          if (drain != annotations.end() && drain->second == "true") {
+            c.state = v1::SERVER_STATE_DRAINING;
           }
           auto capacity = annotations.find(kCapacity);
           if (capacity != annotations.end()) {
@@ -1109,9 +1116,9 @@ bool ValidPrefixShape(std::string_view prefix) {
 
 class UrlMappingCompiler {
  public:
-  explicit UrlMappingCompiler(const std::set<std::string>& accepted_groups,
-                              const std::set<std::string>& existing_groups)
-      : accepted_groups_(accepted_groups), existing_groups_(existing_groups) {}
+  UrlMappingCompiler(const ObjectSet& objects, const std::set<std::string>& accepted_groups,
+                     const std::set<std::string>& existing_groups)
+      : objects_(objects), accepted_groups_(accepted_groups), existing_groups_(existing_groups) {}
 
   // `last_good`: the version to serve instead when this one's spec is rejected.
   ObjectStatus Compile(const UrlMapping& um, const UrlMapping* last_good = nullptr) {
@@ -1205,6 +1212,11 @@ class UrlMappingCompiler {
       }
       rules.push_back(std::move(rule));
     }
+    std::set<std::string> derived;  // prefixes of rules from spec.fromSapSystem
+    if (spec.from_sap_system) {
+      AddSapSystemRules(ns, *spec.from_sap_system, source, abap, java, &prefixes, &rules, &derived,
+                        findings);
+    }
 
     std::vector<v1::Permission> permissions;
     for (std::size_t i = 0; i < spec.permissions.size(); ++i) {
@@ -1249,13 +1261,16 @@ class UrlMappingCompiler {
     } else if (valid_spec) {
       for (const auto& host : hosts) {
         ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
-                    passthrough, rules, permissions, findings);
+                    passthrough, rules, derived, permissions, findings);
       }
     }
 
     std::string where = spec.hosts.empty() ? "any host" : "hosts " + JoinStrings(hosts, ", ");
     std::string summary =
         std::to_string(rules.size()) + (rules.size() == 1 ? " rule, " : " rules, ") +
+        (derived.empty() ? std::string()
+                         : "(" + std::to_string(derived.size()) + " from SapSystem " +
+                               *spec.from_sap_system + "), ") +
         std::to_string(permissions.size()) +
         (permissions.size() == 1 ? " permission" : " permissions") + " on " + where;
     ObjectStatus status;
@@ -1318,6 +1333,7 @@ class UrlMappingCompiler {
   void ApplyToHost(const std::string& host, const std::string& source, v1::Kind root,
                    bool explicit_root, const ResolvedDefault& abap, const ResolvedDefault& java,
                    const std::string& passthrough, const std::vector<v1::Rule>& rules,
+                   const std::set<std::string>& derived,
                    const std::vector<v1::Permission>& permissions, Findings& findings) {
     std::string host_label = host.empty() ? "any host" : "host " + host;
     auto [it, created] = hosts_.try_emplace(host);
@@ -1358,7 +1374,11 @@ class UrlMappingCompiler {
     }
     for (const auto& rule : rules) {
       auto [rule_it, inserted] = entry.rules.try_emplace(rule.prefix(), rule);
-      if (!inserted) {
+      if (!inserted && derived.count(rule.prefix()) > 0) {
+        // A rule from the SapSystem's URL map is no error of this object.
+        findings.Note("rule " + rule.prefix() + " from spec.fromSapSystem on " + host_label +
+                      " not used: UrlMapping " + rule_it->second.source() + " (older) defines it");
+      } else if (!inserted) {
         findings.Reject(kReasonConflicted, "rule " + rule.prefix() + " on " + host_label +
                                                " dropped: UrlMapping " + rule_it->second.source() +
                                                " (older) defines it");
@@ -1369,6 +1389,99 @@ class UrlMappingCompiler {
     }
   }
 
+  // spec.fromSapSystem: the SapSystem's ICF URL prefixes as rules, after
+  // the mapping's own (which win on the same prefix). A prefix with an SMLG
+  // GROUP goes to the accepted LogonGroup of this namespace whose backend is
+  // that SapSystem's logon group (the first by name), else to the default
+  // group of its kind. Every prefix and group name was checked by the
+  // poller; checked again here.
+  void AddSapSystemRules(const std::string& ns, const std::string& system_name,
+                         const std::string& source, const ResolvedDefault& abap,
+                         const ResolvedDefault& java, std::set<std::string>* prefixes,
+                         std::vector<v1::Rule>* rules, std::set<std::string>* derived,
+                         Findings& findings) {
+    if (!IsObjectName(system_name)) {
+      findings.Reject(kReasonInvalidField, "spec.fromSapSystem: " + Quote(system_name) +
+                                               " is not a valid SapSystem name");
+      return;
+    }
+    std::string system_ref = "SapSystem " + GroupKey(ns, system_name);
+    if (objects_.sap_systems().find({ns, system_name}) == objects_.sap_systems().end()) {
+      findings.Unresolved(kReasonSapSystemNotFound,
+                          "spec.fromSapSystem: " + system_ref + " not found (no rules from it)");
+      return;
+    }
+    auto list_it = objects_.sap_server_lists().find({ns, system_name});
+    const SapServerList* list =
+        list_it == objects_.sap_server_lists().end() ? nullptr : &list_it->second;
+    if (list == nullptr || !list->has_url_map) {
+      std::string why = list == nullptr ? std::string("not polled yet") : list->message;
+      findings.Unresolved(kReasonNoUrlMap,
+                          "spec.fromSapSystem: " + system_ref +
+                              " has no URL map yet (spec.urlMap true on the SapSystem?): " + why);
+      return;
+    }
+    // SMLG group -> LogonGroup key, from the LogonGroups of this namespace.
+    std::map<std::string, std::string> smlg_groups;
+    for (const auto& [key, lg] : objects_.logon_groups()) {
+      if (key.first != ns || !lg.spec.backend || !lg.spec.backend->sap_system ||
+          lg.spec.backend->sap_system->name != system_name ||
+          !lg.spec.backend->sap_system->logon_group) {
+        continue;
+      }
+      std::string group_key = GroupKey(ns, key.second);
+      if (accepted_groups_.count(group_key) > 0) {
+        smlg_groups.try_emplace(*lg.spec.backend->sap_system->logon_group, group_key);
+      }
+    }
+    std::set<std::string> unmapped;
+    std::size_t shadowed = 0;
+    std::size_t invalid = 0;
+    for (const model::SapUrlPrefix& entry : list->url_prefixes) {
+      std::string prefix = AsciiLower(entry.prefix);
+      if (!ValidPrefixShape(prefix) || !IsPathText(prefix) ||
+          (!entry.logon_group.empty() && !IsServerName(entry.logon_group))) {
+        ++invalid;
+        continue;
+      }
+      if (!prefixes->insert(prefix).second) {
+        ++shadowed;  // the mapping's own rule wins
+        continue;
+      }
+      v1::Kind kind = entry.java ? v1::KIND_JAVA : v1::KIND_ABAP;
+      v1::Rule rule;
+      rule.set_prefix(prefix);
+      rule.set_kind(kind);
+      rule.set_source(source);
+      std::string group = kind == v1::KIND_ABAP ? abap.resolved : java.resolved;
+      if (!entry.logon_group.empty()) {
+        if (auto it = smlg_groups.find(entry.logon_group); it != smlg_groups.end()) {
+          group = it->second;
+        } else if (unmapped.size() < 10) {
+          unmapped.insert(entry.logon_group);
+        }
+      }
+      rule.set_group(group);
+      derived->insert(prefix);
+      rules->push_back(std::move(rule));
+    }
+    std::string note = std::to_string(derived->size()) + " rules from " + system_ref;
+    if (shadowed > 0) {
+      note += " (" + std::to_string(shadowed) + " prefixes defined by spec.rules)";
+    }
+    if (invalid > 0) {
+      note += "; " + std::to_string(invalid) + " invalid prefixes left out";
+    }
+    if (!unmapped.empty()) {
+      note +=
+          "; logon groups without a LogonGroup (backend.sapSystem.logonGroup), default group "
+          "used: " +
+          JoinStrings(std::vector<std::string>(unmapped.begin(), unmapped.end()), ", ");
+    }
+    findings.Note(note);
+  }
+
+  const ObjectSet& objects_;
   const std::set<std::string>& accepted_groups_;
   const std::set<std::string>& existing_groups_;
   std::map<std::string, HostEntry> hosts_;
@@ -1513,7 +1626,7 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
   std::stable_sort(by_age.begin(), by_age.end(), [](const UrlMapping* a, const UrlMapping* b) {
     return a->metadata.creation_timestamp < b->metadata.creation_timestamp;
   });
-  UrlMappingCompiler mapping_compiler(accepted_groups, existing_groups);
+  UrlMappingCompiler mapping_compiler(objects, accepted_groups, existing_groups);
   std::vector<ObjectStatus> mapping_statuses;
   for (const UrlMapping* um : by_age) {
     const UrlMapping* previous = nullptr;

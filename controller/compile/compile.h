@@ -44,6 +44,7 @@ inline constexpr std::string_view kReasonInvalidEndpoint = "InvalidEndpoint";
 // rejected, or has no server list yet.
 inline constexpr std::string_view kReasonSapSystemNotFound = "SapSystemNotFound";
 inline constexpr std::string_view kReasonNoServerList = "NoServerList";
+inline constexpr std::string_view kReasonNoUrlMap = "NoUrlMap";
 inline constexpr std::string_view kReasonPending = "Pending";
 
 struct Condition {

@@ -320,11 +320,12 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
       std::vector<StaticServer> servers;
       r.ObjectList(*backend, "staticServers", "spec.backend.staticServers", &servers,
                    [&r](const json& entry, const std::string& path, StaticServer* server) {
-                     r.Known(&entry, path, {"name", "address", "port", "capacity"});
+                     r.Known(&entry, path, {"name", "address", "port", "capacity", "drain"});
                      r.String(entry, "name", Join(path, "name"), &server->name);
                      r.String(entry, "address", Join(path, "address"), &server->address);
                      r.OptInt(entry, "port", Join(path, "port"), &server->port);
                      r.OptInt(entry, "capacity", Join(path, "capacity"), &server->capacity);
+                     r.OptBool(entry, "drain", Join(path, "drain"), &server->drain);
                    });
       b.static_servers = std::move(servers);
     }
@@ -400,9 +401,9 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 }
 
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
-  r.Known(
-      &spec, "spec",
-      {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules", "permissions"});
+  r.Known(&spec, "spec",
+          {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
+           "permissions", "fromSapSystem"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
@@ -411,6 +412,7 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
     r.OptString(*groups, "java", "spec.defaultGroups.java", &out->default_groups.java);
   }
   r.OptString(spec, "passthroughGroup", "spec.passthroughGroup", &out->passthrough_group);
+  r.OptString(spec, "fromSapSystem", "spec.fromSapSystem", &out->from_sap_system);
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
                  r.Known(&entry, path, {"prefix", "kind", "logonGroup"});
@@ -429,7 +431,7 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
 void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
   r.Known(&spec, "spec",
           {"sid", "messageServer", "serverListPath", "refreshIntervalSeconds", "logonGroups",
-           "groupInfoPath"});
+           "groupInfoPath", "urlMap", "urlMapPath"});
   r.OptString(spec, "sid", "spec.sid", &out->sid);
   if (const json* ms = r.ObjectField(spec, "messageServer", "spec.messageServer")) {
     r.Known(ms, "spec.messageServer", {"host", "httpPort", "httpsPort", "caBundle"});
@@ -443,7 +445,9 @@ void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
   r.OptInt(spec, "refreshIntervalSeconds", "spec.refreshIntervalSeconds",
            &out->refresh_interval_seconds);
   r.OptBool(spec, "logonGroups", "spec.logonGroups", &out->logon_groups);
+  r.OptBool(spec, "urlMap", "spec.urlMap", &out->url_map);
   r.OptString(spec, "groupInfoPath", "spec.groupInfoPath", &out->group_info_path);
+  r.OptString(spec, "urlMapPath", "spec.urlMapPath", &out->url_map_path);
 }
 
 void ReadEndpointSlice(Reader& r, const json& object, EndpointSlice* out) {

@@ -38,6 +38,8 @@ inline constexpr std::string_view kSapServerListKind = "SapServerList";
 inline constexpr std::string_view kServiceNameLabel = "kubernetes.io/service-name";
 inline constexpr std::string_view kCapacityAnnotation = "dispatch.kwd.io/capacity";
 inline constexpr std::string_view kInstanceNameAnnotation = "dispatch.kwd.io/instance-name";
+// "true" on a pod: its server is draining (sticky traffic only), on every proxy.
+inline constexpr std::string_view kDrainAnnotation = "dispatch.kwd.io/drain";
 
 struct ObjectMeta {
   std::string name;
@@ -75,6 +77,8 @@ struct StaticServer {
   std::string address;
   std::optional<std::int64_t> port;
   std::optional<std::int64_t> capacity;
+  // true: the server takes sticky traffic only (SERVER_STATE_DRAINING).
+  std::optional<bool> drain;
 
   bool operator==(const StaticServer&) const = default;
 };
@@ -205,6 +209,9 @@ struct UrlMappingSpec {
   std::optional<std::string> passthrough_group;  // TLS passthrough: a LogonGroup name
   std::vector<UrlRule> rules;
   std::vector<PermissionEntry> permissions;
+  // A SapSystem in the same namespace whose ICF URL prefixes (icr_urlprefix)
+  // become rules of this mapping; the mapping's own rules win on a prefix.
+  std::optional<std::string> from_sap_system;
 
   bool operator==(const UrlMappingSpec&) const = default;
 };
@@ -235,6 +242,8 @@ struct SapSystemSpec {
   std::optional<std::int64_t> refresh_interval_seconds;
   std::optional<bool> logon_groups;
   std::optional<std::string> group_info_path;
+  std::optional<bool> url_map;  // fetch the ICF URL map (icr_urlprefix)
+  std::optional<std::string> url_map_path;
 
   bool operator==(const SapSystemSpec&) const = default;
 };
@@ -262,12 +271,23 @@ struct SapInstance {
   bool operator==(const SapInstance&) const = default;
 };
 
+// One entry of the ICF URL map (icr_urlprefix), checked by the poller.
+struct SapUrlPrefix {
+  std::string prefix;       // lowercased, "/.../", RFC 3986 path characters
+  std::string logon_group;  // SMLG group name; empty: none
+  bool java = false;        // STACK=J2EE
+
+  bool operator==(const SapUrlPrefix&) const = default;
+};
+
 struct SapServerList {
   ObjectMeta metadata;              // the SapSystem's namespace and name
   bool has_list = false;            // a good list was received at least once
   std::vector<SapInstance> instances;  // the last good list, by name
   bool has_groups = false;          // group information was received at least once
   std::map<std::string, std::vector<std::string>> logon_groups;  // SMLG group -> instances
+  bool has_url_map = false;                // the ICF URL map was received at least once
+  std::vector<SapUrlPrefix> url_prefixes;  // the last good URL map, by prefix
   // The Refreshed condition: whether the last poll succeeded and why not.
   bool refreshed = false;
   std::string reason;

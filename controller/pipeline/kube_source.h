@@ -9,11 +9,11 @@
 //     (slices that belong to a Service); the store keeps all of them but only
 //     slices of Services a LogonGroup names trigger a rebuild, so a new
 //     LogonGroup finds its slices without a new watch.
-//   - Pods: watched in the same namespaces, because the capacity and
-//     instance-name annotations can change at any time and a lazy GET per
-//     targetRef would miss those changes (or poll). Each pod is reduced to
-//     its two dispatch.kwd.io annotations on arrival, and pod churn that does
-//     not touch them (status, labels) never triggers a rebuild.
+//   - Pods: watched in the same namespaces, because the capacity,
+//     instance-name and drain annotations can change at any time and a lazy
+//     GET per targetRef would miss those changes (or poll). Each pod is
+//     reduced to these dispatch.kwd.io annotations on arrival, and pod churn
+//     that does not touch them (status, labels) never triggers a rebuild.
 
 #include <memory>
 #include <mutex>

@@ -34,11 +34,11 @@ void TrimForCompile(model::Object* object) {
         typed.metadata.resource_version.clear();
         using T = std::decay_t<decltype(typed)>;
         if constexpr (std::is_same_v<T, model::Pod>) {
-          // A pod changes often (status, labels); the compile reads only these two.
+          // A pod changes often (status, labels); the compile reads only these three.
           typed.metadata.labels.clear();
           std::map<std::string, std::string> kept;
-          for (std::string_view name :
-               {model::kCapacityAnnotation, model::kInstanceNameAnnotation}) {
+          for (std::string_view name : {model::kCapacityAnnotation, model::kInstanceNameAnnotation,
+                                        model::kDrainAnnotation}) {
             auto it = typed.metadata.annotations.find(std::string(name));
             if (it != typed.metadata.annotations.end()) {
               kept.emplace(it->first, it->second);

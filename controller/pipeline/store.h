@@ -31,7 +31,7 @@ struct ObservedObject {
 
 // Reduces an object to what the compile reads, so equality means "no
 // relevant change": resourceVersions are dropped everywhere, and pods keep
-// only the two dispatch.kwd.io annotations.
+// only the three dispatch.kwd.io annotations (capacity, instance-name, drain).
 void TrimForCompile(model::Object* object);
 
 class ObjectStore {

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 
 #include "common/log.h"
@@ -23,6 +24,7 @@ constexpr std::string_view kReasonHttpError = "HTTPError";
 constexpr std::string_view kReasonInvalidServerList = "InvalidServerList";
 constexpr std::string_view kReasonEmptyList = "EmptyList";
 constexpr std::string_view kReasonGroupInfoFailed = "GroupInfoFailed";
+constexpr std::string_view kReasonUrlMapFailed = "UrlMapFailed";
 
 // Application servers asked for the group information before giving up.
 constexpr int kMaxGroupInfoAttempts = 3;
@@ -194,22 +196,18 @@ PollOutcome ApplyServerList(std::string_view body, const std::string& source,
   return outcome;
 }
 
-PollOutcome PollOnce(const SapSystemConfig& config, const model::SapServerList& previous,
-                     std::chrono::milliseconds timeout, const Resolver& resolve) {
-  const std::string url = ServerListUrl(config);
-  FetchResult fetched = Fetch(url, timeout, config.ca_bundle);
-  if (auto problem = FetchProblem(fetched, url)) {
-    return Failed(previous, problem->first, problem->second);
-  }
-  PollOutcome outcome = ApplyServerList(fetched.body, url, previous, resolve);
-  if (outcome.failed || !config.logon_groups) {
-    return outcome;
-  }
-  // SMLG groups from an application server of the list (the message server
-  // does not serve them), the next one on failure.
-  std::string group_error = "no instance with an HTTP or HTTPS port to ask";
+namespace {
+
+// GETs `path` from the application servers of `list` in turn (at most
+// kMaxGroupInfoAttempts with an HTTP or HTTPS port) until `accept` takes a
+// 200 body (returns ""). Returns "" on success, else why the last one failed.
+std::string AskApplicationServers(
+    const model::SapServerList& list, const SapSystemConfig& config, const std::string& path,
+    std::chrono::milliseconds timeout,
+    const std::function<std::string(const std::string& url, std::string_view body)>& accept) {
+  std::string error = "no instance with an HTTP or HTTPS port to ask";
   int attempts = 0;
-  for (const model::SapInstance& instance : outcome.list.instances) {
+  for (const model::SapInstance& instance : list.instances) {
     if (attempts == kMaxGroupInfoAttempts) {
       break;
     }
@@ -218,35 +216,100 @@ PollOutcome PollOnce(const SapSystemConfig& config, const model::SapServerList& 
     }
     ++attempts;
     const bool https = instance.http_port == 0;
-    std::string group_url =
-        ServerUrl(https, https ? instance.host : instance.address,
-                  https ? instance.https_port : instance.http_port, config.group_info_path);
-    FetchResult groups = Fetch(group_url, timeout, config.ca_bundle);
-    if (auto problem = FetchProblem(groups, group_url)) {
-      group_error = problem->second;
+    std::string url = ServerUrl(https, https ? instance.host : instance.address,
+                                https ? instance.https_port : instance.http_port, path);
+    FetchResult fetched = Fetch(url, timeout, config.ca_bundle);
+    if (auto problem = FetchProblem(fetched, url)) {
+      error = problem->second;
       continue;
     }
-    ParsedGroupInfo parsed = ParseGroupInfo(groups.body);
-    if (!parsed.ok) {
-      group_error = group_url + ": not group information: " + parsed.error;
-      continue;
+    error = accept(url, fetched.body);
+    if (error.empty()) {
+      return "";
     }
-    outcome.list.has_groups = true;
-    outcome.list.logon_groups = std::move(parsed.groups);
-    outcome.list.message += "; " + std::to_string(outcome.list.logon_groups.size()) +
-                            " logon groups from " + group_url;
-    if (std::string skipped = parsed.skips.Summary(); !skipped.empty()) {
-      outcome.list.message += " (" + skipped + ")";
-    }
-    outcome.list.message = EscapeControlCharacters(outcome.list.message);
+  }
+  return error;
+}
+
+}  // namespace
+
+PollOutcome PollOnce(const SapSystemConfig& config, const model::SapServerList& previous,
+                     std::chrono::milliseconds timeout, const Resolver& resolve) {
+  const std::string url = ServerListUrl(config);
+  FetchResult fetched = Fetch(url, timeout, config.ca_bundle);
+  if (auto problem = FetchProblem(fetched, url)) {
+    return Failed(previous, problem->first, problem->second);
+  }
+  PollOutcome outcome = ApplyServerList(fetched.body, url, previous, resolve);
+  if (outcome.failed) {
     return outcome;
   }
-  outcome.failed = true;
-  outcome.list.refreshed = false;
-  outcome.list.reason = std::string(kReasonGroupInfoFailed);
-  outcome.list.message = EscapeControlCharacters(
-      outcome.list.message + "; logon groups not refreshed: " + group_error +
-      (outcome.list.has_groups ? " (keeping the last good groups)" : ""));
+  // What the failed feeds (group information, URL map) add to the message;
+  // the first failure names the reason.
+  std::string feed_errors;
+  std::string_view failed_reason;
+  if (config.logon_groups) {
+    // SMLG groups from an application server of the list (the message
+    // server does not serve them), the next one on failure.
+    std::string group_error = AskApplicationServers(
+        outcome.list, config, config.group_info_path, timeout,
+        [&](const std::string& group_url, std::string_view body) -> std::string {
+          ParsedGroupInfo parsed = ParseGroupInfo(body);
+          if (!parsed.ok) {
+            return group_url + ": not group information: " + parsed.error;
+          }
+          outcome.list.has_groups = true;
+          outcome.list.logon_groups = std::move(parsed.groups);
+          outcome.list.message += "; " + std::to_string(outcome.list.logon_groups.size()) +
+                                  " logon groups from " + group_url;
+          if (std::string skipped = parsed.skips.Summary(); !skipped.empty()) {
+            outcome.list.message += " (" + skipped + ")";
+          }
+          return "";
+        });
+    if (!group_error.empty()) {
+      failed_reason = kReasonGroupInfoFailed;
+      feed_errors += "; logon groups not refreshed: " + group_error +
+                     (outcome.list.has_groups ? " (keeping the last good groups)" : "");
+    }
+  }
+  if (config.url_map) {
+    // The ICF URL prefixes, from an application server too.
+    std::string map_error = AskApplicationServers(
+        outcome.list, config, config.url_map_path, timeout,
+        [&](const std::string& map_url, std::string_view body) -> std::string {
+          ParsedUrlMap parsed = ParseUrlMap(body);
+          if (!parsed.ok) {
+            return map_url + ": not a URL map: " + parsed.error;
+          }
+          outcome.list.has_url_map = true;
+          outcome.list.url_prefixes = std::move(parsed.prefixes);
+          std::size_t n = outcome.list.url_prefixes.size();
+          outcome.list.message += "; " + std::to_string(n) +
+                                  (n == 1 ? " URL prefix from " : " URL prefixes from ") + map_url;
+          if (std::string skipped = parsed.skips.Summary(); !skipped.empty()) {
+            outcome.list.message += " (" + skipped + ")";
+          }
+          for (const auto& [reason, count] : parsed.skips.counts) {
+            outcome.skips.counts[reason] += count;
+          }
+          return "";
+        });
+    if (!map_error.empty()) {
+      if (failed_reason.empty()) {
+        failed_reason = kReasonUrlMapFailed;
+      }
+      feed_errors += "; URL map not refreshed: " + map_error +
+                     (outcome.list.has_url_map ? " (keeping the last good URL prefixes)" : "");
+    }
+  }
+  if (!failed_reason.empty()) {
+    outcome.failed = true;
+    outcome.list.refreshed = false;
+    outcome.list.reason = std::string(failed_reason);
+    outcome.list.message += feed_errors;
+  }
+  outcome.list.message = EscapeControlCharacters(outcome.list.message);
   return outcome;
 }
 

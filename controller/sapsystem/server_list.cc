@@ -1,6 +1,7 @@
 #include "controller/sapsystem/server_list.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <set>
 
@@ -241,6 +242,8 @@ std::string_view SkipReasonName(SkipReason reason) {
       return "unknown_host";
     case SkipReason::kInvalidGroup:
       return "invalid_group";
+    case SkipReason::kInvalidPrefix:
+      return "invalid_prefix";
   }
   return "unknown";
 }
@@ -434,6 +437,163 @@ ParsedGroupInfo ParseGroupInfo(std::string_view body) {
   }
   for (auto& [name, members] : groups) {
     out.groups[name] = std::vector<std::string>(members.begin(), members.end());
+  }
+  out.ok = true;
+  return out;
+}
+
+namespace {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+// %XX decoded; nullopt on a broken escape.
+std::optional<std::string> PercentDecoded(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) {
+      return std::nullopt;
+    }
+    int high = HexValue(in[i + 1]);
+    int low = HexValue(in[i + 2]);
+    if (high < 0 || low < 0) {
+      return std::nullopt;
+    }
+    out.push_back(static_cast<char>(high * 16 + low));
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+ParsedUrlMap ParseUrlMap(std::string_view body) {
+  ParsedUrlMap out;
+  Lines lines(body);
+  int major = 0;
+  int minor = 0;
+  if (!CheckHeader(body, &lines, &major, &minor, &out.error)) {
+    return out;
+  }
+  if (major != 1) {
+    out.error = "unknown URL map version " + std::to_string(major) + "." + std::to_string(minor) +
+                " (this client reads 1.x)";
+    return out;
+  }
+  std::map<std::string, model::SapUrlPrefix> prefixes;
+  std::string_view line;
+  while (lines.Next(&line)) {
+    const std::string where = "line " + std::to_string(lines.number()) + ": ";
+    std::string_view trimmed = Trim(line);
+    if (trimmed.empty()) {
+      continue;
+    }
+    if (trimmed.size() > kMaxLineBytes) {
+      out.skips.Add(SkipReason::kMalformedRow, where + "line too long");
+      continue;
+    }
+    std::optional<std::string_view> prefix_value;
+    std::string_view group;
+    std::string_view stack;
+    std::string_view rest = trimmed;
+    while (!rest.empty()) {
+      std::size_t amp = rest.find('&');
+      std::string_view attribute = rest.substr(0, amp);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+      std::size_t equals = attribute.find('=');
+      if (equals == std::string_view::npos) {
+        continue;  // "&&" or a bare word: nothing to read
+      }
+      std::string_view key = Trim(attribute.substr(0, equals));
+      std::string_view value = Trim(attribute.substr(equals + 1));
+      if (EqualsIgnoreCase(key, "PREFIX") && !prefix_value) {
+        prefix_value = value;
+      } else if (EqualsIgnoreCase(key, "GROUP")) {
+        group = value;
+      } else if (EqualsIgnoreCase(key, "STACK")) {
+        stack = value;
+      }  // CASE, VHOST and unknown attributes: not used
+    }
+    if (!prefix_value) {
+      out.skips.Add(SkipReason::kMalformedRow, where + "no PREFIX= in " + Shown(trimmed));
+      continue;
+    }
+    std::string prefix(*prefix_value);
+    if (prefix.size() >= 3 && prefix[0] == '%' && prefix[1] == '2' &&
+        (prefix[2] == 'f' || prefix[2] == 'F')) {
+      auto decoded = PercentDecoded(prefix);
+      if (!decoded) {
+        out.skips.Add(SkipReason::kInvalidPrefix,
+                      where + "prefix " + Shown(*prefix_value) + ": broken %-escape");
+        continue;
+      }
+      prefix = std::move(*decoded);
+    }
+    for (char& c : prefix) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    if (!prefix.empty() && prefix.back() != '/') {
+      prefix.push_back('/');
+    }
+    if (prefix.size() < 2 || prefix.front() != '/' || prefix.size() > kMaxUrlPrefixLength ||
+        !IsPathText(prefix)) {
+      out.skips.Add(SkipReason::kInvalidPrefix,
+                    where + "prefix " + Shown(*prefix_value) +
+                        " is not a path prefix (starts with /, not / alone, at most " +
+                        std::to_string(kMaxUrlPrefixLength) + " RFC 3986 path characters)");
+      continue;
+    }
+    if (!group.empty() && (group.size() > kMaxGroupNameLength || !IsServerName(group))) {
+      out.skips.Add(SkipReason::kInvalidGroup,
+                    where + "group name " + Shown(group) + " is not valid (at most " +
+                        std::to_string(kMaxGroupNameLength) + " visible characters)");
+      continue;
+    }
+    bool java = false;
+    if (EqualsIgnoreCase(stack, "J2EE") || EqualsIgnoreCase(stack, "JAVA")) {
+      java = true;
+    } else if (!stack.empty() && !EqualsIgnoreCase(stack, "ABAP")) {
+      out.skips.Add(SkipReason::kMalformedRow,
+                    where + "STACK=" + Shown(stack) + " is not J2EE or ABAP");
+      continue;
+    }
+    if (prefixes.contains(prefix)) {
+      out.skips.Add(SkipReason::kDuplicateName,
+                    where + "prefix " + Shown(prefix) + " listed again");
+      continue;
+    }
+    if (prefixes.size() >= kMaxUrlPrefixes) {
+      out.skips.Add(SkipReason::kTooMany, where + "prefix " + Shown(prefix) + " beyond the limit");
+      continue;
+    }
+    model::SapUrlPrefix entry;
+    entry.prefix = prefix;
+    entry.logon_group = std::string(group);
+    entry.java = java;
+    prefixes.emplace(std::move(prefix), std::move(entry));
+  }
+  out.prefixes.reserve(prefixes.size());
+  for (auto& [prefix, entry] : prefixes) {
+    out.prefixes.push_back(std::move(entry));
   }
   out.ok = true;
   return out;

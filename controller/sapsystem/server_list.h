@@ -33,26 +33,31 @@ inline constexpr std::size_t kMaxInstances = 4096;
 inline constexpr std::size_t kMaxInstanceNameLength = 128;
 // SAP's wdisp/max_server_group_name_len is 20 by default, at most 64.
 inline constexpr std::size_t kMaxGroupNameLength = 64;
+// SAP's wdisp/max_url_map_entries allows at most 10000; more are skipped.
+inline constexpr std::size_t kMaxUrlPrefixes = 10000;
+// SAP's wdisp/max_url_map_path_len.
+inline constexpr std::size_t kMaxUrlPrefixLength = 256;
 // Skipped lines named in a message; the rest are only counted.
 inline constexpr std::size_t kMaxSkipMessages = 5;
 
 // Why a line or an instance was skipped: bounded values, used as the
 // `reason` label of kwd_controller_sapsystem_entries_skipped_total.
 enum class SkipReason {
-  kMalformedRow,     // a service row with fewer than 3 fields, or a row outside a record
-  kInvalidName,      // instance name: control characters, spaces, too long
-  kInvalidHost,      // host field: not a host name or IP address
-  kInvalidPort,      // port field: not 1 to 65535
-  kDuplicateName,    // a second record with the same instance name
-  kTooMany,          // beyond kMaxInstances
-  kUnknownHost,      // the host does not resolve (and never did)
-  kInvalidGroup,     // group information: a bad group or member name
+  kMalformedRow,   // a service row with fewer than 3 fields, or a row outside a record
+  kInvalidName,    // instance name: control characters, spaces, too long
+  kInvalidHost,    // host field: not a host name or IP address
+  kInvalidPort,    // port field: not 1 to 65535
+  kDuplicateName,  // a second record with the same instance name
+  kTooMany,        // beyond kMaxInstances
+  kUnknownHost,    // the host does not resolve (and never did)
+  kInvalidGroup,   // group information: a bad group or member name
+  kInvalidPrefix,  // URL map: a prefix that is not a path prefix kwd can match
 };
 std::string_view SkipReasonName(SkipReason reason);
 inline constexpr SkipReason kAllSkipReasons[] = {
     SkipReason::kMalformedRow, SkipReason::kInvalidName,   SkipReason::kInvalidHost,
     SkipReason::kInvalidPort,  SkipReason::kDuplicateName, SkipReason::kTooMany,
-    SkipReason::kUnknownHost,  SkipReason::kInvalidGroup};
+    SkipReason::kUnknownHost,  SkipReason::kInvalidGroup,  SkipReason::kInvalidPrefix};
 
 struct Skips {
   std::map<SkipReason, std::size_t> counts;
@@ -98,6 +103,25 @@ struct ParsedGroupInfo {
 // names, then "GROUP:member,member" lines. Tolerant: blank lines anywhere,
 // the instance section may be missing, a group may repeat (members merge).
 ParsedGroupInfo ParseGroupInfo(std::string_view body);
+
+struct ParsedUrlMap {
+  bool ok = false;
+  std::string error;
+  std::vector<model::SapUrlPrefix> prefixes;  // sorted by prefix, unique
+  Skips skips;
+};
+
+// The ICF URL map (/sap/public/icf_info/icr_urlprefix, section 6 of the
+// reference): "version 1.x", then lines "PREFIX=/path/&GROUP=G&CASE=&VHOST=
+// *.*;&STACK=J2EE". Tolerant: attributes in any order, any case, unknown ones
+// ignored, blank lines anywhere, a prefix without its closing "/" gets one,
+// a URL-encoded prefix ("%2Fsap%2F...") is decoded. Strict about what it
+// keeps: prefixes lowercased, RFC 3986 path characters, at most
+// kMaxUrlPrefixLength, not "/" alone (the root is the default root
+// handler's); GROUP a valid name of at most kMaxGroupNameLength; STACK J2EE
+// (java), ABAP or empty (abap). A bad line is skipped with a reason; the first
+// line for a prefix wins.
+ParsedUrlMap ParseUrlMap(std::string_view body);
 
 // host -> addresses (IPv4 first), empty when it does not resolve. The
 // poller's resolver does DNS; tests pass a map.

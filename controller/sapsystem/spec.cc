@@ -74,6 +74,11 @@ SpecCheck CheckSapSystem(const model::SapSystem& system) {
     check.errors.push_back("spec.groupInfoPath: \"" + config.group_info_path +
                            "\" is not an origin-form path (starts with /, RFC 3986 characters)");
   }
+  config.url_map_path = spec.url_map_path.value_or(std::string(kDefaultUrlMapPath));
+  if (!IsOriginForm(config.url_map_path)) {
+    check.errors.push_back("spec.urlMapPath: \"" + config.url_map_path +
+                           "\" is not an origin-form path (starts with /, RFC 3986 characters)");
+  }
   config.refresh_interval_seconds =
       spec.refresh_interval_seconds.value_or(kDefaultRefreshIntervalSeconds);
   if (config.refresh_interval_seconds < kMinRefreshIntervalSeconds ||
@@ -84,6 +89,7 @@ SpecCheck CheckSapSystem(const model::SapSystem& system) {
                            std::to_string(kMaxRefreshIntervalSeconds));
   }
   config.logon_groups = spec.logon_groups.value_or(false);
+  config.url_map = spec.url_map.value_or(false);
   if (check.errors.empty()) {
     check.config = std::move(config);
   }

@@ -14,6 +14,8 @@ namespace kwd::sapsystem {
 
 inline constexpr std::string_view kDefaultServerListPath = "/msgserver/text/logon";
 inline constexpr std::string_view kDefaultGroupInfoPath = "/sap/public/icf_info/icr_groups";
+// wdisp/url_map_location (7.x; the 2004s default was /sap/public/icf_info/icr/urlprefix).
+inline constexpr std::string_view kDefaultUrlMapPath = "/sap/public/icf_info/icr_urlprefix";
 inline constexpr std::int64_t kDefaultRefreshIntervalSeconds = 25;  // wdisp/auto_refresh
 inline constexpr std::int64_t kMinRefreshIntervalSeconds = 1;
 inline constexpr std::int64_t kMaxRefreshIntervalSeconds = 86400;
@@ -28,6 +30,8 @@ struct SapSystemConfig {
   std::int64_t refresh_interval_seconds = kDefaultRefreshIntervalSeconds;
   bool logon_groups = false;
   std::string group_info_path;
+  bool url_map = false;
+  std::string url_map_path;
 
   bool operator==(const SapSystemConfig&) const = default;
 };

@@ -14,6 +14,7 @@ empty list, or nothing at all (timeout).
 An instance with "serve": true gets a fake application server of its own on
 127.0.0.1 (an ephemeral port unless "http" gives one): it answers
 /sap/public/icf_info/icr_groups with the group information (section 5 form),
+/sap/public/icf_info/icr_urlprefix with the URL map (section 6 form),
 /sap/public/icman/ping with 200, and any other request with 200 and
 "X-Instance: <name>" so that tests can count where requests went.
 
@@ -53,6 +54,10 @@ DEFAULT_STATE = {
     "blank_between": True,  # an empty line after each record
     "vhost_twins": True,  # HTTP/HTTPS rows repeated with VHOST=0, as captured
     "groups_mode": "ok",  # ok | status | garbage (the application servers' icr_groups)
+    # The application servers' icr_urlprefix: {"prefix", "group" (SMLG, optional),
+    #  "stack": "ABAP"|"J2EE" (optional)}
+    "url_prefixes": [],
+    "url_map_mode": "ok",  # ok | status | garbage
 }
 
 LOCK = threading.RLock()
@@ -99,6 +104,22 @@ def group_info(state):
     lines = ["version 1.0"] + names + [""]
     for group, members in sorted(state["groups"].items()):
         lines.append("%s:%s" % (group, ",".join(members)))
+    lines.append("")
+    return eol.join(lines) + eol
+
+
+def url_map(state):
+    """The ICF URL map (icr_urlprefix), in the urlinfo.txt form of section 6."""
+    eol = "\r\n" if state["line_ending"] == "crlf" else "\n"
+    lines = ["version 1.0"]
+    for entry in state["url_prefixes"]:
+        line = "PREFIX=" + entry["prefix"]
+        if entry.get("group"):
+            line += "&GROUP=" + entry["group"]
+        line += "&CASE=&VHOST=*.*;"
+        if entry.get("stack"):
+            line += "&STACK=" + entry["stack"]
+        lines.append(line)
     lines.append("")
     return eol.join(lines) + eol
 
@@ -212,6 +233,12 @@ def make_app_handler(name):
                 if state["groups_mode"] == "garbage":
                     return self.reply(200, "<html>nope</html>\n", "text/html", headers)
                 return self.reply(200, group_info(state), headers=headers)
+            if path == "/sap/public/icf_info/icr_urlprefix":
+                if state["url_map_mode"] == "status":
+                    return self.reply(500, "error\n", headers=headers)
+                if state["url_map_mode"] == "garbage":
+                    return self.reply(200, "<html>login</html>\n", "text/html", headers)
+                return self.reply(200, url_map(state), headers=headers)
             if path == "/sap/public/icman/ping":
                 return self.reply(200, "", headers=headers)
             return self.reply(200, "served by %s\n" % name, headers=headers)

@@ -1,5 +1,5 @@
-// Fuzzes the SAP message server's server list parser and the ICF group
-// information parser (controller/sapsystem/server_list.h) on arbitrary
+// Fuzzes the SAP message server's server list parser, the ICF group
+// information parser and the ICF URL map parser (controller/sapsystem/server_list.h) on arbitrary
 // bodies, and BuildInstances on what the parser accepts. Checks that
 // nothing that reaches a snapshot, header, label or log holds a control
 // character or breaks the snapshot's name rules.
@@ -69,6 +69,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& member : members) {
       Check(kwd::IsServerName(member));
     }
+  }
+  kwd::sapsystem::ParsedUrlMap map = kwd::sapsystem::ParseUrlMap(body);
+  Check(!HasControl(map.error));
+  CheckSkips(map.skips);
+  Check(map.prefixes.size() <= kwd::sapsystem::kMaxUrlPrefixes);
+  std::string_view last;
+  for (const auto& entry : map.prefixes) {
+    // What the compile turns into a rule: a "/.../" path prefix it accepts.
+    Check(entry.prefix.size() >= 2 && entry.prefix.size() <= kwd::sapsystem::kMaxUrlPrefixLength);
+    Check(entry.prefix.front() == '/' && entry.prefix.back() == '/');
+    Check(kwd::IsPathText(entry.prefix));
+    for (char c : entry.prefix) {
+      Check(!(c >= 'A' && c <= 'Z'));
+    }
+    Check(entry.logon_group.empty() || kwd::IsServerName(entry.logon_group));
+    Check(entry.logon_group.size() <= kwd::sapsystem::kMaxGroupNameLength);
+    Check(last < entry.prefix);  // sorted, unique
+    last = entry.prefix;
   }
   return 0;
 }

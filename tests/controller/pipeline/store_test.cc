@@ -97,11 +97,16 @@ TEST(ObjectStoreTest, PodIsRelevantOnlyWhenReferencedAndOnlyForItsAnnotations) {
   EXPECT_TRUE(store.Upsert(Decode(Pod("p2", {{"dispatch.kwd.io/capacity", "4"}}))));
   EXPECT_TRUE(store.Upsert(Decode(Pod("p2", {{"dispatch.kwd.io/capacity", "4"},
                                              {"dispatch.kwd.io/instance-name", "erp1_ERP_00"}}))));
+  // The drain annotation is a compile input too (kubectl annotate ... drain=true).
+  EXPECT_TRUE(store.Upsert(Decode(Pod("p2", {{"dispatch.kwd.io/capacity", "4"},
+                                             {"dispatch.kwd.io/instance-name", "erp1_ERP_00"},
+                                             {"dispatch.kwd.io/drain", "true"}}))));
   EXPECT_FALSE(store.Upsert(Decode(Pod("unreferenced", {{"dispatch.kwd.io/capacity", "4"}}))));
   const auto& pods = store.objects().pods();
   auto it = pods.find({"erp", "p2"});
   ASSERT_NE(it, pods.end());
-  EXPECT_EQ(it->second.metadata.annotations.size(), 2u);
+  EXPECT_EQ(it->second.metadata.annotations.size(), 3u);
+  EXPECT_EQ(it->second.metadata.annotations.at("dispatch.kwd.io/drain"), "true");
   EXPECT_TRUE(it->second.metadata.labels.empty());
 }
 

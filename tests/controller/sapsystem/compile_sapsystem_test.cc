@@ -234,5 +234,121 @@ TEST(CompileSapSystemTest, StoreAndMemo) {
   EXPECT_EQ(Find(without, "LogonGroup", "diag", kResolvedRefs)->reason, "NoServerList");
 }
 
+json Mapping(const std::string& name, json spec) {
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "UrlMapping"},
+          {"metadata", {{"name", name}, {"namespace", "erp"}, {"generation", 3}}},
+          {"spec", spec}};
+}
+
+model::SapServerList ListWithUrlMap(const std::string& name) {
+  model::SapServerList list = List(name);
+  list.has_url_map = true;
+  list.url_prefixes = {{"/irj~portal/", "PORTAL", true},
+                       {"/sap/bc/gui/sap/its/webgui/", "WEBGUI", false},
+                       {"/sap/bc/own/", "", false},
+                       {"/sap/public/x/", "PUBLIC", false}};
+  return list;
+}
+
+// "prefix kind group" of each rule of the any-host virtual host.
+std::string Rules(const CompileResult& result) {
+  std::string out;
+  for (const auto& vhost : result.snapshot.virtual_hosts()) {
+    if (!vhost.host().empty()) {
+      continue;
+    }
+    for (const auto& rule : vhost.rules()) {
+      out += (out.empty() ? "" : ", ") + rule.prefix() + " " +
+             (rule.kind() == v1::KIND_JAVA ? "java" : "abap") + " " + rule.group();
+    }
+  }
+  return out;
+}
+
+// UrlMapping.spec.fromSapSystem: the SapSystem's ICF URL prefixes become
+// rules (kind from STACK, group from the LogonGroup of that SMLG group, else
+// the kind's default), the mapping's own rules win on the same prefix.
+TEST(CompileSapSystemTest, UrlMapFromSapSystem) {
+  model::ObjectSet objects;
+  objects.Upsert(Decode(System("erp", {{"urlMap", true}})));
+  objects.Upsert(ListWithUrlMap("erp"));
+  objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
+  objects.Upsert(Decode(Group("j2ee", "java", {{"name", "erp"}})));
+  objects.Upsert(Decode(Group("public", "abap", {{"name", "erp"}, {"logonGroup", "PUBLIC"}})));
+  objects.Upsert(Decode(
+      Mapping("erp", {{"fromSapSystem", "erp"},
+                      {"rules", json::array({{{"prefix", "/sap/bc/own/"}, {"kind", "java"}}})}})));
+  CompileResult result = Compile(objects);
+  EXPECT_EQ(Rules(result),
+            "/irj~portal/ java erp/j2ee, /sap/bc/gui/sap/its/webgui/ abap erp/diag, "
+            "/sap/bc/own/ java erp/j2ee, /sap/public/x/ abap erp/public");
+  const Condition* accepted = Find(result, "UrlMapping", "erp", kAccepted);
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_EQ(accepted->status, "True") << accepted->message;
+  EXPECT_NE(accepted->message.find("3 from SapSystem erp"), std::string::npos) << accepted->message;
+  const Condition* resolved = Find(result, "UrlMapping", "erp", kResolvedRefs);
+  ASSERT_NE(resolved, nullptr);
+  EXPECT_EQ(resolved->status, "True") << resolved->message;
+
+  // A refresh with other prefixes: the rules follow.
+  model::SapServerList changed = ListWithUrlMap("erp");
+  changed.url_prefixes.erase(changed.url_prefixes.begin());
+  changed.url_prefixes.push_back({"/sap/zz/", "PUBLIC", false});
+  objects.Upsert(changed);
+  EXPECT_EQ(Rules(Compile(objects)),
+            "/sap/bc/gui/sap/its/webgui/ abap erp/diag, /sap/bc/own/ java erp/j2ee, "
+            "/sap/public/x/ abap erp/public, /sap/zz/ abap erp/public");
+
+  // An invalid prefix that got here anyway is left out, not served.
+  changed.url_prefixes.push_back({"/bad path/", "", false});
+  changed.url_prefixes.push_back({"/x/", "bad group", false});
+  objects.Upsert(changed);
+  EXPECT_EQ(Rules(Compile(objects)),
+            "/sap/bc/gui/sap/its/webgui/ abap erp/diag, /sap/bc/own/ java erp/j2ee, "
+            "/sap/public/x/ abap erp/public, /sap/zz/ abap erp/public");
+}
+
+TEST(CompileSapSystemTest, UrlMapFromSapSystemUnresolved) {
+  model::ObjectSet objects;
+  objects.Upsert(Decode(System("erp")));
+  objects.Upsert(List("erp"));  // no URL map
+  objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
+  auto own = json::array({{{"prefix", "/sap/bc/own/"}}});
+  objects.Upsert(Decode(
+      Mapping("nomap", {{"hosts", {"a.example"}}, {"fromSapSystem", "erp"}, {"rules", own}})));
+  objects.Upsert(Decode(
+      Mapping("missing", {{"hosts", {"b.example"}}, {"fromSapSystem", "crm"}, {"rules", own}})));
+  objects.Upsert(
+      Decode(Mapping("badname", {{"hosts", {"c.example"}}, {"fromSapSystem", "Not_A_Name"}})));
+  CompileResult result = Compile(objects);
+  const Condition* nomap = Find(result, "UrlMapping", "nomap", kResolvedRefs);
+  ASSERT_NE(nomap, nullptr);
+  EXPECT_EQ(nomap->status, "False");
+  EXPECT_EQ(nomap->reason, "NoUrlMap");
+  EXPECT_NE(nomap->message.find("spec.urlMap true"), std::string::npos) << nomap->message;
+  EXPECT_EQ(Find(result, "UrlMapping", "nomap", kAccepted)->status, "True");
+  const Condition* missing = Find(result, "UrlMapping", "missing", kResolvedRefs);
+  ASSERT_NE(missing, nullptr);
+  EXPECT_EQ(missing->status, "False");
+  EXPECT_EQ(missing->reason, "SapSystemNotFound");
+  const Condition* bad = Find(result, "UrlMapping", "badname", kAccepted);
+  ASSERT_NE(bad, nullptr);
+  EXPECT_EQ(bad->status, "False");
+  EXPECT_NE(bad->message.find("spec.fromSapSystem"), std::string::npos) << bad->message;
+  // The own rules still serve.
+  int own_rules = 0;
+  for (const auto& vhost : result.snapshot.virtual_hosts()) {
+    for (const auto& rule : vhost.rules()) {
+      own_rules += rule.prefix() == "/sap/bc/own/" ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(own_rules, 2);
+
+  // Not polled yet: no list at all.
+  objects.Remove({"SapServerList", "erp", "erp"});
+  EXPECT_EQ(Find(Compile(objects), "UrlMapping", "nomap", kResolvedRefs)->reason, "NoUrlMap");
+}
+
 }  // namespace
 }  // namespace kwd::compile

@@ -32,6 +32,7 @@ class PollerTest : public ::testing::Test {
     config_.port = fake_->port();
     config_.server_list_path = std::string(kDefaultServerListPath);
     config_.group_info_path = std::string(kDefaultGroupInfoPath);
+    config_.url_map_path = std::string(kDefaultUrlMapPath);
   }
 
   PollOutcome Poll(const model::SapServerList& previous,
@@ -133,6 +134,46 @@ TEST_F(PollerTest, LogonGroupsFromAnApplicationServer) {
   EXPECT_EQ(failed.list.reason, "GroupInfoFailed");
   EXPECT_EQ(failed.list.logon_groups, outcome.list.logon_groups);
   EXPECT_EQ(failed.list.instances.size(), 3u);
+}
+
+TEST_F(PollerTest, UrlMapFromAnApplicationServer) {
+  config_.url_map = true;
+  fake_->Set({{"url_prefixes",
+               {{{"prefix", "/sap/bc/gui/sap/its/webgui/"}, {"group", "PUBLIC"}, {"stack", "ABAP"}},
+                {{"prefix", "/irj~PORTAL/"}, {"stack", "J2EE"}},
+                {{"prefix", "/bad path/"}}}}});
+  PollOutcome outcome = Poll({});
+  ASSERT_FALSE(outcome.failed) << outcome.list.message;
+  EXPECT_FALSE(outcome.list.has_groups);  // logonGroups false
+  ASSERT_TRUE(outcome.list.has_url_map);
+  EXPECT_EQ(outcome.list.url_prefixes,
+            (std::vector<model::SapUrlPrefix>{{"/irj~portal/", "", true},
+                                              {"/sap/bc/gui/sap/its/webgui/", "PUBLIC", false}}));
+  EXPECT_NE(outcome.list.message.find("2 URL prefixes from http://127.0.0.1:"), std::string::npos)
+      << outcome.list.message;
+  EXPECT_NE(outcome.list.message.find("1 entry skipped: line 4: prefix \"/bad path/\""),
+            std::string::npos)
+      << outcome.list.message;
+  EXPECT_EQ(outcome.skips.counts[SkipReason::kInvalidPrefix], 1u);
+
+  // The URL map fails: the list is applied, the prefixes stay, Refreshed=False.
+  for (std::string mode : {"garbage", "status"}) {
+    fake_->Set({{"url_map_mode", mode}});
+    PollOutcome failed = Poll(outcome.list);
+    EXPECT_TRUE(failed.failed) << mode;
+    EXPECT_EQ(failed.list.reason, "UrlMapFailed") << mode;
+    EXPECT_EQ(failed.list.url_prefixes, outcome.list.url_prefixes) << mode;
+    EXPECT_NE(failed.list.message.find("keeping the last good URL prefixes"), std::string::npos)
+        << failed.list.message;
+    EXPECT_EQ(failed.list.instances.size(), 3u);
+  }
+
+  // Recovery with a changed map.
+  fake_->Set({{"url_map_mode", "ok"}, {"url_prefixes", {{{"prefix", "/sap/opu/odata/"}}}}});
+  PollOutcome recovered = Poll(outcome.list);
+  ASSERT_FALSE(recovered.failed) << recovered.list.message;
+  EXPECT_EQ(recovered.list.url_prefixes,
+            (std::vector<model::SapUrlPrefix>{{"/sap/opu/odata/", "", false}}));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -254,6 +255,132 @@ TEST_F(SapSystemBlackBoxTest, InstancesFollowTheMessageServer) {
       << Servers(admin_, "erp/diag");
   EXPECT_TRUE(ProxyServesOnly({"a_FAK_00", "c_FAK_02"}));
   EXPECT_EQ(Condition(admin_, "SapSystem", "fak", "Refreshed").value("status", ""), "True");
+}
+
+// UrlMapping.spec.fromSapSystem: the ICF URL prefixes the application
+// servers serve become rules (an SMLG group to its LogonGroup), follow the
+// map at the next refresh, and a failed fetch keeps the last good ones.
+TEST_F(SapSystemBlackBoxTest, UrlMapFromTheSystem) {
+  ASSERT_TRUE(
+      WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; }, seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(proxy_admin_, "/readyz").status == 200; }, seconds(20)));
+  // No URL map asked for yet: ResolvedRefs=False says why.
+  fake_->Set({{"url_prefixes", {{{"prefix", "/sap/zz/"}, {"group", "PUBLIC"}}}}});
+  std::string objects;
+  {
+    std::ifstream in(dir_ / "objects" / "erp.yaml");
+    objects.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& text) {
+    std::ofstream(dir_ / "erp.yaml.tmp") << text;
+    fs::rename(dir_ / "erp.yaml.tmp", dir_ / "objects" / "erp.yaml");
+  };
+  auto replace = [](std::string text, const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  std::string with_mapping = replace(objects, "  defaultRootHandler: abap\n",
+                                     "  defaultRootHandler: abap\n  fromSapSystem: fak\n");
+  write(with_mapping);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Condition(admin_, "UrlMapping", "erp", "ResolvedRefs").value("reason", "") ==
+               "NoUrlMap";
+      },
+      seconds(20)))
+      << Condition(admin_, "UrlMapping", "erp", "ResolvedRefs");
+
+  // The SapSystem fetches the map: /sap/zz/ goes to PUBLIC's LogonGroup (b only).
+  write(replace(with_mapping, "  logonGroups: true\n", "  logonGroups: true\n  urlMap: true\n"));
+  auto only_b = [&](const std::string& path) {
+    return WaitFor(
+        [&] {
+          auto counts = Spread(4, path);
+          return counts.size() == 1 && counts.begin()->first == "b_FAK_01";
+        },
+        seconds(20));
+  };
+  ASSERT_TRUE(only_b("/sap/zz/x")) << controller_->Log();
+  EXPECT_EQ(Condition(admin_, "UrlMapping", "erp", "ResolvedRefs").value("status", ""), "True");
+  // Other paths still go to diag (both instances).
+  EXPECT_TRUE(ProxyServesOnly({"a_FAK_00", "b_FAK_01"}));
+  EXPECT_EQ(Spread(12, "/sap/bc/x").size(), 2u);
+
+  // The map changes: the rules follow at the next refresh.
+  fake_->Set({{"url_prefixes", {{{"prefix", "/sap/yy/"}, {"group", "PUBLIC"}}}}});
+  ASSERT_TRUE(only_b("/sap/yy/x"));
+  EXPECT_EQ(Spread(12, "/sap/zz/x").size(), 2u) << "/sap/zz/ is no rule any more";
+
+  // A failed fetch keeps the last good prefixes.
+  fake_->Set({{"url_map_mode", "garbage"}});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Condition(admin_, "SapSystem", "fak", "Refreshed").value("reason", "") ==
+               "UrlMapFailed";
+      },
+      seconds(20)))
+      << Condition(admin_, "SapSystem", "fak", "Refreshed");
+  EXPECT_TRUE(only_b("/sap/yy/x"));
+}
+
+// LogonGroup.spec.backend.staticServers[].drain: the drained server takes no
+// new balanced traffic on the proxy but keeps its sticky (sap-contextid)
+// traffic; undrained, it is balanced again. (The fake application servers
+// stand in as static servers.)
+TEST_F(SapSystemBlackBoxTest, DrainedStaticServerKeepsStickyTrafficOnly) {
+  ASSERT_TRUE(
+      WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; }, seconds(20)));
+  auto write = [&](bool drain) {
+    std::ofstream(dir_ / "drain.yaml.tmp")
+        << "apiVersion: dispatch.kwd.io/v1alpha1\n"
+           "kind: LogonGroup\n"
+           "metadata: {name: static, namespace: erp}\n"
+           "spec:\n"
+           "  kind: abap\n"
+           "  backend:\n"
+           "    staticServers:\n"
+           "      - {name: a_FAK_00, address: 127.0.0.1, port: "
+        << fake_->AppPort("a_FAK_00")
+        << "}\n"
+           "      - {name: b_FAK_01, address: 127.0.0.1, port: "
+        << fake_->AppPort("b_FAK_01") << ", drain: " << (drain ? "true" : "false")
+        << "}\n"
+           "---\n"
+           "apiVersion: dispatch.kwd.io/v1alpha1\n"
+           "kind: UrlMapping\n"
+           "metadata: {name: drain, namespace: erp}\n"
+           "spec:\n"
+           "  rules:\n"
+           "    - {prefix: /drain/, logonGroup: static}\n";
+    fs::rename(dir_ / "drain.yaml.tmp", dir_ / "objects" / "drain.yaml");
+  };
+  auto sticky_to_b = [&] {
+    HttpClient client(proxy_->port());
+    HttpReply reply = client.Get("/drain/x", {"Cookie: sap-contextid=SID%3aANON%3ab_FAK_01%3aabc"});
+    return reply.status == 200 ? reply.Header("X-Instance") : std::to_string(reply.status);
+  };
+  write(true);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto counts = Spread(4, "/drain/x");
+        return counts.size() == 1 && counts.begin()->first == "a_FAK_00";
+      },
+      seconds(20)))
+      << controller_->Log();
+  // Balanced traffic: a only, however many requests.
+  std::map<std::string, int> counts = Spread(20, "/drain/x");
+  EXPECT_EQ(counts["a_FAK_00"], 20) << "b is draining";
+  // Sticky traffic keeps b.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sticky_to_b(), "b_FAK_01");
+  }
+  json accepted = Condition(admin_, "LogonGroup", "static", "Accepted");
+  EXPECT_NE(accepted.value("message", "").find("(1 draining)"), std::string::npos) << accepted;
+
+  // Undrained: balanced again (capacity 1 each).
+  write(false);
+  ASSERT_TRUE(WaitFor([&] { return Spread(6, "/drain/x").size() == 2; }, seconds(20)));
+  EXPECT_EQ(sticky_to_b(), "b_FAK_01");
 }
 
 // A refresh that changes nothing compiles nothing.

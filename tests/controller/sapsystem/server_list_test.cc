@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -311,6 +312,97 @@ TEST(GroupInfoTest, ReferenceExampleAndTolerance) {
   EXPECT_FALSE(ParseGroupInfo("").ok);
 }
 
+// The reference's constructed URL map (section 10), CRLF.
+constexpr std::string_view kUrlMap =
+    "version 1.0\r\n"
+    "PREFIX=/sap/bc/gui/sap/its/webgui/&GROUP=WEBGUI&CASE=&VHOST=*.*;&STACK=ABAP\r\n"
+    "PREFIX=/irj~PORTAL/&GROUP=PORTAL&CASE=&VHOST=*.*;&STACK=J2EE\r\n"
+    "\r\n";
+
+TEST(UrlMapTest, ReferenceExample) {
+  ParsedUrlMap parsed = ParseUrlMap(kUrlMap);
+  ASSERT_TRUE(parsed.ok) << parsed.error;
+  ASSERT_EQ(parsed.prefixes.size(), 2u);
+  // Sorted by prefix, lowercased.
+  EXPECT_EQ(parsed.prefixes[0], (model::SapUrlPrefix{"/irj~portal/", "PORTAL", true}));
+  EXPECT_EQ(parsed.prefixes[1],
+            (model::SapUrlPrefix{"/sap/bc/gui/sap/its/webgui/", "WEBGUI", false}));
+  EXPECT_EQ(parsed.skips.total(), 0u);
+}
+
+struct UrlMapCase {
+  std::string name;
+  std::string body;
+  std::vector<model::SapUrlPrefix> want;
+  std::map<SkipReason, std::size_t> skipped;
+};
+
+TEST(UrlMapTest, LayoutVariantsAndBadLines) {
+  const std::vector<UrlMapCase> cases = {
+      {"lf, no closing blank line, spaces",
+       "version 1.0\n  PREFIX=/sap/bc/a/ & GROUP=G1 \nPREFIX=/sap/bc/b/",
+       {{"/sap/bc/a/", "G1", false}, {"/sap/bc/b/", "", false}},
+       {}},
+      {"attributes in any order and case, unknown ones ignored",
+       "version 1.1\nstack=j2ee&Group=J1&FOO=bar&prefix=/nwa/\n",
+       {{"/nwa/", "J1", true}},
+       {}},
+      {"closing slash added, url-encoded prefix decoded",
+       "version 1.0\nPREFIX=/sap/public/ping\nPREFIX=%2Fsap%2Fopu%2Fodata%2F&CASE=X\n",
+       {{"/sap/opu/odata/", "", false}, {"/sap/public/ping/", "", false}},
+       {}},
+      {"root, relative, bad characters, broken escape",
+       "version 1.0\nPREFIX=/\nPREFIX=sap/x/\nPREFIX=/a b/\nPREFIX=/q?x/\nPREFIX=%2Fbad%zz\n"
+       "PREFIX=/ok/\n",
+       {{"/ok/", "", false}},
+       {{SkipReason::kInvalidPrefix, 5}}},
+      {"bad group, unknown stack, no prefix, duplicate (first wins)",
+       "version 1.0\nPREFIX=/a/&GROUP=bad group\nPREFIX=/b/&GROUP=G\x01\nPREFIX=/c/&STACK=COBOL\n"
+       "GROUP=G1\nPREFIX=/d/&GROUP=FIRST\nPREFIX=/D/&GROUP=SECOND\n",
+       {{"/d/", "FIRST", false}},
+       {{SkipReason::kInvalidGroup, 2},
+        {SkipReason::kMalformedRow, 2},
+        {SkipReason::kDuplicateName, 1}}},
+      {"group name too long",
+       "version 1.0\nPREFIX=/a/&GROUP=" + std::string(kMaxGroupNameLength + 1, 'G') + "\n",
+       {},
+       {{SkipReason::kInvalidGroup, 1}}},
+      {"prefix too long",
+       "version 1.0\nPREFIX=/" + std::string(kMaxUrlPrefixLength, 'a') + "/\n",
+       {},
+       {{SkipReason::kInvalidPrefix, 1}}},
+      {"empty map", "version 1.0\r\n\r\n", {}, {}},
+  };
+  for (const auto& c : cases) {
+    ParsedUrlMap parsed = ParseUrlMap(c.body);
+    ASSERT_TRUE(parsed.ok) << c.name << ": " << parsed.error;
+    EXPECT_EQ(parsed.prefixes, c.want) << c.name;
+    EXPECT_EQ(parsed.skips.counts, c.skipped) << c.name << ": " << parsed.skips.Summary();
+  }
+}
+
+TEST(UrlMapTest, NotAUrlMap) {
+  for (std::string_view body :
+       {std::string_view(""), std::string_view("<html>login</html>"),
+        std::string_view("version 2.0\nPREFIX=/a/\n"), std::string_view("version 1.0\0x", 12)}) {
+    ParsedUrlMap parsed = ParseUrlMap(body);
+    EXPECT_FALSE(parsed.ok) << body;
+    EXPECT_FALSE(parsed.error.empty());
+  }
+  EXPECT_FALSE(ParseUrlMap(std::string(kMaxBodyBytes + 1, 'a')).ok);
+}
+
+TEST(UrlMapTest, ThousandsOfPrefixesAreCapped) {
+  std::string body = "version 1.0\n";
+  for (std::size_t i = 0; i < kMaxUrlPrefixes + 5; ++i) {
+    body += "PREFIX=/p" + std::to_string(i) + "/&GROUP=G\n";
+  }
+  ParsedUrlMap parsed = ParseUrlMap(body);
+  ASSERT_TRUE(parsed.ok);
+  EXPECT_EQ(parsed.prefixes.size(), kMaxUrlPrefixes);
+  EXPECT_EQ(parsed.skips.counts[SkipReason::kTooMany], 5u);
+}
+
 TEST(SpecTest, ChecksAndUrl) {
   model::SapSystem system;
   system.metadata.name = "erp";
@@ -321,6 +413,8 @@ TEST(SpecTest, ChecksAndUrl) {
   ASSERT_TRUE(check.config) << check.errors.front();
   EXPECT_EQ(ServerListUrl(*check.config), "http://erp-ms.erp.svc:8101/msgserver/text/logon?version=1.2");
   EXPECT_EQ(check.config->refresh_interval_seconds, 25);
+  EXPECT_FALSE(check.config->url_map);
+  EXPECT_EQ(check.config->url_map_path, "/sap/public/icf_info/icr_urlprefix");
 
   system.spec.message_server.host = "::1";
   system.spec.server_list_path = "/x?a=b";
@@ -333,9 +427,13 @@ TEST(SpecTest, ChecksAndUrl) {
   system.spec.message_server.host = "bad host";
   system.spec.refresh_interval_seconds = 0;
   system.spec.server_list_path = "no-slash";
+  system.spec.url_map_path = "icr_urlprefix";
   check = CheckSapSystem(system);
   EXPECT_FALSE(check.config);
-  EXPECT_EQ(check.errors.size(), 5u);
+  EXPECT_EQ(check.errors.size(), 6u);
+  EXPECT_NE(std::find_if(check.errors.begin(), check.errors.end(),
+                         [](const std::string& e) { return e.starts_with("spec.urlMapPath:"); }),
+            check.errors.end());
 }
 
 }  // namespace
