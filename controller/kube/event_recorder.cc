@@ -4,25 +4,12 @@
 #include <ctime>
 
 #include "common/log.h"
+#include "controller/kube/leader_elector.h"
 
 namespace kwd::kube {
 namespace {
 
 constexpr size_t kMaxNote = 1024;
-
-// metav1.MicroTime: RFC 3339 in UTC with microseconds.
-std::string MicroTime(std::chrono::system_clock::time_point time) {
-  auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(time.time_since_epoch()).count();
-  std::time_t seconds = static_cast<std::time_t>(micros / 1'000'000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char buffer[80];
-  std::snprintf(buffer, sizeof buffer, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<long long>(micros % 1'000'000));
-  return buffer;
-}
 
 // Cuts at a UTF-8 character boundary.
 std::string CutNote(std::string_view note) {
@@ -63,7 +50,7 @@ nlohmann::json EventRecorder::EventJson(const EventObjectRef& regarding, std::st
   return {{"apiVersion", "events.k8s.io/v1"},
           {"kind", "Event"},
           {"metadata", {{"name", name}, {"namespace", regarding.namespace_}}},
-          {"eventTime", MicroTime(wall)},
+          {"eventTime", FormatMicroTime(wall)},
           {"reportingController", options_.reporting_controller},
           {"reportingInstance", options_.reporting_instance.substr(0, 128)},
           {"action", std::string(action)},

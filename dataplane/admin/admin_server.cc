@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/crypto.h"
 #include "common/log.h"
 #include "dataplane/admin/admin_page.h"
 #include "dataplane/admin/explain_steps.h"
@@ -169,15 +170,6 @@ ordered_json TimeJson(int64_t unix_ms) {
   size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
   std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(unix_ms % 1000));
   return ordered_json(text);
-}
-
-// Compares without returning early on the first difference.
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
-  }
-  return diff == 0 && !b.empty();
 }
 
 std::string_view ActionName(v1::PermissionAction action) {
@@ -475,7 +467,7 @@ class AdminServer::Handler {
     bool bearer = given.size() > kBearer.size() &&
                   std::equal(kBearer.begin(), kBearer.end(), given.begin(),
                              [](char a, char b) { return (a | 0x20) == (b | 0x20); });
-    if (!bearer || !ConstantTimeEquals(given.substr(kBearer.size()), token)) {
+    if (!bearer || !ConstantTimeEqual(given.substr(kBearer.size()), token)) {
       AdminHttpResponse response = JsonResponse(
           401, ordered_json{{"error", given.empty() ? "missing token" : "wrong token"},
                             {"hint", "send Authorization: Bearer <the --admin-token-file token>"}});
