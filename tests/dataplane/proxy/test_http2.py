@@ -567,11 +567,23 @@ spec:
             time.sleep(0.1)
         self.assertIsNotNone(line, "no access log line")
         self.assertIn('"GET /sap/logged/h2 HTTP/2.0" 200', line)
-        self.assertEqual(self.proxy.metric("kwd_proxy_http_connections", protocol="HTTP/2"), 1)
+        self.assertGreaterEqual(self.proxy.metric("kwd_proxy_http_connections", protocol="HTTP/2"),
+                                1)
         self.assertGreaterEqual(self.proxy.metric("kwd_proxy_http2_streams_total"), 1)
         self.assertIsNotNone(self.proxy.metric("kwd_proxy_http2_streams"))
         self.assertIsNotNone(self.proxy.metric("kwd_proxy_http2_errors_total",
                                                reason="refused_stream"))
+        # The admin API (and page) show the connections by protocol and the
+        # open streams.
+        def state():
+            with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.proxy.admin_port}/admin/api/state", timeout=5) as r:
+                return json.loads(r.read())["connections"]
+        # Other tests' connections may still be closing: wait for this one alone.
+        deadline = time.monotonic() + 10
+        while state() != {"http1": 0, "http2": 1, "http2_streams": 0}:
+            self.assertLess(time.monotonic(), deadline, state())
+            time.sleep(0.05)
 
     # ---- drain ----
 
