@@ -610,6 +610,44 @@ spec:
         self.assertEqual(c.goaway.error_code, 0)
         self.assertEqual(proxy.process.wait(timeout=15), 0)
 
+    # ---- timeouts ----
+
+    def test_idle_connection_gets_goaway_then_close(self):
+        proxy = Proxy(self.dir, self.snapshot, ["--idle-timeout", "1s"], "idle")
+        self.addCleanup(proxy.stop)
+        c = H2Client(proxy.tls_port)
+        self.addCleanup(c.close)
+        self.assertEqual(c.get("/sap/x")["headers"][":status"], "200")
+        started = time.monotonic()
+        with self.assertRaises((ConnectionError, OSError)):
+            for _ in range(1000):
+                c.pump()
+        self.assertIsNotNone(c.goaway)
+        self.assertEqual(c.goaway.error_code, 0)
+        self.assertLess(time.monotonic() - started, 10)
+
+    def test_ping_keeps_a_live_client_and_closes_a_silent_one(self):
+        proxy = Proxy(self.dir, self.snapshot, ["--h2-ping-timeout", "300ms"], "ping")
+        self.addCleanup(proxy.stop)
+        # A client that answers PINGs keeps its slow stream.
+        c = H2Client(proxy.tls_port)
+        self.addCleanup(c.close)
+        r = c.wait([c.request("/slow/1500")])[0]
+        self.assertEqual(r["headers"][":status"], "200")
+        # One that reads nothing (no PING ACK) is closed: the socket ends.
+        silent = H2Client(proxy.tls_port)
+        self.addCleanup(silent.close)
+        silent.request("/slow/5000")
+        started = time.monotonic()
+        silent.sock.settimeout(10)
+        while silent.sock.recv(65536):
+            pass
+        self.assertLess(time.monotonic() - started, 4.5)
+        deadline = time.monotonic() + 5
+        while not proxy.metric("kwd_proxy_http2_errors_total", reason="ping_timeout"):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
