@@ -5,20 +5,24 @@
 // traffic does not allocate.
 
 #include <cstddef>
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string_view>
-#include <vector>
 
 namespace kwd::proxy {
 
 class Buffer {
  public:
-  explicit Buffer(size_t initial_capacity = 16 * 1024) { storage_.resize(initial_capacity); }
+  // Storage is not zero-filled: only bytes written are read.
+  explicit Buffer(size_t initial_capacity = 16 * 1024)
+      : storage_(initial_capacity > 0 ? new char[initial_capacity] : nullptr),
+        capacity_(initial_capacity) {}
 
-  std::string_view view() const { return {storage_.data() + begin_, end_ - begin_}; }
+  std::string_view view() const { return {storage_.get() + begin_, end_ - begin_}; }
   size_t size() const { return end_ - begin_; }
   bool empty() const { return begin_ == end_; }
-  size_t capacity() const { return storage_.size(); }
+  size_t capacity() const { return capacity_; }
 
   void Consume(size_t n) {
     begin_ += n;
@@ -32,20 +36,29 @@ class Buffer {
   // returns the free tail. Existing bytes may move: views taken before are
   // invalid afterwards.
   char* PrepareWrite(size_t min_free, size_t max_capacity, size_t* free_bytes) {
-    if (storage_.size() - end_ < min_free && begin_ > 0) {
-      std::memmove(storage_.data(), storage_.data() + begin_, end_ - begin_);
+    if (capacity_ - end_ < min_free && begin_ > 0) {
+      std::memmove(storage_.get(), storage_.get() + begin_, end_ - begin_);
       end_ -= begin_;
       begin_ = 0;
     }
-    if (storage_.size() - end_ < min_free && storage_.size() < max_capacity) {
-      storage_.resize(std::min(max_capacity, std::max(storage_.size() * 2, end_ + min_free)));
+    if (capacity_ - end_ < min_free && capacity_ < max_capacity) {
+      size_t grown = std::min(max_capacity, std::max(capacity_ * 2, end_ + min_free));
+      std::unique_ptr<char[]> bigger(new char[grown]);
+      if (end_ > 0) {
+        std::memcpy(bigger.get(), storage_.get(), end_);
+      }
+      storage_ = std::move(bigger);
+      capacity_ = grown;
     }
-    *free_bytes = storage_.size() - end_;
-    return storage_.data() + end_;
+    *free_bytes = capacity_ - end_;
+    return storage_.get() + end_;
   }
   void Commit(size_t n) { end_ += n; }
 
   void Append(std::string_view bytes) {
+    if (bytes.empty()) {
+      return;
+    }
     size_t free_bytes = 0;
     char* p = PrepareWrite(bytes.size(), static_cast<size_t>(-1), &free_bytes);
     std::memcpy(p, bytes.data(), bytes.size());
@@ -53,7 +66,8 @@ class Buffer {
   }
 
  private:
-  std::vector<char> storage_;
+  std::unique_ptr<char[]> storage_;
+  size_t capacity_ = 0;
   size_t begin_ = 0;
   size_t end_ = 0;
 };
