@@ -821,32 +821,26 @@ bool Exchange::HandleResponseHead() {
     return false;
   }
   response_status_ = response_head_.status_code;
-  std::array<http::Header, http::kMaxHeaders + 1> fields{};
-  size_t count = 0;
   bool set_affinity = decision_.set_affinity_cookie;
   for (const auto& field : response_head_.fields()) {
-    if (http::IsHopByHop(field.name, response_head_.fields())) {
+    if (!http::EqualsIgnoreCase(field.name, "set-cookie")) {
       continue;
     }
-    if (http::EqualsIgnoreCase(field.name, "set-cookie")) {
-      std::string_view cookie = field.value;
-      size_t eq = cookie.find('=');
-      if (eq != std::string_view::npos && cookie.substr(0, eq) == "JSESSIONID") {
-        std::string_view value = cookie.substr(eq + 1);
-        value = value.substr(0, value.find(';'));
-        if (!value.empty() && worker_->router().LearnJSessionId(decision_, value)) {
-          worker_->metrics().sessions_learned.Inc();
-          set_affinity = true;
-        }
-      }
+    std::string_view cookie = field.value;
+    size_t eq = cookie.find('=');
+    if (eq == std::string_view::npos || cookie.substr(0, eq) != "JSESSIONID") {
+      continue;
     }
-    fields[count++] = field;
+    std::string_view value = cookie.substr(eq + 1);
+    value = value.substr(0, value.find(';'));
+    if (!value.empty() && worker_->router().LearnJSessionId(decision_, value)) {
+      worker_->metrics().sessions_learned.Inc();
+      set_affinity = true;
+    }
   }
+  scratch_.clear();
   if (set_affinity) {
     scratch_ = worker_->router().AffinityCookieHeader(decision_, https_);
-    if (!scratch_.empty()) {
-      fields[count++] = {"Set-Cookie", scratch_};
-    }
   }
   switch (response_info_.body) {
     case http::BodyKind::kNone:
@@ -863,8 +857,7 @@ bool Exchange::HandleResponseHead() {
       break;
   }
   response_head_done_ = true;
-  sink_->OnResponseHead(response_status_, std::span<const http::Header>(fields.data(), count),
-                        response_done_);
+  sink_->OnResponseHead(response_status_, response_head_.fields(), scratch_, response_done_);
   return true;
 }
 
@@ -918,16 +911,11 @@ void Exchange::AnswerLocally(ErrorCode code, std::string_view detail) {
                                      ErrorInfoFor(code).sap_code, reason, detail, UnixNowMs());
   http::ResponseParser parser;
   http::ParseResult r = parser.Parse(scratch_, &response_head_);
-  std::array<http::Header, http::kMaxHeaders> fields{};
-  size_t count = 0;
   if (r.complete()) {
-    for (const auto& field : response_head_.fields()) {
-      if (!http::IsHopByHop(field.name, response_head_.fields())) {
-        fields[count++] = field;
-      }
-    }
     body_.Append(std::string_view(scratch_).substr(r.consumed));
     response_body_bytes_ = body_.size();
+  } else {
+    response_head_.header_count = 0;
   }
   response_done_ = true;
   response_head_done_ = true;
@@ -939,8 +927,7 @@ void Exchange::AnswerLocally(ErrorCode code, std::string_view detail) {
   finished_ = true;
   phase_ = Phase::kDone;
   worker_->loop().Cancel(&timer_);
-  sink_->OnResponseHead(response_status_, std::span<const http::Header>(fields.data(), count),
-                        body_.empty());
+  sink_->OnResponseHead(response_status_, response_head_.fields(), {}, body_.empty());
   sink_->OnResponseBodyReady();
 }
 

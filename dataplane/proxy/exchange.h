@@ -102,9 +102,12 @@ bool IsIdempotentMethod(std::string_view method);
 // The downstream side of an Exchange (an HTTP/2 stream).
 class ExchangeSink {
  public:
-  // The response head: status and fields (hop-by-hop fields dropped). `end`:
-  // no body follows.
-  virtual void OnResponseHead(int status, std::span<const http::Header> fields, bool end) = 0;
+  // The response head: status and the server's fields, of which the sink
+  // drops the hop-by-hop ones (http::IsHopByHop), and `set_cookie`, when not
+  // empty, an affinity cookie to add. `end`: no body follows. The views are
+  // valid during the call.
+  virtual void OnResponseHead(int status, std::span<const http::Header> fields,
+                              std::string_view set_cookie, bool end) = 0;
   // An interim (1xx) response from the server, e.g. 100 Continue.
   virtual void OnInterimHead(int status) = 0;
   // Response body bytes (or its end) are ready: ReadResponseBody.

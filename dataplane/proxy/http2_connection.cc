@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "dataplane/http/forward.h"
 #include "dataplane/http/framing.h"
 #include "dataplane/proxy/exchange.h"
 
@@ -69,10 +70,11 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   bool responded = false;
   int64_t begun_ms = 0;
   http::RequestHead head;
-  std::string response_names;  // lower-cased response field names
-  size_t unconsumed = 0;       // DATA bytes not yet given back to the window
+  bool pump = false;      // the exchange may move bytes: Pump it
+  size_t unconsumed = 0;  // DATA bytes not yet given back to the window
 
-  void OnResponseHead(int status, std::span<const http::Header> response_fields, bool end) override;
+  void OnResponseHead(int status, std::span<const http::Header> response_fields,
+                      std::string_view set_cookie, bool end) override;
   void OnInterimHead(int status) override {
     if (responded || connection->session_ == nullptr) {
       return;
@@ -112,28 +114,41 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
 
 void Http2Connection::Stream::OnResponseHead(int status,
                                              std::span<const http::Header> response_fields,
-                                             bool end) {
+                                             std::string_view set_cookie, bool end) {
   if (responded || connection->session_ == nullptr) {
     return;
   }
   responded = true;
   char status_text[8];
   std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(response_fields.size() + 1);
+  // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
+  // names and values when the response is submitted.
+  std::vector<nghttp2_nv>& nva = connection->nva_;
+  nva.clear();
   nva.push_back(
       {Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3, NGHTTP2_NV_FLAG_NONE});
-  response_names.clear();
+  std::string& names = connection->names_;
+  names.clear();
   for (const auto& f : response_fields) {
-    response_names.append(f.name);
+    if (!http::IsHopByHop(f.name, response_fields)) {
+      names.append(f.name);
+    }
   }
-  std::transform(response_names.begin(), response_names.end(), response_names.begin(),
-                 [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c; });
+  for (char& c : names) {
+    c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c;
+  }
   size_t at = 0;
   for (const auto& f : response_fields) {
-    nva.push_back({reinterpret_cast<uint8_t*>(response_names.data() + at), Bytes(f.value),
-                   f.name.size(), f.value.size(), NGHTTP2_NV_FLAG_NONE});
+    if (http::IsHopByHop(f.name, response_fields)) {
+      continue;
+    }
+    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(f.value), f.name.size(),
+                   f.value.size(), NGHTTP2_NV_FLAG_NONE});
     at += f.name.size();
+  }
+  if (!set_cookie.empty()) {
+    nva.push_back(
+        {Bytes("set-cookie"), Bytes(set_cookie), 10, set_cookie.size(), NGHTTP2_NV_FLAG_NONE});
   }
   nghttp2_data_provider provider{};
   provider.source.ptr = this;
@@ -149,6 +164,7 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
   auto* stream = static_cast<Http2Connection::Stream*>(source->ptr);
   bool end = false;
   size_t n = stream->exchange.ReadResponseBody(reinterpret_cast<char*>(buf), length, &end);
+  stream->pump = stream->pump || n > 0;  // room for more from the upstream
   if (end) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     if (!stream->request_end) {
@@ -314,6 +330,7 @@ struct Http2Callbacks {
     }
     stream->unconsumed += len;
     stream->exchange.PushRequestBody(std::string_view(reinterpret_cast<const char*>(data), len));
+    stream->pump = true;
     return 0;
   }
 
@@ -546,11 +563,13 @@ void Http2Connection::StartStream(Stream* stream, bool end_stream) {
     info.content_length = 0;
   }
   stream->exchange.Start(&head, info);
+  stream->pump = true;
 }
 
 void Http2Connection::PumpStreams() {
   for (auto& [id, stream] : streams_) {
-    if (stream->started) {
+    if (stream->pump) {
+      stream->pump = false;
       stream->exchange.Pump();
     }
   }

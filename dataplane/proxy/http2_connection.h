@@ -9,18 +9,19 @@
 // response body is read from the upstream only as the client's window
 // allows, so every buffer is bounded.
 
+#include <nghttp2/nghttp2.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "dataplane/net/event_loop.h"
 #include "dataplane/net/transport.h"
 #include "dataplane/proxy/buffer.h"
 #include "dataplane/proxy/worker.h"
-
-struct nghttp2_session;
 
 namespace kwd::proxy {
 
@@ -90,6 +91,9 @@ class Http2Connection final : public WorkerConnection {
   uint64_t resets_received_ = 0;
   uint64_t streams_begun_ = 0;
   net::Timer tick_;
+  // Scratch for response heads.
+  std::vector<nghttp2_nv> nva_;
+  std::string names_;
 };
 
 }  // namespace kwd::proxy
