@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace kwd::proxy {
 namespace {
 
@@ -28,6 +30,60 @@ TEST(BufferTest, NeverGrowsBeyondTheLimit) {
   b.PrepareWrite(8, 16, &free_bytes);
   EXPECT_EQ(free_bytes, 0u);
   EXPECT_EQ(b.capacity(), 16u);
+}
+
+// Storage is taken on the first write and given back by Release() once the
+// buffer is empty: an idle keep-alive connection holds none.
+TEST(BufferTest, TakesStorageOnFirstWriteAndReleasesItWhenEmpty) {
+  Buffer b;
+  EXPECT_EQ(b.capacity(), 0u);
+  EXPECT_TRUE(b.view().empty());
+  b.Append("");
+  EXPECT_EQ(b.capacity(), 0u);
+  b.Append("GET / HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(b.capacity(), Buffer::kDefaultCapacity);
+  b.Release();  // bytes are kept
+  EXPECT_EQ(b.view(), "GET / HTTP/1.1\r\n\r\n");
+  b.Consume(b.size());
+  b.Release();
+  EXPECT_EQ(b.capacity(), 0u);
+  EXPECT_TRUE(b.empty());
+  b.Append("next");
+  EXPECT_EQ(b.view(), "next");
+}
+
+// A released default-size block is what the next buffer on the thread takes:
+// steady keep-alive traffic does not call malloc for buffers.
+TEST(BufferTest, ReleasedBlocksAreReusedOnTheSameThread) {
+  const char* first = nullptr;
+  {
+    Buffer a;
+    a.Append("x");
+    first = a.view().data();
+    a.Consume(1);
+    a.Release();
+  }
+  Buffer b;
+  b.Append("y");
+  EXPECT_EQ(b.view().data(), first);
+}
+
+// Growing beyond the default size keeps the bytes; releasing the grown
+// storage and writing again starts from the default size.
+TEST(BufferTest, GrowsKeepingBytesAndShrinksOnRelease) {
+  Buffer b;
+  std::string big(Buffer::kDefaultCapacity + 100, 'b');
+  b.Append("a");
+  b.Append(big);
+  EXPECT_GT(b.capacity(), Buffer::kDefaultCapacity);
+  EXPECT_EQ(b.view(), "a" + big);
+  b.Consume(b.size());
+  b.Release();
+  EXPECT_EQ(b.capacity(), 0u);
+  size_t free_bytes = 0;
+  b.PrepareWrite(4096, 1 << 20, &free_bytes);
+  EXPECT_EQ(b.capacity(), Buffer::kDefaultCapacity);
+  EXPECT_EQ(free_bytes, Buffer::kDefaultCapacity);
 }
 
 }  // namespace
