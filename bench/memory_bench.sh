@@ -15,12 +15,14 @@
 # Targets (issue 16): kwd idle RSS <= 10 MiB with 100 groups; <= 64 MiB with
 # 10,000 idle connections.
 #
-# usage: bench/memory_bench.sh [BUILD_DIR]   (env: SNAPSHOT_GROUPS=100 CONNECTIONS=10000)
+# usage: bench/memory_bench.sh [BUILD_DIR]
+#   env: SNAPSHOT_GROUPS=100 CONNECTIONS=10000 PROXIES="kwd haproxy nginx"
 #   BUILD_DIR holds kwd-proxy and kwd-controller (default build-bench).
 set -euo pipefail
 build=${1:-build-bench}
 groups=${SNAPSHOT_GROUPS:-100}
 conns=${CONNECTIONS:-10000}
+proxies=${PROXIES:-kwd haproxy nginx}
 proxy_bin=$build/kwd-proxy
 controller_bin=$build/kwd-controller
 for bin in "$proxy_bin" "$controller_bin"; do
@@ -171,7 +173,7 @@ rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 declare -A port=([kwd]=$KWD [haproxy]=$HAP [nginx]=$NGX)
 declare -A pid=([kwd]=$kwd_pid [haproxy]=$hap_pid [nginx]=$ngx_pid)
 declare -A idle loaded held
-for name in kwd haproxy nginx; do
+for name in $proxies; do
   idle[$name]=$(rss_kib ${pid[$name]})
 done
 
@@ -230,7 +232,7 @@ with open(ready, "w") as f:
 time.sleep(3600)
 PY
 
-for name in kwd haproxy nginx; do
+for name in $proxies; do
   want=$conns
   [[ $name == haproxy ]] && (( want > hap_maxconn - 10 )) && want=$((hap_maxconn - 10))
   rm -f "$work/ready"
@@ -253,7 +255,7 @@ done
 
 echo "memory (VmRSS): kwd-proxy with a $groups-group snapshot, HAProxy and nginx as in scripts/bench-proxies.sh"
 printf "%-8s %14s %12s %22s %18s\n" proxy "idle RSS KiB" connections "RSS with them KiB" "KiB per conn"
-for name in kwd haproxy nginx; do
+for name in $proxies; do
   per=$(awk -v a="${loaded[$name]}" -v b="${idle[$name]}" -v n="${held[$name]}" \
     'BEGIN {if (n > 0) printf "%.2f", (a - b) / n; else print "-"}')
   printf "%-8s %14s %12s %22s %18s\n" $name "${idle[$name]}" "${held[$name]}" "${loaded[$name]}" "$per"

@@ -81,9 +81,6 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
   method_.reserve(16);
   target_.reserve(256);
-  upstream_out_.reserve(16 * 1024);
-  sent_head_.reserve(2048);
-  scratch_.reserve(2048);
 }
 
 ClientConnection::~ClientConnection() = default;
@@ -270,7 +267,25 @@ bool ClientConnection::StepHead() {
     AnswerLocally(ErrorCode::kHeadersTooLarge, "request header section too large", true);
     return true;
   }
+  if (n == kWouldBlock && !request_started_) {
+    ReleaseIdleMemory();
+  }
   return progressed;
+}
+
+void ClientConnection::ReleaseIdleMemory() {
+  // Waiting for the next request: hold no buffers (they come back from the
+  // worker's free list when bytes arrive), and no string storage a large
+  // request or response left behind.
+  in_.Release();
+  out_.Release();
+  upstream_in_.Release();
+  constexpr size_t kKeepStringBytes = 4096;
+  for (std::string* s : {&upstream_out_, &sent_head_, &head_out_, &scratch_}) {
+    if (s->capacity() > kKeepStringBytes) {
+      std::string().swap(*s);
+    }
+  }
 }
 
 void ClientConnection::StartRequest(size_t head_bytes) {

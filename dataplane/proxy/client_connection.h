@@ -52,6 +52,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   bool StepForward();
   bool StepTunnel();
   void StartRequest(size_t head_bytes);
+  // Idle between requests: gives back buffers and oversized string storage.
+  void ReleaseIdleMemory();
   void ConnectUpstream();
   // Re-encryption: puts a TLS transport on the new upstream_ (false: failed
   // and answered).
