@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string_view>
 
@@ -176,6 +177,53 @@ class Buffer {
   size_t begin_ = 0;
   size_t end_ = 0;
   size_t initial_capacity_;
+};
+
+// A bounded per-thread free list of T for per-request state an idle
+// connection gives back (the parsed request and response heads): Take()
+// reuses a given-back object (its old contents are left as they were) or
+// makes one; Give() keeps up to kMaxFree, deleting the rest.
+template <typename T, uint32_t kMaxFree = 32>
+class PerThreadFreeList {
+ public:
+  static std::unique_ptr<T> Take() {
+    State& state = ThisThread();
+    if (state.count == 0) {
+      return std::make_unique<T>();
+    }
+    return std::unique_ptr<T>(state.free[--state.count]);
+  }
+  static void Give(std::unique_ptr<T> object) {
+    if (object == nullptr) {
+      return;
+    }
+    static thread_local Drainer drainer;  // constructed with the first kept object
+    (void)drainer;
+    State& state = ThisThread();
+    if (!state.closed && state.count < kMaxFree) {
+      state.free[state.count++] = object.release();
+    }
+  }
+
+ private:
+  struct State {  // trivially destructible: valid until the thread is gone
+    T* free[kMaxFree];
+    uint32_t count;
+    bool closed;
+  };
+  struct Drainer {
+    ~Drainer() {
+      State& state = ThisThread();
+      state.closed = true;
+      while (state.count > 0) {
+        delete state.free[--state.count];
+      }
+    }
+  };
+  static State& ThisThread() {
+    static thread_local State state{};
+    return state;
+  }
 };
 
 }  // namespace kwd::proxy

@@ -86,5 +86,23 @@ TEST(BufferTest, GrowsKeepingBytesAndShrinksOnRelease) {
   EXPECT_EQ(free_bytes, Buffer::kDefaultCapacity);
 }
 
+// Per-request state an idle connection gives back is reused by the next
+// request on the thread, and only a bounded number is kept.
+TEST(PerThreadFreeListTest, ReusesGivenBackObjectsUpToTheBound) {
+  struct Head {
+    int fields[64];
+  };
+  using List = PerThreadFreeList<Head, 2>;
+  std::unique_ptr<Head> a = List::Take();
+  std::unique_ptr<Head> b = List::Take();
+  std::unique_ptr<Head> c = List::Take();
+  Head* kept_b = b.get();
+  List::Give(std::move(a));
+  List::Give(std::move(b));
+  List::Give(std::move(c));  // beyond the bound: deleted
+  List::Give(nullptr);
+  EXPECT_EQ(List::Take().get(), kept_b);
+}
+
 }  // namespace
 }  // namespace kwd::proxy
