@@ -42,7 +42,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-B1=19111; B2=19112; KWD=19090; HAP=19091; NGX=19092
+# Free loopback ports (other benchmarks may run on the machine).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+B1=$(free_port); B2=$(free_port); KWD=$(free_port); HAP=$(free_port); NGX=$(free_port)
 fd_limit=$(ulimit -Hn)
 ulimit -n "$fd_limit"
 
@@ -100,7 +104,7 @@ print("---\n".join(docs), end="")
 PY
 "$controller_bin" compile --source="dir:$work/objects" > "$work/snapshot.json"
 KWD_AFFINITY_KEY=bench "$proxy_bin" serve --snapshot "$work/snapshot.json" --listen 127.0.0.1:$KWD \
-  --admin-listen 127.0.0.1:19903 --workers 1 --access-log off >"$work/kwd.out" 2>"$work/kwd.log" &
+  --admin-listen 127.0.0.1:0 --workers 1 --access-log off >"$work/kwd.out" 2>"$work/kwd.log" &
 kwd_pid=$!
 pids+=($kwd_pid)
 
