@@ -130,7 +130,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   std::unique_ptr<http::RequestHead> request_head_;
   http::RequestInfo request_info_;
   size_t head_bytes_ = 0;
-  bool request_started_ = false;  // bytes of a new request arrived
+  bool request_started_ = false;   // bytes of a new request arrived
   int64_t request_start_us_ = 0;   // MonotonicUs() when the head was complete
   int64_t upstream_start_us_ = 0;  // when the first upstream connect began; 0: none
   uint64_t request_body_bytes_ = 0;

@@ -244,8 +244,8 @@ void SessionTable::Reconfigure(SessionTableOptions options) {
   idle_timeout_ms_.store(options.idle_timeout_ms, std::memory_order_relaxed);
 }
 
-int SessionTable::Find(TableKey kind, std::string_view session_id, int64_t now_ms,
-                       char* server_out, size_t server_capacity, bool use) const {
+int SessionTable::Find(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+                       size_t server_capacity, bool use) const {
   Shard* shards = shards_.load(std::memory_order_acquire);
   if (shards == nullptr) {
     return -1;  // nothing was ever recorded
