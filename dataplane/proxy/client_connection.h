@@ -52,6 +52,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   bool StepForward();
   bool StepTunnel();
   void StartRequest(size_t head_bytes);
+  // Idle between requests: gives back buffers and oversized string storage.
+  void ReleaseIdleMemory();
   void ConnectUpstream();
   // Re-encryption: puts a TLS transport on the new upstream_ (false: failed
   // and answered).
@@ -123,10 +125,12 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
 
   // The request being handled.
   http::RequestParser request_parser_;
-  http::RequestHead request_head_;
+  // Taken when a request's bytes are parsed, given back when the connection
+  // is idle (ReleaseIdleMemory): each is kMaxHeaders fields, 3 KiB.
+  std::unique_ptr<http::RequestHead> request_head_;
   http::RequestInfo request_info_;
   size_t head_bytes_ = 0;
-  bool request_started_ = false;  // bytes of a new request arrived
+  bool request_started_ = false;   // bytes of a new request arrived
   int64_t request_start_us_ = 0;   // MonotonicUs() when the head was complete
   int64_t upstream_start_us_ = 0;  // when the first upstream connect began; 0: none
   uint64_t request_body_bytes_ = 0;
@@ -168,7 +172,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   std::string sent_head_;  // to resend on a fresh connection
   Buffer upstream_in_;
   http::ResponseParser response_parser_;
-  http::ResponseHead response_head_;
+  std::unique_ptr<http::ResponseHead> response_head_;  // likewise
   http::ResponseInfo response_info_;
   bool response_head_done_ = false;
   size_t head_consumed_ = 0;
