@@ -5,20 +5,24 @@
 // traffic does not allocate.
 
 #include <cstddef>
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string_view>
-#include <vector>
 
 namespace kwd::proxy {
 
 class Buffer {
  public:
-  explicit Buffer(size_t initial_capacity = 16 * 1024) { storage_.resize(initial_capacity); }
+  // The storage is allocated at the first write, uninitialised: a connection
+  // that is accepted, answers one request and closes pays no memset of its
+  // buffers, and one that never sends a body never allocates its body buffer.
+  explicit Buffer(size_t initial_capacity = 16 * 1024) : capacity_(initial_capacity) {}
 
-  std::string_view view() const { return {storage_.data() + begin_, end_ - begin_}; }
+  std::string_view view() const { return {data_.get() + begin_, end_ - begin_}; }
   size_t size() const { return end_ - begin_; }
   bool empty() const { return begin_ == end_; }
-  size_t capacity() const { return storage_.size(); }
+  size_t capacity() const { return capacity_; }
 
   void Consume(size_t n) {
     begin_ += n;
@@ -32,16 +36,18 @@ class Buffer {
   // returns the free tail. Existing bytes may move: views taken before are
   // invalid afterwards.
   char* PrepareWrite(size_t min_free, size_t max_capacity, size_t* free_bytes) {
-    if (storage_.size() - end_ < min_free && begin_ > 0) {
-      std::memmove(storage_.data(), storage_.data() + begin_, end_ - begin_);
+    if (capacity_ - end_ < min_free && begin_ > 0) {
+      std::memmove(data_.get(), data_.get() + begin_, end_ - begin_);
       end_ -= begin_;
       begin_ = 0;
     }
-    if (storage_.size() - end_ < min_free && storage_.size() < max_capacity) {
-      storage_.resize(std::min(max_capacity, std::max(storage_.size() * 2, end_ + min_free)));
+    if (capacity_ - end_ < min_free && capacity_ < max_capacity) {
+      Reallocate(std::min(max_capacity, std::max(capacity_ * 2, end_ + min_free)));
+    } else if (data_ == nullptr) {
+      Reallocate(capacity_);
     }
-    *free_bytes = storage_.size() - end_;
-    return storage_.data() + end_;
+    *free_bytes = capacity_ - end_;
+    return data_.get() + end_;
   }
   void Commit(size_t n) { end_ += n; }
 
@@ -53,7 +59,17 @@ class Buffer {
   }
 
  private:
-  std::vector<char> storage_;
+  void Reallocate(size_t capacity) {
+    std::unique_ptr<char[]> data(new char[capacity]);
+    if (end_ > 0) {
+      std::memcpy(data.get(), data_.get(), end_);
+    }
+    data_ = std::move(data);
+    capacity_ = capacity;
+  }
+
+  std::unique_ptr<char[]> data_;
+  size_t capacity_;
   size_t begin_ = 0;
   size_t end_ = 0;
 };

@@ -30,5 +30,31 @@ TEST(BufferTest, NeverGrowsBeyondTheLimit) {
   EXPECT_EQ(b.capacity(), 16u);
 }
 
+// Storage comes with the first write (uninitialised): a fresh buffer is
+// empty, its first write gets the initial capacity, and growing keeps the
+// bytes not consumed yet.
+TEST(BufferTest, AllocatesAtTheFirstWriteAndKeepsBytesWhenGrowing) {
+  Buffer b(8);
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.view(), "");
+  EXPECT_EQ(b.capacity(), 8u);
+  size_t free_bytes = 0;
+  char* p = b.PrepareWrite(4, 64, &free_bytes);
+  EXPECT_EQ(free_bytes, 8u);
+  std::memcpy(p, "abcdef", 6);
+  b.Commit(6);
+  b.Consume(1);
+  p = b.PrepareWrite(20, 64, &free_bytes);  // compacts, then grows
+  ASSERT_GE(free_bytes, 20u);
+  EXPECT_EQ(b.view(), "bcdef");
+  std::memcpy(p, "ghij", 4);
+  b.Commit(4);
+  EXPECT_EQ(b.view(), "bcdefghij");
+  Buffer empty_append(0);
+  empty_append.Append("");
+  empty_append.Append("xy");
+  EXPECT_EQ(empty_append.view(), "xy");
+}
+
 }  // namespace
 }  // namespace kwd::proxy
