@@ -79,11 +79,9 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       response_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
       response_chunked_(http::ChunkedLimits{~0ull}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
-  method_.reserve(16);
-  target_.reserve(256);
-  upstream_out_.reserve(16 * 1024);
-  sent_head_.reserve(2048);
-  scratch_.reserve(2048);
+  // Strings grow to what the first request needs and keep that capacity
+  // (clear() frees nothing): no reservation for a connection that may carry
+  // one small request only.
 }
 
 ClientConnection::~ClientConnection() = default;
