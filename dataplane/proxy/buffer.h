@@ -4,8 +4,8 @@
 // from the front; storage is kept for the connection's life, so steady-state
 // traffic does not allocate.
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string_view>
