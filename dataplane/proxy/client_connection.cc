@@ -79,19 +79,34 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       response_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
       response_chunked_(http::ChunkedLimits{~0ull}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
-  method_.reserve(16);
-  target_.reserve(256);
+  // Strings grow to what the first request needs and keep that capacity
+  // (clear() frees nothing): no reservation for a connection that may carry
+  // one small request only.
 }
 
 ClientConnection::~ClientConnection() = default;
 
 void ClientConnection::Start() {
-  worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
   if (transport_->established()) {
     ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+    // Plain: the request usually came with the connection. Read it now; the
+    // socket joins epoll when the connection has to wait for it (Drive).
+    Drive();
   } else {
+    registered_ = true;
+    worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
     ArmTimer(TimerKind::kHandshake, worker_->options().handshake_timeout_ms);
   }
+}
+
+bool ClientConnection::NeedsClientEvents() const {
+  // Waiting for the server with the whole request sent and nothing to write:
+  // the client is not read until the response is done (a FIN or reset it
+  // sends meanwhile shows when the response is written, as before), and
+  // registering later reports whatever readiness arrived in between.
+  bool waiting_for_server =
+      phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting || phase_ == Phase::kForward;
+  return !(waiting_for_server && request_done_ && out_.empty());
 }
 
 namespace {
@@ -162,6 +177,16 @@ void ClientConnection::BeginDrain() {
 }
 
 void ClientConnection::Drive() {
+  DriveSteps();
+  if (!closed_ && !registered_ && NeedsClientEvents()) {
+    registered_ = true;
+    // Adding reports the socket's current readiness: nothing that arrived
+    // before is missed.
+    worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  }
+}
+
+void ClientConnection::DriveSteps() {
   // Edge-triggered: keep going until neither side can make progress. Every
   // round that reports progress moved bytes or changed the phase, so the loop
   // ends when the sockets would block; the bound only guards against a bug.
@@ -1393,7 +1418,8 @@ void ClientConnection::Close(std::string_view cause) {
     decided_ = false;
   }
   worker_->loop().Cancel(&timer_);
-  worker_->loop().Remove(fd_);
+  // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
+  // is never duplicated), and events of this batch go to the graveyard object.
   if (!abortive_close_) {
     transport_->Shutdown();
   }

@@ -46,6 +46,11 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   enum class TimerKind { kNone, kHandshake, kIdle, kHeader, kConnect, kResponse };
 
   void Drive();
+  void DriveSteps();
+  // The client socket is in epoll only once the connection has to wait for
+  // it: a request read at once and answered while the client sends nothing
+  // more (Connection: close) costs no epoll_ctl at all.
+  bool NeedsClientEvents() const;
   // Advances the transport's handshake; true once established.
   bool StepHandshake();
   bool StepHead();
@@ -112,6 +117,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   std::string request_client_ip_;  // the client as trusted proxies name it, for the log
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
+  bool registered_ = false;  // fd_ is in the worker's epoll set
   bool abortive_close_ = false;  // the close resets: no orderly end of the stream
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};

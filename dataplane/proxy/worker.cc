@@ -472,13 +472,21 @@ void Worker::ReleaseIdle(UpstreamConnection* connection) {
     bucket.tls_key = connection->tls_key;
   }
   if (draining_ || bucket.address != connection->address || bucket.port != connection->port ||
-      bucket.tls_key != connection->tls_key ||
-      bucket.idle.size() >= options_.max_idle_upstream_per_server) {
+      bucket.tls_key != connection->tls_key || options_.max_idle_upstream_per_server == 0) {
     connection->Close();
     return;
   }
+  // Beyond the allowance a connection is kept briefly only: in a burst of
+  // more concurrent requests than the allowance it is taken again at once
+  // (closing it made the next request connect anew: 512 keep-alive clients
+  // connected once per 1.7 requests), and once the burst is over it closes
+  // within kOverflowIdleMs. Taken last-in first-out, so those go first.
+  constexpr int64_t kOverflowIdleMs = 1'000;
+  bool overflow = bucket.idle.size() >= options_.max_idle_upstream_per_server;
   bucket.idle.push_back(connection);
-  loop_.Schedule(&connection->idle_timer, options_.upstream_idle_timeout_ms);
+  loop_.Schedule(&connection->idle_timer,
+                 overflow ? std::min(kOverflowIdleMs, options_.upstream_idle_timeout_ms)
+                          : options_.upstream_idle_timeout_ms);
 }
 
 void Worker::ForgetIdle(UpstreamConnection* connection) {
