@@ -1,27 +1,95 @@
 #pragma once
 
 // A connection's byte buffer: bytes are appended at the back and consumed
-// from the front; storage is kept for the connection's life, so steady-state
-// traffic does not allocate.
+// from the front. Storage is taken on the first write, not when the buffer is
+// made, and Release() gives it back once the buffer is empty: a keep-alive
+// connection waiting for its next request holds no buffer memory. Blocks of
+// the default size come from a small per-thread free list (a worker's
+// connections share it, no lock), so taking and releasing one per request
+// does not call malloc in steady state.
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string_view>
 
 namespace kwd::proxy {
 
+namespace buffer_detail {
+
+// Free blocks of kBlockBytes for this thread: at most kMaxFree are kept (so a
+// burst of connections that all went idle leaves at most 512 KiB here), the
+// rest go back to malloc. The state is trivially destructible, so a buffer
+// freed while the thread exits (after its Drainer ran) still finds it.
+struct BlockPool {
+  static constexpr size_t kBlockBytes = 16 * 1024;
+  static constexpr uint32_t kMaxFree = 32;
+  struct Node {
+    Node* next;
+  };
+  Node* head = nullptr;
+  uint32_t count = 0;
+  bool closed = false;  // the thread is exiting: blocks go straight to malloc
+
+  static BlockPool& ThisThread() {
+    static thread_local BlockPool pool;
+    return pool;
+  }
+  char* Take() {
+    if (head == nullptr) {
+      return new char[kBlockBytes];  // not zeroed: pages are touched as bytes arrive
+    }
+    Node* node = head;
+    head = node->next;
+    --count;
+    node->~Node();
+    return reinterpret_cast<char*>(node);
+  }
+  void Give(char* block);
+};
+
+// Frees the pooled blocks when the thread exits.
+struct BlockPoolDrainer {
+  ~BlockPoolDrainer() {
+    BlockPool& pool = BlockPool::ThisThread();
+    pool.closed = true;
+    while (pool.head != nullptr) {
+      delete[] pool.Take();
+    }
+  }
+};
+
+inline void BlockPool::Give(char* block) {
+  static thread_local BlockPoolDrainer drainer;  // constructed with the first pooled block
+  (void)drainer;
+  if (closed || count >= kMaxFree) {
+    delete[] block;
+    return;
+  }
+  head = new (block) Node{head};
+  ++count;
+}
+
+}  // namespace buffer_detail
+
 class Buffer {
  public:
-  // Storage is not zero-filled: only bytes written are read.
-  explicit Buffer(size_t initial_capacity = 16 * 1024)
-      : storage_(initial_capacity > 0 ? new char[initial_capacity] : nullptr),
-        capacity_(initial_capacity) {}
+  static constexpr size_t kDefaultCapacity = buffer_detail::BlockPool::kBlockBytes;
 
-  std::string_view view() const { return {storage_.get() + begin_, end_ - begin_}; }
+  // `initial_capacity`: the storage the first write takes.
+  explicit Buffer(size_t initial_capacity = kDefaultCapacity)
+      : initial_capacity_(std::max<size_t>(initial_capacity, 1)) {}
+  ~Buffer() { FreeStorage(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  std::string_view view() const { return {data_ + begin_, end_ - begin_}; }
   size_t size() const { return end_ - begin_; }
   bool empty() const { return begin_ == end_; }
+  // Storage held now (0 before the first write and after Release()).
   size_t capacity() const { return capacity_; }
 
   void Consume(size_t n) {
@@ -32,26 +100,33 @@ class Buffer {
   }
   void Clear() { begin_ = end_ = 0; }
 
+  // Gives the storage back when the buffer holds no bytes (the next write
+  // takes storage again); a buffer with bytes keeps them. Views taken before
+  // are invalid afterwards.
+  void Release() {
+    if (empty()) {
+      FreeStorage();
+      begin_ = end_ = 0;
+    }
+  }
+
   // Room to append at least `min_free` bytes (up to `max_capacity` in all);
   // returns the free tail. Existing bytes may move: views taken before are
   // invalid afterwards.
   char* PrepareWrite(size_t min_free, size_t max_capacity, size_t* free_bytes) {
+    if (capacity_ == 0) {
+      Reallocate(initial_capacity_);
+    }
     if (capacity_ - end_ < min_free && begin_ > 0) {
-      std::memmove(storage_.get(), storage_.get() + begin_, end_ - begin_);
+      std::memmove(data_, data_ + begin_, end_ - begin_);
       end_ -= begin_;
       begin_ = 0;
     }
     if (capacity_ - end_ < min_free && capacity_ < max_capacity) {
-      size_t grown = std::min(max_capacity, std::max(capacity_ * 2, end_ + min_free));
-      std::unique_ptr<char[]> bigger(new char[grown]);
-      if (end_ > 0) {
-        std::memcpy(bigger.get(), storage_.get(), end_);
-      }
-      storage_ = std::move(bigger);
-      capacity_ = grown;
+      Reallocate(std::min(max_capacity, std::max(capacity_ * 2, end_ + min_free)));
     }
     *free_bytes = capacity_ - end_;
-    return storage_.get() + end_;
+    return data_ + end_;
   }
   void Commit(size_t n) { end_ += n; }
 
@@ -66,10 +141,89 @@ class Buffer {
   }
 
  private:
-  std::unique_ptr<char[]> storage_;
+  static char* Allocate(size_t bytes) {
+    return bytes == buffer_detail::BlockPool::kBlockBytes
+               ? buffer_detail::BlockPool::ThisThread().Take()
+               : new char[bytes];
+  }
+  void FreeStorage() {
+    if (data_ == nullptr) {
+      return;
+    }
+    if (capacity_ == buffer_detail::BlockPool::kBlockBytes) {
+      buffer_detail::BlockPool::ThisThread().Give(data_);
+    } else {
+      delete[] data_;
+    }
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+  // Moves the bytes to the front of new storage of `bytes`.
+  void Reallocate(size_t bytes) {
+    char* storage = Allocate(bytes);
+    size_t live = end_ - begin_;
+    if (live > 0) {
+      std::memcpy(storage, data_ + begin_, live);
+    }
+    FreeStorage();
+    data_ = storage;
+    capacity_ = bytes;
+    begin_ = 0;
+    end_ = live;
+  }
+
+  char* data_ = nullptr;
   size_t capacity_ = 0;
   size_t begin_ = 0;
   size_t end_ = 0;
+  size_t initial_capacity_;
+};
+
+// A bounded per-thread free list of T for per-request state an idle
+// connection gives back (the parsed request and response heads): Take()
+// reuses a given-back object (its old contents are left as they were) or
+// makes one; Give() keeps up to kMaxFree, deleting the rest.
+template <typename T, uint32_t kMaxFree = 32>
+class PerThreadFreeList {
+ public:
+  static std::unique_ptr<T> Take() {
+    State& state = ThisThread();
+    if (state.count == 0) {
+      return std::make_unique<T>();
+    }
+    return std::unique_ptr<T>(state.free[--state.count]);
+  }
+  static void Give(std::unique_ptr<T> object) {
+    if (object == nullptr) {
+      return;
+    }
+    static thread_local Drainer drainer;  // constructed with the first kept object
+    (void)drainer;
+    State& state = ThisThread();
+    if (!state.closed && state.count < kMaxFree) {
+      state.free[state.count++] = object.release();
+    }
+  }
+
+ private:
+  struct State {  // trivially destructible: valid until the thread is gone
+    T* free[kMaxFree];
+    uint32_t count;
+    bool closed;
+  };
+  struct Drainer {
+    ~Drainer() {
+      State& state = ThisThread();
+      state.closed = true;
+      while (state.count > 0) {
+        delete state.free[--state.count];
+      }
+    }
+  };
+  static State& ThisThread() {
+    static thread_local State state{};
+    return state;
+  }
 };
 
 }  // namespace kwd::proxy

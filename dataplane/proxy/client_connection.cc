@@ -77,23 +77,35 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       response_chunked_(http::ChunkedLimits{~0ull}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
   h2c_sniff_ = worker->options().h2c && transport_->established();
-  method_.reserve(16);
-  target_.reserve(256);
-  upstream_out_.reserve(16 * 1024);
-  sent_head_.reserve(2048);
-  scratch_.reserve(2048);
+  // Strings grow to what the first request needs and keep that capacity
+  // (clear() frees nothing): no reservation for a connection that may carry
+  // one small request only.
 }
 
 ClientConnection::~ClientConnection() = default;
 
 void ClientConnection::Start() {
   worker_->metrics().http1_connections.Add(1);
-  worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
   if (transport_->established()) {
     ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+    // Plain: the request usually came with the connection. Read it now; the
+    // socket joins epoll when the connection has to wait for it (Drive).
+    Drive();
   } else {
+    registered_ = true;
+    worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
     ArmTimer(TimerKind::kHandshake, worker_->options().handshake_timeout_ms);
   }
+}
+
+bool ClientConnection::NeedsClientEvents() const {
+  // Waiting for the server with the whole request sent and nothing to write:
+  // the client is not read until the response is done (a FIN or reset it
+  // sends meanwhile shows when the response is written, as before), and
+  // registering later reports whatever readiness arrived in between.
+  bool waiting_for_server =
+      phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting || phase_ == Phase::kForward;
+  return !(waiting_for_server && request_done_ && out_.empty());
 }
 
 void ClientConnection::OnIo(uint32_t events) {
@@ -151,6 +163,16 @@ void ClientConnection::BeginDrain() {
 }
 
 void ClientConnection::Drive() {
+  DriveSteps();
+  if (!closed_ && !registered_ && NeedsClientEvents()) {
+    registered_ = true;
+    // Adding reports the socket's current readiness: nothing that arrived
+    // before is missed.
+    worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  }
+}
+
+void ClientConnection::DriveSteps() {
   // Edge-triggered: keep going until neither side can make progress. Every
   // round that reports progress moved bytes or changed the phase, so the loop
   // ends when the sockets would block; the bound only guards against a bug.
@@ -229,7 +251,10 @@ bool ClientConnection::StepHead() {
     h2c_sniff_ = preface == PrefaceMatch::kPartial;
   }
   if (!in_.empty() && !h2c_sniff_) {
-    http::ParseResult r = request_parser_.Parse(in_.view(), &request_head_);
+    if (request_head_ == nullptr) {
+      request_head_ = PerThreadFreeList<http::RequestHead>::Take();
+    }
+    http::ParseResult r = request_parser_.Parse(in_.view(), request_head_.get());
     if (r.complete()) {
       StartRequest(r.consumed);
       return true;
@@ -268,29 +293,49 @@ bool ClientConnection::StepHead() {
     AnswerLocally(ErrorCode::kHeadersTooLarge, "request header section too large", true);
     return true;
   }
+  if (n == kWouldBlock && !request_started_) {
+    ReleaseIdleMemory();
+  }
   return progressed;
+}
+
+void ClientConnection::ReleaseIdleMemory() {
+  // Waiting for the next request: hold no buffers (they come back from the
+  // worker's free list when bytes arrive), and no string storage a large
+  // request or response left behind.
+  in_.Release();
+  out_.Release();
+  upstream_in_.Release();
+  PerThreadFreeList<http::RequestHead>::Give(std::move(request_head_));
+  PerThreadFreeList<http::ResponseHead>::Give(std::move(response_head_));
+  constexpr size_t kKeepStringBytes = 4096;
+  for (std::string* s : {&upstream_out_, &sent_head_, &head_out_, &scratch_}) {
+    if (s->capacity() > kKeepStringBytes) {
+      std::string().swap(*s);
+    }
+  }
 }
 
 void ClientConnection::StartRequest(size_t head_bytes) {
   head_bytes_ = head_bytes;
   request_start_us_ = MonotonicUs();
-  method_.assign(request_head_.method);
-  target_.assign(request_head_.target);
-  const http::Header* request_id = request_head_.Find("x-request-id");
+  method_.assign(request_head_->method);
+  target_.assign(request_head_->target);
+  const http::Header* request_id = request_head_->Find("x-request-id");
   peer_trusted_ = worker_->options().trusted_proxies.Contains(client_ip_);
   if (request_id != nullptr && peer_trusted_ && ValidRequestId(request_id->value)) {
     request_id_.assign(request_id->value);
   } else {
     GenerateRequestId(&request_id_);
   }
-  const http::Header* traceparent = request_head_.Find("traceparent");
+  const http::Header* traceparent = request_head_->Find("traceparent");
   trace_id_.assign(traceparent != nullptr ? TraceIdFromTraceparent(traceparent->value) : "");
-  version_minor_ = request_head_.version_minor;
-  const http::Header* accept = request_head_.Find("accept");
+  version_minor_ = request_head_->version_minor;
+  const http::Header* accept = request_head_->Find("accept");
   wants_json_ = accept != nullptr && accept->value.find("application/json") != std::string::npos;
 
   http::FramingLimits limits{worker_->options().max_body_bytes};
-  http::FramingResult framing = http::AnalyzeRequest(request_head_, limits, &request_info_);
+  http::FramingResult framing = http::AnalyzeRequest(*request_head_, limits, &request_info_);
   if (!framing.ok()) {
     worker_->metrics().bad_requests.Inc();
     AnswerLocally(ErrorCodeForStatus(framing.http_status), http::ParseErrorName(framing.error),
@@ -298,20 +343,20 @@ void ClientConnection::StartRequest(size_t head_bytes) {
     return;
   }
   size_t cookie_count = 0;
-  for (const auto& field : request_head_.fields()) {
+  for (const auto& field : request_head_->fields()) {
     if (cookie_count < cookies_.size() && http::EqualsIgnoreCase(field.name, "cookie")) {
       cookies_[cookie_count++] = field.value;
     }
   }
   request_https_ = transport_->tls() != nullptr;
   routing::Request request;
-  request.method = request_head_.method;
-  request.target = request_head_.target;
+  request.method = request_head_->method;
+  request.target = request_head_->target;
   request.host = request_info_.host;
   // Trusted peers (--trusted-proxies) may say who the client is and that it
   // used https; others' X-Forwarded-* are replaced.
   const http::ForwardedClient forwarded =
-      http::ResolveForwarded(request_head_, client_ip_, worker_->options().trusted_proxies);
+      http::ResolveForwarded(*request_head_, client_ip_, worker_->options().trusted_proxies);
   request_client_ip_.assign(forwarded.client_ip);
   request_https_ = request_https_ || forwarded.https;
   request.https = request_https_;
@@ -459,7 +504,7 @@ void ClientConnection::OnConnected() {
                                     std::span<http::Header>(extra).subspan(extra_count));
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
-  http::SerializeRequestHead(request_head_, request_info_, options, sent_head_);
+  http::SerializeRequestHead(*request_head_, request_info_, options, sent_head_);
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
   in_.Consume(head_bytes_);
@@ -501,12 +546,12 @@ bool ClientConnection::RetryElsewhere() {
   worker_->router().Complete(decision_);
   decided_ = false;
   routing::Request request;
-  request.method = request_head_.method;
-  request.target = request_head_.target;
+  request.method = request_head_->method;
+  request.target = request_head_->target;
   request.host = request_info_.host;
   request.https = request_https_;
   size_t cookie_count = 0;
-  for (const auto& field : request_head_.fields()) {
+  for (const auto& field : request_head_->fields()) {
     if (cookie_count < cookies_.size() && http::EqualsIgnoreCase(field.name, "cookie")) {
       cookies_[cookie_count++] = field.value;
     }
@@ -617,7 +662,10 @@ bool ClientConnection::MoveResponse() {
   while (!response_done_ && !closed_ && phase_ == Phase::kForward) {
     if (!response_head_done_) {
       if (!upstream_in_.empty()) {
-        http::ParseResult r = response_parser_.Parse(upstream_in_.view(), &response_head_);
+        if (response_head_ == nullptr) {
+          response_head_ = PerThreadFreeList<http::ResponseHead>::Take();
+        }
+        http::ParseResult r = response_parser_.Parse(upstream_in_.view(), response_head_.get());
         if (r.complete()) {
           head_consumed_ = r.consumed;
           if (!HandleResponseHead()) {
@@ -753,7 +801,7 @@ void ClientConnection::RetryOnFreshConnection() {
 }
 
 bool ClientConnection::HandleResponseHead() {
-  http::FramingResult framing = http::AnalyzeResponse(response_head_, method_, &response_info_);
+  http::FramingResult framing = http::AnalyzeResponse(*response_head_, method_, &response_info_);
   if (!framing.ok()) {
     AbortTransaction(ErrorCode::kBadGateway, "the server sent a response with invalid framing");
     return false;
@@ -763,7 +811,7 @@ bool ClientConnection::HandleResponseHead() {
     // HTTP/1.0 client does not know them (RFC 9110 15.2): dropped.
     if (version_minor_ >= 1) {
       http::ForwardResponseOptions options;
-      http::SerializeResponseHead(response_head_, options, head_out_);
+      http::SerializeResponseHead(*response_head_, options, head_out_);
       out_.Append(head_out_);
     }
     upstream_in_.Consume(head_consumed_);
@@ -787,12 +835,12 @@ bool ClientConnection::HandleResponseHead() {
     return false;
   }
   response_head_done_ = true;
-  response_status_ = response_head_.status_code;
+  response_status_ = response_head_->status_code;
 
   std::array<http::Header, 2> extra{};
   size_t extra_count = 0;
   bool set_affinity = decision_.set_affinity_cookie;
-  for (const auto& field : response_head_.fields()) {
+  for (const auto& field : response_head_->fields()) {
     if (!http::EqualsIgnoreCase(field.name, "set-cookie")) {
       continue;
     }
@@ -855,7 +903,7 @@ bool ClientConnection::HandleResponseHead() {
     options.reframe_body = true;  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1)
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
-  http::SerializeResponseHead(response_head_, options, head_out_);
+  http::SerializeResponseHead(*response_head_, options, head_out_);
   out_.Append(head_out_);
   upstream_in_.Consume(head_consumed_);
   if (response_info_.body == http::BodyKind::kTunnel) {
@@ -1199,7 +1247,8 @@ void ClientConnection::Close(std::string_view cause) {
     decided_ = false;
   }
   worker_->loop().Cancel(&timer_);
-  worker_->loop().Remove(fd_);
+  // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
+  // is never duplicated), and events of this batch go to the graveyard object.
   if (!abortive_close_) {
     transport_->Shutdown();
   }
@@ -1212,7 +1261,8 @@ void ClientConnection::HandOverToHttp2() {
   closed_ = true;
   worker_->metrics().http1_connections.Add(-1);
   worker_->loop().Cancel(&timer_);
-  worker_->HandOverToHttp2(this, std::move(transport_), std::move(client_ip_), in_.view());
+  worker_->HandOverToHttp2(this, std::move(transport_), std::move(client_ip_), in_.view(),
+                           registered_);
   worker_->loop().DeleteLater(this);
 }
 

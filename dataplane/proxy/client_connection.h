@@ -48,12 +48,19 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   enum class TimerKind { kNone, kHandshake, kIdle, kHeader, kConnect, kResponse };
 
   void Drive();
+  void DriveSteps();
+  // The client socket is in epoll only once the connection has to wait for
+  // it: a request read at once and answered while the client sends nothing
+  // more (Connection: close) costs no epoll_ctl at all.
+  bool NeedsClientEvents() const;
   // Advances the transport's handshake; true once established.
   bool StepHandshake();
   bool StepHead();
   bool StepForward();
   bool StepTunnel();
   void StartRequest(size_t head_bytes);
+  // Idle between requests: gives back buffers and oversized string storage.
+  void ReleaseIdleMemory();
   void ConnectUpstream();
   // Re-encryption: puts a TLS transport on the new upstream_ (false: failed
   // and answered).
@@ -102,6 +109,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   std::string request_client_ip_;  // the client as trusted proxies name it, for the log
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
+  bool registered_ = false;  // fd_ is in the worker's epoll set
   bool abortive_close_ = false;  // the close resets: no orderly end of the stream
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};
@@ -118,10 +126,12 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
 
   // The request being handled.
   http::RequestParser request_parser_;
-  http::RequestHead request_head_;
+  // Taken when a request's bytes are parsed, given back when the connection
+  // is idle (ReleaseIdleMemory): each is kMaxHeaders fields, 3 KiB.
+  std::unique_ptr<http::RequestHead> request_head_;
   http::RequestInfo request_info_;
   size_t head_bytes_ = 0;
-  bool request_started_ = false;  // bytes of a new request arrived
+  bool request_started_ = false;   // bytes of a new request arrived
   int64_t request_start_us_ = 0;   // MonotonicUs() when the head was complete
   int64_t upstream_start_us_ = 0;  // when the first upstream connect began; 0: none
   uint64_t request_body_bytes_ = 0;
@@ -163,7 +173,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   std::string sent_head_;  // to resend on a fresh connection
   Buffer upstream_in_;
   http::ResponseParser response_parser_;
-  http::ResponseHead response_head_;
+  std::unique_ptr<http::ResponseHead> response_head_;  // likewise
   http::ResponseInfo response_info_;
   bool response_head_done_ = false;
   size_t head_consumed_ = 0;

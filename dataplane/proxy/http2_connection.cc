@@ -365,11 +365,12 @@ struct Http2Callbacks {
 };
 
 Http2Connection::Http2Connection(Worker* worker, std::unique_ptr<net::Transport> transport,
-                                 std::string client_ip, std::string_view received)
+                                 std::string client_ip, std::string_view received, bool registered)
     : worker_(worker),
       transport_(std::move(transport)),
       fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
+      registered_(registered),
       tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }) {
   in_.Append(received);
 }
@@ -416,7 +417,12 @@ void Http2Connection::Start() {
   started_ms_ = worker_->loop().now_ms();
   last_receive_ms_ = started_ms_;
   idle_since_ms_ = started_ms_;
-  worker_->loop().Modify(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  if (registered_) {
+    worker_->loop().Modify(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  } else {
+    registered_ = true;
+    worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  }
   if (rv != 0) {
     session_ = nullptr;
     Close("aborted");

@@ -36,9 +36,10 @@ PrefaceMatch MatchHttp2Preface(std::string_view received);
 class Http2Connection final : public WorkerConnection {
  public:
   // Takes over an established transport; `received` are bytes already read
-  // from it (the preface, for h2c).
+  // from it (the preface, for h2c). `registered`: its descriptor is in the
+  // worker's epoll set already (this connection becomes its handler).
   Http2Connection(Worker* worker, std::unique_ptr<net::Transport> transport, std::string client_ip,
-                  std::string_view received);
+                  std::string_view received, bool registered);
   ~Http2Connection() override;
 
   void Start() override;
@@ -74,6 +75,7 @@ class Http2Connection final : public WorkerConnection {
   nghttp2_session* session_ = nullptr;
   Buffer in_{0};  // bytes received before the session existed
   Buffer out_;
+  bool registered_ = false;
   bool readable_ = true;
   bool peer_closed_ = false;
   bool closed_ = false;

@@ -136,9 +136,10 @@ class Worker {
   void ConnectionClosed(WorkerConnection* connection);
   // The HTTP/1.1 connection found HTTP/2 (ALPN h2, or the h2c preface with
   // --h2c): an Http2Connection takes over its transport and the bytes it
-  // already read. The connection stays counted; `from` is deleted later.
+  // already read (`registered`: the descriptor is in epoll already). The
+  // connection stays counted; `from` is deleted later.
   void HandOverToHttp2(ClientConnection* from, std::unique_ptr<net::Transport> transport,
-                       std::string client_ip, std::string_view received);
+                       std::string client_ip, std::string_view received, bool registered);
   // Takes `connection` off the worker's list without uncounting it.
   void Detach(WorkerConnection* connection);
   // Starts the connection for `listener` on an accepted socket whose client

@@ -248,6 +248,11 @@ void Router::EraseSession(const GroupEntry& group, session::TableKey kind, std::
 
 int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                           bool* record_ext_sid, int64_t now_ms) {
+  // Most balanced requests carry no identifier at all: nothing to look up.
+  if (ids_.contextid_instance.empty() && ids_.saplb_count == 0 && ids_.jsessionid.empty() &&
+      ids_.ext_sid.empty() && ids_.affinity_cookie.empty()) {
+    return -1;
+  }
   // An identifier that names a lost server does not end the search: a later
   // one may still name a live server of the group.
   const auto& order = group.kind == v1::KIND_ABAP ? kAbapOrder : kJavaOrder;

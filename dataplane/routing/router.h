@@ -164,12 +164,25 @@ class Router {
   std::vector<RetiredTable> retired_;
   bool read_only_sessions_ = false;
 
-  // Per-request scratch.
-  std::vector<char> path_scratch_;
-  std::vector<char> lower_scratch_;
+  // Per-request scratch, not zeroed when made: the 48 KiB are touched only
+  // as far as targets reach (an idle proxy's Routers hold no resident pages
+  // of them).
+  class Scratch {
+   public:
+    explicit Scratch(size_t size) : data_(new char[size]), size_(size) {}
+    char* data() { return data_.get(); }
+    size_t size() const { return size_; }
+    operator std::span<char>() { return {data_.get(), size_}; }
+
+   private:
+    std::unique_ptr<char[]> data_;
+    size_t size_;
+  };
+  Scratch path_scratch_;
+  Scratch lower_scratch_;
   // The reading with "%2F" and "%5C" decoded (only for targets holding them).
-  std::vector<char> decoded_path_scratch_;
-  std::vector<char> decoded_lower_scratch_;
+  Scratch decoded_path_scratch_;
+  Scratch decoded_lower_scratch_;
   std::array<char, 256> host_scratch_{};
   std::array<char, 256> server_scratch_{};
   session::SessionIds ids_;

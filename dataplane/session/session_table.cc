@@ -212,12 +212,27 @@ struct SessionTable::Shard {
 
 SessionTable::SessionTable(SessionTableOptions options) {
   size_t shard_count = ShardCountFor(options);
-  shards_ = std::make_unique<Shard[]>(shard_count);
   shard_mask_ = shard_count - 1;
   Reconfigure(options);
 }
 
-SessionTable::~SessionTable() = default;
+SessionTable::~SessionTable() {
+  delete[] shards_.load(std::memory_order_acquire);
+}
+
+SessionTable::Shard* SessionTable::EnsureShards() {
+  Shard* shards = shards_.load(std::memory_order_acquire);
+  if (shards != nullptr) {
+    return shards;
+  }
+  auto* made = new Shard[shard_mask_ + 1];
+  if (shards_.compare_exchange_strong(shards, made, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+    return made;
+  }
+  delete[] made;  // another worker made them first: `shards` holds theirs
+  return shards;
+}
 
 void SessionTable::Reconfigure(SessionTableOptions options) {
   // The shard count is fixed at construction (requests may be inside a
@@ -229,11 +244,15 @@ void SessionTable::Reconfigure(SessionTableOptions options) {
   idle_timeout_ms_.store(options.idle_timeout_ms, std::memory_order_relaxed);
 }
 
-int SessionTable::Find(TableKey kind, std::string_view session_id, int64_t now_ms,
-                       char* server_out, size_t server_capacity, bool use) const {
+int SessionTable::Find(TableKey kind, std::string_view session_id, int64_t now_ms, char* server_out,
+                       size_t server_capacity, bool use) const {
+  Shard* shards = shards_.load(std::memory_order_acquire);
+  if (shards == nullptr) {
+    return -1;  // nothing was ever recorded
+  }
   size_t hash = HashKey(kind, session_id);
   LookupKey key{kind, session_id, hash};
-  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  Shard& shard = shards[(hash >> 7) & shard_mask_];
   int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
   std::lock_guard lock(shard.mu);
   auto it = shard.entries.find(key);
@@ -283,7 +302,7 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
   }
   size_t hash = HashKey(kind, session_id);
   LookupKey key{kind, session_id, hash};
-  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  Shard& shard = EnsureShards()[(hash >> 7) & shard_mask_];
   int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
   std::lock_guard lock(shard.mu);
   auto it = shard.entries.find(key);
@@ -308,9 +327,13 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
 }
 
 void SessionTable::Erase(TableKey kind, std::string_view session_id) {
+  Shard* shards = shards_.load(std::memory_order_acquire);
+  if (shards == nullptr) {
+    return;
+  }
   size_t hash = HashKey(kind, session_id);
   LookupKey key{kind, session_id, hash};
-  Shard& shard = shards_[(hash >> 7) & shard_mask_];
+  Shard& shard = shards[(hash >> 7) & shard_mask_];
   std::lock_guard lock(shard.mu);
   auto it = shard.entries.find(key);
   if (it != shard.entries.end()) {
@@ -320,8 +343,9 @@ void SessionTable::Erase(TableKey kind, std::string_view session_id) {
 
 SessionTableStats SessionTable::Stats() const {
   SessionTableStats stats;
-  for (size_t i = 0; i <= shard_mask_; ++i) {
-    Shard& shard = shards_[i];
+  Shard* shards = shards_.load(std::memory_order_acquire);
+  for (size_t i = 0; shards != nullptr && i <= shard_mask_; ++i) {
+    Shard& shard = shards[i];
     std::lock_guard lock(shard.mu);
     stats.entries += shard.entries.size();
     stats.inserts += shard.inserts;

@@ -97,6 +97,15 @@ HandshakeError Classify(int ssl_error, unsigned long code) {
   }
 }
 
+// SSL_get_error needs an empty error queue before each TLS I/O call. Clearing
+// an empty queue still walks all its slots (about 800 instructions in OpenSSL
+// 3.0, called two or three times per request); looking costs a tenth of that.
+void ClearErrorQueue() {
+  if (ERR_peek_error() != 0) {
+    ERR_clear_error();
+  }
+}
+
 // A socket BIO that remembers whether its last read emptied the socket (a
 // short read), so that a read which got everything can tell the owner that no
 // further read is worth a system call before the next EPOLLIN edge.
@@ -244,7 +253,7 @@ net::Transport::HandshakeStatus TlsTransport::Handshake() {
   if (fatal_) {
     return HandshakeStatus::kFailed;
   }
-  ERR_clear_error();
+  ClearErrorQueue();
   int r = SSL_do_handshake(ssl_);
   if (r == 1) {
     established_ = true;
@@ -340,7 +349,7 @@ ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
   if (renegotiation_ || fatal_) {
     return kError;
   }
-  ERR_clear_error();
+  ClearErrorQueue();
   bio_short_read_ = false;
   int n = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
   if (renegotiation_) {
@@ -387,7 +396,7 @@ ssize_t TlsTransport::Write(const char* data, size_t size) {
   if (fatal_) {
     return kError;
   }
-  ERR_clear_error();
+  ClearErrorQueue();
   int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
   if (n > 0) {
     return n;

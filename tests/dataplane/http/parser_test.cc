@@ -55,6 +55,29 @@ TEST(RequestParser, ParsesSimpleGet) {
   EXPECT_EQ(head.method.data(), req.data());
 }
 
+// Values are validated eight bytes at a time: a control byte (or DEL) is
+// refused wherever it sits in a long value, HTAB and obs-text are kept.
+TEST(RequestParser, RefusesControlBytesAtEveryPositionOfALongValue) {
+  for (char bad : {'\x00', '\x01', '\x0b', '\x1f', '\x7f'}) {
+    for (size_t pos = 0; pos < 40; ++pos) {
+      std::string value(40, 'a');
+      value[pos] = bad;
+      std::string req = "GET / HTTP/1.1\r\nHost: h\r\nCookie: " + value + "\r\n\r\n";
+      RequestHead head;
+      ParseResult r = ParseWhole(req, &head);
+      ASSERT_TRUE(r.failed()) << "byte " << int(bad) << " at " << pos;
+      EXPECT_EQ(r.error, ParseError::kControlChar) << "byte " << int(bad) << " at " << pos;
+    }
+  }
+  std::string value = "a\tb \x80\xff~!" + std::string(4096, 'x') + "\t\x7e";
+  std::string req = "GET / HTTP/1.1\r\nHost: h\r\nCookie: " + value + "\r\n\r\n";
+  RequestHead head;
+  ParseResult r = ParseWhole(req, &head);
+  ASSERT_TRUE(r.complete()) << ParseErrorName(r.error);
+  ASSERT_NE(head.Find("cookie"), nullptr);
+  EXPECT_EQ(head.Find("cookie")->value, value);
+}
+
 TEST(RequestParser, StopsAtEndOfHeadForPipelining) {
   RequestHead head;
   std::string_view req = "GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\n";

@@ -1,5 +1,6 @@
 #include "dataplane/net/socket.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,6 +35,29 @@ TEST(SocketTest, ParsesEndpoints) {
       EXPECT_FALSE(error.empty()) << c.text;
     }
   }
+}
+
+// AddressString formats IPv4 by hand (no inet_ntop on the accept path): it
+// must agree with inet_ntop on every octet width.
+TEST(SocketTest, FormatsIpv4AddressesLikeInetNtop) {
+  for (const char* text : {"0.0.0.0", "255.255.255.255", "127.0.0.1", "10.0.100.9", "1.20.255.0",
+                           "192.168.1.10", "99.100.101.9"}) {
+    Endpoint e;
+    ASSERT_TRUE(MakeEndpoint(text, 80, &e)) << text;
+    EXPECT_EQ(AddressString(e), text);
+  }
+  for (uint32_t ip = 0; ip < 300; ++ip) {
+    Endpoint e;
+    auto* a = reinterpret_cast<sockaddr_in*>(&e.addr);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(ip * 0x01010101u ^ (ip << 7));
+    char expected[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &a->sin_addr, expected, sizeof expected);
+    EXPECT_EQ(AddressString(e), expected);
+  }
+  Endpoint v6;
+  ASSERT_TRUE(MakeEndpoint("::1", 80, &v6));
+  EXPECT_EQ(AddressString(v6), "::1");
 }
 
 TEST(SocketTest, ListensOnAnEphemeralPortAndConnects) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace kwd::proxy {
 namespace {
 
@@ -28,6 +30,78 @@ TEST(BufferTest, NeverGrowsBeyondTheLimit) {
   b.PrepareWrite(8, 16, &free_bytes);
   EXPECT_EQ(free_bytes, 0u);
   EXPECT_EQ(b.capacity(), 16u);
+}
+
+// Storage is taken on the first write and given back by Release() once the
+// buffer is empty: an idle keep-alive connection holds none.
+TEST(BufferTest, TakesStorageOnFirstWriteAndReleasesItWhenEmpty) {
+  Buffer b;
+  EXPECT_EQ(b.capacity(), 0u);
+  EXPECT_TRUE(b.view().empty());
+  b.Append("");
+  EXPECT_EQ(b.capacity(), 0u);
+  b.Append("GET / HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(b.capacity(), Buffer::kDefaultCapacity);
+  b.Release();  // bytes are kept
+  EXPECT_EQ(b.view(), "GET / HTTP/1.1\r\n\r\n");
+  b.Consume(b.size());
+  b.Release();
+  EXPECT_EQ(b.capacity(), 0u);
+  EXPECT_TRUE(b.empty());
+  b.Append("next");
+  EXPECT_EQ(b.view(), "next");
+}
+
+// A released default-size block is what the next buffer on the thread takes:
+// steady keep-alive traffic does not call malloc for buffers.
+TEST(BufferTest, ReleasedBlocksAreReusedOnTheSameThread) {
+  const char* first = nullptr;
+  {
+    Buffer a;
+    a.Append("x");
+    first = a.view().data();
+    a.Consume(1);
+    a.Release();
+  }
+  Buffer b;
+  b.Append("y");
+  EXPECT_EQ(b.view().data(), first);
+}
+
+// Growing beyond the default size keeps the bytes; releasing the grown
+// storage and writing again starts from the default size.
+TEST(BufferTest, GrowsKeepingBytesAndShrinksOnRelease) {
+  Buffer b;
+  std::string big(Buffer::kDefaultCapacity + 100, 'b');
+  b.Append("a");
+  b.Append(big);
+  EXPECT_GT(b.capacity(), Buffer::kDefaultCapacity);
+  EXPECT_EQ(b.view(), "a" + big);
+  b.Consume(b.size());
+  b.Release();
+  EXPECT_EQ(b.capacity(), 0u);
+  size_t free_bytes = 0;
+  b.PrepareWrite(4096, 1 << 20, &free_bytes);
+  EXPECT_EQ(b.capacity(), Buffer::kDefaultCapacity);
+  EXPECT_EQ(free_bytes, Buffer::kDefaultCapacity);
+}
+
+// Per-request state an idle connection gives back is reused by the next
+// request on the thread, and only a bounded number is kept.
+TEST(PerThreadFreeListTest, ReusesGivenBackObjectsUpToTheBound) {
+  struct Head {
+    int fields[64];
+  };
+  using List = PerThreadFreeList<Head, 2>;
+  std::unique_ptr<Head> a = List::Take();
+  std::unique_ptr<Head> b = List::Take();
+  std::unique_ptr<Head> c = List::Take();
+  Head* kept_b = b.get();
+  List::Give(std::move(a));
+  List::Give(std::move(b));
+  List::Give(std::move(c));  // beyond the bound: deleted
+  List::Give(nullptr);
+  EXPECT_EQ(List::Take().get(), kept_b);
 }
 
 }  // namespace

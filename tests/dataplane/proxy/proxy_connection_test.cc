@@ -194,6 +194,59 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// ---- the upstream keep-alive pool under a burst ----
+
+// More concurrent requests than the pool's idle allowance (64 per server
+// and worker): the connections beyond it were closed as soon as they were
+// released, so the next burst connected anew (512 keep-alive clients: a
+// connect per 1.7 requests). They are kept briefly now and reused; once the
+// burst is over the ones beyond the allowance close within a second or so.
+TEST_F(ProxyConnectionTest, UpstreamConnectionsBeyondThePoolAllowanceAreReusedInABurst) {
+  constexpr int kClients = 80;  // above the allowance of 64
+  std::atomic<int> first_requests{0};
+  std::atomic<int> closed_by_proxy{0};
+  ScriptedBackend backend([&](int fd, int, const std::string&, std::string buffered) {
+    // Hold the first answers until every client's request is here, so the
+    // proxy needs kClients upstream connections at once.
+    ++first_requests;
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (first_requests.load() < kClients && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::string head;
+    for (int i = 0; i < 100; ++i) {  // bounded: a few requests per connection
+      SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+      if (!ReadHead(fd, &buffered, &head)) {
+        ++closed_by_proxy;
+        return;
+      }
+    }
+  });
+  StartProxy(backend.port(), {"--workers", "1"});
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<HttpClient>(port()));
+    ASSERT_TRUE(clients.back()->connected());
+  }
+  const std::string request = "GET /burst HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int round = 0; round < 2; ++round) {
+    for (auto& c : clients) {
+      ASSERT_TRUE(c->Send(request));
+    }
+    for (auto& c : clients) {
+      EXPECT_EQ(c->Read().status, 200) << "round " << round;
+    }
+  }
+  // The second burst found all kClients connections in the pool.
+  EXPECT_EQ(backend.traffic_connections(), kClients);
+  // Idle now: the ones beyond the allowance close, the allowance stays.
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (closed_by_proxy.load() < kClients - 64 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(closed_by_proxy.load(), kClients - 64);
+}
+
 // ---- EOF arriving together with data ----
 
 // The response ends with the connection, and the FIN follows the last bytes

@@ -232,6 +232,45 @@ TEST(SessionTableTest, RecordOfSameServerDoesNotAllocate) {
   EXPECT_EQ(scope.Delta().count, 0u);
 }
 
+// A group whose requests never record a session holds no shards: an idle
+// proxy with many groups pays nothing for their tables.
+TEST(SessionTableTest, HoldsNoShardsUntilTheFirstRecord) {
+  testing::AllocScope scope;
+  SessionTable table({.max_entries = 50000, .idle_timeout_ms = 3600 * 1000, .shards = 16});
+  char server[64];
+  EXPECT_EQ(Get(table, TableKey::kJSessionId, "J1", 1), "<none>");
+  EXPECT_EQ(table.Peek(TableKey::kSapExtSid, "E1", 1, server, sizeof(server)), -1);
+  table.Erase(TableKey::kJSessionId, "J1");
+  table.Reconfigure({.max_entries = 100, .idle_timeout_ms = 1000, .shards = 16});
+  EXPECT_EQ(table.Stats().entries, 0u);
+  EXPECT_EQ(scope.Delta().count, 0u);
+  table.Record(TableKey::kJSessionId, "J1", "erp1_ERP_00", 1);
+  EXPECT_GT(scope.Delta().count, 0u);
+  EXPECT_EQ(Get(table, TableKey::kJSessionId, "J1", 2), "erp1_ERP_00");
+  EXPECT_EQ(table.Stats().entries, 1u);
+}
+
+// Workers recording into a fresh table at once all land in the same shards.
+TEST(SessionTableTest, FirstRecordsFromManyThreadsShareTheShards) {
+  for (int round = 0; round < 20; ++round) {
+    SessionTable table({.max_entries = 1000, .idle_timeout_ms = 3600 * 1000, .shards = 16});
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&table, t] {
+        table.Record(TableKey::kJSessionId, "J" + std::to_string(t), "srv" + std::to_string(t), 1);
+      });
+    }
+    for (std::thread& thread : threads) {
+      thread.join();
+    }
+    ASSERT_EQ(table.Stats().entries, 4u);
+    for (int t = 0; t < 4; ++t) {
+      EXPECT_EQ(Get(table, TableKey::kJSessionId, "J" + std::to_string(t), 2),
+                "srv" + std::to_string(t));
+    }
+  }
+}
+
 TEST(SessionTableTest, MemoryPerEntryIsModest) {
   constexpr int kEntries = 50000;
   std::vector<std::string> ids;

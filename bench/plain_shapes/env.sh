@@ -1,0 +1,59 @@
+# usage: source; start_backends; start_kwd BIN [extra args]; start_haproxy
+B1=19201; B2=19202; KWD=19280; HAP=19281
+W=${WORK:-/tmp/kwd-plain-shapes}; mkdir -p $W/backend
+export PATH=$PATH:/usr/sbin
+start_backends() {
+cat > $W/backend/nginx.conf <<CONF
+worker_processes 1;
+daemon off;
+pid $W/backend/nginx.pid;
+error_log $W/backend/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:$B1 reuseport; location / { add_header X-Served-By A; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
+  server { listen 127.0.0.1:$B2 reuseport; location / { add_header X-Served-By B; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
+}
+CONF
+nginx -c $W/backend/nginx.conf -e $W/backend/error.log & echo $! > $W/backend.pid
+}
+snapshot() {
+cat > $W/snapshot.json <<JSON
+{"groups":[{"key":"bench/app","kind":"KIND_JAVA","strategy":"STRATEGY_WEIGHTED_ROUND_ROBIN",
+ "loadResetIntervalSeconds":25,
+ "healthCheck":{"path":"/","intervalSeconds":25,"timeoutSeconds":5,"unhealthyThreshold":2,"healthyThreshold":1},
+ "sessionAffinity":{"identifiers":["SESSION_IDENTIFIER_SAP_CONTEXTID","SESSION_IDENTIFIER_SAPLB","SESSION_IDENTIFIER_JSESSIONID","SESSION_IDENTIFIER_SAP_EXT_SID"],
+  "sessionTableMaxEntries":50000,"sessionTableIdleTimeoutSeconds":3600,"affinityCookieEnabled":true,"affinityCookieName":"kwd_affinity"},
+ "servers":[{"name":"A","address":"127.0.0.1","port":$B1,"capacity":2,"state":"SERVER_STATE_READY"},
+            {"name":"B","address":"127.0.0.1","port":$B2,"capacity":1,"state":"SERVER_STATE_READY"}]}],
+ "virtualHosts":[{"host":"","defaultRootHandler":"KIND_JAVA","defaultAbapGroup":"bench/app","defaultJavaGroup":"bench/app"}]}
+JSON
+${STAMP:-/tmp/kwd-stamp} < $W/snapshot.json > $W/snapshot.s.json && mv $W/snapshot.s.json $W/snapshot.json
+}
+start_kwd() { bin=$1; shift; snapshot
+KWD_AFFINITY_KEY=bench $bin serve --snapshot $W/snapshot.json --listen 127.0.0.1:$KWD \
+  --admin-listen 127.0.0.1:19902 --workers 1 --access-log off "$@" >$W/kwd.out 2>$W/kwd.log & echo $! > $W/kwd.pid
+}
+start_haproxy() {
+cat > $W/haproxy.cfg <<CONF
+global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+backend app
+  balance roundrobin
+  cookie SERVERID insert indirect nocache
+  server A 127.0.0.1:$B1 weight 2 cookie A
+  server B 127.0.0.1:$B2 weight 1 cookie B
+frontend web
+  bind 127.0.0.1:$HAP
+  default_backend app
+CONF
+haproxy -f $W/haproxy.cfg -db >$W/haproxy.log 2>&1 & echo $! > $W/haproxy.pid
+}
