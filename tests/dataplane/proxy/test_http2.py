@@ -630,11 +630,14 @@ spec:
     # ---- timeouts ----
 
     def test_idle_connection_gets_goaway_then_close(self):
-        proxy = Proxy(self.dir, self.snapshot, ["--idle-timeout", "1s"], "idle")
+        proxy = Proxy(self.dir, self.snapshot,
+                      ["--idle-timeout", "1s", "--h2-max-concurrent-streams", "5"], "idle")
         self.addCleanup(proxy.stop)
         c = H2Client(proxy.tls_port)
         self.addCleanup(c.close)
         self.assertEqual(c.get("/sap/x")["headers"][":status"], "200")
+        self.assertEqual(c.settings.get(h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS), 5)
+        self.assertEqual(c.settings.get(h2.settings.SettingCodes.HEADER_TABLE_SIZE, 4096), 4096)
         started = time.monotonic()
         with self.assertRaises((ConnectionError, OSError)):
             for _ in range(1000):
