@@ -217,7 +217,7 @@ class Exchange final : public UpstreamOwner {
   bool retried_reuse_ = false;
 
   // Request body: raw bytes from the client until the upstream takes them.
-  Buffer request_body_{0};
+  Buffer request_body_;
   bool request_end_ = false;   // the client's body ended
   bool request_done_ = false;  // ... and all of it is queued for the server
   uint64_t request_body_bytes_ = 0;
@@ -229,7 +229,7 @@ class Exchange final : public UpstreamOwner {
   std::string upstream_out_;
   size_t upstream_sent_ = 0;
   std::string sent_head_;
-  Buffer upstream_in_{0};
+  Buffer upstream_in_;
   http::ResponseParser response_parser_;
   http::ResponseHead response_head_;
   http::ResponseInfo response_info_;
@@ -240,7 +240,7 @@ class Exchange final : public UpstreamOwner {
   http::ChunkedDecoder response_chunked_;
   int response_status_ = 0;
   uint64_t response_body_bytes_ = 0;
-  Buffer body_{0};  // response body for the client
+  Buffer body_;  // response body for the client
   std::string scratch_;
 
   TimerKind timer_kind_ = TimerKind::kNone;
