@@ -127,24 +127,25 @@ void Http2Connection::Stream::OnResponseHead(int status,
   nva.clear();
   nva.push_back(
       {Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3, NGHTTP2_NV_FLAG_NONE});
+  // Names are lower-cased into one scratch string, reserved first so that
+  // the pointers into it stay valid.
   std::string& names = connection->names_;
   names.clear();
+  size_t total = 0;
   for (const auto& f : response_fields) {
-    if (!http::IsHopByHop(f.name, response_fields)) {
-      names.append(f.name);
-    }
+    total += f.name.size();
   }
-  for (char& c : names) {
-    c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c;
-  }
-  size_t at = 0;
+  names.reserve(total);
   for (const auto& f : response_fields) {
     if (http::IsHopByHop(f.name, response_fields)) {
       continue;
     }
+    size_t at = names.size();
+    for (char c : f.name) {
+      names.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c);
+    }
     nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(f.value), f.name.size(),
                    f.value.size(), NGHTTP2_NV_FLAG_NONE});
-    at += f.name.size();
   }
   if (!set_cookie.empty()) {
     nva.push_back(
