@@ -27,6 +27,7 @@
 # usage: scripts/bench-proxies.sh [BUILD_DIR]
 #   env: ROUNDS=3 DURATION=5s SHAPES="..." RESULTS=FILE (TSV of the medians:
 #        shape, proxy, metric, value; what scripts/run-benchmarks.sh reads)
+#        HOLD=SECONDS keeps the proxies running that long after the runs (debugging)
 # Exit status: 0 measured (wrk errors are reported, not fatal), 77 a tool is
 # missing, 1 a proxy did not start or did not route as the comparison needs.
 set -euo pipefail
@@ -37,10 +38,13 @@ shapes=${SHAPES:-keepalive64 keepalive512 close64 sapmix workers}
 results=${RESULTS:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
 proxy_bin=$build/kwd-proxy
+controller_bin=$build/kwd-controller
 lua=$here/bench/sap_mix.lua
 export PATH=$PATH:/usr/sbin:/sbin
 
-[[ -x $proxy_bin ]] || { echo "bench-proxies: no $proxy_bin (make bench builds it)" >&2; exit 1; }
+for b in "$proxy_bin" "$controller_bin"; do
+  [[ -x $b ]] || { echo "bench-proxies: no $b (make bench builds it)" >&2; exit 1; }
+done
 missing=()
 for tool in haproxy nginx wrk curl python3 taskset; do
   command -v $tool >/dev/null || missing+=($tool)
@@ -68,13 +72,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Ports (19080-19119, 19901-19909): fixed, outside what the tests use.
-B1=19101 B2=19102 BSTAT=19103   # backends and their stub_status
-B3=19104 B4=19105 B3STAT=19106  # the workers shape's backends (pinned to CPU 1)
-KWD=19080 HAP=19081 NGX=19082 NGXSTAT=19090
-KWD_SAP=19083 HAP_SAP=19084 NGX_SAP=19085 NGX_SAPSTAT=19091
-KWD_W1=19086 KWD_W2=19087 KWD_W1S=19088 KWD_W2S=19089
-ADM=19901 ADM_SAP=19902 ADM_W1=19903 ADM_W2=19904 ADM_W1S=19905 ADM_W2S=19906
+# Ports (19401-19406, 19471-19476, 19480-19491): fixed, outside what the
+# tests use.
+B1=19401 B2=19402 BSTAT=19403   # backends and their stub_status
+B3=19404 B4=19405 B3STAT=19406  # the workers shape's backends (pinned to CPU 1)
+KWD=19480 HAP=19481 NGX=19482 NGXSTAT=19490
+KWD_SAP=19483 HAP_SAP=19484 NGX_SAP=19485 NGX_SAPSTAT=19491
+KWD_W1=19486 KWD_W2=19487 KWD_W1S=19488 KWD_W2S=19489
+ADM=19471 ADM_SAP=19472 ADM_W1=19473 ADM_W2=19474 ADM_W1S=19475 ADM_W2S=19476
 BODY=0123456789012345678901234567890123456789012345678901234567890123
 
 # ---------------------------------------------------------------- backends
@@ -115,16 +120,53 @@ if has_shape workers; then
 fi
 
 # ------------------------------------------------- plain proxies (shapes 1, 2)
-cat >"$work/snapshot.json" <<JSON
-{"groups":[{"key":"bench/app","kind":"KIND_JAVA","strategy":"STRATEGY_WEIGHTED_ROUND_ROBIN",
- "loadResetIntervalSeconds":25,
- "healthCheck":{"path":"/","intervalSeconds":25,"timeoutSeconds":5,"unhealthyThreshold":2,"healthyThreshold":1},
- "sessionAffinity":{"identifiers":["SESSION_IDENTIFIER_SAP_CONTEXTID","SESSION_IDENTIFIER_SAPLB","SESSION_IDENTIFIER_JSESSIONID","SESSION_IDENTIFIER_SAP_EXT_SID"],
-  "sessionTableMaxEntries":50000,"sessionTableIdleTimeoutSeconds":3600,"affinityCookieEnabled":true,"affinityCookieName":"kwd_affinity"},
- "servers":[{"name":"A","address":"127.0.0.1","port":$B1,"capacity":2,"state":"SERVER_STATE_READY"},
-            {"name":"B","address":"127.0.0.1","port":$B2,"capacity":1,"state":"SERVER_STATE_READY"}]}],
- "virtualHosts":[{"host":"","defaultRootHandler":"KIND_JAVA","defaultAbapGroup":"bench/app","defaultJavaGroup":"bench/app"}]}
-JSON
+# kwd's snapshots are compiled from LogonGroup/UrlMapping objects, as in
+# production (kwd-controller compile stamps the content-hash version).
+compile_snapshot() {  # objects-dir output
+  "$controller_bin" compile --source="dir:$1" >"$2" 2>"$1.log" || {
+    echo "bench-proxies: kwd-controller compile $1 failed:" >&2
+    cat "$1.log" >&2
+    exit 1
+  }
+}
+logon_group() {  # name kind port-a port-b name-a name-b
+  cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: $1, namespace: bench}
+spec:
+  kind: $2
+  strategy: weighted_round_robin
+  loadResetIntervalSeconds: 25
+  backend:
+    staticServers:
+      - {name: $5, address: 127.0.0.1, port: $3, capacity: 2}
+      - {name: $6, address: 127.0.0.1, port: $4, capacity: 1}
+  healthCheck: {path: /, intervalSeconds: 25, timeoutSeconds: 5, unhealthyThreshold: 2, healthyThreshold: 1}
+  sessionAffinity:
+    identifiers: [sap-contextid, saplb, jsessionid, sap-ext-sid]
+    sessionTable: {maxEntries: 50000, idleTimeoutSeconds: 3600}
+    affinityCookie: {enabled: true, name: kwd_affinity}
+---
+YAML
+}
+plain_objects() {  # dir port-a port-b
+  mkdir -p "$1"
+  {
+    logon_group app java "$2" "$3" A B
+    cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: bench, namespace: bench}
+spec:
+  hosts: []
+  defaultRootHandler: java
+  defaultGroups: {abap: app, java: app}
+YAML
+  } >"$1/objects.yaml"
+}
+plain_objects "$work/objects" $B1 $B2
+compile_snapshot "$work/objects" "$work/snapshot.json"
 start_kwd() {  # name snapshot port admin workers [taskset cpus]
   local cpus=${6:-}
   local cmd=("$proxy_bin" serve --snapshot "$2" --listen 127.0.0.1:$3 --admin-listen 127.0.0.1:$4
@@ -179,7 +221,7 @@ events { worker_connections 8192; }
 http {
   access_log off;
   keepalive_requests 1000000;
-  upstream app { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 64; }
+  upstream app { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
   server {
     listen 127.0.0.1:$NGX;
     location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
@@ -203,32 +245,30 @@ if has_shape sapmix; then
   rules=()
   for n in $(seq 0 999); do rules+=("/sap/bc/app$n/"); done
   mapfile -t sorted < <(printf '%s\n' "${rules[@]}" | LC_ALL=C sort)
+  mkdir -p "$work/objects-sap"
   {
-    echo '{"groups":['
-    for g in abap java; do
-      kind=KIND_JAVA
-      [[ $g == abap ]] && kind=KIND_ABAP
-      [[ $g == java ]] && echo ','
-      cat <<JSON
-{"key":"bench/$g","kind":"$kind","strategy":"STRATEGY_WEIGHTED_ROUND_ROBIN","loadResetIntervalSeconds":25,
- "healthCheck":{"path":"/","intervalSeconds":25,"timeoutSeconds":5,"unhealthyThreshold":2,"healthyThreshold":1},
- "sessionAffinity":{"identifiers":["SESSION_IDENTIFIER_SAP_CONTEXTID","SESSION_IDENTIFIER_SAPLB","SESSION_IDENTIFIER_JSESSIONID","SESSION_IDENTIFIER_SAP_EXT_SID"],
-  "sessionTableMaxEntries":50000,"sessionTableIdleTimeoutSeconds":3600,"affinityCookieEnabled":true,"affinityCookieName":"kwd_affinity"},
- "servers":[{"name":"$INST_A","address":"127.0.0.1","port":$B1,"capacity":2,"state":"SERVER_STATE_READY"},
-            {"name":"$INST_B","address":"127.0.0.1","port":$B2,"capacity":1,"state":"SERVER_STATE_READY"}]}
-JSON
-    done
-    echo '],"virtualHosts":[{"host":"","defaultRootHandler":"KIND_JAVA","defaultAbapGroup":"bench/abap","defaultJavaGroup":"bench/java","rules":['
-    sep=""
+    logon_group abap abap $B1 $B2 $INST_A $INST_B
+    logon_group java java $B1 $B2 $INST_A $INST_B
+    cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: sap, namespace: bench}
+spec:
+  hosts: []
+  defaultRootHandler: java
+  defaultGroups: {abap: abap, java: java}
+  rules:
+YAML
     for p in "${sorted[@]}"; do
       n=${p#/sap/bc/app}
       n=${n%/}
-      if ((n % 2 == 0)); then k=KIND_ABAP g=bench/abap; else k=KIND_JAVA g=bench/java; fi
-      printf '%s{"prefix":"%s","kind":"%s","group":"%s"}\n' "$sep" "$p" $k $g
-      sep=,
+      if ((n % 2 == 0)); then k=abap; else k=java; fi
+      echo "    - {prefix: $p, kind: $k, logonGroup: $k}"
     done
-    echo ']}]}'
-  } >"$work/snapshot-sap.json"
+  } >"$work/objects-sap/objects.yaml"
+  compile_snapshot "$work/objects-sap" "$work/snapshot-sap.json"
+  rules=$(python3 -c 'import json,sys; print(sum(len(v.get("rules", [])) for v in json.load(open(sys.argv[1]))["virtualHosts"]))' "$work/snapshot-sap.json")
+  [[ $rules == 1000 ]] || { echo "bench-proxies: the SAP snapshot has $rules URL rules, not 1000" >&2; exit 1; }
   for p in "${sorted[@]}"; do
     n=${p#/sap/bc/app}
     n=${n%/}
@@ -290,11 +330,11 @@ http {
   access_log off;
   keepalive_requests 1000000;
   large_client_header_buffers 4 16k;
-  upstream abap { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 64; }
+  upstream abap { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
   upstream java { hash \$cookie_JSESSIONID consistent;
-                  server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 64; }
-  upstream $INST_A { server 127.0.0.1:$B1; keepalive 64; }
-  upstream $INST_B { server 127.0.0.1:$B2; keepalive 64; }
+                  server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
+  upstream $INST_A { server 127.0.0.1:$B1; keepalive 1024; }
+  upstream $INST_B { server 127.0.0.1:$B2; keepalive 1024; }
   map \$http_cookie \$abap_up {
     "~sap-contextid=SID%3aANON%3a$INST_A%3a" $INST_A;
     "~sap-contextid=SID%3aANON%3a$INST_B%3a" $INST_B;
@@ -334,8 +374,8 @@ if has_shape workers; then
     echo "bench-proxies: the workers shape needs 2 CPUs; skipped" >&2
     shapes=${shapes/workers/}
   else
-    sed -e "s/\"port\":$B1/\"port\":$B3/" -e "s/\"port\":$B2/\"port\":$B4/" "$work/snapshot.json" \
-      >"$work/snapshot-w.json"
+    plain_objects "$work/objects-w" $B3 $B4
+    compile_snapshot "$work/objects-w" "$work/snapshot-w.json"
     start_kwd kwd-w1 "$work/snapshot-w.json" $KWD_W1 $ADM_W1 1 0
     start_kwd kwd-w2 "$work/snapshot-w.json" $KWD_W2 $ADM_W2 2 0
     start_kwd kwd-w1-spread "$work/snapshot-w.json" $KWD_W1S $ADM_W1S 1 0,1
@@ -657,4 +697,9 @@ for name in $(printf '%s\n' "${!idle_rss[@]}" | sort); do
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 [[ -n $results ]] && cp "$work/medians.tsv" "$results"
+if [[ -n ${HOLD:-} ]]; then  # debugging: keep everything running (and $work) for HOLD seconds
+  echo "holding for $HOLD s; work directory $work"
+  sleep "$HOLD" &
+  wait $!
+fi
 exit 0
