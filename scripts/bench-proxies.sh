@@ -27,6 +27,7 @@
 # usage: scripts/bench-proxies.sh [BUILD_DIR]
 #   env: ROUNDS=3 DURATION=5s SHAPES="..." RESULTS=FILE (TSV of the medians:
 #        shape, proxy, metric, value; what scripts/run-benchmarks.sh reads)
+#        SESSIONS=1000 JSESSIONIDs the sapmix warm-up makes known
 #        HOLD=SECONDS keeps the proxies running that long after the runs (debugging)
 # Exit status: 0 measured (wrk errors are reported, not fatal), 77 a tool is
 # missing, 1 a proxy did not start or did not route as the comparison needs.
@@ -240,7 +241,7 @@ fi
 # from Set-Cookie into the session table, affinity cookie). 1,000 URL rules
 # /sap/bc/app<N>/: even N -> ABAP, odd N -> Java; anything else -> Java.
 INST_A=sapa_ERP_00 INST_B=sapb_ERP_01
-SESSIONS=1000
+SESSIONS=${SESSIONS:-1000}  # JSESSIONIDs the sapmix warm-up makes known
 if has_shape sapmix; then
   rules=()
   for n in $(seq 0 999); do rules+=("/sap/bc/app$n/"); done
@@ -555,10 +556,6 @@ if has_shape close64; then
 fi
 
 # ----------------------------------------------------------------- sapmix
-served_by() {  # port cookie path
-  curl -fsS -o /dev/null -D - -H "Cookie: $2" "http://127.0.0.1:$1$3" |
-    awk -F': ' 'tolower($1)=="x-served-by" {gsub(/\r/, "", $2); print $2}'
-}
 # kwd's counters from a /metrics text: requests, routed:<identifier>, lost.
 sticky_counts() {
   awk '/^kwd_proxy_requests_total/ {v["requests"] += $NF}
@@ -598,39 +595,45 @@ sapmix() {
   fi
   # Persistence really sticks: the named instance for sap-contextid, the
   # logon's server for JSESSIONID (nginx: the same server every time), the
-  # affinity cookie's server every time.
-  local s want got i first
-  local abap=/sap/bc/app0/x java=/sap/bc/app1/x
+  # affinity cookie's server every time. One curl per proxy (--next per
+  # request); checks are "key, cookie, path, wanted server" where "=" means
+  # the same server as every other request of that key.
+  local abap=/sap/bc/app0/x java=/sap/bc/app1/x i cookie
   for name in kwd-sap haproxy-sap nginx-sap; do
-    for s in A B; do
-      local inst=$INST_A
-      [[ $s == B ]] && inst=$INST_B
+    {
       for i in 1 2 3; do
-        got=$(served_by ${port[$name]} "sap-contextid=SID%3aANON%3a$inst%3aabc$i" $abap)
-        [[ $got == "$s" ]] || { echo "bench-proxies: $name sent sap-contextid of $inst to $got" >&2; exit 1; }
+        printf 'ctx-a\tsap-contextid=SID%%3aANON%%3a%s%%3aabc%s\t%s\tA\n' $INST_A $i $abap
+        printf 'ctx-b\tsap-contextid=SID%%3aANON%%3a%s%%3aabc%s\t%s\tB\n' $INST_B $i $abap
       done
-    done
-    for i in 1 2 3 17 500; do
-      want=$(awk -v sid="sid$i" '/^HTTP/ {srv=""} tolower($1)=="x-served-by:" {srv=$2} tolower($0) ~ "jsessionid="sid";" {gsub(/\r/,"",srv); print srv; exit}' "$work/$name.login")
-      first=""
-      for _ in 1 2 3; do
-        got=$(served_by ${port[$name]} "JSESSIONID=sid$i" $java)
-        [[ -z $first ]] && first=$got
-        if [[ $name != nginx-sap && $got != "$want" ]] || [[ $got != "$first" ]]; then
-          echo "bench-proxies: $name sent JSESSIONID=sid$i to $got (logon went to $want)" >&2
-          exit 1
+      for i in 1 2 3 $((SESSIONS / 2)) $SESSIONS; do
+        local want="="
+        if [[ $name != nginx-sap ]]; then
+          want=$(awk -v sid="sid$i" '/^HTTP/ {srv = ""} tolower($1) == "x-served-by:" {srv = $2}
+            tolower($0) ~ "jsessionid=" sid ";" {gsub(/\r/, "", srv); print srv; exit}' "$work/$name.login")
         fi
+        for _ in 1 2 3; do printf 'jsession-%s\tJSESSIONID=sid%s\t%s\t%s\n' $i $i $java "${want:-?}"; done
       done
-    done
-    local cookie
-    for cookie in $(tr '|' ' ' <<<"${affinity[$name]}"); do
-      first=""
-      for _ in 1 2 3 4; do
-        got=$(served_by ${port[$name]} "$cookie" $java)
-        [[ -z $first ]] && first=$got
-        [[ $got == "$first" ]] || { echo "bench-proxies: $name did not stick on $cookie" >&2; exit 1; }
+      for cookie in $(tr '|' ' ' <<<"${affinity[$name]}"); do
+        for _ in 1 2 3 4; do printf 'affinity-%s\t%s\t%s\t=\n' "${cookie:0:24}" "$cookie" $java; done
       done
-    done
+    } >"$work/$name.checks"
+    local args=() first=1
+    while IFS=$'\t' read -r _ cookie path _; do
+      ((first)) || args+=(--next)
+      first=0
+      args+=(-fsS -o /dev/null -D - -H "Cookie: $cookie" "http://127.0.0.1:${port[$name]}$path")
+    done <"$work/$name.checks"
+    curl "${args[@]}" | awk -F': ' 'tolower($1) == "x-served-by" {gsub(/\r/, "", $2); print $2}' \
+      >"$work/$name.served"
+    if ! paste "$work/$name.checks" "$work/$name.served" | awk -F'\t' -v proxy=$name '
+        NF < 5 || $5 == "" {print proxy ": no answer for " $2; bad = 1; next}
+        $4 != "=" && $5 != $4 {print proxy ": " $2 " went to " $5 ", not " $4; bad = 1}
+        $4 == "=" && ($1 in seen) && seen[$1] != $5 {print proxy ": " $2 " went to " seen[$1] " and " $5; bad = 1}
+        {seen[$1] = $5}
+        END {exit bad}' >&2; then
+      echo "bench-proxies: $name does not route the SAP mix's sessions as it should" >&2
+      exit 1
+    fi
   done
   echo "  checked: every proxy routes sap-contextid to the named instance, JSESSIONID to the logon's server" \
     "(nginx: a consistent hash), the affinity cookie to one server"

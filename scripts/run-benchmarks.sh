@@ -103,7 +103,7 @@ for mode, a, b in (("pinned", "kwd-w1", "kwd-w2"), ("spread", "kwd-w1-spread", "
     if w1 != "-" and w2 != "-":
         ratio = float(w2) / float(w1) if float(w1) else 0
         out(f"4 workers 2 vs 1 CPU/req ({mode})", f"{w2} / {w1}", "-", "-", "us", "within10%",
-            f"{ratio:.2f}")
+            f"{ratio:.4f}")
 if ("idle", "kwd", "rss_kib") in m:
     mib = lambda p: f"{float(get('idle', p, 'rss_kib')) / 1024:.1f}" if ("idle", p, "rss_kib") in m else "-"
     out("5 idle RSS, 1-group snapshot (info)", mib("kwd"), mib("haproxy"), mib("nginx"), "MiB", "-")
@@ -119,13 +119,38 @@ if wanted memory; then
   section "5: memory (bench/memory_bench.sh)"
   if [[ -x $here/bench/memory_bench.sh || -f $here/bench/memory_bench.sh ]]; then
     if run_logged "$work/memory.log" bash "$here/bench/memory_bench.sh" "$dir"; then
-      take_rows "$work/memory.log" "bench/memory_bench.sh"
+      if grep -q $'^BENCH-ROW\t' "$work/memory.log"; then
+        take_rows "$work/memory.log" "bench/memory_bench.sh"
+      else
+        # Its table: "proxy  idle-RSS-KiB  connections  RSS-with-them-KiB  KiB-per-conn".
+        python3 - "$work/memory.log" >>"$rows" <<'PY' || take_rows "$work/memory.log" "bench/memory_bench.sh"
+import re, sys
+text = open(sys.argv[1]).read()
+groups = re.search(r"with a (\d+)-group snapshot", text)
+t = {}
+for m in re.finditer(r"^(kwd|haproxy|nginx)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s*$", text, re.M):
+    t[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5))
+if "kwd" not in t:
+    sys.exit(1)
+def col(i, scale=1024.0):
+    return [f"{t[p][i] / scale:.1f}" if p in t else "-" for p in ("kwd", "haproxy", "nginx")]
+g = groups.group(1) if groups else "?"
+print("\t".join([f"5 idle RSS, {g}-group snapshot", *col(0), "MiB", "<=10MiB"]))
+print("\t".join([f"5 RSS with {t['kwd'][1]:,} idle keep-alive conns", *col(2), "MiB", "<=64MiB"]))
+print("\t".join(["5 idle conns held (HAProxy: fd limit)",
+                 *[str(t[p][1]) if p in t else "-" for p in ("kwd", "haproxy", "nginx")], "", "-"]))
+print("\t".join(["5 KiB per idle conn", *[t[p][3] if p in t else "-" for p in ("kwd", "haproxy", "nginx")],
+                 "KiB", "-"]))
+PY
+      fi
     else
       row "5 memory (bench/memory_bench.sh)" FAILED - - "" -
     fi
   else
     echo "bench/memory_bench.sh: not available"
-    row "5 idle RSS 100 groups / RSS 10k idle conns" "n/a" - - "" "memory_bench.sh not available"
+    note "bench/memory_bench.sh: not available (rows 5 not measured)"
+    row "5 idle RSS, 100-group snapshot" n/a - - MiB "<=10MiB"
+    row "5 RSS, 10,000 idle keep-alive conns" n/a - - MiB "<=64MiB"
   fi
 fi
 
@@ -271,13 +296,35 @@ if wanted h2; then
   section "HTTP/2 vs HAProxy (bench/h2_bench.sh)"
   if [[ -f $here/bench/h2_bench.sh ]]; then
     if run_logged "$work/h2.log" bash "$here/bench/h2_bench.sh" "$dir" "$seconds"; then
-      take_rows "$work/h2.log" "bench/h2_bench.sh"
+      if grep -q $'^BENCH-ROW\t' "$work/h2.log"; then
+        take_rows "$work/h2.log" "bench/h2_bench.sh"
+      else
+        # Its medians: "median req/s p99-ms CPU-us/request", then a kwd and a haproxy line.
+        python3 - "$work/h2.log" >>"$rows" <<'PY' || take_rows "$work/h2.log" "bench/h2_bench.sh"
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+start = next(i for i, l in enumerate(lines) if re.match(r"median\s+req/s", l))
+v = {}
+for l in lines[start + 1:]:
+    m = re.match(r"(kwd|haproxy)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", l)
+    if m:
+        v[m.group(1)] = m.groups()[1:]
+if "kwd" not in v or "haproxy" not in v:
+    sys.exit(1)
+for i, (label, unit, target) in enumerate((("req/s", "req/s", ">=1.20x"), ("p99", "ms", "<=0.80x"),
+                                          ("CPU/request", "us", "<=0.80x"))):
+    print(f"HTTP/2 h2load TLS c64 x10 streams {label}\t{v['kwd'][i]}\t{v['haproxy'][i]}\t-\t{unit}\t{target}")
+PY
+      fi
     else
       row "HTTP/2 (bench/h2_bench.sh)" FAILED - - "" -
     fi
   else
     echo "bench/h2_bench.sh: not available"
-    row "HTTP/2 h2load 64x10 streams" "n/a" - - "" "h2_bench.sh not available"
+    note "bench/h2_bench.sh: not available (HTTP/2 rows not measured)"
+    row "HTTP/2 h2load c64 x10 streams req/s" n/a - - req/s ">=1.20x"
+    row "HTTP/2 h2load c64 x10 streams p99" n/a - - ms "<=0.80x"
+    row "HTTP/2 h2load c64 x10 streams CPU/request" n/a - - us "<=0.80x"
   fi
 fi
 
@@ -314,7 +361,7 @@ for r in rows:
     ratio = r[6] if len(r) > 6 and r[6] else None
     k, h = num(kwd), num(hap)
     if ratio is None and k is not None and h:
-        ratio = f"{k / h:.2f}"
+        ratio = f"{k / h:.4f}"
     verdict = ""
     m = re.match(r"(>=|<=|<|>|=)([\d.]+)(x|ns|ms|us|MiB|KiB|%)?$", target)
     if target == "within10%" and ratio is not None:
@@ -326,19 +373,22 @@ for r in rows:
             ok = {">=": value >= limit, "<=": value <= limit, "<": value < limit,
                   ">": value > limit, "=": value == limit}[op]
             verdict = "met" if ok else "NOT met"
-    if kwd in ("FAILED", "n/a") and target not in ("-", ""):
+    if kwd == "n/a" and target not in ("-", ""):
         verdict = "NOT measured"
+    if kwd == "FAILED":
+        verdict = "FAILED"
     if verdict == "met":
         met += 1
     elif verdict:
         missed += 1
-    table.append((figure, kwd, hap, ngx, unit, f"{ratio}x" if ratio else "-", target or "-", verdict))
+    table.append((figure, kwd, hap, ngx, unit, f"{float(ratio):.2f}x" if ratio else "-", target or "-",
+                  verdict))
 widths = [max(len(str(row[i])) for row in table + [head]) for i in range(len(head))]
 for row in [head] + table:
     cells = [str(c).ljust(widths[i]) if i in (0, 4, 6, 7) else str(c).rjust(widths[i])
              for i, c in enumerate(row)]
     print("  ".join(cells).rstrip())
-print(f"\ntargets met: {met}, not met or not measured: {missed}")
+print(f"\ntargets met: {met}; not met, not measured or failed: {missed}")
 PY
   if [[ -s $notes ]]; then
     echo
@@ -346,4 +396,9 @@ PY
   fi
 } | tee "$work/summary.txt"
 cp "$work/summary.txt" "$summary" 2>/dev/null && echo "(also in $summary)"
+# Targets not met are results; a section that could not run is a failure.
+if cut -f2 "$rows" | grep -qx FAILED; then
+  echo "run-benchmarks: some sections FAILED (see above)" >&2
+  exit 1
+fi
 exit 0
