@@ -59,6 +59,7 @@ command -v python3 >/dev/null || { echo "run-benchmarks: missing python3" >&2; e
 for b in kwd-proxy kwd-controller; do
   [[ -x $dir/$b ]] || { echo "run-benchmarks: no $dir/$b (make bench builds it)" >&2; exit 1; }
 done
+dir=$(cd "$dir" && pwd)
 echo "run-benchmarks: $dir, ROUNDS=$ROUNDS DURATION=$DURATION, $(nproc) CPUs," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 
