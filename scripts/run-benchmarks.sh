@@ -27,6 +27,7 @@ notes=$work/notes.txt
 : >"$rows"
 : >"$notes"
 started=$(date +%s)
+load_start=$(cut -d' ' -f1 /proc/loadavg)
 
 wanted() { [[ $skip != *" $1 "* ]]; }
 row() {
@@ -344,7 +345,8 @@ elapsed=$(($(date +%s) - started))
 {
   echo
   echo "=================== summary: medians, kwd vs HAProxy 2.6 vs nginx (ROUNDS=$ROUNDS DURATION=$DURATION," \
-    "$(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ), ${elapsed}s)"
+    "$(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ), ${elapsed}s, load average $load_start at the start," \
+    "$(cut -d' ' -f1 /proc/loadavg) at the end)"
   python3 - "$rows" <<'PY'
 import re, sys
 rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
