@@ -28,6 +28,7 @@
 #   env: ROUNDS=3 DURATION=5s SHAPES="..." RESULTS=FILE (TSV of the medians:
 #        shape, proxy, metric, value; what scripts/run-benchmarks.sh reads)
 #        SESSIONS=1000 JSESSIONIDs the sapmix warm-up makes known
+#        PORT_BASE=19400 (ports PORT_BASE+1..91 on 127.0.0.1)
 #        HOLD=SECONDS keeps the proxies running that long after the runs (debugging)
 # Exit status: 0 measured (wrk errors are reported, not fatal), 77 a tool is
 # missing, 1 a proxy did not start or did not route as the comparison needs.
@@ -42,6 +43,9 @@ proxy_bin=$build/kwd-proxy
 controller_bin=$build/kwd-controller
 lua=$here/bench/sap_mix.lua
 export PATH=$PATH:/usr/sbin:/sbin
+# The system's python3 when there is one (a pyenv shim costs a second per call).
+py=python3
+[[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
 
 for b in "$proxy_bin" "$controller_bin"; do
   [[ -x $b ]] || { echo "bench-proxies: no $b (make bench builds it)" >&2; exit 1; }
@@ -73,14 +77,26 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Ports (19401-19406, 19471-19476, 19480-19491): fixed, outside what the
-# tests use.
-B1=19401 B2=19402 BSTAT=19403   # backends and their stub_status
-B3=19404 B4=19405 B3STAT=19406  # the workers shape's backends (pinned to CPU 1)
-KWD=19480 HAP=19481 NGX=19482 NGXSTAT=19490
-KWD_SAP=19483 HAP_SAP=19484 NGX_SAP=19485 NGX_SAPSTAT=19491
-KWD_W1=19486 KWD_W2=19487 KWD_W1S=19488 KWD_W2S=19489
-ADM=19471 ADM_SAP=19472 ADM_W1=19473 ADM_W2=19474 ADM_W1S=19475 ADM_W2S=19476
+# Ports: PORT_BASE (default 19400) + 1..6, 71..76, 80..91; fixed, so that a
+# run can be repeated, and checked free before anything starts.
+base=${PORT_BASE:-19400}
+B1=$((base + 1)) B2=$((base + 2)) BSTAT=$((base + 3))    # backends and their stub_status
+B3=$((base + 4)) B4=$((base + 5)) B3STAT=$((base + 6))   # the workers shape's backends (CPU 1)
+KWD=$((base + 80)) HAP=$((base + 81)) NGX=$((base + 82)) NGXSTAT=$((base + 90))
+KWD_SAP=$((base + 83)) HAP_SAP=$((base + 84)) NGX_SAP=$((base + 85)) NGX_SAPSTAT=$((base + 91))
+KWD_W1=$((base + 86)) KWD_W2=$((base + 87)) KWD_W1S=$((base + 88)) KWD_W2S=$((base + 89))
+ADM=$((base + 71)) ADM_SAP=$((base + 72)) ADM_W1=$((base + 73)) ADM_W2=$((base + 74))
+ADM_W1S=$((base + 75)) ADM_W2S=$((base + 76))
+busy=()
+for p in $B1 $B2 $BSTAT $B3 $B4 $B3STAT $KWD $HAP $NGX $NGXSTAT $KWD_SAP $HAP_SAP $NGX_SAP \
+  $NGX_SAPSTAT $KWD_W1 $KWD_W2 $KWD_W1S $KWD_W2S $ADM $ADM_SAP $ADM_W1 $ADM_W2 $ADM_W1S $ADM_W2S; do
+  if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then busy+=($p); fi
+done
+if ((${#busy[@]})); then
+  echo "bench-proxies: ports ${busy[*]} are in use by another process; stop it or set PORT_BASE" \
+    "(now $base; the script uses PORT_BASE+1..91)" >&2
+  exit 1
+fi
 BODY=0123456789012345678901234567890123456789012345678901234567890123
 
 # ---------------------------------------------------------------- backends
@@ -268,7 +284,7 @@ YAML
     done
   } >"$work/objects-sap/objects.yaml"
   compile_snapshot "$work/objects-sap" "$work/snapshot-sap.json"
-  rules=$(python3 -c 'import json,sys; print(sum(len(v.get("rules", [])) for v in json.load(open(sys.argv[1]))["virtualHosts"]))' "$work/snapshot-sap.json")
+  rules=$($py -c 'import json,sys; print(sum(len(v.get("rules", [])) for v in json.load(open(sys.argv[1]))["virtualHosts"]))' "$work/snapshot-sap.json")
   [[ $rules == 1000 ]] || { echo "bench-proxies: the SAP snapshot has $rules URL rules, not 1000" >&2; exit 1; }
   for p in "${sorted[@]}"; do
     n=${p#/sap/bc/app}
@@ -401,7 +417,7 @@ hz=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 haproxy_cmd() {  # socket command
-  python3 - "$1" "$2" <<'PY'
+  $py - "$1" "$2" <<'PY'
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])

@@ -57,6 +57,8 @@ take_rows() {  # log name
   fi
 }
 command -v python3 >/dev/null || { echo "run-benchmarks: missing python3" >&2; exit 1; }
+# The system python when there is one (a pyenv shim costs a second per call).
+[[ -x /usr/bin/python3 ]] && python3() { /usr/bin/python3 "$@"; }
 for b in kwd-proxy kwd-controller; do
   [[ -x $dir/$b ]] || { echo "run-benchmarks: no $dir/$b (make bench builds it)" >&2; exit 1; }
 done
