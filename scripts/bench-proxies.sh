@@ -222,6 +222,11 @@ backend app
   server B 127.0.0.1:$B2 weight 1 cookie B
 frontend web
   bind 127.0.0.1:$HAP
+  option forwardfor
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  unique-id-format %{+X}o%ci%cp%Ts%rt%pid
+  unique-id-header X-Request-Id
   default_backend app
 CONF
   haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
@@ -241,7 +246,7 @@ http {
   upstream app { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
   server {
     listen 127.0.0.1:$NGX;
-    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Proto \$scheme; proxy_set_header X-Forwarded-Host \$host; proxy_set_header X-Request-Id \$request_id; }
   }
   server { listen 127.0.0.1:$NGXSTAT; location / { stub_status; } }
 }
@@ -310,6 +315,11 @@ defaults
   http-reuse always
 frontend sap
   bind 127.0.0.1:$HAP_SAP
+  option forwardfor
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  unique-id-format %{+X}o%ci%cp%Ts%rt%pid
+  unique-id-header X-Request-Id
   use_backend %[path,map_beg($work/urls.map,java)]
 backend abap
   balance roundrobin
@@ -366,6 +376,7 @@ http {
   }
   proxy_http_version 1.1;
   proxy_set_header Connection "";
+  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Proto \$scheme; proxy_set_header X-Forwarded-Host \$host; proxy_set_header X-Request-Id \$request_id;
   server {
     listen 127.0.0.1:$NGX_SAP;
     location / { proxy_pass http://\$java_up; }
