@@ -9,8 +9,10 @@
 // Each new version becomes one shared response (its nonce is a server-wide
 // sequence number, so it is unique on every stream) and, when only server
 // lists changed, one shared endpoint-only delta (common/snapshot_delta.h)
-// for the proxies that run the previous version and accept deltas. A slow
-// subscriber's queue holds at most one update, the newest.
+// for the proxies that run the previous version and accept deltas. Each is
+// serialized once, when published, and every stream writes those bytes (a
+// reference to the same slices): 50 proxies cost one serialization, not 50.
+// A slow subscriber's queue holds at most one update, the newest.
 
 #include <chrono>
 #include <cstdint>
@@ -121,10 +123,16 @@ class SnapshotServer final : public pipeline::SnapshotSink {
 
  private:
   class Service;
+  // A SnapshotResponse serialized once, for every stream it goes to
+  // (snapshot_server.cc).
+  struct EncodedResponse;
+  // Serializes `response` once, the way the generated handler would for
+  // each Write (the same call, so the same bytes).
+  static std::shared_ptr<const EncodedResponse> Encode(const v1::SnapshotResponse& response);
   // One version for one stream: whole, and maybe as a delta.
   struct Update {
-    std::shared_ptr<const v1::SnapshotResponse> full;
-    std::shared_ptr<const v1::SnapshotResponse> delta;  // null: none
+    std::shared_ptr<const EncodedResponse> full;
+    std::shared_ptr<const EncodedResponse> delta;  // null: none
   };
   struct StreamState {
     Subscriber* subscriber = nullptr;
@@ -157,10 +165,10 @@ class SnapshotServer final : public pipeline::SnapshotSink {
 
   mutable std::mutex mu_;
   std::shared_ptr<const compile::CompileResult> current_;
-  std::shared_ptr<const v1::SnapshotResponse> current_response_;  // shared by streams
+  std::shared_ptr<const EncodedResponse> current_response_;  // shared by streams
   // The same version as a delta from the previous one; null when more than
   // endpoints changed.
-  std::shared_ptr<const v1::SnapshotResponse> current_delta_response_;
+  std::shared_ptr<const EncodedResponse> current_delta_response_;
   uint64_t next_nonce_ = 1;
   uint64_t next_stream_id_ = 1;
   std::map<uint64_t, StreamState> streams_;
