@@ -61,8 +61,8 @@ bool CheckServerTls(const ServerTls& tls, std::string* error) {
 
 // One stream. Reads run one at a time (each StartRead after the previous
 // request was handled); writes run one at a time with at most one newer
-// update waiting. StartWrite and Finish are called without mu_ held: gRPC
-// may run the completion on the calling thread.
+// update waiting. StartWrite and Finish are called without mu_ (or the
+// server's lock) held: gRPC may run the completion on the calling thread.
 //
 // Whether an update goes out whole or as a delta is decided when it is
 // written, not when it is queued: a delta applies only on top of the
@@ -91,22 +91,23 @@ class SnapshotServer::Subscriber final
     return last_written_delta_;
   }
 
-  // Thread-safe. Queues `update` (replacing one that waits).
-  void Push(Update update) {
-    const grpc::ByteBuffer* first = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      if (closing_) {
-        return;
-      }
-      if (in_flight_) {
-        waiting_ = std::move(update);
-        return;
-      }
-      first = ChooseLocked(std::move(update));
+  // Thread-safe. Queues `update` (replacing one that waits). Returns the
+  // bytes the caller must pass to Write, without any lock held, when no
+  // write was in flight; null when a running write's completion takes it.
+  // Until that Write completes the stream is not finished (Close waits for
+  // the write in flight), so the subscriber stays alive for the caller.
+  const grpc::ByteBuffer* Push(Update update) {
+    std::lock_guard lock(mu_);
+    if (closing_) {
+      return nullptr;
     }
-    StartWrite(first);
+    if (in_flight_) {
+      waiting_ = std::move(update);
+      return nullptr;
+    }
+    return ChooseLocked(std::move(update));
   }
+  void Write(const grpc::ByteBuffer* bytes) { StartWrite(bytes); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -350,7 +351,14 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
   NotifyChanged();
 }
 
-void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delta) {
+void SnapshotServer::WriteAll(const std::vector<PendingWrite>& writes) {
+  for (const auto& [subscriber, bytes] : writes) {
+    subscriber->Write(bytes);
+  }
+}
+
+void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delta,
+                                std::vector<PendingWrite>* writes) {
   if (!current_) {
     return;
   }
@@ -377,7 +385,9 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delt
   if (pushes_ != nullptr) {
     pushes_->Inc();
   }
-  stream.subscriber->Push(std::move(update));
+  if (const grpc::ByteBuffer* bytes = stream.subscriber->Push(std::move(update))) {
+    writes->push_back({stream.subscriber, bytes});
+  }
 }
 
 void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> result) {
@@ -426,24 +436,33 @@ void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> resul
   }
   const auto snapshot_bytes = static_cast<double>(result->snapshot.ByteSizeLong());
 
-  std::lock_guard lock(mu_);
-  if (snapshot_bytes_ != nullptr) {
-    snapshot_bytes_->Set(snapshot_bytes);
-  }
-  current_ = std::move(result);
-  current_response_ = std::move(response);
-  current_delta_response_ = std::move(delta_response);
-  history_[current_->snapshot.version()] = current_;
-  for (auto& [id, stream] : streams_) {
-    if (stream.hello_seen) {
-      PushLocked(stream, /*hello=*/false, /*allow_delta=*/true);
+  std::vector<PendingWrite> writes;
+  {
+    std::lock_guard lock(mu_);
+    if (snapshot_bytes_ != nullptr) {
+      snapshot_bytes_->Set(snapshot_bytes);
     }
+    current_ = std::move(result);
+    current_response_ = std::move(response);
+    current_delta_response_ = std::move(delta_response);
+    history_[current_->snapshot.version()] = current_;
+    writes.reserve(streams_.size());
+    for (auto& [id, stream] : streams_) {
+      if (stream.hello_seen) {
+        PushLocked(stream, /*hello=*/false, /*allow_delta=*/true, &writes);
+      }
+    }
+    PruneHistoryLocked();
   }
-  PruneHistoryLocked();
+  // Every stream has its update queued before the first write starts, and
+  // the lock is free while gRPC sends (partly on this thread): ACKs of the
+  // first streams are handled while the last ones are still being written.
+  WriteAll(writes);
   // No NotifyChanged: the pipeline diffs statuses right after publishing.
 }
 
 void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request) {
+  std::vector<PendingWrite> writes;
   {
     std::lock_guard lock(mu_);
     auto it = streams_.find(stream_id);
@@ -464,7 +483,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
            {"peer", stream.status.peer},
            {"version", versions.acked_version}});
       stream.subscriber->Hello(request.version_info(), request.accepts_deltas());
-      PushLocked(stream, /*hello=*/true, /*allow_delta=*/true);
+      PushLocked(stream, /*hello=*/true, /*allow_delta=*/true, &writes);
     } else if (request.response_nonce() != stream.last_nonce) {
       // An answer to a response that a newer one replaced: ignore it (xDS).
       return;
@@ -491,7 +510,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
           // E.g. it did not run the delta's base: send the same content whole.
           // Never a delta again here, so a proxy that rejects the content
           // itself NACKs once more and the exchange ends.
-          PushLocked(stream, /*hello=*/false, /*allow_delta=*/false);
+          PushLocked(stream, /*hello=*/false, /*allow_delta=*/false, &writes);
         }
       } else {
         if (acks_ != nullptr) {
@@ -506,6 +525,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
     }
     PruneHistoryLocked();
   }
+  WriteAll(writes);
   NotifyChanged();
 }
 

@@ -32,8 +32,9 @@
 #include "kwd/v1/discovery.pb.h"
 
 namespace grpc {
+class ByteBuffer;
 class Server;
-}
+}  // namespace grpc
 
 namespace kwd::snapshot_server {
 
@@ -146,10 +147,20 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   uint64_t Register(Subscriber* subscriber, std::string peer);
   void Unregister(uint64_t stream_id);
   void HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request);
+  // A write to start once mu_ is released (Subscriber::Push).
+  struct PendingWrite {
+    Subscriber* subscriber;
+    const grpc::ByteBuffer* bytes;
+  };
   // Under mu_: queue the current snapshot on a stream (or, answering its
   // first request, a "you are current" reply), as a delta when allowed and
-  // the stream's proxy runs the delta's base.
-  void PushLocked(StreamState& stream, bool hello, bool allow_delta);
+  // the stream's proxy runs the delta's base. A write to start is added to
+  // `writes`: the caller starts them with WriteAll after releasing mu_, so
+  // that sending (which gRPC may do on the calling thread) does not hold up
+  // other streams' requests.
+  void PushLocked(StreamState& stream, bool hello, bool allow_delta,
+                  std::vector<PendingWrite>* writes);
+  static void WriteAll(const std::vector<PendingWrite>& writes);
   void PruneHistoryLocked();
   std::vector<ProxyVersions> LocalProxiesLocked() const;
   // The local proxies, then the remote ones.
