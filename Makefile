@@ -13,7 +13,8 @@ help:
 	@echo "make build       build build/kwd-controller and build/kwd-proxy"
 	@echo "make run         start the quickstart: demo backends and a proxy on 127.0.0.1:8080 (admin :9901)"
 	@echo "make test        install missing Debian packages, build, run every test (ctest) and a short fuzz run"
-	@echo "make bench       build and run the benchmarks (not part of make test)"
+	@echo "make bench       build and run every benchmark, kwd vs HAProxy vs nginx; a summary table"
+	@echo "                 at the end (ROUNDS=3 DURATION=5s SHAPES=... SKIP=...: bench/README.md)"
 	@echo "make format      clang-format the sources"
 
 deps:

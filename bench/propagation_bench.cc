@@ -13,17 +13,37 @@
 // ~530 KB (~4.6 ms) and a full content hash (~1.5 ms); a delta costs it a
 // few kilobytes and one group's hash, and the controller ~3 ms once
 // (BM_ComputeEndpointDelta).
+//
+// BM_PushToProxies is the controller's side alone: N streams in a child
+// process (this program, re-run with --subscribers) that take the bytes of
+// each whole snapshot and ACK it, as N proxies on their own machines would
+// before their ~6 ms apply. It reports the time from Publish until the
+// server has every ACK, the controller process's CPU per push, and how long
+// the Publish call itself takes (what it does inline).
+//
+//   build-bench/propagation_bench --benchmark_filter=BM_PushToProxies/proxies:50
 
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -35,6 +55,9 @@
 #include "controller/grpc/snapshot_server.h"
 #include "dataplane/routing/routing_table.h"
 #include "dataplane/xds/snapshot_client.h"
+#include "kwd/v1/discovery.grpc.pb.h"
+
+extern char** environ;
 
 namespace kwd {
 namespace {
@@ -193,6 +216,205 @@ void BM_Propagation(benchmark::State& state) {
   state.counters["endpoints"] = kGroups * kServersPerGroup;
 }
 
+// --subscribers mode (the child of BM_PushToProxies): `count` streams to the
+// server on `port`, each reading responses as bytes and ACKing each with
+// its version_info and nonce, read without parsing the snapshot. Runs until
+// stdin closes (the parent is done or gone).
+int RunRawSubscribers(int port, int count) {
+  auto channel_for = [&](int i) {
+    grpc::ChannelArguments args;
+    args.SetInt("kwd.bench.subscriber", i);  // a connection per subscriber, as N proxies have
+    args.SetMaxReceiveMessageSize(-1);
+    return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                     grpc::InsecureChannelCredentials(), args);
+  };
+  std::vector<std::jthread> threads;
+  for (int i = 0; i < count; ++i) {
+    threads.emplace_back([i, channel = channel_for(i)] {
+      grpc::ClientContext context;
+      auto stream =
+          grpc::internal::ClientReaderWriterFactory<v1::SnapshotRequest, grpc::ByteBuffer>::Create(
+              channel.get(),
+              grpc::internal::RpcMethod("/kwd.v1.SnapshotDiscovery/StreamSnapshots",
+                                        grpc::internal::RpcMethod::BIDI_STREAMING),
+              &context);
+      v1::SnapshotRequest request;
+      request.set_node_id("raw-" + std::to_string(i));
+      if (!stream->Write(request)) {
+        return;
+      }
+      grpc::ByteBuffer bytes;
+      for (int responses = 0; responses < 1'000'000 && stream->Read(&bytes); ++responses) {
+        // version_info (1) and nonce (2) come first; the rest is skipped.
+        grpc::ProtoBufferReader reader(&bytes);
+        google::protobuf::io::CodedInputStream input(&reader);
+        input.SetTotalBytesLimit(INT_MAX);
+        std::string version;
+        std::string nonce;
+        for (uint32_t tag = input.ReadTag(); tag != 0; tag = input.ReadTag()) {
+          int field = google::protobuf::internal::WireFormatLite::GetTagFieldNumber(tag);
+          if (field == 1) {
+            google::protobuf::internal::WireFormatLite::ReadString(&input, &version);
+          } else if (field == 2) {
+            google::protobuf::internal::WireFormatLite::ReadString(&input, &nonce);
+          } else if (!google::protobuf::internal::WireFormatLite::SkipField(&input, tag)) {
+            break;
+          }
+        }
+        request.set_version_info(version);
+        request.set_response_nonce(nonce);
+        if (!stream->Write(request)) {
+          break;
+        }
+      }
+    });
+  }
+  char byte;
+  while (read(STDIN_FILENO, &byte, 1) > 0) {
+  }
+  std::_Exit(0);  // the streams end with the process
+}
+
+// This program in --subscribers mode, its stdin a pipe: closing the pipe ends it.
+struct SubscriberProcess {
+  pid_t pid = -1;
+  int stdin_fd = -1;
+
+  bool Start(int port, int count) {
+    // The path, not /proc/self/exe itself: under valgrind that is valgrind.
+    char self[4096] = {};
+    if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) {
+      return false;
+    }
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      return false;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[0], STDIN_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[1]);
+    std::string port_text = std::to_string(port);
+    std::string count_text = std::to_string(count);
+    char flag[] = "--subscribers";
+    char* argv[] = {self, flag, port_text.data(), count_text.data(), nullptr};
+    int spawned = posix_spawn(&pid, self, &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[0]);
+    if (spawned != 0) {
+      close(fds[1]);
+      pid = -1;
+      return false;
+    }
+    stdin_fd = fds[1];
+    return true;
+  }
+  ~SubscriberProcess() {
+    if (pid > 0) {
+      close(stdin_fd);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Publish of a whole snapshot (not endpoint-only: the subscribers take no
+// deltas) until the server holds every subscriber's ACK of it.
+void BM_PushToProxies(benchmark::State& state) {
+  const int subscribers = static_cast<int>(state.range(0));
+  auto started = StartServer(state);
+  if (!started) {
+    return;
+  }
+  snapshot_server::SnapshotServer& server = *started;
+  std::vector<std::shared_ptr<const compile::CompileResult>> results = {MakeResult(1),
+                                                                        MakeResult(2)};
+  std::mutex mu;
+  std::condition_variable changed;
+  uint64_t changes = 0;  // callbacks so far: a change while checking is not missed
+  server.SetOnProxiesChanged([&] {
+    std::lock_guard lock(mu);
+    ++changes;
+    changed.notify_all();
+  });
+  auto all_acked = [&](const std::string& version) {
+    auto proxies = server.Proxies();
+    return static_cast<int>(proxies.size()) == subscribers &&
+           std::all_of(proxies.begin(), proxies.end(), [&](const auto& proxy) {
+             return !proxy.awaiting_reply && proxy.versions.acked_version == version;
+           });
+  };
+  std::vector<double> publish_millis;  // Publish itself: the work done inline, under its lock
+  auto publish_and_wait = [&](const std::shared_ptr<const compile::CompileResult>& result) {
+    auto start = std::chrono::steady_clock::now();
+    server.Publish(result);
+    publish_millis.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1000);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::unique_lock lock(mu);
+    for (;;) {
+      const uint64_t seen = changes;
+      lock.unlock();
+      bool done = all_acked(result->snapshot.version());
+      lock.lock();
+      if (done) {
+        return true;
+      }
+      if (!changed.wait_until(lock, deadline, [&] { return changes != seen; })) {
+        return false;
+      }
+    }
+  };
+  SubscriberProcess child;
+  if (!child.Start(server.port(), subscribers)) {
+    state.SkipWithError("cannot start the subscriber process");
+    return;
+  }
+  if (!publish_and_wait(results[0])) {
+    state.SkipWithError("subscribers did not ACK the first snapshot");
+    return;
+  }
+  std::vector<double> millis;
+  size_t next = 1;
+  const double cpu_start = ProcessCpuSeconds();
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    if (!publish_and_wait(results[next])) {
+      state.SkipWithError("a snapshot was not ACKed by every subscriber within 60 s");
+      break;
+    }
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(elapsed);
+    millis.push_back(elapsed * 1000);
+    next = 1 - next;
+  }
+  const double cpu = ProcessCpuSeconds() - cpu_start;
+  server.SetOnProxiesChanged(nullptr);
+  if (millis.empty()) {
+    return;
+  }
+  bench::ReportLatencies(state, millis);
+  state.counters["controller_cpu_ms_per_push"] = cpu * 1000 / static_cast<double>(millis.size());
+  state.counters["publish_call_p50_ms"] = bench::Percentile(publish_millis, 0.5);
+  state.counters["snapshot_bytes"] = static_cast<double>(results[0]->snapshot.ByteSizeLong());
+  state.counters["endpoints"] = kGroups * kServersPerGroup;
+}
+BENCHMARK(BM_PushToProxies)
+    ->ArgName("proxies")
+    ->Arg(1)
+    ->Arg(10)
+    ->Arg(50)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+
 // The controller's side of an endpoint change: finding the delta, once per
 // version, with the compile's digests (digests:1, what the controller does)
 // or comparing every part (digests:0).
@@ -202,15 +424,19 @@ void BM_ComputeEndpointDelta(benchmark::State& state) {
   const bool digests = state.range(0) == 1;
   size_t groups = 0;
   for (auto _ : state) {
-    auto delta = digests ? ComputeEndpointDelta(from->snapshot, to->snapshot, &from->digests,
-                                                &to->digests)
-                         : ComputeEndpointDelta(from->snapshot, to->snapshot);
+    auto delta =
+        digests ? ComputeEndpointDelta(from->snapshot, to->snapshot, &from->digests, &to->digests)
+                : ComputeEndpointDelta(from->snapshot, to->snapshot);
     groups = delta ? static_cast<size_t>(delta->groups_size()) : 0;
     benchmark::DoNotOptimize(delta);
   }
   state.counters["changed_groups"] = static_cast<double>(groups);
 }
-BENCHMARK(BM_ComputeEndpointDelta)->ArgName("digests")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ComputeEndpointDelta)
+    ->ArgName("digests")
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMillisecond);
 
 // End to end: from a watch event entering the controller's pipeline (an
 // EndpointSlice whose endpoint flips ready, as in controller_bench: 1,000
@@ -337,6 +563,9 @@ BENCHMARK(BM_Propagation)
 }  // namespace kwd
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string_view(argv[1]) == "--subscribers") {
+    return kwd::RunRawSubscribers(std::atoi(argv[2]), std::atoi(argv[3]));
+  }
   // Each subscriber logs every apply at info: thousands of lines otherwise.
   // KWD_BENCH_INFO=1 shows the pipeline's and subscribers' per-change log lines.
   kwd::SetLogLevel(std::getenv("KWD_BENCH_INFO") != nullptr ? kwd::LogLevel::kInfo

@@ -117,6 +117,11 @@ defaults
   timeout server 60s
 frontend fe
   bind 127.0.0.1:$HAP_PORT ssl crt $WORK/haproxy.pem alpn http/1.1
+  option forwardfor
+  http-request set-header X-Forwarded-Proto https
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  unique-id-format %{+X}o%ci%cp%Ts%rt%pid
+  unique-id-header X-Request-Id
   default_backend be
 backend be
   server be 127.0.0.1:$BACKEND_PORT

@@ -1,73 +1,214 @@
 #!/usr/bin/env bash
-# kwd-proxy vs HAProxy 2.6 vs nginx 1.22 in one run, on loopback.
+# kwd-proxy vs HAProxy 2.6 vs nginx in one run, on loopback, over several
+# traffic shapes (issue 16, targets 1-4). bench/README.md explains the table.
 #
-# Same two backends (one nginx, two ports, a 64-byte answer) weighted 2:1;
-# each proxy gets one worker thread: kwd --workers 1, HAProxy nbthread 1 with
-# cookie insert and http-reuse always, nginx worker_processes 1 with upstream
-# keepalive. wrk -t1 -c64, ROUNDS interleaved rounds of DURATION each; the
-# report gives medians per proxy: requests/s, p99 latency, CPU time per
-# request (utime+stime from /proc/PID/stat around each round, divided by the
-# requests wrk counted) and idle RSS, plus ratios against HAProxy.
+# Same two backends (one nginx, two ports, a 64-byte answer with an
+# X-Served-By header) weighted 2:1 for every proxy; one worker thread each:
+# kwd --workers 1, HAProxy nbthread 1 (http-reuse always), nginx
+# worker_processes 1 (upstream keepalive). wrk -t1; ROUNDS rounds of
+# DURATION per shape and proxy, the proxies' order rotated every round
+# (kwd haproxy nginx, haproxy nginx kwd, ...). Per run: requests/s, p99
+# latency, CPU time per request (utime+stime of the proxy from
+# /proc/PID/stat around the run, divided by the requests wrk counted), the
+# client connections the proxy accepted per request and the backend
+# connections it opened, and wrk's errors. Medians per shape and proxy, and
+# ratios against HAProxy.
 #
-# usage: scripts/bench-proxies.sh [BUILD_DIR]   (env: ROUNDS=5 DURATION=10s CONNECTIONS=64)
+# Shapes (SHAPES, space-separated; default all):
+#   keepalive64   keep-alive, 64 connections, GET /
+#   keepalive512  keep-alive, 512 connections, GET /
+#   close64       a new connection per request (Connection: close), 64 connections
+#   sapmix        bench/sap_mix.lua against a second set of proxies with 1,000 URL
+#                 rules, two groups and session persistence; 64 connections
+#   workers       kwd --workers 1 vs --workers 2, CPU per request; kwd pinned to
+#                 CPU 0, wrk and a dedicated backend to CPU 1 ("pinned"), then kwd
+#                 on both CPUs ("spread"); needs 2 CPUs
+#
+# usage: scripts/bench-proxies.sh [BUILD_DIR]
+#   env: ROUNDS=3 DURATION=5s SHAPES="..." RESULTS=FILE (TSV of the medians:
+#        shape, proxy, metric, value; what scripts/run-benchmarks.sh reads)
+#        SESSIONS=1000 JSESSIONIDs the sapmix warm-up makes known
+#        PORT_BASE=19400 (ports PORT_BASE+1..91 on 127.0.0.1)
+#        HOLD=SECONDS keeps the proxies running that long after the runs (debugging)
+# Exit status: 0 measured (wrk errors are reported, not fatal), 77 a tool is
+# missing, 1 a proxy did not start or did not route as the comparison needs.
 set -euo pipefail
 build=${1:-build-bench}
-rounds=${ROUNDS:-5}
-duration=${DURATION:-10s}
-conns=${CONNECTIONS:-64}
+rounds=${ROUNDS:-3}
+duration=${DURATION:-5s}
+shapes=${SHAPES:-keepalive64 keepalive512 close64 sapmix workers}
+results=${RESULTS:-}
+here=$(cd "$(dirname "$0")/.." && pwd)
 proxy_bin=$build/kwd-proxy
-[[ -x $proxy_bin ]] || { echo "no $proxy_bin: run make bench" >&2; exit 1; }
-for tool in haproxy nginx wrk; do
-  command -v $tool >/dev/null || [[ -x /usr/sbin/$tool ]] || { echo "missing $tool" >&2; exit 1; }
+controller_bin=$build/kwd-controller
+lua=$here/bench/sap_mix.lua
+export PATH=$PATH:/usr/sbin:/sbin
+# The system's python3 when there is one (a pyenv shim costs a second per call).
+py=python3
+[[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
+
+for b in "$proxy_bin" "$controller_bin"; do
+  [[ -x $b ]] || { echo "bench-proxies: no $b (make bench builds it)" >&2; exit 1; }
 done
-export PATH=$PATH:/usr/sbin
+missing=()
+for tool in haproxy nginx wrk curl python3 taskset; do
+  command -v $tool >/dev/null || missing+=($tool)
+done
+if ((${#missing[@]})); then
+  echo "bench-proxies: missing ${missing[*]} (Debian: haproxy nginx wrk curl python3 util-linux;" \
+    "make bench installs them)" >&2
+  exit 77
+fi
+for shape in $shapes; do
+  case $shape in
+    keepalive64 | keepalive512 | close64 | sapmix | workers) ;;
+    *) echo "bench-proxies: unknown shape '$shape'" >&2; exit 1 ;;
+  esac
+done
+has_shape() { [[ " $shapes " == *" $1 "* ]]; }
 
 work=$(mktemp -d /tmp/kwd-bench.XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-B1=19101; B2=19102; KWD=19080; HAP=19081; NGX=19082
+# Ports: PORT_BASE (default 19400) + 1..6, 71..76, 80..91; fixed, so that a
+# run can be repeated, and checked free before anything starts.
+base=${PORT_BASE:-19400}
+B1=$((base + 1)) B2=$((base + 2)) BSTAT=$((base + 3))    # backends and their stub_status
+B3=$((base + 4)) B4=$((base + 5)) B3STAT=$((base + 6))   # the workers shape's backends (CPU 1)
+KWD=$((base + 80)) HAP=$((base + 81)) NGX=$((base + 82)) NGXSTAT=$((base + 90))
+KWD_SAP=$((base + 83)) HAP_SAP=$((base + 84)) NGX_SAP=$((base + 85)) NGX_SAPSTAT=$((base + 91))
+KWD_W1=$((base + 86)) KWD_W2=$((base + 87)) KWD_W1S=$((base + 88)) KWD_W2S=$((base + 89))
+ADM=$((base + 71)) ADM_SAP=$((base + 72)) ADM_W1=$((base + 73)) ADM_W2=$((base + 74))
+ADM_W1S=$((base + 75)) ADM_W2S=$((base + 76))
+busy=()
+for p in $B1 $B2 $BSTAT $B3 $B4 $B3STAT $KWD $HAP $NGX $NGXSTAT $KWD_SAP $HAP_SAP $NGX_SAP \
+  $NGX_SAPSTAT $KWD_W1 $KWD_W2 $KWD_W1S $KWD_W2S $ADM $ADM_SAP $ADM_W1 $ADM_W2 $ADM_W1S $ADM_W2S; do
+  if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then busy+=($p); fi
+done
+if ((${#busy[@]})); then
+  echo "bench-proxies: ports ${busy[*]} are in use by another process; stop it or set PORT_BASE" \
+    "(now $base; the script uses PORT_BASE+1..91)" >&2
+  exit 1
+fi
+BODY=0123456789012345678901234567890123456789012345678901234567890123
 
-# --- backends: one nginx, two ports ---
-mkdir -p "$work/backend" "$work/nginx"
-cat > "$work/backend/nginx.conf" <<CONF
+# ---------------------------------------------------------------- backends
+# One nginx, two ports; /login/ sets JSESSIONID=<sid> as a SAP Java server
+# would at logon (the sapmix warm-up).
+backend_conf() {  # dir port1 port2 statport
+  cat <<CONF
 worker_processes 1;
 daemon off;
-pid $work/backend/nginx.pid;
-error_log $work/backend/error.log;
-events { worker_connections 4096; }
+master_process off;
+pid $1/nginx.pid;
+error_log $1/error.log;
+events { worker_connections 8192; }
 http {
   access_log off;
   keepalive_requests 1000000;
-  server { listen 127.0.0.1:$B1; location / { add_header X-Served-By A; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
-  server { listen 127.0.0.1:$B2; location / { add_header X-Served-By B; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
+  large_client_header_buffers 4 16k;
+  server { listen 127.0.0.1:$2;
+    location / { add_header X-Served-By A; return 200 "$BODY"; }
+    location /login/ { add_header X-Served-By A; add_header Set-Cookie "JSESSIONID=\$arg_sid; Path=/";
+                       return 200 "$BODY"; } }
+  server { listen 127.0.0.1:$3;
+    location / { add_header X-Served-By B; return 200 "$BODY"; }
+    location /login/ { add_header X-Served-By B; add_header Set-Cookie "JSESSIONID=\$arg_sid; Path=/";
+                       return 200 "$BODY"; } }
+  server { listen 127.0.0.1:$4; location / { stub_status; } }
 }
 CONF
+}
+mkdir -p "$work/backend" "$work/backend-w"
+backend_conf "$work/backend" $B1 $B2 $BSTAT >"$work/backend/nginx.conf"
 nginx -c "$work/backend/nginx.conf" -e "$work/backend/error.log" &
 pids+=($!)
+if has_shape workers; then
+  backend_conf "$work/backend-w" $B3 $B4 $B3STAT >"$work/backend-w/nginx.conf"
+  taskset -c 1 nginx -c "$work/backend-w/nginx.conf" -e "$work/backend-w/error.log" &
+  pids+=($!)
+fi
 
-# --- kwd ---
-cat > "$work/snapshot.json" <<JSON
-{"groups":[{"key":"bench/app","kind":"KIND_JAVA","strategy":"STRATEGY_WEIGHTED_ROUND_ROBIN",
- "loadResetIntervalSeconds":25,
- "healthCheck":{"path":"/","intervalSeconds":25,"timeoutSeconds":5,"unhealthyThreshold":2,"healthyThreshold":1},
- "sessionAffinity":{"identifiers":["SESSION_IDENTIFIER_SAP_CONTEXTID","SESSION_IDENTIFIER_SAPLB","SESSION_IDENTIFIER_JSESSIONID","SESSION_IDENTIFIER_SAP_EXT_SID"],
-  "sessionTableMaxEntries":50000,"sessionTableIdleTimeoutSeconds":3600,"affinityCookieEnabled":true,"affinityCookieName":"kwd_affinity"},
- "servers":[{"name":"A","address":"127.0.0.1","port":$B1,"capacity":2,"state":"SERVER_STATE_READY"},
-            {"name":"B","address":"127.0.0.1","port":$B2,"capacity":1,"state":"SERVER_STATE_READY"}]}],
- "virtualHosts":[{"host":"","defaultRootHandler":"KIND_JAVA","defaultAbapGroup":"bench/app","defaultJavaGroup":"bench/app"}]}
-JSON
-KWD_AFFINITY_KEY=bench "$proxy_bin" serve --snapshot "$work/snapshot.json" --listen 127.0.0.1:$KWD \
-  --admin-listen 127.0.0.1:19901 --workers 1 --access-log off >"$work/kwd.out" 2>"$work/kwd.log" &
-kwd_pid=$!
-pids+=($kwd_pid)
+# ------------------------------------------------- plain proxies (shapes 1, 2)
+# kwd's snapshots are compiled from LogonGroup/UrlMapping objects, as in
+# production (kwd-controller compile stamps the content-hash version).
+compile_snapshot() {  # objects-dir output
+  "$controller_bin" compile --source="dir:$1" >"$2" 2>"$1.log" || {
+    echo "bench-proxies: kwd-controller compile $1 failed:" >&2
+    cat "$1.log" >&2
+    exit 1
+  }
+}
+logon_group() {  # name kind port-a port-b name-a name-b
+  cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: $1, namespace: bench}
+spec:
+  kind: $2
+  strategy: weighted_round_robin
+  loadResetIntervalSeconds: 25
+  backend:
+    staticServers:
+      - {name: $5, address: 127.0.0.1, port: $3, capacity: 2}
+      - {name: $6, address: 127.0.0.1, port: $4, capacity: 1}
+  healthCheck: {path: /, intervalSeconds: 25, timeoutSeconds: 5, unhealthyThreshold: 2, healthyThreshold: 1}
+  sessionAffinity:
+    identifiers: [sap-contextid, saplb, jsessionid, sap-ext-sid]
+    sessionTable: {maxEntries: 50000, idleTimeoutSeconds: 3600}
+    affinityCookie: {enabled: true, name: kwd_affinity}
+---
+YAML
+}
+plain_objects() {  # dir port-a port-b
+  mkdir -p "$1"
+  {
+    logon_group app java "$2" "$3" A B
+    cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: bench, namespace: bench}
+spec:
+  hosts: []
+  defaultRootHandler: java
+  defaultGroups: {abap: app, java: app}
+YAML
+  } >"$1/objects.yaml"
+}
+plain_objects "$work/objects" $B1 $B2
+compile_snapshot "$work/objects" "$work/snapshot.json"
+start_kwd() {  # name snapshot port admin workers [taskset cpus]
+  local cpus=${6:-}
+  local cmd=("$proxy_bin" serve --snapshot "$2" --listen 127.0.0.1:$3 --admin-listen 127.0.0.1:$4
+    --workers "$5" --access-log off)
+  [[ -n $cpus ]] && cmd=(taskset -c "$cpus" "${cmd[@]}")
+  KWD_AFFINITY_KEY=bench "${cmd[@]}" >"$work/$1.out" 2>"$work/$1.log" &
+  pids+=($!)
+  pid[$1]=$!
+}
+declare -A pid port admin
+port=([kwd]=$KWD [haproxy]=$HAP [nginx]=$NGX [kwd-sap]=$KWD_SAP [haproxy-sap]=$HAP_SAP
+  [nginx-sap]=$NGX_SAP [kwd-w1]=$KWD_W1 [kwd-w2]=$KWD_W2 [kwd-w1-spread]=$KWD_W1S
+  [kwd-w2-spread]=$KWD_W2S)
+admin=([kwd]=$ADM [kwd-sap]=$ADM_SAP [kwd-w1]=$ADM_W1 [kwd-w2]=$ADM_W2 [kwd-w1-spread]=$ADM_W1S
+  [kwd-w2-spread]=$ADM_W2S [nginx]=$NGXSTAT [nginx-sap]=$NGX_SAPSTAT)
 
-# --- HAProxy ---
-cat > "$work/haproxy.cfg" <<CONF
+plain=0
+for s in keepalive64 keepalive512 close64; do has_shape $s && plain=1; done
+if ((plain)); then
+  start_kwd kwd "$work/snapshot.json" $KWD $ADM 1
+  cat >"$work/haproxy.cfg" <<CONF
 global
   nbthread 1
-  maxconn 4096
+  maxconn 8192
+  stats socket $work/haproxy.sock
 defaults
   mode http
   timeout connect 5s
@@ -81,78 +222,514 @@ backend app
   server B 127.0.0.1:$B2 weight 1 cookie B
 frontend web
   bind 127.0.0.1:$HAP
+  option forwardfor
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  unique-id-format %{+X}o%ci%cp%Ts%rt%pid
+  unique-id-header X-Request-Id
   default_backend app
 CONF
-haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
-hap_pid=$!
-pids+=($hap_pid)
-
-# --- nginx as a proxy ---
-cat > "$work/nginx/nginx.conf" <<CONF
+  haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
+  pids+=($!)
+  pid[haproxy]=$!
+  mkdir -p "$work/nginx"
+  cat >"$work/nginx/nginx.conf" <<CONF
 worker_processes 1;
 daemon off;
 master_process off;
 pid $work/nginx/nginx.pid;
 error_log $work/nginx/error.log;
-events { worker_connections 4096; }
+events { worker_connections 8192; }
 http {
   access_log off;
   keepalive_requests 1000000;
-  upstream app { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 64; }
+  upstream app { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
   server {
     listen 127.0.0.1:$NGX;
-    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Proto \$scheme; proxy_set_header X-Forwarded-Host \$host; proxy_set_header X-Request-Id \$request_id; }
   }
+  server { listen 127.0.0.1:$NGXSTAT; location / { stub_status; } }
 }
 CONF
-nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
-ngx_pid=$!
-pids+=($ngx_pid)
+  nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+  pids+=($!)
+  pid[nginx]=$!
+fi
 
-sleep 1
-for port in $B1 $B2 $KWD $HAP $NGX; do
-  curl -fsS -o /dev/null "http://127.0.0.1:$port/" || { echo "port $port not answering" >&2; cat "$work"/*.log >&2; exit 1; }
-done
+# ----------------------------------------------- SAP-mix proxies (shape 3)
+# Two groups on the same two backends: bench/abap (servers named as ABAP
+# instances, sap-contextid names them) and bench/java (JSESSIONID learned
+# from Set-Cookie into the session table, affinity cookie). 1,000 URL rules
+# /sap/bc/app<N>/: even N -> ABAP, odd N -> Java; anything else -> Java.
+INST_A=sapa_ERP_00 INST_B=sapb_ERP_01
+SESSIONS=${SESSIONS:-1000}  # JSESSIONIDs the sapmix warm-up makes known
+if has_shape sapmix; then
+  rules=()
+  for n in $(seq 0 999); do rules+=("/sap/bc/app$n/"); done
+  mapfile -t sorted < <(printf '%s\n' "${rules[@]}" | LC_ALL=C sort)
+  mkdir -p "$work/objects-sap"
+  {
+    logon_group abap abap $B1 $B2 $INST_A $INST_B
+    logon_group java java $B1 $B2 $INST_A $INST_B
+    cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: sap, namespace: bench}
+spec:
+  hosts: []
+  defaultRootHandler: java
+  defaultGroups: {abap: abap, java: java}
+  rules:
+YAML
+    for p in "${sorted[@]}"; do
+      n=${p#/sap/bc/app}
+      n=${n%/}
+      if ((n % 2 == 0)); then k=abap; else k=java; fi
+      echo "    - {prefix: $p, kind: $k, logonGroup: $k}"
+    done
+  } >"$work/objects-sap/objects.yaml"
+  compile_snapshot "$work/objects-sap" "$work/snapshot-sap.json"
+  rules=$($py -c 'import json,sys; print(sum(len(v.get("rules", [])) for v in json.load(open(sys.argv[1]))["virtualHosts"]))' "$work/snapshot-sap.json")
+  [[ $rules == 1000 ]] || { echo "bench-proxies: the SAP snapshot has $rules URL rules, not 1000" >&2; exit 1; }
+  for p in "${sorted[@]}"; do
+    n=${p#/sap/bc/app}
+    n=${n%/}
+    if ((n % 2 == 0)); then echo "$p abap"; else echo "$p java"; fi
+  done >"$work/urls.map"
+  start_kwd kwd-sap "$work/snapshot-sap.json" $KWD_SAP $ADM_SAP 1
 
+  # HAProxy: the 1,000 rules as a map_beg lookup; sap-contextid by use-server
+  # on the instance inside the cookie (stateless, as kwd does); JSESSIONID in a
+  # stick table learned from the response; its own SERVERID cookie as the
+  # affinity cookie.
+  cat >"$work/haproxy-sap.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 8192
+  stats socket $work/haproxy-sap.sock
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend sap
+  bind 127.0.0.1:$HAP_SAP
+  option forwardfor
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  unique-id-format %{+X}o%ci%cp%Ts%rt%pid
+  unique-id-header X-Request-Id
+  use_backend %[path,map_beg($work/urls.map,java)]
+backend abap
+  balance roundrobin
+  cookie SERVERID insert indirect nocache
+  use-server $INST_A if { req.cook(sap-contextid) -m sub %3a$INST_A%3a }
+  use-server $INST_B if { req.cook(sap-contextid) -m sub %3a$INST_B%3a }
+  server $INST_A 127.0.0.1:$B1 weight 2 cookie A
+  server $INST_B 127.0.0.1:$B2 weight 1 cookie B
+backend java
+  balance roundrobin
+  cookie SERVERID insert indirect nocache
+  stick-table type string len 64 size 100k expire 1h
+  stick on req.cook(JSESSIONID)
+  stick store-response res.cook(JSESSIONID)
+  server $INST_A 127.0.0.1:$B1 weight 2 cookie A
+  server $INST_B 127.0.0.1:$B2 weight 1 cookie B
+CONF
+  haproxy -f "$work/haproxy-sap.cfg" -db >"$work/haproxy-sap.log" 2>&1 &
+  pids+=($!)
+  pid[haproxy-sap]=$!
+
+  # nginx (open source: no learned sessions): 1,000 prefix locations;
+  # sap-contextid and its own "route" cookie pick the instance's upstream by
+  # a map over the Cookie header; JSESSIONID by a consistent hash.
+  mkdir -p "$work/nginx-sap"
+  {
+    cat <<CONF
+worker_processes 1;
+daemon off;
+master_process off;
+pid $work/nginx-sap/nginx.pid;
+error_log $work/nginx-sap/error.log;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  large_client_header_buffers 4 16k;
+  upstream abap { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
+  upstream java { hash \$cookie_JSESSIONID consistent;
+                  server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
+  upstream $INST_A { server 127.0.0.1:$B1; keepalive 1024; }
+  upstream $INST_B { server 127.0.0.1:$B2; keepalive 1024; }
+  map \$http_cookie \$abap_up {
+    "~sap-contextid=SID%3aANON%3a$INST_A%3a" $INST_A;
+    "~sap-contextid=SID%3aANON%3a$INST_B%3a" $INST_B;
+    "~(^|; )route=a" $INST_A;
+    "~(^|; )route=b" $INST_B;
+    default abap;
+  }
+  map \$http_cookie \$java_up {
+    "~(^|; )route=a" $INST_A;
+    "~(^|; )route=b" $INST_B;
+    default java;
+  }
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Proto \$scheme; proxy_set_header X-Forwarded-Host \$host; proxy_set_header X-Request-Id \$request_id;
+  server {
+    listen 127.0.0.1:$NGX_SAP;
+    location / { proxy_pass http://\$java_up; }
+CONF
+    for p in "${sorted[@]}"; do
+      n=${p#/sap/bc/app}
+      n=${n%/}
+      if ((n % 2 == 0)); then echo "    location $p { proxy_pass http://\$abap_up; }"; else
+        echo "    location $p { proxy_pass http://\$java_up; }"; fi
+    done
+    echo "  }"
+    echo "  server { listen 127.0.0.1:$NGX_SAPSTAT; location / { stub_status; } }"
+    echo "}"
+  } >"$work/nginx-sap/nginx.conf"
+  nginx -c "$work/nginx-sap/nginx.conf" -e "$work/nginx-sap/error.log" &
+  pids+=($!)
+  pid[nginx-sap]=$!
+fi
+
+# ------------------------------------------------- workers shape (target 4)
+if has_shape workers; then
+  if (($(nproc) < 2)); then
+    echo "bench-proxies: the workers shape needs 2 CPUs; skipped" >&2
+    shapes=${shapes/workers/}
+  else
+    plain_objects "$work/objects-w" $B3 $B4
+    compile_snapshot "$work/objects-w" "$work/snapshot-w.json"
+    start_kwd kwd-w1 "$work/snapshot-w.json" $KWD_W1 $ADM_W1 1 0
+    start_kwd kwd-w2 "$work/snapshot-w.json" $KWD_W2 $ADM_W2 2 0
+    start_kwd kwd-w1-spread "$work/snapshot-w.json" $KWD_W1S $ADM_W1S 1 0,1
+    start_kwd kwd-w2-spread "$work/snapshot-w.json" $KWD_W2S $ADM_W2S 2 0,1
+  fi
+fi
+
+# -------------------------------------------------------------- readiness
+wait_ok() {  # url: 200 within 10 s
+  for _ in $(seq 1 100); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "bench-proxies: $1 does not answer 200" >&2
+  tail -n 5 "$work"/*.log "$work"/*/error.log >&2 2>/dev/null || true
+  exit 1
+}
+for name in "${!pid[@]}"; do wait_ok "http://127.0.0.1:${port[$name]}/"; done
+
+# ------------------------------------------------------------ measurement
+hz=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-hz=$(getconf CLK_TCK)
+haproxy_cmd() {  # socket command
+  $py - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall((sys.argv[2] + "\n").encode())
+out = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    out += chunk
+print(out.decode())
+PY
+}
+# Client connections the proxy has accepted so far.
+accepted() {
+  case $1 in
+    kwd*) curl -fsS "http://127.0.0.1:${admin[$1]}/metrics" |
+      awk '/^kwd_proxy_connections_accepted_total/ {printf "%d", $2}' ;;
+    haproxy) haproxy_cmd "$work/haproxy.sock" "show info" | awk -F': ' '$1=="CumConns" {print $2}' ;;
+    haproxy-sap) haproxy_cmd "$work/haproxy-sap.sock" "show info" | awk -F': ' '$1=="CumConns" {print $2}' ;;
+    nginx*) curl -fsS "http://127.0.0.1:${admin[$1]}/" | awk 'NR==3 {print $1}' ;;
+  esac
+}
+backend_accepts() { curl -fsS "http://127.0.0.1:$1/" | awk 'NR==3 {print $1}'; }
 
-declare -A idle_rss=([kwd]=$(rss_kib $kwd_pid) [haproxy]=$(rss_kib $hap_pid) [nginx]=$(rss_kib $ngx_pid))
-declare -A port=([kwd]=$KWD [haproxy]=$HAP [nginx]=$NGX)
-declare -A pid=([kwd]=$kwd_pid [haproxy]=$hap_pid [nginx]=$ngx_pid)
-: > "$work/results.tsv"
-for round in $(seq 1 "$rounds"); do
-  for name in kwd haproxy nginx; do
-    before=$(cpu_ticks ${pid[$name]})
-    out=$(wrk -t1 -c"$conns" -d"$duration" --latency "http://127.0.0.1:${port[$name]}/")
-    after=$(cpu_ticks ${pid[$name]})
-    requests=$(awk '/requests in/ {print $1}' <<<"$out")
-    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-    p99=$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
-    errors=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out" | tr '\n' ' ')
-    cpu_us=$(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$hz" 'BEGIN {printf "%.3f", (a-b)/hz*1e6/n}')
-    printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$round" "$name" "$rps" "$p99" "$cpu_us" "$errors" >> "$work/results.tsv"
-    printf "round %s %-8s %10s req/s  p99 %8s ms  cpu %s us/req %s\n" "$round" "$name" "$rps" "$p99" "$cpu_us" "$errors"
+declare -A idle_rss
+for name in "${!pid[@]}"; do idle_rss[$name]=$(rss_kib ${pid[$name]}); done
+
+: >"$work/runs.tsv"
+# One measured wrk run: shape round name conns backend_stat_port [wrk prefix...] -- [wrk args...]
+run_wrk() {
+  local shape=$1 round=$2 name=$3 conns=$4 bstat=$5
+  shift 5
+  local prefix=()
+  while [[ $1 != -- ]]; do prefix+=("$1"); shift; done
+  shift
+  local before after acc_before acc_after b_before b_after out
+  acc_before=$(accepted "$name")
+  b_before=$(backend_accepts "$bstat")
+  before=$(cpu_ticks ${pid[$name]})
+  out=$("${prefix[@]}" wrk -t1 -c"$conns" -d"$duration" --latency "$@" 2>&1) || {
+    echo "bench-proxies: wrk failed against $name: $out" >&2
+    exit 1
+  }
+  after=$(cpu_ticks ${pid[$name]})
+  acc_after=$(accepted "$name")
+  b_after=$(backend_accepts "$bstat")
+  local requests rps p99 errors cpu_us conns_per_req upstream
+  requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p99=$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
+  errors=$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")
+  if [[ -z $requests || $requests == 0 ]]; then
+    echo "bench-proxies: no requests counted for $name: $out" >&2
+    exit 1
+  fi
+  cpu_us=$(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$hz" 'BEGIN {printf "%.3f", (a-b)/hz*1e6/n}')
+  conns_per_req=$(awk -v b="$acc_before" -v a="$acc_after" -v n="$requests" 'BEGIN {printf "%.3f", (a-b)/n}')
+  upstream=$((b_after - b_before))
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$shape" "$round" "$name" "$rps" "$p99" "$cpu_us" \
+    "$errors" "$conns_per_req" "$upstream" >>"$work/runs.tsv"
+  printf "  round %s %-14s %10s req/s  p99 %8s ms  cpu %7s us/req  conns/req %s  backend conns %s  errors %s\n" \
+    "$round" "$name" "$rps" "$p99" "$cpu_us" "$conns_per_req" "$upstream" "$errors"
+  if [[ $errors != 0 ]]; then
+    echo "  WARNING: $name answered $errors requests with errors (shape $shape):" >&2
+    grep -E 'Non-2xx|Socket errors' <<<"$out" >&2 || true
+  fi
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+emit() {  # shape proxy metric value
+  printf "%s\t%s\t%s\t%s\n" "$1" "$2" "$3" "$4" >>"$work/medians.tsv"
+}
+: >"$work/medians.tsv"
+summarise() {  # shape description names...
+  local shape=$1 description=$2
+  shift 2
+  echo "  medians of $rounds rounds ($description):"
+  printf "  %-14s %12s %10s %12s %10s %14s %8s\n" proxy "req/s" "p99 ms" "cpu us/req" "conns/req" "backend conns" errors
+  local name
+  for name in "$@"; do
+    local rps p99 cpu cpr up err
+    rps=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $4}' "$work/runs.tsv" | median)
+    p99=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $5}' "$work/runs.tsv" | median)
+    cpu=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $6}' "$work/runs.tsv" | median)
+    cpr=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $8}' "$work/runs.tsv" | median)
+    up=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $9}' "$work/runs.tsv" | median)
+    err=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {e += $7} END {print e + 0}' "$work/runs.tsv")
+    printf "  %-14s %12s %10s %12s %10s %14s %8s\n" "$name" "$rps" "$p99" "$cpu" "$cpr" "$up" "$err"
+    emit "$shape" "$name" rps "$rps"
+    emit "$shape" "$name" p99_ms "$p99"
+    emit "$shape" "$name" cpu_us "$cpu"
+    emit "$shape" "$name" conns_per_req "$cpr"
+    emit "$shape" "$name" errors "$err"
   done
-done
+}
+# The proxies' order in round r: rotated left by r-1.
+rotation() {  # round names...
+  local r=$1
+  shift
+  local names=("$@") n=$#
+  local i
+  for ((i = 0; i < n; i++)); do printf '%s ' "${names[$(((i + r - 1) % n))]}"; done
+}
+ratio_line() {  # shape a b label
+  awk -v s="$1" -v a="$2" -v b="$3" '
+    $1==s && $2==a {va[$3]=$4} $1==s && $2==b {vb[$3]=$4}
+    END {printf "  %s/%s: req/s %.2fx, cpu/req %.2fx, p99 %.2fx\n", a, b, va["rps"]/vb["rps"], va["cpu_us"]/vb["cpu_us"], va["p99_ms"]/vb["p99_ms"]}' \
+    "$work/medians.tsv"
+}
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+plain_shape() {  # shape conns description [wrk args]
+  local shape=$1 conns=$2 description=$3
+  shift 3
+  echo "== $shape: $description"
+  local name round
+  for name in kwd haproxy nginx; do
+    wrk -t1 -c"$conns" -d1s "$@" "http://127.0.0.1:${port[$name]}/" >/dev/null 2>&1 || true
+  done
+  for round in $(seq 1 "$rounds"); do
+    for name in $(rotation "$round" kwd haproxy nginx); do
+      run_wrk "$shape" "$round" "$name" "$conns" $BSTAT -- "$@" "http://127.0.0.1:${port[$name]}/"
+    done
+  done
+  summarise "$shape" "$description" kwd haproxy nginx
+  ratio_line "$shape" kwd haproxy
+  ratio_line "$shape" kwd nginx
+}
+
+# Connection: close really closes: two requests on one curl are two connections.
+check_close() {
+  local name n
+  for name in kwd haproxy nginx; do
+    n=$(curl -sv -o /dev/null -o /dev/null -H 'Connection: close' "http://127.0.0.1:${port[$name]}/" \
+      "http://127.0.0.1:${port[$name]}/" 2>&1 | grep -c '^\* .*Connected to' || true)
+    if [[ $n != 2 ]]; then
+      echo "bench-proxies: $name kept the connection open after Connection: close ($n connects)" >&2
+      exit 1
+    fi
+  done
+  echo "  checked: each proxy closes after a Connection: close request (curl needs 2 connects for 2 requests)"
+}
+
+echo "bench-proxies: rounds $rounds x $duration, shapes: $shapes"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+has_shape keepalive64 && plain_shape keepalive64 64 "keep-alive, wrk -t1 -c64, GET /"
+has_shape keepalive512 && plain_shape keepalive512 512 "keep-alive, wrk -t1 -c512, GET /"
+if has_shape close64; then
+  check_close
+  plain_shape close64 64 "new connection per request, wrk -t1 -c64 -H 'Connection: close'" \
+    -H 'Connection: close'
+fi
+
+# ----------------------------------------------------------------- sapmix
+# kwd's counters from a /metrics text: requests, routed:<identifier>, lost.
+sticky_counts() {
+  awk '/^kwd_proxy_requests_total/ {v["requests"] += $NF}
+       /^kwd_proxy_sticky_lost_total/ {v["lost"] += $NF}
+       /^kwd_proxy_sticky_routed_total/ {id = $1; sub(/.*identifier="/, "", id); sub(/".*/, "", id); v["routed:" id] += $NF}
+       END {for (k in v) print k, v[k]}'
+}
+sapmix() {
+  echo "== sapmix: 70% sticky (sap-contextid, JSESSIONID from the table, affinity cookie), 30% balanced, 4 KiB cookies, 1,000 URL rules"
+  # Warm-up: sid1..sid1000 log on through each proxy (balanced); the backend
+  # sets JSESSIONID; kwd and HAProxy learn it, kwd answers with its affinity
+  # cookie. Record which server each session landed on.
+  local name
+  declare -A affinity
+  for name in kwd-sap haproxy-sap nginx-sap; do
+    curl -fsS -D "$work/$name.login" "http://127.0.0.1:${port[$name]}/login/x?sid=sid[1-$SESSIONS]" \
+      >/dev/null
+  done
+  affinity[kwd-sap]=$(grep -i '^set-cookie: kwd_affinity=' "$work/kwd-sap.login" |
+    sed -e 's/^[^:]*: //' -e 's/;.*//' | tr -d '\r' | sort -u | head -n 2 | paste -sd'|')
+  affinity[haproxy-sap]="SERVERID=A|SERVERID=B"
+  affinity[nginx-sap]="route=a|route=b"
+  if [[ -z ${affinity[kwd-sap]} ]]; then
+    echo "bench-proxies: kwd set no kwd_affinity cookie when it learned the JSESSIONIDs" >&2
+    exit 1
+  fi
+  local learned
+  learned=$(curl -fsS "http://127.0.0.1:$ADM_SAP/metrics" |
+    awk '/^kwd_proxy_sessions_learned_total/ {printf "%d", $2}')
+  local table
+  table=$(haproxy_cmd "$work/haproxy-sap.sock" "show table java" | sed -n 's/.*used:\([0-9]*\).*/\1/p')
+  echo "  warm-up: kwd learned ${learned:-0} JSESSIONIDs, HAProxy's stick table holds ${table:-0}," \
+    "kwd affinity cookies: $(tr '|' '\n' <<<"${affinity[kwd-sap]}" | wc -l)"
+  if ((${learned:-0} < SESSIONS || ${table:-0} < SESSIONS)); then
+    echo "bench-proxies: the warm-up did not make every session known" >&2
+    exit 1
+  fi
+  # Persistence really sticks: the named instance for sap-contextid, the
+  # logon's server for JSESSIONID (nginx: the same server every time), the
+  # affinity cookie's server every time. One curl per proxy (--next per
+  # request); checks are "key, cookie, path, wanted server" where "=" means
+  # the same server as every other request of that key.
+  local abap=/sap/bc/app0/x java=/sap/bc/app1/x i cookie
+  for name in kwd-sap haproxy-sap nginx-sap; do
+    {
+      for i in 1 2 3; do
+        printf 'ctx-a\tsap-contextid=SID%%3aANON%%3a%s%%3aabc%s\t%s\tA\n' $INST_A $i $abap
+        printf 'ctx-b\tsap-contextid=SID%%3aANON%%3a%s%%3aabc%s\t%s\tB\n' $INST_B $i $abap
+      done
+      for i in 1 2 3 $((SESSIONS / 2)) $SESSIONS; do
+        local want="="
+        if [[ $name != nginx-sap ]]; then
+          want=$(awk -v sid="sid$i" '/^HTTP/ {srv = ""} tolower($1) == "x-served-by:" {srv = $2}
+            tolower($0) ~ "jsessionid=" sid ";" {gsub(/\r/, "", srv); print srv; exit}' "$work/$name.login")
+        fi
+        for _ in 1 2 3; do printf 'jsession-%s\tJSESSIONID=sid%s\t%s\t%s\n' $i $i $java "${want:-?}"; done
+      done
+      for cookie in $(tr '|' ' ' <<<"${affinity[$name]}"); do
+        for _ in 1 2 3 4; do printf 'affinity-%s\t%s\t%s\t=\n' "${cookie:0:24}" "$cookie" $java; done
+      done
+    } >"$work/$name.checks"
+    local args=() first=1
+    while IFS=$'\t' read -r _ cookie path _; do
+      ((first)) || args+=(--next)
+      first=0
+      args+=(-fsS -o /dev/null -D - -H "Cookie: $cookie" "http://127.0.0.1:${port[$name]}$path")
+    done <"$work/$name.checks"
+    curl "${args[@]}" | awk -F': ' 'tolower($1) == "x-served-by" {gsub(/\r/, "", $2); print $2}' \
+      >"$work/$name.served"
+    if ! paste "$work/$name.checks" "$work/$name.served" | awk -F'\t' -v proxy=$name '
+        NF < 5 || $5 == "" {print proxy ": no answer for " $2; bad = 1; next}
+        $4 != "=" && $5 != $4 {print proxy ": " $2 " went to " $5 ", not " $4; bad = 1}
+        $4 == "=" && ($1 in seen) && seen[$1] != $5 {print proxy ": " $2 " went to " seen[$1] " and " $5; bad = 1}
+        {seen[$1] = $5}
+        END {exit bad}' >&2; then
+      echo "bench-proxies: $name does not route the SAP mix's sessions as it should" >&2
+      exit 1
+    fi
+  done
+  echo "  checked: every proxy routes sap-contextid to the named instance, JSESSIONID to the logon's server" \
+    "(nginx: a consistent hash), the affinity cookie to one server"
+
+  for name in kwd-sap haproxy-sap nginx-sap; do
+    wrk -t1 -c64 -d1s -s "$lua" "http://127.0.0.1:${port[$name]}/" -- "${affinity[$name]}" $SESSIONS \
+      "$INST_A|$INST_B" >/dev/null 2>&1 || true
+  done
+  local round sticky_before sticky_after
+  for round in $(seq 1 "$rounds"); do
+    for name in $(rotation "$round" kwd-sap haproxy-sap nginx-sap); do
+      [[ $name == kwd-sap ]] && sticky_before=$(curl -fsS "http://127.0.0.1:$ADM_SAP/metrics")
+      run_wrk sapmix "$round" "$name" 64 $BSTAT -- -s "$lua" "http://127.0.0.1:${port[$name]}/" -- \
+        "${affinity[$name]}" $SESSIONS "$INST_A|$INST_B"
+      if [[ $name == kwd-sap ]]; then
+        sticky_after=$(curl -fsS "http://127.0.0.1:$ADM_SAP/metrics")
+        # kwd's own count of sticky decisions in this round, by identifier.
+        sticky_counts <<<"$sticky_before" >"$work/sticky.before"
+        sticky_counts <<<"$sticky_after" >"$work/sticky.after"
+        awk 'NR == FNR {b[$1] = $2; next} {d[$1] = $2 - b[$1]}
+             END {
+               total = d["requests"]; routed = 0
+               for (k in d) if (k ~ /^routed:/) routed += d[k]
+               printf "    kwd sticky decisions this round: %d of %d requests (%.1f%%; sap-contextid %d, jsessionid %d, affinity-cookie %d), lost %d\n",
+                 routed, total, total ? 100 * routed / total : 0, d["routed:sap-contextid"],
+                 d["routed:jsessionid"], d["routed:affinity-cookie"], d["lost"]
+               printf "%.4f\n", total ? routed / total : 0 > "'"$work/sticky.share"'"
+             }' "$work/sticky.before" "$work/sticky.after"
+        emit sapmix kwd-sap sticky_share_r$round "$(cat "$work/sticky.share")"
+      fi
+    done
+  done
+  summarise sapmix "wrk -t1 -c64 -s bench/sap_mix.lua" kwd-sap haproxy-sap nginx-sap
+  ratio_line sapmix kwd-sap haproxy-sap
+  ratio_line sapmix kwd-sap nginx-sap
+}
+has_shape sapmix && sapmix
+
+# ---------------------------------------------------------------- workers
+workers() {
+  echo "== workers: kwd CPU per request, --workers 2 vs --workers 1 (wrk -c64 and its backend on CPU 1)"
+  local name round
+  for name in kwd-w1 kwd-w2 kwd-w1-spread kwd-w2-spread; do
+    taskset -c 1 wrk -t1 -c64 -d1s "http://127.0.0.1:${port[$name]}/" >/dev/null 2>&1 || true
+  done
+  for round in $(seq 1 "$rounds"); do
+    for name in $(rotation "$round" kwd-w1 kwd-w2) $(rotation "$round" kwd-w1-spread kwd-w2-spread); do
+      run_wrk workers "$round" "$name" 64 $B3STAT taskset -c 1 -- "http://127.0.0.1:${port[$name]}/"
+    done
+  done
+  summarise workers "kwd pinned to CPU 0 (-w1, -w2) or on CPUs 0-1 (-spread); wrk and backend on CPU 1" \
+    kwd-w1 kwd-w2 kwd-w1-spread kwd-w2-spread
+  awk '$1=="workers" && $3=="cpu_us" {c[$2]=$4}
+       END {printf "  cpu/req --workers 2 vs 1: pinned %.2fx, spread %.2fx (target within 10%%)\n",
+              c["kwd-w2"]/c["kwd-w1"], c["kwd-w2-spread"]/c["kwd-w1-spread"]}' "$work/medians.tsv"
+}
+has_shape workers && workers
+
 echo
-echo "medians over $rounds rounds (wrk -t1 -c$conns -d$duration, one worker each, backends weighted 2:1)"
-printf "%-8s %12s %10s %14s %10s\n" proxy "req/s" "p99 ms" "cpu us/req" "idle RSS"
-declare -A m_rps m_p99 m_cpu
-for name in kwd haproxy nginx; do
-  m_rps[$name]=$(awk -v n=$name '$2==n {print $3}' "$work/results.tsv" | median)
-  m_p99[$name]=$(awk -v n=$name '$2==n {print $4}' "$work/results.tsv" | median)
-  m_cpu[$name]=$(awk -v n=$name '$2==n {print $5}' "$work/results.tsv" | median)
-  printf "%-8s %12s %10s %14s %7s KiB\n" $name "${m_rps[$name]}" "${m_p99[$name]}" "${m_cpu[$name]}" "${idle_rss[$name]}"
+echo "idle RSS before the runs (KiB):"
+for name in $(printf '%s\n' "${!idle_rss[@]}" | sort); do
+  printf "  %-14s %8s\n" "$name" "${idle_rss[$name]}"
+  emit idle "$name" rss_kib "${idle_rss[$name]}"
 done
-echo
-awk -v k="${m_rps[kwd]}" -v h="${m_rps[haproxy]}" -v n="${m_rps[nginx]}" \
-    -v kp="${m_p99[kwd]}" -v hp="${m_p99[haproxy]}" -v kc="${m_cpu[kwd]}" -v hc="${m_cpu[haproxy]}" \
-    -v nc="${m_cpu[nginx]}" 'BEGIN {
-  printf "kwd/haproxy: req/s %.2fx (target >= 1.25), cpu/req %.2fx (target <= 0.70), p99 %.2fx (target <= 0.80)\n", k/h, kc/hc, kp/hp
-  printf "kwd/nginx:   req/s %.2fx, cpu/req %.2fx\n", k/n, kc/nc
-}'
-echo "kwd idle RSS ${idle_rss[kwd]} KiB (target < 8192)"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+[[ -n $results ]] && cp "$work/medians.tsv" "$results"
+if [[ -n ${HOLD:-} ]]; then  # debugging: keep everything running (and $work) for HOLD seconds
+  echo "holding for $HOLD s; work directory $work"
+  sleep "$HOLD" &
+  wait $!
+fi
+exit 0

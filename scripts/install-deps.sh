@@ -35,7 +35,7 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
   )
 fi
 if [[ "${KWD_BENCH_DEPS:-0}" == 1 ]]; then
-  packages+=(haproxy nginx wrk)
+  packages+=(haproxy nginx wrk nghttp2-client)
 fi
 
 missing=()

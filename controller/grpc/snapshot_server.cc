@@ -25,6 +25,33 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+struct SnapshotServer::EncodedResponse {
+  std::string version;     // version_info
+  std::string nonce;       // nonce
+  std::string delta_base;  // delta.base_version; empty: not a delta
+  grpc::ByteBuffer bytes;  // the serialized SnapshotResponse, as written
+};
+
+std::shared_ptr<const SnapshotServer::EncodedResponse> SnapshotServer::Encode(
+    const v1::SnapshotResponse& response) {
+  auto encoded = std::make_shared<EncodedResponse>();
+  encoded->version = response.version_info();
+  encoded->nonce = response.nonce();
+  if (response.has_delta()) {
+    encoded->delta_base = response.delta().base_version();
+  }
+  bool own_buffer = false;
+  grpc::Status status = grpc::SerializationTraits<v1::SnapshotResponse>::Serialize(
+      response, &encoded->bytes, &own_buffer);
+  if (!status.ok()) {
+    // Only when the message exceeds protobuf's 2 GiB limit.
+    Log(LogLevel::kError, "grpc", "cannot serialize a snapshot response",
+        {{"version", encoded->version}, {"error", status.error_message()}});
+    std::abort();
+  }
+  return encoded;
+}
+
 bool CheckServerTls(const ServerTls& tls, std::string* error) {
   return CheckKeyPairFiles("--grpc-tls-cert", tls.cert_path, "--grpc-tls-key", tls.key_path,
                            error) &&
@@ -34,19 +61,19 @@ bool CheckServerTls(const ServerTls& tls, std::string* error) {
 
 // One stream. Reads run one at a time (each StartRead after the previous
 // request was handled); writes run one at a time with at most one newer
-// update waiting. StartWrite and Finish are called without mu_ held: gRPC
-// may run the completion on the calling thread.
+// update waiting. StartWrite and Finish are called without mu_ (or the
+// server's lock) held: gRPC may run the completion on the calling thread.
 //
 // Whether an update goes out whole or as a delta is decided when it is
 // written, not when it is queued: a delta applies only on top of the
 // version this stream delivered last, which a replaced waiting update may
 // have changed.
 class SnapshotServer::Subscriber final
-    : public grpc::ServerBidiReactor<v1::SnapshotRequest, v1::SnapshotResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   Subscriber(SnapshotServer* server, grpc::CallbackServerContext* context) : server_(server) {
     stream_id_ = server_->Register(this, context->peer());
-    StartRead(&request_);
+    StartRead(&request_bytes_);
   }
 
   // The proxy's first request: what it runs and whether it takes deltas.
@@ -64,34 +91,45 @@ class SnapshotServer::Subscriber final
     return last_written_delta_;
   }
 
-  // Thread-safe. Queues `update` (replacing one that waits).
-  void Push(Update update) {
-    const v1::SnapshotResponse* first = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      if (closing_) {
-        return;
-      }
-      if (in_flight_) {
-        waiting_ = std::move(update);
-        return;
-      }
-      first = ChooseLocked(std::move(update));
+  // Thread-safe. Queues `update` (replacing one that waits). Returns the
+  // bytes the caller must pass to Write, without any lock held, when no
+  // write was in flight; null when a running write's completion takes it.
+  // Until that Write completes the stream is not finished (Close waits for
+  // the write in flight), so the subscriber stays alive for the caller.
+  const grpc::ByteBuffer* Push(Update update) {
+    std::lock_guard lock(mu_);
+    if (closing_) {
+      return nullptr;
     }
-    StartWrite(first);
+    if (in_flight_) {
+      waiting_ = std::move(update);
+      return nullptr;
+    }
+    return ChooseLocked(std::move(update));
   }
+  void Write(const grpc::ByteBuffer* bytes) { StartWrite(bytes); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       Close();
       return;
     }
+    // What the generated handler would do (and then fail the call when the
+    // bytes are no SnapshotRequest).
+    request_.Clear();
+    if (!grpc::SerializationTraits<v1::SnapshotRequest>::Deserialize(&request_bytes_, &request_)
+             .ok()) {
+      Log(LogLevel::kWarn, "grpc", "unparsable request on a snapshot stream: closing it",
+          {{"stream", std::to_string(stream_id_)}});
+      Close();
+      return;
+    }
     server_->HandleRequest(stream_id_, request_);
-    StartRead(&request_);
+    StartRead(&request_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
-    const v1::SnapshotResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
     {
       std::lock_guard lock(mu_);
@@ -119,16 +157,16 @@ class SnapshotServer::Subscriber final
   }
 
  private:
-  // Under mu_: the response to write for `update`, now in flight.
-  const v1::SnapshotResponse* ChooseLocked(Update update) {
+  // Under mu_: the bytes to write for `update`, now in flight.
+  const grpc::ByteBuffer* ChooseLocked(Update update) {
     last_written_delta_ =
-        accepts_deltas_ && update.delta && update.delta->delta().base_version() == base_version_;
+        accepts_deltas_ && update.delta && update.delta->delta_base == base_version_;
     in_flight_ = last_written_delta_ ? std::move(update.delta) : std::move(update.full);
-    base_version_ = in_flight_->version_info();
+    base_version_ = in_flight_->version;
     if (last_written_delta_ && server_->delta_pushes_ != nullptr) {
       server_->delta_pushes_->Inc();
     }
-    return in_flight_.get();
+    return &in_flight_->bytes;
   }
 
   void Close() {
@@ -147,9 +185,10 @@ class SnapshotServer::Subscriber final
 
   SnapshotServer* server_;
   uint64_t stream_id_ = 0;
+  grpc::ByteBuffer request_bytes_;
   v1::SnapshotRequest request_;
   std::mutex mu_;
-  std::shared_ptr<const v1::SnapshotResponse> in_flight_;
+  std::shared_ptr<const EncodedResponse> in_flight_;
   std::optional<Update> waiting_;
   // The version the proxy runs once it applied everything written so far.
   std::string base_version_;
@@ -159,11 +198,17 @@ class SnapshotServer::Subscriber final
   bool finished_ = false;
 };
 
-class SnapshotServer::Service final : public v1::SnapshotDiscovery::CallbackService {
+// The generated service with StreamSnapshots taking and giving bytes: the
+// same method, the same wire format, but responses are written as the
+// ByteBuffers Encode made once per version (each Write refs their
+// slices) instead of being serialized again for every stream.
+class SnapshotServer::Service final
+    : public v1::SnapshotDiscovery::WithRawCallbackMethod_StreamSnapshots<
+          v1::SnapshotDiscovery::Service> {
  public:
   explicit Service(SnapshotServer* server) : server_(server) {}
 
-  grpc::ServerBidiReactor<v1::SnapshotRequest, v1::SnapshotResponse>* StreamSnapshots(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamSnapshots(
       grpc::CallbackServerContext* context) override {
     return new Subscriber(server_, context);
   }
@@ -306,7 +351,14 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
   NotifyChanged();
 }
 
-void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delta) {
+void SnapshotServer::WriteAll(const std::vector<PendingWrite>& writes) {
+  for (const auto& [subscriber, bytes] : writes) {
+    subscriber->Write(bytes);
+  }
+}
+
+void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delta,
+                                std::vector<PendingWrite>* writes) {
   if (!current_) {
     return;
   }
@@ -316,24 +368,26 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delt
     // The proxy says it runs it already (e.g. after a controller restart): a
     // small reply so that it knows it is current, and ACKs. Only on the
     // first request: later, what it ACKed may be older than what it runs.
-    auto reply = std::make_shared<v1::SnapshotResponse>();
-    reply->set_version_info(version);
-    reply->set_nonce(std::to_string(next_nonce_++));
-    update.full = std::move(reply);
+    v1::SnapshotResponse reply;
+    reply.set_version_info(version);
+    reply.set_nonce(std::to_string(next_nonce_++));
+    update.full = Encode(reply);
   } else {
     update.full = current_response_;
     if (allow_delta) {
       update.delta = current_delta_response_;
     }
   }
-  stream.last_nonce = update.full->nonce();
+  stream.last_nonce = update.full->nonce;
   stream.status.sent_version = version;
   stream.status.awaiting_reply = true;
   stream.sent_at = std::chrono::steady_clock::now();
   if (pushes_ != nullptr) {
     pushes_->Inc();
   }
-  stream.subscriber->Push(std::move(update));
+  if (const grpc::ByteBuffer* bytes = stream.subscriber->Push(std::move(update))) {
+    writes->push_back({stream.subscriber, bytes});
+  }
 }
 
 void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> result) {
@@ -341,60 +395,74 @@ void SnapshotServer::Publish(std::shared_ptr<const compile::CompileResult> resul
     return;
   }
   std::shared_ptr<const compile::CompileResult> previous;
+  std::string nonce;
   {
     std::lock_guard lock(mu_);
     if (current_ && current_->snapshot.version() == result->snapshot.version()) {
       return;  // same content: nothing to push
     }
     previous = current_;
+    // Nonces are opaque: one taken now may be older than a "you are current"
+    // reply's taken meanwhile.
+    nonce = std::to_string(next_nonce_++);
   }
-  // Outside the lock (only this thread changes current_): a few
-  // milliseconds for 10,000 endpoints, once per version for every stream.
+  // Outside the lock (only this thread changes current_), once per version
+  // for every stream: the delta (a few milliseconds for 10,000 endpoints)
+  // and the serialization of both forms.
   std::optional<v1::SnapshotDelta> delta;
   if (previous) {
     delta = ComputeEndpointDelta(previous->snapshot, result->snapshot, &previous->digests,
                                  &result->digests);
   }
-  std::lock_guard lock(mu_);
-  const std::string nonce = std::to_string(next_nonce_++);
-  // The response points at the compile result's snapshot instead of copying
-  // 10,000 servers per version: the result is immutable, the response is only
-  // serialized, and the deleter hands the snapshot back before the response
-  // goes (keeping the result alive until then).
-  auto* message = new v1::SnapshotResponse();
-  message->set_version_info(result->snapshot.version());
-  message->set_nonce(nonce);
-  message->unsafe_arena_set_allocated_snapshot(const_cast<v1::Snapshot*>(&result->snapshot));
-  std::shared_ptr<const v1::SnapshotResponse> response(
-      message, [owner = result](v1::SnapshotResponse* aliased) {
-        aliased->unsafe_arena_release_snapshot();
-        delete aliased;
-      });
-  current_delta_response_.reset();
+  std::shared_ptr<const EncodedResponse> response;
+  {
+    // Points at the compile result's snapshot instead of copying 10,000
+    // servers: it is only serialized, and hands the snapshot back after.
+    v1::SnapshotResponse message;
+    message.set_version_info(result->snapshot.version());
+    message.set_nonce(nonce);
+    message.unsafe_arena_set_allocated_snapshot(const_cast<v1::Snapshot*>(&result->snapshot));
+    response = Encode(message);
+    message.unsafe_arena_release_snapshot();
+  }
+  std::shared_ptr<const EncodedResponse> delta_response;
   if (delta) {
     // Same nonce: it is the same update, whichever form a stream gets.
-    auto delta_response = std::make_shared<v1::SnapshotResponse>();
-    delta_response->set_version_info(result->snapshot.version());
-    delta_response->set_nonce(nonce);
-    *delta_response->mutable_delta() = std::move(*delta);
-    current_delta_response_ = std::move(delta_response);
+    v1::SnapshotResponse message;
+    message.set_version_info(result->snapshot.version());
+    message.set_nonce(nonce);
+    *message.mutable_delta() = std::move(*delta);
+    delta_response = Encode(message);
   }
-  if (snapshot_bytes_ != nullptr) {
-    snapshot_bytes_->Set(static_cast<double>(result->snapshot.ByteSizeLong()));
-  }
-  current_ = std::move(result);
-  current_response_ = std::move(response);
-  history_[current_->snapshot.version()] = current_;
-  for (auto& [id, stream] : streams_) {
-    if (stream.hello_seen) {
-      PushLocked(stream, /*hello=*/false, /*allow_delta=*/true);
+  const auto snapshot_bytes = static_cast<double>(result->snapshot.ByteSizeLong());
+
+  std::vector<PendingWrite> writes;
+  {
+    std::lock_guard lock(mu_);
+    if (snapshot_bytes_ != nullptr) {
+      snapshot_bytes_->Set(snapshot_bytes);
     }
+    current_ = std::move(result);
+    current_response_ = std::move(response);
+    current_delta_response_ = std::move(delta_response);
+    history_[current_->snapshot.version()] = current_;
+    writes.reserve(streams_.size());
+    for (auto& [id, stream] : streams_) {
+      if (stream.hello_seen) {
+        PushLocked(stream, /*hello=*/false, /*allow_delta=*/true, &writes);
+      }
+    }
+    PruneHistoryLocked();
   }
-  PruneHistoryLocked();
+  // Every stream has its update queued before the first write starts, and
+  // the lock is free while gRPC sends (partly on this thread): ACKs of the
+  // first streams are handled while the last ones are still being written.
+  WriteAll(writes);
   // No NotifyChanged: the pipeline diffs statuses right after publishing.
 }
 
 void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request) {
+  std::vector<PendingWrite> writes;
   {
     std::lock_guard lock(mu_);
     auto it = streams_.find(stream_id);
@@ -415,7 +483,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
            {"peer", stream.status.peer},
            {"version", versions.acked_version}});
       stream.subscriber->Hello(request.version_info(), request.accepts_deltas());
-      PushLocked(stream, /*hello=*/true, /*allow_delta=*/true);
+      PushLocked(stream, /*hello=*/true, /*allow_delta=*/true, &writes);
     } else if (request.response_nonce() != stream.last_nonce) {
       // An answer to a response that a newer one replaced: ignore it (xDS).
       return;
@@ -442,7 +510,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
           // E.g. it did not run the delta's base: send the same content whole.
           // Never a delta again here, so a proxy that rejects the content
           // itself NACKs once more and the exchange ends.
-          PushLocked(stream, /*hello=*/false, /*allow_delta=*/false);
+          PushLocked(stream, /*hello=*/false, /*allow_delta=*/false, &writes);
         }
       } else {
         if (acks_ != nullptr) {
@@ -457,6 +525,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
     }
     PruneHistoryLocked();
   }
+  WriteAll(writes);
   NotifyChanged();
 }
 

@@ -9,8 +9,10 @@
 // Each new version becomes one shared response (its nonce is a server-wide
 // sequence number, so it is unique on every stream) and, when only server
 // lists changed, one shared endpoint-only delta (common/snapshot_delta.h)
-// for the proxies that run the previous version and accept deltas. A slow
-// subscriber's queue holds at most one update, the newest.
+// for the proxies that run the previous version and accept deltas. Each is
+// serialized once, when published, and every stream writes those bytes (a
+// reference to the same slices): 50 proxies cost one serialization, not 50.
+// A slow subscriber's queue holds at most one update, the newest.
 
 #include <chrono>
 #include <cstdint>
@@ -30,8 +32,9 @@
 #include "kwd/v1/discovery.pb.h"
 
 namespace grpc {
+class ByteBuffer;
 class Server;
-}
+}  // namespace grpc
 
 namespace kwd::snapshot_server {
 
@@ -121,10 +124,16 @@ class SnapshotServer final : public pipeline::SnapshotSink {
 
  private:
   class Service;
+  // A SnapshotResponse serialized once, for every stream it goes to
+  // (snapshot_server.cc).
+  struct EncodedResponse;
+  // Serializes `response` once, the way the generated handler would for
+  // each Write (the same call, so the same bytes).
+  static std::shared_ptr<const EncodedResponse> Encode(const v1::SnapshotResponse& response);
   // One version for one stream: whole, and maybe as a delta.
   struct Update {
-    std::shared_ptr<const v1::SnapshotResponse> full;
-    std::shared_ptr<const v1::SnapshotResponse> delta;  // null: none
+    std::shared_ptr<const EncodedResponse> full;
+    std::shared_ptr<const EncodedResponse> delta;  // null: none
   };
   struct StreamState {
     Subscriber* subscriber = nullptr;
@@ -138,10 +147,20 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   uint64_t Register(Subscriber* subscriber, std::string peer);
   void Unregister(uint64_t stream_id);
   void HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request);
+  // A write to start once mu_ is released (Subscriber::Push).
+  struct PendingWrite {
+    Subscriber* subscriber;
+    const grpc::ByteBuffer* bytes;
+  };
   // Under mu_: queue the current snapshot on a stream (or, answering its
   // first request, a "you are current" reply), as a delta when allowed and
-  // the stream's proxy runs the delta's base.
-  void PushLocked(StreamState& stream, bool hello, bool allow_delta);
+  // the stream's proxy runs the delta's base. A write to start is added to
+  // `writes`: the caller starts them with WriteAll after releasing mu_, so
+  // that sending (which gRPC may do on the calling thread) does not hold up
+  // other streams' requests.
+  void PushLocked(StreamState& stream, bool hello, bool allow_delta,
+                  std::vector<PendingWrite>* writes);
+  static void WriteAll(const std::vector<PendingWrite>& writes);
   void PruneHistoryLocked();
   std::vector<ProxyVersions> LocalProxiesLocked() const;
   // The local proxies, then the remote ones.
@@ -157,10 +176,10 @@ class SnapshotServer final : public pipeline::SnapshotSink {
 
   mutable std::mutex mu_;
   std::shared_ptr<const compile::CompileResult> current_;
-  std::shared_ptr<const v1::SnapshotResponse> current_response_;  // shared by streams
+  std::shared_ptr<const EncodedResponse> current_response_;  // shared by streams
   // The same version as a delta from the previous one; null when more than
   // endpoints changed.
-  std::shared_ptr<const v1::SnapshotResponse> current_delta_response_;
+  std::shared_ptr<const EncodedResponse> current_delta_response_;
   uint64_t next_nonce_ = 1;
   uint64_t next_stream_id_ = 1;
   std::map<uint64_t, StreamState> streams_;

@@ -3,9 +3,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/snapshot_io.h"
 #include "dataplane/xds/snapshot_client.h"
@@ -128,6 +131,54 @@ struct RawStream {
   std::unique_ptr<v1::SnapshotDiscovery::Stub> stub;
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SnapshotRequest, v1::SnapshotResponse>> stream;
+};
+
+// A stream that reads responses as the bytes on the wire.
+struct BytesStream {
+  explicit BytesStream(int port, const std::string& node, const std::string& running = "")
+      : channel(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                          grpc::InsecureChannelCredentials(), Args(node))),
+        stream(grpc::internal::ClientReaderWriterFactory<v1::SnapshotRequest, grpc::ByteBuffer>::
+                   Create(channel.get(),
+                          grpc::internal::RpcMethod("/kwd.v1.SnapshotDiscovery/StreamSnapshots",
+                                                    grpc::internal::RpcMethod::BIDI_STREAMING),
+                          &context)) {
+    request.set_node_id(node);
+    request.set_version_info(running);
+    EXPECT_TRUE(stream->Write(request));
+  }
+  ~BytesStream() { context.TryCancel(); }
+
+  static grpc::ChannelArguments Args(const std::string& node) {
+    grpc::ChannelArguments args;
+    args.SetString("kwd.test.node", node);  // a connection of its own, as each proxy has
+    return args;
+  }
+  // The next response's bytes, and `decoded` from them; "" when the stream ended.
+  std::string Read(v1::SnapshotResponse* decoded) {
+    grpc::ByteBuffer buffer;
+    if (!stream->Read(&buffer)) {
+      return "";
+    }
+    std::vector<grpc::Slice> slices;
+    EXPECT_TRUE(buffer.Dump(&slices).ok());
+    std::string bytes;
+    for (const auto& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    EXPECT_TRUE(decoded->ParseFromString(bytes));
+    return bytes;
+  }
+  bool Ack(const v1::SnapshotResponse& response) {
+    request.set_version_info(response.version_info());
+    request.set_response_nonce(response.nonce());
+    return stream->Write(request);
+  }
+
+  std::shared_ptr<grpc::Channel> channel;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SnapshotRequest, grpc::ByteBuffer>> stream;
+  v1::SnapshotRequest request;
 };
 
 ProxyStatus Only(const SnapshotServer& server) {
@@ -293,6 +344,84 @@ TEST(SnapshotServerTest, RevertBeforeTheAckArrivesSendsTheFullSnapshot) {
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.version_info(), v1->snapshot.version());
   EXPECT_TRUE(response.has_snapshot());
+}
+
+// Each version is serialized once and its bytes go to every stream: the
+// bytes are the same on every stream, they are what the generated code
+// would serialize for that response, and the snapshot in them is the
+// compiled one. A proxy that connects later, running an older version, gets
+// the current version's same bytes.
+TEST(SnapshotServerTest, EveryStreamGetsTheSameBytesOfAVersionAndALateProxyTheCurrentOne) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto v1 = Result(1, 1);
+  server->Publish(v1);
+  std::vector<std::unique_ptr<BytesStream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(std::make_unique<BytesStream>(server->port(), "p" + std::to_string(i)));
+  }
+  std::string last_bytes;
+  auto read_all = [&](const std::shared_ptr<const compile::CompileResult>& expected) {
+    std::vector<std::string> bytes;
+    v1::SnapshotResponse response;
+    for (auto& stream : streams) {
+      bytes.push_back(stream->Read(&response));
+      EXPECT_EQ(response.version_info(), expected->snapshot.version());
+      EXPECT_EQ(response.snapshot().SerializeAsString(), expected->snapshot.SerializeAsString());
+      EXPECT_FALSE(response.has_delta());
+      EXPECT_FALSE(response.nonce().empty());
+      EXPECT_EQ(bytes.back(), bytes.front());
+    }
+    // What the generated code serializes for this response, per stream.
+    v1::SnapshotResponse whole;
+    whole.set_version_info(expected->snapshot.version());
+    whole.set_nonce(response.nonce());
+    *whole.mutable_snapshot() = expected->snapshot;
+    EXPECT_EQ(bytes.front(), whole.SerializeAsString());
+    last_bytes = bytes.front();
+    return response;
+  };
+  v1::SnapshotResponse first = read_all(v1);
+  for (auto& stream : streams) {
+    ASSERT_TRUE(stream->Ack(first));
+  }
+  ASSERT_TRUE(watch.Until([&] {
+    auto proxies = server->Proxies();
+    return proxies.size() == 3 &&
+           std::all_of(proxies.begin(), proxies.end(), [&](const ProxyStatus& proxy) {
+             return proxy.versions.acked_version == v1->snapshot.version();
+           });
+  }));
+
+  // A new generation: whole, with a new nonce, the same bytes everywhere.
+  auto v2 = Result(2, 2);
+  server->Publish(v2);
+  v1::SnapshotResponse second = read_all(v2);
+  EXPECT_NE(second.nonce(), first.nonce());
+
+  // One proxy goes away; v3 is published; it comes back running v1 and
+  // gets v3, byte for byte what the others got.
+  streams.erase(streams.begin());
+  ASSERT_TRUE(watch.Until([&] { return server->Proxies().size() == 2; }));
+  auto v3 = Result(3, 3);
+  server->Publish(v3);
+  v1::SnapshotResponse third = read_all(v3);
+  streams.push_back(std::make_unique<BytesStream>(server->port(), "p0", v1->snapshot.version()));
+  v1::SnapshotResponse again;
+  std::string late = streams.back()->Read(&again);
+  EXPECT_EQ(again.version_info(), v3->snapshot.version());
+  EXPECT_EQ(again.nonce(), third.nonce());
+  EXPECT_EQ(again.snapshot().SerializeAsString(), v3->snapshot.SerializeAsString());
+  EXPECT_EQ(late, last_bytes);
+  ASSERT_TRUE(streams.back()->Ack(again));
+  ASSERT_TRUE(watch.Until([&] {
+    auto proxies = server->Proxies();
+    return std::any_of(proxies.begin(), proxies.end(), [&](const ProxyStatus& proxy) {
+      return proxy.versions.node_id == "p0" &&
+             proxy.versions.acked_version == v3->snapshot.version();
+    });
+  }));
 }
 
 TEST(SnapshotServerTest, EndpointOnlyChangeGoesOutAsADeltaToProxiesThatTakeDeltas) {
