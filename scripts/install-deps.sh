@@ -26,6 +26,8 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
     python3-yaml unzip
     # CRD tests (tests/crds): python3-yaml and jsonschema for Debian's python
     python3-jsonschema
+    # HTTP/2 attack tests (tests/dataplane/proxy/test_http2_attacks.py): hpack from python3-h2
+    python3-h2
     # admin page browser tests (tests/browser): headless Chromium driven by Selenium
     chromium chromium-driver python3-selenium
     # benchmarks
@@ -33,7 +35,7 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
   )
 fi
 if [[ "${KWD_BENCH_DEPS:-0}" == 1 ]]; then
-  packages+=(haproxy nginx wrk)
+  packages+=(haproxy nginx wrk nghttp2-client)
 fi
 
 missing=()
