@@ -30,7 +30,7 @@ reset streams) and the SETTINGS/PING floods (it stops reading instead of
 closing: memory stays bounded, but the attacker keeps its connection), which
 is what the kwd contract asks more of.
 
-Needs KWD_PROXY (the built binary), set by ctest. Debian's python3 with
+Needs KWD_PROXY and KWD_CONTROLLER (the built binaries), set by ctest. Debian's python3 with
 python3-h2 (hpack); openssl for the TLS case.
 """
 
@@ -49,6 +49,7 @@ import unittest
 import hpack
 
 PROXY = os.environ.get("KWD_PROXY", "")
+CONTROLLER = os.environ.get("KWD_CONTROLLER", "")
 TARGET = os.environ.get("H2_TARGET", "kwd")
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -427,15 +428,32 @@ class Proxy:
             wait_port(self.tls_port, self.process)
 
     def _kwd(self, backend, work, idle_timeout, header_timeout):
+        objects = os.path.join(work, "objects")
+        os.makedirs(objects, exist_ok=True)
+        with open(os.path.join(objects, "objects.yaml"), "w") as f:
+            f.write("""apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: app, namespace: default}
+spec:
+  kind: java
+  healthCheck: {path: /healthcheck, intervalSeconds: 3600}
+  sessionAffinity: {affinityCookie: {enabled: false}}
+  backend:
+    staticServers:
+      - {name: a, address: 127.0.0.1, port: %d}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: app, namespace: default}
+spec:
+  hosts: []
+  defaultRootHandler: java
+  defaultGroups: {java: app}
+""" % backend.port)
         snapshot = os.path.join(work, "snapshot.json")
         with open(snapshot, "w") as f:
-            f.write("""{"groups":[{"key":"h2/app","kind":"KIND_JAVA","strategy":"STRATEGY_ROUND_ROBIN",
- "healthCheck":{"path":"/healthcheck","intervalSeconds":3600,"timeoutSeconds":5,
-  "unhealthyThreshold":2,"healthyThreshold":1},
- "servers":[{"name":"a","address":"127.0.0.1","port":%d,"capacity":1,
-  "state":"SERVER_STATE_READY"}]}],
- "virtualHosts":[{"host":"","defaultRootHandler":"KIND_JAVA","defaultJavaGroup":"h2/app",
-  "defaultAbapGroup":"h2/app"}]}""" % backend.port)
+            subprocess.run([CONTROLLER, "compile", "--source=dir:" + objects], stdout=f,
+                           check=True, timeout=60)
         command = [PROXY, "serve", "--snapshot", snapshot, "--h2c",
                    "--listen", "127.0.0.1:%d" % self.port,
                    "--admin-listen", "127.0.0.1:%d" % free_port(),
@@ -941,6 +959,6 @@ class TlsAlpnH2(ProxyCase):
 
 
 if __name__ == "__main__":
-    if TARGET == "kwd" and not PROXY:
-        raise SystemExit("KWD_PROXY is not set")
+    if TARGET == "kwd" and not (PROXY and CONTROLLER):
+        raise SystemExit("KWD_PROXY and KWD_CONTROLLER must be set")
     unittest.main(verbosity=2)
