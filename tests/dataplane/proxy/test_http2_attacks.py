@@ -149,7 +149,16 @@ class Connection:
         self.frames_seen = {}
         self._partial = {}  # stream -> header block fragments
         if preface:
+            # The server's SETTINGS come first; they are acknowledged before
+            # anything else is sent (an ACK for SETTINGS not yet received is
+            # a PROTOCOL_ERROR).
             self.send(PREFACE + settings_frame(settings))
+            deadline = time.monotonic() + 10
+            while True:
+                kind, flags, _, _ = self.read_frame(deadline)
+                if kind == SETTINGS and not flags & ACK:
+                    break
+            self.send(settings_frame(ack=True))
 
     def send(self, data):
         self.sock.sendall(data)
@@ -233,8 +242,7 @@ def get(port, path=b"/", tls_context=None, timeout=10):
     """One GET over a fresh HTTP/2 connection: (status, body)."""
     conn = Connection(port, tls_context)
     try:
-        conn.send(settings_frame(ack=True) +
-                  frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(path)))
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(path)))
         deadline = time.monotonic() + timeout
         status, body = None, b""
         while True:
@@ -646,7 +654,7 @@ class ProxyCase(unittest.TestCase):
         conn = Connection(self.proxy.tls_port if tls_context else self.proxy.port, tls_context)
         self.conns.append(conn)
         block = request_block(b"/reset")
-        burst = bytearray(settings_frame(ack=True))
+        burst = bytearray()
         for i in range(pairs):
             stream = 1 + 2 * i
             burst += frame(HEADERS, END_STREAM | END_HEADERS, stream, block)
@@ -688,8 +696,7 @@ class Http2Attacks(ProxyCase):
         fragment = field * (16000 // len(field))
         continuation = frame(CONTINUATION, 0, 1, fragment)
         with PeakRss(self.proxy.pid) as rss:
-            flood = Flood(conn, settings_frame(ack=True) +
-                          frame(HEADERS, END_STREAM, 1, request_block(b"/continuation")),
+            flood = Flood(conn, frame(HEADERS, END_STREAM, 1, request_block(b"/continuation")),
                           repeat=continuation, times=256 * MIB // len(continuation), stall=3)
             closed = conn.wait_closed(15)
         took = self.assert_serves()
@@ -714,7 +721,7 @@ class Http2Attacks(ProxyCase):
         # kernel, it has to queue them or stop reading.
         conn = self.connect(rcvbuf=4096)
         with PeakRss(self.proxy.pid) as rss:
-            flood = Flood(conn, settings_frame(ack=True), read=False, stall=3,
+            flood = Flood(conn, b"", read=False, stall=3,
                           repeat=one_frame, times=count)
             # Stop reading for a while longer: a server that queues ACKs
             # without limit keeps growing now.
@@ -732,7 +739,7 @@ class Http2Attacks(ProxyCase):
             except TimeoutError:
                 pass
         took = self.assert_serves()
-        frames_sent = max(0, flood.sent - len(PREFACE) - 18) // len(one_frame)
+        frames_sent = flood.sent // len(one_frame)
         print("flood: %d of %d frames sent (%.1f MiB), %d ACKs read, send closed=%s stalled=%s, "
               "closed=%s goaway=%r, RSS +%.1f MiB, second client %.2fs"
               % (frames_sent, count, flood.sent / MIB, acks, flood.closed, flood.stalled,
@@ -761,7 +768,7 @@ class Http2Attacks(ProxyCase):
         # decodes to 4 KB: 16,000 of them make a 64 MiB header list.
         block += b"\xbe" * (16384 - len(block))
         with PeakRss(self.proxy.pid) as rss:
-            conn.send(settings_frame(ack=True) + frame(HEADERS, END_STREAM | END_HEADERS, 1, block))
+            conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, block))
             deadline = time.monotonic() + 15
             status = reset = None
             try:
@@ -794,7 +801,7 @@ class Http2Attacks(ProxyCase):
         while SETTINGS_MAX_CONCURRENT_STREAMS not in conn.server_settings:
             conn.read_frame(deadline)
         self.assertEqual(conn.server_settings[SETTINGS_MAX_CONCURRENT_STREAMS], 100)
-        conn.send(settings_frame(ack=True) + b"".join(
+        conn.send(b"".join(
             frame(HEADERS, END_STREAM | END_HEADERS, 1 + 2 * i, block) for i in range(100)))
         # All 100 reach the backend and wait there.
         while self.backend.count("/hold") < 100 and time.monotonic() < deadline:
@@ -858,7 +865,7 @@ class Http2Attacks(ProxyCase):
         for name, bad in cases.items():
             with self.subTest(name):
                 conn = self.connect()
-                conn.send(settings_frame(ack=True) + bad)
+                conn.send(bad)
                 self.assert_connection_error(conn, (PROTOCOL_ERROR,))
         self.assert_serves()
 
@@ -871,13 +878,13 @@ class Http2Attacks(ProxyCase):
         block = request_block(b"/oversized")
         block += literal_new_name(b"x-pad", b"p" * (limit + 100 - len(block) - 10))
         self.assertGreater(len(block), limit)
-        conn.send(settings_frame(ack=True) + frame(HEADERS, END_STREAM | END_HEADERS, 1, block))
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, block))
         self.assert_connection_error(conn, (FRAME_SIZE_ERROR,))
         self.assertEqual(self.backend.count("/oversized"), 0)
         # A length field far over the limit, with no payload behind it: the
         # server must not wait for (or allocate) 16 MiB.
         conn = self.connect()
-        conn.send(settings_frame(ack=True) + frame(DATA, 0, 1, b"", length=(1 << 24) - 1))
+        conn.send(frame(DATA, 0, 1, b"", length=(1 << 24) - 1))
         self.assert_connection_error(conn, (FRAME_SIZE_ERROR, PROTOCOL_ERROR))
         self.assert_serves()
 
@@ -889,8 +896,7 @@ class ZeroWindowStall(ProxyCase):
 
     def test_zero_window_stall(self):
         conn = self.connect(settings=((0x2, 0), (SETTINGS_INITIAL_WINDOW_SIZE, 0)))
-        conn.send(settings_frame(ack=True) +
-                  frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/big")))
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/big")))
         with PeakRss(self.proxy.pid) as rss:
             # The backend writes until the proxy stops reading it.
             deadline = time.monotonic() + 15
