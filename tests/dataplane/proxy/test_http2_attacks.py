@@ -430,10 +430,12 @@ class Proxy:
         self.pid = self.process.pid
         try:
             wait_port(self.port, self.process)
+            if tls:
+                wait_port(self.tls_port, self.process)
         except AssertionError as e:
-            raise AssertionError("%s\n%s" % (e, self.output()))
-        if tls:
-            wait_port(self.tls_port, self.process)
+            output = self.output()
+            self.stop()
+            raise AssertionError("%s\n%s" % (e, output))
 
     def _kwd(self, backend, work, idle_timeout, header_timeout):
         objects = os.path.join(work, "objects")
@@ -506,6 +508,8 @@ spec:
         return self.log.read()[-4000:]
 
     def stop(self):
+        if self.log.closed:
+            return
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -606,23 +610,21 @@ class ProxyCase(unittest.TestCase):
     header_timeout = 30
 
     def setUp(self):
+        # Cleanups run even when setUp fails half-way (tearDown would not).
         self.work = tempfile.mkdtemp(prefix="kwd-h2-attacks.")
+        self.addCleanup(shutil.rmtree, self.work, ignore_errors=True)
         self.backend = Backend()
+        self.addCleanup(self.backend.close)
+        self.addCleanup(self.backend.release)
         self.proxy = Proxy(self.backend, self.work, tls=self.tls,
                            idle_timeout=self.idle_timeout, header_timeout=self.header_timeout)
+        self.addCleanup(self.proxy.stop)
         self.conns = []
+        self.addCleanup(lambda: [conn.close() for conn in self.conns])
         self.assertEqual(get(self.proxy.port), (200, b"ok"))
 
     def tearDown(self):
-        for conn in self.conns:
-            conn.close()
-        self.backend.release()
-        alive = self.proxy.alive()
-        output = self.proxy.output()
-        self.proxy.stop()
-        self.backend.close()
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.assertTrue(alive, "proxy died:\n" + output)
+        self.assertTrue(self.proxy.alive(), "proxy died:\n" + self.proxy.output())
 
     def connect(self, **kwargs):
         conn = Connection(self.tls_port() if kwargs.pop("tls", False) else self.proxy.port,
