@@ -33,6 +33,7 @@ RUN apt-get update \
       ca-certificates \
       libcurl4 \
       libgrpc++1.51 \
+      libnghttp2-14 \
       libprotobuf32 \
       libssl3 \
       libyaml-cpp0.7 \

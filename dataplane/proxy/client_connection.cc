@@ -11,6 +11,8 @@
 #include "common/log.h"
 #include "dataplane/http/forward.h"
 #include "dataplane/net/socket.h"
+#include "dataplane/proxy/exchange.h"
+#include "dataplane/proxy/http2_connection.h"
 #include "dataplane/proxy/request_id.h"
 #include "dataplane/proxy/worker.h"
 #include "dataplane/tls/tls_transport.h"
@@ -33,11 +35,6 @@ int64_t UnixNowMs() {
 constexpr ssize_t kWouldBlock = -1;
 constexpr ssize_t kIoError = -2;
 constexpr ssize_t kBufferFull = -3;
-
-bool IsIdempotent(std::string_view method) {
-  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" ||
-         method == "DELETE" || method == "TRACE";
-}
 
 void AppendChunk(std::string_view data, std::string& out) {
   char size_line[24];
@@ -79,6 +76,7 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       response_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
       response_chunked_(http::ChunkedLimits{~0ull}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
+  h2c_sniff_ = worker->options().h2c && transport_->established();
   method_.reserve(16);
   target_.reserve(256);
   upstream_out_.reserve(16 * 1024);
@@ -89,24 +87,12 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
 ClientConnection::~ClientConnection() = default;
 
 void ClientConnection::Start() {
+  worker_->metrics().http1_connections.Add(1);
   worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
   if (transport_->established()) {
     ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
   } else {
     ArmTimer(TimerKind::kHandshake, worker_->options().handshake_timeout_ms);
-  }
-}
-
-namespace {
-constexpr uint32_t kReadableEvents = EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
-}  // namespace
-
-void ClientConnection::Readiness::Note(uint32_t events) {
-  if ((events & kReadableEvents) != 0) {
-    readable = true;
-  }
-  if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
-    peer_closed = true;
   }
 }
 
@@ -206,6 +192,10 @@ void ClientConnection::Drive() {
 bool ClientConnection::StepHandshake() {
   switch (transport_->Handshake()) {
     case net::Transport::HandshakeStatus::kDone:
+      if (const net::TlsInfo* tls = transport_->tls(); tls != nullptr && tls->alpn == "h2") {
+        HandOverToHttp2();
+        return false;
+      }
       request_https_ = transport_->tls() != nullptr;
       ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
       return true;
@@ -230,7 +220,15 @@ bool ClientConnection::StepHead() {
   if (out_.size() >= kHighWater) {
     return progressed;  // answer what is queued before reading more requests
   }
-  if (!in_.empty()) {
+  if (h2c_sniff_ && !in_.empty()) {
+    PrefaceMatch preface = MatchHttp2Preface(in_.view());
+    if (preface == PrefaceMatch::kYes) {
+      HandOverToHttp2();
+      return false;
+    }
+    h2c_sniff_ = preface == PrefaceMatch::kPartial;
+  }
+  if (!in_.empty() && !h2c_sniff_) {
     http::ParseResult r = request_parser_.Parse(in_.view(), &request_head_);
     if (r.complete()) {
       StartRequest(r.consumed);
@@ -323,10 +321,6 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   decided_ = true;
   retried_ = false;
 
-  ProxyMetrics& metrics = worker_->metrics();
-  if (decision_.lost != routing::Identifier::kNone) {
-    metrics.sticky_lost[static_cast<size_t>(decision_.lost)]->Inc();
-  }
   if (decision_.server == nullptr) {
     bool has_body = request_info_.body != http::BodyKind::kNone;
     bool close = has_body || !request_info_.keep_alive;
@@ -343,23 +337,7 @@ void ClientConnection::StartRequest(size_t head_bytes) {
     }
     return;
   }
-  switch (decision_.reason) {
-    case routing::Reason::kStickyContextId:
-    case routing::Reason::kStickySaplb:
-    case routing::Reason::kStickyJSessionId:
-    case routing::Reason::kStickySapExtSid:
-    case routing::Reason::kStickyAffinityCookie: {
-      static constexpr routing::Identifier kByReason[] = {
-          routing::Identifier::kNone,      routing::Identifier::kSapContextId,
-          routing::Identifier::kSaplb,     routing::Identifier::kJSessionId,
-          routing::Identifier::kSapExtSid, routing::Identifier::kAffinityCookie};
-      metrics.sticky_routed[static_cast<size_t>(kByReason[static_cast<size_t>(decision_.reason)])]
-          ->Inc();
-      break;
-    }
-    default:
-      break;
-  }
+  CountRouted(*worker_, decision_);
   request_remaining_ = request_info_.content_length;
   request_chunked_.Reset();
   request_done_ =
@@ -418,87 +396,27 @@ void ClientConnection::ConnectUpstream() {
   ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
 }
 
-namespace {
-
-constexpr size_t kMaxForwardedChain = 8;
-constexpr std::string_view kChainHeaders[kMaxForwardedChain] = {
-    "SSL_CLIENT_CERT_CHAIN_1", "SSL_CLIENT_CERT_CHAIN_2", "SSL_CLIENT_CERT_CHAIN_3",
-    "SSL_CLIENT_CERT_CHAIN_4", "SSL_CLIENT_CERT_CHAIN_5", "SSL_CLIENT_CERT_CHAIN_6",
-    "SSL_CLIENT_CERT_CHAIN_7", "SSL_CLIENT_CERT_CHAIN_8"};
-
-// What SAP's ICM reads from a TLS-terminating Web Dispatcher: the cipher, its
-// key size and a verified client certificate with its chain. Clients' own
-// fields of these names are always dropped (http::SerializeRequestHead).
-size_t AppendTlsHeaders(const net::TlsInfo& tls, std::string_view key_size,
-                        std::span<http::Header> out) {
-  size_t n = 0;
-  out[n++] = {"SSL_CIPHER_SUITE", tls.cipher};
-  out[n++] = {"SSL_CIPHER_USEKEYSIZE", key_size};
-  if (tls.peer_verified && !tls.peer_pem_line.empty()) {
-    out[n++] = {"SSL_CLIENT_CERT", tls.peer_pem_line};
-    for (size_t i = 0; i < tls.peer_chain_pem_lines.size() && i < kMaxForwardedChain; ++i) {
-      out[n++] = {kChainHeaders[i], tls.peer_chain_pem_lines[i]};
-    }
-  }
-  return n;
-}
-
-}  // namespace
-
 bool ClientConnection::StartUpstreamTls() {
-  const auto& tls = decision_.group->tls;
-  if (tls == nullptr || !tls->error().empty()) {
-    OnUpstreamTlsFailed("config", "the proxy has no usable TLS settings for the group");
+  std::string detail;
+  if (!proxy::StartUpstreamTls(decision_, upstream_, &detail)) {
+    OnUpstreamTlsFailed("config", detail);
     return false;
   }
-  std::shared_ptr<SSL_CTX> ctx = tls->Context();
-  std::string error;
-  std::unique_ptr<tls::TlsTransport> transport =
-      ctx == nullptr ? nullptr
-                     : tls::TlsTransport::Client(ctx.get(), upstream_->fd,
-                                                 tls->ServerName(upstream_->address), &error);
-  if (transport == nullptr) {
-    OnUpstreamTlsFailed("config", error.empty() ? "no TLS context" : error);
-    return false;
-  }
-  tls->OfferSession(transport->ssl(), upstream_->address, upstream_->port);
-  upstream_->tls_key = tls->key();
-  upstream_->tls = tls;
-  upstream_->transport = std::move(transport);
   return true;
 }
 
 bool ClientConnection::StepUpstreamHandshake() {
-  net::Transport& transport = *upstream_->transport;
-  if (transport.established()) {
-    return true;
-  }
-  switch (transport.Handshake()) {
-    case net::Transport::HandshakeStatus::kDone: {
-      const net::TlsInfo* info = transport.tls();
-      worker_->metrics()
-          .registry()
-          .GetCounter("kwd_proxy_upstream_tls_handshakes_total",
-                      "TLS handshakes with servers of re-encrypting groups, by whether a "
-                      "session was resumed.",
-                      {{"resumed", info != nullptr && info->resumed ? "true" : "false"}})
-          .Inc();
+  std::string_view reason;
+  std::string detail;
+  switch (StepUpstreamTls(*worker_, upstream_, &reason, &detail)) {
+    case UpstreamHandshake::kDone:
       return true;
-    }
-    case net::Transport::HandshakeStatus::kWantIo:
+    case UpstreamHandshake::kWantIo:
       return false;
-    case net::Transport::HandshakeStatus::kFailed:
+    case UpstreamHandshake::kFailed:
       break;
   }
-  auto* tls_transport = static_cast<tls::TlsTransport*>(upstream_->transport.get());
-  long verify = SSL_get_verify_result(tls_transport->ssl());
-  if (verify != X509_V_OK) {
-    OnUpstreamTlsFailed("verify", std::string("the server's certificate did not verify: ") +
-                                      X509_verify_cert_error_string(verify));
-  } else {
-    OnUpstreamTlsFailed("handshake", std::string("TLS handshake with the server failed: ") +
-                                         std::string(transport.error()));
-  }
+  OnUpstreamTlsFailed(reason, detail);
   return false;
 }
 
@@ -508,24 +426,8 @@ void ClientConnection::OnUpstreamTlsFailed(std::string_view reason, std::string_
     upstream_ = nullptr;
   }
   phase_ = Phase::kForward;  // no longer waiting for the connect
-  std::string group = decision_.group != nullptr ? decision_.group->key : "";
-  worker_->metrics()
-      .registry()
-      .GetCounter("kwd_proxy_upstream_tls_errors_total",
-                  "Requests of re-encrypting groups answered 502 because TLS to the server "
-                  "could not be set up (config), the server's certificate or name did not verify "
-                  "(verify) or the handshake failed (handshake). Never sent in clear instead.",
-                  {{"group", group}, {"reason", std::string(reason)}})
-      .Inc();
-  Log(LogLevel::kWarn, "proxy", "TLS to a server failed: answered 502",
-      {{"group", group},
-       {"server", decision_.server != nullptr ? decision_.server->name : ""},
-       {"reason", std::string(reason)},
-       {"error", std::string(detail)}});
-  // The detail (paths, OpenSSL's words) goes to the log, not to clients.
-  AbortTransaction(ErrorCode::kBadGateway, reason == "verify"
-                                               ? "the server's TLS certificate did not verify"
-                                               : "TLS to the server could not be established");
+  AbortTransaction(ErrorCode::kBadGateway,
+                   CountUpstreamTlsFailure(*worker_, decision_, reason, detail));
   if (phase_ == Phase::kClosing) {
     // The connect timer must not fire on an answered request (a second
     // answer, the server marked down for a connect that succeeded).
@@ -562,14 +464,7 @@ void ClientConnection::OnConnected() {
   upstream_sent_ = 0;
   in_.Consume(head_bytes_);
   head_bytes_ = 0;
-  const auto& table_metrics = worker_->table_metrics();
-  if (decision_.group_index >= 0 &&
-      static_cast<size_t>(decision_.group_index) < table_metrics->groups.size()) {
-    const auto& group = table_metrics->groups[decision_.group_index];
-    if (static_cast<size_t>(decision_.server_index) < group.servers.size()) {
-      group.servers[decision_.server_index].requests->Inc();
-    }
-  }
+  CountServerRequest(*worker_, decision_);
   ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
 }
 
@@ -588,23 +483,7 @@ void ClientConnection::OnConnectFailed(int error_number) {
                   true);
     return;
   }
-  const routing::ServerEntry* server = decision_.server;
-  const auto& table_metrics = worker_->table_metrics();
-  if (decision_.group_index >= 0 &&
-      static_cast<size_t>(decision_.group_index) < table_metrics->groups.size()) {
-    const auto& group = table_metrics->groups[decision_.group_index];
-    if (static_cast<size_t>(decision_.server_index) < group.servers.size()) {
-      group.servers[decision_.server_index].connect_errors->Inc();
-    }
-  }
-  // Passive health: the health checker re-admits the server once its pings
-  // succeed again.
-  if (server->health != nullptr && server->health->SetHealthy(false, UnixNowMs())) {
-    Log(LogLevel::kWarn, "proxy", "server marked down after a failed connect",
-        {{"group", decision_.group->key},
-         {"server", server->name},
-         {"error", std::strerror(error_number)}});
-  }
+  CountConnectFailure(*worker_, decision_, error_number);
   if (RetryElsewhere()) {
     return;
   }
@@ -614,7 +493,7 @@ void ClientConnection::OnConnectFailed(int error_number) {
 bool ClientConnection::RetryElsewhere() {
   // Only a request nobody is stuck to, that may safely be sent twice, whose
   // head is still in the buffer (nothing was sent yet).
-  if (retried_ || decision_.reason != routing::Reason::kBalance || !IsIdempotent(method_) ||
+  if (retried_ || decision_.reason != routing::Reason::kBalance || !IsIdempotentMethod(method_) ||
       head_bytes_ == 0) {
     return false;
   }
@@ -807,7 +686,7 @@ bool ClientConnection::MoveResponse() {
         return true;
       }
       if (!response_started_ && upstream_reused_ && !retried_reuse_ &&
-          request_info_.body == http::BodyKind::kNone && IsIdempotent(method_)) {
+          request_info_.body == http::BodyKind::kNone && IsIdempotentMethod(method_)) {
         // A pooled connection the server had closed: send again on a new one.
         // Only an idempotent request: the server may have acted on the first
         // one before closing (RFC 9110 9.2.2); any other gets 502 below.
@@ -1180,47 +1059,23 @@ void ClientConnection::ReleaseUpstream(bool reusable) {
 }
 
 void ClientConnection::LogAndCount(int status, std::string_view reason) {
-  int64_t now_us = MonotonicUs();
-  double duration_ms =
-      request_start_us_ == 0 ? 0 : static_cast<double>(now_us - request_start_us_) / 1000.0;
-  const auto& table_metrics = *worker_->table_metrics();
-  const GroupMetrics* group = &table_metrics.no_group;
-  if (decided_ && decision_.group_index >= 0 &&
-      static_cast<size_t>(decision_.group_index) < table_metrics.groups.size() &&
-      decision_.group != nullptr) {
-    group = &table_metrics.groups[decision_.group_index];
-  }
-  group->requests[StatusCodeIndex(status)]->Inc();
-  worker_->stats().CountResponse(decided_ ? &decision_ : nullptr, status, worker_->loop().now_ms());
-  group->duration->Observe(duration_ms / 1000.0);
-  AccessLog& log = worker_->access_log();
-  if (log.enabled()) {
-    AccessLogEntry entry;
-    entry.client_ip = request_client_ip_.empty() ? client_ip_ : request_client_ip_;
-    entry.method = method_.empty() ? std::string_view("-") : std::string_view(method_);
-    entry.target = target_;
-    entry.version_minor = version_minor_;
-    entry.status = status;
-    entry.bytes_sent = response_body_bytes_;
-    entry.bytes_received = request_body_bytes_;
-    if (decided_ && decision_.group != nullptr) {
-      entry.group = decision_.group->key;
-    }
-    if (decided_ && decision_.server != nullptr && response_head_done_) {
-      entry.server = decision_.server->name;
-    }
-    entry.duration_ms = duration_ms;
-    if (upstream_start_us_ != 0) {
-      entry.upstream_ms = static_cast<double>(now_us - upstream_start_us_) / 1000.0;
-    }
-    entry.reason = reason;
-    entry.request_id = request_id_;
-    entry.trace_id = trace_id_;
-    if (const net::TlsInfo* tls = transport_->tls()) {
-      entry.tls_version = tls->version;
-    }
-    log.Write(entry, time(nullptr));
-  }
+  TransactionRecord record;
+  record.client_ip = request_client_ip_.empty() ? client_ip_ : request_client_ip_;
+  record.method = method_;
+  record.target = target_;
+  record.version_minor = version_minor_;
+  record.status = status;
+  record.bytes_sent = response_body_bytes_;
+  record.bytes_received = request_body_bytes_;
+  record.decision = decided_ ? &decision_ : nullptr;
+  record.server_answered = response_head_done_;
+  record.request_start_us = request_start_us_;
+  record.upstream_start_us = upstream_start_us_;
+  record.reason = reason;
+  record.request_id = request_id_;
+  record.trace_id = trace_id_;
+  record.tls = transport_->tls();
+  CountAndLog(*worker_, record);
 }
 
 // ---- timers ----
@@ -1288,33 +1143,6 @@ void ClientConnection::OnTimer() {
 
 // ---- socket I/O ----
 
-ssize_t ClientConnection::ReadInto(net::Transport& transport, Readiness* readiness, Buffer& buffer,
-                                   size_t max_capacity) {
-  // Edge-triggered readiness is cached: no read that is known to block.
-  if (!readiness->readable) {
-    return kWouldBlock;
-  }
-  size_t free_bytes = 0;
-  char* p = buffer.PrepareWrite(4096, max_capacity, &free_bytes);
-  if (free_bytes == 0) {
-    return kBufferFull;
-  }
-  bool drained = false;
-  ssize_t n = transport.Read(p, free_bytes, &drained);
-  if (n > 0) {
-    buffer.Commit(static_cast<size_t>(n));
-  }
-  // A drained socket raises a new edge when data comes. A FIN that came with
-  // the data does not: the next read returns the EOF.
-  if (drained && (n <= 0 || !readiness->peer_closed)) {
-    readiness->readable = false;
-  }
-  if (n > 0 || n == net::Transport::kEof) {
-    return n;
-  }
-  return n == net::Transport::kWouldBlock ? kWouldBlock : kIoError;
-}
-
 bool ClientConnection::FlushClient() {
   while (!out_.empty()) {
     std::string_view pending = out_.view();
@@ -1363,6 +1191,7 @@ void ClientConnection::Close(std::string_view cause) {
     return;
   }
   closed_ = true;
+  worker_->metrics().http1_connections.Add(-1);
   ReleaseUpstream(false);
   if (decided_) {
     LogAborted(cause);
@@ -1376,6 +1205,14 @@ void ClientConnection::Close(std::string_view cause) {
   }
   ::close(fd_);
   worker_->ConnectionClosed(this);
+  worker_->loop().DeleteLater(this);
+}
+
+void ClientConnection::HandOverToHttp2() {
+  closed_ = true;
+  worker_->metrics().http1_connections.Add(-1);
+  worker_->loop().Cancel(&timer_);
+  worker_->HandOverToHttp2(this, std::move(transport_), std::move(client_ip_), in_.view());
   worker_->loop().DeleteLater(this);
 }
 

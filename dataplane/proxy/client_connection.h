@@ -17,6 +17,8 @@
 #include "dataplane/net/transport.h"
 #include "dataplane/proxy/buffer.h"
 #include "dataplane/proxy/error_page.h"
+#include "dataplane/proxy/exchange.h"
+#include "dataplane/proxy/worker.h"
 #include "dataplane/routing/router.h"
 
 namespace kwd::proxy {
@@ -25,7 +27,7 @@ class Worker;
 class UpstreamConnection;
 struct GroupMetrics;
 
-class ClientConnection final : public net::IoHandler, public net::Deletable {
+class ClientConnection final : public net::IoHandler, public net::Deletable, public UpstreamOwner {
  public:
   // `transport` is plain or TLS (its handshake runs in Drive); the
   // connection owns it and the descriptor under it.
@@ -35,7 +37,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
 
   void Start();
   void OnIo(uint32_t events) override;
-  void OnUpstreamIo(uint32_t events);
+  void OnUpstreamIo(uint32_t events) override;
   // Worker is draining: finish the current request, then close.
   void BeginDrain();
   bool idle() const { return phase_ == Phase::kHead && in_.empty() && !request_started_; }
@@ -81,23 +83,13 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   // Ends the connection. A transaction still in flight is logged and counted
   // as aborted, `cause` naming the side that ended it.
   void Close(std::string_view cause = "aborted");
+  // The client speaks HTTP/2 (ALPN h2, or the h2c preface): an
+  // Http2Connection takes the transport and what was read.
+  void HandOverToHttp2();
   void ArmTimer(TimerKind kind, int64_t delay_ms);
   void OnTimer();
   void LogAndCount(int status, std::string_view reason);
 
-  // Edge-triggered readiness of one socket, cached between events. A FIN that
-  // arrives with data raises no edge of its own after the data is read, so the
-  // peer's close is remembered from the event that reported it.
-  struct Readiness {
-    bool readable = false;
-    bool peer_closed = false;  // EPOLLRDHUP, EPOLLHUP or EPOLLERR was reported
-    void Note(uint32_t events);
-  };
-
-  // I/O: return bytes moved, 0 on EOF, -1 when the socket would block, -2 on
-  // error.
-  static ssize_t ReadInto(net::Transport& transport, Readiness* readiness, Buffer& buffer,
-                          size_t max_capacity);
   bool FlushClient();
   bool FlushUpstream();
   // Bytes queued towards the server and not sent yet.
@@ -116,6 +108,9 @@ class ClientConnection final : public net::IoHandler, public net::Deletable {
   Readiness upstream_readable_;
   bool close_after_response_ = false;
   bool draining_ = false;
+  // --h2c on a plain connection whose first request has not begun: its first
+  // bytes are checked for the HTTP/2 preface.
+  bool h2c_sniff_ = false;
 
   Buffer in_;
   Buffer out_;

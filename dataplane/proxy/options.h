@@ -51,6 +51,11 @@ struct ProxyOptions {
   // --trusted-proxies: peers whose X-Forwarded-For/-Proto are honoured.
   net::CidrSet trusted_proxies;
 
+  // HTTP/2 (ALPN h2 on --tls-listen; --h2c: prior knowledge on --listen).
+  bool h2c = false;
+  uint32_t h2_max_concurrent_streams = 100;  // --h2-max-concurrent-streams, 1-1000
+  int64_t h2_ping_timeout_ms = 20'000;       // --h2-ping-timeout
+
   std::string access_log = "-";  // --access-log FILE | - (stdout) | off
   std::string affinity_key;      // from --affinity-key-file or KWD_AFFINITY_KEY
 };

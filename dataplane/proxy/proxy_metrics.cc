@@ -57,7 +57,24 @@ ProxyMetrics::ProxyMetrics()
           "PROXY header.")),
       tls_handshake_timeouts(registry_.GetCounter(
           "kwd_proxy_tls_handshake_errors_total",
-          "TLS handshakes on --tls-listen that failed, by reason.", {{"reason", "timeout"}})) {
+          "TLS handshakes on --tls-listen that failed, by reason.", {{"reason", "timeout"}})),
+      http1_connections(registry_.GetGauge("kwd_proxy_http_connections",
+                                           "Open client connections by HTTP version.",
+                                           {{"protocol", "HTTP/1.1"}})),
+      http2_connections(registry_.GetGauge("kwd_proxy_http_connections",
+                                           "Open client connections by HTTP version.",
+                                           {{"protocol", "HTTP/2"}})),
+      http2_streams(registry_.GetGauge("kwd_proxy_http2_streams",
+                                       "Open HTTP/2 streams (requests in flight).")),
+      http2_streams_total(registry_.GetCounter("kwd_proxy_http2_streams_total",
+                                               "HTTP/2 streams begun by clients.")) {
+  for (size_t i = 0; i < http2_errors.size(); ++i) {
+    http2_errors[i] = &registry_.GetCounter(
+        "kwd_proxy_http2_errors_total",
+        "HTTP/2 protocol errors, refused and reset streams, GOAWAYs sent, ping timeouts, "
+        "oversized header lists and floods, by reason.",
+        {{"reason", kHttp2ErrorNames[i]}});
+  }
   RegisterStandardMetrics(registry_);
   for (size_t i = 0; i < kErrorCodeCount; ++i) {
     ErrorInfo info = ErrorInfoFor(static_cast<ErrorCode>(i));

@@ -73,6 +73,22 @@ struct TableMetrics {
   std::vector<std::shared_ptr<void>> owned;
 };
 
+// kwd_proxy_http2_errors_total{reason}: the index into
+// ProxyMetrics::http2_errors.
+enum class Http2Error : uint8_t {
+  kProtocol,        // the client broke the protocol (connection or stream error)
+  kRefusedStream,   // a stream over --h2-max-concurrent-streams was refused
+  kClientReset,     // the client reset a stream (RST_STREAM)
+  kStreamReset,     // the proxy reset a stream (upstream failed mid-response)
+  kGoawaySent,      // GOAWAY sent (drain, idle, errors)
+  kPingTimeout,     // no PING ACK in time: closed
+  kHeaderTooLarge,  // a header list over --max-header-size (431 or reset)
+  kFlood,           // a flood or header block beyond the limits: closed
+};
+inline constexpr const char* kHttp2ErrorNames[] = {
+    "protocol_error", "refused_stream", "client_reset",     "stream_reset",
+    "goaway_sent",    "ping_timeout",   "header_too_large", "flood"};
+
 class ProxyMetrics {
   // Declared first: the references below are initialised from it.
   MetricsRegistry registry_;
@@ -107,6 +123,14 @@ class ProxyMetrics {
   // kwd_proxy_tls_handshake_errors_total{reason="timeout"}; the TLS library
   // counts the other reasons under the same name.
   Counter& tls_handshake_timeouts;
+  // Open client connections by the HTTP version they speak (TLS passthrough
+  // is not counted here), HTTP/2 streams open and begun, and HTTP/2 errors
+  // by Http2Error.
+  Gauge& http1_connections;
+  Gauge& http2_connections;
+  Gauge& http2_streams;
+  Counter& http2_streams_total;
+  std::array<Counter*, 8> http2_errors{};
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

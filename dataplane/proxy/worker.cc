@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "dataplane/net/proxy_protocol.h"
 #include "dataplane/proxy/client_connection.h"
+#include "dataplane/proxy/http2_connection.h"
 #include "dataplane/proxy/passthrough_connection.h"
 
 namespace kwd::proxy {
@@ -423,6 +424,24 @@ void Worker::ConnectionClosed(WorkerConnection* connection) {
   metrics_->connections_active.Add(-1);
   if (draining_) {
     CheckDrained();
+  }
+}
+
+void Worker::HandOverToHttp2(ClientConnection* from, std::unique_ptr<net::Transport> transport,
+                             std::string client_ip, std::string_view received) {
+  size_t slot = from->slot;
+  if (slot < connections_.size() && connections_[slot] == from) {
+    connections_[slot] = connections_.back();
+    connections_[slot]->slot = slot;
+    connections_.pop_back();
+  }
+  auto* connection =
+      new Http2Connection(this, std::move(transport), std::move(client_ip), received);
+  connection->slot = others_.size();
+  others_.push_back(connection);
+  connection->Start();
+  if (draining_) {
+    connection->BeginDrain();
   }
 }
 

@@ -26,7 +26,18 @@
 namespace kwd::proxy {
 
 class ClientConnection;
+class Http2Connection;
 class Worker;
+
+// Whoever an UpstreamConnection reports its readiness to while it carries a
+// request: an HTTP/1.1 ClientConnection or an HTTP/2 stream's Exchange.
+class UpstreamOwner {
+ public:
+  virtual void OnUpstreamIo(uint32_t events) = 0;
+
+ protected:
+  ~UpstreamOwner() = default;
+};
 
 // The listeners a worker accepts on.
 enum class Listener : uint8_t { kHttp, kTls, kPassthrough };
@@ -68,7 +79,7 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
   std::string address;
   uint32_t port;
   bool connecting = true;
-  ClientConnection* owner = nullptr;  // null while idle in the pool
+  UpstreamOwner* owner = nullptr;  // null while idle in the pool
   net::Timer idle_timer;
   bool closed = false;
 };
@@ -123,6 +134,11 @@ class Worker {
   void ForgetIdle(UpstreamConnection* connection);
   void ConnectionClosed(ClientConnection* connection);
   void ConnectionClosed(WorkerConnection* connection);
+  // The HTTP/1.1 connection found HTTP/2 (ALPN h2, or the h2c preface with
+  // --h2c): an Http2Connection takes over its transport and the bytes it
+  // already read. The connection stays counted; `from` is deleted later.
+  void HandOverToHttp2(ClientConnection* from, std::unique_ptr<net::Transport> transport,
+                       std::string client_ip, std::string_view received);
   // Takes `connection` off the worker's list without uncounting it.
   void Detach(WorkerConnection* connection);
   // Starts the connection for `listener` on an accepted socket whose client

@@ -554,15 +554,18 @@ int ServerTls::OnServerName(SSL* ssl, int* /*alert*/, void* /*arg*/) {
 
 int ServerTls::OnAlpn(SSL* /*ssl*/, const unsigned char** out, unsigned char* out_len,
                       const unsigned char* in, unsigned int in_len, void* /*arg*/) {
-  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  // Our preference order: HTTP/2 (served by proxy::Http2Connection), then
+  // HTTP/1.1.
+  static const unsigned char kProtocols[] = {2,   'h', '2', 8,   'h', 't',
+                                             't', 'p', '/', '1', '.', '1'};
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, out_len, kHttp11, sizeof kHttp11, in, in_len) ==
+  if (SSL_select_next_proto(&selected, out_len, kProtocols, sizeof kProtocols, in, in_len) ==
       OPENSSL_NPN_NEGOTIATED) {
     *out = selected;
     return SSL_TLSEXT_ERR_OK;
   }
-  // The client offers no protocol we speak: go on without ALPN; its first
-  // bytes decide (HTTP/1.1 is all this listener serves).
+  // The client offers no protocol we speak: go on without ALPN; it is
+  // served HTTP/1.1.
   return SSL_TLSEXT_ERR_NOACK;
 }
 

@@ -304,7 +304,10 @@ class TlsTermination(unittest.TestCase):
         with self.tls_connect("alpha.kwd.test") as s:
             self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
             self.assertIn(s.version(), ("TLSv1.3",))
-        ctx = self.context(alpn=("h2",))  # nothing we speak: no ALPN, still served
+        ctx = self.context(alpn=("h2",))  # HTTP/2 (issue 15): preferred when offered
+        with self.tls_connect("alpha.kwd.test", ctx) as s:
+            self.assertEqual(s.selected_alpn_protocol(), "h2")
+        ctx = self.context(alpn=("spdy/3",))  # nothing we speak: no ALPN, still served
         with self.tls_connect("alpha.kwd.test", ctx) as s:
             self.assertIsNone(s.selected_alpn_protocol())
             self.assertEqual(self.request(s)[0], 200)

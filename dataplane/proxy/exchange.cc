@@ -1,0 +1,1033 @@
+#include "dataplane/proxy/exchange.h"
+
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "common/log.h"
+#include "dataplane/http/forward.h"
+#include "dataplane/net/socket.h"
+#include "dataplane/proxy/request_id.h"
+#include "dataplane/tls/tls_transport.h"
+#include "dataplane/tls/upstream_tls.h"
+
+namespace kwd::proxy {
+
+namespace {
+
+// Pending bytes towards one side beyond which the other side is not read.
+constexpr size_t kHighWater = 64 * 1024;
+constexpr size_t kBodyBufferBytes = 64 * 1024;
+constexpr uint32_t kReadableEvents = EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
+
+int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void AppendChunk(std::string_view data, std::string& out) {
+  char size_line[24];
+  int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+  out.append(size_line, static_cast<size_t>(n));
+  out.append(data);
+  out.append("\r\n");
+}
+
+constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+constexpr std::string_view kChainHeaders[kMaxForwardedChain] = {
+    "SSL_CLIENT_CERT_CHAIN_1", "SSL_CLIENT_CERT_CHAIN_2", "SSL_CLIENT_CERT_CHAIN_3",
+    "SSL_CLIENT_CERT_CHAIN_4", "SSL_CLIENT_CERT_CHAIN_5", "SSL_CLIENT_CERT_CHAIN_6",
+    "SSL_CLIENT_CERT_CHAIN_7", "SSL_CLIENT_CERT_CHAIN_8"};
+
+}  // namespace
+
+// ---- shared with the HTTP/1.1 connection ----
+
+void Readiness::Note(uint32_t events) {
+  if ((events & kReadableEvents) != 0) {
+    readable = true;
+  }
+  if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    peer_closed = true;
+  }
+}
+
+ssize_t ReadInto(net::Transport& transport, Readiness* readiness, Buffer& buffer,
+                 size_t max_capacity) {
+  // Edge-triggered readiness is cached: no read that is known to block.
+  if (!readiness->readable) {
+    return kReadWouldBlock;
+  }
+  size_t free_bytes = 0;
+  char* p = buffer.PrepareWrite(4096, max_capacity, &free_bytes);
+  if (free_bytes == 0) {
+    return kReadBufferFull;
+  }
+  bool drained = false;
+  ssize_t n = transport.Read(p, free_bytes, &drained);
+  if (n > 0) {
+    buffer.Commit(static_cast<size_t>(n));
+  }
+  // A drained socket raises a new edge when data comes. A FIN that came with
+  // the data does not: the next read returns the EOF.
+  if (drained && (n <= 0 || !readiness->peer_closed)) {
+    readiness->readable = false;
+  }
+  if (n > 0 || n == net::Transport::kEof) {
+    return n;
+  }
+  return n == net::Transport::kWouldBlock ? kReadWouldBlock : kReadError;
+}
+
+void CountAndLog(Worker& worker, const TransactionRecord& t) {
+  int64_t now_us = MonotonicUs();
+  double duration_ms =
+      t.request_start_us == 0 ? 0 : static_cast<double>(now_us - t.request_start_us) / 1000.0;
+  const auto& table_metrics = *worker.table_metrics();
+  const GroupMetrics* group = &table_metrics.no_group;
+  const routing::Decision* decision = t.decision;
+  if (decision != nullptr && decision->group_index >= 0 &&
+      static_cast<size_t>(decision->group_index) < table_metrics.groups.size() &&
+      decision->group != nullptr) {
+    group = &table_metrics.groups[decision->group_index];
+  }
+  group->requests[StatusCodeIndex(t.status)]->Inc();
+  worker.stats().CountResponse(decision, t.status, worker.loop().now_ms());
+  group->duration->Observe(duration_ms / 1000.0);
+  AccessLog& log = worker.access_log();
+  if (!log.enabled()) {
+    return;
+  }
+  AccessLogEntry entry;
+  entry.client_ip = t.client_ip;
+  entry.method = t.method.empty() ? std::string_view("-") : t.method;
+  entry.target = t.target;
+  entry.version_minor = t.version_minor;
+  entry.protocol = t.protocol;
+  entry.status = t.status;
+  entry.bytes_sent = t.bytes_sent;
+  entry.bytes_received = t.bytes_received;
+  if (decision != nullptr && decision->group != nullptr) {
+    entry.group = decision->group->key;
+  }
+  if (decision != nullptr && decision->server != nullptr && t.server_answered) {
+    entry.server = decision->server->name;
+  }
+  entry.duration_ms = duration_ms;
+  if (t.upstream_start_us != 0) {
+    entry.upstream_ms = static_cast<double>(now_us - t.upstream_start_us) / 1000.0;
+  }
+  entry.reason = t.reason;
+  entry.request_id = t.request_id;
+  entry.trace_id = t.trace_id;
+  if (t.tls != nullptr) {
+    entry.tls_version = t.tls->version;
+  }
+  log.Write(entry, time(nullptr));
+}
+
+void CountRouted(Worker& worker, const routing::Decision& decision) {
+  ProxyMetrics& metrics = worker.metrics();
+  if (decision.lost != routing::Identifier::kNone) {
+    metrics.sticky_lost[static_cast<size_t>(decision.lost)]->Inc();
+  }
+  switch (decision.reason) {
+    case routing::Reason::kStickyContextId:
+    case routing::Reason::kStickySaplb:
+    case routing::Reason::kStickyJSessionId:
+    case routing::Reason::kStickySapExtSid:
+    case routing::Reason::kStickyAffinityCookie: {
+      static constexpr routing::Identifier kByReason[] = {
+          routing::Identifier::kNone,      routing::Identifier::kSapContextId,
+          routing::Identifier::kSaplb,     routing::Identifier::kJSessionId,
+          routing::Identifier::kSapExtSid, routing::Identifier::kAffinityCookie};
+      metrics.sticky_routed[static_cast<size_t>(kByReason[static_cast<size_t>(decision.reason)])]
+          ->Inc();
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+namespace {
+const ServerMetrics* ServerMetricsFor(Worker& worker, const routing::Decision& decision) {
+  const auto& table_metrics = worker.table_metrics();
+  if (decision.group_index >= 0 &&
+      static_cast<size_t>(decision.group_index) < table_metrics->groups.size()) {
+    const auto& group = table_metrics->groups[decision.group_index];
+    if (static_cast<size_t>(decision.server_index) < group.servers.size()) {
+      return &group.servers[decision.server_index];
+    }
+  }
+  return nullptr;
+}
+}  // namespace
+
+void CountServerRequest(Worker& worker, const routing::Decision& decision) {
+  if (const ServerMetrics* server = ServerMetricsFor(worker, decision)) {
+    server->requests->Inc();
+  }
+}
+
+void CountConnectFailure(Worker& worker, const routing::Decision& decision, int error_number) {
+  if (const ServerMetrics* server = ServerMetricsFor(worker, decision)) {
+    server->connect_errors->Inc();
+  }
+  // Passive health: the health checker re-admits the server once its pings
+  // succeed again.
+  const routing::ServerEntry* server = decision.server;
+  if (server->health != nullptr && server->health->SetHealthy(false, UnixNowMs())) {
+    Log(LogLevel::kWarn, "proxy", "server marked down after a failed connect",
+        {{"group", decision.group->key},
+         {"server", server->name},
+         {"error", std::strerror(error_number)}});
+  }
+}
+
+size_t AppendTlsHeaders(const net::TlsInfo& tls, std::string_view key_size,
+                        std::span<http::Header> out) {
+  // Clients' own fields of these names are always dropped
+  // (http::SerializeRequestHead).
+  size_t n = 0;
+  out[n++] = {"SSL_CIPHER_SUITE", tls.cipher};
+  out[n++] = {"SSL_CIPHER_USEKEYSIZE", key_size};
+  if (tls.peer_verified && !tls.peer_pem_line.empty()) {
+    out[n++] = {"SSL_CLIENT_CERT", tls.peer_pem_line};
+    for (size_t i = 0; i < tls.peer_chain_pem_lines.size() && i < kMaxForwardedChain; ++i) {
+      out[n++] = {kChainHeaders[i], tls.peer_chain_pem_lines[i]};
+    }
+  }
+  return n;
+}
+
+bool StartUpstreamTls(const routing::Decision& decision, UpstreamConnection* upstream,
+                      std::string* detail) {
+  const auto& tls = decision.group->tls;
+  if (tls == nullptr || !tls->error().empty()) {
+    *detail = "the proxy has no usable TLS settings for the group";
+    return false;
+  }
+  std::shared_ptr<SSL_CTX> ctx = tls->Context();
+  std::string error;
+  std::unique_ptr<tls::TlsTransport> transport =
+      ctx == nullptr ? nullptr
+                     : tls::TlsTransport::Client(ctx.get(), upstream->fd,
+                                                 tls->ServerName(upstream->address), &error);
+  if (transport == nullptr) {
+    *detail = error.empty() ? "no TLS context" : error;
+    return false;
+  }
+  tls->OfferSession(transport->ssl(), upstream->address, upstream->port);
+  upstream->tls_key = tls->key();
+  upstream->tls = tls;
+  upstream->transport = std::move(transport);
+  return true;
+}
+
+UpstreamHandshake StepUpstreamTls(Worker& worker, UpstreamConnection* upstream,
+                                  std::string_view* reason, std::string* detail) {
+  net::Transport& transport = *upstream->transport;
+  if (transport.established()) {
+    return UpstreamHandshake::kDone;
+  }
+  switch (transport.Handshake()) {
+    case net::Transport::HandshakeStatus::kDone: {
+      const net::TlsInfo* info = transport.tls();
+      worker.metrics()
+          .registry()
+          .GetCounter("kwd_proxy_upstream_tls_handshakes_total",
+                      "TLS handshakes with servers of re-encrypting groups, by whether a "
+                      "session was resumed.",
+                      {{"resumed", info != nullptr && info->resumed ? "true" : "false"}})
+          .Inc();
+      return UpstreamHandshake::kDone;
+    }
+    case net::Transport::HandshakeStatus::kWantIo:
+      return UpstreamHandshake::kWantIo;
+    case net::Transport::HandshakeStatus::kFailed:
+      break;
+  }
+  auto* tls_transport = static_cast<tls::TlsTransport*>(upstream->transport.get());
+  long verify = SSL_get_verify_result(tls_transport->ssl());
+  if (verify != X509_V_OK) {
+    *reason = "verify";
+    *detail = std::string("the server's certificate did not verify: ") +
+              X509_verify_cert_error_string(verify);
+  } else {
+    *reason = "handshake";
+    *detail =
+        std::string("TLS handshake with the server failed: ") + std::string(transport.error());
+  }
+  return UpstreamHandshake::kFailed;
+}
+
+std::string_view CountUpstreamTlsFailure(Worker& worker, const routing::Decision& decision,
+                                         std::string_view reason, std::string_view detail) {
+  std::string group = decision.group != nullptr ? decision.group->key : "";
+  worker.metrics()
+      .registry()
+      .GetCounter("kwd_proxy_upstream_tls_errors_total",
+                  "Requests of re-encrypting groups answered 502 because TLS to the server "
+                  "could not be set up (config), the server's certificate or name did not verify "
+                  "(verify) or the handshake failed (handshake). Never sent in clear instead.",
+                  {{"group", group}, {"reason", std::string(reason)}})
+      .Inc();
+  Log(LogLevel::kWarn, "proxy", "TLS to a server failed: answered 502",
+      {{"group", group},
+       {"server", decision.server != nullptr ? decision.server->name : ""},
+       {"reason", std::string(reason)},
+       {"error", std::string(detail)}});
+  // The detail (paths, OpenSSL's words) goes to the log, not to clients.
+  return reason == "verify" ? "the server's TLS certificate did not verify"
+                            : "TLS to the server could not be established";
+}
+
+bool IsIdempotentMethod(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" ||
+         method == "DELETE" || method == "TRACE";
+}
+
+// ---- Exchange ----
+
+Exchange::Exchange(Worker* worker, ExchangeSink* sink, ClientContext client)
+    : worker_(worker),
+      sink_(sink),
+      client_(client),
+      response_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
+      response_chunked_(http::ChunkedLimits{~0ull}),
+      timer_(this, [](void* self) { static_cast<Exchange*>(self)->OnTimer(); }) {}
+
+Exchange::~Exchange() {
+  Cancel("aborted-client");
+  worker_->loop().Cancel(&timer_);
+}
+
+void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& info) {
+  head_ = head;
+  info_ = info;
+  request_start_us_ = MonotonicUs();
+  method_.assign(head->method);
+  target_.assign(head->target);
+  peer_trusted_ = worker_->options().trusted_proxies.Contains(client_.client_ip);
+  const http::Header* request_id = head->Find("x-request-id");
+  if (request_id != nullptr && peer_trusted_ && ValidRequestId(request_id->value)) {
+    request_id_.assign(request_id->value);
+  } else {
+    GenerateRequestId(&request_id_);
+  }
+  const http::Header* traceparent = head->Find("traceparent");
+  trace_id_.assign(traceparent != nullptr ? TraceIdFromTraceparent(traceparent->value) : "");
+  const http::Header* accept = head->Find("accept");
+  wants_json_ = accept != nullptr && accept->value.find("application/json") != std::string::npos;
+  const http::ForwardedClient forwarded =
+      http::ResolveForwarded(*head, client_.client_ip, worker_->options().trusted_proxies);
+  request_client_ip_.assign(forwarded.client_ip);
+  https_ = client_.tls != nullptr || forwarded.https;
+  request_done_ = info_.body == http::BodyKind::kNone ||
+                  (info_.body == http::BodyKind::kContentLength && info_.content_length == 0);
+  request_end_ = request_done_;
+  Route();
+  if (decision_.server == nullptr) {
+    if (decision_.status == 403) {
+      AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted");
+    } else if (decision_.status == 400) {
+      worker_->metrics().bad_requests.Inc();
+      AnswerLocally(ErrorCode::kBadRequest, "malformed request target");
+    } else {
+      AnswerLocally(ErrorCode::kNoServer, decision_.group == nullptr
+                                              ? "no logon group serves this URL"
+                                              : "no server of the logon group is available");
+    }
+    return;
+  }
+  CountRouted(*worker_, decision_);
+  ConnectUpstream();
+}
+
+void Exchange::Route() {
+  routing::Request request;
+  request.method = head_->method;
+  request.target = head_->target;
+  request.host = info_.host;
+  request.https = https_;
+  size_t cookie_count = 0;
+  for (const auto& field : head_->fields()) {
+    if (cookie_count < cookies_.size() && http::EqualsIgnoreCase(field.name, "cookie")) {
+      cookies_[cookie_count++] = field.value;
+    }
+  }
+  request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
+  decision_ = worker_->router().Route(request);
+  rewrite_target_ = routing::UpstreamTarget(decision_, request.target, &upstream_target_);
+  decided_ = true;
+}
+
+void Exchange::Reject(ErrorCode code, std::string_view detail) {
+  request_start_us_ = MonotonicUs();
+  worker_->metrics().bad_requests.Inc();
+  GenerateRequestId(&request_id_);
+  AnswerLocally(code, detail);
+}
+
+void Exchange::ConnectUpstream() {
+  const routing::ServerEntry* server = decision_.server;
+  if (upstream_start_us_ == 0) {
+    upstream_start_us_ = MonotonicUs();
+  }
+  upstream_readable_ = {};
+  std::string_view tls_key;
+  if (decision_.group != nullptr && decision_.group->reencrypt) {
+    const auto& tls = decision_.group->tls;
+    if (tls == nullptr || !tls->error().empty()) {
+      OnTlsFailed("config", tls == nullptr ? "the proxy has no TLS settings for the group"
+                                           : std::string_view(tls->error()));
+      return;
+    }
+    tls_key = tls->key();
+  }
+  upstream_ = worker_->TakeIdle(server->address, server->port, tls_key);
+  if (upstream_ != nullptr) {
+    upstream_->owner = this;
+    upstream_reused_ = true;
+    worker_->metrics().upstream_reused.Inc();
+    OnConnected();
+    return;
+  }
+  upstream_reused_ = false;
+  net::Endpoint endpoint;
+  if (!net::MakeEndpoint(server->address, static_cast<uint16_t>(server->port), &endpoint)) {
+    OnConnectFailed(EINVAL);
+    return;
+  }
+  int err = 0;
+  int fd = net::ConnectNonBlocking(endpoint, &err);
+  if (fd < 0) {
+    OnConnectFailed(err);
+    return;
+  }
+  worker_->metrics().upstream_connects.Inc();
+  upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
+  upstream_->owner = this;
+  std::string detail;
+  if (!tls_key.empty() && !StartUpstreamTls(decision_, upstream_, &detail)) {
+    OnTlsFailed("config", detail);
+    return;
+  }
+  phase_ = Phase::kConnecting;
+  worker_->loop().Add(fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, upstream_);
+  ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
+}
+
+void Exchange::OnTlsFailed(std::string_view reason, std::string_view detail) {
+  if (upstream_ != nullptr) {
+    upstream_->Close();
+    upstream_ = nullptr;
+  }
+  phase_ = Phase::kForward;
+  Abort(ErrorCode::kBadGateway, CountUpstreamTlsFailure(*worker_, decision_, reason, detail));
+}
+
+void Exchange::OnUpstreamIo(uint32_t events) {
+  upstream_readable_.Note(events);
+  if (phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting) {
+    int err = upstream_->connecting ? net::SocketError(upstream_->fd) : 0;
+    if (err != 0 || (upstream_->connecting && (events & EPOLLERR) != 0)) {
+      if (phase_ == Phase::kReconnecting) {
+        Abort(ErrorCode::kBadGateway, "the selected server is not reachable");
+      } else {
+        OnConnectFailed(err != 0 ? err : ECONNREFUSED);
+      }
+      sink_->OnExchangeProgress();
+      return;
+    }
+    if (upstream_->connecting && (events & EPOLLOUT) == 0) {
+      return;
+    }
+    upstream_->connecting = false;
+    std::string_view reason;
+    std::string detail;
+    switch (StepUpstreamTls(*worker_, upstream_, &reason, &detail)) {
+      case UpstreamHandshake::kWantIo:
+        return;
+      case UpstreamHandshake::kFailed:
+        OnTlsFailed(reason, detail);
+        sink_->OnExchangeProgress();
+        return;
+      case UpstreamHandshake::kDone:
+        break;
+    }
+    if (phase_ == Phase::kReconnecting) {
+      phase_ = Phase::kForward;
+      ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+    } else {
+      OnConnected();
+    }
+  }
+  Pump();
+  sink_->OnExchangeProgress();
+}
+
+void Exchange::OnConnected() {
+  phase_ = Phase::kForward;
+  std::array<http::Header, 4 + kMaxForwardedChain> extra{};
+  size_t extra_count = 0;
+  char key_size[16];
+  http::ForwardRequestOptions options;
+  options.client_ip = client_.client_ip;
+  options.keep_forwarded_for = peer_trusted_;
+  options.proto = https_ ? "https" : "http";
+  options.request_id = request_id_;
+  if (rewrite_target_) {
+    options.target = upstream_target_;
+  }
+  if (info_.body == http::BodyKind::kChunked) {
+    options.reframe_body = true;
+    extra[extra_count++] = {"Transfer-Encoding", "chunked"};
+  }
+  if (const net::TlsInfo* tls = client_.tls; tls != nullptr) {
+    int n = std::snprintf(key_size, sizeof key_size, "%d", tls->cipher_bits);
+    extra_count += AppendTlsHeaders(*tls, std::string_view(key_size, static_cast<size_t>(n)),
+                                    std::span<http::Header>(extra).subspan(extra_count));
+  }
+  options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
+  http::SerializeRequestHead(*head_, info_, options, sent_head_);
+  upstream_out_.assign(sent_head_);
+  upstream_sent_ = 0;
+  CountServerRequest(*worker_, decision_);
+  ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+}
+
+void Exchange::OnConnectFailed(int error_number) {
+  if (upstream_ != nullptr) {
+    upstream_->Close();
+    upstream_ = nullptr;
+  }
+  phase_ = Phase::kForward;
+  if (net::IsLocalResourceError(error_number)) {
+    worker_->WarnOutOfResources("connect to a server", error_number);
+    AnswerLocally(ErrorCode::kNoServer,
+                  "the proxy cannot open a connection now (out of file descriptors or ports)");
+    return;
+  }
+  CountConnectFailure(*worker_, decision_, error_number);
+  if (RetryElsewhere()) {
+    return;
+  }
+  Abort(ErrorCode::kBadGateway, "the selected server is not reachable");
+}
+
+bool Exchange::RetryElsewhere() {
+  // Only a request nobody is stuck to, that may safely be sent twice, of
+  // which nothing was sent yet.
+  if (retried_ || decision_.reason != routing::Reason::kBalance || !IsIdempotentMethod(method_) ||
+      request_body_bytes_ != 0) {
+    return false;
+  }
+  const routing::ServerEntry* failed = decision_.server;
+  worker_->router().Complete(decision_);
+  decided_ = false;
+  Route();
+  retried_ = true;
+  if (decision_.server == nullptr || decision_.server == failed) {
+    AnswerLocally(ErrorCode::kNoServer, "no server of the logon group is reachable");
+    return true;
+  }
+  worker_->metrics().retries.Inc();
+  ConnectUpstream();
+  return true;
+}
+
+void Exchange::RetryOnFreshConnection() {
+  const routing::ServerEntry* server = decision_.server;
+  net::Endpoint endpoint;
+  int err = 0;
+  int fd = -1;
+  if (net::MakeEndpoint(server->address, static_cast<uint16_t>(server->port), &endpoint)) {
+    fd = net::ConnectNonBlocking(endpoint, &err);
+  }
+  if (fd < 0) {
+    Abort(ErrorCode::kBadGateway, "the selected server is not reachable");
+    return;
+  }
+  worker_->metrics().upstream_connects.Inc();
+  upstream_ = new UpstreamConnection(worker_, fd, server->address, server->port);
+  upstream_->owner = this;
+  std::string detail;
+  if (decision_.group != nullptr && decision_.group->reencrypt &&
+      !StartUpstreamTls(decision_, upstream_, &detail)) {
+    OnTlsFailed("config", detail);
+    return;
+  }
+  upstream_readable_ = {};
+  upstream_out_.assign(sent_head_);
+  upstream_sent_ = 0;
+  upstream_eof_ = false;
+  phase_ = Phase::kReconnecting;
+  worker_->loop().Add(fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, upstream_);
+  ArmTimer(TimerKind::kConnect, worker_->options().connect_timeout_ms);
+}
+
+// ---- body flow ----
+
+size_t Exchange::RequestBodyRoom() const {
+  if (finished_ || request_end_) {
+    return 0;
+  }
+  return request_body_.size() >= kHighWater ? 0 : kHighWater - request_body_.size();
+}
+
+void Exchange::PushRequestBody(std::string_view data) {
+  if (finished_ || request_end_) {
+    sink_->OnRequestBodyConsumed(data.size());  // dropped: the response is decided
+    return;
+  }
+  if (info_.body == http::BodyKind::kContentLength &&
+      request_body_bytes_ + request_body_.size() + data.size() > info_.content_length) {
+    // More DATA than content-length said (nghttp2 checks this too).
+    data = data.substr(0, info_.content_length - request_body_bytes_ - request_body_.size());
+  }
+  request_body_.Append(data);
+}
+
+void Exchange::EndRequestBody() {
+  request_end_ = true;
+}
+
+size_t Exchange::ReadResponseBody(char* out, size_t max, bool* end) {
+  size_t n = std::min(max, body_.size());
+  std::memcpy(out, body_.view().data(), n);
+  body_.Consume(n);
+  *end = body_.empty() && response_done_;
+  return n;
+}
+
+void Exchange::Pump() {
+  if (phase_ != Phase::kForward) {
+    return;
+  }
+  bool any = false;
+  for (int round = 0; round < 10'000 && phase_ == Phase::kForward; ++round) {
+    if (!Step()) {
+      break;
+    }
+    any = true;
+  }
+  if (phase_ == Phase::kForward && any) {
+    ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+  }
+}
+
+bool Exchange::Step() {
+  bool progressed = MoveRequestBody();
+  size_t pending_up = UpstreamPending();
+  if (!FlushUpstream()) {
+    upstream_eof_ = true;
+  }
+  progressed = progressed || UpstreamPending() != pending_up;
+  size_t body_before = body_.size();
+  bool done_before = response_done_;
+  progressed = MoveResponse() || progressed;
+  if (phase_ != Phase::kForward) {
+    return false;
+  }
+  if (body_.size() != body_before || response_done_ != done_before) {
+    sink_->OnResponseBodyReady();
+  }
+  if (response_done_) {
+    Finish();
+    return false;
+  }
+  return progressed;
+}
+
+bool Exchange::MoveRequestBody() {
+  bool progressed = false;
+  if (request_done_ || UpstreamPending() >= kHighWater) {
+    return false;
+  }
+  if (!request_body_.empty()) {
+    std::string_view data = request_body_.view();
+    if (info_.body == http::BodyKind::kChunked) {
+      AppendChunk(data, upstream_out_);
+    } else {
+      upstream_out_.append(data);
+    }
+    request_body_bytes_ += data.size();
+    size_t n = data.size();
+    request_body_.Consume(n);
+    sink_->OnRequestBodyConsumed(n);
+    progressed = true;
+  }
+  if (request_end_ && request_body_.empty()) {
+    if (info_.body == http::BodyKind::kChunked) {
+      upstream_out_.append(kLastChunk);
+    }
+    request_done_ = true;
+    progressed = true;
+  }
+  return progressed;
+}
+
+bool Exchange::FlushUpstream() {
+  if (upstream_ == nullptr) {
+    return true;
+  }
+  while (upstream_sent_ < upstream_out_.size()) {
+    ssize_t n = upstream_->transport->Write(upstream_out_.data() + upstream_sent_,
+                                            upstream_out_.size() - upstream_sent_);
+    if (n > 0) {
+      upstream_sent_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == net::Transport::kWouldBlock) {
+      if (upstream_sent_ >= kHighWater) {
+        upstream_out_.erase(0, upstream_sent_);
+        upstream_sent_ = 0;
+      }
+      return true;
+    }
+    return false;
+  }
+  upstream_out_.clear();
+  upstream_sent_ = 0;
+  return true;
+}
+
+bool Exchange::MoveResponse() {
+  bool progressed = false;
+  while (!response_done_ && phase_ == Phase::kForward) {
+    if (!response_head_done_) {
+      if (!upstream_in_.empty()) {
+        http::ParseResult r = response_parser_.Parse(upstream_in_.view(), &response_head_);
+        if (r.complete()) {
+          size_t consumed = r.consumed;
+          if (!HandleResponseHead()) {
+            return true;
+          }
+          upstream_in_.Consume(consumed);
+          progressed = true;
+          continue;
+        }
+        if (r.failed()) {
+          Abort(ErrorCode::kBadGateway, "the server sent a malformed response");
+          return true;
+        }
+      }
+    } else if (!upstream_in_.empty()) {
+      if (body_.size() >= kHighWater) {
+        break;
+      }
+      std::string_view data = upstream_in_.view();
+      switch (response_info_.body) {
+        case http::BodyKind::kContentLength: {
+          size_t take = static_cast<size_t>(std::min<uint64_t>(data.size(), response_remaining_));
+          body_.Append(data.substr(0, take));
+          upstream_in_.Consume(take);
+          response_remaining_ -= take;
+          response_body_bytes_ += take;
+          response_done_ = response_remaining_ == 0;
+          break;
+        }
+        case http::BodyKind::kChunked: {
+          http::ChunkedResult r = response_chunked_.Decode(data);
+          if (r.status == http::ChunkedStatus::kError) {
+            Abort(ErrorCode::kBadGateway, "the server sent a malformed chunked body");
+            return true;
+          }
+          if (r.status == http::ChunkedStatus::kData) {
+            response_body_bytes_ += r.data.size();
+            body_.Append(r.data);
+          } else if (r.status == http::ChunkedStatus::kDone) {
+            response_done_ = true;
+          }
+          upstream_in_.Consume(r.consumed);
+          break;
+        }
+        default:  // until close
+          body_.Append(data);
+          response_body_bytes_ += data.size();
+          upstream_in_.Consume(data.size());
+          break;
+      }
+      progressed = true;
+      continue;
+    }
+    if (body_.size() >= kHighWater) {
+      break;
+    }
+    if (upstream_eof_) {
+      if (response_head_done_ && response_info_.body == http::BodyKind::kUntilClose) {
+        response_done_ = true;
+        return true;
+      }
+      if (!response_started_ && upstream_reused_ && !retried_reuse_ &&
+          info_.body == http::BodyKind::kNone && IsIdempotentMethod(method_)) {
+        // A pooled connection the server had closed: send again on a new one.
+        retried_reuse_ = true;
+        ReleaseUpstream(false);
+        upstream_reused_ = false;
+        RetryOnFreshConnection();
+        return true;
+      }
+      Abort(ErrorCode::kBadGateway, response_head_done_
+                                        ? "the server closed the connection mid-body"
+                                        : "the server closed the connection without a response");
+      return true;
+    }
+    ssize_t n = ReadInto(*upstream_->transport, &upstream_readable_, upstream_in_,
+                         kBodyBufferBytes + worker_->options().max_header_bytes);
+    if (n > 0) {
+      response_started_ = true;
+      progressed = true;
+      continue;
+    }
+    if (n == 0 || n == kReadError) {
+      upstream_eof_ = true;
+      continue;
+    }
+    if (n == kReadBufferFull) {
+      Abort(ErrorCode::kBadGateway, "the server's response head is too large");
+      return true;
+    }
+    break;
+  }
+  return progressed;
+}
+
+bool Exchange::HandleResponseHead() {
+  http::FramingResult framing = http::AnalyzeResponse(response_head_, method_, &response_info_);
+  if (!framing.ok()) {
+    Abort(ErrorCode::kBadGateway, "the server sent a response with invalid framing");
+    return false;
+  }
+  if (response_info_.interim) {
+    // 1xx: HTTP/2 could pass them as informational HEADERS; dropped (the
+    // client asked for no 100-continue across the proxy's body buffering).
+    upstream_in_.Consume(0);
+    response_parser_.Reset();
+    return true;
+  }
+  if (response_info_.body == http::BodyKind::kTunnel) {
+    Abort(ErrorCode::kBadGateway,
+          "the server switched protocols though the request asked for no upgrade");
+    return false;
+  }
+  response_status_ = response_head_.status_code;
+  std::array<http::Header, http::kMaxHeaders + 1> fields{};
+  size_t count = 0;
+  bool set_affinity = decision_.set_affinity_cookie;
+  for (const auto& field : response_head_.fields()) {
+    if (http::IsHopByHop(field.name, response_head_.fields())) {
+      continue;
+    }
+    if (http::EqualsIgnoreCase(field.name, "set-cookie")) {
+      std::string_view cookie = field.value;
+      size_t eq = cookie.find('=');
+      if (eq != std::string_view::npos && cookie.substr(0, eq) == "JSESSIONID") {
+        std::string_view value = cookie.substr(eq + 1);
+        value = value.substr(0, value.find(';'));
+        if (!value.empty() && worker_->router().LearnJSessionId(decision_, value)) {
+          worker_->metrics().sessions_learned.Inc();
+          set_affinity = true;
+        }
+      }
+    }
+    fields[count++] = field;
+  }
+  if (set_affinity) {
+    scratch_ = worker_->router().AffinityCookieHeader(decision_, https_);
+    if (!scratch_.empty()) {
+      fields[count++] = {"Set-Cookie", scratch_};
+    }
+  }
+  switch (response_info_.body) {
+    case http::BodyKind::kNone:
+      response_done_ = true;
+      break;
+    case http::BodyKind::kContentLength:
+      response_remaining_ = response_info_.content_length;
+      response_done_ = response_remaining_ == 0;
+      break;
+    case http::BodyKind::kChunked:
+      response_chunked_.Reset();
+      break;
+    default:
+      break;
+  }
+  response_head_done_ = true;
+  sink_->OnResponseHead(response_status_, std::span<const http::Header>(fields.data(), count),
+                        response_done_);
+  return true;
+}
+
+void Exchange::Finish() {
+  bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ &&
+                  response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
+                  upstream_sent_ == upstream_out_.size() && upstream_ != nullptr;
+  if (reusable && upstream_readable_.readable && upstream_->transport->tls() != nullptr) {
+    char extra;
+    bool drained = false;
+    reusable = upstream_->transport->Read(&extra, 1, &drained) == net::Transport::kWouldBlock;
+  } else {
+    reusable = reusable && !upstream_readable_.readable;
+  }
+  ReleaseUpstream(reusable);
+  Log(response_status_, routing::ReasonName(decision_.reason));
+  worker_->router().Complete(decision_);
+  decided_ = false;
+  finished_ = true;
+  phase_ = Phase::kDone;
+  worker_->loop().Cancel(&timer_);
+}
+
+void Exchange::Abort(ErrorCode code, std::string_view detail) {
+  if (!response_head_done_) {
+    AnswerLocally(code, detail);
+    return;
+  }
+  std::string reason(routing::ReasonName(decision_.reason));
+  reason.append(code == ErrorCode::kGatewayTimeout ? ",aborted-timeout" : ",aborted-upstream");
+  Log(response_status_, reason);
+  worker_->router().Complete(decision_);
+  decided_ = false;
+  ReleaseUpstream(false);
+  finished_ = true;
+  phase_ = Phase::kDone;
+  worker_->loop().Cancel(&timer_);
+  sink_->OnExchangeAborted();
+}
+
+void Exchange::AnswerLocally(ErrorCode code, std::string_view detail) {
+  // The same page as HTTP/1.1 (error_page.h), its head turned into fields.
+  scratch_.clear();
+  AppendErrorResponse(code, detail, wants_json_, false, method_ == "HEAD", &scratch_);
+  ReleaseUpstream(false);
+  response_status_ = ErrorInfoFor(code).status;
+  worker_->metrics().local_responses[static_cast<size_t>(code)]->Inc();
+  std::string_view reason =
+      decided_ ? routing::ReasonName(decision_.reason) : std::string_view("bad-request");
+  worker_->stats().RecordLocalAnswer(decided_ ? &decision_ : nullptr, response_status_,
+                                     ErrorInfoFor(code).sap_code, reason, detail, UnixNowMs());
+  http::ResponseParser parser;
+  http::ParseResult r = parser.Parse(scratch_, &response_head_);
+  std::array<http::Header, http::kMaxHeaders> fields{};
+  size_t count = 0;
+  if (r.complete()) {
+    for (const auto& field : response_head_.fields()) {
+      if (!http::IsHopByHop(field.name, response_head_.fields())) {
+        fields[count++] = field;
+      }
+    }
+    body_.Append(std::string_view(scratch_).substr(r.consumed));
+    response_body_bytes_ = body_.size();
+  }
+  response_done_ = true;
+  response_head_done_ = true;
+  Log(response_status_, reason);
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
+  finished_ = true;
+  phase_ = Phase::kDone;
+  worker_->loop().Cancel(&timer_);
+  sink_->OnResponseHead(response_status_, std::span<const http::Header>(fields.data(), count),
+                        body_.empty());
+  sink_->OnResponseBodyReady();
+}
+
+void Exchange::Cancel(std::string_view cause) {
+  if (finished_) {
+    return;
+  }
+  std::string reason(decided_ ? routing::ReasonName(decision_.reason) : "bad-request");
+  reason.append(",").append(cause);
+  ReleaseUpstream(false);
+  Log(response_head_done_ ? response_status_ : 0, reason);
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
+  finished_ = true;
+  phase_ = Phase::kDone;
+  worker_->loop().Cancel(&timer_);
+}
+
+void Exchange::Log(int status, std::string_view reason) {
+  TransactionRecord record;
+  record.client_ip =
+      request_client_ip_.empty() ? client_.client_ip : std::string_view(request_client_ip_);
+  record.method = method_;
+  record.target = target_;
+  record.protocol = client_.protocol;
+  record.status = status;
+  record.bytes_sent = response_body_bytes_;
+  record.bytes_received = request_body_bytes_;
+  record.decision = decided_ ? &decision_ : nullptr;
+  record.server_answered = response_head_done_ && upstream_start_us_ != 0 && response_started_;
+  record.request_start_us = request_start_us_;
+  record.upstream_start_us = upstream_start_us_;
+  record.reason = reason;
+  record.request_id = request_id_;
+  record.trace_id = trace_id_;
+  record.tls = client_.tls;
+  CountAndLog(*worker_, record);
+}
+
+void Exchange::ReleaseUpstream(bool reusable) {
+  if (upstream_ == nullptr) {
+    return;
+  }
+  if (reusable) {
+    upstream_->owner = nullptr;
+    worker_->ReleaseIdle(upstream_);
+  } else {
+    upstream_->Close();
+  }
+  upstream_ = nullptr;
+  upstream_in_.Clear();
+  upstream_out_.clear();
+  upstream_sent_ = 0;
+}
+
+void Exchange::ArmTimer(TimerKind kind, int64_t delay_ms) {
+  timer_kind_ = kind;
+  worker_->loop().Schedule(&timer_, delay_ms);
+}
+
+void Exchange::OnTimer() {
+  if (finished_) {
+    return;
+  }
+  ProxyMetrics& metrics = worker_->metrics();
+  switch (timer_kind_) {
+    case TimerKind::kNone:
+      return;
+    case TimerKind::kConnect:
+      if (phase_ != Phase::kConnecting && phase_ != Phase::kReconnecting) {
+        return;
+      }
+      metrics.timeouts_upstream.Inc();
+      if (phase_ == Phase::kReconnecting) {
+        Abort(ErrorCode::kGatewayTimeout, "the selected server did not accept in time");
+      } else {
+        OnConnectFailed(ETIMEDOUT);
+      }
+      break;
+    case TimerKind::kResponse:
+      metrics.timeouts_upstream.Inc();
+      Abort(ErrorCode::kGatewayTimeout, "the server did not answer in time");
+      break;
+  }
+  sink_->OnExchangeProgress();
+}
+
+}  // namespace kwd::proxy

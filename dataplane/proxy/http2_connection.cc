@@ -1,0 +1,755 @@
+#include "dataplane/proxy/http2_connection.h"
+
+#include <nghttp2/nghttp2.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "common/log.h"
+#include "dataplane/http/framing.h"
+#include "dataplane/proxy/exchange.h"
+
+namespace kwd::proxy {
+
+namespace {
+
+constexpr size_t kHighWater = 64 * 1024;
+// Per-stream receive window: the most request body a stream buffers before
+// its upstream takes it.
+constexpr int32_t kStreamWindow = 64 * 1024;
+// A header block (HEADERS + CONTINUATION) beyond this many bytes on the wire
+// ends the connection (CONTINUATION flood), whatever it decodes to.
+constexpr size_t kMaxHeaderBlockSlack = 64 * 1024;
+// Streams reset by the client per connection beyond which it is closed
+// (rapid reset, CVE-2023-44487; nghttp2 limits the rate too).
+constexpr uint64_t kMaxClientResets = 10'000;
+
+uint8_t* Bytes(std::string_view s) {
+  return reinterpret_cast<uint8_t*>(const_cast<char*>(s.data()));
+}
+
+}  // namespace
+
+PrefaceMatch MatchHttp2Preface(std::string_view received) {
+  size_t n = std::min(received.size(), kHttp2Preface.size());
+  if (received.substr(0, n) != kHttp2Preface.substr(0, n)) {
+    return PrefaceMatch::kNo;
+  }
+  return n == kHttp2Preface.size() ? PrefaceMatch::kYes : PrefaceMatch::kPartial;
+}
+
+// One stream: its request head as received, and the exchange forwarding it.
+struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
+  Stream(Http2Connection* c, int32_t stream_id)
+      : connection(c),
+        id(stream_id),
+        exchange(c->worker_, this, ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"}) {
+  }
+
+  Http2Connection* connection;
+  int32_t id;
+  Exchange exchange;
+  // Header fields as received: names and values in `arena`.
+  struct Field {
+    uint32_t name_at, name_len, value_at, value_len;
+  };
+  std::string arena;
+  std::vector<Field> fields;
+  std::string cookie;       // the cookie fields joined with "; " (RFC 9113 8.2.3)
+  size_t header_bytes = 0;  // decoded, as SETTINGS_MAX_HEADER_LIST_SIZE counts them
+  size_t block_bytes = 0;   // on the wire
+  bool header_too_large = false;
+  bool too_many_fields = false;
+  bool started = false;
+  bool request_end = false;  // END_STREAM received
+  bool deferred = false;     // the data source waits for ResumeData
+  bool responded = false;
+  int64_t begun_ms = 0;
+  http::RequestHead head;
+  std::string response_names;  // lower-cased response field names
+  size_t unconsumed = 0;       // DATA bytes not yet given back to the window
+
+  void OnResponseHead(int status, std::span<const http::Header> response_fields, bool end) override;
+  void OnResponseBodyReady() override {
+    if (deferred && connection->session_ != nullptr) {
+      deferred = false;
+      nghttp2_session_resume_data(connection->session_, id);
+    }
+  }
+  void OnRequestBodyConsumed(size_t bytes) override {
+    bytes = std::min(bytes, unconsumed);
+    unconsumed -= bytes;
+    if (bytes > 0 && connection->session_ != nullptr) {
+      nghttp2_session_consume(connection->session_, id, bytes);
+    }
+  }
+  void OnExchangeAborted() override {
+    connection->CountError(Http2Error::kStreamReset);
+    nghttp2_submit_rst_stream(connection->session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+  }
+  void OnExchangeProgress() override { connection->Drive(); }
+};
+
+namespace {
+
+ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
+                         uint32_t* data_flags, nghttp2_data_source* source, void* user_data);
+
+}  // namespace
+
+void Http2Connection::Stream::OnResponseHead(int status,
+                                             std::span<const http::Header> response_fields,
+                                             bool end) {
+  if (responded || connection->session_ == nullptr) {
+    return;
+  }
+  responded = true;
+  char status_text[8];
+  std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(response_fields.size() + 1);
+  nva.push_back(
+      {Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3, NGHTTP2_NV_FLAG_NONE});
+  response_names.clear();
+  for (const auto& f : response_fields) {
+    response_names.append(f.name);
+  }
+  std::transform(response_names.begin(), response_names.end(), response_names.begin(),
+                 [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c; });
+  size_t at = 0;
+  for (const auto& f : response_fields) {
+    nva.push_back({reinterpret_cast<uint8_t*>(response_names.data() + at), Bytes(f.value),
+                   f.name.size(), f.value.size(), NGHTTP2_NV_FLAG_NONE});
+    at += f.name.size();
+  }
+  nghttp2_data_provider provider{};
+  provider.source.ptr = this;
+  provider.read_callback = &ReadResponseBody;
+  nghttp2_submit_response(connection->session_, id, nva.data(), nva.size(),
+                          end ? nullptr : &provider);
+}
+
+namespace {
+
+ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
+                         uint32_t* data_flags, nghttp2_data_source* source, void* /*user_data*/) {
+  auto* stream = static_cast<Http2Connection::Stream*>(source->ptr);
+  bool end = false;
+  size_t n = stream->exchange.ReadResponseBody(reinterpret_cast<char*>(buf), length, &end);
+  if (end) {
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (!stream->request_end) {
+      // The response is complete before the request: the rest of the
+      // request body is not wanted (RFC 9113 8.1).
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_NO_ERROR);
+    }
+    return static_cast<ssize_t>(n);
+  }
+  if (n == 0) {
+    stream->deferred = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  return static_cast<ssize_t>(n);
+}
+
+}  // namespace
+
+// nghttp2's callbacks, with access to the connection.
+struct Http2Callbacks {
+  static Http2Connection* Self(void* user_data) { return static_cast<Http2Connection*>(user_data); }
+
+  static int OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    Http2Connection* c = Self(user_data);
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+      return 0;
+    }
+    ProxyMetrics& metrics = c->worker_->metrics();
+    // Streams whose exchange still runs (a reset stream's upstream is closed
+    // at once, so this only guards against a bug) beyond twice the limit
+    // are refused.
+    if (c->draining_ || c->live_streams_ >= 2 * c->worker_->options().h2_max_concurrent_streams) {
+      c->CountError(Http2Error::kRefusedStream);
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                NGHTTP2_REFUSED_STREAM);
+      return 0;  // its fields and DATA are ignored: no Stream
+    }
+    auto* stream = new Http2Connection::Stream(c, frame->hd.stream_id);
+    stream->begun_ms = c->worker_->loop().now_ms();
+    c->streams_[frame->hd.stream_id] = stream;
+    ++c->live_streams_;
+    ++c->streams_begun_;
+    metrics.http2_streams.Add(1);
+    metrics.http2_streams_total.Inc();
+    nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, stream);
+    return 0;
+  }
+
+  static int OnHeader(nghttp2_session* /*session*/, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t name_len, const uint8_t* value, size_t value_len, uint8_t /*flags*/,
+                      void* user_data) {
+    Http2Connection* c = Self(user_data);
+    Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
+    if (stream == nullptr || stream->started) {
+      return 0;  // trailers: dropped, as HTTP/1.1 chunked trailers are
+    }
+    size_t limit = c->worker_->options().max_header_bytes;
+    stream->header_bytes += name_len + value_len + 32;
+    if (stream->header_bytes > limit) {
+      stream->header_too_large = true;
+      return 0;
+    }
+    std::string_view n(reinterpret_cast<const char*>(name), name_len);
+    std::string_view v(reinterpret_cast<const char*>(value), value_len);
+    if (n == "cookie") {
+      if (!stream->cookie.empty()) {
+        stream->cookie.append("; ");
+      }
+      stream->cookie.append(v);
+      return 0;
+    }
+    if (stream->fields.size() >= http::kMaxHeaders - 4) {
+      stream->too_many_fields = true;
+      return 0;
+    }
+    Http2Connection::Stream::Field f{};
+    f.name_at = static_cast<uint32_t>(stream->arena.size());
+    f.name_len = static_cast<uint32_t>(name_len);
+    stream->arena.append(n);
+    f.value_at = static_cast<uint32_t>(stream->arena.size());
+    f.value_len = static_cast<uint32_t>(value_len);
+    stream->arena.append(v);
+    stream->fields.push_back(f);
+    return 0;
+  }
+
+  static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user_data) {
+    Http2Connection* c = Self(user_data);
+    if (hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION) {
+      Http2Connection::Stream* stream = c->FindStream(hd->stream_id);
+      size_t cap = c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack;
+      if (stream != nullptr && !stream->started) {
+        stream->block_bytes += hd->length;
+        if (stream->block_bytes > cap) {
+          // A header block that does not end: no more of it is decoded.
+          c->CountError(Http2Error::kHeaderTooLarge);
+          c->CountError(Http2Error::kFlood);
+          c->fatal_ = true;
+          nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
+          return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+      }
+    }
+    return 0;
+  }
+
+  static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    Http2Connection* c = Self(user_data);
+    switch (frame->hd.type) {
+      case NGHTTP2_HEADERS: {
+        Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
+        if (stream == nullptr) {
+          return 0;
+        }
+        bool end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+        if (!stream->started) {
+          c->StartStream(stream, end);
+        } else if (end) {
+          stream->request_end = true;
+          stream->exchange.EndRequestBody();
+          stream->exchange.Pump();
+        }
+        break;
+      }
+      case NGHTTP2_DATA: {
+        Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
+        if (stream != nullptr && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+          stream->request_end = true;
+          stream->exchange.EndRequestBody();
+          stream->exchange.Pump();
+        }
+        break;
+      }
+      case NGHTTP2_PING:
+        if ((frame->hd.flags & NGHTTP2_FLAG_ACK) != 0) {
+          c->ping_sent_ms_ = 0;
+        }
+        break;
+      case NGHTTP2_RST_STREAM:
+        ++c->resets_received_;
+        c->CountError(Http2Error::kClientReset);
+        if (c->resets_received_ > kMaxClientResets) {
+          c->CountError(Http2Error::kFlood);
+          nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
+        }
+        break;
+      case NGHTTP2_SETTINGS:
+        c->got_preface_ = true;
+        break;
+      default:
+        break;
+    }
+    return 0;
+  }
+
+  static int OnDataChunk(nghttp2_session* session, uint8_t /*flags*/, int32_t stream_id,
+                         const uint8_t* data, size_t len, void* user_data) {
+    Http2Connection* c = Self(user_data);
+    Http2Connection::Stream* stream = c->FindStream(stream_id);
+    if (stream == nullptr || !stream->started) {
+      nghttp2_session_consume(session, stream_id, len);
+      return 0;
+    }
+    stream->unconsumed += len;
+    stream->exchange.PushRequestBody(std::string_view(reinterpret_cast<const char*>(data), len));
+    return 0;
+  }
+
+  static int OnStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t /*error_code*/,
+                           void* user_data) {
+    Http2Connection* c = Self(user_data);
+    Http2Connection::Stream* stream = c->FindStream(stream_id);
+    if (stream == nullptr) {
+      return 0;
+    }
+    if (stream->unconsumed > 0) {
+      nghttp2_session_consume_connection(session, stream->unconsumed);
+      stream->unconsumed = 0;
+    }
+    c->RemoveStream(stream_id);
+    return 0;
+  }
+
+  static int OnInvalidFrame(nghttp2_session* /*session*/, const nghttp2_frame* /*frame*/,
+                            int /*lib_error*/, void* user_data) {
+    Self(user_data)->CountError(Http2Error::kProtocol);
+    return 0;
+  }
+
+  static int OnFrameSend(nghttp2_session* /*session*/, const nghttp2_frame* frame,
+                         void* user_data) {
+    if (frame->hd.type == NGHTTP2_GOAWAY) {
+      Self(user_data)->CountError(Http2Error::kGoawaySent);
+    }
+    return 0;
+  }
+};
+
+Http2Connection::Http2Connection(Worker* worker, std::unique_ptr<net::Transport> transport,
+                                 std::string client_ip, std::string_view received)
+    : worker_(worker),
+      transport_(std::move(transport)),
+      fd_(transport_->fd()),
+      client_ip_(std::move(client_ip)),
+      tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }) {
+  in_.Append(received);
+}
+
+Http2Connection::~Http2Connection() {
+  if (session_ != nullptr) {
+    nghttp2_session_del(session_);
+  }
+  for (auto& [id, stream] : streams_) {
+    delete stream;
+  }
+}
+
+void Http2Connection::Start() {
+  const ProxyOptions& options = worker_->options();
+  worker_->metrics().http2_connections.Add(1);
+  nghttp2_session_callbacks* callbacks = nullptr;
+  nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks,
+                                                          &Http2Callbacks::OnBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, &Http2Callbacks::OnHeader);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks, &Http2Callbacks::OnBeginFrame);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &Http2Callbacks::OnFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks,
+                                                            &Http2Callbacks::OnDataChunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &Http2Callbacks::OnStreamClose);
+  nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks,
+                                                               &Http2Callbacks::OnInvalidFrame);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &Http2Callbacks::OnFrameSend);
+  nghttp2_option* option = nullptr;
+  nghttp2_option_new(&option);
+  // Request bodies are acknowledged as the upstream takes them.
+  nghttp2_option_set_no_auto_window_update(option, 1);
+  // Bounded queues of what floods make us send (SETTINGS and PING ACKs) and
+  // of what a peer's SETTINGS may carry.
+  nghttp2_option_set_max_outbound_ack(option, 1000);
+  nghttp2_option_set_max_settings(option, 32);
+  nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + options.max_header_bytes);
+  // HPACK: the decoder's dynamic table stays at the 4096 bytes advertised.
+  nghttp2_option_set_max_deflate_dynamic_table_size(option, 4096);
+  int rv = nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_option_del(option);
+  nghttp2_session_callbacks_del(callbacks);
+  started_ms_ = worker_->loop().now_ms();
+  last_receive_ms_ = started_ms_;
+  idle_since_ms_ = started_ms_;
+  worker_->loop().Modify(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
+  if (rv != 0) {
+    session_ = nullptr;
+    Close("aborted");
+    return;
+  }
+  uint32_t max_streams = options.h2_max_concurrent_streams;
+  nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, max_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(options.max_header_bytes)},
+      {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 4096},
+      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  // The connection window holds every stream's window, so a stream whose
+  // upstream is slow does not stall the others.
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0,
+                                        static_cast<int32_t>(max_streams) * kStreamWindow);
+  ScheduleTick();
+  Drive();
+}
+
+void Http2Connection::BeginDrain() {
+  if (draining_ || closed_ || session_ == nullptr) {
+    return;
+  }
+  draining_ = true;
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  Drive();
+}
+
+void Http2Connection::OnIo(uint32_t events) {
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    readable_ = true;
+  }
+  if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    peer_closed_ = true;
+  }
+  Drive();
+}
+
+Http2Connection::Stream* Http2Connection::FindStream(int32_t id) {
+  auto it = streams_.find(id);
+  return it == streams_.end() ? nullptr : it->second;
+}
+
+void Http2Connection::RemoveStream(int32_t id) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) {
+    return;
+  }
+  Stream* stream = it->second;
+  streams_.erase(it);
+  stream->exchange.Cancel("aborted-client");
+  --live_streams_;
+  worker_->metrics().http2_streams.Add(-1);
+  worker_->loop().DeleteLater(stream);
+  if (streams_.empty()) {
+    idle_since_ms_ = worker_->loop().now_ms();
+  }
+}
+
+void Http2Connection::CountError(Http2Error error) {
+  worker_->metrics().http2_errors[static_cast<size_t>(error)]->Inc();
+}
+
+void Http2Connection::StartStream(Stream* stream, bool end_stream) {
+  stream->started = true;
+  stream->request_end = end_stream;
+  if (stream->header_too_large || stream->too_many_fields) {
+    CountError(Http2Error::kHeaderTooLarge);
+    stream->exchange.Reject(ErrorCode::kHeadersTooLarge, "request header section too large");
+    return;
+  }
+  // The pseudo-header fields become the request line and Host; nghttp2
+  // checked their presence and form, and refused connection-specific fields.
+  std::string_view method, path, authority, scheme;
+  http::RequestHead& head = stream->head;
+  head.header_count = 0;
+  bool has_host = false;
+  bool has_length = false;
+  for (const auto& f : stream->fields) {
+    std::string_view name(stream->arena.data() + f.name_at, f.name_len);
+    std::string_view value(stream->arena.data() + f.value_at, f.value_len);
+    if (!name.empty() && name[0] == ':') {
+      if (name == ":method") {
+        method = value;
+      } else if (name == ":path") {
+        path = value;
+      } else if (name == ":authority") {
+        authority = value;
+      } else if (name == ":scheme") {
+        scheme = value;
+      }
+      continue;
+    }
+    if (name == "host") {
+      if (!authority.empty() || has_host) {
+        continue;  // :authority wins (RFC 9113 8.3.1)
+      }
+      has_host = true;
+    }
+    has_length = has_length || name == "content-length";
+    head.headers[head.header_count++] = {name, value};
+  }
+  if (!authority.empty()) {
+    // Host first, from :authority; a later host field was dropped above, an
+    // earlier one is replaced.
+    for (size_t i = 0; i < head.header_count; ++i) {
+      if (head.headers[i].name == "host") {
+        head.headers[i] = head.headers[--head.header_count];
+        break;
+      }
+    }
+    head.headers[head.header_count++] = {"host", authority};
+  }
+  if (!stream->cookie.empty()) {
+    head.headers[head.header_count++] = {"cookie", stream->cookie};
+  }
+  head.method = method;
+  head.target = path;
+  head.version_minor = 1;
+  head.target_form = path == "*" ? http::TargetForm::kAsterisk : http::TargetForm::kOrigin;
+  head.path_and_query = path;
+  if (method == "CONNECT" || path.empty()) {
+    stream->exchange.Reject(ErrorCode::kNotImplemented, "CONNECT is not supported");
+    return;
+  }
+  http::RequestInfo info;
+  http::FramingResult framing =
+      http::AnalyzeRequest(head, http::FramingLimits{worker_->options().max_body_bytes}, &info);
+  if (!framing.ok()) {
+    stream->exchange.Reject(ErrorCodeForStatus(framing.http_status),
+                            http::ParseErrorName(framing.error));
+    return;
+  }
+  info.upgrade_websocket = false;
+  if (!end_stream && !has_length) {
+    info.body = http::BodyKind::kChunked;  // length unknown: sent chunked
+  } else if (end_stream) {
+    info.body = http::BodyKind::kNone;
+    info.content_length = 0;
+  }
+  stream->exchange.Start(&head, info);
+}
+
+void Http2Connection::PumpStreams() {
+  for (auto& [id, stream] : streams_) {
+    if (stream->started) {
+      stream->exchange.Pump();
+    }
+  }
+}
+
+bool Http2Connection::Receive() {
+  bool progressed = false;
+  if (!in_.empty()) {
+    ssize_t rv = nghttp2_session_mem_recv(
+        session_, reinterpret_cast<const uint8_t*>(in_.view().data()), in_.size());
+    in_.Clear();
+    if (rv < 0) {
+      fatal_ = true;
+      return true;
+    }
+    progressed = true;
+  }
+  // Reading stops while output is queued: a peer that floods us with frames
+  // that want answers (PING, SETTINGS) and reads nothing is not served.
+  for (int i = 0;
+       i < 16 && readable_ && out_.size() < kHighWater && nghttp2_session_want_read(session_) != 0;
+       ++i) {
+    char buffer[16 * 1024];
+    bool drained = false;
+    ssize_t n = transport_->Read(buffer, sizeof buffer, &drained);
+    if (n > 0) {
+      last_receive_ms_ = worker_->loop().now_ms();
+      ssize_t rv = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buffer),
+                                            static_cast<size_t>(n));
+      if (rv < 0) {
+        if (rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
+          CountError(rv == NGHTTP2_ERR_FLOODED ? Http2Error::kFlood : Http2Error::kProtocol);
+        }
+        fatal_ = true;
+        return true;
+      }
+      progressed = true;
+      if (drained && !peer_closed_) {
+        readable_ = false;
+      }
+      continue;
+    }
+    if (n == net::Transport::kWouldBlock) {
+      readable_ = false;
+      break;
+    }
+    // EOF or error: the client is gone.
+    fatal_ = true;
+    return true;
+  }
+  return progressed;
+}
+
+bool Http2Connection::Send() {
+  bool progressed = false;
+  while (out_.size() < kHighWater) {
+    const uint8_t* data = nullptr;
+    ssize_t n = nghttp2_session_mem_send(session_, &data);
+    if (n < 0) {
+      fatal_ = true;
+      return true;
+    }
+    if (n == 0) {
+      break;
+    }
+    out_.Append(std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(n)));
+    progressed = true;
+  }
+  while (!out_.empty()) {
+    std::string_view pending = out_.view();
+    ssize_t n = transport_->Write(pending.data(), pending.size());
+    if (n > 0) {
+      out_.Consume(static_cast<size_t>(n));
+      progressed = true;
+      continue;
+    }
+    if (n == net::Transport::kWouldBlock) {
+      break;
+    }
+    fatal_ = true;
+    return true;
+  }
+  return progressed;
+}
+
+void Http2Connection::Drive() {
+  if (closed_) {
+    return;
+  }
+  if (in_drive_) {
+    drive_again_ = true;
+    return;
+  }
+  in_drive_ = true;
+  for (int round = 0; round < 10'000 && !fatal_; ++round) {
+    drive_again_ = false;
+    bool progressed = Receive();
+    if (fatal_) {
+      break;
+    }
+    PumpStreams();
+    progressed = Send() || progressed;
+    if (fatal_) {
+      break;
+    }
+    PumpStreams();
+    if (!progressed && !drive_again_) {
+      break;
+    }
+  }
+  in_drive_ = false;
+  if (fatal_) {
+    // Whatever nghttp2 queued last (a GOAWAY) is sent if the socket takes it.
+    if (session_ != nullptr) {
+      const uint8_t* data = nullptr;
+      for (int i = 0; i < 4; ++i) {
+        ssize_t n = nghttp2_session_mem_send(session_, &data);
+        if (n <= 0) {
+          break;
+        }
+        out_.Append(std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(n)));
+      }
+      if (!out_.empty()) {
+        (void)transport_->Write(out_.view().data(), out_.size());
+      }
+    }
+    Close("aborted-client");
+    return;
+  }
+  if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0 &&
+      out_.empty()) {
+    Close("aborted");
+  }
+}
+
+void Http2Connection::ScheduleTick() {
+  const ProxyOptions& o = worker_->options();
+  int64_t shortest = std::min({o.idle_timeout_ms, o.header_timeout_ms, o.h2_ping_timeout_ms});
+  worker_->loop().Schedule(&tick_, std::clamp<int64_t>(shortest / 4, 20, 1000));
+}
+
+void Http2Connection::OnTick() {
+  if (closed_) {
+    return;
+  }
+  const ProxyOptions& o = worker_->options();
+  int64_t now = worker_->loop().now_ms();
+  ProxyMetrics& metrics = worker_->metrics();
+  if (!got_preface_ && now - started_ms_ >= o.header_timeout_ms) {
+    metrics.timeouts_client.Inc();
+    Close("header-timeout");
+    return;
+  }
+  if (streams_.empty()) {
+    if (now - idle_since_ms_ >= o.idle_timeout_ms && !draining_) {
+      // GOAWAY NO_ERROR, then the close once it is out.
+      draining_ = true;
+      nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);
+    }
+  } else if (ping_sent_ms_ != 0) {
+    if (now - ping_sent_ms_ >= o.h2_ping_timeout_ms) {
+      metrics.timeouts_client.Inc();
+      CountError(Http2Error::kPingTimeout);
+      Close("ping-timeout");
+      return;
+    }
+  } else if (now - last_receive_ms_ >= o.h2_ping_timeout_ms) {
+    uint8_t payload[8] = {'k', 'w', 'd', 'p', 'i', 'n', 'g', '!'};
+    nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, payload);
+    ping_sent_ms_ = now;
+  }
+  // A stream whose header block did not end in time is reset.
+  std::vector<int32_t> late;
+  for (auto& [id, stream] : streams_) {
+    if (!stream->started && now - stream->begun_ms >= o.header_timeout_ms) {
+      late.push_back(id);
+    }
+  }
+  for (int32_t id : late) {
+    metrics.timeouts_client.Inc();
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+  }
+  ScheduleTick();
+  Drive();
+}
+
+void Http2Connection::Close(std::string_view cause) {
+  if (closed_) {
+    return;
+  }
+  closed_ = true;
+  for (auto& [id, stream] : streams_) {
+    stream->exchange.Cancel(cause);
+    worker_->metrics().http2_streams.Add(-1);
+    worker_->loop().DeleteLater(stream);
+  }
+  streams_.clear();
+  live_streams_ = 0;
+  if (session_ != nullptr) {
+    nghttp2_session_del(session_);
+    session_ = nullptr;
+  }
+  worker_->metrics().http2_connections.Add(-1);
+  worker_->loop().Cancel(&tick_);
+  worker_->loop().Remove(fd_);
+  transport_->Shutdown();
+  ::close(fd_);
+  worker_->ConnectionClosed(this);
+  worker_->loop().DeleteLater(this);
+}
+
+}  // namespace kwd::proxy

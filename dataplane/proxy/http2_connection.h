@@ -1,0 +1,95 @@
+#pragma once
+
+// An HTTP/2 client connection (RFC 9113): ALPN h2 on --tls-listen, or the
+// cleartext preface with --h2c on --listen. nghttp2's server session does
+// the framing, HPACK and flow control; each stream's request goes through
+// the same request core as an HTTP/1.1 request (exchange.h) to an HTTP/1.1
+// upstream. Flow control is tied to the upstream: a stream's request body is
+// acknowledged (WINDOW_UPDATE) only as the upstream takes it, and its
+// response body is read from the upstream only as the client's window
+// allows, so every buffer is bounded.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "dataplane/net/event_loop.h"
+#include "dataplane/net/transport.h"
+#include "dataplane/proxy/buffer.h"
+#include "dataplane/proxy/worker.h"
+
+struct nghttp2_session;
+
+namespace kwd::proxy {
+
+// The client connection preface (RFC 9113 3.4).
+inline constexpr std::string_view kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+enum class PrefaceMatch { kNo, kPartial, kYes };
+// Whether the first bytes of a connection are the HTTP/2 preface: kPartial
+// while they are a proper prefix of it.
+PrefaceMatch MatchHttp2Preface(std::string_view received);
+
+class Http2Connection final : public WorkerConnection {
+ public:
+  // Takes over an established transport; `received` are bytes already read
+  // from it (the preface, for h2c).
+  Http2Connection(Worker* worker, std::unique_ptr<net::Transport> transport, std::string client_ip,
+                  std::string_view received);
+  ~Http2Connection() override;
+
+  void Start() override;
+  // GOAWAY with the last stream id; open streams finish, then the
+  // connection closes.
+  void BeginDrain() override;
+  void OnIo(uint32_t events) override;
+
+  size_t open_streams() const { return streams_.size(); }
+
+  struct Stream;
+
+ private:
+  friend struct Stream;
+  friend struct Http2Callbacks;
+
+  void Drive();
+  bool Receive();
+  bool Send();
+  void PumpStreams();
+  void Close(std::string_view cause);
+  void OnTick();
+  void ScheduleTick();
+  void CountError(Http2Error error);
+  Stream* FindStream(int32_t id);
+  void RemoveStream(int32_t id);
+  void StartStream(Stream* stream, bool end_stream);
+
+  Worker* worker_;
+  std::unique_ptr<net::Transport> transport_;
+  int fd_;
+  std::string client_ip_;
+  nghttp2_session* session_ = nullptr;
+  Buffer in_{0};  // bytes received before the session existed
+  Buffer out_;
+  bool readable_ = true;
+  bool peer_closed_ = false;
+  bool closed_ = false;
+  bool fatal_ = false;  // nghttp2 or a limit ended the session
+  bool draining_ = false;
+  bool in_drive_ = false;
+  bool drive_again_ = false;
+  std::unordered_map<int32_t, Stream*> streams_;
+  size_t live_streams_ = 0;  // streams whose exchange still holds resources
+  int64_t started_ms_ = 0;
+  int64_t last_receive_ms_ = 0;
+  int64_t idle_since_ms_ = 0;
+  int64_t ping_sent_ms_ = 0;  // 0: no PING outstanding
+  bool got_preface_ = false;
+  uint64_t resets_received_ = 0;
+  uint64_t streams_begun_ = 0;
+  net::Timer tick_;
+};
+
+}  // namespace kwd::proxy

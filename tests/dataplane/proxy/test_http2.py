@@ -1,0 +1,653 @@
+"""HTTP/2 to clients (issue 15), black-box: a real kwd-proxy with a snapshot
+the real kwd-controller compiled, in front of HTTP/1.1 backends on loopback
+(Python threads), spoken to with Debian's python3-h2 over TLS (ALPN h2) and
+cleartext (--h2c prior knowledge), and with curl --http2.
+
+- ALPN: h2 and http/1.1 on the same --tls-listen;
+- h2c prior knowledge with --h2c; without it the preface gets HTTP/1.1's 400;
+- every stream is routed like an HTTP/1.1 request: URL rules, the permission
+  table's 403 page, stickiness by sap-contextid in a split cookie field
+  (joined into one Cookie header upstream), :authority as Host, X-Forwarded-*;
+- balancing over 300 streams on one connection follows capacity 2:1;
+- 8 MiB up and 8 MiB down with flow control, byte-exact (content-length and
+  chunked, the latter de-chunked into DATA);
+- connection-specific request fields are a stream PROTOCOL_ERROR;
+- more header list than --max-header-size gets 431;
+- GOAWAY on SIGTERM: streams in flight complete, none fails;
+- the access log says HTTP/2.0; the metrics exist.
+
+Needs KWD_PROXY and KWD_CONTROLLER (the built binaries), set by ctest.
+Debian's python3 with python3-h2; curl for the curl case.
+"""
+
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import socketserver
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+
+PROXY = os.environ.get("KWD_PROXY", "")
+CONTROLLER = os.environ.get("KWD_CONTROLLER", "")
+MIB = 1024 * 1024
+
+
+def pattern(n):
+    """n deterministic bytes."""
+    block = bytes(range(256)) * 64
+    return (block * (n // len(block) + 1))[:n]
+
+
+class Backend:
+    """An HTTP/1.1 keep-alive server on loopback. Answers JSON describing the
+    request (backend name, path, the fields that matter, body length and
+    sha256), or /download/N?chunked: N pattern bytes, or /slow/MS: after MS
+    milliseconds."""
+
+    def __init__(self, name):
+        backend = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _body(self):
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    data = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return data, True
+                        data += self.rfile.read(size)
+                        self.rfile.readline()
+                return self.rfile.read(int(self.headers.get("Content-Length", "0"))), False
+
+            def _answer(self):
+                body, chunked = self._body()
+                with backend.lock:
+                    backend.requests += 1
+                path = self.path
+                if path.startswith("/download/"):
+                    n = int(path.split("/")[2].split("?")[0])
+                    data = pattern(n)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    if path.endswith("?chunked"):
+                        self.send_header("Transfer-Encoding", "chunked")
+                        self.end_headers()
+                        for i in range(0, n, 100_000):
+                            part = data[i:i + 100_000]
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                        self.wfile.write(b"0\r\n\r\n")
+                    else:
+                        self.send_header("Content-Length", str(n))
+                        self.end_headers()
+                        self.wfile.write(data)
+                    return
+                if path.startswith("/slow/"):
+                    time.sleep(int(path.split("/")[2]) / 1000)
+                answer = json.dumps({
+                    "backend": backend.name,
+                    "method": self.command,
+                    "path": path,
+                    "host": self.headers.get("Host"),
+                    "cookie": self.headers.get_all("Cookie"),
+                    "xff": self.headers.get("X-Forwarded-For"),
+                    "proto": self.headers.get("X-Forwarded-Proto"),
+                    "request_id": self.headers.get("X-Request-Id"),
+                    "cipher": self.headers.get("SSL_CIPHER_SUITE"),
+                    "chunked": chunked,
+                    "length": len(body),
+                    "sha256": hashlib.sha256(body).hexdigest(),
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.send_header("Connection", "keep-alive")
+                self.send_header("Keep-Alive", "timeout=30")
+                self.end_headers()
+                self.wfile.write(answer)
+
+            do_GET = do_POST = do_PUT = _answer
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            request_queue_size = 256
+
+            def handle_error(self, request, client_address):
+                pass  # the proxy closed a cancelled stream's connection
+
+        self.name = name
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def run(command, cwd):
+    result = subprocess.run(command, cwd=cwd, shell=True, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, command + "\n" + result.stdout + result.stderr
+
+
+class Proxy:
+    """kwd-proxy serve with the snapshot, HTTP (--listen) and HTTPS."""
+
+    def __init__(self, directory, snapshot, extra, name):
+        self.admin_port = free_port()
+        self.access_log = os.path.join(directory, name + "-access.log")
+        self.log = open(os.path.join(directory, name + ".log"), "w")
+        self.process = subprocess.Popen(
+            [PROXY, "serve", "--snapshot", snapshot, "--listen", "127.0.0.1:0",
+             "--tls-listen", "127.0.0.1:0", "--tls-cert-dir", os.path.join(directory, "certs"),
+             "--admin-listen", f"127.0.0.1:{self.admin_port}", "--access-log", self.access_log,
+             "--workers", "1"] + extra,
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.port = self.tls_port = None
+        for _ in range(100):
+            line = self.process.stdout.readline()
+            if line.startswith("listening-tls "):
+                self.tls_port = int(line.rsplit(":", 1)[1])
+                break
+            if line.startswith("listening "):
+                self.port = int(line.rsplit(":", 1)[1])
+            if not line:
+                break
+        assert self.port and self.tls_port, "kwd-proxy did not start"
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics",
+                                    timeout=5) as r:
+            return r.read().decode()
+
+    def metric(self, name, **labels):
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        for line in self.metrics().splitlines():
+            if line.startswith(name + ("{" + want + "}" if want else " ")):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process.stdout.close()
+        self.log.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class H2Client:
+    """A blocking HTTP/2 client over one connection (h2 state machine)."""
+
+    def __init__(self, port, tls=True, window=None):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.set_alpn_protocols(["h2", "http/1.1"])
+            sock = context.wrap_socket(sock, server_hostname="erp.example.test")
+            assert sock.selected_alpn_protocol() == "h2", sock.selected_alpn_protocol()
+        self.sock = sock
+        self.conn = h2.connection.H2Connection(
+            config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.conn.initiate_connection()
+        if window:
+            self.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+            self.conn.increment_flow_control_window(window)
+        self.flush()
+        self.responses = {}  # stream id -> dict(headers, data, ended, reset)
+        self.goaway = None
+        self.settings = {}
+        self.pending = {}  # stream id -> bytes still to send
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def request(self, path, method="GET", headers=(), body=None, authority="erp.example.test",
+                end=True):
+        sid = self.conn.get_next_available_stream_id()
+        fields = [(":method", method), (":path", path), (":scheme", "https"),
+                  (":authority", authority)] + list(headers)
+        self.conn.send_headers(sid, fields, end_stream=body is None and end)
+        self.responses[sid] = {"headers": None, "data": bytearray(), "ended": False,
+                               "reset": None}
+        if body is not None:
+            self.pending[sid] = body
+            self._send_pending()
+        self.flush()
+        return sid
+
+    def _send_pending(self):
+        for sid, body in list(self.pending.items()):
+            while body:
+                window = min(self.conn.local_flow_control_window(sid),
+                             self.conn.max_outbound_frame_size)
+                if window <= 0:
+                    break
+                chunk, body = body[:window], body[window:]
+                self.conn.send_data(sid, chunk)
+            if body:
+                self.pending[sid] = body
+            else:
+                del self.pending[sid]
+                self.conn.end_stream(sid)
+
+    def pump(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed by the proxy")
+        for event in self.conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                self.responses[event.stream_id]["headers"] = dict(event.headers)
+            elif isinstance(event, h2.events.DataReceived):
+                self.responses[event.stream_id]["data"] += event.data
+                self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                    event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                self.responses[event.stream_id]["ended"] = True
+            elif isinstance(event, h2.events.StreamReset):
+                if event.stream_id in self.responses:
+                    self.responses[event.stream_id]["reset"] = event.error_code
+                    self.pending.pop(event.stream_id, None)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.goaway = event
+                # python-h2 closes its side on any GOAWAY, but streams up to
+                # last_stream_id go on (RFC 9113 6.8): keep reading them.
+                if event.error_code == 0:
+                    self.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+            elif isinstance(event, h2.events.RemoteSettingsChanged):
+                for code, change in event.changed_settings.items():
+                    self.settings[code] = change.new_value
+        self._send_pending()
+        self.flush()
+
+    def wait(self, sids, timeout=30):
+        deadline = time.monotonic() + timeout
+        while any(not (self.responses[s]["ended"] or self.responses[s]["reset"] is not None)
+                  for s in sids):
+            if time.monotonic() > deadline:
+                raise TimeoutError("streams did not end")
+            self.pump()
+        return [self.responses[s] for s in sids]
+
+    def get(self, path, **kw):
+        return self.wait([self.request(path, **kw)])[0]
+
+    def close(self):
+        try:
+            self.conn.close_connection()
+            self.flush()
+        except Exception:
+            pass
+        self.sock.close()
+
+
+def body_json(response):
+    return json.loads(bytes(response["data"]))
+
+
+class Http2Test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not PROXY or not CONTROLLER:
+            raise unittest.SkipTest("set KWD_PROXY and KWD_CONTROLLER to the built binaries")
+        cls.dir = tempfile.mkdtemp(prefix="kwd-http2-")
+        certs = os.path.join(cls.dir, "certs")
+        os.makedirs(certs)
+        run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+            "-keyout certs/erp.key -out certs/erp.crt -days 2 -subj /CN=erp.example.test "
+            "-addext subjectAltName=DNS:erp.example.test", cls.dir)
+        cls.big1 = Backend("big1")
+        cls.small1 = Backend("small1")
+        cls.other = Backend("other1")
+        objects = f"""apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {{name: public}}
+spec:
+  kind: abap
+  strategy: weighted_round_robin
+  backend:
+    staticServers:
+      - {{name: big1, address: 127.0.0.1, port: {cls.big1.port}, capacity: 2}}
+      - {{name: small1, address: 127.0.0.1, port: {cls.small1.port}, capacity: 1}}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {{name: other}}
+spec:
+  kind: abap
+  backend:
+    staticServers: [{{name: other1, address: 127.0.0.1, port: {cls.other.port}}}]
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {{name: map}}
+spec:
+  defaultGroups: {{abap: public, java: public}}
+  rules:
+    - {{prefix: /other/, kind: abap, logonGroup: other}}
+  permissions:
+    - {{action: deny, pattern: /forbidden/*}}
+"""
+        os.makedirs(os.path.join(cls.dir, "objects"))
+        with open(os.path.join(cls.dir, "objects", "objects.yaml"), "w") as f:
+            f.write(objects)
+        compiled = subprocess.run(
+            [CONTROLLER, "compile", "--source=dir:" + os.path.join(cls.dir, "objects")],
+            capture_output=True, text=True, timeout=60)
+        assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+        cls.snapshot = os.path.join(cls.dir, "snapshot.json")
+        with open(cls.snapshot, "w") as f:
+            f.write(compiled.stdout)
+        cls.proxy = Proxy(cls.dir, cls.snapshot, ["--h2c", "--max-header-size", "8192"], "main")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.stop()
+        for b in (cls.big1, cls.small1, cls.other):
+            b.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def client(self, **kw):
+        c = H2Client(self.proxy.tls_port, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    # ---- negotiation ----
+
+    def test_alpn_offers_h2_and_http11_on_the_same_listener(self):
+        for offer, want in ((["h2", "http/1.1"], "h2"), (["http/1.1"], "http/1.1"),
+                            (["http/1.1", "h2"], "h2")):
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.set_alpn_protocols(offer)
+            with socket.create_connection(("127.0.0.1", self.proxy.tls_port), timeout=10) as s:
+                with context.wrap_socket(s, server_hostname="erp.example.test") as t:
+                    self.assertEqual(t.selected_alpn_protocol(), want)
+                    if want == "http/1.1":
+                        t.sendall(b"GET /x HTTP/1.1\r\nHost: erp.example.test\r\n"
+                                  b"Connection: close\r\n\r\n")
+                        answer = b""
+                        while True:
+                            data = t.recv(65536)
+                            if not data:
+                                break
+                            answer += data
+                        self.assertTrue(answer.startswith(b"HTTP/1.1 200"), answer[:100])
+        c = self.client()
+        r = c.get("/sap/bc/ping")
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(body_json(r)["proto"], "https")
+        self.assertTrue(body_json(r)["cipher"])
+
+    def test_h2c_prior_knowledge_with_flag(self):
+        c = H2Client(self.proxy.port, tls=False)
+        self.addCleanup(c.close)
+        r = c.get("/sap/bc/ping")
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(body_json(r)["proto"], "http")
+        # HTTP/1.1 on the same listener still works.
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10) as s:
+            s.sendall(b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 200"))
+
+    def test_h2c_refused_without_flag(self):
+        proxy = Proxy(self.dir, self.snapshot, [], "noh2c")
+        self.addCleanup(proxy.stop)
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            answer = b""
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                answer += data
+        self.assertRegex(answer[:20], rb"^HTTP/1\.1 (400|505)")
+
+    def test_curl_http2(self):
+        if not shutil.which("curl"):
+            self.skipTest("no curl")
+        out = subprocess.run(
+            ["curl", "-sk", "--http2", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+             "--resolve", f"erp.example.test:{self.proxy.tls_port}:127.0.0.1",
+             f"https://erp.example.test:{self.proxy.tls_port}/sap/bc/ping"],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.stdout, "2 200", out.stderr)
+        out = subprocess.run(
+            ["curl", "-s", "--http2-prior-knowledge", "-o", "/dev/null", "-w",
+             "%{http_version} %{http_code}", f"http://127.0.0.1:{self.proxy.port}/x"],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.stdout, "2 200", out.stderr)
+
+    # ---- routing per stream ----
+
+    def test_routing_permissions_and_forwarded_fields(self):
+        c = self.client()
+        sids = [c.request("/other/a"), c.request("/forbidden/x"), c.request("/sap/b?x=1")]
+        other, forbidden, public = c.wait(sids)
+        self.assertEqual(body_json(other)["backend"], "other1")
+        self.assertEqual(body_json(other)["host"], "erp.example.test")
+        self.assertEqual(body_json(other)["xff"], "127.0.0.1")
+        self.assertTrue(body_json(other)["request_id"])
+        self.assertEqual(forbidden["headers"][":status"], "403")
+        self.assertIn(body_json(public)["backend"], ("big1", "small1"))
+        self.assertEqual(body_json(public)["path"], "/sap/b?x=1")
+
+    def test_stickiness_by_context_id_in_a_split_cookie_field(self):
+        c = self.client()
+        # The context id names small1, which balancing alone would pick for
+        # a third of the streams: every stream goes there.
+        cookie_value = "SID:ANON:small1:abc"
+        sids = [c.request("/sap/bc/gui/x", headers=[("cookie", "a=1"),
+                                                    ("cookie", "sap-contextid=" + cookie_value),
+                                                    ("cookie", "b=2")]) for _ in range(12)]
+        for r in c.wait(sids):
+            answer = body_json(r)
+            self.assertEqual(answer["backend"], "small1")
+            # One Cookie header upstream, the fields joined with "; ".
+            self.assertEqual(answer["cookie"], ["a=1; sap-contextid=" + cookie_value + "; b=2"])
+        self.assertGreaterEqual(self.proxy.metric("kwd_proxy_sticky_routed_total",
+                                                  identifier="sap-contextid") or 0, 12)
+
+    def test_balancing_ratio_over_many_streams_on_one_connection(self):
+        c = self.client()
+        counts = {"big1": 0, "small1": 0}
+        sids = []
+        for i in range(300):
+            sids.append(c.request(f"/sap/balance/{i}"))
+            if len(sids) == 50:
+                for r in c.wait(sids):
+                    counts[body_json(r)["backend"]] += 1
+                sids = []
+        self.assertEqual(sum(counts.values()), 300)
+        ratio = counts["big1"] / max(counts["small1"], 1)
+        self.assertGreater(ratio, 1.6, counts)
+        self.assertLess(ratio, 2.5, counts)
+
+    # ---- bodies and flow control ----
+
+    def test_large_upload_with_flow_control(self):
+        c = self.client()
+        data = pattern(8 * MIB + 7)
+        for headers in ([("content-length", str(len(data)))], []):
+            r = c.wait([c.request("/sap/upload", method="POST", headers=headers, body=data)],
+                       timeout=60)[0]
+            self.assertEqual(r["headers"][":status"], "200")
+            answer = body_json(r)
+            self.assertEqual(answer["length"], len(data))
+            self.assertEqual(answer["sha256"], hashlib.sha256(data).hexdigest())
+            self.assertEqual(answer["chunked"], not headers)
+
+    def test_large_download_with_flow_control(self):
+        c = self.client()
+        n = 8 * MIB + 13
+        want = hashlib.sha256(pattern(n)).hexdigest()
+        for suffix in ("", "?chunked"):
+            r = c.wait([c.request(f"/download/{n}{suffix}")], timeout=60)[0]
+            self.assertEqual(r["headers"][":status"], "200")
+            self.assertNotIn("transfer-encoding", r["headers"])
+            self.assertEqual(len(r["data"]), n)
+            self.assertEqual(hashlib.sha256(r["data"]).hexdigest(), want)
+
+    def test_parallel_downloads_on_one_connection(self):
+        c = self.client()
+        n = MIB
+        sids = [c.request(f"/download/{n}" + ("?chunked" if i % 2 else "")) for i in range(8)]
+        for r in c.wait(sids, timeout=60):
+            self.assertEqual(bytes(r["data"]), pattern(n))
+
+    # ---- malformed requests ----
+
+    def test_connection_specific_field_is_a_stream_protocol_error(self):
+        c = self.client()
+        c.conn.config.validate_outbound_headers = False
+        c.conn.config.normalize_outbound_headers = False
+        sid = c.request("/sap/x", headers=[("connection", "keep-alive")])
+        ok = c.request("/sap/y")
+        bad, good = c.wait([sid, ok])
+        self.assertEqual(bad["reset"], 1)  # PROTOCOL_ERROR
+        self.assertEqual(good["headers"][":status"], "200")
+
+    def test_header_list_over_the_limit_gets_431(self):
+        c = self.client()
+        r = c.get("/sap/x", headers=[("x-big", "a" * 4000), ("x-big2", "b" * 4000),
+                                     ("x-big3", "c" * 4000)])
+        self.assertEqual(r["headers"][":status"], "431")
+        self.assertEqual(c.settings.get(h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE), 8192)
+
+    # ---- logging and metrics ----
+
+    def test_access_log_and_metrics(self):
+        c = self.client()
+        c.get("/sap/logged/h2")
+        deadline = time.monotonic() + 10
+        line = None
+        while time.monotonic() < deadline and line is None:
+            with open(self.proxy.access_log) as f:
+                for l in f:
+                    if "/sap/logged/h2" in l:
+                        line = l
+            time.sleep(0.1)
+        self.assertIsNotNone(line, "no access log line")
+        self.assertIn('"GET /sap/logged/h2 HTTP/2.0" 200', line)
+        self.assertGreaterEqual(self.proxy.metric("kwd_proxy_http_connections", protocol="HTTP/2"),
+                                1)
+        self.assertGreaterEqual(self.proxy.metric("kwd_proxy_http2_streams_total"), 1)
+        self.assertIsNotNone(self.proxy.metric("kwd_proxy_http2_streams"))
+        self.assertIsNotNone(self.proxy.metric("kwd_proxy_http2_errors_total",
+                                               reason="refused_stream"))
+        # The admin API (and page) show the connections by protocol and the
+        # open streams.
+        def state():
+            with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.proxy.admin_port}/admin/api/state", timeout=5) as r:
+                return json.loads(r.read())["connections"]
+        # Other tests' connections may still be closing: wait for this one alone.
+        deadline = time.monotonic() + 10
+        while state() != {"http1": 0, "http2": 1, "http2_streams": 0}:
+            self.assertLess(time.monotonic(), deadline, state())
+            time.sleep(0.05)
+
+    # ---- drain ----
+
+    def test_goaway_drain_on_sigterm_completes_streams_in_flight(self):
+        proxy = Proxy(self.dir, self.snapshot, ["--drain-timeout", "10s"], "drain")
+        self.addCleanup(proxy.stop)
+        c = H2Client(proxy.tls_port)
+        self.addCleanup(c.close)
+        self.assertEqual(c.get("/sap/warm")["headers"][":status"], "200")
+        sids = [c.request("/slow/800") for _ in range(10)]
+        time.sleep(0.3)
+        proxy.process.send_signal(signal.SIGTERM)
+        results = c.wait(sids, timeout=30)
+        for r in results:
+            self.assertIsNone(r["reset"])
+            self.assertEqual(r["headers"][":status"], "200")
+        deadline = time.monotonic() + 10
+        while c.goaway is None and time.monotonic() < deadline:
+            try:
+                c.pump()
+            except (ConnectionError, OSError):
+                break
+        self.assertIsNotNone(c.goaway)
+        self.assertEqual(c.goaway.error_code, 0)
+        self.assertEqual(proxy.process.wait(timeout=15), 0)
+
+    # ---- timeouts ----
+
+    def test_idle_connection_gets_goaway_then_close(self):
+        proxy = Proxy(self.dir, self.snapshot, ["--idle-timeout", "1s"], "idle")
+        self.addCleanup(proxy.stop)
+        c = H2Client(proxy.tls_port)
+        self.addCleanup(c.close)
+        self.assertEqual(c.get("/sap/x")["headers"][":status"], "200")
+        started = time.monotonic()
+        with self.assertRaises((ConnectionError, OSError)):
+            for _ in range(1000):
+                c.pump()
+        self.assertIsNotNone(c.goaway)
+        self.assertEqual(c.goaway.error_code, 0)
+        self.assertLess(time.monotonic() - started, 10)
+
+    def test_ping_keeps_a_live_client_and_closes_a_silent_one(self):
+        proxy = Proxy(self.dir, self.snapshot, ["--h2-ping-timeout", "300ms"], "ping")
+        self.addCleanup(proxy.stop)
+        # A client that answers PINGs keeps its slow stream.
+        c = H2Client(proxy.tls_port)
+        self.addCleanup(c.close)
+        r = c.wait([c.request("/slow/1500")])[0]
+        self.assertEqual(r["headers"][":status"], "200")
+        # One that reads nothing (no PING ACK) is closed: the socket ends.
+        silent = H2Client(proxy.tls_port)
+        self.addCleanup(silent.close)
+        silent.request("/slow/5000")
+        started = time.monotonic()
+        silent.sock.settimeout(10)
+        while silent.sock.recv(65536):
+            pass
+        self.assertLess(time.monotonic() - started, 4.5)
+        deadline = time.monotonic() + 5
+        while not proxy.metric("kwd_proxy_http2_errors_total", reason="ping_timeout"):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
