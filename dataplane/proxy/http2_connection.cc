@@ -64,6 +64,11 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   bool header_too_large = false;
   bool too_many_fields = false;
   bool started = false;
+  // The request head is complete; the exchange starts once the bytes read
+  // with it are processed (StartPending), so a HEADERS reset in the same
+  // read (rapid reset, CVE-2023-44487) never reaches the upstream.
+  bool head_done = false;
+  bool head_end_stream = false;
   bool request_end = false;  // END_STREAM received
   bool deferred = false;     // the data source waits for ResumeData
   bool responded = false;
@@ -192,7 +197,7 @@ struct Http2Callbacks {
                       void* user_data) {
     Http2Connection* c = Self(user_data);
     Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
-    if (stream == nullptr || stream->started) {
+    if (stream == nullptr || stream->started || stream->head_done) {
       return 0;  // trailers: dropped, as HTTP/1.1 chunked trailers are
     }
     size_t limit = c->worker_->options().max_header_bytes;
@@ -230,7 +235,7 @@ struct Http2Callbacks {
     if (hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION) {
       Http2Connection::Stream* stream = c->FindStream(hd->stream_id);
       size_t cap = c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack;
-      if (stream != nullptr && !stream->started) {
+      if (stream != nullptr && !stream->started && !stream->head_done) {
         stream->block_bytes += hd->length;
         if (stream->block_bytes > cap) {
           // A header block that does not end: no more of it is decoded.
@@ -254,9 +259,14 @@ struct Http2Callbacks {
           return 0;
         }
         bool end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
-        if (!stream->started) {
-          c->StartStream(stream, end);
-        } else if (end) {
+        if (!stream->started && !stream->head_done) {
+          stream->head_done = true;
+          stream->head_end_stream = end;
+          c->to_start_.push_back(stream->id);
+          break;
+        }
+        c->StartNow(stream);  // trailers
+        if (end) {
           stream->request_end = true;
           stream->exchange.EndRequestBody();
           stream->exchange.Pump();
@@ -266,6 +276,7 @@ struct Http2Callbacks {
       case NGHTTP2_DATA: {
         Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
         if (stream != nullptr && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+          c->StartNow(stream);
           stream->request_end = true;
           stream->exchange.EndRequestBody();
           stream->exchange.Pump();
@@ -298,6 +309,9 @@ struct Http2Callbacks {
                          const uint8_t* data, size_t len, void* user_data) {
     Http2Connection* c = Self(user_data);
     Http2Connection::Stream* stream = c->FindStream(stream_id);
+    if (stream != nullptr) {
+      c->StartNow(stream);  // its body follows the head in this read
+    }
     if (stream == nullptr || !stream->started) {
       nghttp2_session_consume(session, stream_id, len);
       return 0;
@@ -448,7 +462,14 @@ void Http2Connection::RemoveStream(int32_t id) {
   stream->exchange.Cancel("aborted-client");
   --live_streams_;
   worker_->metrics().http2_streams.Add(-1);
-  worker_->loop().DeleteLater(stream);
+  if (stream->started) {
+    worker_->loop().DeleteLater(stream);  // its exchange may be on the stack
+  } else {
+    // Never started: nothing but this map referred to it. Freed now, so a
+    // burst of reset streams read in one go does not pile up until the loop
+    // turns (8 KB each).
+    delete stream;
+  }
   if (streams_.empty()) {
     idle_since_ms_ = worker_->loop().now_ms();
   }
@@ -456,6 +477,22 @@ void Http2Connection::RemoveStream(int32_t id) {
 
 void Http2Connection::CountError(Http2Error error) {
   worker_->metrics().http2_errors[static_cast<size_t>(error)]->Inc();
+}
+
+void Http2Connection::StartNow(Stream* stream) {
+  if (stream->head_done && !stream->started) {
+    StartStream(stream, stream->head_end_stream);
+  }
+}
+
+void Http2Connection::StartPending() {
+  // Streams closed meanwhile (RST_STREAM) are no longer in streams_.
+  for (size_t i = 0; i < to_start_.size() && !closed_; ++i) {
+    if (Stream* stream = FindStream(to_start_[i])) {
+      StartNow(stream);
+    }
+  }
+  to_start_.clear();
 }
 
 void Http2Connection::StartStream(Stream* stream, bool end_stream) {
@@ -556,6 +593,7 @@ bool Http2Connection::Receive() {
       fatal_ = true;
       return true;
     }
+    StartPending();
     progressed = true;
   }
   // Reading stops while output is queued: a peer that floods us with frames
@@ -577,6 +615,7 @@ bool Http2Connection::Receive() {
         fatal_ = true;
         return true;
       }
+      StartPending();
       progressed = true;
       if (drained && !peer_closed_) {
         readable_ = false;
@@ -715,7 +754,7 @@ void Http2Connection::OnTick() {
   // A stream whose header block did not end in time is reset.
   std::vector<int32_t> late;
   for (auto& [id, stream] : streams_) {
-    if (!stream->started && now - stream->begun_ms >= o.header_timeout_ms) {
+    if (!stream->started && !stream->head_done && now - stream->begun_ms >= o.header_timeout_ms) {
       late.push_back(id);
     }
   }
