@@ -72,6 +72,9 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   bool request_end = false;  // END_STREAM received
   bool deferred = false;     // the data source waits for ResumeData
   bool responded = false;
+  bool response_done = false;  // the body's last byte went to nghttp2
+  int64_t last_sent_ms = 0;    // response head or body bytes last handed to nghttp2
+  void MarkSent() { last_sent_ms = connection->worker_->loop().now_ms(); }
   int64_t begun_ms = 0;
   http::RequestHead head;
   std::string response_names;  // lower-cased response field names
@@ -112,6 +115,8 @@ void Http2Connection::Stream::OnResponseHead(int status,
     return;
   }
   responded = true;
+  response_done = end;
+  MarkSent();
   char status_text[8];
   std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
   std::vector<nghttp2_nv> nva;
@@ -144,7 +149,11 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
   auto* stream = static_cast<Http2Connection::Stream*>(source->ptr);
   bool end = false;
   size_t n = stream->exchange.ReadResponseBody(reinterpret_cast<char*>(buf), length, &end);
+  if (n > 0) {
+    stream->MarkSent();
+  }
   if (end) {
+    stream->response_done = true;
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     if (!stream->request_end) {
       // The response is complete before the request: the rest of the
@@ -756,6 +765,19 @@ void Http2Connection::OnTick() {
   for (auto& [id, stream] : streams_) {
     if (!stream->started && !stream->head_done && now - stream->begun_ms >= o.header_timeout_ms) {
       late.push_back(id);
+    }
+  }
+  // A response the client's flow-control window has blocked (a zero-window
+  // stall) for --idle-timeout is reset, as an HTTP/1.1 response the client
+  // stops reading ends with the connection: PINGs answered do not keep it.
+  int32_t connection_window = nghttp2_session_get_remote_window_size(session_);
+  for (auto& [id, stream] : streams_) {
+    if (stream->responded && !stream->response_done &&
+        now - stream->last_sent_ms >= o.idle_timeout_ms &&
+        (connection_window <= 0 ||
+         nghttp2_session_get_stream_remote_window_size(session_, id) <= 0)) {
+      late.push_back(id);
+      CountError(Http2Error::kStreamReset);
     }
   }
   for (int32_t id : late) {
