@@ -809,9 +809,9 @@ bool Exchange::HandleResponseHead() {
     return false;
   }
   if (response_info_.interim) {
-    // 1xx: HTTP/2 could pass them as informational HEADERS; dropped (the
-    // client asked for no 100-continue across the proxy's body buffering).
-    upstream_in_.Consume(0);
+    // 1xx (100 Continue, 103 Early Hints): passed on, the final response
+    // follows.
+    sink_->OnInterimHead(response_head_.status_code);
     response_parser_.Reset();
     return true;
   }

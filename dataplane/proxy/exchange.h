@@ -105,6 +105,8 @@ class ExchangeSink {
   // The response head: status and fields (hop-by-hop fields dropped). `end`:
   // no body follows.
   virtual void OnResponseHead(int status, std::span<const http::Header> fields, bool end) = 0;
+  // An interim (1xx) response from the server, e.g. 100 Continue.
+  virtual void OnInterimHead(int status) = 0;
   // Response body bytes (or its end) are ready: ReadResponseBody.
   virtual void OnResponseBodyReady() = 0;
   // `bytes` of request body left for the server: the client may send more.

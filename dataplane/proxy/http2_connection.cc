@@ -81,6 +81,16 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   size_t unconsumed = 0;       // DATA bytes not yet given back to the window
 
   void OnResponseHead(int status, std::span<const http::Header> response_fields, bool end) override;
+  void OnInterimHead(int status) override {
+    if (responded || connection->session_ == nullptr) {
+      return;
+    }
+    char status_text[8];
+    std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
+    nghttp2_nv nv{Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3,
+                  NGHTTP2_NV_FLAG_NONE};
+    nghttp2_submit_headers(connection->session_, NGHTTP2_FLAG_NONE, id, nullptr, &nv, 1, nullptr);
+  }
   void OnResponseBodyReady() override {
     if (deferred && connection->session_ != nullptr) {
       deferred = false;

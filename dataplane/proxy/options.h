@@ -32,7 +32,10 @@ struct ProxyOptions {
   int64_t body_timeout_ms = 60'000;      // no progress while streaming a body
   uint64_t max_body_bytes = 102400ull * 1024;  // --max-body-size (413)
   size_t max_header_bytes = 64 * 1024;         // --max-header-size (431)
-  size_t max_idle_upstream_per_server = 64;    // per worker
+  // Per worker. HTTP/2 multiplexes many streams per client connection, each
+  // on its own upstream connection: a pool smaller than the streams in
+  // flight closes and reopens upstream connections all the time.
+  size_t max_idle_upstream_per_server = 1024;
   int64_t upstream_idle_timeout_ms = 30'000;   // pooled connections close after this
   size_t max_connections = 10'000;             // per worker; beyond: accept and close
 

@@ -273,7 +273,10 @@ class H2Client:
         if not data:
             raise ConnectionError("closed by the proxy")
         for event in self.conn.receive_data(data):
-            if isinstance(event, h2.events.ResponseReceived):
+            if isinstance(event, h2.events.InformationalResponseReceived):
+                self.responses[event.stream_id].setdefault("interim", []).append(
+                    dict(event.headers)[":status"])
+            elif isinstance(event, h2.events.ResponseReceived):
                 self.responses[event.stream_id]["headers"] = dict(event.headers)
             elif isinstance(event, h2.events.DataReceived):
                 self.responses[event.stream_id]["data"] += event.data
@@ -532,6 +535,20 @@ spec:
         sids = [c.request(f"/download/{n}" + ("?chunked" if i % 2 else "")) for i in range(8)]
         for r in c.wait(sids, timeout=60):
             self.assertEqual(bytes(r["data"]), pattern(n))
+
+    def test_100_continue_is_passed_on(self):
+        c = self.client()
+        sid = c.request("/sap/expect", method="POST", end=False,
+                        headers=[("expect", "100-continue"), ("content-length", "5")])
+        deadline = time.monotonic() + 10
+        while "interim" not in c.responses[sid]:
+            self.assertLess(time.monotonic(), deadline, "no 100 Continue")
+            c.pump()
+        self.assertEqual(c.responses[sid]["interim"], ["100"])
+        c.conn.send_data(sid, b"hello", end_stream=True)
+        c.flush()
+        r = c.wait([sid])[0]
+        self.assertEqual(body_json(r)["length"], 5)
 
     # ---- malformed requests ----
 
