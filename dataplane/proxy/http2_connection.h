@@ -67,6 +67,8 @@ class Http2Connection final : public WorkerConnection {
   Stream* FindStream(int32_t id);
   void RemoveStream(int32_t id);
   void StartStream(Stream* stream, bool end_stream);
+  void StartNow(Stream* stream);  // if its head is complete and it waits
+  void StartPending();            // after each read: the heads it completed
 
   Worker* worker_;
   std::unique_ptr<net::Transport> transport_;
@@ -84,7 +86,8 @@ class Http2Connection final : public WorkerConnection {
   bool in_drive_ = false;
   bool drive_again_ = false;
   std::unordered_map<int32_t, Stream*> streams_;
-  size_t live_streams_ = 0;  // streams whose exchange still holds resources
+  std::vector<int32_t> to_start_;  // stream ids whose head the current read completed
+  size_t live_streams_ = 0;        // streams whose exchange still holds resources
   int64_t started_ms_ = 0;
   int64_t last_receive_ms_ = 0;
   int64_t idle_since_ms_ = 0;
