@@ -98,6 +98,93 @@ bool IsToken(std::string_view s) {
 
 namespace {
 
+// `lower` is lower-case; a '_' in it matches '_' or '-' in `name`.
+bool FoldedPrefixIs(std::string_view name, std::string_view lower) {
+  if (name.size() < lower.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < lower.size(); ++i) {
+    char c = name[i] == '-' ? '_' : chars::Lower(name[i]);
+    if (c != lower[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsProxyAssertedTlsName(std::string_view name) {
+  return FoldedPrefixIs(name, "ssl_client_cert") ||
+         (name.size() == 16 && FoldedPrefixIs(name, "ssl_cipher_suite")) ||
+         (name.size() == 21 && FoldedPrefixIs(name, "ssl_cipher_usekeysize"));
+}
+
+}  // namespace
+
+FieldId ClassifyFieldName(std::string_view name) {
+  if (name.empty()) {
+    return FieldId::kOther;
+  }
+  // One switch on the length and the first byte, then one comparison.
+  const char first = static_cast<char>(name.front() | 0x20);
+  switch (name.size()) {
+    case 2:
+      return EqualsIgnoreCase(name, "te") ? FieldId::kTe : FieldId::kOther;
+    case 4:
+      return EqualsIgnoreCase(name, "host") ? FieldId::kHost : FieldId::kOther;
+    case 6:
+      return EqualsIgnoreCase(name, "expect") ? FieldId::kExpect : FieldId::kOther;
+    case 7:
+      if (first == 't') {
+        return EqualsIgnoreCase(name, "trailer") ? FieldId::kTrailer : FieldId::kOther;
+      }
+      return EqualsIgnoreCase(name, "upgrade") ? FieldId::kUpgrade : FieldId::kOther;
+    case 10:
+      if (first == 'c') {
+        return EqualsIgnoreCase(name, "connection") ? FieldId::kConnection : FieldId::kOther;
+      }
+      return EqualsIgnoreCase(name, "keep-alive") ? FieldId::kKeepAlive : FieldId::kOther;
+    case 12:
+      return EqualsIgnoreCase(name, "x-request-id") ? FieldId::kXRequestId : FieldId::kOther;
+    case 14:
+      return EqualsIgnoreCase(name, "content-length") ? FieldId::kContentLength
+                                                      : FieldId::kOther;
+    case 15:
+      if (first == 'x') {
+        return EqualsIgnoreCase(name, "x-forwarded-for") ? FieldId::kXForwardedFor
+                                                         : FieldId::kOther;
+      }
+      break;
+    case 16:
+      if (first == 'p') {
+        return EqualsIgnoreCase(name, "proxy-connection") ? FieldId::kProxyConnection
+                                                          : FieldId::kOther;
+      }
+      if (first == 'x') {
+        return EqualsIgnoreCase(name, "x-forwarded-host") ? FieldId::kXForwardedHost
+                                                          : FieldId::kOther;
+      }
+      break;
+    case 17:
+      if (first == 't') {
+        return EqualsIgnoreCase(name, "transfer-encoding") ? FieldId::kTransferEncoding
+                                                           : FieldId::kOther;
+      }
+      if (first == 'x') {
+        return EqualsIgnoreCase(name, "x-forwarded-proto") ? FieldId::kXForwardedProto
+                                                           : FieldId::kOther;
+      }
+      break;
+    default:
+      break;
+  }
+  if (first == 's' && name.size() >= 15 && IsProxyAssertedTlsName(name)) {
+    return FieldId::kProxyAssertedTls;
+  }
+  return FieldId::kOther;
+}
+
+namespace {
+
 struct LineError {
   ParseError error = ParseError::kNone;
   int status = 0;
@@ -397,7 +484,7 @@ LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count,
   if (*count == kMaxHeaders) {
     return {ParseError::kTooManyHeaders, error_status == 400 ? 431 : error_status};
   }
-  headers[*count] = {name, value};
+  headers[*count] = {name, value, ClassifyFieldName(name)};
   ++*count;
   return kOk;
 }
@@ -526,6 +613,16 @@ const Header* FindHeader(const Head& head, std::string_view name) {
   return nullptr;
 }
 
+template <typename Head>
+const Header* FindHeader(const Head& head, FieldId id) {
+  for (size_t i = 0; i < head.header_count; ++i) {
+    if (head.headers[i].Id() == id) {
+      return &head.headers[i];
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 bool IsValidAuthority(std::string_view authority, bool require_port) {
@@ -553,6 +650,12 @@ const Header* RequestHead::Find(std::string_view name) const {
 }
 const Header* ResponseHead::Find(std::string_view name) const {
   return FindHeader(*this, name);
+}
+const Header* RequestHead::Find(FieldId id) const {
+  return FindHeader(*this, id);
+}
+const Header* ResponseHead::Find(FieldId id) const {
+  return FindHeader(*this, id);
 }
 
 ParseResult RequestParser::Parse(std::string_view buffer, RequestHead* head) {
