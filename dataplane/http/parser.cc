@@ -118,6 +118,57 @@ bool IsProxyAssertedTlsName(std::string_view name) {
          (name.size() == 21 && FoldedPrefixIs(name, "ssl_cipher_usekeysize"));
 }
 
+// A lower-case field name known at compile time, compared with a name of
+// the same length a machine word at a time: at the letters' positions both
+// cases match (byte | 0x20), elsewhere only the exact byte.
+template <size_t N>
+struct LowerName {
+  char s[N]{};
+  constexpr LowerName(const char (&x)[N]) {  // NOLINT: implicit by design
+    for (size_t i = 0; i < N; ++i) {
+      s[i] = x[i];
+    }
+  }
+};
+
+template <typename T>
+constexpr T NameBytes(const char* s, size_t at, bool case_mask) {
+  T v = 0;
+  for (size_t k = 0; k < sizeof(T); ++k) {
+    unsigned char c = static_cast<unsigned char>(s[at + k]);
+    unsigned char b = case_mask ? ((c >= 'a' && c <= 'z') ? 0x20 : 0) : c;
+    v = static_cast<T>(v | (static_cast<T>(b) << (8 * k)));
+  }
+  return v;
+}
+
+template <LowerName L, typename T, size_t At>
+inline bool NameChunkIs(const char* p) {
+  constexpr T kWord = NameBytes<T>(L.s, At, false);
+  constexpr T kCase = NameBytes<T>(L.s, At, true);
+  T v;
+  std::memcpy(&v, p + At, sizeof(T));
+  return static_cast<T>(v | kCase) == kWord;
+}
+
+// `name` has the literal's length (the caller switched on it).
+template <LowerName L>
+inline bool NameIs(std::string_view name) {
+  constexpr size_t n = sizeof(L.s) - 1;
+  static_assert(n >= 2 && n <= 24);
+  const char* p = name.data();
+  if constexpr (n >= 16) {
+    return NameChunkIs<L, uint64_t, 0>(p) && NameChunkIs<L, uint64_t, 8>(p) &&
+           NameChunkIs<L, uint64_t, n - 8>(p);
+  } else if constexpr (n >= 8) {
+    return NameChunkIs<L, uint64_t, 0>(p) && NameChunkIs<L, uint64_t, n - 8>(p);
+  } else if constexpr (n >= 4) {
+    return NameChunkIs<L, uint32_t, 0>(p) && NameChunkIs<L, uint32_t, n - 4>(p);
+  } else {
+    return NameChunkIs<L, uint16_t, 0>(p) && NameChunkIs<L, uint16_t, n - 2>(p);
+  }
+}
+
 }  // namespace
 
 FieldId ClassifyFieldName(std::string_view name) {
@@ -128,50 +179,46 @@ FieldId ClassifyFieldName(std::string_view name) {
   const char first = static_cast<char>(name.front() | 0x20);
   switch (name.size()) {
     case 2:
-      return EqualsIgnoreCase(name, "te") ? FieldId::kTe : FieldId::kOther;
+      return NameIs<"te">(name) ? FieldId::kTe : FieldId::kOther;
     case 4:
-      return EqualsIgnoreCase(name, "host") ? FieldId::kHost : FieldId::kOther;
+      return NameIs<"host">(name) ? FieldId::kHost : FieldId::kOther;
     case 6:
-      return EqualsIgnoreCase(name, "expect") ? FieldId::kExpect : FieldId::kOther;
+      return NameIs<"expect">(name) ? FieldId::kExpect : FieldId::kOther;
     case 7:
       if (first == 't') {
-        return EqualsIgnoreCase(name, "trailer") ? FieldId::kTrailer : FieldId::kOther;
+        return NameIs<"trailer">(name) ? FieldId::kTrailer : FieldId::kOther;
       }
-      return EqualsIgnoreCase(name, "upgrade") ? FieldId::kUpgrade : FieldId::kOther;
+      return NameIs<"upgrade">(name) ? FieldId::kUpgrade : FieldId::kOther;
     case 10:
       if (first == 'c') {
-        return EqualsIgnoreCase(name, "connection") ? FieldId::kConnection : FieldId::kOther;
+        return NameIs<"connection">(name) ? FieldId::kConnection : FieldId::kOther;
       }
-      return EqualsIgnoreCase(name, "keep-alive") ? FieldId::kKeepAlive : FieldId::kOther;
+      return NameIs<"keep-alive">(name) ? FieldId::kKeepAlive : FieldId::kOther;
     case 12:
-      return EqualsIgnoreCase(name, "x-request-id") ? FieldId::kXRequestId : FieldId::kOther;
+      return NameIs<"x-request-id">(name) ? FieldId::kXRequestId : FieldId::kOther;
     case 14:
-      return EqualsIgnoreCase(name, "content-length") ? FieldId::kContentLength
-                                                      : FieldId::kOther;
+      return NameIs<"content-length">(name) ? FieldId::kContentLength : FieldId::kOther;
     case 15:
       if (first == 'x') {
-        return EqualsIgnoreCase(name, "x-forwarded-for") ? FieldId::kXForwardedFor
-                                                         : FieldId::kOther;
+        return NameIs<"x-forwarded-for">(name) ? FieldId::kXForwardedFor : FieldId::kOther;
       }
       break;
     case 16:
       if (first == 'p') {
-        return EqualsIgnoreCase(name, "proxy-connection") ? FieldId::kProxyConnection
-                                                          : FieldId::kOther;
+        return NameIs<"proxy-connection">(name) ? FieldId::kProxyConnection : FieldId::kOther;
       }
       if (first == 'x') {
-        return EqualsIgnoreCase(name, "x-forwarded-host") ? FieldId::kXForwardedHost
-                                                          : FieldId::kOther;
+        return NameIs<"x-forwarded-host">(name) ? FieldId::kXForwardedHost : FieldId::kOther;
       }
       break;
     case 17:
       if (first == 't') {
-        return EqualsIgnoreCase(name, "transfer-encoding") ? FieldId::kTransferEncoding
-                                                           : FieldId::kOther;
+        return NameIs<"transfer-encoding">(name) ? FieldId::kTransferEncoding
+                                                 : FieldId::kOther;
       }
       if (first == 'x') {
-        return EqualsIgnoreCase(name, "x-forwarded-proto") ? FieldId::kXForwardedProto
-                                                           : FieldId::kOther;
+        return NameIs<"x-forwarded-proto">(name) ? FieldId::kXForwardedProto
+                                                 : FieldId::kOther;
       }
       break;
     default:
