@@ -502,7 +502,27 @@ bool AllFieldValueChars(std::string_view value) {
   return true;
 }
 
+LineError ParseHeaderLineSlow(std::string_view line, Header* headers, size_t* count,
+                              int error_status);
+LineError StoreHeaderLine(std::string_view line, size_t colon, Header* headers, size_t* count,
+                          int error_status);
+
 LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count, int error_status) {
+  // Fast path: one pass over the name up to the colon. Anything unusual
+  // (obs-fold, no colon, a byte that is not a tchar) takes the checks below,
+  // which decide which error it is.
+  size_t name_end = 0;
+  while (name_end < line.size() && chars::IsToken(line[name_end])) {
+    ++name_end;
+  }
+  if (name_end == 0 || name_end == line.size() || line[name_end] != ':') {
+    return ParseHeaderLineSlow(line, headers, count, error_status);
+  }
+  return StoreHeaderLine(line, name_end, headers, count, error_status);
+}
+
+LineError ParseHeaderLineSlow(std::string_view line, Header* headers, size_t* count,
+                              int error_status) {
   char first = line.front();
   if (first == ' ' || first == '\t') {
     return {ParseError::kObsFold, error_status};
@@ -518,6 +538,13 @@ LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count,
               error_status};
     }
   }
+  return StoreHeaderLine(line, colon, headers, count, error_status);
+}
+
+// `line[colon]` is the colon after a valid name.
+LineError StoreHeaderLine(std::string_view line, size_t colon, Header* headers, size_t* count,
+                          int error_status) {
+  std::string_view name = line.substr(0, colon);
   std::string_view value = line.substr(colon + 1);
   if (!AllFieldValueChars(value)) {
     return {ParseError::kControlChar, error_status};
@@ -572,6 +599,27 @@ LineError CheckPartialRequestLine(std::string_view partial, const HeadLimits& li
   return kOk;
 }
 
+// The first CR or LF in [p, end), or nullptr.
+const char* FindCrOrLf(const char* p, const char* end) {
+#if defined(__SSE2__)
+  const __m128i cr = _mm_set1_epi8('\r');
+  const __m128i lf = _mm_set1_epi8('\n');
+  for (; end - p >= 16; p += 16) {
+    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, cr), _mm_cmpeq_epi8(x, lf)));
+    if (mask != 0) {
+      return p + __builtin_ctz(static_cast<unsigned>(mask));
+    }
+  }
+#endif
+  for (; p < end; ++p) {
+    if (*p == '\r' || *p == '\n') {
+      return p;
+    }
+  }
+  return nullptr;
+}
+
 // The line-oriented scan shared by both parsers. StartLine(line) parses the
 // first line; headers go to head->headers.
 template <typename Head, typename StartLine, typename PartialStartLine>
@@ -589,6 +637,47 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
   }
   const int too_large_status = error_status == 400 ? 431 : error_status;
   while (true) {
+    // Fast path for a line not started in an earlier call: the first CR or
+    // LF from its start is a CR followed by LF, so the line ends there and
+    // holds no bare CR. Anything else takes the general search below.
+    if (s.search_from == s.line_start && s.line_start < buffer.size()) {
+      const char* cr = FindCrOrLf(buffer.data() + s.line_start, buffer.data() + buffer.size());
+      if (cr != nullptr && *cr == '\r' && cr + 1 < buffer.data() + buffer.size() &&
+          cr[1] == '\n') {
+        size_t lf = static_cast<size_t>(cr + 1 - buffer.data());
+        std::string_view line = buffer.substr(s.line_start, lf - s.line_start);
+        if (!s.start_line_done) {
+          if (LineError e = partial_start_line(line); e.error != ParseError::kNone) {
+            return Fail(e);
+          }
+        }
+        if (lf + 1 > limits.max_head_bytes) {
+          return Fail({ParseError::kHeadTooLarge, too_large_status});
+        }
+        line.remove_suffix(1);
+        if (!s.start_line_done) {
+          if (line.empty() && !s.skipped_empty_line && s.line_start == 0) {
+            s.skipped_empty_line = true;
+          } else {
+            if (LineError e = start_line(line); e.error != ParseError::kNone) {
+              return Fail(e);
+            }
+            s.start_line_done = true;
+          }
+        } else if (line.empty()) {
+          ParseResult r;
+          r.status = ParseStatus::kComplete;
+          r.consumed = lf + 1;
+          return r;
+        } else if (LineError e = ParseHeaderLine(line, head->headers.data(), &head->header_count,
+                                                 error_status);
+                   e.error != ParseError::kNone) {
+          return Fail(e);
+        }
+        s.line_start = s.search_from = lf + 1;
+        continue;
+      }
+    }
     const char* found = nullptr;
     if (s.search_from < buffer.size()) {
       found = static_cast<const char*>(
