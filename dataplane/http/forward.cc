@@ -33,30 +33,45 @@ bool IsProtectedFromNomination(FieldId id) {
          id == FieldId::kTransferEncoding;
 }
 
-// The values of a message's Connection fields, collected once per message so
-// that checking every field against them does not rescan all fields.
+// Names that Drop() decides before asking whether Connection nominates
+// them, so a Connection element naming one changes nothing.
+bool DecidedBeforeNomination(FieldId id) {
+  return IsAlwaysHopByHop(id) || IsProtectedFromNomination(id) || id == FieldId::kUpgrade;
+}
+
+// The elements of a message's Connection fields that may nominate a field,
+// collected once per message so that checking every field against them does
+// not rescan all fields. "Connection: keep-alive" or "close, Upgrade" leave
+// nothing to check (a field named "close" is still found).
 struct ConnectionValues {
   static constexpr size_t kMax = 8;
-  std::string_view values[kMax];
+  std::string_view tokens[kMax];
   size_t count = 0;
-  bool overflow = false;  // more Connection fields than kept: fall back to a scan
+  bool overflow = false;  // more elements than kept: fall back to a scan
   std::span<const Header> fields;
 
   explicit ConnectionValues(std::span<const Header> all) : fields(all) {
     for (const Header& h : all) {
-      if (h.Id() == FieldId::kConnection) {
-        if (count < kMax) {
-          values[count++] = h.value;
-        } else {
-          overflow = true;
-        }
+      if (h.Id() != FieldId::kConnection || overflow) {
+        continue;
       }
+      ForEachListElement(h.value, [&](std::string_view element) {
+        if (DecidedBeforeNomination(ClassifyFieldName(element))) {
+          return true;
+        }
+        if (count == kMax) {
+          overflow = true;
+          return false;
+        }
+        tokens[count++] = element;
+        return true;
+      });
     }
   }
 };
 
 bool NamedByConnection(std::string_view name, FieldId id, const ConnectionValues& connection) {
-  if (connection.count == 0 || IsProtectedFromNomination(id)) {
+  if ((connection.count == 0 && !connection.overflow) || IsProtectedFromNomination(id)) {
     return false;
   }
   if (connection.overflow) {
@@ -68,7 +83,7 @@ bool NamedByConnection(std::string_view name, FieldId id, const ConnectionValues
     return false;
   }
   for (size_t i = 0; i < connection.count; ++i) {
-    if (HasToken(connection.values[i], name)) {
+    if (EqualsIgnoreCase(connection.tokens[i], name)) {
       return true;
     }
   }
