@@ -103,7 +103,8 @@ bool Drop(std::string_view name, FieldId id, const ConnectionValues& fields, boo
   if (id == FieldId::kUpgrade) {
     return !tunnel;
   }
-  return NamedByConnection(name, id, fields);
+  // Most messages' Connection fields nominate nothing: no call per field.
+  return (fields.count != 0 || fields.overflow) && NamedByConnection(name, id, fields);
 }
 
 // Writes a head into a string sized once for an upper bound of its length
