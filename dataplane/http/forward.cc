@@ -29,8 +29,7 @@ bool IsAlwaysHopByHop(FieldId id) {
 // Connection must not make the proxy drop them (that would desynchronise
 // the upstream connection), so nomination does not apply to them.
 bool IsProtectedFromNomination(FieldId id) {
-  return id == FieldId::kContentLength || id == FieldId::kHost ||
-         id == FieldId::kTransferEncoding;
+  return id == FieldId::kContentLength || id == FieldId::kHost || id == FieldId::kTransferEncoding;
 }
 
 // Names that Drop() decides before asking whether Connection nominates
@@ -225,10 +224,10 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   const size_t fields_bound = FieldsBound(fields);
   // Start line, Host, the fields (X-Forwarded-For's values at most once
   // more), the proxy's own fields, the extra ones, the empty line.
-  HeadWriter w(out, head.method.size() + 1 + head.target.size() + options.target.size() + 1 +
-                        11 + 2 * (info.host.size() + 20) + 2 * fields_bound +
-                        options.client_ip.size() + options.proto.size() +
-                        options.request_id.size() + FieldsBound(options.extra_headers) + 128);
+  HeadWriter w(out, head.method.size() + 1 + head.target.size() + options.target.size() + 1 + 11 +
+                        2 * (info.host.size() + 20) + 2 * fields_bound + options.client_ip.size() +
+                        options.proto.size() + options.request_id.size() +
+                        FieldsBound(options.extra_headers) + 128);
   w.Put(head.method);
   w.Put(' ');
   if (!options.target.empty()) {

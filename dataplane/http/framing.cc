@@ -189,7 +189,7 @@ FramingResult AnalyzeRequest(const RequestHead& head, const FramingLimits& limit
                                      ? ReadContentLength(fields, &length)
                                      : LengthVerdict::kAbsent;
   CodingVerdict coding = Has(present, FieldId::kTransferEncoding) ? ReadTransferEncoding(fields)
-                                                                   : CodingVerdict::kAbsent;
+                                                                  : CodingVerdict::kAbsent;
   if (coding != CodingVerdict::kAbsent) {
     if (head.version_minor == 0) {
       return Reject(ParseError::kTransferEncodingOnHttp10, 400);
@@ -256,7 +256,7 @@ FramingResult AnalyzeResponse(const ResponseHead& head, std::string_view request
                                      ? ReadContentLength(fields, &length)
                                      : LengthVerdict::kAbsent;
   CodingVerdict coding = Has(present, FieldId::kTransferEncoding) ? ReadTransferEncoding(fields)
-                                                                   : CodingVerdict::kAbsent;
+                                                                  : CodingVerdict::kAbsent;
   if (length_verdict == LengthVerdict::kInvalid) {
     return Reject(ParseError::kBadContentLength, 502);
   }

@@ -213,12 +213,10 @@ FieldId ClassifyFieldName(std::string_view name) {
       break;
     case 17:
       if (first == 't') {
-        return NameIs<"transfer-encoding">(name) ? FieldId::kTransferEncoding
-                                                 : FieldId::kOther;
+        return NameIs<"transfer-encoding">(name) ? FieldId::kTransferEncoding : FieldId::kOther;
       }
       if (first == 'x') {
-        return NameIs<"x-forwarded-proto">(name) ? FieldId::kXForwardedProto
-                                                 : FieldId::kOther;
+        return NameIs<"x-forwarded-proto">(name) ? FieldId::kXForwardedProto : FieldId::kOther;
       }
       break;
     default:
@@ -652,8 +650,7 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
     // holds no bare CR. Anything else takes the general search below.
     if (s.search_from == s.line_start && s.line_start < buffer.size()) {
       const char* cr = FindCrOrLf(buffer.data() + s.line_start, buffer.data() + buffer.size());
-      if (cr != nullptr && *cr == '\r' && cr + 1 < buffer.data() + buffer.size() &&
-          cr[1] == '\n') {
+      if (cr != nullptr && *cr == '\r' && cr + 1 < buffer.data() + buffer.size() && cr[1] == '\n') {
         size_t lf = static_cast<size_t>(cr + 1 - buffer.data());
         std::string_view line = buffer.substr(s.line_start, lf - s.line_start);
         if (!s.start_line_done) {
