@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 #include "dataplane/http/chars.h"
 
@@ -19,73 +20,69 @@ std::string_view TrimOws(std::string_view s) {
   return s;
 }
 
-bool StartsWithIgnoreCase(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && EqualsIgnoreCase(s.substr(0, prefix.size()), prefix);
-}
-
-// Header names where '_' and '-' are interchangeable: some backends fold one
-// into the other, so a client must not smuggle either spelling through.
-bool IsProxyAssertedTlsField(std::string_view name) {
-  char buffer[32];
-  size_t n = name.size() < sizeof(buffer) ? name.size() : sizeof(buffer);
-  for (size_t i = 0; i < n; ++i) {
-    buffer[i] = name[i] == '-' ? '_' : chars::Lower(name[i]);
-  }
-  std::string_view folded(buffer, n);
-  return StartsWithIgnoreCase(folded, "ssl_client_cert") || folded == "ssl_cipher_suite" ||
-         folded == "ssl_cipher_usekeysize";
-}
-
-bool IsAlwaysHopByHop(std::string_view name) {
-  return EqualsIgnoreCase(name, "connection") || EqualsIgnoreCase(name, "keep-alive") ||
-         EqualsIgnoreCase(name, "proxy-connection") || EqualsIgnoreCase(name, "te") ||
-         EqualsIgnoreCase(name, "trailer");
+bool IsAlwaysHopByHop(FieldId id) {
+  return id == FieldId::kConnection || id == FieldId::kKeepAlive ||
+         id == FieldId::kProxyConnection || id == FieldId::kTe || id == FieldId::kTrailer;
 }
 
 // Fields that frame or address the message: a client listing them in
 // Connection must not make the proxy drop them (that would desynchronise
 // the upstream connection), so nomination does not apply to them.
-bool IsProtectedFromNomination(std::string_view name) {
-  return EqualsIgnoreCase(name, "content-length") || EqualsIgnoreCase(name, "host") ||
-         EqualsIgnoreCase(name, "transfer-encoding");
+bool IsProtectedFromNomination(FieldId id) {
+  return id == FieldId::kContentLength || id == FieldId::kHost || id == FieldId::kTransferEncoding;
 }
 
-// The values of a message's Connection fields, collected once per message so
-// that checking every field against them does not rescan all fields.
+// Names that Drop() decides before asking whether Connection nominates
+// them, so a Connection element naming one changes nothing.
+bool DecidedBeforeNomination(FieldId id) {
+  return IsAlwaysHopByHop(id) || IsProtectedFromNomination(id) || id == FieldId::kUpgrade;
+}
+
+// The elements of a message's Connection fields that may nominate a field,
+// collected once per message so that checking every field against them does
+// not rescan all fields. "Connection: keep-alive" or "close, Upgrade" leave
+// nothing to check (a field named "close" is still found).
 struct ConnectionValues {
   static constexpr size_t kMax = 8;
-  std::string_view values[kMax];
+  std::string_view tokens[kMax];
   size_t count = 0;
-  bool overflow = false;  // more Connection fields than kept: fall back to a scan
+  bool overflow = false;  // more elements than kept: fall back to a scan
   std::span<const Header> fields;
 
   explicit ConnectionValues(std::span<const Header> all) : fields(all) {
     for (const Header& h : all) {
-      if (EqualsIgnoreCase(h.name, "connection")) {
-        if (count < kMax) {
-          values[count++] = h.value;
-        } else {
-          overflow = true;
-        }
+      if (h.Id() != FieldId::kConnection || overflow) {
+        continue;
       }
+      ForEachListElement(h.value, [&](std::string_view element) {
+        if (DecidedBeforeNomination(ClassifyFieldName(element))) {
+          return true;
+        }
+        if (count == kMax) {
+          overflow = true;
+          return false;
+        }
+        tokens[count++] = element;
+        return true;
+      });
     }
   }
 };
 
-bool NamedByConnection(std::string_view name, const ConnectionValues& connection) {
-  if (connection.count == 0 || IsProtectedFromNomination(name)) {
+bool NamedByConnection(std::string_view name, FieldId id, const ConnectionValues& connection) {
+  if ((connection.count == 0 && !connection.overflow) || IsProtectedFromNomination(id)) {
     return false;
   }
   if (connection.overflow) {
     for (const Header& h : connection.fields) {
-      if (EqualsIgnoreCase(h.name, "connection") && HasToken(h.value, name)) {
+      if (h.Id() == FieldId::kConnection && HasToken(h.value, name)) {
         return true;
       }
     }
     return false;
   }
   for (size_t i = 0; i < connection.count; ++i) {
-    if (HasToken(connection.values[i], name)) {
+    if (EqualsIgnoreCase(connection.tokens[i], name)) {
       return true;
     }
   }
@@ -94,49 +91,81 @@ bool NamedByConnection(std::string_view name, const ConnectionValues& connection
 
 // Whether to drop the field for this hop; Transfer-Encoding and Upgrade
 // depend on whether the proxy re-frames or tunnels.
-bool Drop(std::string_view name, const ConnectionValues& fields, bool reframe, bool tunnel) {
-  if (IsAlwaysHopByHop(name)) {
+bool Drop(std::string_view name, FieldId id, const ConnectionValues& fields, bool reframe,
+          bool tunnel) {
+  if (IsAlwaysHopByHop(id)) {
     return true;
   }
-  if (EqualsIgnoreCase(name, "transfer-encoding")) {
+  if (id == FieldId::kTransferEncoding) {
     return reframe;
   }
-  if (EqualsIgnoreCase(name, "upgrade")) {
+  if (id == FieldId::kUpgrade) {
     return !tunnel;
   }
-  return NamedByConnection(name, fields);
+  // Most messages' Connection fields nominate nothing: no call per field.
+  return (fields.count != 0 || fields.overflow) && NamedByConnection(name, id, fields);
 }
 
-void AppendField(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name);
-  out.append(": ");
-  out.append(value);
-  out.append("\r\n");
+// Writes a head into a string sized once for an upper bound of its length
+// (no capacity check per piece), then trimmed to what was written.
+class HeadWriter {
+ public:
+  HeadWriter(std::string& out, size_t bound) : out_(out) {
+    out_.clear();
+    out_.resize(bound);
+    p_ = out_.data();
+  }
+  void Put(std::string_view s) {
+    if (!s.empty()) {
+      std::memcpy(p_, s.data(), s.size());
+      p_ += s.size();
+    }
+  }
+  void Put(char c) { *p_++ = c; }
+  void Field(std::string_view name, std::string_view value) {
+    Put(name);
+    Put(':');
+    Put(' ');
+    Put(value);
+    Put('\r');
+    Put('\n');
+  }
+  void Finish() { out_.resize(static_cast<size_t>(p_ - out_.data())); }
+
+ private:
+  std::string& out_;
+  char* p_ = nullptr;
+};
+
+// What HeadWriter::Field writes at most for these fields.
+size_t FieldsBound(std::span<const Header> fields) {
+  size_t n = 0;
+  for (const Header& h : fields) {
+    n += h.name.size() + h.value.size() + 4;
+  }
+  return n;
 }
 
 // Content-Length goes on as one field with one value: framing accepted
 // several fields or a list ("5, 5") only when every value is the same, and
-// the next hop may read a repeated or listed length differently. Returns
-// whether `h` was Content-Length (then it is handled).
-bool AppendContentLengthOnce(const Header& h, bool* sent, std::string& out) {
-  if (!EqualsIgnoreCase(h.name, "content-length")) {
-    return false;
-  }
+// the next hop may read a repeated or listed length differently. Called for
+// Content-Length fields only.
+void AppendContentLengthOnce(const Header& h, bool* sent, HeadWriter& out) {
   if (!*sent) {
     ForEachListElement(h.value, [&](std::string_view first) {
-      AppendField(out, "Content-Length", first);
+      out.Field("Content-Length", first);
       return false;
     });
     *sent = true;
   }
-  return true;
 }
 
 }  // namespace
 
 bool IsHopByHop(std::string_view name, std::span<const Header> fields) {
-  return IsAlwaysHopByHop(name) || EqualsIgnoreCase(name, "transfer-encoding") ||
-         EqualsIgnoreCase(name, "upgrade") || NamedByConnection(name, ConnectionValues(fields));
+  FieldId id = ClassifyFieldName(name);
+  return IsAlwaysHopByHop(id) || id == FieldId::kTransferEncoding || id == FieldId::kUpgrade ||
+         NamedByConnection(name, id, ConnectionValues(fields));
 }
 
 ForwardedClient ResolveForwarded(const RequestHead& head, std::string_view peer,
@@ -150,7 +179,7 @@ ForwardedClient ResolveForwarded(const RequestHead& head, std::string_view peer,
   // X-Forwarded-For: the fields in order form one list; walk it from the right.
   bool walking = true;
   for (size_t f = fields.size(); walking && f-- > 0;) {
-    if (!EqualsIgnoreCase(fields[f].name, "x-forwarded-for")) {
+    if (fields[f].Id() != FieldId::kXForwardedFor) {
       continue;
     }
     std::string_view list = fields[f].value;
@@ -176,7 +205,7 @@ ForwardedClient ResolveForwarded(const RequestHead& head, std::string_view peer,
   }
   // X-Forwarded-Proto: the last value of the last field.
   for (size_t f = fields.size(); f-- > 0;) {
-    if (!EqualsIgnoreCase(fields[f].name, "x-forwarded-proto")) {
+    if (fields[f].Id() != FieldId::kXForwardedProto) {
       continue;
     }
     std::string_view value = fields[f].value;
@@ -191,111 +220,136 @@ ForwardedClient ResolveForwarded(const RequestHead& head, std::string_view peer,
 
 void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
                           const ForwardRequestOptions& options, std::string& out) {
-  out.clear();
   std::span<const Header> fields = head.fields();
-  out.append(head.method);
-  out.push_back(' ');
+  const size_t fields_bound = FieldsBound(fields);
+  // Start line, Host, the fields (X-Forwarded-For's values at most once
+  // more), the proxy's own fields, the extra ones, the empty line.
+  HeadWriter w(out, head.method.size() + 1 + head.target.size() + options.target.size() + 1 + 11 +
+                        2 * (info.host.size() + 20) + 2 * fields_bound + options.client_ip.size() +
+                        options.proto.size() + options.request_id.size() +
+                        FieldsBound(options.extra_headers) + 128);
+  w.Put(head.method);
+  w.Put(' ');
   if (!options.target.empty()) {
-    out.append(options.target);
+    w.Put(options.target);
   } else if (head.target_form == TargetForm::kAbsolute) {
     if (head.path_and_query.empty() || head.path_and_query.front() == '?') {
-      out.push_back('/');
+      w.Put('/');
     }
-    out.append(head.path_and_query);
+    w.Put(head.path_and_query);
   } else {
-    out.append(head.target);
+    w.Put(head.target);
   }
-  out.append(" HTTP/1.1\r\n");
-  AppendField(out, "Host", info.host);
+  w.Put(" HTTP/1.1\r\n");
+  w.Field("Host", info.host);
 
   bool has_forwarded_for = false;
   bool content_length_sent = false;
   const ConnectionValues connection(fields);
+  const bool drop_request_id = !options.request_id.empty();
   for (const Header& h : fields) {
-    if (EqualsIgnoreCase(h.name, "host")) {
+    const FieldId id = h.Id();
+    switch (id) {
+      case FieldId::kHost:
+      case FieldId::kXForwardedProto:
+      case FieldId::kXForwardedHost:
+      case FieldId::kProxyAssertedTls:
+        continue;
+      case FieldId::kXForwardedFor:
+        has_forwarded_for = true;
+        continue;
+      case FieldId::kXRequestId:
+        if (drop_request_id) {
+          continue;
+        }
+        break;
+      default:
+        break;
+    }
+    if (Drop(h.name, id, connection, options.reframe_body, options.tunnel_upgrade)) {
       continue;
     }
-    if (EqualsIgnoreCase(h.name, "x-forwarded-for")) {
-      has_forwarded_for = true;
+    if (id == FieldId::kContentLength) {
+      AppendContentLengthOnce(h, &content_length_sent, w);
       continue;
     }
-    if (EqualsIgnoreCase(h.name, "x-forwarded-proto") ||
-        EqualsIgnoreCase(h.name, "x-forwarded-host") || IsProxyAssertedTlsField(h.name) ||
-        (!options.request_id.empty() && EqualsIgnoreCase(h.name, "x-request-id")) ||
-        Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade) ||
-        AppendContentLengthOnce(h, &content_length_sent, out)) {
-      continue;
-    }
-    AppendField(out, h.name, h.value);
+    w.Field(h.name, h.value);
   }
 
   has_forwarded_for = has_forwarded_for && options.keep_forwarded_for;
   if (has_forwarded_for || !options.client_ip.empty()) {
-    out.append("X-Forwarded-For: ");
+    w.Put("X-Forwarded-For: ");
     bool first = true;
     for (const Header& h : fields) {
-      if (has_forwarded_for && EqualsIgnoreCase(h.name, "x-forwarded-for") && !h.value.empty()) {
+      if (has_forwarded_for && h.Id() == FieldId::kXForwardedFor && !h.value.empty()) {
         if (!first) {
-          out.append(", ");
+          w.Put(", ");
         }
-        out.append(h.value);
+        w.Put(h.value);
         first = false;
       }
     }
     if (!options.client_ip.empty()) {
       if (!first) {
-        out.append(", ");
+        w.Put(", ");
       }
-      out.append(options.client_ip);
+      w.Put(options.client_ip);
     }
-    out.append("\r\n");
+    w.Put("\r\n");
   }
-  AppendField(out, "X-Forwarded-Proto", options.proto);
+  w.Field("X-Forwarded-Proto", options.proto);
   // The authority the request was routed by: an absolute-form target's, not
   // a Host field that the target overrides (RFC 9112 3.2.2).
-  AppendField(out, "X-Forwarded-Host", info.host);
+  w.Field("X-Forwarded-Host", info.host);
   if (options.tunnel_upgrade) {
-    AppendField(out, "Connection", "Upgrade");
+    w.Field("Connection", "Upgrade");
   }
   if (!options.request_id.empty()) {
-    AppendField(out, "X-Request-Id", options.request_id);
+    w.Field("X-Request-Id", options.request_id);
   }
   for (const Header& h : options.extra_headers) {
-    AppendField(out, h.name, h.value);
+    w.Field(h.name, h.value);
   }
-  out.append("\r\n");
+  w.Put("\r\n");
+  w.Finish();
 }
 
 void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
                            std::string& out) {
-  out.clear();
   std::span<const Header> fields = head.fields();
-  out.append("HTTP/1.1 ");
+  HeadWriter w(out, 16 + head.reason.size() + FieldsBound(fields) + options.connection.size() +
+                        FieldsBound(options.extra_headers) + 64);
+  w.Put("HTTP/1.1 ");
   int code = head.status_code;
-  out.push_back(static_cast<char>('0' + (code / 100) % 10));
-  out.push_back(static_cast<char>('0' + (code / 10) % 10));
-  out.push_back(static_cast<char>('0' + code % 10));
-  out.push_back(' ');
-  out.append(head.reason);
-  out.append("\r\n");
+  w.Put(static_cast<char>('0' + (code / 100) % 10));
+  w.Put(static_cast<char>('0' + (code / 10) % 10));
+  w.Put(static_cast<char>('0' + code % 10));
+  w.Put(' ');
+  w.Put(head.reason);
+  w.Put("\r\n");
   const ConnectionValues connection(fields);
   bool content_length_sent = false;
   for (const Header& h : fields) {
-    if (Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade) ||
-        AppendContentLengthOnce(h, &content_length_sent, out)) {
+    const FieldId id = h.Id();
+    if (Drop(h.name, id, connection, options.reframe_body, options.tunnel_upgrade)) {
       continue;
     }
-    AppendField(out, h.name, h.value);
+    if (id == FieldId::kContentLength) {
+      AppendContentLengthOnce(h, &content_length_sent, w);
+      continue;
+    }
+    w.Field(h.name, h.value);
   }
   if (options.tunnel_upgrade) {
-    AppendField(out, "Connection", "Upgrade");
+    w.Field("Connection", "Upgrade");
   } else if (!options.connection.empty()) {
-    AppendField(out, "Connection", options.connection);
+    w.Field("Connection", options.connection);
   }
   for (const Header& h : options.extra_headers) {
-    AppendField(out, h.name, h.value);
+    w.Field(h.name, h.value);
   }
-  out.append("\r\n");
+  w.Put("\r\n");
+  w.Finish();
 }
 
 }  // namespace kwd::http

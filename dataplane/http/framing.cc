@@ -21,10 +21,23 @@ bool HasToken(std::string_view list, std::string_view token) {
 
 namespace {
 
-bool AnyFieldHasToken(std::span<const Header> fields, std::string_view name,
-                      std::string_view token) {
+// Which field names of interest a head has: one pass, so that the readers
+// below run only for fields that are there.
+uint32_t PresentIds(std::span<const Header> fields) {
+  uint32_t present = 0;
   for (const Header& h : fields) {
-    if (EqualsIgnoreCase(h.name, name) && HasToken(h.value, token)) {
+    present |= 1u << static_cast<unsigned>(h.Id());
+  }
+  return present;
+}
+
+bool Has(uint32_t present, FieldId id) {
+  return (present & (1u << static_cast<unsigned>(id))) != 0;
+}
+
+bool AnyFieldHasToken(std::span<const Header> fields, FieldId id, std::string_view token) {
+  for (const Header& h : fields) {
+    if (h.Id() == id && HasToken(h.value, token)) {
       return true;
     }
   }
@@ -38,7 +51,7 @@ LengthVerdict ReadContentLength(std::span<const Header> fields, uint64_t* length
   bool seen = false;
   uint64_t first = 0;
   for (const Header& h : fields) {
-    if (!EqualsIgnoreCase(h.name, "content-length")) {
+    if (h.Id() != FieldId::kContentLength) {
       continue;
     }
     bool any_element = false;
@@ -95,7 +108,7 @@ CodingVerdict ReadTransferEncoding(std::span<const Header> fields) {
   bool other_coding = false;
   bool last_is_chunked = false;
   for (const Header& h : fields) {
-    if (!EqualsIgnoreCase(h.name, "transfer-encoding")) {
+    if (h.Id() != FieldId::kTransferEncoding) {
       continue;
     }
     present = true;
@@ -150,8 +163,11 @@ FramingResult AnalyzeRequest(const RequestHead& head, const FramingLimits& limit
 
   const Header* host = nullptr;
   int host_count = 0;
+  uint32_t present = 0;
   for (const Header& h : fields) {
-    if (EqualsIgnoreCase(h.name, "host")) {
+    FieldId id = h.Id();
+    present |= 1u << static_cast<unsigned>(id);
+    if (id == FieldId::kHost) {
       host = &h;
       ++host_count;
     }
@@ -169,8 +185,11 @@ FramingResult AnalyzeRequest(const RequestHead& head, const FramingLimits& limit
   info->host = head.authority.empty() && host != nullptr ? host->value : head.authority;
 
   uint64_t length = 0;
-  LengthVerdict length_verdict = ReadContentLength(fields, &length);
-  CodingVerdict coding = ReadTransferEncoding(fields);
+  LengthVerdict length_verdict = Has(present, FieldId::kContentLength)
+                                     ? ReadContentLength(fields, &length)
+                                     : LengthVerdict::kAbsent;
+  CodingVerdict coding = Has(present, FieldId::kTransferEncoding) ? ReadTransferEncoding(fields)
+                                                                  : CodingVerdict::kAbsent;
   if (coding != CodingVerdict::kAbsent) {
     if (head.version_minor == 0) {
       return Reject(ParseError::kTransferEncodingOnHttp10, 400);
@@ -199,18 +218,23 @@ FramingResult AnalyzeRequest(const RequestHead& head, const FramingLimits& limit
     info->body = length == 0 ? BodyKind::kNone : BodyKind::kContentLength;
   }
 
-  bool close = AnyFieldHasToken(fields, "connection", "close");
-  info->keep_alive = head.version_minor == 1
-                         ? !close
-                         : !close && AnyFieldHasToken(fields, "connection", "keep-alive");
+  const bool connection = Has(present, FieldId::kConnection);
+  bool close = connection && AnyFieldHasToken(fields, FieldId::kConnection, "close");
+  info->keep_alive =
+      head.version_minor == 1
+          ? !close
+          : !close && connection && AnyFieldHasToken(fields, FieldId::kConnection, "keep-alive");
   // Expect is an HTTP/1.1 feature; a 1.0 client would not wait for 100.
-  info->expect_continue =
-      head.version_minor == 1 && AnyFieldHasToken(fields, "expect", "100-continue");
-  if (const Header* upgrade = head.Find("upgrade"); upgrade != nullptr) {
+  info->expect_continue = head.version_minor == 1 && Has(present, FieldId::kExpect) &&
+                          AnyFieldHasToken(fields, FieldId::kExpect, "100-continue");
+  if (!Has(present, FieldId::kUpgrade)) {
+    return {};
+  }
+  if (const Header* upgrade = head.Find(FieldId::kUpgrade); upgrade != nullptr) {
     info->upgrade = upgrade->value;
     info->upgrade_websocket = head.version_minor == 1 && head.method == "GET" &&
-                              HasToken(upgrade->value, "websocket") &&
-                              AnyFieldHasToken(fields, "connection", "upgrade");
+                              HasToken(upgrade->value, "websocket") && connection &&
+                              AnyFieldHasToken(fields, FieldId::kConnection, "upgrade");
   }
   return {};
 }
@@ -219,14 +243,20 @@ FramingResult AnalyzeResponse(const ResponseHead& head, std::string_view request
                               ResponseInfo* info) {
   *info = {};
   std::span<const Header> fields = head.fields();
-  bool close = AnyFieldHasToken(fields, "connection", "close");
-  info->keep_alive = head.version_minor == 1
-                         ? !close
-                         : !close && AnyFieldHasToken(fields, "connection", "keep-alive");
+  const uint32_t present = PresentIds(fields);
+  const bool connection = Has(present, FieldId::kConnection);
+  bool close = connection && AnyFieldHasToken(fields, FieldId::kConnection, "close");
+  info->keep_alive =
+      head.version_minor == 1
+          ? !close
+          : !close && connection && AnyFieldHasToken(fields, FieldId::kConnection, "keep-alive");
 
   uint64_t length = 0;
-  LengthVerdict length_verdict = ReadContentLength(fields, &length);
-  CodingVerdict coding = ReadTransferEncoding(fields);
+  LengthVerdict length_verdict = Has(present, FieldId::kContentLength)
+                                     ? ReadContentLength(fields, &length)
+                                     : LengthVerdict::kAbsent;
+  CodingVerdict coding = Has(present, FieldId::kTransferEncoding) ? ReadTransferEncoding(fields)
+                                                                  : CodingVerdict::kAbsent;
   if (length_verdict == LengthVerdict::kInvalid) {
     return Reject(ParseError::kBadContentLength, 502);
   }

@@ -98,6 +98,138 @@ bool IsToken(std::string_view s) {
 
 namespace {
 
+// `lower` is lower-case; a '_' in it matches '_' or '-' in `name`.
+bool FoldedPrefixIs(std::string_view name, std::string_view lower) {
+  if (name.size() < lower.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < lower.size(); ++i) {
+    char c = name[i] == '-' ? '_' : chars::Lower(name[i]);
+    if (c != lower[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsProxyAssertedTlsName(std::string_view name) {
+  return FoldedPrefixIs(name, "ssl_client_cert") ||
+         (name.size() == 16 && FoldedPrefixIs(name, "ssl_cipher_suite")) ||
+         (name.size() == 21 && FoldedPrefixIs(name, "ssl_cipher_usekeysize"));
+}
+
+// A lower-case field name known at compile time, compared with a name of
+// the same length a machine word at a time: at the letters' positions both
+// cases match (byte | 0x20), elsewhere only the exact byte.
+template <size_t N>
+struct LowerName {
+  char s[N]{};
+  constexpr LowerName(const char (&x)[N]) {  // NOLINT: implicit by design
+    for (size_t i = 0; i < N; ++i) {
+      s[i] = x[i];
+    }
+  }
+};
+
+template <typename T>
+constexpr T NameBytes(const char* s, size_t at, bool case_mask) {
+  T v = 0;
+  for (size_t k = 0; k < sizeof(T); ++k) {
+    unsigned char c = static_cast<unsigned char>(s[at + k]);
+    unsigned char b = case_mask ? ((c >= 'a' && c <= 'z') ? 0x20 : 0) : c;
+    v = static_cast<T>(v | (static_cast<T>(b) << (8 * k)));
+  }
+  return v;
+}
+
+template <LowerName L, typename T, size_t At>
+inline bool NameChunkIs(const char* p) {
+  constexpr T kWord = NameBytes<T>(L.s, At, false);
+  constexpr T kCase = NameBytes<T>(L.s, At, true);
+  T v;
+  std::memcpy(&v, p + At, sizeof(T));
+  return static_cast<T>(v | kCase) == kWord;
+}
+
+// `name` has the literal's length (the caller switched on it).
+template <LowerName L>
+inline bool NameIs(std::string_view name) {
+  constexpr size_t n = sizeof(L.s) - 1;
+  static_assert(n >= 2 && n <= 24);
+  const char* p = name.data();
+  if constexpr (n >= 16) {
+    return NameChunkIs<L, uint64_t, 0>(p) && NameChunkIs<L, uint64_t, 8>(p) &&
+           NameChunkIs<L, uint64_t, n - 8>(p);
+  } else if constexpr (n >= 8) {
+    return NameChunkIs<L, uint64_t, 0>(p) && NameChunkIs<L, uint64_t, n - 8>(p);
+  } else if constexpr (n >= 4) {
+    return NameChunkIs<L, uint32_t, 0>(p) && NameChunkIs<L, uint32_t, n - 4>(p);
+  } else {
+    return NameChunkIs<L, uint16_t, 0>(p) && NameChunkIs<L, uint16_t, n - 2>(p);
+  }
+}
+
+}  // namespace
+
+FieldId ClassifyFieldName(std::string_view name) {
+  if (name.empty()) {
+    return FieldId::kOther;
+  }
+  // One switch on the length and the first byte, then one comparison.
+  const char first = static_cast<char>(name.front() | 0x20);
+  switch (name.size()) {
+    case 2:
+      return NameIs<"te">(name) ? FieldId::kTe : FieldId::kOther;
+    case 4:
+      return NameIs<"host">(name) ? FieldId::kHost : FieldId::kOther;
+    case 6:
+      return NameIs<"expect">(name) ? FieldId::kExpect : FieldId::kOther;
+    case 7:
+      if (first == 't') {
+        return NameIs<"trailer">(name) ? FieldId::kTrailer : FieldId::kOther;
+      }
+      return NameIs<"upgrade">(name) ? FieldId::kUpgrade : FieldId::kOther;
+    case 10:
+      if (first == 'c') {
+        return NameIs<"connection">(name) ? FieldId::kConnection : FieldId::kOther;
+      }
+      return NameIs<"keep-alive">(name) ? FieldId::kKeepAlive : FieldId::kOther;
+    case 12:
+      return NameIs<"x-request-id">(name) ? FieldId::kXRequestId : FieldId::kOther;
+    case 14:
+      return NameIs<"content-length">(name) ? FieldId::kContentLength : FieldId::kOther;
+    case 15:
+      if (first == 'x') {
+        return NameIs<"x-forwarded-for">(name) ? FieldId::kXForwardedFor : FieldId::kOther;
+      }
+      break;
+    case 16:
+      if (first == 'p') {
+        return NameIs<"proxy-connection">(name) ? FieldId::kProxyConnection : FieldId::kOther;
+      }
+      if (first == 'x') {
+        return NameIs<"x-forwarded-host">(name) ? FieldId::kXForwardedHost : FieldId::kOther;
+      }
+      break;
+    case 17:
+      if (first == 't') {
+        return NameIs<"transfer-encoding">(name) ? FieldId::kTransferEncoding : FieldId::kOther;
+      }
+      if (first == 'x') {
+        return NameIs<"x-forwarded-proto">(name) ? FieldId::kXForwardedProto : FieldId::kOther;
+      }
+      break;
+    default:
+      break;
+  }
+  if (first == 's' && name.size() >= 15 && IsProxyAssertedTlsName(name)) {
+    return FieldId::kProxyAssertedTls;
+  }
+  return FieldId::kOther;
+}
+
+namespace {
+
 struct LineError {
   ParseError error = ParseError::kNone;
   int status = 0;
@@ -331,36 +463,46 @@ bool TableCheckNeeded(const char* p, size_t count) {
 
 // Field values are checked 16 (SSE2) or eight bytes at a time: 4 KiB
 // cookies are common in SAP traffic. A block that may hold a control byte
-// gets the table check.
+// gets the table check. The last block overlaps the one before it instead of
+// a byte loop over the rest (checking a byte twice changes nothing).
 bool AllFieldValueChars(std::string_view value) {
   const char* p = value.data();
   size_t n = value.size();
-  size_t i = 0;
 #if defined(__SSE2__)
-  const __m128i space = _mm_set1_epi8(0x20);
-  const __m128i del = _mm_set1_epi8(0x7f);
-  for (; i + 16 <= n; i += 16) {
-    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
-    // max_epu8(x, 0x20) == x: the byte is 0x20 or above (unsigned).
-    int printable = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(x, space), x));
-    int is_del = _mm_movemask_epi8(_mm_cmpeq_epi8(x, del));
-    if ((printable != 0xffff || is_del != 0) && TableCheckNeeded(p + i, 16)) {
-      return false;
-    }
-  }
-#endif
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    if (MaybeControlByte(w)) {
-      for (size_t j = i; j < i + 8; ++j) {
-        if (!chars::IsFieldValueChar(p[j])) {
-          return false;
-        }
+  if (n >= 16) {
+    const __m128i space = _mm_set1_epi8(0x20);
+    const __m128i del = _mm_set1_epi8(0x7f);
+    auto block_ok = [&](size_t i) {
+      __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+      // max_epu8(x, 0x20) == x: the byte is 0x20 or above (unsigned).
+      int printable = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(x, space), x));
+      int is_del = _mm_movemask_epi8(_mm_cmpeq_epi8(x, del));
+      return (printable == 0xffff && is_del == 0) || !TableCheckNeeded(p + i, 16);
+    };
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      if (!block_ok(i)) {
+        return false;
       }
     }
+    return i == n || block_ok(n - 16);
   }
-  for (; i < n; ++i) {
+#endif
+  if (n >= 8) {
+    auto word_ok = [&](size_t i) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      return !MaybeControlByte(w) || !TableCheckNeeded(p + i, 8);
+    };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      if (!word_ok(i)) {
+        return false;
+      }
+    }
+    return i == n || word_ok(n - 8);
+  }
+  for (size_t i = 0; i < n; ++i) {
     if (!chars::IsFieldValueChar(p[i])) {
       return false;
     }
@@ -368,7 +510,27 @@ bool AllFieldValueChars(std::string_view value) {
   return true;
 }
 
+LineError ParseHeaderLineSlow(std::string_view line, Header* headers, size_t* count,
+                              int error_status);
+LineError StoreHeaderLine(std::string_view line, size_t colon, Header* headers, size_t* count,
+                          int error_status);
+
 LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count, int error_status) {
+  // Fast path: one pass over the name up to the colon. Anything unusual
+  // (obs-fold, no colon, a byte that is not a tchar) takes the checks below,
+  // which decide which error it is.
+  size_t name_end = 0;
+  while (name_end < line.size() && chars::IsToken(line[name_end])) {
+    ++name_end;
+  }
+  if (name_end == 0 || name_end == line.size() || line[name_end] != ':') {
+    return ParseHeaderLineSlow(line, headers, count, error_status);
+  }
+  return StoreHeaderLine(line, name_end, headers, count, error_status);
+}
+
+LineError ParseHeaderLineSlow(std::string_view line, Header* headers, size_t* count,
+                              int error_status) {
   char first = line.front();
   if (first == ' ' || first == '\t') {
     return {ParseError::kObsFold, error_status};
@@ -384,6 +546,13 @@ LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count,
               error_status};
     }
   }
+  return StoreHeaderLine(line, colon, headers, count, error_status);
+}
+
+// `line[colon]` is the colon after a valid name.
+LineError StoreHeaderLine(std::string_view line, size_t colon, Header* headers, size_t* count,
+                          int error_status) {
+  std::string_view name = line.substr(0, colon);
   std::string_view value = line.substr(colon + 1);
   if (!AllFieldValueChars(value)) {
     return {ParseError::kControlChar, error_status};
@@ -397,7 +566,7 @@ LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count,
   if (*count == kMaxHeaders) {
     return {ParseError::kTooManyHeaders, error_status == 400 ? 431 : error_status};
   }
-  headers[*count] = {name, value};
+  headers[*count] = {name, value, ClassifyFieldName(name)};
   ++*count;
   return kOk;
 }
@@ -438,6 +607,27 @@ LineError CheckPartialRequestLine(std::string_view partial, const HeadLimits& li
   return kOk;
 }
 
+// The first CR or LF in [p, end), or nullptr.
+const char* FindCrOrLf(const char* p, const char* end) {
+#if defined(__SSE2__)
+  const __m128i cr = _mm_set1_epi8('\r');
+  const __m128i lf = _mm_set1_epi8('\n');
+  for (; end - p >= 16; p += 16) {
+    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, cr), _mm_cmpeq_epi8(x, lf)));
+    if (mask != 0) {
+      return p + __builtin_ctz(static_cast<unsigned>(mask));
+    }
+  }
+#endif
+  for (; p < end; ++p) {
+    if (*p == '\r' || *p == '\n') {
+      return p;
+    }
+  }
+  return nullptr;
+}
+
 // The line-oriented scan shared by both parsers. StartLine(line) parses the
 // first line; headers go to head->headers.
 template <typename Head, typename StartLine, typename PartialStartLine>
@@ -455,6 +645,46 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
   }
   const int too_large_status = error_status == 400 ? 431 : error_status;
   while (true) {
+    // Fast path for a line not started in an earlier call: the first CR or
+    // LF from its start is a CR followed by LF, so the line ends there and
+    // holds no bare CR. Anything else takes the general search below.
+    if (s.search_from == s.line_start && s.line_start < buffer.size()) {
+      const char* cr = FindCrOrLf(buffer.data() + s.line_start, buffer.data() + buffer.size());
+      if (cr != nullptr && *cr == '\r' && cr + 1 < buffer.data() + buffer.size() && cr[1] == '\n') {
+        size_t lf = static_cast<size_t>(cr + 1 - buffer.data());
+        std::string_view line = buffer.substr(s.line_start, lf - s.line_start);
+        if (!s.start_line_done) {
+          if (LineError e = partial_start_line(line); e.error != ParseError::kNone) {
+            return Fail(e);
+          }
+        }
+        if (lf + 1 > limits.max_head_bytes) {
+          return Fail({ParseError::kHeadTooLarge, too_large_status});
+        }
+        line.remove_suffix(1);
+        if (!s.start_line_done) {
+          if (line.empty() && !s.skipped_empty_line && s.line_start == 0) {
+            s.skipped_empty_line = true;
+          } else {
+            if (LineError e = start_line(line); e.error != ParseError::kNone) {
+              return Fail(e);
+            }
+            s.start_line_done = true;
+          }
+        } else if (line.empty()) {
+          ParseResult r;
+          r.status = ParseStatus::kComplete;
+          r.consumed = lf + 1;
+          return r;
+        } else if (LineError e = ParseHeaderLine(line, head->headers.data(), &head->header_count,
+                                                 error_status);
+                   e.error != ParseError::kNone) {
+          return Fail(e);
+        }
+        s.line_start = s.search_from = lf + 1;
+        continue;
+      }
+    }
     const char* found = nullptr;
     if (s.search_from < buffer.size()) {
       found = static_cast<const char*>(
@@ -526,6 +756,16 @@ const Header* FindHeader(const Head& head, std::string_view name) {
   return nullptr;
 }
 
+template <typename Head>
+const Header* FindHeader(const Head& head, FieldId id) {
+  for (size_t i = 0; i < head.header_count; ++i) {
+    if (head.headers[i].Id() == id) {
+      return &head.headers[i];
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 bool IsValidAuthority(std::string_view authority, bool require_port) {
@@ -553,6 +793,12 @@ const Header* RequestHead::Find(std::string_view name) const {
 }
 const Header* ResponseHead::Find(std::string_view name) const {
   return FindHeader(*this, name);
+}
+const Header* RequestHead::Find(FieldId id) const {
+  return FindHeader(*this, id);
+}
+const Header* ResponseHead::Find(FieldId id) const {
+  return FindHeader(*this, id);
 }
 
 ParseResult RequestParser::Parse(std::string_view buffer, RequestHead* head) {

@@ -16,9 +16,42 @@ namespace kwd::http {
 
 inline constexpr size_t kMaxHeaders = 100;
 
+// The field names the proxy itself acts on, recognised once per field (the
+// parsers set Header::id), so that framing, hop-by-hop checks and
+// serialisation compare a byte instead of strings.
+enum class FieldId : uint8_t {
+  kUnclassified,  // not looked at yet: Header::Id() classifies the name
+  kOther,
+  kHost,
+  kContentLength,
+  kTransferEncoding,
+  kConnection,
+  kKeepAlive,
+  kProxyConnection,
+  kTe,
+  kTrailer,
+  kUpgrade,
+  kExpect,
+  kXForwardedFor,
+  kXForwardedProto,
+  kXForwardedHost,
+  kXRequestId,
+  // SSL_CLIENT_CERT*, SSL_CIPHER_SUITE, SSL_CIPHER_USEKEYSIZE in any case,
+  // '_' or '-': only the proxy may assert them.
+  kProxyAssertedTls,
+};
+
+// ASCII case-insensitive classification of a field name.
+FieldId ClassifyFieldName(std::string_view name);
+
 struct Header {
   std::string_view name;
   std::string_view value;
+  // Set by the parsers; a Header built elsewhere (or whose name was changed)
+  // keeps kUnclassified and Id() falls back to the name.
+  FieldId id = FieldId::kUnclassified;
+
+  FieldId Id() const { return id != FieldId::kUnclassified ? id : ClassifyFieldName(name); }
 };
 
 // Why a message was rejected. The status to answer travels next to it.
@@ -106,6 +139,7 @@ struct RequestHead {
   std::span<const Header> fields() const { return {headers.data(), header_count}; }
   // First field with this name (ASCII case-insensitive), or nullptr.
   const Header* Find(std::string_view name) const;
+  const Header* Find(FieldId id) const;
 };
 
 struct ResponseHead {
@@ -117,6 +151,7 @@ struct ResponseHead {
 
   std::span<const Header> fields() const { return {headers.data(), header_count}; }
   const Header* Find(std::string_view name) const;
+  const Header* Find(FieldId id) const;
 };
 
 namespace detail {

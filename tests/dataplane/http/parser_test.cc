@@ -351,3 +351,32 @@ TEST(ResponseParser, RejectsMalformedWith502) {
 
 }  // namespace
 }  // namespace kwd::http
+
+namespace kwd::http {
+namespace {
+
+TEST(ClassifyFieldName, RecognisesNamesInAnyCaseAndNothingElse) {
+  EXPECT_EQ(ClassifyFieldName("Host"), FieldId::kHost);
+  EXPECT_EQ(ClassifyFieldName("hOST"), FieldId::kHost);
+  EXPECT_EQ(ClassifyFieldName("TE"), FieldId::kTe);
+  EXPECT_EQ(ClassifyFieldName("Keep-Alive"), FieldId::kKeepAlive);
+  EXPECT_EQ(ClassifyFieldName("CONTENT-LENGTH"), FieldId::kContentLength);
+  EXPECT_EQ(ClassifyFieldName("transfer-encoding"), FieldId::kTransferEncoding);
+  EXPECT_EQ(ClassifyFieldName("X-Forwarded-Proto"), FieldId::kXForwardedProto);
+  EXPECT_EQ(ClassifyFieldName("ssl-client-cert-chain-0"), FieldId::kProxyAssertedTls);
+  EXPECT_EQ(ClassifyFieldName("SSL_Cipher-Suite"), FieldId::kProxyAssertedTls);
+  EXPECT_EQ(ClassifyFieldName("SSL_CIPHER_SUITES"), FieldId::kOther);
+  // Only letters match in both cases: '-' is not '\r' | 0x20, '_' is not '-'.
+  EXPECT_EQ(ClassifyFieldName("keep\ralive"), FieldId::kOther);
+  EXPECT_EQ(ClassifyFieldName("Keep_Alive"), FieldId::kOther);
+  EXPECT_EQ(ClassifyFieldName("Content\rLength"), FieldId::kOther);
+  EXPECT_EQ(ClassifyFieldName("h\x0fst"), FieldId::kOther);
+  EXPECT_EQ(ClassifyFieldName("Hosts"), FieldId::kOther);
+  EXPECT_EQ(ClassifyFieldName(""), FieldId::kOther);
+  Header built{"Connection", "close"};
+  EXPECT_EQ(built.id, FieldId::kUnclassified);
+  EXPECT_EQ(built.Id(), FieldId::kConnection);
+}
+
+}  // namespace
+}  // namespace kwd::http
