@@ -116,27 +116,21 @@ int Balancer::ScanLowestLoadPerCapacity(std::span<const ServerInput> servers) co
 }
 
 bool Balancer::Better(uint32_t a, uint32_t b) const {
-  if (b == kNoServer) {
-    return a != kNoServer;
+  const TreeKey& x = tree_key_[a];
+  const TreeKey& y = tree_key_[b];
+  if (x.ready != y.ready) {
+    return x.ready != 0;
   }
-  if (a == kNoServer) {
-    return false;
-  }
-  if (tree_ready_[a] != tree_ready_[b]) {
-    return tree_ready_[a] != 0;
-  }
-  const uint64_t load_a = assigned_[a] + outstanding_[a] + 1;
-  const uint64_t load_b = assigned_[b] + outstanding_[b] + 1;
-  if (((load_a | load_b) >> 32) == 0) {
+  if (((x.load | y.load) >> 32) == 0) {
     // The usual case, one pair of 64-bit products (see LoadPerCapacityLess).
-    const uint64_t scaled_a = load_a * tree_capacity_[b];
-    const uint64_t scaled_b = load_b * tree_capacity_[a];
+    const uint64_t scaled_a = x.load * y.capacity;
+    const uint64_t scaled_b = y.load * x.capacity;
     return scaled_a != scaled_b ? scaled_a < scaled_b : a < b;
   }
-  if (LoadPerCapacityLess(load_a, tree_capacity_[a], load_b, tree_capacity_[b])) {
+  if (LoadPerCapacityLess(x.load, x.capacity, y.load, y.capacity)) {
     return true;
   }
-  if (LoadPerCapacityLess(load_b, tree_capacity_[b], load_a, tree_capacity_[a])) {
+  if (LoadPerCapacityLess(y.load, y.capacity, x.load, x.capacity)) {
     return false;
   }
   return a < b;
@@ -146,16 +140,17 @@ void Balancer::BuildTree(std::span<const ServerInput> servers) {
   const size_t count = servers.size();
   tree_servers_ = servers.data();
   tree_leaves_ = std::bit_ceil(std::max<size_t>(count, 1));
-  tree_.assign(2 * tree_leaves_, kNoServer);
-  tree_capacity_.resize(count);
-  tree_ready_.resize(count);
+  tree_.assign(2 * tree_leaves_, 0);
+  tree_key_.assign(tree_leaves_, TreeKey{~uint64_t{0}, 1, 0});
   dirty_.clear();
   dirty_.reserve(count);  // MarkChanged then never allocates
   dirty_flag_.assign(count, 0);
-  for (size_t i = 0; i < count; ++i) {
-    tree_capacity_[i] = std::max<uint32_t>(servers[i].capacity, 1);
-    tree_ready_[i] = servers[i].ready ? 1 : 0;
+  for (size_t i = 0; i < tree_leaves_; ++i) {
     tree_[tree_leaves_ + i] = static_cast<uint32_t>(i);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    tree_key_[i].capacity = std::max<uint32_t>(servers[i].capacity, 1);
+    tree_key_[i].ready = servers[i].ready ? 1 : 0;
   }
   tree_all_dirty_ = true;
   tree_valid_ = true;
@@ -173,10 +168,16 @@ void Balancer::RefreshTree() {
   auto better_of = [this](uint32_t a, uint32_t b) { return Better(b, a) ? b : a; };
   const size_t depth = static_cast<size_t>(std::bit_width(tree_leaves_));
   if (tree_all_dirty_ || dirty_.size() * depth >= tree_leaves_) {
+    for (size_t i = 0; i < assigned_.size(); ++i) {
+      tree_key_[i].load = assigned_[i] + outstanding_[i] + 1;
+    }
     for (size_t node = tree_leaves_ - 1; node >= 1; --node) {
       tree_[node] = better_of(tree_[2 * node], tree_[2 * node + 1]);
     }
   } else {
+    for (uint32_t index : dirty_) {
+      tree_key_[index].load = assigned_[index] + outstanding_[index] + 1;
+    }
     for (uint32_t index : dirty_) {
       for (size_t node = (tree_leaves_ + index) / 2; node >= 1; node /= 2) {
         tree_[node] = better_of(tree_[2 * node], tree_[2 * node + 1]);
@@ -196,8 +197,8 @@ int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) 
   } else if (tree_all_dirty_ || !dirty_.empty()) {
     RefreshTree();
   }
-  const uint32_t top = servers.empty() ? kNoServer : tree_[1];
-  if (top != kNoServer && tree_ready_[top] != 0 && servers[top].Usable()) {
+  const uint32_t top = tree_[1];
+  if (top < servers.size() && tree_key_[top].ready != 0 && servers[top].Usable()) {
     return static_cast<int>(top);
   }
   // Every ready server is down, or the best one is unhealthy: scan.

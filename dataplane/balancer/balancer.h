@@ -124,8 +124,6 @@ class Balancer {
   std::vector<uint64_t> outstanding_;
 
  private:
-  static constexpr uint32_t kNoServer = ~uint32_t{0};
-
   void Resize(size_t server_count);
   void MaybeResetAssigned(int64_t now_ms);
 
@@ -150,10 +148,19 @@ class Balancer {
   bool tree_all_dirty_ = false;  // every counter may have changed (load reset)
   const ServerInput* tree_servers_ = nullptr;
   size_t tree_leaves_ = 0;
-  std::vector<uint32_t> tree_;           // node -> server index; leaves at [tree_leaves_, ...)
-  std::vector<uint32_t> tree_capacity_;  // per server, >= 1
-  std::vector<uint8_t> tree_ready_;      // per server
-  std::vector<uint32_t> dirty_;          // servers whose counters changed since the last choice
+  // What Better compares, in one place per leaf: the load is refreshed
+  // for the dirty servers before a refresh replays them. Leaves past the
+  // last server hold a key that loses to every server (not ready, the
+  // largest load), so inner nodes always hold a leaf index and Better needs
+  // no "no server" case; an index >= the server count at the root is none.
+  struct TreeKey {
+    uint64_t load;      // assigned + outstanding + 1
+    uint32_t capacity;  // >= 1
+    uint32_t ready;     // 0 or 1
+  };
+  std::vector<uint32_t> tree_;     // node -> leaf index; leaves at [tree_leaves_, ...)
+  std::vector<TreeKey> tree_key_;  // per leaf (tree_leaves_ of them)
+  std::vector<uint32_t> dirty_;    // servers whose counters changed since the last choice
   std::vector<uint8_t> dirty_flag_;
 };
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/string_hash.h"
+
 // The one-shot HMAC()/EVP APIs allocate a context per call (OPENSSL_malloc),
 // and Verify runs per request. The low-level SHA256_CTX is a plain struct,
 // so HMAC is computed from precomputed inner/outer pad states copied by
@@ -87,6 +89,8 @@ std::array<char, kMacChars> ComputeMac(const HmacPads& pads, std::string_view gr
 }  // namespace
 
 struct AffinityCookieCodec::HmacState {
+  // Unique per key state (never 0): what a thread's MAC cache is keyed by.
+  uint64_t generation;
   HmacPads pads;
   std::array<unsigned char, SHA256_DIGEST_LENGTH> key_digest;  // to notice an unchanged key
   bool has_previous = false;
@@ -102,11 +106,109 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> KeyDigest(std::string_view key) 
   return digest;
 }
 
+uint64_t NextGeneration() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The MAC of a (group, server) pair under a given key never changes, and a
+// group has few servers: each thread keeps the MACs it computed in a small
+// direct-mapped cache, so verifying a sticky request's cookie is a lookup
+// and a constant-time compare instead of two SHA-256 blocks (~5,000
+// instructions). Keyed by the key state's generation, so a rotated key
+// never meets a MAC of the one it replaced. The cached values are what the
+// cookies carry anyway. Allocated on a thread's first use (32 KiB), not in
+// every thread's static TLS.
+class MacCache {
+ public:
+  static constexpr size_t kSets = 32;
+  static constexpr size_t kWays = 8;        // 256 entries of 128 bytes
+  static constexpr size_t kTextBytes = 92;  // group key + server, longer is not cached
+
+  // The cached MAC of (group_key, server) under `generation`, or nullptr.
+  // `set` and `tag_out` receive where to store it.
+  const std::array<char, kMacChars>* Find(uint64_t generation, std::string_view group_key,
+                                          std::string_view server, size_t* set,
+                                          uint32_t* tag_out) const {
+    const uint64_t hash = HashString(server, HashString(group_key));
+    *set = hash & (kSets - 1);
+    const auto tag = static_cast<uint32_t>(hash >> 32);
+    *tag_out = tag;
+    for (const Entry& e : sets_[*set].ways) {
+      if (e.tag == tag && e.generation == generation && e.group_size == group_key.size() &&
+          e.server_size == server.size() &&
+          BytesEqual(e.text, group_key.data(), group_key.size()) &&
+          BytesEqual(e.text + group_key.size(), server.data(), server.size())) {
+        return &e.mac;
+      }
+    }
+    return nullptr;
+  }
+
+  // Replaces the set's ways in turn.
+  void Store(size_t set, uint32_t tag, uint64_t generation, std::string_view group_key,
+             std::string_view server, const std::array<char, kMacChars>& mac) {
+    Set& s = sets_[set];
+    Entry& e = s.ways[s.next];
+    s.next = (s.next + 1) % kWays;
+    e.generation = generation;
+    e.tag = tag;
+    e.group_size = static_cast<uint8_t>(group_key.size());
+    e.server_size = static_cast<uint8_t>(server.size());
+    std::memcpy(e.text, group_key.data(), group_key.size());
+    std::memcpy(e.text + group_key.size(), server.data(), server.size());
+    e.mac = mac;
+  }
+
+  static bool Fits(std::string_view group_key, std::string_view server) {
+    return group_key.size() + server.size() <= kTextBytes;
+  }
+
+ private:
+  struct Entry {
+    uint64_t generation = 0;  // 0: empty
+    uint32_t tag = 0;         // high hash bits, checked first
+    uint8_t group_size = 0;
+    uint8_t server_size = 0;
+    char text[kTextBytes] = {};
+    std::array<char, kMacChars> mac{};
+  };
+  struct Set {
+    std::array<Entry, kWays> ways{};
+    size_t next = 0;
+  };
+  std::array<Set, kSets> sets_{};
+};
+
+thread_local std::unique_ptr<MacCache> t_mac_cache;
+
 }  // namespace
+
+std::array<char, kMacChars> AffinityCookieCodec::CurrentMac(const HmacState& state,
+                                                            std::string_view group_key,
+                                                            std::string_view server) {
+  if (!MacCache::Fits(group_key, server)) {
+    return ComputeMac(state.pads, group_key, server);
+  }
+  MacCache* cache = t_mac_cache.get();
+  if (cache == nullptr) {
+    t_mac_cache = std::make_unique<MacCache>();
+    cache = t_mac_cache.get();
+  }
+  size_t set = 0;
+  uint32_t tag = 0;
+  if (const auto* mac = cache->Find(state.generation, group_key, server, &set, &tag);
+      mac != nullptr) {
+    return *mac;
+  }
+  std::array<char, kMacChars> mac = ComputeMac(state.pads, group_key, server);
+  cache->Store(set, tag, state.generation, group_key, server, mac);
+  return mac;
+}
 
 AffinityCookieCodec::AffinityCookieCodec(std::string key)
     : hmac_(std::make_shared<const HmacState>(
-          HmacState{PrecomputePads(key), KeyDigest(key), false, {}, {}})) {
+          HmacState{NextGeneration(), PrecomputePads(key), KeyDigest(key), false, {}, {}})) {
   OPENSSL_cleanse(key.data(), key.size());
 }
 
@@ -119,7 +221,8 @@ void AffinityCookieCodec::Rotate(std::string_view key, std::chrono::milliseconds
   if (CRYPTO_memcmp(digest.data(), old->key_digest.data(), digest.size()) == 0) {
     return;
   }
-  auto next = std::make_shared<HmacState>(HmacState{PrecomputePads(key), digest, false, {}, {}});
+  auto next = std::make_shared<HmacState>(
+      HmacState{NextGeneration(), PrecomputePads(key), digest, false, {}, {}});
   if (grace.count() > 0) {
     next->has_previous = true;
     next->previous = old->pads;
@@ -130,7 +233,7 @@ void AffinityCookieCodec::Rotate(std::string_view key, std::chrono::milliseconds
 
 std::string AffinityCookieCodec::Encode(std::string_view group_key, std::string_view server) const {
   std::shared_ptr<const HmacState> state = hmac_.load();
-  std::array<char, kMacChars> mac = ComputeMac(state->pads, group_key, server);
+  std::array<char, kMacChars> mac = CurrentMac(*state, group_key, server);
   std::string value;
   value.reserve(kMacChars + 1 + server.size());
   value.append(mac.data(), mac.size());
@@ -146,7 +249,7 @@ bool AffinityCookieCodec::Verify(std::string_view value, std::string_view group_
   }
   std::string_view claimed_server = value.substr(kMacChars + 1);
   std::shared_ptr<const HmacState> state = hmac_.load();
-  std::array<char, kMacChars> expected = ComputeMac(state->pads, group_key, claimed_server);
+  std::array<char, kMacChars> expected = CurrentMac(*state, group_key, claimed_server);
   if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
     // A cookie signed before the last rotation, within the grace period.
     if (!state->has_previous || std::chrono::steady_clock::now() >= state->previous_until) {

@@ -15,6 +15,7 @@
 // still accepts cookies signed with the key it replaces for `grace`, so that
 // sessions in flight stay sticky while every replica picks up the new key.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -47,6 +48,10 @@ class AffinityCookieCodec {
   // per rotation, so Verify only hashes the message (opaque here to keep
   // OpenSSL out of the header). Replaced as a whole on Rotate.
   struct HmacState;
+  // Base64url of the truncated MAC under `state`, from this thread's cache
+  // of recent (group, server) pairs when it holds it.
+  static std::array<char, 22> CurrentMac(const HmacState& state, std::string_view group_key,
+                                         std::string_view server);
   std::atomic<std::shared_ptr<const HmacState>> hmac_;
 };
 

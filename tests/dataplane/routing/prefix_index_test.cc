@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,6 +80,53 @@ TEST(PrefixIndexTest, AgreesWithTheDefinition) {
     }
   }
   EXPECT_GT(matched, 1000);
+}
+
+// Long prefixes: the lookup finds "/" eight bytes at a time over them; bytes
+// that differ from "/" in one bit ("." "o" 0xaf) must not read as one.
+TEST(PrefixIndexTest, AgreesWithTheDefinitionOnLongRandomPaths) {
+  std::mt19937 random(16);
+  constexpr std::string_view kAlphabet = "ab/.o\xaf";
+  auto random_text = [&](size_t length) {
+    std::string text = "/";
+    for (size_t i = 0; i < length; ++i) {
+      text += kAlphabet[random() % kAlphabet.size()];
+    }
+    return text;
+  };
+  std::vector<std::string> prefixes;
+  for (int i = 0; i < 200; ++i) {
+    std::string prefix = random_text(random() % 30) + "/";
+    // Normalised paths hold no empty segment; neither do these.
+    if (prefix.size() >= 2 && prefix.find("//") == std::string::npos &&
+        std::find(prefixes.begin(), prefixes.end(), prefix) == prefixes.end()) {
+      prefixes.push_back(prefix);
+    }
+  }
+  PrefixIndex index(prefixes);
+  auto reference = [&](const std::string& path) {
+    int best = -1;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      const std::string& p = prefixes[i];
+      bool match = path.starts_with(p) || path + "/" == p;
+      if (match && (best < 0 || p.size() > prefixes[best].size())) {
+        best = static_cast<int>(i);
+      }
+    }
+    return best;
+  };
+  int matched = 0;
+  for (int round = 0; round < 20000; ++round) {
+    // Half the paths extend a prefix, so long matches happen.
+    std::string path = random() % 2 == 0 ? prefixes[random() % prefixes.size()] : "";
+    path += random_text(random() % 40).substr(path.empty() ? 0 : 1);
+    if (path.find("//") != std::string::npos) {
+      continue;
+    }
+    ASSERT_EQ(index.LongestMatch(path), reference(path)) << path;
+    matched += reference(path) >= 0;
+  }
+  EXPECT_GT(matched, 5000);
 }
 
 TEST(PrefixIndexTest, PrefixesOutsideTheContractNeverMatch) {

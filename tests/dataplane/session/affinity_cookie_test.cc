@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/crypto.h"
 #include "tests/dataplane/session/alloc_counter.h"
@@ -109,6 +112,52 @@ TEST(AffinityCookieTest, VerifyDoesNotAllocate) {
   }
   EXPECT_EQ(scope.Delta().count, 0u);
   EXPECT_EQ(accepted, 1000);
+}
+
+// Verify keeps each thread's recent (group, server) MACs: what it computes
+// from the cache must be what the key says, for more pairs than it holds,
+// names too long to cache, and after the key changes.
+TEST(AffinityCookieTest, CachedMacsMatchTheKeyForManyPairsAndRotation) {
+  AffinityCookieCodec codec(kKey);
+  AffinityCookieCodec other_key(std::string("another-key"));
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (int g = 0; g < 20; ++g) {
+    for (int s = 0; s < 30; ++s) {  // 600 pairs: more than the cache holds
+      pairs.emplace_back("ns/g" + std::to_string(g), "srv_" + std::to_string(s));
+    }
+  }
+  pairs.emplace_back("ns/long", std::string(120, 'x'));  // never cached
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& [group, server] : pairs) {
+      const std::string expected = ExpectedValue(kKey, group, server);
+      ASSERT_EQ(codec.Encode(group, server), expected) << group << " " << server;
+      std::string_view verified;
+      ASSERT_TRUE(codec.Verify(expected, group, &verified)) << group << " " << server;
+      EXPECT_EQ(verified, server);
+      // The same pair under another key, and a near miss of a cached pair.
+      EXPECT_FALSE(other_key.Verify(expected, group, &verified));
+      std::string tampered = expected;
+      tampered[5] = tampered[5] == 'A' ? 'B' : 'A';
+      EXPECT_FALSE(codec.Verify(tampered, group, &verified));
+      EXPECT_FALSE(codec.Verify(expected, group + "x", &verified));
+    }
+  }
+  // A rotated key does not accept what the cache held for the old one.
+  const std::string old_value = codec.Encode("ns/g1", "srv_1");
+  std::string_view verified;
+  ASSERT_TRUE(codec.Verify(old_value, "ns/g1", &verified));
+  codec.Rotate("rotated-key", std::chrono::milliseconds(0));
+  EXPECT_FALSE(codec.Verify(old_value, "ns/g1", &verified));
+  EXPECT_EQ(codec.Encode("ns/g1", "srv_1"), ExpectedValue("rotated-key", "ns/g1", "srv_1"));
+  // Another thread has its own cache and reaches the same answers.
+  bool thread_ok = false;
+  std::thread t([&] {
+    std::string_view v;
+    thread_ok = codec.Verify(ExpectedValue("rotated-key", "ns/g2", "srv_3"), "ns/g2", &v) &&
+                v == "srv_3" && !codec.Verify(old_value, "ns/g1", &v);
+  });
+  t.join();
+  EXPECT_TRUE(thread_ok);
 }
 
 TEST(AffinityCookieTest, SetCookieValue) {
