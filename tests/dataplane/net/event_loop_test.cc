@@ -100,7 +100,12 @@ TEST(EventLoopTest, TimersArmedAtAnyPhaseOfATickFire) {
       loop.UpdateTime();
       loop.Schedule(&once.timer, 23);
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(60 + i % 7));
+    // A lost timer never fires; a loaded machine may run the loop late, so
+    // wait (bounded) for the firing rather than a fixed time.
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + i % 7));
+    for (int waited = 0; fired.load() == 0 && waited < 2000; ++waited) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::atomic<bool> checked{false};
     loop.Post([&] {
       loop.Cancel(&once.timer);
