@@ -97,6 +97,94 @@ TEST(MetricsTest, ConcurrentIncrementsAreNotLost) {
   EXPECT_EQ(counter.Value(), 200000u);
 }
 
+// A registry with every kind of series, filled the same way for the golden
+// rendering below.
+void FillGoldenRegistry(MetricsRegistry& registry) {
+  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "erp/public"}, {"code", "2xx"}})
+      .Inc(7);
+  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "a\"b\\c\nd"}, {"code", "5xx"}})
+      .Inc(2);
+  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "gone"}, {"code", "2xx"}})
+      .Inc(1);
+  registry.GetCounter("kwd_g_plain_total", "Plain.").Inc(0);
+  registry.GetGauge("kwd_g_up", "Up.", {{"server", "s1"}}).Set(1);
+  registry.GetGauge("kwd_g_up", "Up.", {{"server", "s2"}}).Set(0.25);
+  registry.GetGauge("kwd_g_active", "Active.").Add(3);
+  registry.GetGauge("kwd_g_active", "Active.").Add(-1);
+  registry.AddCallbackGauge("kwd_g_callback", "Callback.", {{"k", "v"}}, [] { return 42.5; });
+  registry.AddCallbackCounter("kwd_g_cb_total", "Callback counter.", {}, [] { return 9.0; });
+  auto& h = registry.GetHistogram("kwd_g_duration_seconds", "Durations.", {{"group", "erp"}});
+  h.Observe(0.00005);
+  h.Observe(0.003);
+  h.Observe(0.003);
+  h.Observe(20);
+  auto& bytes = registry.GetHistogram("kwd_g_bytes", "Bytes.", {}, {10, 100});
+  bytes.Observe(5);
+  bytes.Observe(50);
+  registry.GetHistogram("kwd_g_duration_seconds", "Durations.", {{"group", "gone"}}).Observe(1);
+  registry.RetainLabelValues("kwd_g_requests_total", "group", {"a\"b\\c\nd", "erp/public"});
+  registry.RetainLabelValues("kwd_g_duration_seconds", "group", {"erp"});
+}
+
+// The exposition of FillGoldenRegistry, rendered by the registry before the
+// per-worker slots: the text format must not change.
+constexpr const char* kGoldenRendering =
+    R"golden(# HELP kwd_g_active Active.
+# TYPE kwd_g_active gauge
+kwd_g_active 2
+# HELP kwd_g_bytes Bytes.
+# TYPE kwd_g_bytes histogram
+kwd_g_bytes_bucket{le="10"} 1
+kwd_g_bytes_bucket{le="100"} 2
+kwd_g_bytes_bucket{le="+Inf"} 2
+kwd_g_bytes_sum 55
+kwd_g_bytes_count 2
+# HELP kwd_g_callback Callback.
+# TYPE kwd_g_callback gauge
+kwd_g_callback{k="v"} 42.5
+# HELP kwd_g_cb_total Callback counter.
+# TYPE kwd_g_cb_total counter
+kwd_g_cb_total 9
+# HELP kwd_g_duration_seconds Durations.
+# TYPE kwd_g_duration_seconds histogram
+kwd_g_duration_seconds_bucket{group="erp",le="0.0001"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.00025"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.0005"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.001"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.0025"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.005"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.01"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.025"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.05"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.1"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.25"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.5"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="1"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="2.5"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="5"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="10"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="+Inf"} 4
+kwd_g_duration_seconds_sum{group="erp"} 20.00605
+kwd_g_duration_seconds_count{group="erp"} 4
+# HELP kwd_g_plain_total Plain.
+# TYPE kwd_g_plain_total counter
+kwd_g_plain_total 0
+# HELP kwd_g_requests_total Requests.
+# TYPE kwd_g_requests_total counter
+kwd_g_requests_total{group="a\"b\\c\nd",code="5xx"} 2
+kwd_g_requests_total{group="erp/public",code="2xx"} 7
+# HELP kwd_g_up Up.
+# TYPE kwd_g_up gauge
+kwd_g_up{server="s1"} 1
+kwd_g_up{server="s2"} 0.25
+)golden";
+
+TEST(MetricsTest, RenderingMatchesTheGolden) {
+  MetricsRegistry registry;
+  FillGoldenRegistry(registry);
+  EXPECT_EQ(registry.Render(), kGoldenRendering);
+}
+
 TEST(MetricsTest, RetainDropsSeriesOfRemovedServers) {
   MetricsRegistry registry;
   registry.GetGauge("kwd_s_up", "Up.", {{"server", "a"}}).Set(1);
