@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kwd {
 namespace {
@@ -183,6 +184,91 @@ TEST(MetricsTest, RenderingMatchesTheGolden) {
   MetricsRegistry registry;
   FillGoldenRegistry(registry);
   EXPECT_EQ(registry.Render(), kGoldenRendering);
+}
+
+// Worker threads count into their own slots; the scrape sums them with what
+// other threads added to the shared slot, exactly.
+TEST(MetricsTest, PerWorkerSlotsAreSummedExactly) {
+  MetricsRegistry registry;
+  Counter& counter = registry.GetCounter("kwd_w_total", "W.", {{"group", "g"}});
+  Gauge& active = registry.GetGauge("kwd_w_active", "Active.");
+  Histogram& histogram = registry.GetHistogram("kwd_w_seconds", "S.", {}, {0.5, 1});
+  constexpr int kWorkers = 4;
+  constexpr int kShared = 2;
+  constexpr uint64_t kPerThread = 100000;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers + kShared; ++w) {
+    threads.emplace_back([&, w] {
+      if (w < kWorkers) {
+        SetMetricsWorker(w);
+      }
+      for (uint64_t i = 0; i < kPerThread; ++i) {
+        counter.Inc();
+        histogram.Observe(i % 2 == 0 ? 0.25 : 0.75);
+        active.Add(1);
+      }
+      for (uint64_t i = 0; i < kPerThread / 2; ++i) {
+        active.Add(-1);
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  constexpr uint64_t kTotal = kPerThread * (kWorkers + kShared);
+  EXPECT_EQ(counter.Value(), kTotal);
+  EXPECT_EQ(histogram.Count(), kTotal);
+  EXPECT_EQ(histogram.CumulativeCounts(), (std::vector<uint64_t>{kTotal / 2, kTotal, kTotal}));
+  EXPECT_DOUBLE_EQ(histogram.Sum(), 0.5 * static_cast<double>(kTotal));
+  EXPECT_DOUBLE_EQ(active.Value(), static_cast<double>(kTotal / 2));
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("kwd_w_total{group=\"g\"} " + std::to_string(kTotal) + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kwd_w_seconds_count " + std::to_string(kTotal) + "\n"), std::string::npos);
+  EXPECT_NE(text.find("kwd_w_active " + std::to_string(kTotal / 2) + "\n"), std::string::npos);
+}
+
+// Slots of a dropped series are reused zeroed: a new series starts at 0 even
+// where a worker had counted into the old one.
+TEST(MetricsTest, ReusedSlotsStartAtZero) {
+  MetricsRegistry registry;
+  {
+    std::shared_ptr<Counter> old = registry.CounterPtr("kwd_r_total", "R.", {{"server", "a"}});
+    std::thread([&] {
+      SetMetricsWorker(1);
+      old->Inc(5);
+    }).join();
+    old->Inc(2);
+    EXPECT_EQ(old->Value(), 7u);
+    registry.RetainLabelValues("kwd_r_total", "server", {});
+    EXPECT_EQ(old->Value(), 7u);  // the holder still counts
+  }
+  for (int i = 0; i < 8; ++i) {
+    Counter& fresh =
+        registry.GetCounter("kwd_r_total", "R.", {{"server", "b" + std::to_string(i)}});
+    EXPECT_EQ(fresh.Value(), 0u);
+  }
+  std::shared_ptr<Histogram> h = registry.HistogramPtr("kwd_r_seconds", "R.", {}, {1});
+  std::thread([&] {
+    SetMetricsWorker(0);
+    h->Observe(0.5);
+  }).join();
+  registry.RetainLabelValues("kwd_r_seconds", "server", {});  // no such label: kept
+  EXPECT_EQ(h->Count(), 1u);
+}
+
+// RetainLabelValues matches label values however they are escaped.
+TEST(MetricsTest, RetainMatchesEscapedValues) {
+  MetricsRegistry registry;
+  registry.GetCounter("kwd_e_total", "E.", {{"a", "x,y=\"z\""}, {"server", "q\"\\"}}).Inc();
+  registry.GetCounter("kwd_e_total", "E.", {{"a", "1"}, {"server", "drop"}}).Inc();
+  registry.RetainLabelValues("kwd_e_total", "server", {"q\"\\"});
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("kwd_e_total{a=\"x,y=\\\"z\\\"\",server=\"q\\\"\\\\\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("drop"), std::string::npos) << text;
 }
 
 TEST(MetricsTest, RetainDropsSeriesOfRemovedServers) {
