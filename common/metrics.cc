@@ -1,6 +1,7 @@
 #include "common/metrics.h"
 
 #include <dirent.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <new>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -19,45 +22,163 @@
 
 namespace kwd {
 
+namespace metrics_internal {
+
+constinit thread_local size_t current_lane = 0;
+
+namespace {
+
+constexpr size_t kLanes = kMetricMaxWorkers + 1;
+constexpr size_t kChunkBytes = kLanes * kMetricLaneSlots * sizeof(Slot);
+
+// Lanes 0..lanes_in_use-1 may hold counts: the scrape reads only those (the
+// others were never written, and reading them would map pages).
+std::atomic<size_t> lanes_in_use{1};
+
+// Chunks are never unmapped: a freed slot goes to a free list by size.
+struct SlotArena {
+  std::mutex mu;
+  Slot* chunk = nullptr;  // the chunk being filled
+  size_t used = 0;        // slots of lane 0 handed out from `chunk`
+  std::map<size_t, std::vector<Slot*>> free;  // by block size
+};
+
+SlotArena& Arena() {
+  static auto* arena = new SlotArena;  // lives as long as the process: counters may outlive main
+  return *arena;
+}
+
+}  // namespace
+
+uint64_t Sum(const Slot* lane0) {
+  size_t lanes = lanes_in_use.load(std::memory_order_acquire);
+  uint64_t total = 0;
+  for (size_t lane = 0; lane < lanes; ++lane) {
+    total += lane0[lane * kMetricLaneSlots].load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
+Slot* AllocateSlots(size_t count) {
+  if (count == 0 || count > kMetricLaneSlots) {
+    std::abort();
+  }
+  SlotArena& arena = Arena();
+  std::lock_guard lock(arena.mu);
+  if (auto it = arena.free.find(count); it != arena.free.end() && !it->second.empty()) {
+    Slot* first = it->second.back();
+    it->second.pop_back();
+    return first;
+  }
+  if (arena.chunk == nullptr || arena.used + count > kMetricLaneSlots) {
+    void* chunk = ::mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (chunk == MAP_FAILED) {
+      throw std::bad_alloc();
+    }
+    arena.chunk = static_cast<Slot*>(chunk);
+    arena.used = 0;
+  }
+  Slot* first = arena.chunk + arena.used;
+  arena.used += count;
+  return first;
+}
+
+void FreeSlots(Slot* first, size_t count) {
+  size_t lanes = lanes_in_use.load(std::memory_order_acquire);
+  for (size_t lane = 0; lane < lanes; ++lane) {
+    for (size_t i = 0; i < count; ++i) {
+      Slot& slot = first[lane * kMetricLaneSlots + i];
+      if (slot.load(std::memory_order_relaxed) != 0) {  // untouched pages stay unbacked
+        slot.store(0, std::memory_order_relaxed);
+      }
+    }
+  }
+  SlotArena& arena = Arena();
+  std::lock_guard lock(arena.mu);
+  arena.free[count].push_back(first);
+}
+
+}  // namespace metrics_internal
+
+void SetMetricsWorker(int worker_id) {
+  using metrics_internal::lanes_in_use;
+  if (worker_id < 0 || static_cast<size_t>(worker_id) >= kMetricMaxWorkers) {
+    metrics_internal::current_lane = 0;
+    return;
+  }
+  size_t lane = static_cast<size_t>(worker_id) + 1;
+  size_t seen = lanes_in_use.load(std::memory_order_relaxed);
+  while (seen < lane + 1 &&
+         !lanes_in_use.compare_exchange_weak(seen, lane + 1, std::memory_order_acq_rel)) {
+  }
+  metrics_internal::current_lane = lane;
+}
+
 void Gauge::Add(double delta) {
-  uint64_t old_bits = bits_.load(std::memory_order_relaxed);
-  while (!bits_.compare_exchange_weak(
+  size_t lane = metrics_internal::current_lane;
+  metrics_internal::Slot& slot = slot_[lane * kMetricLaneSlots];
+  uint64_t old_bits = slot.load(std::memory_order_relaxed);
+  if (lane != 0) {
+    slot.store(std::bit_cast<uint64_t>(std::bit_cast<double>(old_bits) + delta),
+               std::memory_order_relaxed);
+    return;
+  }
+  while (!slot.compare_exchange_weak(
       old_bits, std::bit_cast<uint64_t>(std::bit_cast<double>(old_bits) + delta),
       std::memory_order_relaxed)) {
   }
 }
 
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : bounds_(std::move(upper_bounds)),
-      buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
-  std::sort(bounds_.begin(), bounds_.end());
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    buckets_[i].store(0, std::memory_order_relaxed);
+double Gauge::Value() const {
+  size_t lanes = metrics_internal::lanes_in_use.load(std::memory_order_acquire);
+  double total = std::bit_cast<double>(slot_->load(std::memory_order_relaxed));
+  for (size_t lane = 1; lane < lanes; ++lane) {
+    total += std::bit_cast<double>(slot_[lane * kMetricLaneSlots].load(std::memory_order_relaxed));
   }
+  return total;
 }
 
+namespace {
+
+std::shared_ptr<const std::vector<double>> SortedBounds(std::vector<double> bounds) {
+  std::sort(bounds.begin(), bounds.end());
+  return std::make_shared<const std::vector<double>>(std::move(bounds));
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : Histogram(SortedBounds(std::move(upper_bounds))) {}
+
+Histogram::Histogram(std::shared_ptr<const std::vector<double>> upper_bounds)
+    : bounds_(std::move(upper_bounds)),
+      slots_(metrics_internal::AllocateSlots(bounds_->size() + 2)) {}
+
+Histogram::~Histogram() { metrics_internal::FreeSlots(slots_, bounds_->size() + 2); }
+
 void Histogram::Observe(double value) {
-  size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
-  buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
+  const std::vector<double>& bounds = *bounds_;
+  size_t i = std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin();
+  metrics_internal::Add(slots_ + i, 1);
   if (value > 0) {
-    sum_nanos_.fetch_add(static_cast<uint64_t>(std::llround(value * 1e9)),
-                         std::memory_order_relaxed);
+    metrics_internal::Add(slots_ + bounds.size() + 1,
+                          static_cast<uint64_t>(std::llround(value * 1e9)));
   }
 }
 
 std::vector<uint64_t> Histogram::CumulativeCounts() const {
-  std::vector<uint64_t> out(bounds_.size() + 1);
+  std::vector<uint64_t> out(bounds_->size() + 1);
   uint64_t running = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    running += buckets_[i].load(std::memory_order_relaxed);
+  for (size_t i = 0; i <= bounds_->size(); ++i) {
+    running += metrics_internal::Sum(slots_ + i);
     out[i] = running;
   }
   return out;
 }
 
 double Histogram::Sum() const {
-  return static_cast<double>(sum_nanos_.load(std::memory_order_relaxed)) / 1e9;
+  return static_cast<double>(metrics_internal::Sum(slots_ + bounds_->size() + 1)) / 1e9;
 }
 
 std::vector<double> LatencyBuckets() {
@@ -158,9 +279,8 @@ std::string FormatMetricValue(double v) {
 
 namespace {
 
-std::string RenderLabels(const Labels& labels, std::string_view extra_key = {},
-                         std::string_view extra_value = {}) {
-  if (labels.empty() && extra_key.empty()) {
+std::string RenderLabels(const Labels& labels) {
+  if (labels.empty()) {
     return {};
   }
   std::string out = "{";
@@ -173,15 +293,6 @@ std::string RenderLabels(const Labels& labels, std::string_view extra_key = {},
     out += k;
     out += "=\"";
     out += EscapeLabelValue(v);
-    out += '"';
-  }
-  if (!extra_key.empty()) {
-    if (!first) {
-      out += ',';
-    }
-    out += extra_key;
-    out += "=\"";
-    out += extra_value;
     out += '"';
   }
   out += '}';
@@ -206,18 +317,13 @@ MetricsRegistry::Child& MetricsRegistry::ChildFor(std::string_view name, std::st
                                                   Type type, const Labels& labels) {
   auto it = families_.find(name);
   if (it == families_.end()) {
-    it = families_.emplace(std::string(name), Family{std::string(help), type, {}}).first;
+    it = families_.emplace(std::string(name), Family{std::string(help), type, nullptr, {}}).first;
   }
   // A family registered twice with another type is a programming error.
   if (it->second.type != type) {
     std::abort();
   }
-  std::string key = RenderLabels(labels);
-  auto& child = it->second.children[key];
-  if (child.labels.empty()) {
-    child.labels = labels;
-  }
-  return child;
+  return it->second.children[RenderLabels(labels)];
 }
 
 Counter& MetricsRegistry::GetCounter(std::string_view name, std::string_view help,
@@ -229,20 +335,20 @@ std::shared_ptr<Counter> MetricsRegistry::CounterPtr(std::string_view name, std:
                                                      const Labels& labels) {
   std::lock_guard lock(mu_);
   Child& child = ChildFor(name, help, Type::kCounter, labels);
-  if (!child.counter) {
-    child.counter = std::make_shared<Counter>();
+  if (!child.metric) {
+    child.metric = std::make_shared<Counter>();
   }
-  return child.counter;
+  return std::static_pointer_cast<Counter>(child.metric);
 }
 
 Gauge& MetricsRegistry::GetGauge(std::string_view name, std::string_view help,
                                  const Labels& labels) {
   std::lock_guard lock(mu_);
   Child& child = ChildFor(name, help, Type::kGauge, labels);
-  if (!child.gauge) {
-    child.gauge = std::make_shared<Gauge>();
+  if (!child.metric) {
+    child.metric = std::make_shared<Gauge>();
   }
-  return *child.gauge;
+  return *std::static_pointer_cast<Gauge>(child.metric);
 }
 
 Histogram& MetricsRegistry::GetHistogram(std::string_view name, std::string_view help,
@@ -256,26 +362,71 @@ std::shared_ptr<Histogram> MetricsRegistry::HistogramPtr(std::string_view name,
                                                          std::vector<double> upper_bounds) {
   std::lock_guard lock(mu_);
   Child& child = ChildFor(name, help, Type::kHistogram, labels);
-  if (!child.histogram) {
-    child.histogram = std::make_shared<Histogram>(std::move(upper_bounds));
+  if (!child.metric) {
+    // The children of a family share their bounds when they are the same.
+    Family& family = families_.find(name)->second;
+    std::sort(upper_bounds.begin(), upper_bounds.end());
+    if (family.bounds == nullptr || *family.bounds != upper_bounds) {
+      family.bounds = std::make_shared<const std::vector<double>>(std::move(upper_bounds));
+    }
+    child.metric = std::make_shared<Histogram>(family.bounds);
   }
-  return child.histogram;
+  return std::static_pointer_cast<Histogram>(child.metric);
 }
 
 void MetricsRegistry::AddCallbackGauge(std::string_view name, std::string_view help,
                                        const Labels& labels, std::function<double()> read) {
   std::lock_guard lock(mu_);
-  ChildFor(name, help, Type::kGauge, labels).callback = std::move(read);
+  ChildFor(name, help, Type::kGauge, labels).callback =
+      std::make_unique<std::function<double()>>(std::move(read));
 }
 
 void MetricsRegistry::AddCallbackCounter(std::string_view name, std::string_view help,
                                          const Labels& labels, std::function<double()> read) {
   std::lock_guard lock(mu_);
-  ChildFor(name, help, Type::kCounter, labels).callback = std::move(read);
+  ChildFor(name, help, Type::kCounter, labels).callback =
+      std::make_unique<std::function<double()>>(std::move(read));
 }
+
+namespace {
+
+// Whether the rendered labels `{k="v",...}` have label `key` with an
+// (escaped) value in `keep` (sorted); nullopt without label `key`.
+std::optional<bool> RenderedLabelIn(std::string_view rendered, std::string_view key,
+                                    const std::vector<std::string>& keep) {
+  size_t pos = 1;  // after '{'
+  while (pos < rendered.size() && rendered[pos] != '}') {
+    size_t eq = rendered.find('=', pos);
+    if (eq == std::string_view::npos || eq + 1 >= rendered.size()) {
+      return std::nullopt;
+    }
+    std::string_view name = rendered.substr(pos, eq - pos);
+    size_t begin = eq + 2;  // after '="'
+    size_t end = begin;
+    while (end < rendered.size() && rendered[end] != '"') {
+      end += rendered[end] == '\\' ? 2 : 1;
+    }
+    if (name == key) {
+      return std::binary_search(keep.begin(), keep.end(), rendered.substr(begin, end - begin));
+    }
+    pos = end + 1;
+    if (pos < rendered.size() && rendered[pos] == ',') {
+      ++pos;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 void MetricsRegistry::RetainLabelValues(std::string_view family, std::string_view key,
                                         const std::vector<std::string>& keep) {
+  std::vector<std::string> escaped;
+  escaped.reserve(keep.size());
+  for (const std::string& value : keep) {
+    escaped.push_back(EscapeLabelValue(value));
+  }
+  std::sort(escaped.begin(), escaped.end());
   std::lock_guard lock(mu_);
   auto it = families_.find(family);
   if (it == families_.end()) {
@@ -283,12 +434,7 @@ void MetricsRegistry::RetainLabelValues(std::string_view family, std::string_vie
   }
   auto& children = it->second.children;
   for (auto c = children.begin(); c != children.end();) {
-    bool drop = false;
-    for (const auto& [k, v] : c->second.labels) {
-      if (k == key && !std::binary_search(keep.begin(), keep.end(), v)) {
-        drop = true;
-      }
-    }
+    bool drop = RenderedLabelIn(c->first, key, escaped) == false;
     c = drop ? children.erase(c) : std::next(c);
   }
 }
@@ -296,7 +442,6 @@ void MetricsRegistry::RetainLabelValues(std::string_view family, std::string_vie
 std::string MetricsRegistry::Render() const {
   std::lock_guard lock(mu_);
   std::string out;
-  out.reserve(4096);
   for (const auto& [name, family] : families_) {
     if (family.children.empty()) {
       continue;
@@ -304,21 +449,32 @@ std::string MetricsRegistry::Render() const {
     out += "# HELP " + name + " " + family.help + "\n";
     out += "# TYPE " + name + " " + TypeName(family.type) + "\n";
     for (const auto& [label_key, child] : family.children) {
-      if (child.counter) {
-        out += name + label_key + " " + std::to_string(child.counter->Value()) + "\n";
+      if (family.type == Type::kCounter && child.metric) {
+        auto* counter = static_cast<const Counter*>(child.metric.get());
+        out += name + label_key + " " + std::to_string(counter->Value()) + "\n";
       } else if (child.callback) {
-        out += name + label_key + " " + FormatMetricValue(child.callback()) + "\n";
-      } else if (child.gauge) {
-        out += name + label_key + " " + FormatMetricValue(child.gauge->Value()) + "\n";
-      } else if (child.histogram) {
-        const auto& bounds = child.histogram->UpperBounds();
-        auto counts = child.histogram->CumulativeCounts();
+        out += name + label_key + " " + FormatMetricValue((*child.callback)()) + "\n";
+      } else if (family.type == Type::kGauge && child.metric) {
+        auto* gauge = static_cast<const Gauge*>(child.metric.get());
+        out += name + label_key + " " + FormatMetricValue(gauge->Value()) + "\n";
+      } else if (family.type == Type::kHistogram && child.metric) {
+        auto* histogram = static_cast<const Histogram*>(child.metric.get());
+        const auto& bounds = histogram->UpperBounds();
+        auto counts = histogram->CumulativeCounts();
+        // The labels with le="..." last.
+        std::string_view labels_open =
+            label_key.empty() ? std::string_view("{")
+                              : std::string_view(label_key).substr(0, label_key.size() - 1);
+        std::string_view separator = label_key.empty() ? "" : ",";
         for (size_t i = 0; i <= bounds.size(); ++i) {
           std::string le = i < bounds.size() ? FormatMetricValue(bounds[i]) : "+Inf";
-          out += name + "_bucket" + RenderLabels(child.labels, "le", le) + " " +
-                 std::to_string(counts[i]) + "\n";
+          out += name;
+          out += "_bucket";
+          out += labels_open;
+          out += separator;
+          out += "le=\"" + le + "\"} " + std::to_string(counts[i]) + "\n";
         }
-        out += name + "_sum" + label_key + " " + FormatMetricValue(child.histogram->Sum()) + "\n";
+        out += name + "_sum" + label_key + " " + FormatMetricValue(histogram->Sum()) + "\n";
         out += name + "_count" + label_key + " " + std::to_string(counts.back()) + "\n";
       }
     }

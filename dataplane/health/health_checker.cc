@@ -1,5 +1,6 @@
 #include "dataplane/health/health_checker.h"
 
+#include <malloc.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -257,6 +258,15 @@ class HealthChecker::Loop {
       return;
     }
     table_ = table;
+    ApplyTable();
+    // This thread has its own malloc arena, and a table is applied seldom:
+    // give the pages the rebuild freed back (about 120 KiB idle with 100
+    // groups) instead of keeping them resident until the next snapshot.
+    ::malloc_trim(0);
+  }
+
+  void ApplyTable() {
+    const std::shared_ptr<const routing::RoutingTable>& table = table_;
     const HealthCheckerOptions& options = owner_->options_;
     std::unordered_map<std::string, std::shared_ptr<Target>> next;
     std::vector<std::string> live_groups;

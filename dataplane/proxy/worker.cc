@@ -233,6 +233,7 @@ bool Worker::Start(std::string* error) {
 }
 
 void Worker::Run() {
+  SetMetricsWorker(id_);  // this thread's counts go to its own metric slots
   loop_.Run();
   // Stopped: close what is left. Connections are deleted with the loop's
   // graveyard only while it runs, so delete them here.

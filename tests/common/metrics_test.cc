@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kwd {
 namespace {
@@ -95,6 +96,179 @@ TEST(MetricsTest, ConcurrentIncrementsAreNotLost) {
   t1.join();
   t2.join();
   EXPECT_EQ(counter.Value(), 200000u);
+}
+
+// A registry with every kind of series, filled the same way for the golden
+// rendering below.
+void FillGoldenRegistry(MetricsRegistry& registry) {
+  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "erp/public"}, {"code", "2xx"}})
+      .Inc(7);
+  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "a\"b\\c\nd"}, {"code", "5xx"}})
+      .Inc(2);
+  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "gone"}, {"code", "2xx"}})
+      .Inc(1);
+  registry.GetCounter("kwd_g_plain_total", "Plain.").Inc(0);
+  registry.GetGauge("kwd_g_up", "Up.", {{"server", "s1"}}).Set(1);
+  registry.GetGauge("kwd_g_up", "Up.", {{"server", "s2"}}).Set(0.25);
+  registry.GetGauge("kwd_g_active", "Active.").Add(3);
+  registry.GetGauge("kwd_g_active", "Active.").Add(-1);
+  registry.AddCallbackGauge("kwd_g_callback", "Callback.", {{"k", "v"}}, [] { return 42.5; });
+  registry.AddCallbackCounter("kwd_g_cb_total", "Callback counter.", {}, [] { return 9.0; });
+  auto& h = registry.GetHistogram("kwd_g_duration_seconds", "Durations.", {{"group", "erp"}});
+  h.Observe(0.00005);
+  h.Observe(0.003);
+  h.Observe(0.003);
+  h.Observe(20);
+  auto& bytes = registry.GetHistogram("kwd_g_bytes", "Bytes.", {}, {10, 100});
+  bytes.Observe(5);
+  bytes.Observe(50);
+  registry.GetHistogram("kwd_g_duration_seconds", "Durations.", {{"group", "gone"}}).Observe(1);
+  registry.RetainLabelValues("kwd_g_requests_total", "group", {"a\"b\\c\nd", "erp/public"});
+  registry.RetainLabelValues("kwd_g_duration_seconds", "group", {"erp"});
+}
+
+// The exposition of FillGoldenRegistry, rendered by the registry before the
+// per-worker slots: the text format must not change.
+constexpr const char* kGoldenRendering =
+    R"golden(# HELP kwd_g_active Active.
+# TYPE kwd_g_active gauge
+kwd_g_active 2
+# HELP kwd_g_bytes Bytes.
+# TYPE kwd_g_bytes histogram
+kwd_g_bytes_bucket{le="10"} 1
+kwd_g_bytes_bucket{le="100"} 2
+kwd_g_bytes_bucket{le="+Inf"} 2
+kwd_g_bytes_sum 55
+kwd_g_bytes_count 2
+# HELP kwd_g_callback Callback.
+# TYPE kwd_g_callback gauge
+kwd_g_callback{k="v"} 42.5
+# HELP kwd_g_cb_total Callback counter.
+# TYPE kwd_g_cb_total counter
+kwd_g_cb_total 9
+# HELP kwd_g_duration_seconds Durations.
+# TYPE kwd_g_duration_seconds histogram
+kwd_g_duration_seconds_bucket{group="erp",le="0.0001"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.00025"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.0005"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.001"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.0025"} 1
+kwd_g_duration_seconds_bucket{group="erp",le="0.005"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.01"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.025"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.05"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.1"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.25"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="0.5"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="1"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="2.5"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="5"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="10"} 3
+kwd_g_duration_seconds_bucket{group="erp",le="+Inf"} 4
+kwd_g_duration_seconds_sum{group="erp"} 20.00605
+kwd_g_duration_seconds_count{group="erp"} 4
+# HELP kwd_g_plain_total Plain.
+# TYPE kwd_g_plain_total counter
+kwd_g_plain_total 0
+# HELP kwd_g_requests_total Requests.
+# TYPE kwd_g_requests_total counter
+kwd_g_requests_total{group="a\"b\\c\nd",code="5xx"} 2
+kwd_g_requests_total{group="erp/public",code="2xx"} 7
+# HELP kwd_g_up Up.
+# TYPE kwd_g_up gauge
+kwd_g_up{server="s1"} 1
+kwd_g_up{server="s2"} 0.25
+)golden";
+
+TEST(MetricsTest, RenderingMatchesTheGolden) {
+  MetricsRegistry registry;
+  FillGoldenRegistry(registry);
+  EXPECT_EQ(registry.Render(), kGoldenRendering);
+}
+
+// Worker threads count into their own slots; the scrape sums them with what
+// other threads added to the shared slot, exactly.
+TEST(MetricsTest, PerWorkerSlotsAreSummedExactly) {
+  MetricsRegistry registry;
+  Counter& counter = registry.GetCounter("kwd_w_total", "W.", {{"group", "g"}});
+  Gauge& active = registry.GetGauge("kwd_w_active", "Active.");
+  Histogram& histogram = registry.GetHistogram("kwd_w_seconds", "S.", {}, {0.5, 1});
+  constexpr int kWorkers = 4;
+  constexpr int kShared = 2;
+  constexpr uint64_t kPerThread = 100000;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers + kShared; ++w) {
+    threads.emplace_back([&, w] {
+      if (w < kWorkers) {
+        SetMetricsWorker(w);
+      }
+      for (uint64_t i = 0; i < kPerThread; ++i) {
+        counter.Inc();
+        histogram.Observe(i % 2 == 0 ? 0.25 : 0.75);
+        active.Add(1);
+      }
+      for (uint64_t i = 0; i < kPerThread / 2; ++i) {
+        active.Add(-1);
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  constexpr uint64_t kTotal = kPerThread * (kWorkers + kShared);
+  EXPECT_EQ(counter.Value(), kTotal);
+  EXPECT_EQ(histogram.Count(), kTotal);
+  EXPECT_EQ(histogram.CumulativeCounts(), (std::vector<uint64_t>{kTotal / 2, kTotal, kTotal}));
+  EXPECT_DOUBLE_EQ(histogram.Sum(), 0.5 * static_cast<double>(kTotal));
+  EXPECT_DOUBLE_EQ(active.Value(), static_cast<double>(kTotal / 2));
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("kwd_w_total{group=\"g\"} " + std::to_string(kTotal) + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kwd_w_seconds_count " + std::to_string(kTotal) + "\n"), std::string::npos);
+  EXPECT_NE(text.find("kwd_w_active " + std::to_string(kTotal / 2) + "\n"), std::string::npos);
+}
+
+// Slots of a dropped series are reused zeroed: a new series starts at 0 even
+// where a worker had counted into the old one.
+TEST(MetricsTest, ReusedSlotsStartAtZero) {
+  MetricsRegistry registry;
+  {
+    std::shared_ptr<Counter> old = registry.CounterPtr("kwd_r_total", "R.", {{"server", "a"}});
+    std::thread([&] {
+      SetMetricsWorker(1);
+      old->Inc(5);
+    }).join();
+    old->Inc(2);
+    EXPECT_EQ(old->Value(), 7u);
+    registry.RetainLabelValues("kwd_r_total", "server", {});
+    EXPECT_EQ(old->Value(), 7u);  // the holder still counts
+  }
+  for (int i = 0; i < 8; ++i) {
+    Counter& fresh =
+        registry.GetCounter("kwd_r_total", "R.", {{"server", "b" + std::to_string(i)}});
+    EXPECT_EQ(fresh.Value(), 0u);
+  }
+  std::shared_ptr<Histogram> h = registry.HistogramPtr("kwd_r_seconds", "R.", {}, {1});
+  std::thread([&] {
+    SetMetricsWorker(0);
+    h->Observe(0.5);
+  }).join();
+  registry.RetainLabelValues("kwd_r_seconds", "server", {});  // no such label: kept
+  EXPECT_EQ(h->Count(), 1u);
+}
+
+// RetainLabelValues matches label values however they are escaped.
+TEST(MetricsTest, RetainMatchesEscapedValues) {
+  MetricsRegistry registry;
+  registry.GetCounter("kwd_e_total", "E.", {{"a", "x,y=\"z\""}, {"server", "q\"\\"}}).Inc();
+  registry.GetCounter("kwd_e_total", "E.", {{"a", "1"}, {"server", "drop"}}).Inc();
+  registry.RetainLabelValues("kwd_e_total", "server", {"q\"\\"});
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("kwd_e_total{a=\"x,y=\\\"z\\\"\",server=\"q\\\"\\\\\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("drop"), std::string::npos) << text;
 }
 
 TEST(MetricsTest, RetainDropsSeriesOfRemovedServers) {
