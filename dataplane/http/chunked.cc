@@ -15,8 +15,37 @@ bool IsBws(char c) {
 
 }  // namespace
 
+bool IsForbiddenTrailer(std::string_view name) {
+  // RFC 9110 6.5.1 and RFC 9113 8.2.2; conservative: anything a recipient
+  // could act on as if it were a header field stays out of the trailers.
+  static constexpr std::string_view kForbidden[] = {
+      // framing and connection-specific
+      "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
+      "upgrade", "te", "trailer",
+      // routing and request modifiers
+      "host", "expect", "max-forwards", "range", "if-match", "if-none-match", "if-modified-since",
+      "if-unmodified-since", "if-range", "cache-control", "pragma",
+      // authentication and state
+      "authorization", "proxy-authorization", "www-authenticate", "proxy-authenticate", "cookie",
+      "set-cookie",
+      // response control data
+      "age", "expires", "date", "location", "retry-after", "vary", "warning",
+      // content metadata
+      "content-type", "content-encoding", "content-range", "content-language", "content-location"};
+  if (name.empty() || name.front() == ':') {
+    return true;
+  }
+  for (std::string_view f : kForbidden) {
+    if (EqualsIgnoreCase(name, f)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 ChunkedResult ChunkedDecoder::Fail(ParseError error, int status, size_t consumed) {
   state_ = State::kError;
+  trailers_.clear();  // a refused trailer section passes nothing on
   error_ = error;
   error_status_ = status;
   ChunkedResult r;
@@ -174,6 +203,9 @@ ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
           state_ = State::kFinalLf;
         } else if (chars::IsToken(c)) {
           state_ = State::kTrailerName;
+          if (limits_.keep_trailers) {
+            trailers_.push_back(c);
+          }
         } else {
           return Fail(ParseError::kBadTrailer, 400, i);
         }
@@ -184,12 +216,18 @@ ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
         } else if (!chars::IsToken(c)) {
           return Fail(ParseError::kBadTrailer, 400, i);
         }
+        if (limits_.keep_trailers) {
+          trailers_.push_back(c);
+        }
         break;
       case State::kTrailerValue:
         if (c == '\r') {
           state_ = State::kTrailerLf;
         } else if (!chars::IsFieldValueChar(c)) {
           return Fail(ParseError::kBadTrailer, 400, i);
+        }
+        if (limits_.keep_trailers) {
+          trailers_.push_back(c);
         }
         break;
       case State::kTrailerLf:
@@ -198,6 +236,9 @@ ChunkedResult ChunkedDecoder::Decode(std::string_view input) {
         }
         if (++trailer_fields_ > limits_.max_trailer_fields) {
           return Fail(ParseError::kTrailerTooLarge, 431, i);
+        }
+        if (limits_.keep_trailers) {
+          trailers_.push_back('\n');
         }
         state_ = State::kTrailerLineStart;
         break;

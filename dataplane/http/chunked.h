@@ -5,11 +5,15 @@
 // hands out chunk data as views into the caller's input (no copy).
 // Chunk extensions must follow RFC 9112 7.1.1 (`*( BWS ";" BWS token
 // [ BWS "=" BWS ( token / quoted-string ) ] )`, bounded line) and are
-// ignored. Trailer fields are validated with the header rules and bounded,
-// then dropped: the proxy strips the Trailer field and re-frames.
+// ignored. Trailer fields are validated with the header rules and bounded;
+// they are dropped unless `keep_trailers` is set, then trailers() holds the
+// validated "name:value\r\n" lines as received (the HTTP/2 session and
+// HTTP/1.1 clients that sent `TE: trailers` get them, filtered by
+// ForEachPassableTrailer).
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "dataplane/http/parser.h"
@@ -21,6 +25,7 @@ struct ChunkedLimits {
   size_t max_size_line_bytes = 4096;           // size plus extensions
   size_t max_trailer_bytes = 8 * 1024;
   size_t max_trailer_fields = 32;
+  bool keep_trailers = false;  // trailers() holds them once kDone
 };
 
 enum class ChunkedStatus : uint8_t {
@@ -48,6 +53,10 @@ class ChunkedDecoder {
 
   uint64_t body_bytes() const { return body_bytes_; }
   bool done() const { return state_ == State::kDone; }
+  // With `keep_trailers`: the trailer section's "name:value\r\n" lines
+  // (validated, within the limits), complete once done(); empty after an
+  // error or without the option.
+  std::string_view trailers() const { return trailers_; }
   void Reset() { *this = ChunkedDecoder(limits_); }
 
  private:
@@ -87,6 +96,38 @@ class ChunkedDecoder {
   size_t trailer_fields_ = 0;
   ParseError error_ = ParseError::kNone;
   int error_status_ = 0;
+  std::string trailers_;
 };
+
+// True for fields that must not be passed on as trailers (RFC 9110 6.5.1,
+// RFC 9113 8.2.2): framing and connection-specific fields, routing, request
+// modifiers, authentication, response control data and content metadata.
+bool IsForbiddenTrailer(std::string_view name);
+
+// Calls fn(name, value) for each field of a trailers() block that may be
+// passed on, the value without surrounding whitespace.
+template <typename Fn>
+void ForEachPassableTrailer(std::string_view block, Fn&& fn) {
+  for (size_t guard = 0; !block.empty() && guard < 1024; ++guard) {
+    size_t eol = block.find("\r\n");
+    std::string_view line = block.substr(0, eol);
+    block = eol == std::string_view::npos ? std::string_view() : block.substr(eol + 2);
+    size_t colon = line.find(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      continue;
+    }
+    std::string_view name = line.substr(0, colon);
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+      value.remove_prefix(1);
+    }
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) {
+      value.remove_suffix(1);
+    }
+    if (!IsForbiddenTrailer(name)) {
+      fn(name, value);
+    }
+  }
+}
 
 }  // namespace kwd::http

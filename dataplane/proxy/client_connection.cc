@@ -74,7 +74,7 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       request_chunked_(http::ChunkedLimits{worker->options().max_body_bytes}),
       upstream_in_(16 * 1024),
       response_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
-      response_chunked_(http::ChunkedLimits{~0ull}),
+      response_chunked_(http::ChunkedLimits{.max_body_bytes = ~0ull, .keep_trailers = true}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
   h2c_sniff_ = worker->options().h2c && transport_->established();
   // Strings grow to what the first request needs and keep that capacity
@@ -331,6 +331,8 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   const http::Header* traceparent = request_head_->Find("traceparent");
   trace_id_.assign(traceparent != nullptr ? TraceIdFromTraceparent(traceparent->value) : "");
   version_minor_ = request_head_->version_minor;
+  const http::Header* te = request_head_->Find("te");
+  client_takes_trailers_ = te != nullptr && http::HasToken(te->value, "trailers");
   const http::Header* accept = request_head_->Find("accept");
   wants_json_ = accept != nullptr && accept->value.find("application/json") != std::string::npos;
 
@@ -708,7 +710,20 @@ bool ClientConnection::MoveResponse() {
               out_.Append(r.data);
             }
           } else if (r.status == http::ChunkedStatus::kDone) {
-            if (chunk_response_) {
+            if (chunk_response_ && client_takes_trailers_ &&
+                !response_chunked_.trailers().empty()) {
+              // The client said `TE: trailers`: the passable ones go on
+              // (without it they are dropped, RFC 9112 7.1.2).
+              out_.Append("0\r\n");
+              http::ForEachPassableTrailer(response_chunked_.trailers(),
+                                           [&](std::string_view name, std::string_view value) {
+                                             out_.Append(name);
+                                             out_.Append(": ");
+                                             out_.Append(value);
+                                             out_.Append("\r\n");
+                                           });
+              out_.Append("\r\n");
+            } else if (chunk_response_) {
               out_.Append(kLastChunk);
             }
             response_done_ = true;

@@ -179,7 +179,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   size_t head_consumed_ = 0;
   bool response_started_ = false;  // any response byte arrived
   bool response_done_ = false;
-  bool chunk_response_ = false;  // re-chunk towards the client
+  bool chunk_response_ = false;         // re-chunk towards the client
+  bool client_takes_trailers_ = false;  // the request had `TE: trailers`
   uint64_t response_remaining_ = 0;
   http::ChunkedDecoder response_chunked_;
   int response_status_ = 0;

@@ -302,7 +302,7 @@ Exchange::Exchange(Worker* worker, ExchangeSink* sink, ClientContext client)
       sink_(sink),
       client_(client),
       response_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
-      response_chunked_(http::ChunkedLimits{~0ull}),
+      response_chunked_(http::ChunkedLimits{.max_body_bytes = ~0ull, .keep_trailers = true}),
       timer_(this, [](void* self) { static_cast<Exchange*>(self)->OnTimer(); }) {}
 
 Exchange::~Exchange() {
@@ -667,7 +667,11 @@ bool Exchange::MoveRequestBody() {
     progressed = true;
   }
   if (request_end_ && request_body_.empty()) {
-    if (info_.body == http::BodyKind::kChunked) {
+    if (info_.body == http::BodyKind::kChunked && !request_trailers_.empty()) {
+      upstream_out_.append("0\r\n");
+      upstream_out_.append(request_trailers_);
+      upstream_out_.append("\r\n");
+    } else if (info_.body == http::BodyKind::kChunked) {
       upstream_out_.append(kLastChunk);
     }
     request_done_ = true;

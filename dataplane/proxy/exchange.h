@@ -152,9 +152,16 @@ class Exchange final : public UpstreamOwner {
   size_t RequestBodyRoom() const;
   void PushRequestBody(std::string_view data);
   void EndRequestBody();
+  // Trailer fields ("name: value\r\n" lines, already filtered) for the last
+  // chunk of a request body forwarded chunked; dropped when it is forwarded
+  // with a Content-Length (no place for them).
+  void SetRequestTrailers(std::string_view lines) { request_trailers_.assign(lines); }
 
   // Up to `max` response body bytes into `out`; `*end` once all were read.
   size_t ReadResponseBody(char* out, size_t max, bool* end);
+  // The chunked response's trailer lines (unfiltered, see
+  // http::ForEachPassableTrailer), complete once ReadResponseBody ended.
+  std::string_view response_trailers() const { return response_chunked_.trailers(); }
   // Moves bytes both ways as far as the buffers allow.
   void Pump();
   // The client went away or reset the stream.
@@ -220,6 +227,7 @@ class Exchange final : public UpstreamOwner {
   Buffer request_body_;
   bool request_end_ = false;   // the client's body ended
   bool request_done_ = false;  // ... and all of it is queued for the server
+  std::string request_trailers_;
   uint64_t request_body_bytes_ = 0;
 
   UpstreamConnection* upstream_ = nullptr;

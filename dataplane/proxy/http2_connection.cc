@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "dataplane/http/chars.h"
+#include "dataplane/http/chunked.h"
 #include "dataplane/http/forward.h"
 #include "dataplane/http/framing.h"
 #include "dataplane/proxy/exchange.h"
@@ -74,15 +76,20 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   bool deferred = false;     // the data source waits for ResumeData
   bool responded = false;
   bool response_done = false;  // the body's last byte went to nghttp2
+  bool trailers_sent = false;  // a trailing HEADERS ends the stream
   int64_t last_sent_ms = 0;    // response head or body bytes last handed to nghttp2
   void MarkSent() { last_sent_ms = connection->worker_->loop().now_ms(); }
   int64_t begun_ms = 0;
   http::RequestHead head;
+  // Passable request trailer fields as "name: value\r\n" lines (bounded by
+  // --max-header-size; the rest is dropped).
+  std::string request_trailers;
   bool pump = false;      // the exchange may move bytes: Pump it
   size_t unconsumed = 0;  // DATA bytes not yet given back to the window
 
   void OnResponseHead(int status, std::span<const http::Header> response_fields,
                       std::string_view set_cookie, bool end) override;
+  void SubmitTrailers();
   void OnInterimHead(int status) override {
     if (responded || connection->session_ == nullptr) {
       return;
@@ -168,6 +175,30 @@ void Http2Connection::Stream::OnResponseHead(int status,
                           end ? nullptr : &provider);
 }
 
+// The upstream's chunked trailers as a trailing HEADERS frame: names lower
+// case, forbidden fields (http::IsForbiddenTrailer) left out. Called from the
+// data source at the body's end, which then sends no END_STREAM on DATA.
+void Http2Connection::Stream::SubmitTrailers() {
+  std::string_view block = exchange.response_trailers();
+  std::vector<nghttp2_nv>& nva = connection->nva_;
+  std::string& names = connection->names_;
+  nva.clear();
+  names.clear();
+  names.reserve(block.size());  // the pointers into it stay valid
+  http::ForEachPassableTrailer(block, [&](std::string_view name, std::string_view value) {
+    size_t at = names.size();
+    for (char c : name) {
+      names.push_back(http::chars::Lower(c));
+    }
+    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(value), name.size(),
+                   value.size(), NGHTTP2_NV_FLAG_NONE});
+  });
+  if (nva.empty()) {
+    return;  // all forbidden: DATA carries END_STREAM as without trailers
+  }
+  trailers_sent = nghttp2_submit_trailer(connection->session_, id, nva.data(), nva.size()) == 0;
+}
+
 namespace {
 
 ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
@@ -182,6 +213,12 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
   if (end) {
     stream->response_done = true;
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (!stream->exchange.response_trailers().empty()) {
+      stream->SubmitTrailers();
+      if (stream->trailers_sent) {
+        *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      }
+    }
     if (!stream->request_end) {
       // The response is complete before the request: the rest of the
       // request body is not wanted (RFC 9113 8.1).
@@ -233,8 +270,19 @@ struct Http2Callbacks {
                       void* user_data) {
     Http2Connection* c = Self(user_data);
     Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
-    if (stream == nullptr || stream->started || stream->head_done) {
-      return 0;  // trailers: dropped, as HTTP/1.1 chunked trailers are
+    if (stream == nullptr) {
+      return 0;
+    }
+    if (stream->started || stream->head_done) {
+      // Trailers: kept for a request body forwarded chunked.
+      std::string_view n(reinterpret_cast<const char*>(name), name_len);
+      std::string_view v(reinterpret_cast<const char*>(value), value_len);
+      if (frame->headers.cat == NGHTTP2_HCAT_HEADERS && !http::IsForbiddenTrailer(n) &&
+          stream->request_trailers.size() + name_len + value_len + 4 <=
+              c->worker_->options().max_header_bytes) {
+        stream->request_trailers.append(n).append(": ").append(v).append("\r\n");
+      }
+      return 0;
     }
     size_t limit = c->worker_->options().max_header_bytes;
     stream->header_bytes += name_len + value_len + 32;
@@ -303,6 +351,7 @@ struct Http2Callbacks {
         }
         c->StartNow(stream);  // trailers
         if (end) {
+          stream->exchange.SetRequestTrailers(stream->request_trailers);
           stream->request_end = true;
           stream->exchange.EndRequestBody();
           stream->exchange.Pump();

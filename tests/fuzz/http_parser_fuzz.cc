@@ -48,10 +48,12 @@ struct BodyOutcome {
   ParseError error = ParseError::kNone;
   size_t consumed = 0;
   std::string body;
+  std::string trailers;
 };
 
-BodyOutcome DecodeChunked(std::string_view input, size_t split) {
-  ChunkedDecoder decoder;
+// The split decoder keeps trailers: they must not change what is accepted.
+BodyOutcome DecodeChunked(std::string_view input, size_t split, bool keep_trailers) {
+  ChunkedDecoder decoder(ChunkedLimits{.keep_trailers = keep_trailers});
   BodyOutcome out;
   size_t offset = 0;
   size_t available = split;
@@ -72,6 +74,8 @@ BodyOutcome DecodeChunked(std::string_view input, size_t split) {
     out.status = r.status;
     out.error = r.error;
     out.consumed = offset;
+    out.trailers.assign(decoder.trailers());
+    Check(out.trailers.size() <= ChunkedLimits{}.max_trailer_bytes);
     return out;
   }
 }
@@ -167,8 +171,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::string_view rest = input.substr(whole.consumed);
   if (framing.ok() && info.body == BodyKind::kChunked) {
-    BodyOutcome body_whole = DecodeChunked(rest, rest.size());
-    BodyOutcome body_split = DecodeChunked(rest, split < rest.size() ? split : rest.size());
+    BodyOutcome body_whole = DecodeChunked(rest, rest.size(), false);
+    BodyOutcome body_split = DecodeChunked(rest, split < rest.size() ? split : rest.size(), true);
+    Check(body_whole.trailers.empty());
+    ForEachPassableTrailer(body_split.trailers, [](std::string_view name, std::string_view value) {
+      Check(!name.empty() && !IsForbiddenTrailer(name));
+      Check(value.empty() || (value.front() != ' ' && value.back() != ' '));
+    });
     Check(body_whole.status == body_split.status);
     Check(body_whole.error == body_split.error);
     Check(body_whole.body == body_split.body);

@@ -174,5 +174,75 @@ TEST(ChunkedDecoder, ResetStartsOver) {
   EXPECT_EQ(decoder.Decode("1\r\n").status, ChunkedStatus::kNeedMore);
 }
 
+// Feeds `input` in pieces of `step` bytes; the decoder's final status.
+ChunkedStatus DecodeInto(ChunkedDecoder& decoder, std::string_view input, size_t step) {
+  size_t offset = 0;
+  for (size_t guard = 0; guard < 100'000; ++guard) {
+    size_t end = std::min(input.size(), offset + step);
+    ChunkedResult r = decoder.Decode(input.substr(offset, end - offset));
+    offset += r.consumed;
+    if (r.status == ChunkedStatus::kNeedMore && offset < input.size()) {
+      continue;
+    }
+    if (r.status != ChunkedStatus::kData) {
+      return r.status;
+    }
+  }
+  return ChunkedStatus::kError;
+}
+
+TEST(ChunkedDecoder, KeepsTrailersWhenAsked) {
+  std::string_view body = "3\r\nabc\r\n0\r\nX-Checksum: abc \r\nGrpc-Status:0\r\n\r\nNEXT";
+  for (size_t step : {1, 2, 7, 100}) {
+    ChunkedDecoder kept(ChunkedLimits{.keep_trailers = true});
+    ASSERT_EQ(DecodeInto(kept, body, step), ChunkedStatus::kDone) << step;
+    EXPECT_EQ(kept.trailers(), "X-Checksum: abc \r\nGrpc-Status:0\r\n") << step;
+    ChunkedDecoder dropped;
+    ASSERT_EQ(DecodeInto(dropped, body, step), ChunkedStatus::kDone) << step;
+    EXPECT_EQ(dropped.trailers(), "") << step;
+  }
+  ChunkedDecoder none(ChunkedLimits{.keep_trailers = true});
+  ASSERT_EQ(DecodeInto(none, "0\r\n\r\n", 100), ChunkedStatus::kDone);
+  EXPECT_EQ(none.trailers(), "");
+  // Reset keeps the option and forgets the fields.
+  ChunkedDecoder again(ChunkedLimits{.keep_trailers = true});
+  ASSERT_EQ(DecodeInto(again, "0\r\nA: 1\r\n\r\n", 100), ChunkedStatus::kDone);
+  again.Reset();
+  ASSERT_EQ(DecodeInto(again, "0\r\nB: 2\r\n\r\n", 100), ChunkedStatus::kDone);
+  EXPECT_EQ(again.trailers(), "B: 2\r\n");
+}
+
+TEST(ChunkedDecoder, KeptTrailersAreStillValidatedAndBounded) {
+  ChunkedLimits limits{.max_trailer_bytes = 64, .max_trailer_fields = 2, .keep_trailers = true};
+  ChunkedDecoder bad_name(limits);
+  EXPECT_EQ(DecodeInto(bad_name, "0\r\nX Y: 1\r\n\r\n", 100), ChunkedStatus::kError);
+  EXPECT_EQ(bad_name.trailers(), "");
+  ChunkedDecoder bare_lf(limits);
+  EXPECT_EQ(DecodeInto(bare_lf, "0\r\nX: 1\n\r\n", 100), ChunkedStatus::kError);
+  ChunkedDecoder ctl(limits);
+  EXPECT_EQ(DecodeInto(ctl, std::string_view("0\r\nX: \x01\r\n\r\n"), 100), ChunkedStatus::kError);
+  ChunkedDecoder too_many(limits);
+  EXPECT_EQ(DecodeInto(too_many, "0\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n", 1), ChunkedStatus::kError);
+  ChunkedDecoder too_long(limits);
+  std::string big = "0\r\nA: " + std::string(80, 'v') + "\r\n\r\n";
+  EXPECT_EQ(DecodeInto(too_long, big, 5), ChunkedStatus::kError);
+  EXPECT_EQ(too_long.trailers(), "");
+}
+
+TEST(ChunkedDecoder, PassableTrailersLeaveOutForbiddenFields) {
+  std::string block =
+      "X-Checksum: abc \r\nContent-Length: 5\r\nSet-Cookie: a=b\r\nTE: trailers\r\n"
+      "connection: close\r\nAuthorization: x\r\nHost: h\r\nTrailer: X\r\n"
+      "Transfer-Encoding: chunked\r\nCache-Control: no-store\r\ngrpc-status:0\r\n";
+  std::string seen;
+  ForEachPassableTrailer(block, [&](std::string_view name, std::string_view value) {
+    seen.append(name).append("=").append(value).append(";");
+  });
+  EXPECT_EQ(seen, "X-Checksum=abc;grpc-status=0;");
+  EXPECT_TRUE(IsForbiddenTrailer("KEEP-ALIVE"));
+  EXPECT_TRUE(IsForbiddenTrailer(":status"));
+  EXPECT_FALSE(IsForbiddenTrailer("x-checksum"));
+}
+
 }  // namespace
 }  // namespace kwd::http

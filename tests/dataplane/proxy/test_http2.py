@@ -11,6 +11,8 @@ cleartext (--h2c prior knowledge), and with curl --http2.
 - balancing over 300 streams on one connection follows capacity 2:1;
 - 8 MiB up and 8 MiB down with flow control, byte-exact (content-length and
   chunked, the latter de-chunked into DATA);
+- chunked trailers both ways: the server's become a trailing HEADERS frame,
+  the client's go into the last chunk; forbidden fields are left out;
 - connection-specific request fields are a stream PROTOCOL_ERROR;
 - more header list than --max-header-size gets 431;
 - GOAWAY on SIGTERM: streams in flight complete, none fails;
@@ -69,13 +71,17 @@ class Backend:
                 pass
 
             def _body(self):
+                self.trailers = []
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                     data = b""
                     while True:
                         size = int(self.rfile.readline().split(b";")[0], 16)
                         if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass
+                            while True:
+                                line = self.rfile.readline()
+                                if line in (b"\r\n", b"\n", b""):
+                                    break
+                                self.trailers.append(line.decode().strip())
                             return data, True
                         data += self.rfile.read(size)
                         self.rfile.readline()
@@ -103,6 +109,17 @@ class Backend:
                         self.end_headers()
                         self.wfile.write(data)
                     return
+                if path.startswith("/trailers"):
+                    # Chunked with trailers: two passable, the rest forbidden.
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.send_header("Trailer", "X-Checksum, Grpc-Status")
+                    self.end_headers()
+                    self.wfile.write(b"5\r\nhello\r\n0\r\nX-Checksum: abc\r\n"
+                                     b"Content-Length: 99\r\nSet-Cookie: a=b\r\n"
+                                     b"Connection: close\r\nHost: evil\r\n"
+                                     b"Authorization: Basic eA==\r\nGrpc-Status: 0\r\n\r\n")
+                    return
                 if path.startswith("/slow/"):
                     time.sleep(int(path.split("/")[2]) / 1000)
                 answer = json.dumps({
@@ -116,6 +133,7 @@ class Backend:
                     "request_id": self.headers.get("X-Request-Id"),
                     "cipher": self.headers.get("SSL_CIPHER_SUITE"),
                     "chunked": chunked,
+                    "trailers": self.trailers,
                     "length": len(body),
                     "sha256": hashlib.sha256(body).hexdigest(),
                 }).encode()
@@ -233,6 +251,7 @@ class H2Client:
         self.goaway = None
         self.settings = {}
         self.pending = {}  # stream id -> bytes still to send
+        self.trailers = {}  # stream id -> trailer fields sent after the body
 
     def flush(self):
         data = self.conn.data_to_send()
@@ -240,13 +259,15 @@ class H2Client:
             self.sock.sendall(data)
 
     def request(self, path, method="GET", headers=(), body=None, authority="erp.example.test",
-                end=True):
+                end=True, trailers=None):
         sid = self.conn.get_next_available_stream_id()
         fields = [(":method", method), (":path", path), (":scheme", "https"),
                   (":authority", authority)] + list(headers)
         self.conn.send_headers(sid, fields, end_stream=body is None and end)
         self.responses[sid] = {"headers": None, "data": bytearray(), "ended": False,
                                "reset": None}
+        if trailers is not None:
+            self.trailers[sid] = trailers
         if body is not None:
             self.pending[sid] = body
             self._send_pending()
@@ -266,7 +287,10 @@ class H2Client:
                 self.pending[sid] = body
             else:
                 del self.pending[sid]
-                self.conn.end_stream(sid)
+                if sid in self.trailers:
+                    self.conn.send_headers(sid, self.trailers.pop(sid), end_stream=True)
+                else:
+                    self.conn.end_stream(sid)
 
     def pump(self):
         data = self.sock.recv(65536)
@@ -278,6 +302,8 @@ class H2Client:
                     dict(event.headers)[":status"])
             elif isinstance(event, h2.events.ResponseReceived):
                 self.responses[event.stream_id]["headers"] = dict(event.headers)
+            elif isinstance(event, h2.events.TrailersReceived):
+                self.responses[event.stream_id]["trailers"] = list(event.headers)
             elif isinstance(event, h2.events.DataReceived):
                 self.responses[event.stream_id]["data"] += event.data
                 self.conn.acknowledge_received_data(event.flow_controlled_length,
@@ -528,6 +554,59 @@ spec:
             self.assertNotIn("transfer-encoding", r["headers"])
             self.assertEqual(len(r["data"]), n)
             self.assertEqual(hashlib.sha256(r["data"]).hexdigest(), want)
+
+    def test_response_trailers_end_the_stream_without_forbidden_fields(self):
+        c = self.client()
+        for _ in range(2):  # the second on a reused upstream connection
+            r = c.get("/trailers")
+            self.assertEqual(r["headers"][":status"], "200")
+            self.assertNotIn("trailer", r["headers"])
+            self.assertEqual(bytes(r["data"]), b"hello")
+            self.assertTrue(r["ended"])
+            self.assertEqual(r.get("trailers"), [("x-checksum", "abc"), ("grpc-status", "0")])
+        # Without trailers the DATA frame ends the stream as before.
+        r = c.get("/download/10?chunked")
+        self.assertEqual(bytes(r["data"]), pattern(10))
+        self.assertNotIn("trailers", r)
+
+    def test_http11_client_gets_trailers_only_with_te_trailers(self):
+        def fetch(te):
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.set_alpn_protocols(["http/1.1"])
+            with socket.create_connection(("127.0.0.1", self.proxy.tls_port), timeout=10) as s:
+                with context.wrap_socket(s, server_hostname="erp.example.test") as t:
+                    t.sendall(b"GET /trailers HTTP/1.1\r\nHost: erp.example.test\r\n" + te +
+                              b"Connection: close\r\n\r\n")
+                    answer = b""
+                    while True:
+                        data = t.recv(65536)
+                        if not data:
+                            return answer
+                        answer += data
+        answer = fetch(b"TE: trailers\r\n")
+        self.assertTrue(answer.startswith(b"HTTP/1.1 200"), answer[:100])
+        self.assertTrue(answer.endswith(b"\r\n0\r\nX-Checksum: abc\r\nGrpc-Status: 0\r\n\r\n"),
+                        answer[-200:])
+        answer = fetch(b"")
+        self.assertTrue(answer.endswith(b"5\r\nhello\r\n0\r\n\r\n"), answer[-200:])
+
+    def test_request_trailers_go_into_the_last_chunk(self):
+        c = self.client()
+        trailers = [("x-sum", "42"), ("authorization", "Basic eA==")]
+        r = c.wait([c.request("/sap/upload", method="POST", body=b"abc", trailers=trailers)])[0]
+        answer = body_json(r)
+        self.assertTrue(answer["chunked"])
+        self.assertEqual(answer["length"], 3)
+        self.assertEqual(answer["trailers"], ["x-sum: 42"])
+        # Forwarded with a Content-Length: nowhere to put them, dropped.
+        r = c.wait([c.request("/sap/upload", method="POST", body=b"abc", trailers=trailers,
+                              headers=[("content-length", "3")])])[0]
+        answer = body_json(r)
+        self.assertFalse(answer["chunked"])
+        self.assertEqual(answer["length"], 3)
+        self.assertEqual(answer["trailers"], [])
 
     def test_parallel_downloads_on_one_connection(self):
         c = self.client()
