@@ -148,6 +148,54 @@ class Backend:
         self.server.server_close()
 
 
+class CannedBackend:
+    """A keep-alive HTTP/1.1 server on loopback answering /canned/NAME with
+    the raw response CANNED[NAME]: heads an HTTP/1.1 recipient accepts but
+    that are no valid HTTP/2 fields as they stand."""
+
+    CANNED = {
+        "duplicate-length": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+        "length-list": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok",
+        "no-content-with-length": b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+    }
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        with conn:
+            conn.settimeout(30)
+            reader = conn.makefile("rb")
+            try:
+                while True:
+                    line = reader.readline()
+                    if not line:
+                        return
+                    while reader.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # requests here have no body
+                    name = line.split(b" ")[1].decode().rsplit("/", 1)[1]
+                    # Anything else (the health check): 200.
+                    conn.sendall(self.CANNED.get(name, b"HTTP/1.1 200 OK\r\n"
+                                                       b"Content-Length: 0\r\n\r\n"))
+            except OSError:
+                return
+
+    def close(self):
+        self.server.close()
+
+
 def run(command, cwd):
     result = subprocess.run(command, cwd=cwd, shell=True, capture_output=True, text=True,
                             timeout=60)
@@ -339,6 +387,7 @@ class Http2Test(unittest.TestCase):
         cls.big1 = Backend("big1")
         cls.small1 = Backend("small1")
         cls.other = Backend("other1")
+        cls.canned = CannedBackend()
         objects = f"""apiVersion: dispatch.kwd.io/v1alpha1
 kind: LogonGroup
 metadata: {{name: public}}
@@ -359,12 +408,21 @@ spec:
     staticServers: [{{name: other1, address: 127.0.0.1, port: {cls.other.port}}}]
 ---
 apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {{name: canned}}
+spec:
+  kind: abap
+  backend:
+    staticServers: [{{name: canned1, address: 127.0.0.1, port: {cls.canned.port}}}]
+---
+apiVersion: dispatch.kwd.io/v1alpha1
 kind: UrlMapping
 metadata: {{name: map}}
 spec:
   defaultGroups: {{abap: public, java: public}}
   rules:
     - {{prefix: /other/, kind: abap, logonGroup: other}}
+    - {{prefix: /canned/, kind: abap, logonGroup: canned}}
   permissions:
     - {{action: deny, pattern: /forbidden/*}}
 """
@@ -383,7 +441,7 @@ spec:
     @classmethod
     def tearDownClass(cls):
         cls.proxy.stop()
-        for b in (cls.big1, cls.small1, cls.other):
+        for b in (cls.big1, cls.small1, cls.other, cls.canned):
             b.close()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
@@ -568,6 +626,26 @@ spec:
                                      ("x-big3", "c" * 4000)])
         self.assertEqual(r["headers"][":status"], "431")
         self.assertEqual(c.settings.get(h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE), 8192)
+
+    def test_response_content_length_becomes_one_valid_http2_field(self):
+        # HTTP/1.1 lets a server repeat the same Content-Length (fields or a
+        # list) and a 204 carry one; HTTP/2 clients (nghttp2: curl) reset a
+        # stream with two content-length fields, a list, or one on a 204.
+        if not shutil.which("curl"):
+            self.skipTest("no curl")
+        for name, status, lengths in (("duplicate-length", "200", ["2"]),
+                                      ("length-list", "200", ["2"]),
+                                      ("no-content-with-length", "204", [])):
+            out = subprocess.run(
+                ["curl", "-sS", "--http2-prior-knowledge", "-D", "-", "-o", "/dev/null",
+                 f"http://127.0.0.1:{self.proxy.port}/canned/{name}"],
+                capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, name + ": " + out.stderr)
+            head = out.stdout.splitlines()
+            self.assertEqual(head[0].split()[:2], ["HTTP/2", status], name)
+            found = [line.split(":", 1)[1].strip() for line in head
+                     if line.lower().startswith("content-length:")]
+            self.assertEqual(found, lengths, name)
 
     # ---- logging and metrics ----
 
