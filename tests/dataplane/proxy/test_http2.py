@@ -576,6 +576,21 @@ spec:
             self.assertEqual(answer["sha256"], hashlib.sha256(data).hexdigest())
             self.assertEqual(answer["chunked"], not headers)
 
+    def test_body_without_length_over_max_body_size_gets_413(self):
+        # A stream without content-length is sent upstream chunked: the
+        # --max-body-size limit applies as to an HTTP/1.1 chunked body.
+        proxy = Proxy(self.dir, self.snapshot, ["--h2c", "--max-body-size", "100000"], "smallbody")
+        self.addCleanup(proxy.stop)
+        c = H2Client(proxy.port, tls=False)
+        self.addCleanup(c.close)
+        small = c.request("/sap/upload", method="POST", body=pattern(50_000))
+        big = c.request("/sap/upload", method="POST", body=pattern(300_000))
+        small, big = c.wait([small, big])
+        self.assertEqual(small["headers"][":status"], "200")
+        self.assertEqual(body_json(small)["length"], 50_000)
+        self.assertEqual(big["headers"][":status"], "413")
+        self.assertEqual(big["headers"].get("x-kwd-error"), "EPROTERROR")
+
     def test_large_download_with_flow_control(self):
         c = self.client()
         n = 8 * MIB + 13
