@@ -571,6 +571,12 @@ void Http2Connection::StartStream(Stream* stream, bool end_stream) {
     stream->exchange.Reject(ErrorCode::kNotImplemented, "CONNECT is not supported");
     return;
   }
+  if (path.size() > http::HeadLimits{}.max_target_bytes) {
+    // The request-target limit of HTTP/1.1 (the :path becomes one).
+    stream->exchange.Reject(ErrorCode::kTargetTooLong,
+                            http::ParseErrorName(http::ParseError::kTargetTooLong));
+    return;
+  }
   http::RequestInfo info;
   http::FramingResult framing =
       http::AnalyzeRequest(head, http::FramingLimits{worker_->options().max_body_bytes}, &info);

@@ -635,6 +635,19 @@ spec:
         self.assertEqual(bad["reset"], 1)  # PROTOCOL_ERROR
         self.assertEqual(good["headers"][":status"], "200")
 
+    def test_path_over_8_kib_gets_414_as_over_http11(self):
+        # Over HTTP/1.1 a target beyond 8 KiB is 414; a :path is bounded by
+        # --max-header-size only (64 KiB by default).
+        proxy = Proxy(self.dir, self.snapshot, ["--h2c"], "longpath")
+        self.addCleanup(proxy.stop)
+        c = H2Client(proxy.port, tls=False)
+        self.addCleanup(c.close)
+        ok = c.request("/sap/" + "a" * 8000)
+        long = c.request("/sap/" + "a" * 20_000)
+        ok, long = c.wait([ok, long])
+        self.assertEqual(ok["headers"][":status"], "200")
+        self.assertEqual(long["headers"][":status"], "414")
+
     def test_header_list_over_the_limit_gets_431(self):
         c = self.client()
         r = c.get("/sap/x", headers=[("x-big", "a" * 4000), ("x-big2", "b" * 4000),
