@@ -594,6 +594,17 @@ void Exchange::PushRequestBody(std::string_view data) {
     // More DATA than content-length said (nghttp2 checks this too).
     data = data.substr(0, info_.content_length - request_body_bytes_ - request_body_.size());
   }
+  if (info_.body == http::BodyKind::kChunked &&
+      request_body_bytes_ + request_body_.size() + data.size() >
+          worker_->options().max_body_bytes) {
+    // Length unknown (an HTTP/2 stream without content-length, sent
+    // chunked): the limit an HTTP/1.1 chunked body has (413; the stream is
+    // reset once the answer is out, or at once if the server answered).
+    sink_->OnRequestBodyConsumed(data.size());
+    worker_->metrics().bad_requests.Inc();
+    Abort(ErrorCode::kBodyTooLarge, http::ParseErrorName(http::ParseError::kBodyTooLarge));
+    return;
+  }
   request_body_.Append(data);
 }
 

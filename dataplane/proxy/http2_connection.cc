@@ -13,6 +13,7 @@
 #include "dataplane/http/chunked.h"
 #include "dataplane/http/forward.h"
 #include "dataplane/http/framing.h"
+#include "dataplane/http/parser.h"
 #include "dataplane/proxy/exchange.h"
 
 namespace kwd::proxy {
@@ -153,16 +154,32 @@ void Http2Connection::Stream::OnResponseHead(int status,
     total += f.name.size();
   }
   names.reserve(total);
+  bool length_sent = false;
   for (const auto& f : response_fields) {
     if (http::IsHopByHop(f.name, response_fields)) {
       continue;
+    }
+    std::string_view value = f.value;
+    if (http::EqualsIgnoreCase(f.name, "content-length")) {
+      // HTTP/1.1 lets a server repeat its length (fields or a list of the
+      // same value: the exchange checked they agree) and a 204 carry one;
+      // HTTP/2 clients reset a stream unless there is at most one field of
+      // one value (RFC 9113 8.1.1), and none on a 204 (RFC 9110 8.6).
+      if (length_sent || status == 204) {
+        continue;
+      }
+      length_sent = true;
+      http::ForEachListElement(f.value, [&](std::string_view element) {
+        value = element;
+        return false;
+      });
     }
     size_t at = names.size();
     for (char c : f.name) {
       names.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c);
     }
-    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(f.value), f.name.size(),
-                   f.value.size(), NGHTTP2_NV_FLAG_NONE});
+    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(value), f.name.size(),
+                   value.size(), NGHTTP2_NV_FLAG_NONE});
   }
   if (!set_cookie.empty()) {
     nva.push_back(
@@ -647,6 +664,12 @@ void Http2Connection::StartStream(Stream* stream, bool end_stream) {
   head.path_and_query = path;
   if (method == "CONNECT" || path.empty()) {
     stream->exchange.Reject(ErrorCode::kNotImplemented, "CONNECT is not supported");
+    return;
+  }
+  if (path.size() > http::HeadLimits{}.max_target_bytes) {
+    // The request-target limit of HTTP/1.1 (the :path becomes one).
+    stream->exchange.Reject(ErrorCode::kTargetTooLong,
+                            http::ParseErrorName(http::ParseError::kTargetTooLong));
     return;
   }
   http::RequestInfo info;

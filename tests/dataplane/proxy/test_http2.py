@@ -166,6 +166,54 @@ class Backend:
         self.server.server_close()
 
 
+class CannedBackend:
+    """A keep-alive HTTP/1.1 server on loopback answering /canned/NAME with
+    the raw response CANNED[NAME]: heads an HTTP/1.1 recipient accepts but
+    that are no valid HTTP/2 fields as they stand."""
+
+    CANNED = {
+        "duplicate-length": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+        "length-list": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok",
+        "no-content-with-length": b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+    }
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        with conn:
+            conn.settimeout(30)
+            reader = conn.makefile("rb")
+            try:
+                while True:
+                    line = reader.readline()
+                    if not line:
+                        return
+                    while reader.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # requests here have no body
+                    name = line.split(b" ")[1].decode().rsplit("/", 1)[1]
+                    # Anything else (the health check): 200.
+                    conn.sendall(self.CANNED.get(name, b"HTTP/1.1 200 OK\r\n"
+                                                       b"Content-Length: 0\r\n\r\n"))
+            except OSError:
+                return
+
+    def close(self):
+        self.server.close()
+
+
 def run(command, cwd):
     result = subprocess.run(command, cwd=cwd, shell=True, capture_output=True, text=True,
                             timeout=60)
@@ -365,6 +413,7 @@ class Http2Test(unittest.TestCase):
         cls.big1 = Backend("big1")
         cls.small1 = Backend("small1")
         cls.other = Backend("other1")
+        cls.canned = CannedBackend()
         objects = f"""apiVersion: dispatch.kwd.io/v1alpha1
 kind: LogonGroup
 metadata: {{name: public}}
@@ -385,12 +434,21 @@ spec:
     staticServers: [{{name: other1, address: 127.0.0.1, port: {cls.other.port}}}]
 ---
 apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {{name: canned}}
+spec:
+  kind: abap
+  backend:
+    staticServers: [{{name: canned1, address: 127.0.0.1, port: {cls.canned.port}}}]
+---
+apiVersion: dispatch.kwd.io/v1alpha1
 kind: UrlMapping
 metadata: {{name: map}}
 spec:
   defaultGroups: {{abap: public, java: public}}
   rules:
     - {{prefix: /other/, kind: abap, logonGroup: other}}
+    - {{prefix: /canned/, kind: abap, logonGroup: canned}}
   permissions:
     - {{action: deny, pattern: /forbidden/*}}
 """
@@ -409,7 +467,7 @@ spec:
     @classmethod
     def tearDownClass(cls):
         cls.proxy.stop()
-        for b in (cls.big1, cls.small1, cls.other):
+        for b in (cls.big1, cls.small1, cls.other, cls.canned):
             b.close()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
@@ -544,6 +602,21 @@ spec:
             self.assertEqual(answer["sha256"], hashlib.sha256(data).hexdigest())
             self.assertEqual(answer["chunked"], not headers)
 
+    def test_body_without_length_over_max_body_size_gets_413(self):
+        # A stream without content-length is sent upstream chunked: the
+        # --max-body-size limit applies as to an HTTP/1.1 chunked body.
+        proxy = Proxy(self.dir, self.snapshot, ["--h2c", "--max-body-size", "100000"], "smallbody")
+        self.addCleanup(proxy.stop)
+        c = H2Client(proxy.port, tls=False)
+        self.addCleanup(c.close)
+        small = c.request("/sap/upload", method="POST", body=pattern(50_000))
+        big = c.request("/sap/upload", method="POST", body=pattern(300_000))
+        small, big = c.wait([small, big])
+        self.assertEqual(small["headers"][":status"], "200")
+        self.assertEqual(body_json(small)["length"], 50_000)
+        self.assertEqual(big["headers"][":status"], "413")
+        self.assertEqual(big["headers"].get("x-kwd-error"), "EPROTERROR")
+
     def test_large_download_with_flow_control(self):
         c = self.client()
         n = 8 * MIB + 13
@@ -641,12 +714,45 @@ spec:
         self.assertEqual(bad["reset"], 1)  # PROTOCOL_ERROR
         self.assertEqual(good["headers"][":status"], "200")
 
+    def test_path_over_8_kib_gets_414_as_over_http11(self):
+        # Over HTTP/1.1 a target beyond 8 KiB is 414; a :path is bounded by
+        # --max-header-size only (64 KiB by default).
+        proxy = Proxy(self.dir, self.snapshot, ["--h2c"], "longpath")
+        self.addCleanup(proxy.stop)
+        c = H2Client(proxy.port, tls=False)
+        self.addCleanup(c.close)
+        ok = c.request("/sap/" + "a" * 8000)
+        long = c.request("/sap/" + "a" * 20_000)
+        ok, long = c.wait([ok, long])
+        self.assertEqual(ok["headers"][":status"], "200")
+        self.assertEqual(long["headers"][":status"], "414")
+
     def test_header_list_over_the_limit_gets_431(self):
         c = self.client()
         r = c.get("/sap/x", headers=[("x-big", "a" * 4000), ("x-big2", "b" * 4000),
                                      ("x-big3", "c" * 4000)])
         self.assertEqual(r["headers"][":status"], "431")
         self.assertEqual(c.settings.get(h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE), 8192)
+
+    def test_response_content_length_becomes_one_valid_http2_field(self):
+        # HTTP/1.1 lets a server repeat the same Content-Length (fields or a
+        # list) and a 204 carry one; HTTP/2 clients (nghttp2: curl) reset a
+        # stream with two content-length fields, a list, or one on a 204.
+        if not shutil.which("curl"):
+            self.skipTest("no curl")
+        for name, status, lengths in (("duplicate-length", "200", ["2"]),
+                                      ("length-list", "200", ["2"]),
+                                      ("no-content-with-length", "204", [])):
+            out = subprocess.run(
+                ["curl", "-sS", "--http2-prior-knowledge", "-D", "-", "-o", "/dev/null",
+                 f"http://127.0.0.1:{self.proxy.port}/canned/{name}"],
+                capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, name + ": " + out.stderr)
+            head = out.stdout.splitlines()
+            self.assertEqual(head[0].split()[:2], ["HTTP/2", status], name)
+            found = [line.split(":", 1)[1].strip() for line in head
+                     if line.lower().startswith("content-length:")]
+            self.assertEqual(found, lengths, name)
 
     # ---- logging and metrics ----
 
