@@ -122,7 +122,6 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
 
   Buffer in_;
   Buffer out_;
-  size_t out_sent_ = 0;
 
   // The request being handled.
   http::RequestParser request_parser_;
