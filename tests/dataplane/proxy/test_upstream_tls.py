@@ -84,6 +84,8 @@ class TlsBackend:
         self.cleartext = 0
         self.requests = 0
         self.healthy = True
+        self.pair_count = 0
+        self.pair_arrived = threading.Condition()
         self._sni_seen = {}
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -150,6 +152,14 @@ class TlsBackend:
             with self.lock:
                 self.requests += 1
                 healthy = self.healthy
+            if "/pair" in target:
+                # Held until the other request of the pair has arrived too,
+                # so both are in flight at once (two server connections)
+                # however the two clients get scheduled.
+                with self.pair_arrived:
+                    self.pair_count += 1
+                    self.pair_arrived.notify_all()
+                    self.pair_arrived.wait_for(lambda: self.pair_count >= 2, timeout=10)
             status = "200 OK"
             if target.startswith("/sap/public/icman/ping") and not healthy:
                 status = "503 Service Unavailable"
@@ -475,8 +485,8 @@ spec:
         a = socket.create_connection(("127.0.0.1", self.port), timeout=10)
         b = socket.create_connection(("127.0.0.1", self.port), timeout=10)
         try:
-            a.sendall(b"GET /good/a HTTP/1.1\r\nHost: erp\r\n\r\n")
-            b.sendall(b"GET /good/b HTTP/1.1\r\nHost: erp\r\n\r\n")
+            a.sendall(b"GET /good/pair-a HTTP/1.1\r\nHost: erp\r\n\r\n")
+            b.sendall(b"GET /good/pair-b HTTP/1.1\r\nHost: erp\r\n\r\n")
             for sock in (a, b):
                 data = b""
                 while b"}" not in data:
