@@ -34,6 +34,7 @@ try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import StaleElementReferenceException
 except ImportError:  # pragma: no cover - reported below
     MISSING.append("python3-selenium")
 
@@ -216,8 +217,18 @@ class AdminBrowserTest(unittest.TestCase):
         self.driver.get("http://127.0.0.1:%d%s" % (self.admin, path))
         wait_for(lambda: self.server_row("default/public", "demo1_QS_00"), "the server table")
 
+    def fresh(self, read):
+        """read(), again when the page's refresh replaced an element between
+        finding it and reading it."""
+        for _ in range(50):
+            try:
+                return read()
+            except StaleElementReferenceException:
+                time.sleep(0.05)
+        return read()
+
     def text(self, css):
-        return self.driver.find_element(By.CSS_SELECTOR, css).text
+        return self.fresh(lambda: self.driver.find_element(By.CSS_SELECTOR, css).text)
 
     def server_row(self, group, server):
         rows = self.driver.find_elements(
@@ -226,7 +237,8 @@ class AdminBrowserTest(unittest.TestCase):
         return rows[0] if rows else None
 
     def cell(self, group, server, css):
-        return self.server_row(group, server).find_element(By.CSS_SELECTOR, css).text
+        return self.fresh(
+            lambda: self.server_row(group, server).find_element(By.CSS_SELECTOR, css).text)
 
     def proxy_get(self, path, headers=None):
         status, body, _ = http("GET", self.proxy_port, path, headers)
@@ -262,9 +274,13 @@ class AdminBrowserTest(unittest.TestCase):
                       self.text('#url-mapping p.passthrough-group[data-group="default/https"]'))
         # Rules in evaluation order: the longest prefix first.
         # (The any host's table comes first: hosts are listed in name order.)
-        any_host = self.driver.find_elements(By.CSS_SELECTOR, "#url-mapping table.rules")[0]
-        prefixes = [r.find_elements(By.TAG_NAME, "td")[1].text for r in
+        # Read in one go, again if the page's refresh replaced the table
+        # between finding a row and reading it (a stale element).
+        def rule_prefixes():
+            any_host = self.driver.find_elements(By.CSS_SELECTOR, "#url-mapping table.rules")[0]
+            return [r.find_elements(By.TAG_NAME, "td")[1].text for r in
                     any_host.find_elements(By.TAG_NAME, "tr")[1:]]
+        prefixes = wait_for(rule_prefixes, "the any host's rule table")
         self.assertEqual(prefixes[:2], ["/sap/bc/gui/", "/sap/"])
         self.assertIn("root URL", prefixes[2])
         permissions = self.text("#permissions")
