@@ -724,7 +724,7 @@ bool Exchange::MoveResponse() {
         http::ParseResult r = response_parser_.Parse(upstream_in_.view(), &response_head_);
         if (r.complete()) {
           size_t consumed = r.consumed;
-          if (!HandleResponseHead()) {
+          if (!HandleResponseHead(consumed)) {
             return true;
           }
           upstream_in_.Consume(consumed);
@@ -817,7 +817,7 @@ bool Exchange::MoveResponse() {
   return progressed;
 }
 
-bool Exchange::HandleResponseHead() {
+bool Exchange::HandleResponseHead(size_t head_bytes) {
   http::FramingResult framing = http::AnalyzeResponse(response_head_, method_, &response_info_);
   if (!framing.ok()) {
     Abort(ErrorCode::kBadGateway, "the server sent a response with invalid framing");
@@ -826,6 +826,10 @@ bool Exchange::HandleResponseHead() {
   if (response_info_.interim) {
     // 1xx (100 Continue, 103 Early Hints): passed on, the final response
     // follows.
+    if (!interim_.Take(head_bytes, worker_->options().max_header_bytes)) {
+      Abort(ErrorCode::kBadGateway, kTooManyInterimResponses);
+      return false;
+    }
     sink_->OnInterimHead(response_head_.status_code);
     response_parser_.Reset();
     return true;

@@ -99,6 +99,25 @@ std::string_view CountUpstreamTlsFailure(Worker& worker, const routing::Decision
 
 bool IsIdempotentMethod(std::string_view method);
 
+// A server's interim (1xx) responses before its final one, each passed on to
+// the client: at most kMaxResponses of them, their heads together at most
+// --max-header-size bytes (one head's limit). Beyond that the request is
+// answered 502, so a server cannot keep a request (and the client) busy with
+// an endless series of them. Go's HTTP client bounds them alike.
+struct InterimBudget {
+  static constexpr int kMaxResponses = 16;
+  int responses = 0;
+  size_t bytes = 0;
+  // Counts one interim head of `head_bytes`: false once over the budget.
+  bool Take(size_t head_bytes, size_t max_bytes) {
+    ++responses;
+    bytes += head_bytes;
+    return responses <= kMaxResponses && bytes <= max_bytes;
+  }
+};
+inline constexpr std::string_view kTooManyInterimResponses =
+    "the server sent too many interim (1xx) responses";
+
 // The downstream side of an Exchange (an HTTP/2 stream).
 class ExchangeSink {
  public:
@@ -185,7 +204,7 @@ class Exchange final : public UpstreamOwner {
   bool Step();
   bool MoveRequestBody();
   bool MoveResponse();
-  bool HandleResponseHead();
+  bool HandleResponseHead(size_t head_bytes);
   void Finish();
   void Abort(ErrorCode code, std::string_view detail);
   void AnswerLocally(ErrorCode code, std::string_view detail);
@@ -241,6 +260,7 @@ class Exchange final : public UpstreamOwner {
   http::ResponseParser response_parser_;
   http::ResponseHead response_head_;
   http::ResponseInfo response_info_;
+  InterimBudget interim_;
   bool response_head_done_ = false;  // the head went to the sink
   bool response_started_ = false;
   bool response_done_ = false;  // all of the response is in body_
