@@ -502,6 +502,7 @@ void Exchange::OnConnected() {
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
   CountServerRequest(*worker_, decision_);
+  forwarded_ = true;
   ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
 }
 
@@ -958,6 +959,20 @@ void Exchange::Cancel(std::string_view cause) {
   reason.append(",").append(cause);
   ReleaseUpstream(false);
   Log(response_head_done_ ? response_status_ : 0, reason);
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
+  finished_ = true;
+  phase_ = Phase::kDone;
+  worker_->loop().Cancel(&timer_);
+}
+
+void Exchange::Discard() {
+  if (finished_) {
+    return;
+  }
+  ReleaseUpstream(false);
   if (decided_) {
     worker_->router().Complete(decision_);
     decided_ = false;

@@ -185,6 +185,13 @@ class Exchange final : public UpstreamOwner {
   void Pump();
   // The client went away or reset the stream.
   void Cancel(std::string_view cause);
+  // Whether the request went to a server (its head was handed to an
+  // upstream connection).
+  bool forwarded() const { return forwarded_; }
+  // Like Cancel, but neither logged nor counted as a request: for a stream
+  // that ended before it was forwarded, which the codec counts and
+  // summarises instead (rapid reset would flood the access log).
+  void Discard();
 
   void OnUpstreamIo(uint32_t events) override;
 
@@ -237,6 +244,7 @@ class Exchange final : public UpstreamOwner {
   std::array<std::string_view, 16> cookies_{};
   routing::Decision decision_;
   bool decided_ = false;
+  bool forwarded_ = false;
   std::string upstream_target_;
   bool rewrite_target_ = false;
   bool retried_ = false;
