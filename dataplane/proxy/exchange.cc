@@ -477,8 +477,16 @@ void Exchange::OnUpstreamIo(uint32_t events) {
 
 void Exchange::OnConnected() {
   phase_ = Phase::kForward;
-  std::array<http::Header, 4 + kMaxForwardedChain> extra{};
+  std::array<http::Header, 6 + kMaxForwardedChain> extra{};
   size_t extra_count = 0;
+  if (const http::Header* te = head_->Find("te");
+      te != nullptr && http::HasToken(te->value, "trailers")) {
+    // The client takes trailers (gRPC asks so; RFC 9113 8.2.2 allows HTTP/2
+    // clients no other TE): the server is told, as some send trailers only
+    // then. TE is hop-by-hop, so it is named in Connection (RFC 9110 10.1.4).
+    extra[extra_count++] = {"TE", "trailers"};
+    extra[extra_count++] = {"Connection", "TE"};
+  }
   char key_size[16];
   http::ForwardRequestOptions options;
   options.client_ip = client_.client_ip;

@@ -120,6 +120,16 @@ class Backend:
                                      b"Connection: close\r\nHost: evil\r\n"
                                      b"Authorization: Basic eA==\r\nGrpc-Status: 0\r\n\r\n")
                     return
+                if path.startswith("/te-trailers"):
+                    # Trailers only for a client that said it takes them
+                    # (as gRPC servers do).
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    trailers = b"Grpc-Status: 0\r\n" if "trailers" in self.headers.get(
+                        "TE", "") else b""
+                    self.wfile.write(b"2\r\nok\r\n0\r\n" + trailers + b"\r\n")
+                    return
                 if path.startswith("/slow/"):
                     time.sleep(int(path.split("/")[2]) / 1000)
                 answer = json.dumps({
@@ -132,6 +142,8 @@ class Backend:
                     "proto": self.headers.get("X-Forwarded-Proto"),
                     "request_id": self.headers.get("X-Request-Id"),
                     "cipher": self.headers.get("SSL_CIPHER_SUITE"),
+                    "te": self.headers.get_all("TE"),
+                    "connection": self.headers.get_all("Connection"),
                     "chunked": chunked,
                     "trailers": self.trailers,
                     "length": len(body),
@@ -693,6 +705,25 @@ spec:
         self.assertFalse(answer["chunked"])
         self.assertEqual(answer["length"], 3)
         self.assertEqual(answer["trailers"], [])
+
+    def test_te_trailers_is_forwarded(self):
+        # gRPC-style clients send `te: trailers`, the only TE value HTTP/2
+        # allows; some servers send trailers only then. TE is hop-by-hop:
+        # named in Connection towards the HTTP/1.1 server.
+        c = self.client()
+        r = c.get("/sap/te", headers=[("te", "trailers")])
+        self.assertEqual(body_json(r)["te"], ["trailers"])
+        self.assertEqual(body_json(r)["connection"], ["TE"])
+        r = c.get("/sap/te")
+        self.assertIsNone(body_json(r)["te"])
+        self.assertIsNone(body_json(r)["connection"])
+        # So a server that sends trailers only on request does so.
+        r = c.get("/te-trailers", headers=[("te", "trailers")])
+        self.assertEqual(bytes(r["data"]), b"ok")
+        self.assertEqual(r.get("trailers"), [("grpc-status", "0")])
+        r = c.get("/te-trailers")
+        self.assertEqual(bytes(r["data"]), b"ok")
+        self.assertNotIn("trailers", r)
 
     def test_parallel_downloads_on_one_connection(self):
         c = self.client()
