@@ -27,13 +27,14 @@ FROM debian:bookworm-slim AS runtime
 ENV DEBIAN_FRONTEND=noninteractive
 # The runtime packages of the -dev packages above (`ldd` of the binaries mapped
 # to packages; tests/deploy/dockerfile_test.py checks that they cover every
-# library). ca-certificates: TLS to the API server and upstreams.
+# library). ca-certificates: TLS to the API server and upstreams. kwd-proxy
+# links libnghttp2 statically (dataplane/static_link.sh); libnghttp2-14 still
+# comes in as a dependency of libcurl4, which kwd-controller's libcurl loads.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates \
       libcurl4 \
       libgrpc++1.51 \
-      libnghttp2-14 \
       libprotobuf32 \
       libssl3 \
       libyaml-cpp0.7 \

@@ -824,6 +824,10 @@ bool ClientConnection::HandleResponseHead() {
   if (response_info_.interim) {
     // 100 Continue and other 1xx: pass on, the final response follows. An
     // HTTP/1.0 client does not know them (RFC 9110 15.2): dropped.
+    if (!interim_.Take(head_consumed_, worker_->options().max_header_bytes)) {
+      AbortTransaction(ErrorCode::kBadGateway, kTooManyInterimResponses);
+      return false;
+    }
     if (version_minor_ >= 1) {
       http::ForwardResponseOptions options;
       http::SerializeResponseHead(*response_head_, options, head_out_);
@@ -1021,6 +1025,7 @@ void ClientConnection::ResetRequest() {
   request_client_ip_.clear();
   response_parser_.Reset();
   response_head_done_ = false;
+  interim_ = {};
   response_started_ = false;
   response_done_ = false;
   chunk_response_ = false;

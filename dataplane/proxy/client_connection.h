@@ -176,6 +176,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   http::ResponseInfo response_info_;
   bool response_head_done_ = false;
   size_t head_consumed_ = 0;
+  InterimBudget interim_;
   bool response_started_ = false;  // any response byte arrived
   bool response_done_ = false;
   bool chunk_response_ = false;         // re-chunk towards the client

@@ -477,8 +477,16 @@ void Exchange::OnUpstreamIo(uint32_t events) {
 
 void Exchange::OnConnected() {
   phase_ = Phase::kForward;
-  std::array<http::Header, 4 + kMaxForwardedChain> extra{};
+  std::array<http::Header, 6 + kMaxForwardedChain> extra{};
   size_t extra_count = 0;
+  if (const http::Header* te = head_->Find("te");
+      te != nullptr && http::HasToken(te->value, "trailers")) {
+    // The client takes trailers (gRPC asks so; RFC 9113 8.2.2 allows HTTP/2
+    // clients no other TE): the server is told, as some send trailers only
+    // then. TE is hop-by-hop, so it is named in Connection (RFC 9110 10.1.4).
+    extra[extra_count++] = {"TE", "trailers"};
+    extra[extra_count++] = {"Connection", "TE"};
+  }
   char key_size[16];
   http::ForwardRequestOptions options;
   options.client_ip = client_.client_ip;
@@ -502,6 +510,7 @@ void Exchange::OnConnected() {
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
   CountServerRequest(*worker_, decision_);
+  forwarded_ = true;
   ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
 }
 
@@ -724,7 +733,7 @@ bool Exchange::MoveResponse() {
         http::ParseResult r = response_parser_.Parse(upstream_in_.view(), &response_head_);
         if (r.complete()) {
           size_t consumed = r.consumed;
-          if (!HandleResponseHead()) {
+          if (!HandleResponseHead(consumed)) {
             return true;
           }
           upstream_in_.Consume(consumed);
@@ -817,7 +826,7 @@ bool Exchange::MoveResponse() {
   return progressed;
 }
 
-bool Exchange::HandleResponseHead() {
+bool Exchange::HandleResponseHead(size_t head_bytes) {
   http::FramingResult framing = http::AnalyzeResponse(response_head_, method_, &response_info_);
   if (!framing.ok()) {
     Abort(ErrorCode::kBadGateway, "the server sent a response with invalid framing");
@@ -826,6 +835,10 @@ bool Exchange::HandleResponseHead() {
   if (response_info_.interim) {
     // 1xx (100 Continue, 103 Early Hints): passed on, the final response
     // follows.
+    if (!interim_.Take(head_bytes, worker_->options().max_header_bytes)) {
+      Abort(ErrorCode::kBadGateway, kTooManyInterimResponses);
+      return false;
+    }
     sink_->OnInterimHead(response_head_.status_code);
     response_parser_.Reset();
     return true;
@@ -954,6 +967,20 @@ void Exchange::Cancel(std::string_view cause) {
   reason.append(",").append(cause);
   ReleaseUpstream(false);
   Log(response_head_done_ ? response_status_ : 0, reason);
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
+  finished_ = true;
+  phase_ = Phase::kDone;
+  worker_->loop().Cancel(&timer_);
+}
+
+void Exchange::Discard() {
+  if (finished_) {
+    return;
+  }
+  ReleaseUpstream(false);
   if (decided_) {
     worker_->router().Complete(decision_);
     decided_ = false;

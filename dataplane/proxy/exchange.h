@@ -99,6 +99,25 @@ std::string_view CountUpstreamTlsFailure(Worker& worker, const routing::Decision
 
 bool IsIdempotentMethod(std::string_view method);
 
+// A server's interim (1xx) responses before its final one, each passed on to
+// the client: at most kMaxResponses of them, their heads together at most
+// --max-header-size bytes (one head's limit). Beyond that the request is
+// answered 502, so a server cannot keep a request (and the client) busy with
+// an endless series of them. Go's HTTP client bounds them alike.
+struct InterimBudget {
+  static constexpr int kMaxResponses = 16;
+  int responses = 0;
+  size_t bytes = 0;
+  // Counts one interim head of `head_bytes`: false once over the budget.
+  bool Take(size_t head_bytes, size_t max_bytes) {
+    ++responses;
+    bytes += head_bytes;
+    return responses <= kMaxResponses && bytes <= max_bytes;
+  }
+};
+inline constexpr std::string_view kTooManyInterimResponses =
+    "the server sent too many interim (1xx) responses";
+
 // The downstream side of an Exchange (an HTTP/2 stream).
 class ExchangeSink {
  public:
@@ -166,6 +185,13 @@ class Exchange final : public UpstreamOwner {
   void Pump();
   // The client went away or reset the stream.
   void Cancel(std::string_view cause);
+  // Whether the request went to a server (its head was handed to an
+  // upstream connection).
+  bool forwarded() const { return forwarded_; }
+  // Like Cancel, but neither logged nor counted as a request: for a stream
+  // that ended before it was forwarded, which the codec counts and
+  // summarises instead (rapid reset would flood the access log).
+  void Discard();
 
   void OnUpstreamIo(uint32_t events) override;
 
@@ -185,7 +211,7 @@ class Exchange final : public UpstreamOwner {
   bool Step();
   bool MoveRequestBody();
   bool MoveResponse();
-  bool HandleResponseHead();
+  bool HandleResponseHead(size_t head_bytes);
   void Finish();
   void Abort(ErrorCode code, std::string_view detail);
   void AnswerLocally(ErrorCode code, std::string_view detail);
@@ -218,6 +244,7 @@ class Exchange final : public UpstreamOwner {
   std::array<std::string_view, 16> cookies_{};
   routing::Decision decision_;
   bool decided_ = false;
+  bool forwarded_ = false;
   std::string upstream_target_;
   bool rewrite_target_ = false;
   bool retried_ = false;
@@ -241,6 +268,7 @@ class Exchange final : public UpstreamOwner {
   http::ResponseParser response_parser_;
   http::ResponseHead response_head_;
   http::ResponseInfo response_info_;
+  InterimBudget interim_;
   bool response_head_done_ = false;  // the head went to the sink
   bool response_started_ = false;
   bool response_done_ = false;  // all of the response is in body_

@@ -35,6 +35,33 @@ uint8_t* Bytes(std::string_view s) {
   return reinterpret_cast<uint8_t*>(const_cast<char*>(s.data()));
 }
 
+// Streams that end before their request reaches a server (rapid reset) get
+// no access-log line each: a connection that had any gets one summary line
+// at its end, at most one a second per worker thread; the connections left
+// out are counted into the next line (the metric counts every stream).
+struct UnforwardedSummary {
+  int64_t last_ms = -1;
+  uint64_t connections_not_logged = 0;
+};
+thread_local UnforwardedSummary unforwarded_summary;
+
+void LogUnforwarded(int64_t now_ms, std::string_view client_ip, uint64_t streams,
+                    uint64_t client_resets, std::string_view cause) {
+  UnforwardedSummary& summary = unforwarded_summary;
+  if (summary.last_ms >= 0 && now_ms - summary.last_ms < 1000) {
+    ++summary.connections_not_logged;
+    return;
+  }
+  summary.last_ms = now_ms;
+  Log(LogLevel::kInfo, "proxy", "HTTP/2 connection closed with streams that never reached a server",
+      {{"client", client_ip},
+       {"streams", std::to_string(streams)},
+       {"client_resets", std::to_string(client_resets)},
+       {"cause", cause},
+       {"connections_not_logged", std::to_string(summary.connections_not_logged)}});
+  summary.connections_not_logged = 0;
+}
+
 }  // namespace
 
 PrefaceMatch MatchHttp2Preface(std::string_view received) {
@@ -568,7 +595,7 @@ void Http2Connection::RemoveStream(int32_t id) {
   }
   Stream* stream = it->second;
   streams_.erase(it);
-  stream->exchange.Cancel("aborted-client");
+  EndExchange(stream, "aborted-client");
   --live_streams_;
   worker_->metrics().http2_streams.Add(-1);
   if (stream->started) {
@@ -586,6 +613,20 @@ void Http2Connection::RemoveStream(int32_t id) {
 
 void Http2Connection::CountError(Http2Error error) {
   worker_->metrics().http2_errors[static_cast<size_t>(error)]->Inc();
+}
+
+void Http2Connection::EndExchange(Stream* stream, std::string_view cause) {
+  Exchange& exchange = stream->exchange;
+  if (exchange.finished()) {
+    return;
+  }
+  if (exchange.forwarded()) {
+    exchange.Cancel(cause);
+    return;
+  }
+  CountError(Http2Error::kResetBeforeForward);
+  ++unforwarded_streams_;
+  exchange.Discard();
 }
 
 void Http2Connection::StartNow(Stream* stream) {
@@ -902,12 +943,16 @@ void Http2Connection::Close(std::string_view cause) {
   }
   closed_ = true;
   for (auto& [id, stream] : streams_) {
-    stream->exchange.Cancel(cause);
+    EndExchange(stream, cause);
     worker_->metrics().http2_streams.Add(-1);
     worker_->loop().DeleteLater(stream);
   }
   streams_.clear();
   live_streams_ = 0;
+  if (unforwarded_streams_ > 0) {
+    LogUnforwarded(worker_->loop().now_ms(), client_ip_, unforwarded_streams_, resets_received_,
+                   cause);
+  }
   if (session_ != nullptr) {
     nghttp2_session_del(session_);
     session_ = nullptr;

@@ -64,6 +64,9 @@ class Http2Connection final : public WorkerConnection {
   void OnTick();
   void ScheduleTick();
   void CountError(Http2Error error);
+  // Ends a stream's exchange: logged with `cause` once its request reached
+  // a server, else only counted (reset_before_forward) for the summary.
+  void EndExchange(Stream* stream, std::string_view cause);
   Stream* FindStream(int32_t id);
   void RemoveStream(int32_t id);
   void StartStream(Stream* stream, bool end_stream);
@@ -94,6 +97,7 @@ class Http2Connection final : public WorkerConnection {
   int64_t ping_sent_ms_ = 0;  // 0: no PING outstanding
   bool got_preface_ = false;
   uint64_t resets_received_ = 0;
+  uint64_t unforwarded_streams_ = 0;  // ended before reaching a server
   uint64_t streams_begun_ = 0;
   net::Timer tick_;
   // Scratch for response heads.

@@ -84,10 +84,14 @@ enum class Http2Error : uint8_t {
   kPingTimeout,     // no PING ACK in time: closed
   kHeaderTooLarge,  // a header list over --max-header-size (431 or reset)
   kFlood,           // a flood or header block beyond the limits: closed
+  // A stream that ended (reset by either side, or with its connection)
+  // before its request reached a server: not in the access log or
+  // kwd_proxy_requests_total, summarised per connection in the process log.
+  kResetBeforeForward,
 };
 inline constexpr const char* kHttp2ErrorNames[] = {
-    "protocol_error", "refused_stream", "client_reset",     "stream_reset",
-    "goaway_sent",    "ping_timeout",   "header_too_large", "flood"};
+    "protocol_error", "refused_stream",   "client_reset", "stream_reset",        "goaway_sent",
+    "ping_timeout",   "header_too_large", "flood",        "reset_before_forward"};
 
 class ProxyMetrics {
   // Declared first: the references below are initialised from it.
@@ -130,7 +134,7 @@ class ProxyMetrics {
   Gauge& http2_connections;
   Gauge& http2_streams;
   Counter& http2_streams_total;
-  std::array<Counter*, 8> http2_errors{};
+  std::array<Counter*, std::size(kHttp2ErrorNames)> http2_errors{};
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

@@ -120,6 +120,16 @@ class Backend:
                                      b"Connection: close\r\nHost: evil\r\n"
                                      b"Authorization: Basic eA==\r\nGrpc-Status: 0\r\n\r\n")
                     return
+                if path.startswith("/te-trailers"):
+                    # Trailers only for a client that said it takes them
+                    # (as gRPC servers do).
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    trailers = b"Grpc-Status: 0\r\n" if "trailers" in self.headers.get(
+                        "TE", "") else b""
+                    self.wfile.write(b"2\r\nok\r\n0\r\n" + trailers + b"\r\n")
+                    return
                 if path.startswith("/slow/"):
                     time.sleep(int(path.split("/")[2]) / 1000)
                 answer = json.dumps({
@@ -132,6 +142,8 @@ class Backend:
                     "proto": self.headers.get("X-Forwarded-Proto"),
                     "request_id": self.headers.get("X-Request-Id"),
                     "cipher": self.headers.get("SSL_CIPHER_SUITE"),
+                    "te": self.headers.get_all("TE"),
+                    "connection": self.headers.get_all("Connection"),
                     "chunked": chunked,
                     "trailers": self.trailers,
                     "length": len(body),
@@ -175,7 +187,14 @@ class CannedBackend:
         "duplicate-length": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
         "length-list": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok",
         "no-content-with-length": b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+        "three-interim": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
+                         b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+                         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     }
+    # /canned/endless-interim: 103 Early Hints without end (2,000 of them,
+    # then a 200, so that a proxy without a bound fails the test rather than
+    # hanging it).
+    ENDLESS_INTERIM = 2000
 
     def __init__(self):
         self.server = socket.socket()
@@ -204,6 +223,12 @@ class CannedBackend:
                     while reader.readline() not in (b"\r\n", b"\n", b""):
                         pass  # requests here have no body
                     name = line.split(b" ")[1].decode().rsplit("/", 1)[1]
+                    if name == "endless-interim":
+                        hint = b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+                        for _ in range(self.ENDLESS_INTERIM // 100):
+                            conn.sendall(hint * 100)
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        continue
                     # Anything else (the health check): 200.
                     conn.sendall(self.CANNED.get(name, b"HTTP/1.1 200 OK\r\n"
                                                        b"Content-Length: 0\r\n\r\n"))
@@ -681,6 +706,25 @@ spec:
         self.assertEqual(answer["length"], 3)
         self.assertEqual(answer["trailers"], [])
 
+    def test_te_trailers_is_forwarded(self):
+        # gRPC-style clients send `te: trailers`, the only TE value HTTP/2
+        # allows; some servers send trailers only then. TE is hop-by-hop:
+        # named in Connection towards the HTTP/1.1 server.
+        c = self.client()
+        r = c.get("/sap/te", headers=[("te", "trailers")])
+        self.assertEqual(body_json(r)["te"], ["trailers"])
+        self.assertEqual(body_json(r)["connection"], ["TE"])
+        r = c.get("/sap/te")
+        self.assertIsNone(body_json(r)["te"])
+        self.assertIsNone(body_json(r)["connection"])
+        # So a server that sends trailers only on request does so.
+        r = c.get("/te-trailers", headers=[("te", "trailers")])
+        self.assertEqual(bytes(r["data"]), b"ok")
+        self.assertEqual(r.get("trailers"), [("grpc-status", "0")])
+        r = c.get("/te-trailers")
+        self.assertEqual(bytes(r["data"]), b"ok")
+        self.assertNotIn("trailers", r)
+
     def test_parallel_downloads_on_one_connection(self):
         c = self.client()
         n = MIB
@@ -701,6 +745,50 @@ spec:
         c.flush()
         r = c.wait([sid])[0]
         self.assertEqual(body_json(r)["length"], 5)
+
+    def test_interim_responses_are_passed_on_within_a_bound(self):
+        # HTTP/2: each 1xx is a HEADERS frame; HTTP/1.1: the head itself.
+        c = self.client()
+        r = c.get("/canned/three-interim")
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(r["interim"], ["100", "102", "103"])
+        self.assertEqual(bytes(r["data"]), b"ok")
+        answer = self.http11_get("/canned/three-interim")
+        self.assertEqual(answer.count(b"HTTP/1.1 1"), 3, answer[:300])
+        self.assertIn(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+                      b"HTTP/1.1 200 OK\r\n", answer)
+        self.assertTrue(answer.endswith(b"\r\n\r\nok"), answer[-200:])
+
+    def test_endless_interim_responses_end_in_502_for_both_protocols(self):
+        # A server that sends 1xx without end: at most 16 are passed on, then
+        # the client gets the usual 502 page and the server's connection is
+        # dropped.
+        before = self.proxy.metric("kwd_proxy_local_responses_total", error="EPROTERROR",
+                                   status="502") or 0
+        c = self.client()
+        r = c.get("/canned/endless-interim")
+        self.assertEqual(r["headers"][":status"], "502")
+        self.assertEqual(r["headers"].get("x-kwd-error"), "EPROTERROR")
+        self.assertIn(b"interim", bytes(r["data"]))
+        self.assertLessEqual(len(r.get("interim", [])), 16)
+        self.assertGreater(len(r.get("interim", [])), 0)
+        answer = self.http11_get("/canned/endless-interim")
+        self.assertLessEqual(answer.count(b"HTTP/1.1 103 "), 16, answer[-300:])
+        self.assertIn(b"HTTP/1.1 502 ", answer)
+        self.assertIn(b"X-Kwd-Error: EPROTERROR", answer)
+        self.assertEqual(self.proxy.metric("kwd_proxy_local_responses_total", error="EPROTERROR",
+                                           status="502"), before + 2)
+
+    def http11_get(self, path):
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10) as s:
+            s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: erp.example.test\r\n"
+                      b"Connection: close\r\n\r\n")
+            answer = b""
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    return answer
+                answer += data
 
     # ---- malformed requests ----
 

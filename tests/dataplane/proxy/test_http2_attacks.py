@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 import hpack
 
@@ -418,10 +419,15 @@ class Proxy:
     """kwd-proxy (--h2c, and --tls-listen with ALPN h2) or HAProxy with the
     same listeners, in front of one backend."""
 
-    def __init__(self, backend, work, tls=False, idle_timeout=None, header_timeout=None):
+    def __init__(self, backend, work, tls=False, idle_timeout=None, header_timeout=None,
+                 access_log=False):
         self.port = free_port()
         self.tls_port = free_port() if tls else None
-        self.log = open(os.path.join(work, TARGET + ".log"), "w+")
+        self.admin_port = free_port()
+        self.log_path = os.path.join(work, TARGET + ".log")
+        self.log = open(self.log_path, "w+")
+        # With access_log: kwd's access log in this file, its log at info.
+        self.access_log = os.path.join(work, "access.log") if access_log else None
         if TARGET == "haproxy":
             command = self._haproxy(backend, work, idle_timeout, header_timeout)
         else:
@@ -466,8 +472,11 @@ spec:
                            check=True, timeout=60)
         command = [PROXY, "serve", "--snapshot", snapshot, "--h2c",
                    "--listen", "127.0.0.1:%d" % self.port,
-                   "--admin-listen", "127.0.0.1:%d" % free_port(),
-                   "--workers", "1", "--access-log", "off", "--log-level", "warn"]
+                   "--admin-listen", "127.0.0.1:%d" % self.admin_port, "--workers", "1"]
+        if self.access_log:
+            command += ["--access-log", self.access_log, "--log-level", "info"]
+        else:
+            command += ["--access-log", "off", "--log-level", "warn"]
         if self.tls_port:
             make_cert(work)
             command += ["--tls-listen", "127.0.0.1:%d" % self.tls_port, "--tls-cert-dir", work]
@@ -502,6 +511,15 @@ spec:
 
     def alive(self):
         return self.process.poll() is None
+
+    def metric(self, name, **labels):
+        want = name + "{" + ",".join('%s="%s"' % kv for kv in labels.items()) + "} "
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.admin_port,
+                                    timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(want):
+                    return float(line.rsplit(" ", 1)[1])
+        return None
 
     def output(self):
         self.log.seek(0)
@@ -608,6 +626,7 @@ class ProxyCase(unittest.TestCase):
     # closes as idle does not pass for a defence.
     idle_timeout = 30
     header_timeout = 30
+    access_log = False
 
     def setUp(self):
         # Cleanups run even when setUp fails half-way (tearDown would not).
@@ -617,7 +636,8 @@ class ProxyCase(unittest.TestCase):
         self.addCleanup(self.backend.close)
         self.addCleanup(self.backend.release)
         self.proxy = Proxy(self.backend, self.work, tls=self.tls,
-                           idle_timeout=self.idle_timeout, header_timeout=self.header_timeout)
+                           idle_timeout=self.idle_timeout, header_timeout=self.header_timeout,
+                           access_log=self.access_log)
         self.addCleanup(self.proxy.stop)
         self.conns = []
         self.addCleanup(lambda: [conn.close() for conn in self.conns])
@@ -969,6 +989,82 @@ class ZeroWindowStall(ProxyCase):
         self.assertLess(rss.growth, RSS_BOUND)
 
 
+
+
+class RapidResetLogging(ProxyCase):
+    """Rapid reset must not flood the access log: a stream reset before its
+    request reached a server is counted (reset_before_forward) and the
+    connection summarised in one log line, while a request that reached the
+    server keeps its access-log line."""
+    access_log = True
+
+    def access_lines(self):
+        with open(self.proxy.access_log) as f:
+            return f.read().splitlines()
+
+    def test_streams_reset_before_forward_are_counted_not_logged(self):
+        if TARGET != "kwd":
+            self.skipTest("kwd's access log and metrics")
+        pairs = 500
+        before = self.proxy.metric("kwd_proxy_http2_errors_total",
+                                   reason="reset_before_forward") or 0
+        conn = self.connect()
+        # Stream 1 reaches the server (which holds it), then is reset.
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/hold")))
+        deadline = time.monotonic() + 10
+        while self.backend.count("/hold") == 0:
+            self.assertLess(time.monotonic(), deadline, "/hold did not reach the backend")
+            time.sleep(0.02)
+        burst = bytearray()
+        block = request_block(b"/reset")
+        for i in range(pairs):
+            stream = 3 + 2 * i
+            burst += frame(HEADERS, END_STREAM | END_HEADERS, stream, block)
+            burst += frame(RST_STREAM, 0, stream, struct.pack(">I", CANCEL))
+        # A request after the burst: once it is answered, the burst was read.
+        last = 3 + 2 * pairs
+        burst += frame(HEADERS, END_STREAM | END_HEADERS, last, request_block(b"/after"))
+        conn.send(bytes(burst))
+        deadline = time.monotonic() + 10
+        while True:
+            kind, flags, stream, payload = conn.read_frame(deadline)
+            conn.headers(kind, flags, stream, payload)
+            if stream == last and kind in (HEADERS, DATA) and flags & END_STREAM:
+                break
+        conn.send(frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
+        conn.close()
+        # The connection's summary line, then the access log with /hold's
+        # line (written when stream 1 was reset).
+        summary = None
+        deadline = time.monotonic() + 10
+        while summary is None:
+            self.assertLess(time.monotonic(), deadline, "no summary line:\n" + self.proxy.output())
+            with open(self.proxy.log_path) as f:
+                summary = next((l for l in f if "never reached a server" in l), None)
+            time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while not any(" /hold " in l for l in self.access_lines()):
+            self.assertLess(time.monotonic(), deadline, "no access-log line for /hold")
+            time.sleep(0.05)
+        lines = self.access_lines()
+        reset_lines = sum(" /reset " in l for l in lines)
+        counted = self.proxy.metric("kwd_proxy_http2_errors_total",
+                                    reason="reset_before_forward") - before
+        print("rapid reset of %d streams: %d access-log lines in all, %d for reset streams "
+              "(forwarded before their reset), reset_before_forward +%d; summary: %s"
+              % (pairs, len(lines), reset_lines, counted, summary.strip()))
+        # Every reset stream is either counted or (forwarded before its
+        # RST_STREAM was read) logged; nearly all are only counted.
+        self.assertEqual(counted + reset_lines, pairs)
+        self.assertLess(reset_lines, pairs // 10)
+        # setUp's GET, /after and /hold, besides the few forwarded resets.
+        self.assertEqual(len(lines), reset_lines + 3, lines[:5])
+        self.assertIn("streams=%d " % counted, summary)
+        self.assertIn("client_resets=%d " % (pairs + 1), summary)
+        hold = next(l for l in lines if " /hold " in l)
+        self.assertIn("aborted-client", hold)
+        after = next(l for l in lines if " /after " in l)
+        self.assertIn('"GET /after HTTP/2.0" 200', after)
 
 
 class TlsAlpnH2(ProxyCase):
