@@ -7,8 +7,8 @@
 # kwd --workers 1, HAProxy nbthread 1 (http-reuse always), nginx
 # worker_processes 1 (upstream keepalive). wrk -t1; ROUNDS rounds of
 # DURATION per shape and proxy, the proxies' order rotated every round
-# (kwd haproxy nginx, haproxy nginx kwd, ...). Per run: requests/s, p99
-# latency, CPU time per request (utime+stime of the proxy from
+# (kwd haproxy nginx, haproxy nginx kwd, ...). Per run: requests/s, p50,
+# p90 and p99 latency, CPU time per request (utime+stime of the proxy from
 # /proc/PID/stat around the run, divided by the requests wrk counted), the
 # client connections the proxy accepted per request and the backend
 # connections it opened, and wrk's errors. Medians per shape and proxy, and
@@ -476,10 +476,16 @@ run_wrk() {
   after=$(cpu_ticks ${pid[$name]})
   acc_after=$(accepted "$name")
   b_after=$(backend_accepts "$bstat")
-  local requests rps p99 errors cpu_us conns_per_req upstream
+  local requests rps p99 p50 p90 errors cpu_us conns_per_req upstream
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  p99=$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
+  # wrk --latency's percentile in ms ("50%", "90%", "99%").
+  pct_ms() {
+    awk -v p="$1" '$1 == p {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out"
+  }
+  p99=$(pct_ms 99%)
+  p50=$(pct_ms 50%)
+  p90=$(pct_ms 90%)
   errors=$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")
   if [[ -z $requests || $requests == 0 ]]; then
     echo "bench-proxies: no requests counted for $name: $out" >&2
@@ -488,10 +494,10 @@ run_wrk() {
   cpu_us=$(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$hz" 'BEGIN {printf "%.3f", (a-b)/hz*1e6/n}')
   conns_per_req=$(awk -v b="$acc_before" -v a="$acc_after" -v n="$requests" 'BEGIN {printf "%.3f", (a-b)/n}')
   upstream=$((b_after - b_before))
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$shape" "$round" "$name" "$rps" "$p99" "$cpu_us" \
-    "$errors" "$conns_per_req" "$upstream" >>"$work/runs.tsv"
-  printf "  round %s %-14s %10s req/s  p99 %8s ms  cpu %7s us/req  conns/req %s  backend conns %s  errors %s\n" \
-    "$round" "$name" "$rps" "$p99" "$cpu_us" "$conns_per_req" "$upstream" "$errors"
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$shape" "$round" "$name" "$rps" "$p99" "$cpu_us" \
+    "$errors" "$conns_per_req" "$upstream" "$p50" "$p90" >>"$work/runs.tsv"
+  printf "  round %s %-14s %10s req/s  p50/p90/p99 %s/%s/%s ms  cpu %7s us/req  conns/req %s  backend conns %s  errors %s\n" \
+    "$round" "$name" "$rps" "$p50" "$p90" "$p99" "$cpu_us" "$conns_per_req" "$upstream" "$errors"
   if [[ $errors != 0 ]]; then
     echo "  WARNING: $name answered $errors requests with errors (shape $shape):" >&2
     grep -E 'Non-2xx|Socket errors' <<<"$out" >&2 || true
@@ -507,18 +513,24 @@ summarise() {  # shape description names...
   local shape=$1 description=$2
   shift 2
   echo "  medians of $rounds rounds ($description):"
-  printf "  %-14s %12s %10s %12s %10s %14s %8s\n" proxy "req/s" "p99 ms" "cpu us/req" "conns/req" "backend conns" errors
+  printf "  %-14s %12s %10s %10s %10s %12s %10s %14s %8s\n" proxy "req/s" "p50 ms" "p90 ms" "p99 ms" \
+    "cpu us/req" "conns/req" "backend conns" errors
   local name
   for name in "$@"; do
-    local rps p99 cpu cpr up err
+    local rps p50 p90 p99 cpu cpr up err
     rps=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $4}' "$work/runs.tsv" | median)
+    p50=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $10}' "$work/runs.tsv" | median)
+    p90=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $11}' "$work/runs.tsv" | median)
     p99=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $5}' "$work/runs.tsv" | median)
     cpu=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $6}' "$work/runs.tsv" | median)
     cpr=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $8}' "$work/runs.tsv" | median)
     up=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $9}' "$work/runs.tsv" | median)
     err=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {e += $7} END {print e + 0}' "$work/runs.tsv")
-    printf "  %-14s %12s %10s %12s %10s %14s %8s\n" "$name" "$rps" "$p99" "$cpu" "$cpr" "$up" "$err"
+    printf "  %-14s %12s %10s %10s %10s %12s %10s %14s %8s\n" "$name" "$rps" "$p50" "$p90" "$p99" "$cpu" "$cpr" \
+      "$up" "$err"
     emit "$shape" "$name" rps "$rps"
+    emit "$shape" "$name" p50_ms "$p50"
+    emit "$shape" "$name" p90_ms "$p90"
     emit "$shape" "$name" p99_ms "$p99"
     emit "$shape" "$name" cpu_us "$cpu"
     emit "$shape" "$name" conns_per_req "$cpr"
