@@ -46,6 +46,9 @@ class TlsTransport final : public net::Transport {
   friend class ServerTls;
   TlsTransport(int fd, SSL* ssl, ServerTls* server, std::shared_ptr<const CertSet> certs);
   void FillInfo();
+  // Sends the held ticket bytes (best effort; what the socket does not take
+  // goes with the next write).
+  void FlushHeld();
   // Records why the handshake failed: a reason label and OpenSSL's text.
   void HandshakeFailed(int ssl_error);
   static void OnMessage(int write_p, int version, int content_type, const void* buf, size_t len,
@@ -59,6 +62,10 @@ class TlsTransport final : public net::Transport {
   bool want_read_ = false;
   bool renegotiation_ = false;
   bool bio_short_read_ = false;  // the socket BIO's last read emptied the socket
+  bool app_data_read_ = false;   // SSL_read has returned application data
+  // Server side: the TLS 1.3 NewSessionTicket written when the handshake
+  // completed, held to leave with the first response (see SocketBio).
+  std::string held_;
   net::TlsInfo info_;
   std::string error_;
 };

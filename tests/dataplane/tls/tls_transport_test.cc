@@ -105,6 +105,98 @@ TEST_F(TlsTransportTest, ClientAndServerHandshakeVerifyAndExchangeData) {
   EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kEof);
 }
 
+// True when the socket has bytes to read (without taking them).
+bool HasBytes(int fd) {
+  char c;
+  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
+bool HasResumableSession(SSL* ssl) {
+  SSL_SESSION* session = SSL_get1_session(ssl);
+  bool resumable = session != nullptr && SSL_SESSION_is_resumable(session) == 1;
+  SSL_SESSION_free(session);
+  return resumable;
+}
+
+TEST_F(TlsTransportTest, Tls13TicketLeavesWithTheFirstResponseWhenTheRequestCameWithFinished) {
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";
+  ServerTls server_tls(options, registry_);
+  std::string error;
+  ASSERT_TRUE(server_tls.Load(&error)) << error;
+  auto server = server_tls.NewTransport(fds_[0]);
+  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
+  ASSERT_NE(client, nullptr) << error;
+  // The client finishes first (it has the server's whole flight) and sends
+  // its request at once, as browsers, curl and wrk do.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_NE(client->Handshake(), net::Transport::HandshakeStatus::kFailed) << client->error();
+    if (client->established()) {
+      break;
+    }
+    ASSERT_NE(server->Handshake(), net::Transport::HandshakeStatus::kFailed) << server->error();
+  }
+  ASSERT_TRUE(client->established());
+  ASSERT_FALSE(server->established());
+  ASSERT_EQ(client->Write("GET", 3), 3);
+  char buf[64];
+  bool drained = false;
+  ASSERT_EQ(server->Read(buf, sizeof buf, &drained), 3) << server->error();
+  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  EXPECT_FALSE(HasBytes(fds_[1])) << "the ticket waits for the response";
+  ASSERT_EQ(server->Write("200", 3), 3);
+  ASSERT_EQ(client->Read(buf, sizeof buf, &drained), 3) << client->error();
+  EXPECT_EQ(std::string(buf, 3), "200");
+  EXPECT_TRUE(HasResumableSession(static_cast<TlsTransport&>(*client).ssl()))
+      << "the ticket came before the response";
+  EXPECT_FALSE(HasBytes(fds_[1]));
+}
+
+TEST_F(TlsTransportTest, Tls13TicketIsSentAtOnceWhenNoRequestCameWithTheHandshake) {
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";
+  ServerTls server_tls(options, registry_);
+  std::string error;
+  ASSERT_TRUE(server_tls.Load(&error)) << error;
+  auto server = server_tls.NewTransport(fds_[0]);
+  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
+  ASSERT_NE(client, nullptr) << error;
+  ASSERT_TRUE(HandshakeBoth(*client, *server)) << client->error() << " / " << server->error();
+  char buf[64];
+  bool drained = false;
+  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  ASSERT_TRUE(HasBytes(fds_[1])) << "the ticket was sent";
+  EXPECT_EQ(client->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  EXPECT_TRUE(HasResumableSession(static_cast<TlsTransport&>(*client).ssl()));
+}
+
+TEST_F(TlsTransportTest, HeldTicketLeavesWithCloseNotify) {
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";
+  ServerTls server_tls(options, registry_);
+  std::string error;
+  ASSERT_TRUE(server_tls.Load(&error)) << error;
+  auto server = server_tls.NewTransport(fds_[0]);
+  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
+  ASSERT_NE(client, nullptr) << error;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_NE(client->Handshake(), net::Transport::HandshakeStatus::kFailed) << client->error();
+    if (client->established()) {
+      break;
+    }
+    ASSERT_NE(server->Handshake(), net::Transport::HandshakeStatus::kFailed) << server->error();
+  }
+  ASSERT_FALSE(server->established());
+  ASSERT_EQ(client->Write("GET", 3), 3);
+  char buf[64];
+  bool drained = false;
+  ASSERT_EQ(server->Read(buf, sizeof buf, &drained), 3) << server->error();
+  EXPECT_FALSE(HasBytes(fds_[1]));
+  server->Shutdown();
+  EXPECT_EQ(client->Read(buf, sizeof buf, &drained), net::Transport::kEof) << client->error();
+  EXPECT_TRUE(HasResumableSession(static_cast<TlsTransport&>(*client).ssl()));
+}
+
 TEST_F(TlsTransportTest, ClientRefusesAServerWhoseCertificateLacksTheName) {
   ServerTlsOptions options;
   options.cert_dir = *pki_ + "/certs";
