@@ -994,13 +994,19 @@ void Exchange::Finish() {
     reusable = reusable && !upstream_readable_.readable;
   }
   ReleaseUpstream(reusable);
-  Log(response_status_, routing::ReasonName(decision_.reason));
-  worker_->router().Complete(decision_);
-  decided_ = false;
+  Conclude(response_status_, routing::ReasonName(decision_.reason));
+  sink_->OnResponseEnd(response_chunked_.trailers());
+}
+
+void Exchange::Conclude(int status, std::string_view reason) {
+  Log(status, reason);
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
   finished_ = true;
   phase_ = Phase::kDone;
   worker_->loop().Cancel(&timer_);
-  sink_->OnResponseEnd(response_chunked_.trailers());
 }
 
 void Exchange::Abort(ErrorCode code, std::string_view detail) {
@@ -1012,13 +1018,8 @@ void Exchange::Abort(ErrorCode code, std::string_view detail) {
   reason.append(code == ErrorCode::kGatewayTimeout ? ",aborted-timeout"
                 : code == ErrorCode::kBadGateway   ? ",aborted-upstream"
                                                    : ",aborted-client");
-  Log(response_status_, reason);
-  worker_->router().Complete(decision_);
-  decided_ = false;
   ReleaseUpstream(false);
-  finished_ = true;
-  phase_ = Phase::kDone;
-  worker_->loop().Cancel(&timer_);
+  Conclude(response_status_, reason);
   sink_->OnExchangeAborted();
 }
 
@@ -1047,14 +1048,7 @@ void Exchange::AnswerLocally(ErrorCode code, std::string_view detail, bool must_
   response_body_bytes_ = body.size();
   response_done_ = true;
   response_head_done_ = true;
-  Log(response_status_, reason);
-  if (decided_) {
-    worker_->router().Complete(decision_);
-    decided_ = false;
-  }
-  finished_ = true;
-  phase_ = Phase::kDone;
-  worker_->loop().Cancel(&timer_);
+  Conclude(response_status_, reason);
   sink_->OnLocalAnswer(*response_head_, std::string_view(scratch_).substr(0, head_bytes), body,
                        must_close);
 }
@@ -1066,14 +1060,7 @@ void Exchange::Cancel(std::string_view cause) {
   std::string reason(decided_ ? routing::ReasonName(decision_.reason) : "bad-request");
   reason.append(",").append(cause);
   ReleaseUpstream(false);
-  Log(response_head_done_ ? response_status_ : 0, reason);
-  if (decided_) {
-    worker_->router().Complete(decision_);
-    decided_ = false;
-  }
-  finished_ = true;
-  phase_ = Phase::kDone;
-  worker_->loop().Cancel(&timer_);
+  Conclude(response_head_done_ ? response_status_ : 0, reason);
 }
 
 void Exchange::Log(int status, std::string_view reason) {

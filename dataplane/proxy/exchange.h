@@ -225,6 +225,8 @@ class Exchange final : public UpstreamOwner {
   bool MoveResponse();
   bool HandleResponseHead();
   void Finish();
+  // Logs and counts the transaction and ends it (finished()).
+  void Conclude(int status, std::string_view reason);
   void Abort(ErrorCode code, std::string_view detail);
   // `must_close`: see ExchangeSink::OnLocalAnswer.
   void AnswerLocally(ErrorCode code, std::string_view detail, bool must_close = true);
