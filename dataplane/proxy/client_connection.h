@@ -1,11 +1,10 @@
 #pragma once
 
-// One client connection and the request it is carrying. Requests on a
-// connection are handled one after the other (pipelined requests wait in the
-// buffer and are answered in order). Bodies stream both ways through bounded
-// buffers: when one side cannot take more, the other side is not read.
+// One HTTP/1.x client connection and the request it is carrying. Requests
+// on a connection are handled one after the other (pipelined requests wait in
+// the buffer and are answered in order). Bodies stream both ways through
+// bounded buffers: when one side cannot take more, the other side is not read.
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,16 +17,18 @@
 #include "dataplane/proxy/buffer.h"
 #include "dataplane/proxy/error_page.h"
 #include "dataplane/proxy/exchange.h"
-#include "dataplane/proxy/worker.h"
-#include "dataplane/routing/router.h"
 
 namespace kwd::proxy {
 
 class Worker;
-class UpstreamConnection;
-struct GroupMetrics;
 
-class ClientConnection final : public net::IoHandler, public net::Deletable, public UpstreamOwner {
+// The HTTP/1.1 codec and transport: parses requests (pipelined ones wait in
+// the buffer), decodes their bodies, writes responses in HTTP/1.x framing,
+// keep-alive, WebSocket tunnels, timeouts of the client side. Everything the
+// request core does (routing, the upstream, error pages, logging) happens in
+// its one Exchange (exchange.h), recycled per request, as for an HTTP/2
+// stream.
+class ClientConnection final : public net::IoHandler, public net::Deletable, public ExchangeSink {
  public:
   // `transport` is plain or TLS (its handshake runs in Drive); the
   // connection owns it and the descriptor under it.
@@ -37,15 +38,30 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
 
   void Start();
   void OnIo(uint32_t events) override;
-  void OnUpstreamIo(uint32_t events) override;
   // Worker is draining: finish the current request, then close.
   void BeginDrain();
   bool idle() const { return phase_ == Phase::kHead && in_.empty() && !request_started_; }
   size_t slot = 0;  // index in the worker's connection list
 
  private:
-  enum class Phase { kHead, kConnecting, kReconnecting, kForward, kTunnel, kClosing };
-  enum class TimerKind { kNone, kHandshake, kIdle, kHeader, kConnect, kResponse };
+  // kForward: the exchange carries a request (connecting included);
+  // kTunnel: after a 101 to an upgrade the exchange passes bytes both ways.
+  enum class Phase { kHead, kForward, kTunnel, kClosing };
+  enum class TimerKind { kNone, kHandshake, kIdle, kHeader };
+
+  // ExchangeSink: the exchange's response, written in HTTP/1.x.
+  void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& info,
+                      std::string_view set_cookie, bool end) override;
+  void OnInterimHead(const http::ResponseHead& head) override;
+  void OnLocalAnswer(const http::ResponseHead& head, std::string_view page_head,
+                     std::string_view body, bool must_close) override;
+  void OnResponseBody(std::string_view data) override;
+  void OnResponseEnd(std::string_view trailers) override;
+  size_t ResponseBacklog() const override { return out_.size(); }
+  void OnRequestBodyConsumed(size_t /*bytes*/) override {}
+  void OnRequestBodyWanted() override { PushRequestBody(); }
+  void OnExchangeAborted() override;
+  void OnExchangeProgress() override { Drive(); }
 
   void Drive();
   void DriveSteps();
@@ -56,37 +72,22 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // Advances the transport's handshake; true once established.
   bool StepHandshake();
   bool StepHead();
+  // Request body in, the exchange pumped, the response out (also the
+  // tunnel's bytes).
   bool StepForward();
-  bool StepTunnel();
   void StartRequest(size_t head_bytes);
+  // A request answered without forwarding (malformed, or its head too slow).
+  void RejectRequest(ErrorCode code, std::string_view detail, const http::RequestHead* head);
+  // Client bytes of the request body (decoded) or tunnel into the exchange,
+  // as far as it has room.
+  bool PushRequestBody();
+  // The request head's bytes leave the buffer once the exchange no longer
+  // needs them (it serialised the head, or answered).
+  void ConsumeHead();
+  // The exchange finished: the next request, or the close.
+  void EndTransaction();
   // Idle between requests: gives back buffers and oversized string storage.
   void ReleaseIdleMemory();
-  void ConnectUpstream();
-  // Re-encryption: puts a TLS transport on the new upstream_ (false: failed
-  // and answered).
-  bool StartUpstreamTls();
-  // Advances the upstream TLS handshake once TCP is connected: true once
-  // established; false while waiting or after a failure (answered 502).
-  bool StepUpstreamHandshake();
-  // 502 EPROTERROR for a group whose TLS to the server failed (`reason`:
-  // config, verify, handshake), counted in kwd_proxy_upstream_tls_errors_total.
-  void OnUpstreamTlsFailed(std::string_view reason, std::string_view detail);
-  void OnConnected();
-  void OnConnectFailed(int error_number);
-  bool RetryElsewhere();
-  void RetryOnFreshConnection();
-  void ResetRequest();
-  bool MoveRequestBody();
-  bool MoveResponse();
-  bool HandleResponseHead();
-  void FinishTransaction();
-  void AbortTransaction(ErrorCode code, std::string_view detail);
-  // Logs and counts the transaction as aborted, delivers what is queued for
-  // the client, then closes.
-  void EndAborted(std::string_view cause);
-  void LogAborted(std::string_view cause);
-  void AnswerLocally(ErrorCode code, std::string_view detail, bool close);
-  void ReleaseUpstream(bool reusable);
   // Ends the connection. A transaction still in flight is logged and counted
   // as aborted, `cause` naming the side that ended it.
   void Close(std::string_view cause = "aborted");
@@ -95,25 +96,18 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   void HandOverToHttp2();
   void ArmTimer(TimerKind kind, int64_t delay_ms);
   void OnTimer();
-  void LogAndCount(int status, std::string_view reason);
-
   bool FlushClient();
-  bool FlushUpstream();
-  // Bytes queued towards the server and not sent yet.
-  size_t UpstreamPending() const { return upstream_out_.size() - upstream_sent_; }
 
   Worker* worker_;
   std::unique_ptr<net::Transport> transport_;
   int fd_;
   std::string client_ip_;
-  std::string request_client_ip_;  // the client as trusted proxies name it, for the log
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
   bool registered_ = false;  // fd_ is in the worker's epoll set
   bool abortive_close_ = false;  // the close resets: no orderly end of the stream
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};
-  Readiness upstream_readable_;
   bool close_after_response_ = false;
   bool draining_ = false;
   // --h2c on a plain connection whose first request has not begun: its first
@@ -129,65 +123,19 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // is idle (ReleaseIdleMemory): each is kMaxHeaders fields, 3 KiB.
   std::unique_ptr<http::RequestHead> request_head_;
   http::RequestInfo request_info_;
-  size_t head_bytes_ = 0;
-  bool request_started_ = false;   // bytes of a new request arrived
-  int64_t request_start_us_ = 0;   // MonotonicUs() when the head was complete
-  int64_t upstream_start_us_ = 0;  // when the first upstream connect began; 0: none
-  uint64_t request_body_bytes_ = 0;
-  std::string request_id_;  // X-Request-Id (request_id.h), logged and forwarded
-  std::string trace_id_;    // from a valid traceparent, for the log
-  // The request is https: it arrived over TLS, or a trusted proxy's
-  // X-Forwarded-Proto said so (--trusted-proxies). The one place the permission
-  // table's `secure` rule, X-Forwarded-Proto, the affinity cookie's Secure
-  // flag and the access log read.
-  bool request_https_ = false;
-  // The peer (the socket's, or the PROXY header's) is in --trusted-proxies:
-  // its X-Request-Id and X-Forwarded-For are kept.
-  bool peer_trusted_ = false;
-  std::string method_;  // copies for logging after the head left the buffer
-  std::string target_;
+  size_t head_bytes_ = 0;         // the head's bytes at the front of in_
+  bool request_started_ = false;  // bytes of a new request arrived
   int version_minor_ = 1;
-  bool wants_json_ = false;
-  std::array<std::string_view, 16> cookies_{};
-  routing::Decision decision_;
-  bool decided_ = false;
-  // The target to forward when the routing resolved the received one
-  // (routing::UpstreamTarget), copied at once: the router's scratch is reused.
-  std::string upstream_target_;
-  bool rewrite_target_ = false;
-  bool retried_ = false;
-  bool retried_reuse_ = false;
-
-  // Request body towards the upstream.
   uint64_t request_remaining_ = 0;
   http::ChunkedDecoder request_chunked_;
-  bool request_done_ = false;
+  bool request_body_done_ = false;  // all of the body went to the exchange
 
-  // The upstream side.
-  UpstreamConnection* upstream_ = nullptr;
-  bool upstream_reused_ = false;
-  bool upstream_eof_ = false;
-  std::string upstream_out_;
-  size_t upstream_sent_ = 0;
-  std::string sent_head_;  // to resend on a fresh connection
-  Buffer upstream_in_;
-  http::ResponseParser response_parser_;
-  std::unique_ptr<http::ResponseHead> response_head_;  // likewise
-  http::ResponseInfo response_info_;
-  bool response_head_done_ = false;
-  size_t head_consumed_ = 0;
-  InterimBudget interim_;
-  bool response_started_ = false;  // any response byte arrived
-  bool response_done_ = false;
+  // The response towards the client.
   bool chunk_response_ = false;         // re-chunk towards the client
   bool client_takes_trailers_ = false;  // the request had `TE: trailers`
-  uint64_t response_remaining_ = 0;
-  http::ChunkedDecoder response_chunked_;
-  int response_status_ = 0;
-  uint64_t response_body_bytes_ = 0;
-  std::string scratch_;   // error pages, the affinity cookie
-  std::string head_out_;  // serialised response heads
+  std::string head_out_;                // serialised response heads
 
+  Exchange exchange_;
   TimerKind timer_kind_ = TimerKind::kNone;
   net::Timer timer_;
 };

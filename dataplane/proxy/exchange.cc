@@ -308,14 +308,69 @@ Exchange::Exchange(Worker* worker, ExchangeSink* sink, ClientContext client)
 Exchange::~Exchange() {
   Cancel("aborted-client");
   worker_->loop().Cancel(&timer_);
+  PerThreadFreeList<http::ResponseHead>::Give(std::move(response_head_));
+}
+
+void Exchange::Recycle(ClientContext client) {
+  client_ = client;
+  phase_ = Phase::kIdle;
+  finished_ = true;  // nothing in flight until Start or Reject
+  head_ = nullptr;
+  method_.clear();
+  target_.clear();
+  version_minor_ = 1;
+  request_client_ip_.clear();
+  request_id_.clear();
+  trace_id_.clear();
+  https_ = false;
+  peer_trusted_ = false;
+  wants_json_ = false;
+  request_start_us_ = 0;
+  upstream_start_us_ = 0;
+  decided_ = false;
+  forwarded_ = false;
+  rewrite_target_ = false;
+  retried_ = false;
+  retried_reuse_ = false;
+  tunnel_ = false;
+  request_body_.Clear();
+  request_end_ = false;
+  request_done_ = false;
+  request_trailers_.clear();
+  request_body_bytes_ = 0;
+  upstream_readable_ = {};
+  upstream_reused_ = false;
+  upstream_eof_ = false;
+  response_parser_.Reset();
+  interim_ = {};
+  response_head_done_ = false;
+  response_started_ = false;
+  response_done_ = false;
+  response_remaining_ = 0;
+  response_status_ = 0;
+  response_body_bytes_ = 0;
+}
+
+void Exchange::ReleaseIdleMemory() {
+  request_body_.Release();
+  upstream_in_.Release();
+  PerThreadFreeList<http::ResponseHead>::Give(std::move(response_head_));
+  constexpr size_t kKeepStringBytes = 4096;
+  for (std::string* s : {&upstream_out_, &sent_head_, &scratch_}) {
+    if (s->capacity() > kKeepStringBytes) {
+      std::string().swap(*s);
+    }
+  }
 }
 
 void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& info) {
   head_ = head;
   info_ = info;
+  finished_ = false;
   request_start_us_ = MonotonicUs();
   method_.assign(head->method);
   target_.assign(head->target);
+  version_minor_ = head->version_minor;
   peer_trusted_ = worker_->options().trusted_proxies.Contains(client_.client_ip);
   const http::Header* request_id = head->Find("x-request-id");
   if (request_id != nullptr && peer_trusted_ && ValidRequestId(request_id->value)) {
@@ -337,14 +392,15 @@ void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& inf
   Route();
   if (decision_.server == nullptr) {
     if (decision_.status == 403) {
-      AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted");
+      AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted", false);
     } else if (decision_.status == 400) {
       worker_->metrics().bad_requests.Inc();
       AnswerLocally(ErrorCode::kBadRequest, "malformed request target");
     } else {
-      AnswerLocally(ErrorCode::kNoServer, decision_.group == nullptr
-                                              ? "no logon group serves this URL"
-                                              : "no server of the logon group is available");
+      AnswerLocally(ErrorCode::kNoServer,
+                    decision_.group == nullptr ? "no logon group serves this URL"
+                                               : "no server of the logon group is available",
+                    false);
     }
     return;
   }
@@ -370,9 +426,19 @@ void Exchange::Route() {
   decided_ = true;
 }
 
-void Exchange::Reject(ErrorCode code, std::string_view detail) {
+void Exchange::Reject(ErrorCode code, std::string_view detail, const http::RequestHead* head) {
+  finished_ = false;
   request_start_us_ = MonotonicUs();
-  worker_->metrics().bad_requests.Inc();
+  if (code != ErrorCode::kRequestTimeout) {
+    worker_->metrics().bad_requests.Inc();
+  }
+  if (head != nullptr) {
+    method_.assign(head->method);
+    target_.assign(head->target);
+    version_minor_ = head->version_minor;
+    const http::Header* accept = head->Find("accept");
+    wants_json_ = accept != nullptr && accept->value.find("application/json") != std::string::npos;
+  }
   GenerateRequestId(&request_id_);
   AnswerLocally(code, detail);
 }
@@ -492,6 +558,7 @@ void Exchange::OnConnected() {
   options.client_ip = client_.client_ip;
   options.keep_forwarded_for = peer_trusted_;
   options.proto = https_ ? "https" : "http";
+  options.tunnel_upgrade = info_.upgrade_websocket;
   options.request_id = request_id_;
   if (rewrite_target_) {
     options.target = upstream_target_;
@@ -512,6 +579,9 @@ void Exchange::OnConnected() {
   CountServerRequest(*worker_, decision_);
   forwarded_ = true;
   ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+  if (!request_end_) {
+    sink_->OnRequestBodyWanted();  // last: it may end the exchange
+  }
 }
 
 void Exchange::OnConnectFailed(int error_number) {
@@ -546,7 +616,7 @@ bool Exchange::RetryElsewhere() {
   Route();
   retried_ = true;
   if (decision_.server == nullptr || decision_.server == failed) {
-    AnswerLocally(ErrorCode::kNoServer, "no server of the logon group is reachable");
+    AnswerLocally(ErrorCode::kNoServer, "no server of the logon group is reachable", false);
     return true;
   }
   worker_->metrics().retries.Inc();
@@ -587,7 +657,7 @@ void Exchange::RetryOnFreshConnection() {
 // ---- body flow ----
 
 size_t Exchange::RequestBodyRoom() const {
-  if (finished_ || request_end_) {
+  if (finished_ || request_end_ || phase_ != Phase::kForward) {
     return 0;
   }
   return request_body_.size() >= kHighWater ? 0 : kHighWater - request_body_.size();
@@ -621,45 +691,53 @@ void Exchange::EndRequestBody() {
   request_end_ = true;
 }
 
-size_t Exchange::ReadResponseBody(char* out, size_t max, bool* end) {
-  size_t n = std::min(max, body_.size());
-  std::memcpy(out, body_.view().data(), n);
-  body_.Consume(n);
-  *end = body_.empty() && response_done_;
-  return n;
+void Exchange::FailRequestBody(ErrorCode code, std::string_view detail) {
+  if (finished_) {
+    return;
+  }
+  worker_->metrics().bad_requests.Inc();
+  Abort(code, detail);
 }
 
-void Exchange::Pump() {
+bool Exchange::Pump() {
   if (phase_ != Phase::kForward) {
-    return;
+    return false;
   }
   bool any = false;
   for (int round = 0; round < 10'000 && phase_ == Phase::kForward; ++round) {
-    if (!Step()) {
+    if (!Step(&any)) {
       break;
     }
-    any = true;
   }
-  if (phase_ == Phase::kForward && any) {
+  if (phase_ == Phase::kForward && any && !tunnel_) {
+    ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
+  }
+  return any;
+}
+
+void Exchange::NoteClientProgress() {
+  if (phase_ == Phase::kForward && !tunnel_) {
     ArmTimer(TimerKind::kResponse, worker_->options().response_timeout_ms);
   }
 }
 
-bool Exchange::Step() {
+bool Exchange::Step(bool* moved) {
   bool progressed = MoveRequestBody();
   size_t pending_up = UpstreamPending();
   if (!FlushUpstream()) {
     upstream_eof_ = true;
   }
-  progressed = progressed || UpstreamPending() != pending_up;
-  size_t body_before = body_.size();
-  bool done_before = response_done_;
+  // Bytes sent are progress (for the timer), but worth another round only
+  // when they made room for more request body: the response was read after.
+  bool sent = UpstreamPending() != pending_up;
   progressed = MoveResponse() || progressed;
+  *moved = *moved || progressed || sent;
+  progressed = progressed || (sent && !request_done_);
   if (phase_ != Phase::kForward) {
     return false;
   }
-  if (body_.size() != body_before || response_done_ != done_before) {
-    sink_->OnResponseBodyReady();
+  if (tunnel_ && request_done_) {
+    response_done_ = true;  // the client ended the tunnel
   }
   if (response_done_) {
     Finish();
@@ -730,7 +808,10 @@ bool Exchange::MoveResponse() {
   while (!response_done_ && phase_ == Phase::kForward) {
     if (!response_head_done_) {
       if (!upstream_in_.empty()) {
-        http::ParseResult r = response_parser_.Parse(upstream_in_.view(), &response_head_);
+        if (response_head_ == nullptr) {
+          response_head_ = PerThreadFreeList<http::ResponseHead>::Take();
+        }
+        http::ParseResult r = response_parser_.Parse(upstream_in_.view(), response_head_.get());
         if (r.complete()) {
           size_t consumed = r.consumed;
           if (!HandleResponseHead(consumed)) {
@@ -746,14 +827,14 @@ bool Exchange::MoveResponse() {
         }
       }
     } else if (!upstream_in_.empty()) {
-      if (body_.size() >= kHighWater) {
+      if (sink_->ResponseBacklog() >= kHighWater) {
         break;
       }
       std::string_view data = upstream_in_.view();
       switch (response_info_.body) {
         case http::BodyKind::kContentLength: {
           size_t take = static_cast<size_t>(std::min<uint64_t>(data.size(), response_remaining_));
-          body_.Append(data.substr(0, take));
+          sink_->OnResponseBody(data.substr(0, take));
           upstream_in_.Consume(take);
           response_remaining_ -= take;
           response_body_bytes_ += take;
@@ -768,15 +849,15 @@ bool Exchange::MoveResponse() {
           }
           if (r.status == http::ChunkedStatus::kData) {
             response_body_bytes_ += r.data.size();
-            body_.Append(r.data);
+            sink_->OnResponseBody(r.data);
           } else if (r.status == http::ChunkedStatus::kDone) {
             response_done_ = true;
           }
           upstream_in_.Consume(r.consumed);
           break;
         }
-        default:  // until close
-          body_.Append(data);
+        default:  // until close, or a tunnel
+          sink_->OnResponseBody(data);
           response_body_bytes_ += data.size();
           upstream_in_.Consume(data.size());
           break;
@@ -784,11 +865,11 @@ bool Exchange::MoveResponse() {
       progressed = true;
       continue;
     }
-    if (body_.size() >= kHighWater) {
+    if (sink_->ResponseBacklog() >= kHighWater) {
       break;
     }
     if (upstream_eof_) {
-      if (response_head_done_ && response_info_.body == http::BodyKind::kUntilClose) {
+      if (response_head_done_ && (response_info_.body == http::BodyKind::kUntilClose || tunnel_)) {
         response_done_ = true;
         return true;
       }
@@ -827,7 +908,8 @@ bool Exchange::MoveResponse() {
 }
 
 bool Exchange::HandleResponseHead(size_t head_bytes) {
-  http::FramingResult framing = http::AnalyzeResponse(response_head_, method_, &response_info_);
+  const http::ResponseHead& head = *response_head_;
+  http::FramingResult framing = http::AnalyzeResponse(head, method_, &response_info_);
   if (!framing.ok()) {
     Abort(ErrorCode::kBadGateway, "the server sent a response with invalid framing");
     return false;
@@ -839,18 +921,29 @@ bool Exchange::HandleResponseHead(size_t head_bytes) {
       Abort(ErrorCode::kBadGateway, kTooManyInterimResponses);
       return false;
     }
-    sink_->OnInterimHead(response_head_.status_code);
+    sink_->OnInterimHead(head);
     response_parser_.Reset();
     return true;
   }
-  if (response_info_.body == http::BodyKind::kTunnel) {
+  if (response_info_.body == http::BodyKind::kTunnel && !info_.upgrade_websocket) {
+    // Only an upgrade the client asked for (and was passed on) may turn the
+    // connection into a tunnel: else its next requests would reach the
+    // server unrouted, past the permissions.
     Abort(ErrorCode::kBadGateway,
           "the server switched protocols though the request asked for no upgrade");
     return false;
   }
-  response_status_ = response_head_.status_code;
+  if (response_info_.transfer_coded && version_minor_ == 0 &&
+      response_info_.body != http::BodyKind::kNone) {
+    // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1), and without it the
+    // client would take the coded bytes ("gzip") for the content.
+    Abort(ErrorCode::kBadGateway,
+          "the server used a transfer coding an HTTP/1.0 client cannot take");
+    return false;
+  }
+  response_status_ = head.status_code;
   bool set_affinity = decision_.set_affinity_cookie;
-  for (const auto& field : response_head_.fields()) {
+  for (const auto& field : head.fields()) {
     if (!http::EqualsIgnoreCase(field.name, "set-cookie")) {
       continue;
     }
@@ -881,19 +974,34 @@ bool Exchange::HandleResponseHead(size_t head_bytes) {
     case http::BodyKind::kChunked:
       response_chunked_.Reset();
       break;
+    case http::BodyKind::kTunnel:
+      // The request side opens again: the client's bytes go to the server
+      // as they come, until either side ends. No response timeout: the
+      // client's connection times an idle tunnel out.
+      tunnel_ = true;
+      request_end_ = false;
+      request_done_ = false;
+      worker_->loop().Cancel(&timer_);
+      break;
     default:
       break;
   }
   response_head_done_ = true;
-  sink_->OnResponseHead(response_status_, response_head_.fields(), scratch_, response_done_);
+  sink_->OnResponseHead(head, response_info_, scratch_, response_done_);
   return true;
 }
 
 void Exchange::Finish() {
-  bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ &&
+  // Reused only when nothing follows the response: neither in our buffer nor
+  // in the socket (a read that filled the buffer did not prove it drained,
+  // and bytes already there raise no new edge for the idle pool to see).
+  bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ && !tunnel_ &&
                   response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
                   upstream_sent_ == upstream_out_.size() && upstream_ != nullptr;
   if (reusable && upstream_readable_.readable && upstream_->transport->tls() != nullptr) {
+    // A TLS read returns one record, so the last one never proves the socket
+    // empty: one more read does (it also takes a TLS 1.3 session ticket that
+    // came after the response). Any data instead: not reusable.
     char extra;
     bool drained = false;
     reusable = upstream_->transport->Read(&extra, 1, &drained) == net::Transport::kWouldBlock;
@@ -901,9 +1009,20 @@ void Exchange::Finish() {
     reusable = reusable && !upstream_readable_.readable;
   }
   ReleaseUpstream(reusable);
-  Log(response_status_, routing::ReasonName(decision_.reason));
-  worker_->router().Complete(decision_);
-  decided_ = false;
+  Conclude(response_status_, routing::ReasonName(decision_.reason));
+  sink_->OnResponseEnd(response_chunked_.trailers());
+}
+
+void Exchange::Conclude(int status, std::string_view reason) {
+  Log(status, reason);
+  Settle();
+}
+
+void Exchange::Settle() {
+  if (decided_) {
+    worker_->router().Complete(decision_);
+    decided_ = false;
+  }
   finished_ = true;
   phase_ = Phase::kDone;
   worker_->loop().Cancel(&timer_);
@@ -915,19 +1034,17 @@ void Exchange::Abort(ErrorCode code, std::string_view detail) {
     return;
   }
   std::string reason(routing::ReasonName(decision_.reason));
-  reason.append(code == ErrorCode::kGatewayTimeout ? ",aborted-timeout" : ",aborted-upstream");
-  Log(response_status_, reason);
-  worker_->router().Complete(decision_);
-  decided_ = false;
+  reason.append(code == ErrorCode::kGatewayTimeout ? ",aborted-timeout"
+                : code == ErrorCode::kBadGateway   ? ",aborted-upstream"
+                                                   : ",aborted-client");
   ReleaseUpstream(false);
-  finished_ = true;
-  phase_ = Phase::kDone;
-  worker_->loop().Cancel(&timer_);
+  Conclude(response_status_, reason);
   sink_->OnExchangeAborted();
 }
 
-void Exchange::AnswerLocally(ErrorCode code, std::string_view detail) {
-  // The same page as HTTP/1.1 (error_page.h), its head turned into fields.
+void Exchange::AnswerLocally(ErrorCode code, std::string_view detail, bool must_close) {
+  // The page (error_page.h) as HTTP/1.1 bytes, its head also parsed into
+  // fields for HTTP/2.
   scratch_.clear();
   AppendErrorResponse(code, detail, wants_json_, false, method_ == "HEAD", &scratch_);
   ReleaseUpstream(false);
@@ -937,26 +1054,22 @@ void Exchange::AnswerLocally(ErrorCode code, std::string_view detail) {
       decided_ ? routing::ReasonName(decision_.reason) : std::string_view("bad-request");
   worker_->stats().RecordLocalAnswer(decided_ ? &decision_ : nullptr, response_status_,
                                      ErrorInfoFor(code).sap_code, reason, detail, UnixNowMs());
-  http::ResponseParser parser;
-  http::ParseResult r = parser.Parse(scratch_, &response_head_);
-  if (r.complete()) {
-    body_.Append(std::string_view(scratch_).substr(r.consumed));
-    response_body_bytes_ = body_.size();
-  } else {
-    response_head_.header_count = 0;
+  if (response_head_ == nullptr) {
+    response_head_ = PerThreadFreeList<http::ResponseHead>::Take();
   }
+  http::ResponseParser parser;
+  http::ParseResult r = parser.Parse(scratch_, response_head_.get());
+  size_t head_bytes = r.complete() ? r.consumed : scratch_.size();
+  if (!r.complete()) {
+    response_head_->header_count = 0;
+  }
+  std::string_view body = std::string_view(scratch_).substr(head_bytes);
+  response_body_bytes_ = body.size();
   response_done_ = true;
   response_head_done_ = true;
-  Log(response_status_, reason);
-  if (decided_) {
-    worker_->router().Complete(decision_);
-    decided_ = false;
-  }
-  finished_ = true;
-  phase_ = Phase::kDone;
-  worker_->loop().Cancel(&timer_);
-  sink_->OnResponseHead(response_status_, response_head_.fields(), {}, body_.empty());
-  sink_->OnResponseBodyReady();
+  Conclude(response_status_, reason);
+  sink_->OnLocalAnswer(*response_head_, std::string_view(scratch_).substr(0, head_bytes), body,
+                       must_close);
 }
 
 void Exchange::Cancel(std::string_view cause) {
@@ -966,14 +1079,7 @@ void Exchange::Cancel(std::string_view cause) {
   std::string reason(decided_ ? routing::ReasonName(decision_.reason) : "bad-request");
   reason.append(",").append(cause);
   ReleaseUpstream(false);
-  Log(response_head_done_ ? response_status_ : 0, reason);
-  if (decided_) {
-    worker_->router().Complete(decision_);
-    decided_ = false;
-  }
-  finished_ = true;
-  phase_ = Phase::kDone;
-  worker_->loop().Cancel(&timer_);
+  Conclude(response_head_done_ ? response_status_ : 0, reason);
 }
 
 void Exchange::Discard() {
@@ -981,13 +1087,7 @@ void Exchange::Discard() {
     return;
   }
   ReleaseUpstream(false);
-  if (decided_) {
-    worker_->router().Complete(decision_);
-    decided_ = false;
-  }
-  finished_ = true;
-  phase_ = Phase::kDone;
-  worker_->loop().Cancel(&timer_);
+  Settle();
 }
 
 void Exchange::Log(int status, std::string_view reason) {
@@ -996,6 +1096,7 @@ void Exchange::Log(int status, std::string_view reason) {
       request_client_ip_.empty() ? client_.client_ip : std::string_view(request_client_ip_);
   record.method = method_;
   record.target = target_;
+  record.version_minor = version_minor_;
   record.protocol = client_.protocol;
   record.status = status;
   record.bytes_sent = response_body_bytes_;
@@ -1028,8 +1129,12 @@ void Exchange::ReleaseUpstream(bool reusable) {
 }
 
 void Exchange::ArmTimer(TimerKind kind, int64_t delay_ms) {
+  net::EventLoop& loop = worker_->loop();
+  if (timer_kind_ == kind && timer_.armed() && timer_.deadline_ms() == loop.now_ms() + delay_ms) {
+    return;  // armed alike in this turn of the loop already
+  }
   timer_kind_ = kind;
-  worker_->loop().Schedule(&timer_, delay_ms);
+  loop.Schedule(&timer_, delay_ms);
 }
 
 void Exchange::OnTimer() {
@@ -1053,6 +1158,15 @@ void Exchange::OnTimer() {
       break;
     case TimerKind::kResponse:
       metrics.timeouts_upstream.Inc();
+      kwd::Log(LogLevel::kWarn, "proxy", "no progress on a forwarded request: timing out",
+               {{"target", target_},
+                {"server", decision_.server != nullptr ? std::string_view(decision_.server->name)
+                                                       : std::string_view("-")},
+                {"request_done", request_done_ ? "true" : "false"},
+                {"request_buffered", std::to_string(request_body_.size())},
+                {"upstream_pending", std::to_string(UpstreamPending())},
+                {"response_started", response_started_ ? "true" : "false"},
+                {"client_pending", std::to_string(sink_->ResponseBacklog())}});
       Abort(ErrorCode::kGatewayTimeout, "the server did not answer in time");
       break;
   }

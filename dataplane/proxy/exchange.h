@@ -3,9 +3,9 @@
 // The request-handling core under the client codecs: one request routed by
 // the Router and forwarded over the HTTP/1.1 upstream pools (connect, reuse,
 // retry, re-encryption), its response head checked and rewritten, error
-// pages, counting and the access log. An HTTP/2 stream (http2_connection.h)
-// drives one Exchange through ExchangeSink; the HTTP/1.1 ClientConnection
-// shares the pieces below (upstream TLS, readiness, counting and logging).
+// pages, counting and the access log. Both client codecs drive it through
+// ExchangeSink: an HTTP/2 stream (http2_connection.h) owns one Exchange, an
+// HTTP/1.1 ClientConnection keeps one and recycles it per request.
 //
 // Bodies stream through bounded buffers both ways: the request body is taken
 // only as fast as the upstream takes it (RequestBodyRoom), the response body
@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -118,23 +119,43 @@ struct InterimBudget {
 inline constexpr std::string_view kTooManyInterimResponses =
     "the server sent too many interim (1xx) responses";
 
-// The downstream side of an Exchange (an HTTP/2 stream).
+// The downstream side of an Exchange: the client codec (an HTTP/2 stream,
+// or the HTTP/1.1 ClientConnection) that writes the response to the client
+// in its protocol and feeds the request body with PushRequestBody.
 class ExchangeSink {
  public:
-  // The response head: status and the server's fields, of which the sink
-  // drops the hop-by-hop ones (http::IsHopByHop), and `set_cookie`, when not
-  // empty, an affinity cookie to add. `end`: no body follows. The views are
-  // valid during the call.
-  virtual void OnResponseHead(int status, std::span<const http::Header> fields,
+  // The server's response head: `head` with its fields, of which the sink
+  // drops the hop-by-hop ones, `info` its framing (the body the exchange
+  // passes on decoded: kChunked bodies come without the chunking), and
+  // `set_cookie`, when not empty, an affinity cookie to add. `end`: no body
+  // follows. The views are valid during the call.
+  virtual void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& info,
                               std::string_view set_cookie, bool end) = 0;
   // An interim (1xx) response from the server, e.g. 100 Continue.
-  virtual void OnInterimHead(int status) = 0;
-  // Response body bytes (or its end) are ready: ReadResponseBody.
-  virtual void OnResponseBodyReady() = 0;
+  virtual void OnInterimHead(const http::ResponseHead& head) = 0;
+  // The proxy answers itself (error_page.h): `page_head` is the HTTP/1.1
+  // head of the page without a Connection field (ends with the empty line),
+  // `head` the same parsed, `body` the page (empty for HEAD). `must_close`:
+  // the request's bytes may not all have been read or the failure concerns
+  // the connection, so an HTTP/1.1 connection must end after the answer.
+  virtual void OnLocalAnswer(const http::ResponseHead& head, std::string_view page_head,
+                             std::string_view body, bool must_close) = 0;
+  // Response body bytes (decoded), and its end with the chunked response's
+  // trailer lines (unfiltered, see http::ForEachPassableTrailer; usually
+  // empty).
+  virtual void OnResponseBody(std::string_view data) = 0;
+  virtual void OnResponseEnd(std::string_view trailers) = 0;
+  // Response bytes the sink holds that the client has not taken: the
+  // upstream is not read while they reach the high-water mark.
+  virtual size_t ResponseBacklog() const = 0;
   // `bytes` of request body left for the server: the client may send more.
   virtual void OnRequestBodyConsumed(size_t bytes) = 0;
-  // The response cannot be completed after its head went out: reset the
-  // stream.
+  // The head is on its way to the server and RequestBodyRoom opened: body
+  // bytes the client already sent may be pushed now, before anything is
+  // written (a body found malformed then sends nothing).
+  virtual void OnRequestBodyWanted() {}
+  // The response cannot be completed after its head went out (logged and
+  // counted already): reset the stream or the connection.
   virtual void OnExchangeAborted() = 0;
   // Something changed outside the sink's own calls (upstream I/O, a timer):
   // the codec should send what is pending. Called last: the exchange may be
@@ -149,7 +170,7 @@ class ExchangeSink {
 struct ClientContext {
   std::string_view client_ip;  // the peer (or its PROXY header's address)
   const net::TlsInfo* tls = nullptr;
-  std::string_view protocol;  // for the access log: "HTTP/2.0"
+  std::string_view protocol;  // for the access log: "HTTP/2.0"; "": HTTP/1.x
 };
 
 class Exchange final : public UpstreamOwner {
@@ -159,30 +180,43 @@ class Exchange final : public UpstreamOwner {
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
+  // Made ready for the next request of a connection (an HTTP/1.1 one keeps
+  // one exchange): only when finished() or not started. Nothing is in
+  // flight (finished()) until Start or Reject. Keeps its storage; `client`
+  // may have changed (a TLS handshake finished).
+  void Recycle(ClientContext client);
+  // Gives back buffers and the response head while the connection idles.
+  void ReleaseIdleMemory();
+
   // Routes the request and starts forwarding it (or answers it at once).
   // `head` and what it views must stay valid while the exchange lives;
   // `info` is the head's framing (body kChunked: length unknown, the body
   // is sent chunked).
   void Start(const http::RequestHead* head, const http::RequestInfo& info);
-  // Answers without routing (a malformed request).
-  void Reject(ErrorCode code, std::string_view detail);
+  // Answers without routing (a malformed request; kRequestTimeout: one that
+  // did not arrive in time). `head`, when given, names the request in the
+  // log and chooses the page's format.
+  void Reject(ErrorCode code, std::string_view detail, const http::RequestHead* head = nullptr);
 
-  // Request body: room for more bytes now, taking bytes, and its end.
+  // Request body: room for more bytes now (none before the head is on its
+  // way to the server), taking bytes, and its end. After a 101 to a
+  // WebSocket upgrade the "body" is the client's side of the tunnel.
   size_t RequestBodyRoom() const;
   void PushRequestBody(std::string_view data);
   void EndRequestBody();
+  // The client's request body was malformed: answered, or the response is
+  // cut short if it began.
+  void FailRequestBody(ErrorCode code, std::string_view detail);
   // Trailer fields ("name: value\r\n" lines, already filtered) for the last
   // chunk of a request body forwarded chunked; dropped when it is forwarded
   // with a Content-Length (no place for them).
   void SetRequestTrailers(std::string_view lines) { request_trailers_.assign(lines); }
 
-  // Up to `max` response body bytes into `out`; `*end` once all were read.
-  size_t ReadResponseBody(char* out, size_t max, bool* end);
-  // The chunked response's trailer lines (unfiltered, see
-  // http::ForEachPassableTrailer), complete once ReadResponseBody ended.
-  std::string_view response_trailers() const { return response_chunked_.trailers(); }
-  // Moves bytes both ways as far as the buffers allow.
-  void Pump();
+  // Moves bytes both ways as far as the buffers allow; true if any moved.
+  bool Pump();
+  // The client took response bytes the exchange could not see (a slow
+  // reader draining the sink's backlog): not a stalled response.
+  void NoteClientProgress();
   // The client went away or reset the stream.
   void Cancel(std::string_view cause);
   // Whether the request went to a server (its head was handed to an
@@ -196,6 +230,8 @@ class Exchange final : public UpstreamOwner {
   void OnUpstreamIo(uint32_t events) override;
 
   bool finished() const { return finished_; }
+  // Waiting for a connection to the server (the client need not be read).
+  bool connecting() const { return phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting; }
   int status() const { return response_status_; }
 
  private:
@@ -208,13 +244,20 @@ class Exchange final : public UpstreamOwner {
   bool RetryElsewhere();
   void RetryOnFreshConnection();
   void OnTlsFailed(std::string_view reason, std::string_view detail);
-  bool Step();
+  // One round of Pump; `*moved` is set when bytes moved. False: no further
+  // round would move more.
+  bool Step(bool* moved);
   bool MoveRequestBody();
   bool MoveResponse();
   bool HandleResponseHead(size_t head_bytes);
   void Finish();
+  // Logs and counts the transaction and ends it (finished()).
+  void Conclude(int status, std::string_view reason);
+  // The end without a log line: the decision completed, the timer stopped.
+  void Settle();
   void Abort(ErrorCode code, std::string_view detail);
-  void AnswerLocally(ErrorCode code, std::string_view detail);
+  // `must_close`: see ExchangeSink::OnLocalAnswer.
+  void AnswerLocally(ErrorCode code, std::string_view detail, bool must_close = true);
   void Log(int status, std::string_view reason);
   void ReleaseUpstream(bool reusable);
   bool FlushUpstream();
@@ -233,6 +276,7 @@ class Exchange final : public UpstreamOwner {
   http::RequestInfo info_;
   std::string method_;
   std::string target_;
+  int version_minor_ = 1;
   std::string request_client_ip_;
   std::string request_id_;
   std::string trace_id_;
@@ -249,6 +293,7 @@ class Exchange final : public UpstreamOwner {
   bool rewrite_target_ = false;
   bool retried_ = false;
   bool retried_reuse_ = false;
+  bool tunnel_ = false;  // 101 to an upgrade: bytes pass both ways until either ends
 
   // Request body: raw bytes from the client until the upstream takes them.
   Buffer request_body_;
@@ -266,17 +311,18 @@ class Exchange final : public UpstreamOwner {
   std::string sent_head_;
   Buffer upstream_in_;
   http::ResponseParser response_parser_;
-  http::ResponseHead response_head_;
+  // Taken from the worker's free list when a head is parsed; given back by
+  // ReleaseIdleMemory and the destructor.
+  std::unique_ptr<http::ResponseHead> response_head_;
   http::ResponseInfo response_info_;
   InterimBudget interim_;
   bool response_head_done_ = false;  // the head went to the sink
   bool response_started_ = false;
-  bool response_done_ = false;  // all of the response is in body_
+  bool response_done_ = false;  // all of the response went to the sink
   uint64_t response_remaining_ = 0;
   http::ChunkedDecoder response_chunked_;
   int response_status_ = 0;
   uint64_t response_body_bytes_ = 0;
-  Buffer body_;  // response body for the client
   std::string scratch_;
 
   TimerKind timer_kind_ = TimerKind::kNone;

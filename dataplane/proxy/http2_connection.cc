@@ -114,21 +114,46 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   std::string request_trailers;
   bool pump = false;      // the exchange may move bytes: Pump it
   size_t unconsumed = 0;  // DATA bytes not yet given back to the window
+  // Response body for the client, its end and the upstream's trailer lines.
+  Buffer body;
+  bool body_end = false;
+  std::string trailers;
 
-  void OnResponseHead(int status, std::span<const http::Header> response_fields,
-                      std::string_view set_cookie, bool end) override;
+  void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& /*info*/,
+                      std::string_view set_cookie, bool end) override {
+    SubmitResponse(head.status_code, head.fields(), set_cookie, end);
+  }
+  void SubmitResponse(int status, std::span<const http::Header> response_fields,
+                      std::string_view set_cookie, bool end);
   void SubmitTrailers();
-  void OnInterimHead(int status) override {
+  void OnInterimHead(const http::ResponseHead& head) override {
     if (responded || connection->session_ == nullptr) {
       return;
     }
     char status_text[8];
-    std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
+    std::snprintf(status_text, sizeof status_text, "%03d", head.status_code % 1000);
     nghttp2_nv nv{Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3,
                   NGHTTP2_NV_FLAG_NONE};
     nghttp2_submit_headers(connection->session_, NGHTTP2_FLAG_NONE, id, nullptr, &nv, 1, nullptr);
   }
-  void OnResponseBodyReady() override {
+  void OnLocalAnswer(const http::ResponseHead& head, std::string_view /*page_head*/,
+                     std::string_view page, bool /*must_close*/) override {
+    body.Append(page);
+    body_end = true;
+    SubmitResponse(head.status_code, head.fields(), {}, page.empty());
+  }
+  void OnResponseBody(std::string_view data) override {
+    body.Append(data);
+    ResumeData();
+  }
+  void OnResponseEnd(std::string_view upstream_trailers) override {
+    body_end = true;
+    trailers.assign(upstream_trailers);
+    ResumeData();
+  }
+  size_t ResponseBacklog() const override { return body.size(); }
+  // Response body bytes (or its end) are ready for the data source.
+  void ResumeData() {
     if (deferred && connection->session_ != nullptr) {
       deferred = false;
       nghttp2_session_resume_data(connection->session_, id);
@@ -155,7 +180,7 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
 
 }  // namespace
 
-void Http2Connection::Stream::OnResponseHead(int status,
+void Http2Connection::Stream::SubmitResponse(int status,
                                              std::span<const http::Header> response_fields,
                                              std::string_view set_cookie, bool end) {
   if (responded || connection->session_ == nullptr) {
@@ -223,7 +248,7 @@ void Http2Connection::Stream::OnResponseHead(int status,
 // case, forbidden fields (http::IsForbiddenTrailer) left out. Called from the
 // data source at the body's end, which then sends no END_STREAM on DATA.
 void Http2Connection::Stream::SubmitTrailers() {
-  std::string_view block = exchange.response_trailers();
+  std::string_view block = trailers;
   std::vector<nghttp2_nv>& nva = connection->nva_;
   std::string& names = connection->names_;
   nva.clear();
@@ -248,8 +273,10 @@ namespace {
 ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
                          uint32_t* data_flags, nghttp2_data_source* source, void* /*user_data*/) {
   auto* stream = static_cast<Http2Connection::Stream*>(source->ptr);
-  bool end = false;
-  size_t n = stream->exchange.ReadResponseBody(reinterpret_cast<char*>(buf), length, &end);
+  size_t n = std::min(length, stream->body.size());
+  std::memcpy(buf, stream->body.view().data(), n);
+  stream->body.Consume(n);
+  bool end = stream->body.empty() && stream->body_end;
   stream->pump = stream->pump || n > 0;  // room for more from the upstream
   if (n > 0) {
     stream->MarkSent();
@@ -257,7 +284,7 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
   if (end) {
     stream->response_done = true;
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-    if (!stream->exchange.response_trailers().empty()) {
+    if (!stream->trailers.empty()) {
       stream->SubmitTrailers();
       if (stream->trailers_sent) {
         *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;

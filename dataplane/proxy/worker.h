@@ -30,7 +30,7 @@ class Http2Connection;
 class Worker;
 
 // Whoever an UpstreamConnection reports its readiness to while it carries a
-// request: an HTTP/1.1 ClientConnection or an HTTP/2 stream's Exchange.
+// request: the Exchange of an HTTP/1.1 connection or of an HTTP/2 stream.
 class UpstreamOwner {
  public:
   virtual void OnUpstreamIo(uint32_t events) = 0;
