@@ -724,6 +724,14 @@ spec:
         r = c.get("/te-trailers")
         self.assertEqual(bytes(r["data"]), b"ok")
         self.assertNotIn("trailers", r)
+        # An HTTP/1.1 client's TE goes the same way (one request core): only
+        # the trailers token, named in Connection.
+        answer = self.http11_get("/sap/te", b"TE: trailers, deflate\r\n")
+        seen = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        self.assertEqual(seen["te"], ["trailers"])
+        self.assertEqual(seen["connection"], ["TE"])
+        answer = self.http11_get("/te-trailers", b"TE: trailers\r\n")
+        self.assertIn(b"Grpc-Status: 0", answer.replace(b"grpc-status", b"Grpc-Status"))
 
     def test_parallel_downloads_on_one_connection(self):
         c = self.client()
@@ -779,10 +787,10 @@ spec:
         self.assertEqual(self.proxy.metric("kwd_proxy_local_responses_total", error="EPROTERROR",
                                            status="502"), before + 2)
 
-    def http11_get(self, path):
+    def http11_get(self, path, extra=b""):
         with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10) as s:
             s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: erp.example.test\r\n"
-                      b"Connection: close\r\n\r\n")
+                      + extra + b"Connection: close\r\n\r\n")
             answer = b""
             while True:
                 data = s.recv(65536)
