@@ -352,7 +352,8 @@ bool NormalizeTarget(std::string_view target, std::span<char> scratch, Normalize
     ++i;
     while (i < size && bytes[i] != '/') {
       const uint8_t param_class = classes[bytes[i]];
-      if (param_class == kInvalid) {
+      if (param_class == kInvalid || param_class == kRewrite) {
+        // Escapes ("%2F", "%00") and "\\" count in parameters too.
         return NormalizeTargetGeneral(target, scratch, out);
       }
       if (param_class == kEnd) {

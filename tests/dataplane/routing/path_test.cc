@@ -249,6 +249,7 @@ TEST(NormalizeTargetTest, FastPathAgreesWithTheGeneralAlgorithm) {
   ExpectAgreementOverAllTargets("/a.%2e;(=)?# B", 5, 16);
   ExpectAgreementOverAllTargets("/a.%2F\\()", 5, 16);
   ExpectAgreementOverAllTargets("/a.;?", 8, 16);
+  ExpectAgreementOverAllTargets("/a;%2F\\(", 6, 16);
   // A scratch smaller than some targets, with parameters that make the
   // output shorter than the input.
   ExpectAgreementOverAllTargets("/a;.", 8, 4);
@@ -289,6 +290,21 @@ TEST(NormalizeTargetTest, ForwardPathIsAFixedPoint) {
     }
   }
   EXPECT_GT(resolved, 1000);
+}
+
+// The fast path dropped ";params" without looking at their escapes: an
+// encoded separator or control character there went unnoticed, unlike in
+// the general algorithm (which sees the whole raw path).
+TEST(NormalizeTargetTest, EscapesInsideParametersCountAsAnywhereElse) {
+  std::array<char, 256> scratch{};
+  NormalizedTarget out;
+  EXPECT_FALSE(NormalizeTarget("/sap/bc;x=%00/gui", scratch, &out));
+  ASSERT_TRUE(NormalizeTarget("/sap/bc/gui;x=%2F..%2Fadmin/y", scratch, &out));
+  EXPECT_TRUE(out.encoded_separator);
+  ASSERT_TRUE(NormalizeTarget("/sap/bc/gui;x=\\..\\admin/y", scratch, &out));
+  EXPECT_TRUE(out.encoded_separator);
+  ASSERT_TRUE(NormalizeTarget("/sap/bc/gui;x=a%3Bb/y", scratch, &out));
+  EXPECT_TRUE(out.encoded_separator);
 }
 
 TEST(NormalizeTargetTest, FastPathRespectsTheScratchSize) {
