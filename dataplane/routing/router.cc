@@ -388,11 +388,11 @@ Decision Router::Route(const Request& request) {
     target = "/";
   }
   NormalizedTarget normalized;
+  std::string_view lower_path;
   // The path scratch holds twice the lowercase one (for the resolved path):
   // a longer normalised path (explain takes URLs beyond the proxy's 8 KiB
   // request line) is refused before it is lowercased.
-  if (!NormalizeTarget(target, path_scratch_, &normalized) ||
-      normalized.path.size() > lower_scratch_.size()) {
+  if (!NormalizeTargetLower(target, path_scratch_, lower_scratch_, &normalized, &lower_path)) {
     decision.reason = Reason::kBadRequest;
     decision.status = 400;
     return decision;
@@ -404,8 +404,6 @@ Decision Router::Route(const Request& request) {
   if (normalized.forward_path.data() != normalized.raw_path.data()) {
     decision.upstream_path = normalized.forward_path;
   }
-  AsciiLowerInto(normalized.path, lower_scratch_.data());
-  const std::string_view lower_path(lower_scratch_.data(), normalized.path.size());
 
   const VirtualHostEntry* vhost = decision.virtual_host;
   if (vhost == nullptr) {
