@@ -255,8 +255,16 @@ int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identi
   }
   // An identifier that names a lost server does not end the search: a later
   // one may still name a live server of the group.
+  // Only the identifiers the request carries are looked at (StickyBy finds
+  // nothing for an absent one, at the cost of a call).
+  static_assert(static_cast<int>(Identifier::kSapExtSid) == 4, "present[] is indexed by Identifier");
+  const bool present[] = {false, !ids_.contextid_instance.empty(), ids_.saplb_count != 0,
+                          !ids_.jsessionid.empty(), !ids_.ext_sid.empty()};
   const auto& order = group.kind == v1::KIND_ABAP ? kAbapOrder : kJavaOrder;
   for (Identifier identifier : order) {
+    if (!present[static_cast<size_t>(identifier)]) {
+      continue;
+    }
     int index = StickyBy(identifier, group, lost, record_ext_sid, now_ms);
     if (index >= 0) {
       *routed_by = identifier;
