@@ -16,20 +16,6 @@
 namespace kwd::routing {
 namespace {
 
-// Lowercases the ASCII letters among 8 bytes at once (SWAR): a byte is an
-// uppercase letter when its top bit is clear and its low 7 bits lie in
-// ['A', 'Z']; adding 0x3f / 0x25 to the low 7 bits carries into the top bit
-// exactly when they are >= 'A' / > 'Z', and never into the next byte.
-uint64_t LowerWord(uint64_t word) {
-  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
-  constexpr uint64_t kTop = 0x8080808080808080ull;
-  const uint64_t low = word & kLow7;
-  const uint64_t at_least_a = low + 0x3f3f3f3f3f3f3f3full;
-  const uint64_t above_z = low + 0x2525252525252525ull;
-  const uint64_t upper = (at_least_a ^ above_z) & ~word & kTop;
-  return word | (upper >> 2);
-}
-
 char LowerByte(char c) {
   return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
 }
@@ -346,6 +332,19 @@ int StopMask(const unsigned char* bytes, size_t i) {
   return _mm_movemask_epi8(stop);
 }
 
+// The bytes that end or refuse a ";params" run, as a bit mask over
+// bytes[i, i + 16): "/", and controls, space, DEL, "?", "#", "%", "(", "\\".
+int ParamsStopMask(const unsigned char* bytes, size_t i) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + i));
+  const auto is = [&x](char c) { return _mm_cmpeq_epi8(x, _mm_set1_epi8(c)); };
+  __m128i stop = _mm_cmpeq_epi8(_mm_max_epu8(x, _mm_set1_epi8(0x20)), _mm_set1_epi8(0x20));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('\x7f'), is('?')));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('#'), is('/')));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('%'), is('(')));
+  stop = _mm_or_si128(stop, is('\\'));
+  return _mm_movemask_epi8(stop);
+}
+
 __m128i Lower16(__m128i x) {
   // Signed compares: bytes >= 0x80 are negative, never in ['A', 'Z'].
   const __m128i upper = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('A' - 1)),
@@ -392,8 +391,8 @@ void CopyRun(const char* in, size_t size, char* out, char* lower) {
         string_hash_internal::Read8(reinterpret_cast<const unsigned char*>(in + size - 8));
     std::memcpy(out, &head, 8);
     std::memcpy(out + size - 8, &tail, 8);
-    const uint64_t lower_head = LowerWord(head);
-    const uint64_t lower_tail = LowerWord(tail);
+    const uint64_t lower_head = AsciiLowerWord(head);
+    const uint64_t lower_tail = AsciiLowerWord(tail);
     std::memcpy(lower, &lower_head, 8);
     std::memcpy(lower + size - 8, &lower_tail, 8);
     return;
@@ -476,6 +475,16 @@ bool NormalizeFast(std::string_view target, std::span<char> scratch, char* lower
     const bool after_slash = bytes[i - 1] == '/';
     const size_t params_start = i;
     ++i;
+#if defined(__SSE2__)
+    while (i + 16 <= size) {
+      const int mask = ParamsStopMask(bytes, i);
+      if (mask != 0) {
+        i += static_cast<size_t>(std::countr_zero(static_cast<unsigned>(mask)));
+        break;
+      }
+      i += 16;
+    }
+#endif
     while (i < size && bytes[i] != '/') {
       const uint8_t param_class = classes[bytes[i]];
       if (param_class == kInvalid || param_class == kRewrite) {
@@ -653,7 +662,7 @@ void AsciiLowerInto(std::string_view in, char* out) {
   for (; i + 8 <= size; i += 8) {
     uint64_t word;
     std::memcpy(&word, in.data() + i, 8);
-    word = LowerWord(word);
+    word = AsciiLowerWord(word);
     std::memcpy(out + i, &word, 8);
   }
   for (; i < size; ++i) {

@@ -322,6 +322,14 @@ TEST(NormalizeTargetTest, FastPathAgreesOnLongTargets) {
     for (size_t n = next() % 24; n > 0; --n) {
       target += "xyZ/"[next() % 4];
     }
+    if (next() % 2 == 0) {
+      // Long ";params", maybe with a byte that ends or refuses them.
+      target += ';';
+      for (size_t n = next() % 40; n > 0; --n) {
+        target += next() % 16 == 0 ? alphabet[next() % alphabet.size()] : "ab=;Cd"[next() % 6];
+      }
+      target += "/x";
+    }
     NormalizedTarget fast;
     NormalizedTarget general;
     std::string_view lower_path;
