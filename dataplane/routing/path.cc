@@ -325,10 +325,10 @@ int StopMask(const unsigned char* bytes, size_t i) {
   stop = _mm_or_si128(stop, _mm_or_si128(is('%'), is('(')));
   stop = _mm_or_si128(stop, is('\\'));
   // "/" or "." right after a "/": an empty segment, maybe a dot segment.
-  const __m128i segment_start = _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('/')),
-                                             _mm_cmpeq_epi8(x, _mm_set1_epi8('.')));
-  stop = _mm_or_si128(stop,
-                      _mm_and_si128(segment_start, _mm_cmpeq_epi8(before, _mm_set1_epi8('/'))));
+  const __m128i segment_start =
+      _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('/')), _mm_cmpeq_epi8(x, _mm_set1_epi8('.')));
+  stop =
+      _mm_or_si128(stop, _mm_and_si128(segment_start, _mm_cmpeq_epi8(before, _mm_set1_epi8('/'))));
   return _mm_movemask_epi8(stop);
 }
 

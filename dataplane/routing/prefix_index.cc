@@ -69,8 +69,7 @@ int PrefixIndex::LongestMatch(std::string_view lowercase_path) const {
   // probed, longest first, so a typical lookup hashes once.
   const size_t size = lowercase_path.size();
   const size_t scan_end = std::min(size, max_length_);
-  const bool whole_path =
-      size >= 2 && lowercase_path.back() != '/' && size + 1 <= max_length_;
+  const bool whole_path = size >= 2 && lowercase_path.back() != '/' && size + 1 <= max_length_;
 #if defined(__SSE2__)
   if (size >= 16 && scan_end <= kMaxDepth) {
     // The "/" of [0, scan_end) as bit masks, 16 bytes a block (the last

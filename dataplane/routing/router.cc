@@ -257,7 +257,8 @@ int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identi
   // one may still name a live server of the group.
   // Only the identifiers the request carries are looked at (StickyBy finds
   // nothing for an absent one, at the cost of a call).
-  static_assert(static_cast<int>(Identifier::kSapExtSid) == 4, "present[] is indexed by Identifier");
+  static_assert(static_cast<int>(Identifier::kSapExtSid) == 4,
+                "present[] is indexed by Identifier");
   const bool present[] = {false, !ids_.contextid_instance.empty(), ids_.saplb_count != 0,
                           !ids_.jsessionid.empty(), !ids_.ext_sid.empty()};
   const auto& order = group.kind == v1::KIND_ABAP ? kAbapOrder : kJavaOrder;
