@@ -74,6 +74,20 @@ inline uint64_t HashString(std::string_view s, uint64_t seed = 0) {
   return Mum(kSecret1 ^ n, Mum(a ^ kSecret1, b ^ seed ^ kSecret2));
 }
 
+// Lowercases the ASCII letters among 8 bytes at once (SWAR): a byte is an
+// uppercase letter when its top bit is clear and its low 7 bits lie in
+// ['A', 'Z']; adding 0x3f / 0x25 to the low 7 bits carries into the top bit
+// exactly when they are >= 'A' / > 'Z', and never into the next byte.
+inline uint64_t AsciiLowerWord(uint64_t word) {
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
+  constexpr uint64_t kTop = 0x8080808080808080ull;
+  const uint64_t low = word & kLow7;
+  const uint64_t at_least_a = low + 0x3f3f3f3f3f3f3f3full;
+  const uint64_t above_z = low + 0x2525252525252525ull;
+  const uint64_t upper = (at_least_a ^ above_z) & ~word & kTop;
+  return word | (upper >> 2);
+}
+
 // Whether the `size` bytes at `a` and `b` are equal. Inline word compares for
 // the short keys of the routing tables (names, path prefixes), where a call
 // to memcmp costs more than the comparison itself.

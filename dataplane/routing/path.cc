@@ -1,13 +1,24 @@
 #include "dataplane/routing/path.h"
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/crypto.h"
+#include "common/string_hash.h"
 
 namespace kwd::routing {
 namespace {
+
+char LowerByte(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 bool IsUnreserved(unsigned char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -287,15 +298,124 @@ bool MayEndSegment(uint8_t byte_class) {
 
 }  // namespace
 
-bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out) {
-  // Almost every real path is already normal apart from, at most, ";name=value"
-  // parameters: no escapes, brackets, empty or dot segments. One scan over the
-  // bytes proves that and copies the path without its parameters. Anything
-  // else goes to the general algorithm, which gives the same answer for these
-  // (path_test compares the two exhaustively over short targets).
+namespace {
+
+// Whether byte i of a target (i >= 1) stops the fast-path scan: any byte
+// that is not plain, except a "/" or "." that does not follow a "/" (those
+// only matter at the start of a segment).
+bool StopsScan(const unsigned char* bytes, size_t i) {
+  const uint8_t byte_class = kByteClasses[bytes[i]];
+  if (byte_class == kPlain) {
+    return false;
+  }
+  return (byte_class != kSlash && byte_class != kDot) || bytes[i - 1] == '/';
+}
+
+#if defined(__SSE2__)
+// StopsScan for the 16 bytes at bytes[i, i + 16) as a bit mask (bit k for
+// byte i + k); reads bytes[i - 1] too.
+int StopMask(const unsigned char* bytes, size_t i) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + i));
+  const __m128i before = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + i - 1));
+  // Control characters and space (<= 0x20), DEL, "?", "#", ";", "%", "(", "\\".
+  __m128i stop = _mm_cmpeq_epi8(_mm_max_epu8(x, _mm_set1_epi8(0x20)), _mm_set1_epi8(0x20));
+  const auto is = [&x](char c) { return _mm_cmpeq_epi8(x, _mm_set1_epi8(c)); };
+  stop = _mm_or_si128(stop, _mm_or_si128(is('\x7f'), is('?')));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('#'), is(';')));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('%'), is('(')));
+  stop = _mm_or_si128(stop, is('\\'));
+  // "/" or "." right after a "/": an empty segment, maybe a dot segment.
+  const __m128i segment_start =
+      _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('/')), _mm_cmpeq_epi8(x, _mm_set1_epi8('.')));
+  stop =
+      _mm_or_si128(stop, _mm_and_si128(segment_start, _mm_cmpeq_epi8(before, _mm_set1_epi8('/'))));
+  return _mm_movemask_epi8(stop);
+}
+
+// The bytes that end or refuse a ";params" run, as a bit mask over
+// bytes[i, i + 16): "/", and controls, space, DEL, "?", "#", "%", "(", "\\".
+int ParamsStopMask(const unsigned char* bytes, size_t i) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + i));
+  const auto is = [&x](char c) { return _mm_cmpeq_epi8(x, _mm_set1_epi8(c)); };
+  __m128i stop = _mm_cmpeq_epi8(_mm_max_epu8(x, _mm_set1_epi8(0x20)), _mm_set1_epi8(0x20));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('\x7f'), is('?')));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('#'), is('/')));
+  stop = _mm_or_si128(stop, _mm_or_si128(is('%'), is('(')));
+  stop = _mm_or_si128(stop, is('\\'));
+  return _mm_movemask_epi8(stop);
+}
+
+__m128i Lower16(__m128i x) {
+  // Signed compares: bytes >= 0x80 are negative, never in ['A', 'Z'].
+  const __m128i upper = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('A' - 1)),
+                                      _mm_cmplt_epi8(x, _mm_set1_epi8('Z' + 1)));
+  return _mm_or_si128(x, _mm_and_si128(upper, _mm_set1_epi8(0x20)));
+}
+#endif
+
+// Copies `size` bytes from `in` to `out` and, when `lower` is not null, their
+// ASCII-lowercase form to `lower`.
+void CopyRun(const char* in, size_t size, char* out, char* lower) {
+  if (lower == nullptr) {
+    std::memcpy(out, in, size);
+    return;
+  }
+#if defined(__SSE2__)
+  if (size >= 16) {
+    size_t i = 0;
+    for (; i + 16 <= size; i += 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), x);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(lower + i), Lower16(x));
+    }
+    if (i < size) {
+      // The last 16 bytes again, overlapping what is written already.
+      i = size - 16;
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), x);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(lower + i), Lower16(x));
+    }
+    return;
+  }
+#else
+  if (size >= 16) {
+    std::memcpy(out, in, size);
+    AsciiLowerInto(std::string_view(in, size), lower);
+    return;
+  }
+#endif
+  if (size >= 8) {
+    // Two words, overlapping when size < 16.
+    const uint64_t head = string_hash_internal::Read8(reinterpret_cast<const unsigned char*>(in));
+    const uint64_t tail =
+        string_hash_internal::Read8(reinterpret_cast<const unsigned char*>(in + size - 8));
+    std::memcpy(out, &head, 8);
+    std::memcpy(out + size - 8, &tail, 8);
+    const uint64_t lower_head = AsciiLowerWord(head);
+    const uint64_t lower_tail = AsciiLowerWord(tail);
+    std::memcpy(lower, &lower_head, 8);
+    std::memcpy(lower + size - 8, &lower_tail, 8);
+    return;
+  }
+  for (size_t i = 0; i < size; ++i) {
+    out[i] = in[i];
+    lower[i] = LowerByte(in[i]);
+  }
+}
+
+// The fast path for paths that are already normal apart from, at most,
+// ";name=value" parameters: no escapes, brackets, empty or dot segments. One
+// scan over the bytes proves that and copies the path without its parameters
+// (and, when `lower` is not null, its lowercase form to `lower`, which holds
+// as many bytes as `scratch`). False, leaving `out` alone, when the general
+// algorithm must decide; it gives the same answer for the paths accepted
+// here (path_test compares the two exhaustively over short targets and on
+// random long ones).
+bool NormalizeFast(std::string_view target, std::span<char> scratch, char* lower,
+                   NormalizedTarget* out) {
   const size_t size = target.size();
   if (size == 0 || target.front() != '/') {
-    return NormalizeTargetGeneral(target, scratch, out);
+    return false;
   }
   const auto* bytes = reinterpret_cast<const unsigned char*>(target.data());
   const uint8_t* classes = kByteClasses.data();
@@ -306,34 +426,38 @@ bool NormalizeTarget(std::string_view target, std::span<char> scratch, Normalize
   size_t i = 1;
   size_t path_end = size;
   while (true) {
-    // Plain bytes, four at a time while they last.
-    while (i + 4 <= size && (classes[bytes[i]] | classes[bytes[i + 1]] | classes[bytes[i + 2]] |
-                             classes[bytes[i + 3]]) == kPlain) {
-      i += 4;
-    }
-    while (i < size && classes[bytes[i]] == kPlain) {
-      ++i;
-    }
-    if (i == size) {
-      break;
-    }
-    // bytes[0] is "/", so there always is a previous byte.
-    const bool after_slash = bytes[i - 1] == '/';
-    const uint8_t byte_class = classes[bytes[i]];
-    if (byte_class == kSlash) {
-      if (after_slash) {
-        return NormalizeTargetGeneral(target, scratch, out);  // empty segment
+    // Up to the next byte that may matter, 16 at a time while they last.
+#if defined(__SSE2__)
+    bool found = false;
+    while (i + 16 <= size) {
+      const int mask = StopMask(bytes, i);
+      if (mask != 0) {
+        i += static_cast<size_t>(std::countr_zero(static_cast<unsigned>(mask)));
+        found = true;
+        break;
       }
-      ++i;
-      continue;
+      i += 16;
+    }
+    if (!found)
+#endif
+    {
+      while (i < size && !StopsScan(bytes, i)) {
+        ++i;
+      }
+      if (i == size) {
+        break;
+      }
+    }
+    const uint8_t byte_class = classes[bytes[i]];
+    // StopsScan: a "/" or "." here follows a "/".
+    if (byte_class == kSlash) {
+      return false;  // empty segment
     }
     if (byte_class == kDot) {
-      if (after_slash) {
-        const uint8_t next = i + 1 < size ? classes[bytes[i + 1]] : uint8_t{kEnd};
-        const uint8_t after_next = i + 2 < size ? classes[bytes[i + 2]] : uint8_t{kEnd};
-        if (MayEndSegment(next) || (next == kDot && MayEndSegment(after_next))) {
-          return NormalizeTargetGeneral(target, scratch, out);
-        }
+      const uint8_t next = i + 1 < size ? classes[bytes[i + 1]] : uint8_t{kEnd};
+      const uint8_t after_next = i + 2 < size ? classes[bytes[i + 2]] : uint8_t{kEnd};
+      if (MayEndSegment(next) || (next == kDot && MayEndSegment(after_next))) {
+        return false;
       }
       ++i;
       continue;
@@ -343,17 +467,28 @@ bool NormalizeTarget(std::string_view target, std::span<char> scratch, Normalize
       break;
     }
     if (byte_class != kParams) {
-      return NormalizeTargetGeneral(target, scratch, out);  // escapes, brackets, control bytes
+      return false;  // escapes, brackets, control bytes
     }
     // ";params" up to the next "/" are dropped. A segment that is nothing but
     // parameters ("/sap/;sap-ext-sid=x/ui") adds nothing either: its "/"
     // goes too, unless it is the last segment ("/sap/;x" is "/sap/").
+    const bool after_slash = bytes[i - 1] == '/';
     const size_t params_start = i;
     ++i;
+#if defined(__SSE2__)
+    while (i + 16 <= size) {
+      const int mask = ParamsStopMask(bytes, i);
+      if (mask != 0) {
+        i += static_cast<size_t>(std::countr_zero(static_cast<unsigned>(mask)));
+        break;
+      }
+      i += 16;
+    }
+#endif
     while (i < size && bytes[i] != '/') {
       const uint8_t param_class = classes[bytes[i]];
-      if (param_class == kInvalid) {
-        return NormalizeTargetGeneral(target, scratch, out);
+      if (param_class == kInvalid || param_class == kRewrite) {
+        return false;  // escapes ("%2F", "%00") and "\\" count in parameters too
       }
       if (param_class == kEnd) {
         break;
@@ -364,9 +499,10 @@ bool NormalizeTarget(std::string_view target, std::span<char> scratch, Normalize
     const size_t run_end = after_slash && !last_segment ? params_start - 1 : params_start;
     const size_t run = run_end - copy_from;
     if (written + run > capacity) {
-      return NormalizeTargetGeneral(target, scratch, out);
+      return false;
     }
-    std::memcpy(output + written, target.data() + copy_from, run);
+    CopyRun(target.data() + copy_from, run, output + written,
+            lower == nullptr ? nullptr : lower + written);
     written += run;
     copy_from = i;
     if (last_segment) {
@@ -376,14 +512,36 @@ bool NormalizeTarget(std::string_view target, std::span<char> scratch, Normalize
   }
   const size_t run = path_end - copy_from;
   if (written + run > capacity) {
-    return NormalizeTargetGeneral(target, scratch, out);
+    return false;
   }
-  std::memcpy(output + written, target.data() + copy_from, run);
+  CopyRun(target.data() + copy_from, run, output + written,
+          lower == nullptr ? nullptr : lower + written);
   written += run;
   *out = NormalizedTarget{};
   SplitTarget(target, path_end, out);
   out->path = std::string_view(output, written);
   out->forward_path = out->raw_path;
+  return true;
+}
+
+}  // namespace
+
+bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out) {
+  return NormalizeFast(target, scratch, nullptr, out) ||
+         NormalizeTargetGeneral(target, scratch, out);
+}
+
+bool NormalizeTargetLower(std::string_view target, std::span<char> scratch, std::span<char> lower,
+                          NormalizedTarget* out, std::string_view* lower_out) {
+  // The fast path's output fits both (a longer path fails below too).
+  if (!NormalizeFast(target, scratch.first(std::min(scratch.size(), lower.size())), lower.data(),
+                     out)) {
+    if (!NormalizeTargetGeneral(target, scratch, out) || out->path.size() > lower.size()) {
+      return false;
+    }
+    AsciiLowerInto(out->path, lower.data());
+  }
+  *lower_out = std::string_view(lower.data(), out->path.size());
   return true;
 }
 
@@ -498,35 +656,13 @@ bool Normalize(std::string_view target, std::span<char> scratch, bool decode_sep
 
 }  // namespace
 
-namespace {
-
-// Lowercases the ASCII letters among 8 bytes at once (SWAR): a byte is an
-// uppercase letter when its top bit is clear and its low 7 bits lie in
-// ['A', 'Z']; adding 0x3f / 0x25 to the low 7 bits carries into the top bit
-// exactly when they are >= 'A' / > 'Z', and never into the next byte.
-uint64_t LowerWord(uint64_t word) {
-  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
-  constexpr uint64_t kTop = 0x8080808080808080ull;
-  const uint64_t low = word & kLow7;
-  const uint64_t at_least_a = low + 0x3f3f3f3f3f3f3f3full;
-  const uint64_t above_z = low + 0x2525252525252525ull;
-  const uint64_t upper = (at_least_a ^ above_z) & ~word & kTop;
-  return word | (upper >> 2);
-}
-
-char LowerByte(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-}  // namespace
-
 void AsciiLowerInto(std::string_view in, char* out) {
   const size_t size = in.size();
   size_t i = 0;
   for (; i + 8 <= size; i += 8) {
     uint64_t word;
     std::memcpy(&word, in.data() + i, 8);
-    word = LowerWord(word);
+    word = AsciiLowerWord(word);
     std::memcpy(out + i, &word, 8);
   }
   for (; i < size; ++i) {

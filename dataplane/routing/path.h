@@ -45,6 +45,12 @@ struct NormalizedTarget {
 // the path when dot segments are resolved).
 bool NormalizeTarget(std::string_view target, std::span<char> scratch, NormalizedTarget* out);
 
+// NormalizeTarget, and the normalised path with its ASCII letters lowercased
+// into `lower` (`lower_out`). False also when the path does not fit in
+// `lower`. The fast path writes both in one pass.
+bool NormalizeTargetLower(std::string_view target, std::span<char> scratch, std::span<char> lower,
+                          NormalizedTarget* out, std::string_view* lower_out);
+
 // The same target as read by a backend that decodes "%2F" and "%5C" (and
 // takes "\" for "/") before it resolves dot segments, and "%3B" before it
 // drops ";params". The router routes a

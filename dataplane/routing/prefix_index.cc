@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <bit>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/string_hash.h"
 
 namespace kwd::routing {
@@ -61,12 +65,57 @@ int PrefixIndex::LongestMatch(std::string_view lowercase_path) const {
     return -1;
   }
   // Candidates "<path up to a '/'>/" and, when the path does not end with
-  // "/", "<path>/" ("/sap" matches "/sap/"), shortest first; each is hashed
-  // only when probed, longest first, so a typical lookup hashes once.
+  // "/", "<path>/" ("/sap" matches "/sap/"); each is hashed only when
+  // probed, longest first, so a typical lookup hashes once.
   const size_t size = lowercase_path.size();
+  const size_t scan_end = std::min(size, max_length_);
+  const bool whole_path = size >= 2 && lowercase_path.back() != '/' && size + 1 <= max_length_;
+#if defined(__SSE2__)
+  if (size >= 16 && scan_end <= kMaxDepth) {
+    // The "/" of [0, scan_end) as bit masks, 16 bytes a block (the last
+    // block is read ending at the path's end, and shifted into place).
+    constexpr size_t kBlocks = kMaxDepth / 16;
+    uint32_t masks[kBlocks];
+    const __m128i slash = _mm_set1_epi8('/');
+    const char* p = lowercase_path.data();
+    size_t blocks = 0;
+    for (size_t at = 0; at < scan_end; at += 16) {
+      uint32_t mask;
+      if (at + 16 <= size) {
+        mask = static_cast<uint32_t>(_mm_movemask_epi8(
+            _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + at)), slash)));
+      } else {
+        mask = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(
+                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + size - 16)), slash))) >>
+               (at - (size - 16));
+      }
+      if (scan_end - at < 16) {
+        mask &= (uint32_t{1} << (scan_end - at)) - 1;
+      }
+      masks[blocks++] = mask;
+    }
+    masks[0] &= ~uint32_t{1};  // the leading "/" is no candidate
+    if (whole_path) {
+      if (int found = Find(KeyHash(lowercase_path), lowercase_path, size + 1); found >= 0) {
+        return found;
+      }
+    }
+    for (size_t block = blocks; block > 0; --block) {
+      for (uint32_t mask = masks[block - 1]; mask != 0;) {
+        const int bit = 31 - std::countl_zero(mask);
+        mask &= ~(uint32_t{1} << bit);
+        const size_t end = (block - 1) * 16 + static_cast<size_t>(bit);
+        if (int found = Find(KeyHash(lowercase_path.substr(0, end)), lowercase_path, end + 1);
+            found >= 0) {
+          return found;
+        }
+      }
+    }
+    return -1;
+  }
+#endif
   size_t ends[kMaxDepth];  // candidate lengths without the final "/"
   size_t count = 0;
-  const size_t scan_end = std::min(size, max_length_);
   if (scan_end <= kMaxDepth) {
     // Cannot fill `ends`. Eight bytes at a time: the exact zero-byte test
     // (no false positives, unlike (x - 1) & ~x) of the word XOR "////////"
@@ -95,7 +144,7 @@ int PrefixIndex::LongestMatch(std::string_view lowercase_path) const {
       }
     }
   }
-  if (size >= 2 && lowercase_path.back() != '/' && size + 1 <= max_length_ && count < kMaxDepth) {
+  if (whole_path && count < kMaxDepth) {
     ends[count++] = size;
   }
   for (size_t k = count; k > 0; --k) {

@@ -255,8 +255,17 @@ int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identi
   }
   // An identifier that names a lost server does not end the search: a later
   // one may still name a live server of the group.
+  // Only the identifiers the request carries are looked at (StickyBy finds
+  // nothing for an absent one, at the cost of a call).
+  static_assert(static_cast<int>(Identifier::kSapExtSid) == 4,
+                "present[] is indexed by Identifier");
+  const bool present[] = {false, !ids_.contextid_instance.empty(), ids_.saplb_count != 0,
+                          !ids_.jsessionid.empty(), !ids_.ext_sid.empty()};
   const auto& order = group.kind == v1::KIND_ABAP ? kAbapOrder : kJavaOrder;
   for (Identifier identifier : order) {
+    if (!present[static_cast<size_t>(identifier)]) {
+      continue;
+    }
     int index = StickyBy(identifier, group, lost, record_ext_sid, now_ms);
     if (index >= 0) {
       *routed_by = identifier;
@@ -388,11 +397,11 @@ Decision Router::Route(const Request& request) {
     target = "/";
   }
   NormalizedTarget normalized;
+  std::string_view lower_path;
   // The path scratch holds twice the lowercase one (for the resolved path):
   // a longer normalised path (explain takes URLs beyond the proxy's 8 KiB
   // request line) is refused before it is lowercased.
-  if (!NormalizeTarget(target, path_scratch_, &normalized) ||
-      normalized.path.size() > lower_scratch_.size()) {
+  if (!NormalizeTargetLower(target, path_scratch_, lower_scratch_, &normalized, &lower_path)) {
     decision.reason = Reason::kBadRequest;
     decision.status = 400;
     return decision;
@@ -404,8 +413,6 @@ Decision Router::Route(const Request& request) {
   if (normalized.forward_path.data() != normalized.raw_path.data()) {
     decision.upstream_path = normalized.forward_path;
   }
-  AsciiLowerInto(normalized.path, lower_scratch_.data());
-  const std::string_view lower_path(lower_scratch_.data(), normalized.path.size());
 
   const VirtualHostEntry* vhost = decision.virtual_host;
   if (vhost == nullptr) {

@@ -1,10 +1,16 @@
 #include "dataplane/session/session_ids.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/crypto.h"
+#include "common/string_hash.h"
 
 namespace kwd::session {
 namespace {
@@ -210,16 +216,64 @@ struct PathParams {
   bool has_ext_sid = false;
 };
 
+// Whether `name` equals `lowercase_key` ASCII case-insensitively: a word at
+// a time (the parameter names are 10-13 bytes).
+bool EqualsLowercaseKey(std::string_view name, std::string_view lowercase_key) {
+  using string_hash_internal::Read8;
+  const size_t size = name.size();
+  if (size != lowercase_key.size()) {
+    return false;
+  }
+  const auto* p = reinterpret_cast<const unsigned char*>(name.data());
+  const auto* k = reinterpret_cast<const unsigned char*>(lowercase_key.data());
+  if (size >= 8) {
+    for (size_t i = 0; i + 8 <= size; i += 8) {
+      if (AsciiLowerWord(Read8(p + i)) != Read8(k + i)) {
+        return false;
+      }
+    }
+    return AsciiLowerWord(Read8(p + size - 8)) == Read8(k + size - 8);
+  }
+  for (size_t i = 0; i < size; ++i) {
+    if (AsciiLower(name[i]) != lowercase_key[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The first "/", ";" or "?" of `path` at or after `from`; path.size() when
+// there is none.
+size_t ParamEnd(std::string_view path, size_t from) {
+  const char* p = path.data();
+  const size_t size = path.size();
+  size_t i = from;
+#if defined(__SSE2__)
+  for (; i + 16 <= size; i += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const __m128i ends = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('/')), _mm_cmpeq_epi8(x, _mm_set1_epi8(';'))),
+        _mm_cmpeq_epi8(x, _mm_set1_epi8('?')));
+    if (const auto mask = static_cast<unsigned>(_mm_movemask_epi8(ends)); mask != 0) {
+      return i + static_cast<size_t>(std::countr_zero(mask));
+    }
+  }
+#endif
+  for (; i < size; ++i) {
+    const char c = p[i];
+    if (c == '/' || c == ';' || c == '?') {
+      return i;
+    }
+  }
+  return size;
+}
+
 // ";name=value" path parameters; each ends at the next "/", ";" or "?".
 void ReadPathParams(std::string_view path, PathParams* params) {
   size_t pos = path.find(';');
   while (pos != std::string_view::npos) {
     size_t start = pos + 1;
-    // A byte loop: find_first_of calls memchr on the set once per byte.
-    size_t end = start;
-    while (end < path.size() && path[end] != '/' && path[end] != ';' && path[end] != '?') {
-      ++end;
-    }
+    size_t end = ParamEnd(path, start);
     if (end == path.size()) {
       end = std::string_view::npos;
     }
@@ -228,13 +282,13 @@ void ReadPathParams(std::string_view path, PathParams* params) {
     if (eq != std::string_view::npos) {
       std::string_view name = param.substr(0, eq);
       std::string_view value = param.substr(eq + 1);
-      if (EqualsIgnoreCase(name, kContextIdName) && !params->has_contextid) {
+      if (EqualsLowercaseKey(name, kContextIdName) && !params->has_contextid) {
         params->has_contextid = true;
         params->contextid = value;
-      } else if (EqualsIgnoreCase(name, kJSessionIdParam) && !params->has_jsessionid) {
+      } else if (EqualsLowercaseKey(name, kJSessionIdParam) && !params->has_jsessionid) {
         params->has_jsessionid = true;
         params->jsessionid = value;
-      } else if (EqualsIgnoreCase(name, kExtSidParam) && !params->has_ext_sid) {
+      } else if (EqualsLowercaseKey(name, kExtSidParam) && !params->has_ext_sid) {
         params->has_ext_sid = true;
         params->ext_sid = value;
       }

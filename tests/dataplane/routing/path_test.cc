@@ -249,6 +249,7 @@ TEST(NormalizeTargetTest, FastPathAgreesWithTheGeneralAlgorithm) {
   ExpectAgreementOverAllTargets("/a.%2e;(=)?# B", 5, 16);
   ExpectAgreementOverAllTargets("/a.%2F\\()", 5, 16);
   ExpectAgreementOverAllTargets("/a.;?", 8, 16);
+  ExpectAgreementOverAllTargets("/a;%2F\\(", 6, 16);
   // A scratch smaller than some targets, with parameters that make the
   // output shorter than the input.
   ExpectAgreementOverAllTargets("/a;.", 8, 4);
@@ -289,6 +290,99 @@ TEST(NormalizeTargetTest, ForwardPathIsAFixedPoint) {
     }
   }
   EXPECT_GT(resolved, 1000);
+}
+
+// The fast path reads 16 bytes at a time: targets longer than the
+// exhaustive ones above, with the special bytes at every offset of a block.
+// Also NormalizeTargetLower's lowercase path (written in the same pass).
+TEST(NormalizeTargetTest, FastPathAgreesOnLongTargets) {
+  const std::string_view alphabet = "/aZ.%2e;(=)?#\\ B\x7f\x80";
+  const std::string_view plain = "/sap/bc/GUI/sap/its/webgui/x";
+  std::vector<char> fast_scratch(256);
+  std::vector<char> general_scratch(256);
+  std::vector<char> lower(256);
+  uint64_t state = 88172645463325252ull;  // xorshift64: the same targets every run
+  const auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  int accepted = 0;
+  for (int round = 0; round < 200000; ++round) {
+    // A plain run of 0..40 bytes, then 1..6 bytes of the alphabet, then
+    // another plain run: the special bytes land anywhere in a block.
+    std::string target(plain.substr(0, 1 + next() % plain.size()));
+    for (size_t n = next() % 40; n > 0; --n) {
+      target += "abcDEFghi/"[next() % 10];
+    }
+    for (size_t n = 1 + next() % 6; n > 0; --n) {
+      target += alphabet[next() % alphabet.size()];
+    }
+    for (size_t n = next() % 24; n > 0; --n) {
+      target += "xyZ/"[next() % 4];
+    }
+    if (next() % 2 == 0) {
+      // Long ";params", maybe with a byte that ends or refuses them.
+      target += ';';
+      for (size_t n = next() % 40; n > 0; --n) {
+        target += next() % 16 == 0 ? alphabet[next() % alphabet.size()] : "ab=;Cd"[next() % 6];
+      }
+      target += "/x";
+    }
+    NormalizedTarget fast;
+    NormalizedTarget general;
+    std::string_view lower_path;
+    const bool fast_ok = NormalizeTarget(target, fast_scratch, &fast);
+    const bool general_ok = NormalizeTargetGeneral(target, general_scratch, &general);
+    ASSERT_EQ(fast_ok, general_ok) << target;
+    ASSERT_EQ(NormalizeTargetLower(target, fast_scratch, lower, &fast, &lower_path), general_ok)
+        << target;
+    if (fast_ok) {
+      ASSERT_EQ(fast.path, general.path) << target;
+      ASSERT_EQ(fast.raw_path, general.raw_path) << target;
+      ASSERT_EQ(fast.query, general.query) << target;
+      ASSERT_EQ(fast.forward_path, general.forward_path) << target;
+      ASSERT_EQ(fast.encoded_separator, general.encoded_separator) << target;
+      std::string want(general.path.size(), '\0');
+      AsciiLowerInto(general.path, want.data());
+      ASSERT_EQ(lower_path, want) << target;
+      ASSERT_EQ(lower_path.data(), lower.data()) << target;
+      ++accepted;
+    }
+  }
+  EXPECT_GT(accepted, 10000);
+}
+
+TEST(NormalizeTargetTest, LowerPathMustFitItsScratch) {
+  std::vector<char> scratch(64);
+  std::array<char, 8> lower{};
+  NormalizedTarget out;
+  std::string_view lower_path;
+  ASSERT_TRUE(NormalizeTargetLower("/AbC/dEf?Q", scratch, lower, &out, &lower_path));
+  EXPECT_EQ(out.path, "/AbC/dEf");
+  EXPECT_EQ(lower_path, "/abc/def");
+  // Nine bytes: too long for the lowercase scratch, also through the general
+  // algorithm ("%41" is decoded).
+  EXPECT_FALSE(NormalizeTargetLower("/AbC/dEfG", scratch, lower, &out, &lower_path));
+  EXPECT_FALSE(NormalizeTargetLower("/AbC/dEf%41", scratch, lower, &out, &lower_path));
+  ASSERT_TRUE(NormalizeTargetLower("/AbC/d%45", scratch, lower, &out, &lower_path));
+  EXPECT_EQ(lower_path, "/abc/de");
+}
+
+// The fast path dropped ";params" without looking at their escapes: an
+// encoded separator or control character there went unnoticed, unlike in
+// the general algorithm (which sees the whole raw path).
+TEST(NormalizeTargetTest, EscapesInsideParametersCountAsAnywhereElse) {
+  std::array<char, 256> scratch{};
+  NormalizedTarget out;
+  EXPECT_FALSE(NormalizeTarget("/sap/bc;x=%00/gui", scratch, &out));
+  ASSERT_TRUE(NormalizeTarget("/sap/bc/gui;x=%2F..%2Fadmin/y", scratch, &out));
+  EXPECT_TRUE(out.encoded_separator);
+  ASSERT_TRUE(NormalizeTarget("/sap/bc/gui;x=\\..\\admin/y", scratch, &out));
+  EXPECT_TRUE(out.encoded_separator);
+  ASSERT_TRUE(NormalizeTarget("/sap/bc/gui;x=a%3Bb/y", scratch, &out));
+  EXPECT_TRUE(out.encoded_separator);
 }
 
 TEST(NormalizeTargetTest, FastPathRespectsTheScratchSize) {

@@ -166,6 +166,18 @@ std::vector<IdsCase> Cases() {
   add({.name = "ext_sid_at_end_of_path", .path = "/sap/x;sap-ext-sid=Z9", .want_ext_sid = "Z9"});
   add({.name = "ext_sid_bad_escape", .path = "/sap/;sap-ext-sid=A%G1/foo"});
   add({.name = "ext_sid_empty", .path = "/sap/;sap-ext-sid=/foo"});
+  // Names compare a word at a time, values end 16 bytes at a time: mixed
+  // case, names one byte off (in either word), values past a block.
+  add({.name = "ext_sid_name_case_insensitive",
+       .path = "/sap/bc/gui/sap/its/webgui;SAP-Ext-SID=0123456789abcdefghij;x=1/ui",
+       .want_ext_sid = "0123456789abcdefghij"});
+  add({.name = "near_miss_names_are_other_parameters",
+       .path = "/sap;sap-ext-sie=A;sap-ext_sid=B;sbp-ext-sid=C;jsessionie=D;jsessionId=E"
+               "0123456789abcdef0123456789?q",
+       .want_jsessionid = "E0123456789abcdef0123456789"});
+  add({.name = "contextid_path_parameter_case_insensitive",
+       .path = "/sap/bc;Sap-ContextId=SID%3aANON%3ainst_I_00%3aabcdefghijklmnopqrstuvwxyz/x",
+       .want_contextid = "inst_I_00"});
 
   // --- affinity cookie ---
   add({.name = "affinity_cookie",
