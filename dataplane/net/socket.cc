@@ -176,6 +176,14 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+void PrepareClientFirstListener(int fd, int defer_accept_seconds) {
+  SetNoDelay(fd);
+  if (defer_accept_seconds > 0) {
+    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_accept_seconds,
+               sizeof defer_accept_seconds);
+  }
+}
+
 bool IsLocalResourceError(int error_number) {
   return error_number == EMFILE || error_number == ENFILE || error_number == ENOBUFS ||
          error_number == ENOMEM || error_number == EADDRNOTAVAIL;

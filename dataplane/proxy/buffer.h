@@ -21,12 +21,16 @@ namespace kwd::proxy {
 namespace buffer_detail {
 
 // Free blocks of kBlockBytes for this thread: at most kMaxFree are kept (so a
-// burst of connections that all went idle leaves at most 512 KiB here), the
-// rest go back to malloc. The state is trivially destructible, so a buffer
-// freed while the thread exits (after its Drainer ran) still finds it.
+// burst of connections that all went idle leaves at most 4 MiB of address
+// space here, resident only as far as blocks were written), the rest go back
+// to malloc. 256 covers the three blocks of each of 64 connections in flight
+// at once: with fewer, a new connection per request (Connection: close) sent
+// blocks back to malloc and took them again, and the worker's heap top went
+// up and down (madvise, mprotect and a page fault every few requests). The state is trivially
+// destructible, so a buffer freed while the thread exits (after its Drainer ran) still finds it.
 struct BlockPool {
   static constexpr size_t kBlockBytes = 16 * 1024;
-  static constexpr uint32_t kMaxFree = 32;
+  static constexpr uint32_t kMaxFree = 256;
   struct Node {
     Node* next;
   };
@@ -182,8 +186,9 @@ class Buffer {
 // A bounded per-thread free list of T for per-request state an idle
 // connection gives back (the parsed request and response heads): Take()
 // reuses a given-back object (its old contents are left as they were) or
-// makes one; Give() keeps up to kMaxFree, deleting the rest.
-template <typename T, uint32_t kMaxFree = 32>
+// makes one; Give() keeps up to kMaxFree (128 heads of ~4 KiB: what 64
+// connections in flight hold, and then some), deleting the rest.
+template <typename T, uint32_t kMaxFree = 128>
 class PerThreadFreeList {
  public:
   static std::unique_ptr<T> Take() {

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "dataplane/net/proxy_protocol.h"
+#include "dataplane/net/socket.h"
 #include "dataplane/proxy/client_connection.h"
 #include "dataplane/proxy/http2_connection.h"
 #include "dataplane/proxy/passthrough_connection.h"
@@ -28,6 +29,22 @@ std::string_view ListenerName(Listener listener) {
 }
 
 namespace {
+
+// All three listeners' clients send first (an HTTP request, a TLS
+// ClientHello, a PROXY header), so a connection is accepted once its first
+// bytes are there (TCP_DEFER_ACCEPT; nginx's `listen ... deferred` and
+// HAProxy's `bind ... defer-accept` set the same option): a silent client is
+// handed over after about a second and the idle/header/handshake timeouts run
+// from then. Accepted sockets inherit TCP_NODELAY from the listener.
+constexpr int kDeferAcceptSeconds = 1;
+
+int ListenForClients(const net::Endpoint& endpoint, std::string* error) {
+  int fd = net::Listen(endpoint, /*reuse_port=*/true, 4096, error);
+  if (fd >= 0) {
+    net::PrepareClientFirstListener(fd, kDeferAcceptSeconds);
+  }
+  return fd;
+}
 
 // The PROXY protocol step (`--proxy-protocol`): waits (up to the header
 // timeout) for the header on a fresh connection, consumes exactly it, then
@@ -203,13 +220,13 @@ Worker::~Worker() {
 }
 
 bool Worker::Start(std::string* error) {
-  listen_fd_ = net::Listen(options_.listen, /*reuse_port=*/true, 4096, error);
+  listen_fd_ = ListenForClients(options_.listen, error);
   if (listen_fd_ < 0) {
     return false;
   }
   bound_ = net::LocalEndpoint(listen_fd_);
   if (options_.passthrough) {
-    passthrough_fd_ = net::Listen(options_.passthrough_listen, /*reuse_port=*/true, 4096, error);
+    passthrough_fd_ = ListenForClients(options_.passthrough_listen, error);
     if (passthrough_fd_ < 0) {
       *error = "--passthrough-listen: " + *error;
       return false;
@@ -218,7 +235,7 @@ bool Worker::Start(std::string* error) {
     loop_.Add(passthrough_fd_, EPOLLIN | EPOLLET, &passthrough_acceptor_);
   }
   if (server_tls_ != nullptr) {
-    tls_listen_fd_ = net::Listen(options_.tls_listen, /*reuse_port=*/true, 4096, error);
+    tls_listen_fd_ = ListenForClients(options_.tls_listen, error);
     if (tls_listen_fd_ < 0) {
       *error = "--tls-listen " + options_.tls_listen.ToString() + ": " + *error;
       return false;
@@ -324,13 +341,11 @@ void Worker::Accept(const Acceptor& acceptor) {
       return;
     }
     accept_retry_ms_ = 0;
-    if (connection_count_ >= options_.max_connections || draining_ ||
-        table_metrics_ == nullptr) {
+    if (connection_count_ >= options_.max_connections || draining_ || table_metrics_ == nullptr) {
       metrics_->connections_rejected.Inc();
       ::close(fd);
       continue;
     }
-    net::SetNoDelay(fd);
     net::Endpoint peer;
     peer.addr = addr;
     peer.len = len;

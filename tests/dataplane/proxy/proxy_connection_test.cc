@@ -411,6 +411,61 @@ TEST_F(ProxyConnectionTest, HalfClosingSlowClientGetsItsWholeResponse) {
   EXPECT_EQ(e.received.size() - head_end - 4, kBody);
 }
 
+// ---- clients that send late, or never (the listener defers accepts) ----
+
+// An "ok" backend that closes after each response (so the proxy keeps no
+// pooled connection that would spare it a connect).
+void AnswerOkAndClose(int fd, int, const std::string&, std::string) {
+  SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+}
+
+// The listeners hand a connection over once its first bytes are there
+// (TCP_DEFER_ACCEPT, 1 s). A client that connects and sends its request a
+// moment later, or only after the defer period, is served all the same.
+TEST_F(ProxyConnectionTest, ClientSendingItsRequestLateIsServed) {
+  ScriptedBackend backend(AnswerOkAndClose);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  for (auto pause : {std::chrono::milliseconds(200), std::chrono::milliseconds(1500)}) {
+    HttpClient client(port());
+    ASSERT_TRUE(client.connected());
+    std::this_thread::sleep_for(pause);  // the client's own delay, not a wait for the proxy
+    HttpReply r = client.Request("GET /late HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(r.status, 200) << "request sent " << pause.count() << " ms after connecting";
+    EXPECT_EQ(r.body, "ok");
+    EXPECT_TRUE(client.WaitClosed());
+  }
+}
+
+// A client that connects and never sends is handed over after the defer
+// period and closed by --idle-timeout, without an answer, as before.
+TEST_F(ProxyConnectionTest, SilentClientIsClosedByTheIdleTimeout) {
+  ScriptedBackend backend(AnswerOkAndClose);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--idle-timeout", "500ms"}));
+  auto start = Clock::now();
+  HttpClient silent(port());
+  ASSERT_TRUE(silent.connected());
+  EXPECT_TRUE(silent.WaitClosed()) << "still open after the client's 10 s receive timeout";
+  EXPECT_GE(SecondsSince(start), 0.5) << "closed before its idle timeout";
+  EXPECT_LT(SecondsSince(start), 8.0);  // ~1 s defer + 0.5 s, with room for a loaded machine
+  EXPECT_EQ(silent.TakeBuffered(), "");
+  EXPECT_EQ(backend.traffic_connections(), 0);
+}
+
+// A client that sends part of a head only after the defer period gets the
+// 408 of --header-timeout and is disconnected.
+TEST_F(ProxyConnectionTest, SlowClientStartingAfterTheDeferPeriodGets408) {
+  ScriptedBackend backend(AnswerOkAndClose);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--header-timeout", "300ms"}));
+  HttpClient slow(port());
+  ASSERT_TRUE(slow.connected());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the defer period
+  ASSERT_TRUE(slow.Send("GET /slow HTTP/1.1\r\nHost: x\r\n"));   // never finished
+  HttpReply r = slow.Read();
+  EXPECT_EQ(r.status, 408);
+  EXPECT_TRUE(slow.WaitClosed());
+  EXPECT_EQ(backend.traffic_connections(), 0);
+}
+
 // ---- request bodies towards a backend that reads in bursts ----
 
 // A backend that leaves the body in its socket for a while and then takes
@@ -542,12 +597,6 @@ FdUse FdsOf(pid_t pid) {
   }
   ::closedir(dir);
   return use;
-}
-
-// An "ok" backend that closes after each response (so the proxy keeps no
-// pooled connection that would spare it a connect).
-void AnswerOkAndClose(int fd, int, const std::string&, std::string) {
-  SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
 }
 
 class ProxyDescriptorTest : public ProxyConnectionTest {
