@@ -57,11 +57,11 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
 }
 
 ClientConnection::~ClientConnection() {
-  // The heads go back to the worker's free lists (a connection closed after
-  // one request never went idle, where they are given back otherwise): a new
-  // connection per request then takes them from there instead of from malloc.
+  // The request head goes back to the worker's free list (a connection
+  // closed after one request never went idle, where it is given back
+  // otherwise; the exchange's destructor gives the response head back): a
+  // new connection per request then takes it from there instead of malloc.
   PerThreadFreeList<http::RequestHead>::Give(std::move(request_head_));
-  PerThreadFreeList<http::ResponseHead>::Give(std::move(response_head_));
 }
 
 void ClientConnection::Start() {
