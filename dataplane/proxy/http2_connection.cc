@@ -118,7 +118,7 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
     connection->CountError(Http2Error::kStreamReset);
     nghttp2_submit_rst_stream(connection->session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
   }
-  void OnExchangeProgress() override { connection->Drive(); }
+  void OnExchangeProgress() override { connection->DriveSoon(); }
 };
 
 namespace {
@@ -461,7 +461,8 @@ Http2Connection::Http2Connection(Worker* worker, std::unique_ptr<net::Transport>
       fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
       registered_(registered),
-      tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }) {
+      tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }),
+      drive_soon_(this, [](void* self) { static_cast<Http2Connection*>(self)->Drive(); }) {
   in_.Append(received);
 }
 
@@ -553,7 +554,8 @@ void Http2Connection::OnIo(uint32_t events) {
   if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
     peer_closed_ = true;
   }
-  Drive();
+  // With the upstream events of the same batch: one write for all.
+  DriveSoon();
 }
 
 Http2Connection::Stream* Http2Connection::FindStream(int32_t id) {
@@ -832,6 +834,17 @@ void Http2Connection::Drive() {
   }
 }
 
+void Http2Connection::DriveSoon() {
+  if (closed_) {
+    return;
+  }
+  if (in_drive_) {
+    drive_again_ = true;
+    return;
+  }
+  worker_->loop().Defer(&drive_soon_);
+}
+
 void Http2Connection::ScheduleTick() {
   const ProxyOptions& o = worker_->options();
   int64_t shortest = std::min({o.idle_timeout_ms, o.header_timeout_ms, o.h2_ping_timeout_ms});
@@ -914,6 +927,7 @@ void Http2Connection::Close(std::string_view cause) {
   }
   worker_->metrics().http2_connections.Add(-1);
   worker_->loop().Cancel(&tick_);
+  worker_->loop().CancelDeferred(&drive_soon_);
   worker_->loop().Remove(fd_);
   transport_->Shutdown();
   ::close(fd_);

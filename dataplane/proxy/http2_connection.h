@@ -57,6 +57,9 @@ class Http2Connection final : public WorkerConnection {
   friend struct Http2Callbacks;
 
   void Drive();
+  // Drive at the end of the event loop's current batch: the output of every
+  // stream whose upstream answered in the batch goes out in one write.
+  void DriveSoon();
   bool Receive();
   bool Send();
   void PumpStreams();
@@ -96,6 +99,7 @@ class Http2Connection final : public WorkerConnection {
   uint64_t resets_received_ = 0;
   uint64_t streams_begun_ = 0;
   net::Timer tick_;
+  net::Deferred drive_soon_;
   // Scratch for response heads.
   std::vector<nghttp2_nv> nva_;
   std::string names_;
