@@ -35,6 +35,60 @@ uint8_t* Bytes(std::string_view s) {
   return reinterpret_cast<uint8_t*>(const_cast<char*>(s.data()));
 }
 
+// The three digits of a status code (100-999) into `out`.
+void StatusDigits(int status, char out[3]) {
+  status = std::clamp(status, 0, 999);
+  out[0] = static_cast<char>('0' + status / 100);
+  out[1] = static_cast<char>('0' + status / 10 % 10);
+  out[2] = static_cast<char>('0' + status % 10);
+}
+
+// Memory for streams (about 10 KB each), kept per thread: a worker's
+// connections start and end streams all the time, and a block of this size
+// is slow to take from malloc. At most kMaxFree are kept (640 KB). The state
+// is trivially destructible, so a stream freed while the thread exits (after
+// its drainer ran) still finds it, as buffer.h's BlockPool.
+struct StreamPool {
+  static constexpr uint32_t kMaxFree = 64;
+  void* free[kMaxFree];
+  uint32_t count = 0;
+  size_t block_bytes = 0;  // the size of the blocks kept
+  bool closed = false;     // the thread is exiting: blocks go straight back
+
+  static StreamPool& ThisThread() {
+    static thread_local StreamPool pool;
+    return pool;
+  }
+  void* Take(size_t bytes) {
+    if (count > 0 && bytes == block_bytes) {
+      return free[--count];
+    }
+    return ::operator new(bytes);
+  }
+  void Give(void* block, size_t bytes);
+};
+
+struct StreamPoolDrainer {
+  ~StreamPoolDrainer() {
+    StreamPool& pool = StreamPool::ThisThread();
+    pool.closed = true;
+    while (pool.count > 0) {
+      ::operator delete(pool.free[--pool.count]);
+    }
+  }
+};
+
+void StreamPool::Give(void* block, size_t bytes) {
+  static thread_local StreamPoolDrainer drainer;  // constructed with the first kept block
+  (void)drainer;
+  if (closed || count >= kMaxFree || (count > 0 && bytes != block_bytes)) {
+    ::operator delete(block);
+    return;
+  }
+  block_bytes = bytes;
+  free[count++] = block;
+}
+
 }  // namespace
 
 PrefaceMatch MatchHttp2Preface(std::string_view received) {
@@ -52,6 +106,9 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
         id(stream_id),
         exchange(c->worker_, this, ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"}) {
   }
+
+  static void* operator new(size_t bytes) { return StreamPool::ThisThread().Take(bytes); }
+  static void operator delete(void* p, size_t bytes) { StreamPool::ThisThread().Give(p, bytes); }
 
   Http2Connection* connection;
   int32_t id;
@@ -137,8 +194,8 @@ void Http2Connection::Stream::OnResponseHead(int status,
   responded = true;
   response_done = end;
   MarkSent();
-  char status_text[8];
-  std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
+  char status_text[3];
+  StatusDigits(status, status_text);
   // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
   // names and values when the response is submitted.
   std::vector<nghttp2_nv>& nva = connection->nva_;
@@ -319,6 +376,12 @@ struct Http2Callbacks {
     if (stream->fields.size() >= http::kMaxHeaders - 4) {
       stream->too_many_fields = true;
       return 0;
+    }
+    if (stream->fields.empty()) {
+      // Room for a usual request head at once, rather than growing field by
+      // field.
+      stream->fields.reserve(16);
+      stream->arena.reserve(256);
     }
     Http2Connection::Stream::Field f{};
     f.name_at = static_cast<uint32_t>(stream->arena.size());
