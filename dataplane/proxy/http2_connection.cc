@@ -43,6 +43,54 @@ void StatusDigits(int status, char out[3]) {
   out[2] = static_cast<char>('0' + status % 10);
 }
 
+// The hop-by-hop fields of one response (http::IsHopByHop's answer for each
+// field), its Connection fields read once instead of for every field.
+class ResponseHopByHop {
+ public:
+  explicit ResponseHopByHop(std::span<const http::Header> fields) : fields_(fields) {
+    for (const auto& f : fields) {
+      if (f.Id() != http::FieldId::kConnection) {
+        continue;
+      }
+      http::ForEachListElement(f.value, [&](std::string_view element) {
+        if (count_ == tokens_.size()) {
+          overflow_ = true;
+          return false;
+        }
+        tokens_[count_++] = element;
+        return true;
+      });
+    }
+  }
+  bool operator()(const http::Header& f) const {
+    switch (f.Id()) {
+      case http::FieldId::kConnection:
+      case http::FieldId::kKeepAlive:
+      case http::FieldId::kProxyConnection:
+      case http::FieldId::kTe:
+      case http::FieldId::kTrailer:
+      case http::FieldId::kTransferEncoding:
+      case http::FieldId::kUpgrade:
+        return true;
+      default:
+        break;
+    }
+    // Only a name a Connection element spells can be nominated ("Connection:
+    // keep-alive" nominates no other field): http::IsHopByHop decides then.
+    bool named = overflow_;
+    for (size_t i = 0; i < count_ && !named; ++i) {
+      named = http::EqualsIgnoreCase(tokens_[i], f.name);
+    }
+    return named && http::IsHopByHop(f.name, fields_);
+  }
+
+ private:
+  std::span<const http::Header> fields_;
+  std::array<std::string_view, 8> tokens_{};
+  size_t count_ = 0;
+  bool overflow_ = false;
+};
+
 // Memory for streams (about 10 KB each), kept per thread: a worker's
 // connections start and end streams all the time, and a block of this size
 // is slow to take from malloc. At most kMaxFree are kept (640 KB). The state
@@ -202,22 +250,24 @@ void Http2Connection::Stream::OnResponseHead(int status,
   nva.clear();
   nva.push_back(
       {Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3, NGHTTP2_NV_FLAG_NONE});
-  // Names are lower-cased into one scratch string, reserved first so that
-  // the pointers into it stay valid.
+  // Names are lower-cased into one scratch string, sized first so that the
+  // pointers into it stay valid.
   std::string& names = connection->names_;
   names.clear();
   size_t total = 0;
   for (const auto& f : response_fields) {
     total += f.name.size();
   }
-  names.reserve(total);
+  names.resize(total);
+  size_t names_used = 0;
+  ResponseHopByHop hop_by_hop(response_fields);
   bool length_sent = false;
   for (const auto& f : response_fields) {
-    if (http::IsHopByHop(f.name, response_fields)) {
+    if (hop_by_hop(f)) {
       continue;
     }
     std::string_view value = f.value;
-    if (http::EqualsIgnoreCase(f.name, "content-length")) {
+    if (f.Id() == http::FieldId::kContentLength) {
       // HTTP/1.1 lets a server repeat its length (fields or a list of the
       // same value: the exchange checked they agree) and a 204 carry one;
       // HTTP/2 clients reset a stream unless there is at most one field of
@@ -231,12 +281,13 @@ void Http2Connection::Stream::OnResponseHead(int status,
         return false;
       });
     }
-    size_t at = names.size();
+    char* name = names.data() + names_used;
     for (char c : f.name) {
-      names.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c);
+      *name++ = http::chars::Lower(c);
     }
-    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(value), f.name.size(),
-                   value.size(), NGHTTP2_NV_FLAG_NONE});
+    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + names_used), Bytes(value),
+                   f.name.size(), value.size(), NGHTTP2_NV_FLAG_NONE});
+    names_used += f.name.size();
   }
   if (!set_cookie.empty()) {
     nva.push_back(

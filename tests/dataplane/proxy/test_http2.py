@@ -175,6 +175,10 @@ class CannedBackend:
         "duplicate-length": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
         "length-list": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok",
         "no-content-with-length": b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+        # Hop-by-hop: the fixed list, and X-Hop because Connection names it.
+        "hop-by-hop": b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
+                      b"Keep-Alive: timeout=5\r\nX-Kept: 2\r\nX-Hop-Not: 3\r\n"
+                      b"Content-Length: 2\r\n\r\nok",
     }
 
     def __init__(self):
@@ -753,6 +757,19 @@ spec:
             found = [line.split(":", 1)[1].strip() for line in head
                      if line.lower().startswith("content-length:")]
             self.assertEqual(found, lengths, name)
+
+    def test_hop_by_hop_response_fields_are_dropped(self):
+        # Connection, Keep-Alive and what a Connection field names stay on the
+        # HTTP/1.1 hop; a name that merely starts like a nominated one goes on.
+        c = self.client()
+        r = c.get("/canned/hop-by-hop")
+        c.close()
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(bytes(r["data"]), b"ok")
+        names = set(r["headers"])
+        self.assertEqual(names & {"connection", "keep-alive", "x-hop"}, set())
+        self.assertEqual(r["headers"].get("x-kept"), "2")
+        self.assertEqual(r["headers"].get("x-hop-not"), "3")
 
     # ---- logging and metrics ----
 
