@@ -132,6 +132,7 @@ class Backend:
                     "proto": self.headers.get("X-Forwarded-Proto"),
                     "request_id": self.headers.get("X-Request-Id"),
                     "cipher": self.headers.get("SSL_CIPHER_SUITE"),
+                    "key_size": self.headers.get("SSL_CIPHER_USEKEYSIZE"),
                     "chunked": chunked,
                     "trailers": self.trailers,
                     "length": len(body),
@@ -507,6 +508,7 @@ spec:
         self.assertEqual(r["headers"][":status"], "200")
         self.assertEqual(body_json(r)["proto"], "https")
         self.assertTrue(body_json(r)["cipher"])
+        self.assertIn(body_json(r)["key_size"], ("128", "256"))
 
     def test_h2c_prior_knowledge_with_flag(self):
         c = H2Client(self.proxy.port, tls=False)
