@@ -158,6 +158,25 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   static void* operator new(size_t bytes) { return StreamPool::ThisThread().Take(bytes); }
   static void operator delete(void* p, size_t bytes) { StreamPool::ThisThread().Give(p, bytes); }
 
+  // Makes `stream` (ended, on no call stack) a new stream `stream_id`: every
+  // member is made afresh but the head's containers, which keep their
+  // capacity, so a connection's streams stop allocating once warm.
+  static Stream* Reuse(Stream* stream, int32_t stream_id) {
+    std::string kept_arena = std::move(stream->arena);
+    std::vector<Field> kept_fields = std::move(stream->fields);
+    std::string kept_cookie = std::move(stream->cookie);
+    Http2Connection* c = stream->connection;
+    stream->~Stream();
+    auto* fresh = ::new (static_cast<void*>(stream)) Stream(c, stream_id);
+    kept_arena.clear();
+    kept_fields.clear();
+    kept_cookie.clear();
+    fresh->arena = std::move(kept_arena);
+    fresh->fields = std::move(kept_fields);
+    fresh->cookie = std::move(kept_cookie);
+    return fresh;
+  }
+
   Http2Connection* connection;
   int32_t id;
   Exchange exchange;
@@ -379,7 +398,7 @@ struct Http2Callbacks {
                                 NGHTTP2_REFUSED_STREAM);
       return 0;  // its fields and DATA are ignored: no Stream
     }
-    auto* stream = new Http2Connection::Stream(c, frame->hd.stream_id);
+    Http2Connection::Stream* stream = c->NewStream(frame->hd.stream_id);
     stream->begun_ms = c->worker_->loop().now_ms();
     c->streams_[frame->hd.stream_id] = stream;
     ++c->live_streams_;
@@ -587,6 +606,10 @@ Http2Connection::~Http2Connection() {
   for (auto& [id, stream] : streams_) {
     delete stream;
   }
+  for (Stream* stream : retired_) {
+    delete stream;
+  }
+  FreeSpareStreams();
 }
 
 void Http2Connection::Start() {
@@ -688,16 +711,43 @@ void Http2Connection::RemoveStream(int32_t id) {
   --live_streams_;
   worker_->metrics().http2_streams.Add(-1);
   if (stream->started) {
-    worker_->loop().DeleteLater(stream);  // its exchange may be on the stack
+    retired_.push_back(stream);  // its exchange may be on the stack
   } else {
-    // Never started: nothing but this map referred to it. Freed now, so a
+    // Never started: nothing but this map referred to it. Reusable now, so a
     // burst of reset streams read in one go does not pile up until the loop
-    // turns (8 KB each).
-    delete stream;
+    // turns (10 KB each).
+    KeepSpare(stream);
   }
   if (streams_.empty()) {
     idle_since_ms_ = worker_->loop().now_ms();
   }
+}
+
+Http2Connection::Stream* Http2Connection::NewStream(int32_t id) {
+  if (spare_.empty()) {
+    return new Stream(this, id);
+  }
+  Stream* stream = spare_.back();
+  spare_.pop_back();
+  return Stream::Reuse(stream, id);
+}
+
+void Http2Connection::KeepSpare(Stream* stream) {
+  // At most as many as may be open at once: no more memory than the
+  // connection's own busiest moment held, and none once it is idle
+  // (OnTick).
+  if (spare_.size() < worker_->options().h2_max_concurrent_streams) {
+    spare_.push_back(stream);
+  } else {
+    delete stream;
+  }
+}
+
+void Http2Connection::FreeSpareStreams() {
+  for (Stream* stream : spare_) {
+    delete stream;
+  }
+  spare_.clear();
 }
 
 void Http2Connection::CountError(Http2Error error) {
@@ -907,6 +957,12 @@ void Http2Connection::Drive() {
     return;
   }
   in_drive_ = true;
+  // Called from the event loop (no exchange on the stack): the streams
+  // that ended since the last Drive can be reused.
+  for (Stream* stream : retired_) {
+    KeepSpare(stream);
+  }
+  retired_.clear();
   for (int round = 0; round < 10'000 && !fatal_; ++round) {
     drive_again_ = false;
     bool progressed = Receive();
@@ -978,6 +1034,7 @@ void Http2Connection::OnTick() {
     return;
   }
   if (streams_.empty()) {
+    FreeSpareStreams();  // an idle connection holds no stream memory
     if (now - idle_since_ms_ >= o.idle_timeout_ms && !draining_) {
       // GOAWAY NO_ERROR, then the close once it is out.
       draining_ = true;
@@ -1034,6 +1091,11 @@ void Http2Connection::Close(std::string_view cause) {
     worker_->loop().DeleteLater(stream);
   }
   streams_.clear();
+  for (Stream* stream : retired_) {
+    worker_->loop().DeleteLater(stream);
+  }
+  retired_.clear();
+  FreeSpareStreams();
   live_streams_ = 0;
   if (session_ != nullptr) {
     nghttp2_session_del(session_);

@@ -579,6 +579,23 @@ spec:
         self.assertGreaterEqual(self.proxy.metric("kwd_proxy_sticky_routed_total",
                                                   identifier="sap-contextid") or 0, 12)
 
+    def test_later_streams_on_a_connection_carry_nothing_of_earlier_ones(self):
+        # A connection reuses its ended streams' memory: a stream's cookie,
+        # fields and path must not leak into the next one.
+        c = self.client()
+        for i in range(6):
+            if i % 2 == 0:
+                r = c.get(f"/sap/bc/gui/with/{i}",
+                          headers=[("cookie", f"a={i}"), ("cookie", f"b={i}")])
+                self.assertEqual(body_json(r)["cookie"], [f"a={i}; b={i}"])
+            else:
+                r = c.get(f"/sap/bc/gui/without/{i}")
+                self.assertIsNone(body_json(r)["cookie"])
+            self.assertEqual(r["headers"][":status"], "200")
+            kind = "with" if i % 2 == 0 else "without"
+            self.assertEqual(body_json(r)["path"], f"/sap/bc/gui/{kind}/{i}")
+        c.close()
+
     def test_balancing_ratio_over_many_streams_on_one_connection(self):
         c = self.client()
         counts = {"big1": 0, "small1": 0}
