@@ -210,7 +210,10 @@ void EventLoop::Run() {
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
   while (!stop_.load(std::memory_order_acquire)) {
-    int timeout = deferred_head_ != nullptr ? 0 : armed_timers_ > 0 ? static_cast<int>(kTickMs) : 1000;
+    int timeout = armed_timers_ > 0 ? static_cast<int>(kTickMs) : 1000;
+    if (deferred_head_ != nullptr) {
+      timeout = 0;  // callbacks left over from the last batch
+    }
     int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
     now_ms_ = MonotonicMs();
     for (int i = 0; i < n; ++i) {

@@ -205,9 +205,8 @@ TEST(EventLoopTest, DeferredRunsOnceAfterTheBatch) {
     f->loop->Stop();
   });
   // Deferred and destroyed before the batch ends: never runs.
-  auto dropped = std::make_unique<Deferred>(&state, [](void* self) {
-    static_cast<Flush*>(self)->log->push_back("dropped");
-  });
+  auto dropped = std::make_unique<Deferred>(
+      &state, [](void* self) { static_cast<Flush*>(self)->log->push_back("dropped"); });
   loop.Defer(dropped.get());
   EXPECT_TRUE(dropped->queued());
   dropped.reset();
