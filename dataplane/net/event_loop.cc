@@ -20,6 +20,12 @@ Timer::~Timer() {
   }
 }
 
+Deferred::~Deferred() {
+  if (loop_ != nullptr) {
+    loop_->CancelDeferred(this);
+  }
+}
+
 namespace {
 // The wake-up eventfd is registered with this sentinel instead of a handler.
 IoHandler* const kWakeHandler = nullptr;
@@ -47,6 +53,9 @@ EventLoop::~EventLoop() {
       t->loop_ = nullptr;
       t->prev_ = t->next_ = nullptr;
     }
+  }
+  while (deferred_head_ != nullptr) {
+    CancelDeferred(deferred_head_);
   }
   close(wake_fd_);
   close(epoll_fd_);
@@ -110,6 +119,49 @@ void EventLoop::Cancel(Timer* timer) {
   }
 }
 
+void EventLoop::Defer(Deferred* deferred) {
+  if (deferred->loop_ != nullptr) {
+    return;
+  }
+  deferred->loop_ = this;
+  deferred->next_ = nullptr;
+  deferred->prev_ = deferred_tail_;
+  if (deferred_tail_ != nullptr) {
+    deferred_tail_->next_ = deferred;
+  } else {
+    deferred_head_ = deferred;
+  }
+  deferred_tail_ = deferred;
+}
+
+void EventLoop::CancelDeferred(Deferred* deferred) {
+  if (deferred->loop_ != this) {
+    return;
+  }
+  if (deferred->prev_ != nullptr) {
+    deferred->prev_->next_ = deferred->next_;
+  } else {
+    deferred_head_ = deferred->next_;
+  }
+  if (deferred->next_ != nullptr) {
+    deferred->next_->prev_ = deferred->prev_;
+  } else {
+    deferred_tail_ = deferred->prev_;
+  }
+  deferred->prev_ = deferred->next_ = nullptr;
+  deferred->loop_ = nullptr;
+}
+
+void EventLoop::RunDeferred() {
+  // Callbacks may defer others (or themselves again): those run too, up to a
+  // bound; what is left runs after the next batch, which then does not wait.
+  for (int i = 0; i < 100'000 && deferred_head_ != nullptr; ++i) {
+    Deferred* d = deferred_head_;
+    CancelDeferred(d);
+    d->callback_(d->owner_);
+  }
+}
+
 void EventLoop::RunTimers() {
   // A tick is processed once every deadline in it has passed.
   while (wheel_time_ms_ + kTickMs - 1 <= now_ms_) {
@@ -159,6 +211,9 @@ void EventLoop::Run() {
   epoll_event events[kMaxEvents];
   while (!stop_.load(std::memory_order_acquire)) {
     int timeout = armed_timers_ > 0 ? static_cast<int>(kTickMs) : 1000;
+    if (deferred_head_ != nullptr) {
+      timeout = 0;  // callbacks left over from the last batch
+    }
     int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
     now_ms_ = MonotonicMs();
     for (int i = 0; i < n; ++i) {
@@ -169,7 +224,9 @@ void EventLoop::Run() {
         handler->OnIo(events[i].events);
       }
     }
+    RunDeferred();
     RunTimers();
+    RunDeferred();
     for (size_t i = 0; i < graveyard_.size(); ++i) {
       delete graveyard_[i];
     }

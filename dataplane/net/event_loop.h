@@ -52,6 +52,29 @@ class Timer {
   size_t slot_ = 0;
 };
 
+// A callback embedded in its owner that runs once at the end of the current
+// batch of events (after the I/O events, and again after the timers), before
+// closed objects are destroyed: a connection that many events of one batch
+// touch (an HTTP/2 connection whose streams' upstreams answered) writes its
+// output once. Deferring a queued callback again does nothing.
+class Deferred {
+ public:
+  using Callback = void (*)(void* owner);
+  Deferred(void* owner, Callback callback) : owner_(owner), callback_(callback) {}
+  ~Deferred();
+  Deferred(const Deferred&) = delete;
+  Deferred& operator=(const Deferred&) = delete;
+  bool queued() const { return loop_ != nullptr; }
+
+ private:
+  friend class EventLoop;
+  void* owner_;
+  Callback callback_;
+  EventLoop* loop_ = nullptr;
+  Deferred* prev_ = nullptr;
+  Deferred* next_ = nullptr;
+};
+
 // Monotonic milliseconds.
 int64_t MonotonicMs();
 
@@ -76,6 +99,11 @@ class EventLoop {
   // Runs `fn` on the loop's thread soon. Thread-safe.
   void Post(std::function<void()> fn);
 
+  // Runs `deferred` at the end of the current batch (or of the next one, when
+  // called outside a batch).
+  void Defer(Deferred* deferred);
+  void CancelDeferred(Deferred* deferred);
+
   void DeleteLater(Deletable* object) { graveyard_.push_back(object); }
 
   // Time cached at the start of the current iteration.
@@ -87,6 +115,7 @@ class EventLoop {
   static constexpr int64_t kTickMs = 10;
 
   void RunTimers();
+  void RunDeferred();
   void DrainPosted();
   void Unlink(Timer* timer);
 
@@ -98,6 +127,8 @@ class EventLoop {
   std::vector<Timer*> wheel_;  // heads of intrusive lists
   size_t armed_timers_ = 0;
   std::vector<Deletable*> graveyard_;
+  Deferred* deferred_head_ = nullptr;  // FIFO
+  Deferred* deferred_tail_ = nullptr;
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -568,8 +569,8 @@ void Exchange::OnConnected() {
     extra[extra_count++] = {"Transfer-Encoding", "chunked"};
   }
   if (const net::TlsInfo* tls = client_.tls; tls != nullptr) {
-    int n = std::snprintf(key_size, sizeof key_size, "%d", tls->cipher_bits);
-    extra_count += AppendTlsHeaders(*tls, std::string_view(key_size, static_cast<size_t>(n)),
+    char* end = std::to_chars(key_size, key_size + sizeof key_size, tls->cipher_bits).ptr;
+    extra_count += AppendTlsHeaders(*tls, std::string_view(key_size, end),
                                     std::span<http::Header>(extra).subspan(extra_count));
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);

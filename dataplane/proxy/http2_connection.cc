@@ -62,6 +62,108 @@ void LogUnforwarded(int64_t now_ms, std::string_view client_ip, uint64_t streams
   summary.connections_not_logged = 0;
 }
 
+// The three digits of a status code (100-999) into `out`.
+void StatusDigits(int status, char out[3]) {
+  status = std::clamp(status, 0, 999);
+  out[0] = static_cast<char>('0' + status / 100);
+  out[1] = static_cast<char>('0' + status / 10 % 10);
+  out[2] = static_cast<char>('0' + status % 10);
+}
+
+// The hop-by-hop fields of one response (http::IsHopByHop's answer for each
+// field), its Connection fields read once instead of for every field.
+class ResponseHopByHop {
+ public:
+  explicit ResponseHopByHop(std::span<const http::Header> fields) : fields_(fields) {
+    for (const auto& f : fields) {
+      if (f.Id() != http::FieldId::kConnection) {
+        continue;
+      }
+      http::ForEachListElement(f.value, [&](std::string_view element) {
+        if (count_ == tokens_.size()) {
+          overflow_ = true;
+          return false;
+        }
+        tokens_[count_++] = element;
+        return true;
+      });
+    }
+  }
+  bool operator()(const http::Header& f) const {
+    switch (f.Id()) {
+      case http::FieldId::kConnection:
+      case http::FieldId::kKeepAlive:
+      case http::FieldId::kProxyConnection:
+      case http::FieldId::kTe:
+      case http::FieldId::kTrailer:
+      case http::FieldId::kTransferEncoding:
+      case http::FieldId::kUpgrade:
+        return true;
+      default:
+        break;
+    }
+    // Only a name a Connection element spells can be nominated ("Connection:
+    // keep-alive" nominates no other field): http::IsHopByHop decides then.
+    bool named = overflow_;
+    for (size_t i = 0; i < count_ && !named; ++i) {
+      named = http::EqualsIgnoreCase(tokens_[i], f.name);
+    }
+    return named && http::IsHopByHop(f.name, fields_);
+  }
+
+ private:
+  std::span<const http::Header> fields_;
+  std::array<std::string_view, 8> tokens_{};
+  size_t count_ = 0;
+  bool overflow_ = false;
+};
+
+// Memory for streams (about 10 KB each), kept per thread: a worker's
+// connections start and end streams all the time, and a block of this size
+// is slow to take from malloc. At most kMaxFree are kept (640 KB). The state
+// is trivially destructible, so a stream freed while the thread exits (after
+// its drainer ran) still finds it, as buffer.h's BlockPool.
+struct StreamPool {
+  static constexpr uint32_t kMaxFree = 64;
+  void* free[kMaxFree];
+  uint32_t count = 0;
+  size_t block_bytes = 0;  // the size of the blocks kept
+  bool closed = false;     // the thread is exiting: blocks go straight back
+
+  static StreamPool& ThisThread() {
+    static thread_local StreamPool pool;
+    return pool;
+  }
+  void* Take(size_t bytes) {
+    if (count > 0 && bytes == block_bytes) {
+      return free[--count];
+    }
+    return ::operator new(bytes);
+  }
+  void Give(void* block, size_t bytes);
+};
+
+struct StreamPoolDrainer {
+  ~StreamPoolDrainer() {
+    StreamPool& pool = StreamPool::ThisThread();
+    pool.closed = true;
+    while (pool.count > 0) {
+      ::operator delete(pool.free[--pool.count]);
+    }
+  }
+};
+
+void StreamPool::Give(void* block, size_t bytes) {
+  static thread_local StreamPoolDrainer drainer;  // constructed with the first kept block
+  (void)drainer;
+  if (closed || count >= kMaxFree || (count > 0 && bytes != block_bytes)) {
+    ::operator delete(block);
+    return;
+  }
+  block_bytes = bytes;
+  free[count++] = block;
+}
+
 }  // namespace
 
 PrefaceMatch MatchHttp2Preface(std::string_view received) {
@@ -78,6 +180,28 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
       : connection(c),
         id(stream_id),
         exchange(c->worker_, this, ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"}) {
+  }
+
+  static void* operator new(size_t bytes) { return StreamPool::ThisThread().Take(bytes); }
+  static void operator delete(void* p, size_t bytes) { StreamPool::ThisThread().Give(p, bytes); }
+
+  // Makes `stream` (ended, on no call stack) a new stream `stream_id`: every
+  // member is made afresh but the head's containers, which keep their
+  // capacity, so a connection's streams stop allocating once warm.
+  static Stream* Reuse(Stream* stream, int32_t stream_id) {
+    std::string kept_arena = std::move(stream->arena);
+    std::vector<Field> kept_fields = std::move(stream->fields);
+    std::string kept_cookie = std::move(stream->cookie);
+    Http2Connection* c = stream->connection;
+    stream->~Stream();
+    auto* fresh = ::new (static_cast<void*>(stream)) Stream(c, stream_id);
+    kept_arena.clear();
+    kept_fields.clear();
+    kept_cookie.clear();
+    fresh->arena = std::move(kept_arena);
+    fresh->fields = std::move(kept_fields);
+    fresh->cookie = std::move(kept_cookie);
+    return fresh;
   }
 
   Http2Connection* connection;
@@ -170,7 +294,7 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
     connection->CountError(Http2Error::kStreamReset);
     nghttp2_submit_rst_stream(connection->session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
   }
-  void OnExchangeProgress() override { connection->Drive(); }
+  void OnExchangeProgress() override { connection->DriveSoon(); }
 };
 
 namespace {
@@ -189,30 +313,32 @@ void Http2Connection::Stream::SubmitResponse(int status,
   responded = true;
   response_done = end;
   MarkSent();
-  char status_text[8];
-  std::snprintf(status_text, sizeof status_text, "%03d", status % 1000);
+  char status_text[3];
+  StatusDigits(status, status_text);
   // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
   // names and values when the response is submitted.
   std::vector<nghttp2_nv>& nva = connection->nva_;
   nva.clear();
   nva.push_back(
       {Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3, NGHTTP2_NV_FLAG_NONE});
-  // Names are lower-cased into one scratch string, reserved first so that
-  // the pointers into it stay valid.
+  // Names are lower-cased into one scratch string, sized first so that the
+  // pointers into it stay valid.
   std::string& names = connection->names_;
   names.clear();
   size_t total = 0;
   for (const auto& f : response_fields) {
     total += f.name.size();
   }
-  names.reserve(total);
+  names.resize(total);
+  size_t names_used = 0;
+  ResponseHopByHop hop_by_hop(response_fields);
   bool length_sent = false;
   for (const auto& f : response_fields) {
-    if (http::IsHopByHop(f.name, response_fields)) {
+    if (hop_by_hop(f)) {
       continue;
     }
     std::string_view value = f.value;
-    if (http::EqualsIgnoreCase(f.name, "content-length")) {
+    if (f.Id() == http::FieldId::kContentLength) {
       // HTTP/1.1 lets a server repeat its length (fields or a list of the
       // same value: the exchange checked they agree) and a 204 carry one;
       // HTTP/2 clients reset a stream unless there is at most one field of
@@ -226,12 +352,13 @@ void Http2Connection::Stream::SubmitResponse(int status,
         return false;
       });
     }
-    size_t at = names.size();
+    char* name = names.data() + names_used;
     for (char c : f.name) {
-      names.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c);
+      *name++ = http::chars::Lower(c);
     }
-    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(value), f.name.size(),
-                   value.size(), NGHTTP2_NV_FLAG_NONE});
+    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + names_used), Bytes(value),
+                   f.name.size(), value.size(), NGHTTP2_NV_FLAG_NONE});
+    names_used += f.name.size();
   }
   if (!set_cookie.empty()) {
     nva.push_back(
@@ -325,7 +452,7 @@ struct Http2Callbacks {
                                 NGHTTP2_REFUSED_STREAM);
       return 0;  // its fields and DATA are ignored: no Stream
     }
-    auto* stream = new Http2Connection::Stream(c, frame->hd.stream_id);
+    Http2Connection::Stream* stream = c->NewStream(frame->hd.stream_id);
     stream->begun_ms = c->worker_->loop().now_ms();
     c->streams_[frame->hd.stream_id] = stream;
     ++c->live_streams_;
@@ -373,6 +500,12 @@ struct Http2Callbacks {
     if (stream->fields.size() >= http::kMaxHeaders - 4) {
       stream->too_many_fields = true;
       return 0;
+    }
+    if (stream->fields.empty()) {
+      // Room for a usual request head at once, rather than growing field by
+      // field.
+      stream->fields.reserve(16);
+      stream->arena.reserve(256);
     }
     Http2Connection::Stream::Field f{};
     f.name_at = static_cast<uint32_t>(stream->arena.size());
@@ -515,7 +648,8 @@ Http2Connection::Http2Connection(Worker* worker, std::unique_ptr<net::Transport>
       fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
       registered_(registered),
-      tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }) {
+      tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }),
+      drive_soon_(this, [](void* self) { static_cast<Http2Connection*>(self)->Drive(); }) {
   in_.Append(received);
 }
 
@@ -526,6 +660,10 @@ Http2Connection::~Http2Connection() {
   for (auto& [id, stream] : streams_) {
     delete stream;
   }
+  for (Stream* stream : retired_) {
+    delete stream;
+  }
+  FreeSpareStreams();
 }
 
 void Http2Connection::Start() {
@@ -607,7 +745,8 @@ void Http2Connection::OnIo(uint32_t events) {
   if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
     peer_closed_ = true;
   }
-  Drive();
+  // With the upstream events of the same batch: one write for all.
+  DriveSoon();
 }
 
 Http2Connection::Stream* Http2Connection::FindStream(int32_t id) {
@@ -626,16 +765,43 @@ void Http2Connection::RemoveStream(int32_t id) {
   --live_streams_;
   worker_->metrics().http2_streams.Add(-1);
   if (stream->started) {
-    worker_->loop().DeleteLater(stream);  // its exchange may be on the stack
+    retired_.push_back(stream);  // its exchange may be on the stack
   } else {
-    // Never started: nothing but this map referred to it. Freed now, so a
+    // Never started: nothing but this map referred to it. Reusable now, so a
     // burst of reset streams read in one go does not pile up until the loop
-    // turns (8 KB each).
-    delete stream;
+    // turns (10 KB each).
+    KeepSpare(stream);
   }
   if (streams_.empty()) {
     idle_since_ms_ = worker_->loop().now_ms();
   }
+}
+
+Http2Connection::Stream* Http2Connection::NewStream(int32_t id) {
+  if (spare_.empty()) {
+    return new Stream(this, id);
+  }
+  Stream* stream = spare_.back();
+  spare_.pop_back();
+  return Stream::Reuse(stream, id);
+}
+
+void Http2Connection::KeepSpare(Stream* stream) {
+  // At most as many as may be open at once: no more memory than the
+  // connection's own busiest moment held, and none once it is idle
+  // (OnTick).
+  if (spare_.size() < worker_->options().h2_max_concurrent_streams) {
+    spare_.push_back(stream);
+  } else {
+    delete stream;
+  }
+}
+
+void Http2Connection::FreeSpareStreams() {
+  for (Stream* stream : spare_) {
+    delete stream;
+  }
+  spare_.clear();
 }
 
 void Http2Connection::CountError(Http2Error error) {
@@ -859,6 +1025,12 @@ void Http2Connection::Drive() {
     return;
   }
   in_drive_ = true;
+  // Called from the event loop (no exchange on the stack): the streams
+  // that ended since the last Drive can be reused.
+  for (Stream* stream : retired_) {
+    KeepSpare(stream);
+  }
+  retired_.clear();
   for (int round = 0; round < 10'000 && !fatal_; ++round) {
     drive_again_ = false;
     bool progressed = Receive();
@@ -900,6 +1072,17 @@ void Http2Connection::Drive() {
   }
 }
 
+void Http2Connection::DriveSoon() {
+  if (closed_) {
+    return;
+  }
+  if (in_drive_) {
+    drive_again_ = true;
+    return;
+  }
+  worker_->loop().Defer(&drive_soon_);
+}
+
 void Http2Connection::ScheduleTick() {
   const ProxyOptions& o = worker_->options();
   int64_t shortest = std::min({o.idle_timeout_ms, o.header_timeout_ms, o.h2_ping_timeout_ms});
@@ -919,6 +1102,7 @@ void Http2Connection::OnTick() {
     return;
   }
   if (streams_.empty()) {
+    FreeSpareStreams();  // an idle connection holds no stream memory
     if (now - idle_since_ms_ >= o.idle_timeout_ms && !draining_) {
       // GOAWAY NO_ERROR, then the close once it is out.
       draining_ = true;
@@ -975,6 +1159,11 @@ void Http2Connection::Close(std::string_view cause) {
     worker_->loop().DeleteLater(stream);
   }
   streams_.clear();
+  for (Stream* stream : retired_) {
+    worker_->loop().DeleteLater(stream);
+  }
+  retired_.clear();
+  FreeSpareStreams();
   live_streams_ = 0;
   if (unforwarded_streams_ > 0) {
     LogUnforwarded(worker_->loop().now_ms(), client_ip_, unforwarded_streams_, resets_received_,
@@ -986,6 +1175,7 @@ void Http2Connection::Close(std::string_view cause) {
   }
   worker_->metrics().http2_connections.Add(-1);
   worker_->loop().Cancel(&tick_);
+  worker_->loop().CancelDeferred(&drive_soon_);
   worker_->loop().Remove(fd_);
   transport_->Shutdown();
   ::close(fd_);

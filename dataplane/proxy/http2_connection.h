@@ -57,6 +57,9 @@ class Http2Connection final : public WorkerConnection {
   friend struct Http2Callbacks;
 
   void Drive();
+  // Drive at the end of the event loop's current batch: the output of every
+  // stream whose upstream answered in the batch goes out in one write.
+  void DriveSoon();
   bool Receive();
   bool Send();
   void PumpStreams();
@@ -69,6 +72,11 @@ class Http2Connection final : public WorkerConnection {
   void EndExchange(Stream* stream, std::string_view cause);
   Stream* FindStream(int32_t id);
   void RemoveStream(int32_t id);
+  // Streams are reused: a removed one waits in retired_ until the next
+  // Drive (its exchange may be on the stack), then in spare_.
+  Stream* NewStream(int32_t id);
+  void KeepSpare(Stream* stream);
+  void FreeSpareStreams();
   void StartStream(Stream* stream, bool end_stream);
   void StartNow(Stream* stream);  // if its head is complete and it waits
   void StartPending();            // after each read: the heads it completed
@@ -89,6 +97,8 @@ class Http2Connection final : public WorkerConnection {
   bool in_drive_ = false;
   bool drive_again_ = false;
   std::unordered_map<int32_t, Stream*> streams_;
+  std::vector<Stream*> retired_;
+  std::vector<Stream*> spare_;
   std::vector<int32_t> to_start_;  // stream ids whose head the current read completed
   size_t live_streams_ = 0;        // streams whose exchange still holds resources
   int64_t started_ms_ = 0;
@@ -100,6 +110,7 @@ class Http2Connection final : public WorkerConnection {
   uint64_t unforwarded_streams_ = 0;  // ended before reaching a server
   uint64_t streams_begun_ = 0;
   net::Timer tick_;
+  net::Deferred drive_soon_;
   // Scratch for response heads.
   std::vector<nghttp2_nv> nva_;
   std::string names_;

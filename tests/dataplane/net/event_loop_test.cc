@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -169,6 +171,60 @@ TEST(EventLoopTest, DeliversReadinessEdgeTriggered) {
   EXPECT_EQ(reader.got, "hello");
   close(fds[0]);
   close(fds[1]);
+}
+
+// Both sockets are readable before the loop runs, so their events come in one
+// batch: each defers the same flush, which runs once, after both.
+struct Deferring final : IoHandler {
+  EventLoop* loop = nullptr;
+  Deferred* flush = nullptr;
+  std::vector<std::string>* log = nullptr;
+  void OnIo(uint32_t /*events*/) override {
+    log->push_back("io");
+    loop->Defer(flush);
+    loop->Defer(flush);  // already queued: no second run
+  }
+};
+
+TEST(EventLoopTest, DeferredRunsOnceAfterTheBatch) {
+  int a[2];
+  int b[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
+  ASSERT_EQ(write(a[1], "x", 1), 1);
+  ASSERT_EQ(write(b[1], "y", 1), 1);
+  EventLoop loop;
+  std::vector<std::string> log;
+  struct Flush {
+    EventLoop* loop;
+    std::vector<std::string>* log;
+  } state{&loop, &log};
+  Deferred flush(&state, [](void* self) {
+    auto* f = static_cast<Flush*>(self);
+    f->log->push_back("flush");
+    f->loop->Stop();
+  });
+  // Deferred and destroyed before the batch ends: never runs.
+  auto dropped = std::make_unique<Deferred>(
+      &state, [](void* self) { static_cast<Flush*>(self)->log->push_back("dropped"); });
+  loop.Defer(dropped.get());
+  EXPECT_TRUE(dropped->queued());
+  dropped.reset();
+  Deferring ha;
+  Deferring hb;
+  for (Deferring* h : {&ha, &hb}) {
+    h->loop = &loop;
+    h->flush = &flush;
+    h->log = &log;
+  }
+  ASSERT_TRUE(loop.Add(a[0], EPOLLIN | EPOLLET, &ha));
+  ASSERT_TRUE(loop.Add(b[0], EPOLLIN | EPOLLET, &hb));
+  loop.Run();
+  EXPECT_EQ(log, (std::vector<std::string>{"io", "io", "flush"}));
+  EXPECT_FALSE(flush.queued());
+  for (int fd : {a[0], a[1], b[0], b[1]}) {
+    close(fd);
+  }
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ class Backend:
                     "cipher": self.headers.get("SSL_CIPHER_SUITE"),
                     "te": self.headers.get_all("TE"),
                     "connection": self.headers.get_all("Connection"),
+                    "key_size": self.headers.get("SSL_CIPHER_USEKEYSIZE"),
                     "chunked": chunked,
                     "trailers": self.trailers,
                     "length": len(body),
@@ -190,6 +191,10 @@ class CannedBackend:
         "three-interim": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
                          b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
                          b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        # Hop-by-hop: the fixed list, and X-Hop because Connection names it.
+        "hop-by-hop": b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
+                      b"Keep-Alive: timeout=5\r\nX-Kept: 2\r\nX-Hop-Not: 3\r\n"
+                      b"Content-Length: 2\r\n\r\nok",
     }
     # /canned/endless-interim: 103 Early Hints without end (2,000 of them,
     # then a 200, so that a proxy without a bound fails the test rather than
@@ -528,6 +533,7 @@ spec:
         self.assertEqual(r["headers"][":status"], "200")
         self.assertEqual(body_json(r)["proto"], "https")
         self.assertTrue(body_json(r)["cipher"])
+        self.assertIn(body_json(r)["key_size"], ("128", "256"))
 
     def test_h2c_prior_knowledge_with_flag(self):
         c = H2Client(self.proxy.port, tls=False)
@@ -597,6 +603,23 @@ spec:
             self.assertEqual(answer["cookie"], ["a=1; sap-contextid=" + cookie_value + "; b=2"])
         self.assertGreaterEqual(self.proxy.metric("kwd_proxy_sticky_routed_total",
                                                   identifier="sap-contextid") or 0, 12)
+
+    def test_later_streams_on_a_connection_carry_nothing_of_earlier_ones(self):
+        # A connection reuses its ended streams' memory: a stream's cookie,
+        # fields and path must not leak into the next one.
+        c = self.client()
+        for i in range(6):
+            if i % 2 == 0:
+                r = c.get(f"/sap/bc/gui/with/{i}",
+                          headers=[("cookie", f"a={i}"), ("cookie", f"b={i}")])
+                self.assertEqual(body_json(r)["cookie"], [f"a={i}; b={i}"])
+            else:
+                r = c.get(f"/sap/bc/gui/without/{i}")
+                self.assertIsNone(body_json(r)["cookie"])
+            self.assertEqual(r["headers"][":status"], "200")
+            kind = "with" if i % 2 == 0 else "without"
+            self.assertEqual(body_json(r)["path"], f"/sap/bc/gui/{kind}/{i}")
+        c.close()
 
     def test_balancing_ratio_over_many_streams_on_one_connection(self):
         c = self.client()
@@ -849,6 +872,19 @@ spec:
             found = [line.split(":", 1)[1].strip() for line in head
                      if line.lower().startswith("content-length:")]
             self.assertEqual(found, lengths, name)
+
+    def test_hop_by_hop_response_fields_are_dropped(self):
+        # Connection, Keep-Alive and what a Connection field names stay on the
+        # HTTP/1.1 hop; a name that merely starts like a nominated one goes on.
+        c = self.client()
+        r = c.get("/canned/hop-by-hop")
+        c.close()
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(bytes(r["data"]), b"ok")
+        names = set(r["headers"])
+        self.assertEqual(names & {"connection", "keep-alive", "x-hop"}, set())
+        self.assertEqual(r["headers"].get("x-kept"), "2")
+        self.assertEqual(r["headers"].get("x-hop-not"), "3")
 
     # ---- logging and metrics ----
 
