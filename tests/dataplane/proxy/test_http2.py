@@ -199,6 +199,11 @@ class CannedBackend:
                              b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
         "large-interim": (b"HTTP/1.1 103 Early Hints\r\nLink: " + b"a" * 3000 +
                           b"\r\n\r\n") * 3 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        # Framing fields on a 1xx (which has none): not passed on.
+        "framed-interim": b"HTTP/1.1 100 Continue\r\nContent-Length: 5\r\n\r\n"
+                          b"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\n"
+                          b"Link: </s.css>\r\n\r\n"
+                          b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
         # 101 to a request that asked for no upgrade (every HTTP/2 stream).
         "switching": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                      b"Connection: Upgrade\r\n\r\nxx",
@@ -828,6 +833,10 @@ spec:
         self.assertIn(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
                       b"Link: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\n", answer)
         self.assertTrue(answer.endswith(b"\r\n\r\nok"), answer[-200:])
+        answer = self.http11_get("/canned/framed-interim")
+        self.assertTrue(answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"
+                                          b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n"
+                                          b"HTTP/1.1 200 OK\r\n"), answer[:300])
         r = c.get("/canned/switching")
         self.assertEqual(r["headers"][":status"], "502")
         self.assertNotIn("interim", r)
