@@ -329,9 +329,13 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
   w.Put("\r\n");
   const ConnectionValues connection(fields);
   bool content_length_sent = false;
+  // A 1xx response has no framing (RFC 9110 8.6, RFC 9112 6.1): a server's
+  // Content-Length or Transfer-Encoding on one is not passed on.
+  const bool interim = code >= 100 && code < 200;
   for (const Header& h : fields) {
     const FieldId id = h.Id();
-    if (Drop(h.name, id, connection, options.reframe_body, options.tunnel_upgrade)) {
+    if (Drop(h.name, id, connection, options.reframe_body, options.tunnel_upgrade) ||
+        (interim && (id == FieldId::kContentLength || id == FieldId::kTransferEncoding))) {
       continue;
     }
     if (id == FieldId::kContentLength) {

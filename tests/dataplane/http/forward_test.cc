@@ -161,6 +161,35 @@ TEST(SerializeResponseHead, SwitchingProtocolsKeepsUpgrade) {
             "Connection: Upgrade\r\n\r\n");
 }
 
+TEST(SerializeResponseHead, InterimResponseCarriesNoFraming) {
+  // RFC 9110 8.6 and RFC 9112 6.1: no Content-Length or Transfer-Encoding in
+  // a 1xx response; a server's are not passed on to the client (its next
+  // response's framing is the final response's own).
+  ResponseParser parser;
+  ResponseHead head;
+  ASSERT_TRUE(parser
+                  .Parse("HTTP/1.1 103 Early Hints\r\nContent-Length: 5\r\nLink: </a>\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n",
+                         &head)
+                  .complete());
+  std::string out;
+  SerializeResponseHead(head, ForwardResponseOptions{}, out);
+  EXPECT_EQ(out, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n");
+  ResponseParser upgrade_parser;
+  ResponseHead upgrade;
+  ASSERT_TRUE(upgrade_parser
+                  .Parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                         "Connection: Upgrade\r\nContent-Length: 0\r\n\r\n",
+                         &upgrade)
+                  .complete());
+  ForwardResponseOptions options;
+  options.tunnel_upgrade = true;
+  SerializeResponseHead(upgrade, options, out);
+  EXPECT_EQ(out,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "\r\n");
+}
+
 TEST(IsHopByHop, FixedListAndNominated) {
   const Header fields[] = {{"Connection", "x-a, close"}, {"X-A", "1"}};
   EXPECT_TRUE(IsHopByHop("keep-alive", fields));

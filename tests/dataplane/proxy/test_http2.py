@@ -195,6 +195,23 @@ class CannedBackend:
         "hop-by-hop": b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
                       b"Keep-Alive: timeout=5\r\nX-Kept: 2\r\nX-Hop-Not: 3\r\n"
                       b"Content-Length: 2\r\n\r\nok",
+        # The bound's edges: 16 interim responses pass, a 17th does not; nor
+        # do interim heads that together exceed --max-header-size (8192 here)
+        # though each is within it.
+        "sixteen-interim": b"HTTP/1.1 103 Early Hints\r\n\r\n" * 16 +
+                           b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        "seventeen-interim": b"HTTP/1.1 103 Early Hints\r\n\r\n" * 17 +
+                             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        "large-interim": (b"HTTP/1.1 103 Early Hints\r\nLink: " + b"a" * 3000 +
+                          b"\r\n\r\n") * 3 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        # Framing fields on a 1xx (which has none): not passed on.
+        "framed-interim": b"HTTP/1.1 100 Continue\r\nContent-Length: 5\r\n\r\n"
+                          b"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\n"
+                          b"Link: </s.css>\r\n\r\n"
+                          b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        # 101 to a request that asked for no upgrade (every HTTP/2 stream).
+        "switching": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\n\r\nxx",
     }
     # /canned/endless-interim: 103 Early Hints without end (2,000 of them,
     # then a 200, so that a proxy without a bound fails the test rather than
@@ -228,6 +245,15 @@ class CannedBackend:
                     while reader.readline() not in (b"\r\n", b"\n", b""):
                         pass  # requests here have no body
                     name = line.split(b" ")[1].decode().rsplit("/", 1)[1]
+                    if name == "split-interim":
+                        # Interim heads and the final one a few bytes a send.
+                        data = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
+                                b"Link: </s.css>\r\n\r\n"
+                                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        for i in range(0, len(data), 7):
+                            conn.sendall(data[i:i + 7])
+                            time.sleep(0.001)
+                        continue
                     if name == "endless-interim":
                         hint = b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
                         for _ in range(self.ENDLESS_INTERIM // 100):
@@ -809,6 +835,42 @@ spec:
         self.assertIn(b"X-Kwd-Error: EPROTERROR", answer)
         self.assertEqual(self.proxy.metric("kwd_proxy_local_responses_total", error="EPROTERROR",
                                            status="502"), before + 2)
+
+    def test_interim_bound_edges_for_both_protocols(self):
+        # Exactly 16 interim responses pass; the 17th, or interim heads over
+        # --max-header-size together, end in 502. Heads split across reads
+        # are counted once each; 101 is no interim response.
+        c = self.client()
+        r = c.get("/canned/sixteen-interim")
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(len(r["interim"]), 16)
+        self.assertEqual(bytes(r["data"]), b"ok")
+        answer = self.http11_get("/canned/sixteen-interim")
+        self.assertEqual(answer.count(b"HTTP/1.1 103 "), 16, answer[-300:])
+        self.assertTrue(answer.endswith(b"\r\n\r\nok"), answer[-200:])
+        for name, passed in (("seventeen-interim", 16), ("large-interim", 2)):
+            r = c.get("/canned/" + name)
+            self.assertEqual(r["headers"][":status"], "502", name)
+            self.assertEqual(r["headers"].get("x-kwd-error"), "EPROTERROR", name)
+            self.assertEqual(len(r.get("interim", [])), passed, name)
+            answer = self.http11_get("/canned/" + name)
+            self.assertEqual(answer.count(b"HTTP/1.1 103 "), passed, name)
+            self.assertIn(b"HTTP/1.1 502 ", answer, name)
+        r = c.get("/canned/split-interim")
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(r["interim"], ["100", "103"])
+        self.assertEqual(bytes(r["data"]), b"ok")
+        answer = self.http11_get("/canned/split-interim")
+        self.assertIn(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
+                      b"Link: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\n", answer)
+        self.assertTrue(answer.endswith(b"\r\n\r\nok"), answer[-200:])
+        answer = self.http11_get("/canned/framed-interim")
+        self.assertTrue(answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"
+                                          b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n"
+                                          b"HTTP/1.1 200 OK\r\n"), answer[:300])
+        r = c.get("/canned/switching")
+        self.assertEqual(r["headers"][":status"], "502")
+        self.assertNotIn("interim", r)
 
     def http11_get(self, path, extra=b""):
         with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10) as s:

@@ -280,8 +280,11 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
   out.append("\r\n");
   const ConnectionValues connection(fields);
   bool content_length_sent = false;
+  const bool interim = code >= 100 && code < 200;
   for (const Header& h : fields) {
     if (Drop(h.name, connection, options.reframe_body, options.tunnel_upgrade) ||
+        (interim && (EqualsIgnoreCase(h.name, "content-length") ||
+                     EqualsIgnoreCase(h.name, "transfer-encoding"))) ||
         AppendContentLengthOnce(h, &content_length_sent, out)) {
       continue;
     }
