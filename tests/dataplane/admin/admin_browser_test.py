@@ -377,7 +377,7 @@ class AdminBrowserTest(unittest.TestCase):
         self.driver.find_element(By.ID, "token").send_keys(TOKEN)
         row = lambda: self.server_row("default/public", "demo2_QS_01")
         wait_for(lambda: row().find_elements(By.CSS_SELECTOR, "button.drain"), "drain buttons")
-        row().find_element(By.CSS_SELECTOR, "button.drain").click()
+        self.fresh(lambda: row().find_element(By.CSS_SELECTOR, "button.drain").click())
         wait_for(lambda: self.cell("default/public", "demo2_QS_01", "td.state") ==
                  "draining (local)", "the local drain on the page")
         self.assertIn("now draining", self.text("#action-result"))
@@ -393,7 +393,7 @@ class AdminBrowserTest(unittest.TestCase):
         self.assertTrue(body.startswith("demo2_QS_01"), body)
 
         wait_for(lambda: row().find_elements(By.CSS_SELECTOR, "button.undrain"), "undrain button")
-        row().find_element(By.CSS_SELECTOR, "button.undrain").click()
+        self.fresh(lambda: row().find_element(By.CSS_SELECTOR, "button.undrain").click())
         wait_for(lambda: self.cell("default/public", "demo2_QS_01", "td.state") == "ready",
                  "the server ready again")
         served = set()
