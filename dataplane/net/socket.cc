@@ -176,6 +176,10 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+void SetNotSentLowWater(int fd, int bytes) {
+  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof bytes);
+}
+
 bool IsLocalResourceError(int error_number) {
   return error_number == EMFILE || error_number == ENFILE || error_number == ENOBUFS ||
          error_number == ENOMEM || error_number == EADDRNOTAVAIL;

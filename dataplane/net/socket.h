@@ -34,6 +34,10 @@ int ConnectNonBlocking(const Endpoint& endpoint, int* error_number);
 Endpoint LocalEndpoint(int fd);
 Endpoint PeerEndpoint(int fd);
 void SetNoDelay(int fd);
+// Unsent bytes the kernel queues for `fd` before a send would block (and
+// before EPOLLOUT is reported again), TCP_NOTSENT_LOWAT. Set on a listening
+// socket, the connections accepted from it inherit it.
+void SetNotSentLowWater(int fd, int bytes);
 // Pending socket error (SO_ERROR), 0 when none.
 int SocketError(int fd);
 // The numeric address of an endpoint without port ("10.0.0.1", "::1").

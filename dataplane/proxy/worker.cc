@@ -29,6 +29,10 @@ std::string_view ListenerName(Listener listener) {
 
 namespace {
 
+// TCP_NOTSENT_LOWAT of client connections: twice the response bytes a
+// connection holds before it stops reading its server.
+constexpr int kClientNotSentBytes = 128 * 1024;
+
 // The PROXY protocol step (`--proxy-protocol`): waits (up to the header
 // timeout) for the header on a fresh connection, consumes exactly it, then
 // hands the socket to the listener's connection with the client address the
@@ -208,6 +212,11 @@ bool Worker::Start(std::string* error) {
     return false;
   }
   bound_ = net::LocalEndpoint(listen_fd_);
+  // A client that reads slowly would otherwise have megabytes queued in the
+  // kernel and raise no write event until a third of them drained: longer
+  // than --response-timeout for a slow download, which was then cut short.
+  // With little queued, every bit the client takes shows as progress.
+  net::SetNotSentLowWater(listen_fd_, kClientNotSentBytes);
   if (options_.passthrough) {
     passthrough_fd_ = net::Listen(options_.passthrough_listen, /*reuse_port=*/true, 4096, error);
     if (passthrough_fd_ < 0) {
@@ -224,6 +233,7 @@ bool Worker::Start(std::string* error) {
       return false;
     }
     tls_bound_ = net::LocalEndpoint(tls_listen_fd_);
+    net::SetNotSentLowWater(tls_listen_fd_, kClientNotSentBytes);
     loop_.Add(tls_listen_fd_, EPOLLIN | EPOLLET, &tls_acceptor_);
   }
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);

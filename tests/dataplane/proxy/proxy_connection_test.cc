@@ -411,6 +411,59 @@ TEST_F(ProxyConnectionTest, HalfClosingSlowClientGetsItsWholeResponse) {
   EXPECT_EQ(e.received.size() - head_end - 4, kBody);
 }
 
+// A client that reads a large download slowly is no stalled server: the
+// server sent everything it could and the proxy waits for the client. The
+// kernel's send buffer towards such a client grows to megabytes, and it
+// raised no write event until a third of it had drained: for longer than the
+// response timeout, which then cut the download short (504 timing, reset).
+TEST_F(ProxyConnectionTest, SlowReaderOfALargeDownloadIsNotTimedOutAsAStalledServer) {
+  constexpr size_t kBody = 6u << 20;
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n" +
+                    std::string(kBody, 'x'));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--response-timeout", "1s"}));
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int receive_buffer = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  SendAll(fd, "GET /large HTTP/1.1\r\nHost: x\r\n\r\n");
+  // About 200 KB/s for three response timeouts, then as fast as it comes.
+  size_t received = 0;
+  bool eof = false;
+  auto slow_until = Clock::now() + std::chrono::seconds(3);
+  for (int reads = 0; reads < 1'000'000; ++reads) {
+    char buf[16384];
+    bool slow = Clock::now() < slow_until;
+    ssize_t n = ::recv(fd, buf, slow ? 2048 : sizeof buf, 0);
+    if (n <= 0) {
+      eof = n == 0;
+      break;
+    }
+    received += static_cast<size_t>(n);
+    if (received >= kBody) {
+      break;
+    }
+    if (slow) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ::close(fd);
+  EXPECT_GE(received, kBody) << "cut short after " << received << " bytes, eof " << eof;
+  std::string log;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return log.find("\"GET /large HTTP/1.1\"") != std::string::npos;
+  })) << log;
+  EXPECT_EQ(log.find("aborted-timeout"), std::string::npos) << log;
+}
+
 // ---- request bodies towards a backend that reads in bursts ----
 
 // A backend that leaves the body in its socket for a while and then takes
