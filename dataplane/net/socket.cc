@@ -184,6 +184,10 @@ void PrepareClientFirstListener(int fd, int defer_accept_seconds) {
   }
 }
 
+void SetNotSentLowWater(int fd, int bytes) {
+  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof bytes);
+}
+
 bool IsLocalResourceError(int error_number) {
   return error_number == EMFILE || error_number == ENFILE || error_number == ENOBUFS ||
          error_number == ENOMEM || error_number == EADDRNOTAVAIL;

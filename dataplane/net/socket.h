@@ -43,6 +43,11 @@ void SetNoDelay(int fd);
 // client that stays silent is handed over after about that many seconds
 // anyway, and the proxy's own timeouts take it from there.
 void PrepareClientFirstListener(int fd, int defer_accept_seconds);
+
+// Unsent bytes the kernel queues for `fd` before a send would block (and
+// before EPOLLOUT is reported again), TCP_NOTSENT_LOWAT. Set on a listening
+// socket, the connections accepted from it inherit it.
+void SetNotSentLowWater(int fd, int bytes);
 // Pending socket error (SO_ERROR), 0 when none.
 int SocketError(int fd);
 // The numeric address of an endpoint without port ("10.0.0.1", "::1").

@@ -343,6 +343,7 @@ void Exchange::Recycle(ClientContext client) {
   upstream_reused_ = false;
   upstream_eof_ = false;
   response_parser_.Reset();
+  response_chunked_.Reset();  // else a later response would end with these trailers
   interim_ = {};
   response_head_done_ = false;
   response_started_ = false;

@@ -46,6 +46,10 @@ int ListenForClients(const net::Endpoint& endpoint, std::string* error) {
   return fd;
 }
 
+// TCP_NOTSENT_LOWAT of client connections: twice the response bytes a
+// connection holds before it stops reading its server.
+constexpr int kClientNotSentBytes = 128 * 1024;
+
 // The PROXY protocol step (`--proxy-protocol`): waits (up to the header
 // timeout) for the header on a fresh connection, consumes exactly it, then
 // hands the socket to the listener's connection with the client address the
@@ -225,6 +229,11 @@ bool Worker::Start(std::string* error) {
     return false;
   }
   bound_ = net::LocalEndpoint(listen_fd_);
+  // A client that reads slowly would otherwise have megabytes queued in the
+  // kernel and raise no write event until a third of them drained: longer
+  // than --response-timeout for a slow download, which was then cut short.
+  // With little queued, every bit the client takes shows as progress.
+  net::SetNotSentLowWater(listen_fd_, kClientNotSentBytes);
   if (options_.passthrough) {
     passthrough_fd_ = ListenForClients(options_.passthrough_listen, error);
     if (passthrough_fd_ < 0) {
@@ -241,6 +250,7 @@ bool Worker::Start(std::string* error) {
       return false;
     }
     tls_bound_ = net::LocalEndpoint(tls_listen_fd_);
+    net::SetNotSentLowWater(tls_listen_fd_, kClientNotSentBytes);
     loop_.Add(tls_listen_fd_, EPOLLIN | EPOLLET, &tls_acceptor_);
   }
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);

@@ -466,6 +466,59 @@ TEST_F(ProxyConnectionTest, SlowClientStartingAfterTheDeferPeriodGets408) {
   EXPECT_EQ(backend.traffic_connections(), 0);
 }
 
+// A client that reads a large download slowly is no stalled server: the
+// server sent everything it could and the proxy waits for the client. The
+// kernel's send buffer towards such a client grows to megabytes, and it
+// raised no write event until a third of it had drained: for longer than the
+// response timeout, which then cut the download short (504 timing, reset).
+TEST_F(ProxyConnectionTest, SlowReaderOfALargeDownloadIsNotTimedOutAsAStalledServer) {
+  constexpr size_t kBody = 6u << 20;
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n" +
+                    std::string(kBody, 'x'));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--response-timeout", "1s"}));
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int receive_buffer = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  SendAll(fd, "GET /large HTTP/1.1\r\nHost: x\r\n\r\n");
+  // About 200 KB/s for three response timeouts, then as fast as it comes.
+  size_t received = 0;
+  bool eof = false;
+  auto slow_until = Clock::now() + std::chrono::seconds(3);
+  for (int reads = 0; reads < 1'000'000; ++reads) {
+    char buf[16384];
+    bool slow = Clock::now() < slow_until;
+    ssize_t n = ::recv(fd, buf, slow ? 2048 : sizeof buf, 0);
+    if (n <= 0) {
+      eof = n == 0;
+      break;
+    }
+    received += static_cast<size_t>(n);
+    if (received >= kBody) {
+      break;
+    }
+    if (slow) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ::close(fd);
+  EXPECT_GE(received, kBody) << "cut short after " << received << " bytes, eof " << eof;
+  std::string log;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return log.find("\"GET /large HTTP/1.1\"") != std::string::npos;
+  })) << log;
+  EXPECT_EQ(log.find("aborted-timeout"), std::string::npos) << log;
+}
+
 // ---- request bodies towards a backend that reads in bursts ----
 
 // A backend that leaves the body in its socket for a while and then takes
@@ -572,6 +625,149 @@ TEST_F(ProxyConnectionTest, IdempotentRequestIsStillRetriedWhenThePooledConnecti
   std::vector<std::string> seen = dropping.Requests();
   EXPECT_EQ(std::count(seen.begin(), seen.end(), "GET /sap/bc/read HTTP/1.1"), 2)
       << ::testing::PrintToString(seen);
+}
+
+// ---- one keep-alive connection carrying many requests ----
+
+// Reads a request body framed by `head` (Content-Length or chunked, with
+// extensions and trailers) from `rest` and the socket; false on EOF.
+bool ReadBody(int fd, const std::string& head, std::string* rest, std::string* body) {
+  auto fill = [&](size_t wanted) {
+    for (int i = 0; i < 1000 && rest->size() < wanted; ++i) {  // bounded
+      char buf[4096];
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        return false;
+      }
+      rest->append(buf, static_cast<size_t>(n));
+    }
+    return rest->size() >= wanted;
+  };
+  if (head.find("Transfer-Encoding: chunked") != std::string::npos) {
+    for (int chunks = 0; chunks < 100; ++chunks) {
+      size_t eol = rest->find("\r\n");
+      for (int i = 0; i < 100 && eol == std::string::npos; ++i) {
+        if (!fill(rest->size() + 1)) {
+          return false;
+        }
+        eol = rest->find("\r\n");
+      }
+      size_t size = std::stoul(rest->substr(0, eol), nullptr, 16);
+      rest->erase(0, eol + 2);
+      if (size == 0) {  // trailers up to the empty line
+        size_t end = rest->find("\r\n");
+        for (int i = 0; i < 100 && end != 0; ++i) {
+          if (end != std::string::npos) {
+            rest->erase(0, end + 2);
+          } else if (!fill(rest->size() + 1)) {
+            return false;
+          }
+          end = rest->find("\r\n");
+        }
+        rest->erase(0, 2);
+        return true;
+      }
+      if (!fill(size + 2)) {
+        return false;
+      }
+      body->append(rest->substr(0, size));
+      rest->erase(0, size + 2);
+    }
+    return false;
+  }
+  size_t at = head.find("Content-Length: ");
+  size_t length = at == std::string::npos ? 0 : std::stoul(head.substr(at + 16));
+  if (!fill(length)) {
+    return false;
+  }
+  body->assign(rest->substr(0, length));
+  rest->erase(0, length);
+  return true;
+}
+
+// Pipelined requests of every framing on one connection, read by the proxy in
+// one go (its one exchange is recycled per request): answered in order, each
+// body reaching the server intact, and every request logged and counted once
+// with its own status, bytes and request id; a malformed request at the end
+// is answered 400 and closes the connection.
+TEST_F(ProxyConnectionTest, PipelinedRequestsOfEveryFramingAreAnsweredLoggedAndCountedOnce) {
+  ScriptedBackend backend([](int fd, int, const std::string& first, std::string rest) {
+    std::string head = first;
+    for (int i = 0; i < 20; ++i) {  // keep-alive: one echo per request
+      std::string body;
+      if (!ReadBody(fd, head, &rest, &body)) {
+        return;
+      }
+      std::string target = head.substr(head.find(' ') + 1);
+      target = target.substr(0, target.find(' '));
+      std::string content = target + ":" + body;
+      if (head.starts_with("HEAD ")) {
+        SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(content.size()) +
+                        "\r\n\r\n");
+      } else if (target == "/chunked") {
+        SendAll(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                        std::to_string(content.size()) + "\r\n" + content + "\r\n0\r\n\r\n");
+      } else {
+        SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(content.size()) +
+                        "\r\n\r\n" + content);
+      }
+      if (!ReadHead(fd, &rest, &head)) {
+        return;
+      }
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  HttpClient client(port());
+  ASSERT_TRUE(client.Send(
+      "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+      "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd"
+      "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3;ext=1\r\nxyz\r\n2\r\n12\r\n0\r\nX-Trailer: t\r\n\r\n"
+      "HEAD /d HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /chunked HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /f HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+      "GET /bad path HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /never HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_TRUE(client.WaitClosed());
+  std::string received = client.TakeBuffered();
+  const std::vector<std::string> expected = {
+      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n/a:",
+      "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n/b:abcd",
+      "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n/c:xyz12",
+      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n/chunked:\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n/f:",
+      "HTTP/1.1 400 Bad Request\r\n"};
+  size_t at = 0;
+  for (const std::string& response : expected) {
+    ASSERT_EQ(received.compare(at, response.size(), response), 0)
+        << "expected at " << at << ":\n" << response << "\nreceived:\n" << received;
+    at += response.size();
+  }
+  EXPECT_EQ(received.find("/never"), std::string::npos) << received;
+  EXPECT_NE(received.find("Connection: close\r\n"), std::string::npos) << received;
+
+  std::string log;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return CountOf(log, "\n") >= 7;
+  })) << log;
+  EXPECT_EQ(CountOf(log, "\n"), 7u) << log;
+  for (const char* line :
+       {"\"GET /a HTTP/1.1\" 200 3 ", "\"POST /b HTTP/1.1\" 200 7 ", "\"POST /c HTTP/1.1\" 200 8 ",
+        "\"HEAD /d HTTP/1.1\" 200 - ", "\"GET /chunked HTTP/1.1\" 200 9 ",
+        "\"GET /f HTTP/1.0\" 200 3 ", "\" 400 "}) {
+    EXPECT_EQ(CountOf(log, line), 1u) << line << "\n" << log;
+  }
+  std::string metrics;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    metrics = testing::HttpGet(admin_port_, "/metrics").body;
+    return metrics.find("kwd_proxy_requests_total{group=\"t/g\",code=\"2xx\"} 6\n") !=
+               std::string::npos &&
+           metrics.find("kwd_proxy_requests_total{group=\"none\",code=\"4xx\"} 1\n") !=
+               std::string::npos;
+  })) << metrics;
+  EXPECT_EQ(backend.traffic_connections(), 1);
 }
 
 // ---- file descriptors ----
