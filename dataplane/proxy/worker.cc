@@ -521,17 +521,15 @@ void Worker::ReleaseIdle(UpstreamConnection* connection) {
     connection->Close();
     return;
   }
-  // Beyond the allowance a connection is kept briefly only: in a burst of
-  // more concurrent requests than the allowance it is taken again at once
-  // (closing it made the next request connect anew: 512 keep-alive clients
-  // connected once per 1.7 requests), and once the burst is over it closes
-  // within kOverflowIdleMs. Taken last-in first-out, so those go first.
-  constexpr int64_t kOverflowIdleMs = 1'000;
-  bool overflow = bucket.idle.size() >= options_.max_idle_upstream_per_server;
+  // Full: the connection idle longest goes (the bucket is in release order,
+  // and taken from the back, so the front is the least recently used).
+  if (bucket.idle.size() >= options_.max_idle_upstream_per_server) {
+    UpstreamConnection* oldest = bucket.idle.front();
+    bucket.idle.erase(bucket.idle.begin());
+    oldest->Close();
+  }
   bucket.idle.push_back(connection);
-  loop_.Schedule(&connection->idle_timer,
-                 overflow ? std::min(kOverflowIdleMs, options_.upstream_idle_timeout_ms)
-                          : options_.upstream_idle_timeout_ms);
+  loop_.Schedule(&connection->idle_timer, options_.upstream_idle_timeout_ms);
 }
 
 void Worker::ForgetIdle(UpstreamConnection* connection) {

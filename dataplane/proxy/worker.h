@@ -129,7 +129,8 @@ class Worker {
   // ("" plain), or null.
   UpstreamConnection* TakeIdle(std::string_view address, uint32_t port,
                                std::string_view tls_key = {});
-  // Parks a healthy keep-alive connection (or closes it when the pool is full).
+  // Parks a healthy keep-alive connection for upstream_idle_timeout_ms; a full
+  // pool (max_idle_upstream_per_server) closes its oldest idle one first.
   void ReleaseIdle(UpstreamConnection* connection);
   void ForgetIdle(UpstreamConnection* connection);
   void ConnectionClosed(ClientConnection* connection);

@@ -1,4 +1,5 @@
-// Black-box tests of how `kwd-proxy serve` handles the ends of connections and
+// Black-box tests of how `kwd-proxy serve` handles the ends of connections,
+// keeps upstream connections (and, in-process, the pool's limits) and
 // running out of file descriptors: a real proxy process on loopback in front
 // of a raw-socket backend whose every byte (and FIN) the test controls.
 #include <arpa/inet.h>
@@ -10,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "common/snapshot_io.h"
+#include "dataplane/proxy/proxy.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
 #include "tests/support/tcp_backend.h"
@@ -194,57 +197,175 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// ---- the upstream keep-alive pool under a burst ----
+// ---- the upstream keep-alive pool ----
 
-// More concurrent requests than the pool's idle allowance (64 per server
-// and worker): the connections beyond it were closed as soon as they were
-// released, so the next burst connected anew (512 keep-alive clients: a
-// connect per 1.7 requests). They are kept briefly now and reused; once the
-// burst is over the ones beyond the allowance close within a second or so.
-TEST_F(ProxyConnectionTest, UpstreamConnectionsBeyondThePoolAllowanceAreReusedInABurst) {
-  constexpr int kClients = 80;  // above the allowance of 64
-  std::atomic<int> first_requests{0};
-  std::atomic<int> closed_by_proxy{0};
-  ScriptedBackend backend([&](int fd, int, const std::string&, std::string buffered) {
-    // Hold the first answers until every client's request is here, so the
-    // proxy needs kClients upstream connections at once.
-    ++first_requests;
-    auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (first_requests.load() < kClients && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+// Serves every connection's requests ("ok", keep-alive) until the proxy
+// closes it, and records the closes by connection index (in the order the
+// connections brought their first request). Answers wait until `release_at`
+// requests have arrived in all, so a burst of N needs N connections at once.
+class KeepAliveBackend {
+ public:
+  // delay_ms(index): how long connection `index` waits before its first answer
+  // once the burst is released (to order the releases into the pool).
+  explicit KeepAliveBackend(std::function<int(int index)> delay_ms = nullptr)
+      : delay_ms_(std::move(delay_ms)),
+        backend_([this](int fd, int index, const std::string&, std::string buffered) {
+          Serve(fd, index, std::move(buffered));
+        }) {}
+  uint16_t port() const { return backend_.port(); }
+  int connections() const { return backend_.traffic_connections(); }
+  void ReleaseAt(int requests) { release_at_ = requests; }
+  // Indices of the connections the proxy closed, in order.
+  std::vector<int> Closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+  Clock::time_point LastClose() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_close_;
+  }
+  // Indices of the connections that answered after `requests` requests.
+  std::vector<int> ServedAfter(int requests) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::vector<int>(served_.begin() + std::min<size_t>(requests, served_.size()),
+                            served_.end());
+  }
+
+ private:
+  void Serve(int fd, int index, std::string buffered) {
     std::string head;
-    for (int i = 0; i < 100; ++i) {  // bounded: a few requests per connection
+    for (int i = 0; i < 1000; ++i) {  // bounded
+      ++requests_;
+      auto deadline = Clock::now() + std::chrono::seconds(20);
+      while (requests_.load() < release_at_.load() && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (i == 0 && delay_ms_ != nullptr) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_(index)));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        served_.push_back(index);
+      }
       SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
       if (!ReadHead(fd, &buffered, &head)) {
-        ++closed_by_proxy;
+        std::lock_guard<std::mutex> lock(mu_);
+        closed_.push_back(index);
+        last_close_ = Clock::now();
         return;
       }
     }
-  });
-  StartProxy(backend.port(), {"--workers", "1"});
+  }
+
+  std::function<int(int)> delay_ms_;
+  std::atomic<int> requests_{0};
+  std::atomic<int> release_at_{0};
+  mutable std::mutex mu_;
+  std::vector<int> closed_;
+  std::vector<int> served_;
+  Clock::time_point last_close_;
+  ScriptedBackend backend_;  // last: stopped before what its handler uses
+};
+
+// `count` clients send a request each at once (the backend holds the answers
+// until all are there) and read their answers.
+void Burst(uint16_t port, KeepAliveBackend* backend, int* requests_so_far, int count) {
+  *requests_so_far += count;
+  backend->ReleaseAt(*requests_so_far);
   std::vector<std::unique_ptr<HttpClient>> clients;
-  for (int i = 0; i < kClients; ++i) {
-    clients.push_back(std::make_unique<HttpClient>(port()));
+  for (int i = 0; i < count; ++i) {
+    clients.push_back(std::make_unique<HttpClient>(port));
     ASSERT_TRUE(clients.back()->connected());
+    ASSERT_TRUE(clients.back()->Send("GET /burst HTTP/1.1\r\nHost: x\r\n\r\n"));
   }
-  const std::string request = "GET /burst HTTP/1.1\r\nHost: x\r\n\r\n";
-  for (int round = 0; round < 2; ++round) {
-    for (auto& c : clients) {
-      ASSERT_TRUE(c->Send(request));
+  for (auto& c : clients) {
+    ASSERT_EQ(c->Read().status, 200);
+  }
+}
+
+// 512 keep-alive clients after a pause opened 400-600 new upstream
+// connections: the pool kept 64 per server for 30 s and the rest for 1 s
+// only. One rule now (512 per server and worker, 30 s idle): a burst after a
+// pause of a few seconds finds every connection of the last one.
+TEST_F(ProxyConnectionTest, UpstreamConnectionsOfABurstAreReusedAfterAPause) {
+  constexpr int kClients = 80;  // above the former allowance of 64
+  KeepAliveBackend backend;
+  StartProxy(backend.port(), {"--workers", "1"});
+  int requests = 0;
+  Burst(port(), &backend, &requests, kClients);
+  ASSERT_EQ(backend.connections(), kClients);
+  // Longer than the former 1 s for the connections beyond 64.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_TRUE(backend.Closed().empty()) << backend.Closed().size() << " closed";
+  Burst(port(), &backend, &requests, kClients);
+  EXPECT_EQ(backend.connections(), kClients);  // none opened anew
+  EXPECT_TRUE(backend.Closed().empty()) << backend.Closed().size() << " closed";
+}
+
+// In-process proxies with the pool's limits set small (they are not flags).
+class UpstreamPoolTest : public ::testing::Test {
+ protected:
+  void Start(uint16_t backend_port, size_t max_idle, int64_t idle_timeout_ms) {
+    proxy::ProxyOptions options;
+    std::string error;
+    ASSERT_TRUE(net::ParseEndpoint("127.0.0.1:0", &options.listen, &error)) << error;
+    ASSERT_TRUE(net::ParseEndpoint("127.0.0.1:0", &options.admin_listen, &error)) << error;
+    options.access_log = "off";
+    options.affinity_key = "test-affinity-key";
+    options.max_idle_upstream_per_server = max_idle;
+    options.upstream_idle_timeout_ms = idle_timeout_ms;
+    proxy_ = std::make_unique<proxy::Proxy>(options);
+    ASSERT_TRUE(proxy_->Start(&error)) << error;
+    ASSERT_TRUE(proxy_->ApplySnapshot(OneServerSnapshot(backend_port), &error)) << error;
+  }
+  void TearDown() override {
+    if (proxy_ != nullptr) {
+      proxy_->Shutdown(0);
     }
-    for (auto& c : clients) {
-      EXPECT_EQ(c->Read().status, 200) << "round " << round;
-    }
   }
-  // The second burst found all kClients connections in the pool.
-  EXPECT_EQ(backend.traffic_connections(), kClients);
-  // Idle now: the ones beyond the allowance close, the allowance stays.
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (closed_by_proxy.load() < kClients - 64 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(closed_by_proxy.load(), kClients - 64);
+  uint16_t port() const { return proxy_->bound().port(); }
+  uint64_t UpstreamConnects() const { return proxy_->metrics().upstream_connects.Value(); }
+
+  std::unique_ptr<proxy::Proxy> proxy_;
+};
+
+TEST_F(UpstreamPoolTest, IdleConnectionsCloseAfterTheTimeoutAndNotBefore) {
+  constexpr int64_t kTimeoutMs = 400;
+  KeepAliveBackend backend;
+  Start(backend.port(), 8, kTimeoutMs);
+  int requests = 0;
+  Burst(port(), &backend, &requests, 3);
+  const auto idle_since = Clock::now();
+  ASSERT_EQ(backend.connections(), 3);
+  ASSERT_TRUE(testing::WaitFor([&] { return backend.Closed().size() == 3; }, std::chrono::seconds(5)))
+      << backend.Closed().size() << " of 3 closed";
+  EXPECT_GE(backend.LastClose() - idle_since, std::chrono::milliseconds(kTimeoutMs - 50));
+  // The next request connects anew.
+  Burst(port(), &backend, &requests, 1);
+  EXPECT_EQ(backend.connections(), 4);
+  EXPECT_EQ(UpstreamConnects(), 4u);
+}
+
+TEST_F(UpstreamPoolTest, AFullPoolClosesItsOldestIdleConnection) {
+  // Answers 100 ms apart, so the connections come back to the pool in index order.
+  KeepAliveBackend backend([](int index) { return 100 * index; });
+  Start(backend.port(), 2, 60'000);
+  int requests = 0;
+  Burst(port(), &backend, &requests, 5);
+  ASSERT_EQ(backend.connections(), 5);
+  // At most 2 stay idle; the 3 released first were closed as later ones came
+  // back, well before the idle timeout.
+  ASSERT_TRUE(testing::WaitFor([&] { return backend.Closed().size() == 3; }, std::chrono::seconds(5)))
+      << backend.Closed().size() << " of 3 closed";
+  EXPECT_EQ(backend.Closed(), (std::vector<int>{0, 1, 2}));
+  // The 2 kept carry the next burst.
+  const int before = requests;
+  Burst(port(), &backend, &requests, 2);
+  EXPECT_EQ(backend.connections(), 5);
+  EXPECT_EQ(UpstreamConnects(), 5u);
+  std::vector<int> served = backend.ServedAfter(before);
+  std::sort(served.begin(), served.end());
+  EXPECT_EQ(served, (std::vector<int>{3, 4}));
 }
 
 // ---- EOF arriving together with data ----
