@@ -38,17 +38,26 @@ namespace {
 // from then. Accepted sockets inherit TCP_NODELAY from the listener.
 constexpr int kDeferAcceptSeconds = 1;
 
-int ListenForClients(const net::Endpoint& endpoint, std::string* error) {
-  int fd = net::Listen(endpoint, /*reuse_port=*/true, 4096, error);
-  if (fd >= 0) {
-    net::PrepareClientFirstListener(fd, kDeferAcceptSeconds);
-  }
-  return fd;
-}
-
 // TCP_NOTSENT_LOWAT of client connections: twice the response bytes a
 // connection holds before it stops reading its server.
 constexpr int kClientNotSentBytes = 128 * 1024;
+
+// A client listener (SO_REUSEPORT, deferred accept). HTTP and TLS clients'
+// sockets inherit TCP_NOTSENT_LOWAT from it: a client that reads slowly
+// would otherwise have megabytes queued in the kernel and raise no write
+// event until a third of them drained: longer than --response-timeout for a
+// slow download, which was then cut short. With little queued, every bit the
+// client takes shows as progress. (Passthrough tunnels keep the default.)
+int ListenForClients(const net::Endpoint& endpoint, bool limit_unsent, std::string* error) {
+  int fd = net::Listen(endpoint, /*reuse_port=*/true, 4096, error);
+  if (fd >= 0) {
+    net::PrepareClientFirstListener(fd, kDeferAcceptSeconds);
+    if (limit_unsent) {
+      net::SetNotSentLowWater(fd, kClientNotSentBytes);
+    }
+  }
+  return fd;
+}
 
 // The PROXY protocol step (`--proxy-protocol`): waits (up to the header
 // timeout) for the header on a fresh connection, consumes exactly it, then
@@ -224,18 +233,14 @@ Worker::~Worker() {
 }
 
 bool Worker::Start(std::string* error) {
-  listen_fd_ = ListenForClients(options_.listen, error);
+  listen_fd_ = ListenForClients(options_.listen, /*limit_unsent=*/true, error);
   if (listen_fd_ < 0) {
     return false;
   }
   bound_ = net::LocalEndpoint(listen_fd_);
-  // A client that reads slowly would otherwise have megabytes queued in the
-  // kernel and raise no write event until a third of them drained: longer
-  // than --response-timeout for a slow download, which was then cut short.
-  // With little queued, every bit the client takes shows as progress.
-  net::SetNotSentLowWater(listen_fd_, kClientNotSentBytes);
   if (options_.passthrough) {
-    passthrough_fd_ = ListenForClients(options_.passthrough_listen, error);
+    passthrough_fd_ =
+        ListenForClients(options_.passthrough_listen, /*limit_unsent=*/false, error);
     if (passthrough_fd_ < 0) {
       *error = "--passthrough-listen: " + *error;
       return false;
@@ -244,13 +249,12 @@ bool Worker::Start(std::string* error) {
     loop_.Add(passthrough_fd_, EPOLLIN | EPOLLET, &passthrough_acceptor_);
   }
   if (server_tls_ != nullptr) {
-    tls_listen_fd_ = ListenForClients(options_.tls_listen, error);
+    tls_listen_fd_ = ListenForClients(options_.tls_listen, /*limit_unsent=*/true, error);
     if (tls_listen_fd_ < 0) {
       *error = "--tls-listen " + options_.tls_listen.ToString() + ": " + *error;
       return false;
     }
     tls_bound_ = net::LocalEndpoint(tls_listen_fd_);
-    net::SetNotSentLowWater(tls_listen_fd_, kClientNotSentBytes);
     loop_.Add(tls_listen_fd_, EPOLLIN | EPOLLET, &tls_acceptor_);
   }
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
