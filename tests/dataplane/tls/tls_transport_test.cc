@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/metrics.h"
 #include "dataplane/tls/server_tls.h"
@@ -42,6 +44,8 @@ class TlsTransportTest : public ::testing::Test {
     SSL_CTX_set_verify(client_ctx_, SSL_VERIFY_PEER, nullptr);
   }
   void TearDown() override {
+    client_.reset();
+    server_.reset();
     ::close(fds_[0]);
     ::close(fds_[1]);
     SSL_CTX_free(client_ctx_);
@@ -64,45 +68,66 @@ class TlsTransportTest : public ::testing::Test {
     return false;
   }
 
+  // server_: ServerTls (the test certificate) over fds_[0]; client_: a
+  // client over fds_[1] verifying `server_name` against the test CA.
+  void MakeTransports(std::string_view server_name = testing::kTestServerName) {
+    ServerTlsOptions options;
+    options.cert_dir = *pki_ + "/certs";
+    server_tls_ = std::make_unique<ServerTls>(options, registry_);
+    std::string error;
+    ASSERT_TRUE(server_tls_->Load(&error)) << error;
+    server_ = server_tls_->NewTransport(fds_[0]);
+    client_ = TlsTransport::Client(client_ctx_, fds_[1], server_name, &error);
+    ASSERT_NE(client_, nullptr) << error;
+  }
+
+  // Steps the handshakes until the client is done (it has the server's whole
+  // flight), before the server is.
+  void HandshakeClientFirst() {
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_NE(client_->Handshake(), net::Transport::HandshakeStatus::kFailed) << client_->error();
+      if (client_->established()) {
+        break;
+      }
+      ASSERT_NE(server_->Handshake(), net::Transport::HandshakeStatus::kFailed) << server_->error();
+    }
+  }
+
   static std::string* pki_;
   int fds_[2] = {-1, -1};
   SSL_CTX* client_ctx_ = nullptr;
   MetricsRegistry registry_;
+  std::unique_ptr<ServerTls> server_tls_;  // outlives its transport (declared first)
+  std::unique_ptr<net::Transport> server_;
+  std::unique_ptr<TlsTransport> client_;
 };
 
 std::string* TlsTransportTest::pki_ = nullptr;
 
 TEST_F(TlsTransportTest, ClientAndServerHandshakeVerifyAndExchangeData) {
-  ServerTlsOptions options;
-  options.cert_dir = *pki_ + "/certs";
-  ServerTls server_tls(options, registry_);
-  std::string error;
-  ASSERT_TRUE(server_tls.Load(&error)) << error;
-  auto server = server_tls.NewTransport(fds_[0]);
-  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
-  ASSERT_NE(client, nullptr) << error;
-  EXPECT_FALSE(server->established());
-  EXPECT_EQ(server->tls(), nullptr);
-  ASSERT_TRUE(HandshakeBoth(*client, *server)) << client->error() << " / " << server->error();
-  ASSERT_NE(client->tls(), nullptr);
-  EXPECT_TRUE(client->tls()->peer_certificate);
-  EXPECT_TRUE(client->tls()->peer_verified);
-  EXPECT_EQ(client->tls()->version, "TLSv1.3");
-  EXPECT_EQ(server->tls()->server_name, testing::kTestServerName);
-  EXPECT_GT(server->tls()->cipher_bits, 0);
+  ASSERT_NO_FATAL_FAILURE(MakeTransports());
+  EXPECT_FALSE(server_->established());
+  EXPECT_EQ(server_->tls(), nullptr);
+  ASSERT_TRUE(HandshakeBoth(*client_, *server_)) << client_->error() << " / " << server_->error();
+  ASSERT_NE(client_->tls(), nullptr);
+  EXPECT_TRUE(client_->tls()->peer_certificate);
+  EXPECT_TRUE(client_->tls()->peer_verified);
+  EXPECT_EQ(client_->tls()->version, "TLSv1.3");
+  EXPECT_EQ(server_->tls()->server_name, testing::kTestServerName);
+  EXPECT_GT(server_->tls()->cipher_bits, 0);
 
-  ASSERT_EQ(client->Write("ping", 4), 4);
+  ASSERT_EQ(client_->Write("ping", 4), 4);
   char buf[64];
   bool drained = false;
-  ssize_t n = server->Read(buf, sizeof buf, &drained);
+  ssize_t n = server_->Read(buf, sizeof buf, &drained);
   ASSERT_EQ(n, 4);
   EXPECT_EQ(std::string(buf, 4), "ping");
   EXPECT_TRUE(drained) << "everything the socket had was read";
-  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  EXPECT_EQ(server_->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
   EXPECT_TRUE(drained);
   // close_notify reads as the end of the stream.
-  client->Shutdown();
-  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kEof);
+  client_->Shutdown();
+  EXPECT_EQ(server_->Read(buf, sizeof buf, &drained), net::Transport::kEof);
 }
 
 // True when the socket has bytes to read (without taking them).
@@ -119,97 +144,57 @@ bool HasResumableSession(SSL* ssl) {
 }
 
 TEST_F(TlsTransportTest, Tls13TicketLeavesWithTheFirstResponseWhenTheRequestCameWithFinished) {
-  ServerTlsOptions options;
-  options.cert_dir = *pki_ + "/certs";
-  ServerTls server_tls(options, registry_);
-  std::string error;
-  ASSERT_TRUE(server_tls.Load(&error)) << error;
-  auto server = server_tls.NewTransport(fds_[0]);
-  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
-  ASSERT_NE(client, nullptr) << error;
+  ASSERT_NO_FATAL_FAILURE(MakeTransports());
   // The client finishes first (it has the server's whole flight) and sends
   // its request at once, as browsers, curl and wrk do.
-  for (int i = 0; i < 10; ++i) {
-    ASSERT_NE(client->Handshake(), net::Transport::HandshakeStatus::kFailed) << client->error();
-    if (client->established()) {
-      break;
-    }
-    ASSERT_NE(server->Handshake(), net::Transport::HandshakeStatus::kFailed) << server->error();
-  }
-  ASSERT_TRUE(client->established());
-  ASSERT_FALSE(server->established());
-  ASSERT_EQ(client->Write("GET", 3), 3);
+  ASSERT_NO_FATAL_FAILURE(HandshakeClientFirst());
+  ASSERT_TRUE(client_->established());
+  ASSERT_FALSE(server_->established());
+  ASSERT_EQ(client_->Write("GET", 3), 3);
   char buf[64];
   bool drained = false;
-  ASSERT_EQ(server->Read(buf, sizeof buf, &drained), 3) << server->error();
-  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  ASSERT_EQ(server_->Read(buf, sizeof buf, &drained), 3) << server_->error();
+  EXPECT_EQ(server_->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
   EXPECT_FALSE(HasBytes(fds_[1])) << "the ticket waits for the response";
-  ASSERT_EQ(server->Write("200", 3), 3);
-  ASSERT_EQ(client->Read(buf, sizeof buf, &drained), 3) << client->error();
+  ASSERT_EQ(server_->Write("200", 3), 3);
+  ASSERT_EQ(client_->Read(buf, sizeof buf, &drained), 3) << client_->error();
   EXPECT_EQ(std::string(buf, 3), "200");
-  EXPECT_TRUE(HasResumableSession(static_cast<TlsTransport&>(*client).ssl()))
+  EXPECT_TRUE(HasResumableSession(client_->ssl()))
       << "the ticket came before the response";
   EXPECT_FALSE(HasBytes(fds_[1]));
 }
 
 TEST_F(TlsTransportTest, Tls13TicketIsSentAtOnceWhenNoRequestCameWithTheHandshake) {
-  ServerTlsOptions options;
-  options.cert_dir = *pki_ + "/certs";
-  ServerTls server_tls(options, registry_);
-  std::string error;
-  ASSERT_TRUE(server_tls.Load(&error)) << error;
-  auto server = server_tls.NewTransport(fds_[0]);
-  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
-  ASSERT_NE(client, nullptr) << error;
-  ASSERT_TRUE(HandshakeBoth(*client, *server)) << client->error() << " / " << server->error();
+  ASSERT_NO_FATAL_FAILURE(MakeTransports());
+  ASSERT_TRUE(HandshakeBoth(*client_, *server_)) << client_->error() << " / " << server_->error();
   char buf[64];
   bool drained = false;
-  EXPECT_EQ(server->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  EXPECT_EQ(server_->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
   ASSERT_TRUE(HasBytes(fds_[1])) << "the ticket was sent";
-  EXPECT_EQ(client->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
-  EXPECT_TRUE(HasResumableSession(static_cast<TlsTransport&>(*client).ssl()));
+  EXPECT_EQ(client_->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  EXPECT_TRUE(HasResumableSession(client_->ssl()));
 }
 
 TEST_F(TlsTransportTest, HeldTicketLeavesWithCloseNotify) {
-  ServerTlsOptions options;
-  options.cert_dir = *pki_ + "/certs";
-  ServerTls server_tls(options, registry_);
-  std::string error;
-  ASSERT_TRUE(server_tls.Load(&error)) << error;
-  auto server = server_tls.NewTransport(fds_[0]);
-  auto client = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
-  ASSERT_NE(client, nullptr) << error;
-  for (int i = 0; i < 10; ++i) {
-    ASSERT_NE(client->Handshake(), net::Transport::HandshakeStatus::kFailed) << client->error();
-    if (client->established()) {
-      break;
-    }
-    ASSERT_NE(server->Handshake(), net::Transport::HandshakeStatus::kFailed) << server->error();
-  }
-  ASSERT_FALSE(server->established());
-  ASSERT_EQ(client->Write("GET", 3), 3);
+  ASSERT_NO_FATAL_FAILURE(MakeTransports());
+  ASSERT_NO_FATAL_FAILURE(HandshakeClientFirst());
+  ASSERT_FALSE(server_->established());
+  ASSERT_EQ(client_->Write("GET", 3), 3);
   char buf[64];
   bool drained = false;
-  ASSERT_EQ(server->Read(buf, sizeof buf, &drained), 3) << server->error();
+  ASSERT_EQ(server_->Read(buf, sizeof buf, &drained), 3) << server_->error();
   EXPECT_FALSE(HasBytes(fds_[1]));
-  server->Shutdown();
-  EXPECT_EQ(client->Read(buf, sizeof buf, &drained), net::Transport::kEof) << client->error();
-  EXPECT_TRUE(HasResumableSession(static_cast<TlsTransport&>(*client).ssl()));
+  server_->Shutdown();
+  EXPECT_EQ(client_->Read(buf, sizeof buf, &drained), net::Transport::kEof) << client_->error();
+  EXPECT_TRUE(HasResumableSession(client_->ssl()));
 }
 
 TEST_F(TlsTransportTest, ClientRefusesAServerWhoseCertificateLacksTheName) {
-  ServerTlsOptions options;
-  options.cert_dir = *pki_ + "/certs";
-  ServerTls server_tls(options, registry_);
-  std::string error;
-  ASSERT_TRUE(server_tls.Load(&error)) << error;
-  auto server = server_tls.NewTransport(fds_[0]);
-  auto client = TlsTransport::Client(client_ctx_, fds_[1], "elsewhere.example", &error);
-  ASSERT_NE(client, nullptr) << error;
-  EXPECT_FALSE(HandshakeBoth(*client, *server));
-  EXPECT_NE(client->error().find("certificate verify failed"), std::string::npos)
-      << client->error();
-  EXPECT_EQ(client->tls(), nullptr);
+  ASSERT_NO_FATAL_FAILURE(MakeTransports("elsewhere.example"));
+  EXPECT_FALSE(HandshakeBoth(*client_, *server_));
+  EXPECT_NE(client_->error().find("certificate verify failed"), std::string::npos)
+      << client_->error();
+  EXPECT_EQ(client_->tls(), nullptr);
 }
 
 TEST(CertSetTest, ExactThenWildcardThenFirst) {
