@@ -20,6 +20,7 @@
 # Needs haproxy, nginx, h2load (nghttp2-client), openssl. The figures depend
 # on the machine's load: compare the ratios from one run.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 BUILD=${1:?usage: bench/h2_bench.sh BUILD_DIR   (env: ROUNDS DURATION CONNECTIONS STREAMS)}
 ROUNDS=${ROUNDS:-5}
@@ -30,56 +31,27 @@ STREAMS=${STREAMS:-10}
 PROXY=$BUILD/kwd-proxy
 CONTROLLER=$BUILD/kwd-controller
 export PATH=$PATH:/usr/sbin
-for tool in haproxy nginx h2load openssl "$PROXY" "$CONTROLLER"; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
-done
+require_tools haproxy nginx h2load openssl "$PROXY" "$CONTROLLER"
 
-WORK=$(mktemp -d /tmp/kwd-h2-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "port $1 did not open" >&2
-  exit 1
-}
+bench_work kwd-h2-bench
+WORK=$work
 
 # ---- certificate ----
-mkdir -p "$WORK/certs"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-  -keyout "$WORK/certs/bench.key" -out "$WORK/certs/bench.crt" -subj /CN=bench.kwd.test \
-  -addext subjectAltName=DNS:bench.kwd.test 2>/dev/null
-cat "$WORK/certs/bench.crt" "$WORK/certs/bench.key" >"$WORK/haproxy.pem"
+bench_cert "$WORK"
 
 # ---- backends: one nginx, two ports ----
 B1=$(free_port)
 B2=$(free_port)
 mkdir -p "$WORK/nginx"
 cat >"$WORK/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
+$(nginx_head $WORK/nginx 4096)
   keepalive_timeout 300s;
-  server { listen 127.0.0.1:$B1; location / { return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
-  server { listen 127.0.0.1:$B2; location / { return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
+  server { listen 127.0.0.1:$B1; location / { return 200 "$BENCH_BODY"; } }
+  server { listen 127.0.0.1:$B2; location / { return 200 "$BENCH_BODY"; } }
 }
 EOF
 nginx -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" &
-PIDS+=($!)
+pids+=($!)
 wait_port "$B1"
 wait_port "$B2"
 
@@ -114,7 +86,7 @@ KWD_AFFINITY_KEY=bench "$PROXY" serve --snapshot "$WORK/snapshot.json" \
   --access-log off --log-level warn \
   --tls-listen 127.0.0.1:"$KWD_PORT" --tls-cert-dir "$WORK/certs" >/dev/null 2>"$WORK/kwd.log" &
 KWD_PID=$!
-PIDS+=($KWD_PID)
+pids+=($KWD_PID)
 wait_port "$KWD_PORT"
 
 # ---- HAProxy ----
@@ -141,12 +113,9 @@ backend be
 EOF
 haproxy -f "$WORK/haproxy.cfg" -db >/dev/null 2>"$WORK/haproxy.log" &
 HAP_PID=$!
-PIDS+=($HAP_PID)
+pids+=($HAP_PID)
 wait_port "$HAP_PORT"
 
-HZ=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 # h2load must really speak h2 through each proxy, and get 200s.
 for port in "$KWD_PORT" "$HAP_PORT"; do
@@ -172,7 +141,7 @@ round() {  # name pid port
   failed=$(awk '/^requests:/ {print $10}' <<<"$out")
   # Third column: microseconds until the end of the response.
   p99=$(awk '{print $3}' "$log" | sort -n | awk '{v[NR] = $1} END {i = int(NR * 0.99); if (i < 1) i = 1; printf "%.2f", v[i] / 1000}')
-  cpu=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$succeeded" 'BEGIN {printf "%.2f", n ? t / hz * 1e6 / n : 0}')
+  cpu=$(cpu_us_per "$before" "$after" "$succeeded" %.2f)
   printf '%-8s round %d  %10s req/s  p99 %7s ms  CPU %6s us/request  (%s ok, %s failed)\n' \
     "$name" "$r" "$rps" "$p99" "$cpu" "${succeeded:-0}" "${failed:-?}"
   if [[ -z $succeeded || $succeeded == 0 ]]; then

@@ -19,6 +19,7 @@
 #   env: SNAPSHOT_GROUPS=100 CONNECTIONS=10000 PROXIES="kwd haproxy nginx"
 #   BUILD_DIR holds kwd-proxy and kwd-controller (default build-bench).
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 build=${1:-build-bench}
 groups=${SNAPSHOT_GROUPS:-100}
 conns=${CONNECTIONS:-10000}
@@ -33,19 +34,9 @@ for tool in haproxy nginx python3; do
   command -v $tool >/dev/null || { echo "missing $tool" >&2; exit 1; }
 done
 
-work=$(mktemp -d /tmp/kwd-membench.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_work kwd-membench
 
 # Free loopback ports (other benchmarks may run on the machine).
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 B1=$(free_port); B2=$(free_port); KWD=$(free_port); HAP=$(free_port); NGX=$(free_port)
 fd_limit=$(ulimit -Hn)
 ulimit -n "$fd_limit"
@@ -53,16 +44,9 @@ ulimit -n "$fd_limit"
 # --- backends: one nginx, two ports (as in scripts/bench-proxies.sh) ---
 mkdir -p "$work/backend" "$work/nginx" "$work/objects"
 cat > "$work/backend/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/backend/nginx.pid;
-error_log $work/backend/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$B1; location / { add_header X-Served-By A; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
-  server { listen 127.0.0.1:$B2; location / { add_header X-Served-By B; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
+$(nginx_head $work/backend 4096)
+$(nginx_answer $B1 A)
+$(nginx_answer $B2 B)
 }
 CONF
 nginx -c "$work/backend/nginx.conf" -e "$work/backend/error.log" &
@@ -116,17 +100,8 @@ cat > "$work/haproxy.cfg" <<CONF
 global
   nbthread 1
   maxconn $hap_maxconn
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 600s
-  timeout server 60s
-  http-reuse always
-backend app
-  balance roundrobin
-  cookie SERVERID insert indirect nocache
-  server A 127.0.0.1:$B1 weight 2 cookie A
-  server B 127.0.0.1:$B2 weight 1 cookie B
+$(haproxy_defaults 600s)
+$(haproxy_app_backend $B1 $B2)
 frontend web
   bind 127.0.0.1:$HAP
   default_backend app
@@ -173,7 +148,6 @@ wait_port() {
 for port in $B1 $B2 $KWD $HAP $NGX; do wait_port $port; done
 sleep 2
 
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 declare -A port=([kwd]=$KWD [haproxy]=$HAP [nginx]=$NGX)
 declare -A pid=([kwd]=$kwd_pid [haproxy]=$hap_pid [nginx]=$ngx_pid)
 declare -A idle loaded held

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Usage: bench/passthrough_bench.sh [SECONDS]   (from the repository root, after `make build`)
 # New TLS passthrough connections per second through kwd-proxy
 # (--passthrough-listen) and through HAProxy 2.6 `mode tcp` routing by
@@ -8,21 +8,14 @@
 # handshake with SNI (no resumption), close; four client processes at once.
 # Both runs alternate twice; the last line prints the ratio kwd / HAProxy.
 set -eu
+source "$(dirname "$0")/lib.sh"
 seconds=${1:-10}
 root=$(cd "$(dirname "$0")/.." && pwd)
 proxy=${KWD_PROXY:-$root/build/kwd-proxy}
 controller=${KWD_CONTROLLER:-$root/build/kwd-controller}
-dir=$(mktemp -d)
-pids=""
-cleanup() {
-  for pid in $pids; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+bench_work kwd-passthrough-bench
+dir=$work
+trap 'exit 130' INT TERM
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$dir/k.pem" \
   -out "$dir/c.pem" -days 2 -subj /CN=bench.example.test \
@@ -30,7 +23,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d
 backend=$(free_port)
 openssl s_server -accept "127.0.0.1:$backend" -cert "$dir/c.pem" -key "$dir/k.pem" -quiet \
   </dev/null >/dev/null 2>&1 &
-pids="$pids $!"
+pids+=($!)
 
 mkdir "$dir/objects"
 cat >"$dir/objects/o.yaml" <<YAML
@@ -56,7 +49,7 @@ kwd_port=$(free_port)
 "$proxy" serve --snapshot "$dir/snapshot.json" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --passthrough-listen "127.0.0.1:$kwd_port" --workers 1 --access-log off --log-level error \
   >/dev/null 2>&1 &
-pids="$pids $!"
+pids+=($!)
 
 haproxy_port=$(free_port)
 cat >"$dir/haproxy.cfg" <<CFG
@@ -76,7 +69,7 @@ backend tls
   server s1 127.0.0.1:$backend
 CFG
 haproxy -f "$dir/haproxy.cfg" -db >/dev/null 2>&1 &
-pids="$pids $!"
+pids+=($!)
 sleep 1
 
 rate() {

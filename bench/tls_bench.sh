@@ -15,40 +15,20 @@
 # The numbers depend on the machine's load: run it on a quiet machine, and
 # compare ratios from the same run.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 BUILD=${1:?usage: tls_bench.sh BUILD_DIR [SECONDS] [CONNECTIONS]}
 SECONDS_PER_RUN=${2:-10}
 CONNECTIONS=${3:-50}
 PROXY=$BUILD/kwd-proxy
 CONTROLLER=$BUILD/kwd-controller
-for tool in haproxy wrk openssl "$PROXY" "$CONTROLLER"; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
-done
+require_tools haproxy wrk openssl "$PROXY" "$CONTROLLER"
 
-WORK=$(mktemp -d /tmp/kwd-tls-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "port $1 did not open" >&2; exit 1
-}
+bench_work kwd-tls-bench
+WORK=$work
 
 # ---- certificate: EC P-256, like most ingress certificates ----
-mkdir -p "$WORK/certs"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-  -keyout "$WORK/certs/bench.key" -out "$WORK/certs/bench.crt" -subj /CN=bench.kwd.test \
-  -addext subjectAltName=DNS:bench.kwd.test 2>/dev/null
-cat "$WORK/certs/bench.crt" "$WORK/certs/bench.key" >"$WORK/haproxy.pem"
+bench_cert "$WORK"
 
 # ---- the shared backend ----
 BACKEND_PORT=$(free_port)
@@ -65,7 +45,7 @@ frontend be
   http-request return status 200 content-type text/plain string ok
 EOF
 haproxy -f "$WORK/backend.cfg" -db >/dev/null 2>&1 &
-PIDS+=($!)
+pids+=($!)
 wait_port "$BACKEND_PORT"
 
 # ---- kwd-proxy ----
@@ -96,7 +76,7 @@ KWD_PORT=$(free_port)
   --admin-listen 127.0.0.1:0 --workers 1 --access-log off --log-level warn \
   --tls-listen 127.0.0.1:$KWD_PORT --tls-cert-dir "$WORK/certs" >/dev/null 2>"$WORK/kwd.log" &
 KWD_PID=$!
-PIDS+=($KWD_PID)
+pids+=($KWD_PID)
 wait_port "$KWD_PORT"
 
 # ---- HAProxy terminating TLS ----
@@ -128,11 +108,8 @@ backend be
 EOF
 haproxy -f "$WORK/haproxy.cfg" -db >/dev/null 2>"$WORK/haproxy.log" &
 HAP_PID=$!
-PIDS+=($HAP_PID)
+pids+=($HAP_PID)
 wait_port "$HAP_PORT"
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-HZ=$(getconf CLK_TCK)
 
 keepalive() {  # name pid port
   local name=$1 pid=$2 port=$3
@@ -147,8 +124,7 @@ keepalive() {  # name pid port
   local errors
   errors=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
   local us_per_req
-  us_per_req=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$requests" \
-    'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+  us_per_req=$(cpu_us_per "$before" "$after" "$requests" %.1f)
   printf '%-8s keep-alive  %10s req/s  p99 %8s  CPU %6s us/request  %s\n' \
     "$name" "$rps" "$p99" "$us_per_req" "$errors"
 }
@@ -171,8 +147,7 @@ handshakes() {  # name pid port
   done
   printf '%-8s handshakes  %10s /s  CPU %6s us/handshake (s_time -new, 2 clients)\n' \
     "$name" "$(awk -v n=$total -v s="$SECONDS_PER_RUN" 'BEGIN {printf "%.0f", n / s}')" \
-    "$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$total" \
-      'BEGIN {printf "%.1f", n ? t / hz * 1e6 / n : 0}')"
+    "$(cpu_us_per "$before" "$after" "$total" %.1f)"
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -42,6 +42,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 proxy_bin=$build/kwd-proxy
 controller_bin=$build/kwd-controller
 lua=$here/bench/sap_mix.lua
+source "$here/bench/lib.sh"
 export PATH=$PATH:/usr/sbin:/sbin
 # The system's python3 when there is one (a pyenv shim costs a second per call).
 py=python3
@@ -67,14 +68,7 @@ for shape in $shapes; do
 done
 has_shape() { [[ " $shapes " == *" $1 "* ]]; }
 
-work=$(mktemp -d /tmp/kwd-bench.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_work kwd-bench
 trap 'exit 130' INT TERM
 
 # Ports: PORT_BASE (default 19400) + 1..6, 71..76, 80..91; fixed, so that a
@@ -97,22 +91,14 @@ if ((${#busy[@]})); then
     "(now $base; the script uses PORT_BASE+1..91)" >&2
   exit 1
 fi
-BODY=0123456789012345678901234567890123456789012345678901234567890123
+BODY=$BENCH_BODY
 
 # ---------------------------------------------------------------- backends
 # One nginx, two ports; /login/ sets JSESSIONID=<sid> as a SAP Java server
 # would at logon (the sapmix warm-up).
 backend_conf() {  # dir port1 port2 statport
   cat <<CONF
-worker_processes 1;
-daemon off;
-master_process off;
-pid $1/nginx.pid;
-error_log $1/error.log;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
+$(nginx_head $1 8192 "master_process off;")
   large_client_header_buffers 4 16k;
   server { listen 127.0.0.1:$2;
     location / { add_header X-Served-By A; return 200 "$BODY"; }
@@ -209,17 +195,8 @@ global
   nbthread 1
   maxconn 8192
   stats socket $work/haproxy.sock
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  http-reuse always
-backend app
-  balance roundrobin
-  cookie SERVERID insert indirect nocache
-  server A 127.0.0.1:$B1 weight 2 cookie A
-  server B 127.0.0.1:$B2 weight 1 cookie B
+$(haproxy_defaults 60s)
+$(haproxy_app_backend $B1 $B2)
 frontend web
   bind 127.0.0.1:$HAP
   option forwardfor
@@ -234,15 +211,7 @@ CONF
   pid[haproxy]=$!
   mkdir -p "$work/nginx"
   cat >"$work/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-master_process off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
+$(nginx_head $work/nginx 8192 "master_process off;")
   upstream app { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
   server {
     listen 127.0.0.1:$NGX;
@@ -307,12 +276,7 @@ global
   nbthread 1
   maxconn 8192
   stats socket $work/haproxy-sap.sock
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  http-reuse always
+$(haproxy_defaults 60s)
 frontend sap
   bind 127.0.0.1:$HAP_SAP
   option forwardfor
@@ -347,15 +311,7 @@ CONF
   mkdir -p "$work/nginx-sap"
   {
     cat <<CONF
-worker_processes 1;
-daemon off;
-master_process off;
-pid $work/nginx-sap/nginx.pid;
-error_log $work/nginx-sap/error.log;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
+$(nginx_head $work/nginx-sap 8192 "master_process off;")
   large_client_header_buffers 4 16k;
   upstream abap { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 1024; }
   upstream java { hash \$cookie_JSESSIONID consistent;
@@ -424,9 +380,6 @@ wait_ok() {  # url: 200 within 10 s
 for name in "${!pid[@]}"; do wait_ok "http://127.0.0.1:${port[$name]}/"; done
 
 # ------------------------------------------------------------ measurement
-hz=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 haproxy_cmd() {  # socket command
   $py - "$1" "$2" <<'PY'
 import socket, sys
@@ -479,19 +432,15 @@ run_wrk() {
   local requests rps p99 p50 p90 errors cpu_us conns_per_req upstream
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  # wrk --latency's percentile in ms ("50%", "90%", "99%").
-  pct_ms() {
-    awk -v p="$1" '$1 == p {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out"
-  }
-  p99=$(pct_ms 99%)
-  p50=$(pct_ms 50%)
-  p90=$(pct_ms 90%)
+  p99=$(wrk_ms 99% <<<"$out")
+  p50=$(wrk_ms 50% <<<"$out")
+  p90=$(wrk_ms 90% <<<"$out")
   errors=$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")
   if [[ -z $requests || $requests == 0 ]]; then
     echo "bench-proxies: no requests counted for $name: $out" >&2
     exit 1
   fi
-  cpu_us=$(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$hz" 'BEGIN {printf "%.3f", (a-b)/hz*1e6/n}')
+  cpu_us=$(cpu_us_per "$before" "$after" "$requests" %.3f)
   conns_per_req=$(awk -v b="$acc_before" -v a="$acc_after" -v n="$requests" 'BEGIN {printf "%.3f", (a-b)/n}')
   upstream=$((b_after - b_before))
   printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$shape" "$round" "$name" "$rps" "$p99" "$cpu_us" \
@@ -504,7 +453,6 @@ run_wrk() {
   fi
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 emit() {  # shape proxy metric value
   printf "%s\t%s\t%s\t%s\n" "$1" "$2" "$3" "$4" >>"$work/medians.tsv"
 }

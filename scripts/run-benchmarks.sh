@@ -295,7 +295,7 @@ if wanted passthrough; then
   section "TLS passthrough vs HAProxy mode tcp (bench/passthrough_bench.sh)"
   if [[ -f $here/bench/passthrough_bench.sh ]] &&
     KWD_PROXY=$dir/kwd-proxy KWD_CONTROLLER=$dir/kwd-controller \
-      run_logged "$work/passthrough.log" sh "$here/bench/passthrough_bench.sh" "$seconds"; then
+      run_logged "$work/passthrough.log" bash "$here/bench/passthrough_bench.sh" "$seconds"; then
     python3 - "$work/passthrough.log" >>"$rows" <<'PY'
 import re, statistics, sys
 k, h = [], []

@@ -1,19 +1,13 @@
 # usage: source; start_backends; start_kwd BIN [extra args]; start_haproxy
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 B1=19201; B2=19202; KWD=19280; HAP=19281
 W=${WORK:-/tmp/kwd-plain-shapes}; mkdir -p $W/backend
 export PATH=$PATH:/usr/sbin
 start_backends() {
 cat > $W/backend/nginx.conf <<CONF
-worker_processes 1;
-daemon off;
-pid $W/backend/nginx.pid;
-error_log $W/backend/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$B1 reuseport; location / { add_header X-Served-By A; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
-  server { listen 127.0.0.1:$B2 reuseport; location / { add_header X-Served-By B; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; } }
+$(nginx_head $W/backend 4096)
+$(nginx_answer $B1 A reuseport)
+$(nginx_answer $B2 B reuseport)
 }
 CONF
 nginx -c $W/backend/nginx.conf -e $W/backend/error.log & echo $! > $W/backend.pid
@@ -40,17 +34,8 @@ cat > $W/haproxy.cfg <<CONF
 global
   nbthread 1
   maxconn 4096
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  http-reuse always
-backend app
-  balance roundrobin
-  cookie SERVERID insert indirect nocache
-  server A 127.0.0.1:$B1 weight 2 cookie A
-  server B 127.0.0.1:$B2 weight 1 cookie B
+$(haproxy_defaults 60s)
+$(haproxy_app_backend $B1 $B2)
 frontend web
   bind 127.0.0.1:$HAP
   default_backend app

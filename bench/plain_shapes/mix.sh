@@ -1,18 +1,11 @@
 # source after env.sh. SAP-like mix: snapshot with 1000 rules, backends with /login setting JSESSIONID
 mix_backends() {
 cat > $W/backend/nginx.conf <<CONF
-worker_processes 1;
-daemon off;
-pid $W/backend/nginx.pid;
-error_log $W/backend/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
+$(nginx_head $W/backend 4096)
   large_client_header_buffers 4 16k;
-  server { listen 127.0.0.1:$B1 reuseport; location / { add_header X-Served-By A; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; }
+  server { listen 127.0.0.1:$B1 reuseport; location / { add_header X-Served-By A; return 200 "$BENCH_BODY"; }
            location ~ /login$ { add_header Set-Cookie "JSESSIONID=S\$arg_sid; Path=/"; return 200 "login"; } }
-  server { listen 127.0.0.1:$B2 reuseport; location / { add_header X-Served-By B; return 200 "0123456789012345678901234567890123456789012345678901234567890123"; }
+  server { listen 127.0.0.1:$B2 reuseport; location / { add_header X-Served-By B; return 200 "$BENCH_BODY"; }
            location ~ /login$ { add_header Set-Cookie "JSESSIONID=S\$arg_sid; Path=/"; return 200 "login"; } }
 }
 CONF

@@ -1,0 +1,118 @@
+# What the benchmark scripts share (scripts/bench-proxies.sh, bench/*.sh,
+# bench/plain_shapes/*.sh): source it from bash, e.g.
+#   source "$(dirname "$0")/lib.sh"
+# Functions only, plus BENCH_BODY; nothing runs when it is sourced.
+
+# The backends' answer: 64 bytes.
+BENCH_BODY=0123456789012345678901234567890123456789012345678901234567890123
+
+# A fresh work directory in $work (removed on exit) and the array $pids of
+# processes killed on exit: bench_work NAME (/tmp/NAME.XXXXXX).
+bench_work() {
+  work=$(mktemp -d "/tmp/$1.XXXXXX")
+  pids=()
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+
+# A loopback port that was free a moment ago.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+# Waits (10 s at most) until 127.0.0.1:PORT accepts connections; exits otherwise.
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 did not open" >&2
+  exit 1
+}
+
+# utime+stime of PID in clock ticks, and its resident memory in KiB.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+# CPU microseconds per request: TICKS_BEFORE TICKS_AFTER REQUESTS FORMAT
+# (printf format of the figure; 0 when there were no requests).
+cpu_us_per() {
+  awk -v b="$1" -v a="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" -v f="$4" \
+    'BEGIN {printf f, n ? (a - b) / hz * 1e6 / n : 0}'
+}
+
+# The median of the numbers on stdin, one a line ("nan" when none).
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# A percentile of `wrk --latency` output on stdin in ms: wrk_ms 99%
+wrk_ms() {
+  awk -v p="$1" '$1 == p {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}'
+}
+
+# An nginx server block answering BENCH_BODY with X-Served-By NAME:
+# nginx_answer PORT NAME [listen parameters]
+nginx_answer() {
+  echo "  server { listen 127.0.0.1:$1${3:+ $3}; location / { add_header X-Served-By $2; return 200 \"$BENCH_BODY\"; } }"
+}
+
+# HAProxy's backend "app": the two backends weighted 2:1, its SERVERID
+# cookie naming them A and B: haproxy_app_backend PORT_A PORT_B
+haproxy_app_backend() {
+  cat <<CONF
+backend app
+  balance roundrobin
+  cookie SERVERID insert indirect nocache
+  server A 127.0.0.1:$1 weight 2 cookie A
+  server B 127.0.0.1:$2 weight 1 cookie B
+CONF
+}
+
+# The start of an nginx.conf, up to and into `http {`: one worker in the
+# foreground, its pid file and error log in DIR, CONNECTIONS per worker, no
+# access log, keep-alive without a request limit. LINE (optional) goes into
+# the main context: nginx_head DIR CONNECTIONS [LINE]
+nginx_head() {
+  printf 'worker_processes 1;\ndaemon off;\n'
+  if [[ -n ${3:-} ]]; then printf '%s\n' "$3"; fi
+  cat <<CONF
+pid $1/nginx.pid;
+error_log $1/error.log;
+events { worker_connections $2; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+CONF
+}
+
+# HAProxy's defaults section: HTTP mode, connection reuse always, client
+# timeout CLIENT (e.g. 60s): haproxy_defaults CLIENT
+haproxy_defaults() {
+  cat <<CONF
+defaults
+  mode http
+  timeout connect 5s
+  timeout client $1
+  timeout server 60s
+  http-reuse always
+CONF
+}
+
+# An EC P-256 certificate for bench.kwd.test, valid two days: DIR/certs/
+# bench.crt and bench.key (kwd's --tls-cert-dir) and DIR/haproxy.pem (both,
+# for HAProxy's crt): bench_cert DIR
+bench_cert() {
+  mkdir -p "$1/certs"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -keyout "$1/certs/bench.key" -out "$1/certs/bench.crt" -subj /CN=bench.kwd.test \
+    -addext subjectAltName=DNS:bench.kwd.test 2>/dev/null
+  cat "$1/certs/bench.crt" "$1/certs/bench.key" >"$1/haproxy.pem"
+}
+
+# Exits 1 naming the first of TOOL... (a command or a path) that is missing.
+require_tools() {
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
+  done
+}
