@@ -29,6 +29,12 @@ void AppendChunk(std::string_view data, Buffer& out) {
 
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
+// The lingering close (as nginx's lingering_time/lingering_close): what the
+// client still sends after its answer is dropped for at most this long and
+// this many bytes, whichever comes first; then the connection closes.
+constexpr int64_t kLingerTimeoutMs = 5000;
+constexpr uint64_t kLingerMaxBytes = 1024 * 1024;
+
 // Makes the coming close of `fd` a reset rather than a FIN: a response cut
 // short after its head (above all a close-delimited body towards an HTTP/1.0
 // client) must not look complete to the client.
@@ -133,8 +139,14 @@ void ClientConnection::DriveSteps() {
         progressed = StepForward();
         break;
       case Phase::kClosing:
-        if (FlushClient() && out_.empty()) {
-          Close();
+        if (lingering_) {
+          Linger();
+        } else if (FlushClient() && out_.empty()) {
+          if (linger_ && !abortive_close_ && !client_eof_) {
+            StartLinger();
+          } else {
+            Close();
+          }
         }
         return;
     }
@@ -273,6 +285,7 @@ void ClientConnection::RejectRequest(ErrorCode code, std::string_view detail,
   exchange_.Recycle(ClientContext{client_ip_, transport_->tls(), {}});
   phase_ = Phase::kForward;
   request_body_done_ = true;
+  linger_ = true;  // the rest of what the client sends is not read
   exchange_.Reject(code, detail, head);
 }
 
@@ -395,6 +408,8 @@ void ClientConnection::EndTransaction() {
   chunk_response_ = false;
   if (close_after_response_) {
     close_after_response_ = false;
+    // A body not read to its end: the client may still be sending it.
+    linger_ = linger_ || !request_body_done_;
     phase_ = Phase::kClosing;
     ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
     return;
@@ -545,6 +560,9 @@ void ClientConnection::OnTimer() {
       worker_->metrics().tls_handshake_timeouts.Inc();
       Close("handshake-timeout");
       return;
+    case TimerKind::kLinger:
+      Close();
+      return;
     case TimerKind::kIdle:
       if (phase_ == Phase::kTunnel) {
         worker_->metrics().timeouts_client.Inc();
@@ -591,12 +609,40 @@ void ClientConnection::Close(std::string_view cause) {
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.
-  if (!abortive_close_) {
+  if (!abortive_close_ && !lingering_) {
     transport_->Shutdown();
   }
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);
+}
+
+void ClientConnection::StartLinger() {
+  lingering_ = true;
+  // The answer is written (out_ is empty); the end of the stream follows it.
+  transport_->Shutdown();
+  ::shutdown(fd_, SHUT_WR);
+  in_.Clear();  // unread request bytes are dropped
+  ArmTimer(TimerKind::kLinger, kLingerTimeoutMs);
+  Linger();
+}
+
+void ClientConnection::Linger() {
+  for (int reads = 0; reads < 1000 && !closed_; ++reads) {  // bounded by kLingerMaxBytes too
+    ssize_t n = ReadInto(*transport_, &client_readable_, in_, kBodyBufferBytes);
+    if (n > 0) {
+      lingered_bytes_ += static_cast<uint64_t>(n);
+      in_.Clear();
+      if (lingered_bytes_ >= kLingerMaxBytes) {
+        Close();
+      }
+      continue;
+    }
+    if (n != kReadWouldBlock) {
+      Close();  // the client's end (or an error): nothing is left unread
+    }
+    return;
+  }
 }
 
 void ClientConnection::HandOverToHttp2() {

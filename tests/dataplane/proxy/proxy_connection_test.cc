@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -768,6 +769,134 @@ TEST_F(ProxyConnectionTest, PipelinedRequestsOfEveryFramingAreAnsweredLoggedAndC
                std::string::npos;
   })) << metrics;
   EXPECT_EQ(backend.traffic_connections(), 1);
+}
+
+// ---- early answers while the client still sends ----
+
+// What a client uploading `body_bytes` after `head` saw: it sends while the
+// proxy takes its bytes and stops once an answer arrives (as curl does), then
+// reads to the end of the connection.
+struct UploadOutcome {
+  std::string received;
+  bool clean_eof = false;  // the connection ended with a FIN, not a reset
+  int read_errno = 0;
+  size_t sent = 0;
+};
+
+UploadOutcome UploadUntilAnswered(uint16_t port, const std::string& head, size_t body_bytes,
+                                  bool chunked) {
+  UploadOutcome out;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return out;
+  }
+  std::string pending = head;
+  size_t body_left = body_bytes;
+  const std::string chunk_data(16384, 'u');
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  bool answered = false;
+  while (Clock::now() < deadline && !answered) {
+    // The head and the body's first 256 KiB in one go: more than the proxy
+    // reads before it answers.
+    while (pending.size() < 256 * 1024 && body_left > 0) {
+      size_t n = std::min(body_left, chunk_data.size());
+      if (chunked) {
+        char size_line[32];
+        std::snprintf(size_line, sizeof size_line, "%zx\r\n", n);
+        pending += size_line + chunk_data.substr(0, n) + "\r\n";
+      } else {
+        pending += chunk_data.substr(0, n);
+      }
+      body_left -= n;
+      if (body_left == 0 && chunked) {
+        pending += "0\r\n\r\n";
+      }
+    }
+    pollfd p{fd, static_cast<short>(POLLIN | (pending.empty() ? 0 : POLLOUT)), 0};
+    if (::poll(&p, 1, 100) <= 0) {
+      continue;
+    }
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      answered = true;
+      break;
+    }
+    ssize_t n = ::send(fd, pending.data(), pending.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) {
+      break;  // the proxy reset the connection: what came may still be read
+    }
+    out.sent += static_cast<size_t>(n);
+    pending.erase(0, static_cast<size_t>(n));
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  for (int reads = 0; reads < 100'000; ++reads) {  // bounded
+    char buf[16384];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      out.received.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    out.clean_eof = n == 0;
+    out.read_errno = n < 0 ? errno : 0;
+    break;
+  }
+  ::close(fd);
+  return out;
+}
+
+// A request the proxy answers before the client has sent its body (413 for a
+// body announced or streamed beyond --max-body-size, 400 for a malformed
+// head): the client, still uploading, must get the whole answer. The proxy
+// closed at once with the body unread in its socket, and the kernel answered
+// with a reset that could take the answer with it (ECONNRESET at the client).
+// It now ends its side, reads and drops what still comes for a while (as
+// nginx and HAProxy do), then closes.
+TEST_F(ProxyConnectionTest, ClientStillUploadingGetsTheWholeEarlyAnswer) {
+  // Takes the body and never answers: the proxy's 413 comes first.
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    char buf[65536];
+    for (int i = 0; i < 100'000 && ::recv(fd, buf, sizeof buf, 0) > 0; ++i) {
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--max-body-size", "65536"}));
+  constexpr size_t kBody = 768 * 1024;
+  struct Case {
+    const char* name;
+    std::string head;
+    bool chunked;
+    const char* status_line;
+  };
+  const std::vector<Case> cases = {
+      {"announced", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(kBody) +
+                        "\r\n\r\n",
+       false, "HTTP/1.1 413 "},
+      {"streamed", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", true,
+       "HTTP/1.1 413 "},
+      {"malformed", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", false,
+       "HTTP/1.1 400 "},
+  };
+  for (const Case& c : cases) {
+    for (int round = 0; round < 3; ++round) {
+      UploadOutcome r = UploadUntilAnswered(port(), c.head, kBody, c.chunked);
+      SCOPED_TRACE(std::string(c.name) + " round " + std::to_string(round) + ", sent " +
+                   std::to_string(r.sent));
+      ASSERT_TRUE(r.received.starts_with(c.status_line)) << r.received;
+      EXPECT_NE(r.received.find("\r\nConnection: close\r\n"), std::string::npos) << r.received;
+      size_t head_end = r.received.find("\r\n\r\n");
+      ASSERT_NE(head_end, std::string::npos) << r.received;
+      size_t length_at = r.received.find("\r\nContent-Length: ");
+      ASSERT_LT(length_at, head_end) << r.received;
+      size_t length = std::stoul(r.received.substr(length_at + 18));
+      EXPECT_EQ(r.received.size(), head_end + 4 + length) << r.received;
+      EXPECT_TRUE(r.clean_eof) << "the answer ended with " << strerror(r.read_errno);
+    }
+  }
+  EXPECT_EQ(backend.traffic_connections(), 3);  // the streamed rounds only
 }
 
 // ---- file descriptors ----
