@@ -491,9 +491,10 @@ void ClientConnection::OnResponseHead(const http::ResponseHead& head,
 
 void ClientConnection::OnLocalAnswer(const http::ResponseHead& /*head*/, std::string_view page_head,
                                      std::string_view body, bool must_close) {
-  // A request whose body was not read cannot be followed by the next one.
-  bool close =
-      must_close || request_info_.body != http::BodyKind::kNone || !request_info_.keep_alive;
+  // A request whose body was not read cannot be followed by the next one;
+  // draining, the connection ends after this answer too.
+  bool close = must_close || request_info_.body != http::BodyKind::kNone ||
+               !request_info_.keep_alive || draining_;
   if (close) {
     out_.Append(page_head.substr(0, page_head.size() - 2));  // before the empty line
     out_.Append("Connection: close\r\n\r\n");
@@ -501,7 +502,7 @@ void ClientConnection::OnLocalAnswer(const http::ResponseHead& /*head*/, std::st
     out_.Append(page_head);
   }
   out_.Append(body);
-  close_after_response_ = close || draining_;
+  close_after_response_ = close;
 }
 
 void ClientConnection::OnResponseBody(std::string_view data) {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -897,6 +898,41 @@ TEST_F(ProxyConnectionTest, ClientStillUploadingGetsTheWholeEarlyAnswer) {
     }
   }
   EXPECT_EQ(backend.traffic_connections(), 3);  // the streamed rounds only
+}
+
+// An error page the proxy sends while it drains (SIGTERM), on a keep-alive
+// connection it closes right after: the page must say `Connection: close`,
+// or the client takes the connection for reusable and its next request
+// fails.
+TEST_F(ProxyConnectionTest, ErrorPageWhileDrainingSaysConnectionClose) {
+  // No server listens: the one server is down from its first health check,
+  // and every request is answered 503 (an answer that keeps the connection).
+  uint16_t nobody = testing::ReserveFreePort();
+  HttpReply r;
+  // The request's first bytes must reach the proxy before the drain does
+  // (else the connection is idle and simply closed): tried again then.
+  for (int attempt = 0; attempt < 3 && r.status == 0; ++attempt) {
+    ASSERT_NO_FATAL_FAILURE(StartProxy(nobody, {"--workers", "1", "--drain-timeout", "10s"}));
+    HttpClient client(port());
+    ASSERT_TRUE(testing::WaitFor([&] {
+      HttpReply before = client.Get("/before");
+      return before.status == 503 && before.Header("Connection").empty();
+    })) << "no keep-alive 503 before the drain";
+    // A request begun (so the connection is not idle) when the drain starts.
+    ASSERT_TRUE(client.Send("GET /during HTTP/1.1\r\nHost: x\r\n"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its bytes reach the proxy
+    proxy_->Signal(SIGTERM);
+    ASSERT_TRUE(testing::WaitFor([&] { return !HttpClient(port()).connected(); }))
+        << "the listener stayed open";
+    client.Send("\r\n");
+    r = client.Read();
+    if (r.status != 0) {
+      EXPECT_TRUE(client.WaitClosed());
+    }
+    proxy_->Stop();
+  }
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.Header("Connection"), "close");
 }
 
 // ---- file descriptors ----
