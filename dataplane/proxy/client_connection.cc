@@ -1,5 +1,7 @@
 #include "dataplane/proxy/client_connection.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -141,11 +143,17 @@ void ClientConnection::DriveSteps() {
       case Phase::kClosing:
         if (lingering_) {
           Linger();
-        } else if (FlushClient() && out_.empty()) {
-          if (linger_ && !abortive_close_ && !client_eof_) {
-            StartLinger();
-          } else {
-            Close();
+        } else if (size_t pending = out_.size(); FlushClient()) {
+          if (out_.empty()) {
+            if (linger_ && !abortive_close_ && !client_eof_) {
+              StartLinger();
+            } else {
+              Close();
+            }
+          } else if (out_.size() != pending) {
+            // A slow reader still taking its response is not idle.
+            idle_unsent_ = -1;
+            ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
           }
         }
         return;
@@ -188,6 +196,11 @@ bool ClientConnection::StepHead() {
     return false;
   }
   bool progressed = out_.size() != pending;
+  if (progressed && timer_kind_ == TimerKind::kIdle) {
+    // The end of a response a slow reader is still taking: not idle.
+    idle_unsent_ = -1;
+    ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  }
   if (out_.size() >= kHighWater) {
     return progressed;  // answer what is queued before reading more requests
   }
@@ -404,6 +417,7 @@ bool ClientConnection::PushRequestBody() {
 
 void ClientConnection::EndTransaction() {
   ConsumeHead();
+  idle_unsent_ = -1;
   request_parser_.Reset();
   chunk_response_ = false;
   if (close_after_response_) {
@@ -567,6 +581,21 @@ void ClientConnection::OnTimer() {
     case TimerKind::kIdle:
       if (phase_ == Phase::kTunnel) {
         worker_->metrics().timeouts_client.Inc();
+      } else if (int unsent = 0; ::ioctl(fd_, SIOCOUTQ, &unsent) == 0 && unsent > 0 &&
+                                 (idle_unsent_ < 0 || unsent < idle_unsent_)) {
+        // The kernel is still delivering a response to a slow reader: it
+        // raises a write event only once a good part of its queue drained,
+        // which can take longer than the timeout. Progress since the last
+        // look is no idleness.
+        idle_unsent_ = unsent;
+        ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+        return;
+      }
+      if (!out_.empty()) {
+        // A response the client stopped taking: cut short, and the reset
+        // says so (a FIN would end a close-delimited body as complete).
+        ResetOnClose(fd_);
+        abortive_close_ = true;
       }
       Close("idle-timeout");  // ends a tunnel; no transaction is in flight otherwise
       return;

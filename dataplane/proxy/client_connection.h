@@ -147,6 +147,10 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
 
   Exchange exchange_;
   TimerKind timer_kind_ = TimerKind::kNone;
+  // Bytes the kernel held for the client when the idle timer last found
+  // some (-1: not looked at since the last progress): a queue shrinking
+  // between two timeouts is a slow reader, not an idle one.
+  int idle_unsent_ = -1;
   net::Timer timer_;
 };
 
