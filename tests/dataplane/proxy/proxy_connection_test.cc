@@ -990,6 +990,22 @@ TEST_F(ProxyConnectionTest, SlowReaderAfterTheResponseEndedIsNotTimedOutAsIdle) 
   EXPECT_EQ(body, kBody) << "cut short, eof " << eof;
 }
 
+// A request rejected before its request line was parsed is logged with "-"
+// for the request, as Common Log Format has it (it was "-  HTTP/1.1").
+TEST_F(ProxyConnectionTest, RequestRejectedBeforeItsLineIsLoggedWithADash) {
+  ScriptedBackend backend(AnswerOkAndClose);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  HttpClient client(port());
+  ASSERT_TRUE(client.Send("\x01garbage\r\n\r\n"));
+  EXPECT_EQ(client.Read().status, 400);
+  std::string log;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return log.find(" 400 ") != std::string::npos;
+  })) << log;
+  EXPECT_NE(log.find("] \"-\" 400 "), std::string::npos) << log;
+}
+
 // ---- file descriptors ----
 
 struct FdUse {
