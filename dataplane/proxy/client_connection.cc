@@ -54,7 +54,8 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
       request_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
-      request_chunked_(http::ChunkedLimits{worker->options().max_body_bytes}),
+      request_chunked_(http::ChunkedLimits{.max_body_bytes = worker->options().max_body_bytes,
+                                           .keep_trailers = true}),
       exchange_(worker, this, ClientContext{}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
   h2c_sniff_ = worker->options().h2c && transport_->established();
@@ -403,6 +404,17 @@ bool ClientConnection::PushRequestBody() {
         break;
       case http::ChunkedStatus::kDone:
         request_body_done_ = true;
+        if (!request_chunked_.trailers().empty()) {
+          // On to the server in the last chunk, but no field that must not
+          // be a trailer (RFC 9110 6.5.1).
+          std::string lines;
+          http::ForEachPassableTrailer(request_chunked_.trailers(),
+                                       [&](std::string_view name, std::string_view value) {
+                                         lines.append(name).append(": ").append(value).append(
+                                             "\r\n");
+                                       });
+          exchange_.SetRequestTrailers(lines);
+        }
         exchange_.EndRequestBody();
         break;
       case http::ChunkedStatus::kError:

@@ -1006,6 +1006,61 @@ TEST_F(ProxyConnectionTest, RequestRejectedBeforeItsLineIsLoggedWithADash) {
   EXPECT_NE(log.find("] \"-\" 400 "), std::string::npos) << log;
 }
 
+// A chunked request's trailer fields reach the server (the body goes on
+// chunked), except those that must not be trailers (RFC 9110 6.5.1: framing,
+// routing, authentication, request modifiers...). They were dropped.
+TEST_F(ProxyConnectionTest, ChunkedRequestTrailersAreForwardedExceptForbiddenOnes) {
+  std::mutex mu;
+  std::string received_head;
+  std::string received_body;
+  ScriptedBackend backend([&](int fd, int, const std::string& head, std::string rest) {
+    // The chunked body up to the empty line after its last chunk.
+    for (int i = 0; i < 1000; ++i) {  // bounded
+      size_t last = rest.starts_with("0\r\n") ? 0 : rest.find("\r\n0\r\n");
+      if (last != std::string::npos && rest.find("\r\n\r\n", last + 1) != std::string::npos) {
+        break;
+      }
+      char buf[4096];
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        break;
+      }
+      rest.append(buf, static_cast<size_t>(n));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      received_head = head;
+      received_body = rest;
+    }
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  HttpClient client(port());
+  HttpReply r = client.Request(
+      "POST /trailers HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+      "Trailer: X-Checksum\r\n\r\n"
+      "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n"
+      "X-Checksum: sha256=abc\r\n"
+      "Content-Length: 5\r\n"
+      "Host: evil.example\r\n"
+      "Authorization: Basic eDp5\r\n"
+      "Transfer-Encoding: gzip\r\n"
+      "Cookie: JSESSIONID=x\r\n"
+      "X-Other:  two  \r\n"
+      "\r\n",
+      "POST");
+  EXPECT_EQ(r.status, 200);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_NE(received_head.find("Transfer-Encoding: chunked\r\n"), std::string::npos)
+      << received_head;
+  // The data may be chunked anew; the trailer section follows the last chunk.
+  const std::string last = "0\r\nX-Checksum: sha256=abc\r\nX-Other: two\r\n\r\n";
+  ASSERT_TRUE(received_body.ends_with(last)) << received_body;
+  std::string data = received_body.substr(0, received_body.size() - last.size());
+  EXPECT_TRUE(data == "b\r\nhello world\r\n" || data == "5\r\nhello\r\n6\r\n world\r\n")
+      << received_body;
+}
+
 // ---- file descriptors ----
 
 struct FdUse {
