@@ -133,11 +133,15 @@ void AccessLog::Write(const AccessLogEntry& e, time_t now) {
   out += cached_time_;
   out += " \"";
   size_t line_start = out.size();
-  out += e.method;
-  out += ' ';
-  http::AppendMaskedTarget(e.target, out);
-  out += ' ';
-  out += Protocol(e);
+  if (e.method.empty() && e.target.empty()) {
+    out += '-';  // rejected before a request line was parsed (Common Log Format)
+  } else {
+    out += e.method.empty() ? std::string_view("-") : e.method;
+    out += ' ';
+    http::AppendMaskedTarget(e.target, out);
+    out += ' ';
+    out += Protocol(e);
+  }
   // The request line came from the client: no quotes or controls in the log.
   for (size_t i = line_start; i < out.size(); ++i) {
     if (out[i] == '"' || static_cast<unsigned char>(out[i]) < 0x20 || out[i] == 0x7f) {

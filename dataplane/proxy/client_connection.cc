@@ -1,5 +1,7 @@
 #include "dataplane/proxy/client_connection.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +31,12 @@ void AppendChunk(std::string_view data, Buffer& out) {
 
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
+// The lingering close (as nginx's lingering_time/lingering_close): what the
+// client still sends after its answer is dropped for at most this long and
+// this many bytes, whichever comes first; then the connection closes.
+constexpr int64_t kLingerTimeoutMs = 5000;
+constexpr uint64_t kLingerMaxBytes = 1024 * 1024;
+
 // Makes the coming close of `fd` a reset rather than a FIN: a response cut
 // short after its head (above all a close-delimited body towards an HTTP/1.0
 // client) must not look complete to the client.
@@ -46,7 +54,8 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
       request_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
-      request_chunked_(http::ChunkedLimits{worker->options().max_body_bytes}),
+      request_chunked_(http::ChunkedLimits{.max_body_bytes = worker->options().max_body_bytes,
+                                           .keep_trailers = true}),
       exchange_(worker, this, ClientContext{}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
   h2c_sniff_ = worker->options().h2c && transport_->established();
@@ -133,8 +142,20 @@ void ClientConnection::DriveSteps() {
         progressed = StepForward();
         break;
       case Phase::kClosing:
-        if (FlushClient() && out_.empty()) {
-          Close();
+        if (lingering_) {
+          Linger();
+        } else if (size_t pending = out_.size(); FlushClient()) {
+          if (out_.empty()) {
+            if (linger_ && !abortive_close_ && !client_eof_) {
+              StartLinger();
+            } else {
+              Close();
+            }
+          } else if (out_.size() != pending) {
+            // A slow reader still taking its response is not idle.
+            idle_unsent_ = -1;
+            ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+          }
         }
         return;
     }
@@ -176,6 +197,11 @@ bool ClientConnection::StepHead() {
     return false;
   }
   bool progressed = out_.size() != pending;
+  if (progressed && timer_kind_ == TimerKind::kIdle) {
+    // The end of a response a slow reader is still taking: not idle.
+    idle_unsent_ = -1;
+    ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+  }
   if (out_.size() >= kHighWater) {
     return progressed;  // answer what is queued before reading more requests
   }
@@ -273,6 +299,7 @@ void ClientConnection::RejectRequest(ErrorCode code, std::string_view detail,
   exchange_.Recycle(ClientContext{client_ip_, transport_->tls(), {}});
   phase_ = Phase::kForward;
   request_body_done_ = true;
+  linger_ = true;  // the rest of what the client sends is not read
   exchange_.Reject(code, detail, head);
 }
 
@@ -377,6 +404,17 @@ bool ClientConnection::PushRequestBody() {
         break;
       case http::ChunkedStatus::kDone:
         request_body_done_ = true;
+        if (!request_chunked_.trailers().empty()) {
+          // On to the server in the last chunk, but no field that must not
+          // be a trailer (RFC 9110 6.5.1).
+          std::string lines;
+          http::ForEachPassableTrailer(request_chunked_.trailers(),
+                                       [&](std::string_view name, std::string_view value) {
+                                         lines.append(name).append(": ").append(value).append(
+                                             "\r\n");
+                                       });
+          exchange_.SetRequestTrailers(lines);
+        }
         exchange_.EndRequestBody();
         break;
       case http::ChunkedStatus::kError:
@@ -391,10 +429,13 @@ bool ClientConnection::PushRequestBody() {
 
 void ClientConnection::EndTransaction() {
   ConsumeHead();
+  idle_unsent_ = -1;
   request_parser_.Reset();
   chunk_response_ = false;
   if (close_after_response_) {
     close_after_response_ = false;
+    // A body not read to its end: the client may still be sending it.
+    linger_ = linger_ || !request_body_done_;
     phase_ = Phase::kClosing;
     ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
     return;
@@ -476,9 +517,10 @@ void ClientConnection::OnResponseHead(const http::ResponseHead& head,
 
 void ClientConnection::OnLocalAnswer(const http::ResponseHead& /*head*/, std::string_view page_head,
                                      std::string_view body, bool must_close) {
-  // A request whose body was not read cannot be followed by the next one.
-  bool close =
-      must_close || request_info_.body != http::BodyKind::kNone || !request_info_.keep_alive;
+  // A request whose body was not read cannot be followed by the next one;
+  // draining, the connection ends after this answer too.
+  bool close = must_close || request_info_.body != http::BodyKind::kNone ||
+               !request_info_.keep_alive || draining_;
   if (close) {
     out_.Append(page_head.substr(0, page_head.size() - 2));  // before the empty line
     out_.Append("Connection: close\r\n\r\n");
@@ -486,7 +528,7 @@ void ClientConnection::OnLocalAnswer(const http::ResponseHead& /*head*/, std::st
     out_.Append(page_head);
   }
   out_.Append(body);
-  close_after_response_ = close || draining_;
+  close_after_response_ = close;
 }
 
 void ClientConnection::OnResponseBody(std::string_view data) {
@@ -545,9 +587,27 @@ void ClientConnection::OnTimer() {
       worker_->metrics().tls_handshake_timeouts.Inc();
       Close("handshake-timeout");
       return;
+    case TimerKind::kLinger:
+      Close();
+      return;
     case TimerKind::kIdle:
       if (phase_ == Phase::kTunnel) {
         worker_->metrics().timeouts_client.Inc();
+      } else if (int unsent = 0; ::ioctl(fd_, SIOCOUTQ, &unsent) == 0 && unsent > 0 &&
+                                 (idle_unsent_ < 0 || unsent < idle_unsent_)) {
+        // The kernel is still delivering a response to a slow reader: it
+        // raises a write event only once a good part of its queue drained,
+        // which can take longer than the timeout. Progress since the last
+        // look is no idleness.
+        idle_unsent_ = unsent;
+        ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
+        return;
+      }
+      if (!out_.empty()) {
+        // A response the client stopped taking: cut short, and the reset
+        // says so (a FIN would end a close-delimited body as complete).
+        ResetOnClose(fd_);
+        abortive_close_ = true;
       }
       Close("idle-timeout");  // ends a tunnel; no transaction is in flight otherwise
       return;
@@ -591,12 +651,40 @@ void ClientConnection::Close(std::string_view cause) {
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.
-  if (!abortive_close_) {
+  if (!abortive_close_ && !lingering_) {
     transport_->Shutdown();
   }
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);
+}
+
+void ClientConnection::StartLinger() {
+  lingering_ = true;
+  // The answer is written (out_ is empty); the end of the stream follows it.
+  transport_->Shutdown();
+  ::shutdown(fd_, SHUT_WR);
+  in_.Clear();  // unread request bytes are dropped
+  ArmTimer(TimerKind::kLinger, kLingerTimeoutMs);
+  Linger();
+}
+
+void ClientConnection::Linger() {
+  for (int reads = 0; reads < 1000 && !closed_; ++reads) {  // bounded by kLingerMaxBytes too
+    ssize_t n = ReadInto(*transport_, &client_readable_, in_, kBodyBufferBytes);
+    if (n > 0) {
+      lingered_bytes_ += static_cast<uint64_t>(n);
+      in_.Clear();
+      if (lingered_bytes_ >= kLingerMaxBytes) {
+        Close();
+      }
+      continue;
+    }
+    if (n != kReadWouldBlock) {
+      Close();  // the client's end (or an error): nothing is left unread
+    }
+    return;
+  }
 }
 
 void ClientConnection::HandOverToHttp2() {

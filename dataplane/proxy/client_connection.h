@@ -47,7 +47,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // kForward: the exchange carries a request (connecting included);
   // kTunnel: after a 101 to an upgrade the exchange passes bytes both ways.
   enum class Phase { kHead, kForward, kTunnel, kClosing };
-  enum class TimerKind { kNone, kHandshake, kIdle, kHeader };
+  enum class TimerKind { kNone, kHandshake, kIdle, kHeader, kLinger };
 
   // ExchangeSink: the exchange's response, written in HTTP/1.x.
   void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& info,
@@ -91,6 +91,13 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // Ends the connection. A transaction still in flight is logged and counted
   // as aborted, `cause` naming the side that ended it.
   void Close(std::string_view cause = "aborted");
+  // The lingering close after an answer the client may still be sending
+  // into (an early 413 or 400): the stream is ended towards the client, and
+  // what it still sends is read and dropped, for a bounded time and byte
+  // count, before the close. Closing with its bytes unread would reset the
+  // connection, and the reset can take the answer with it.
+  void StartLinger();
+  void Linger();
   // The client speaks HTTP/2 (ALPN h2, or the h2c preface): an
   // Http2Connection takes the transport and what was read.
   void HandOverToHttp2();
@@ -109,6 +116,9 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};
   bool close_after_response_ = false;
+  bool linger_ = false;     // the close lingers (StartLinger): the client may still send
+  bool lingering_ = false;  // our side is shut down; client bytes are dropped
+  uint64_t lingered_bytes_ = 0;
   bool draining_ = false;
   // --h2c on a plain connection whose first request has not begun: its first
   // bytes are checked for the HTTP/2 preface.
@@ -137,6 +147,10 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
 
   Exchange exchange_;
   TimerKind timer_kind_ = TimerKind::kNone;
+  // Bytes the kernel held for the client when the idle timer last found
+  // some (-1: not looked at since the last progress): a queue shrinking
+  // between two timeouts is a slow reader, not an idle one.
+  int idle_unsent_ = -1;
   net::Timer timer_;
 };
 

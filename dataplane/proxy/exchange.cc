@@ -108,7 +108,7 @@ void CountAndLog(Worker& worker, const TransactionRecord& t) {
   }
   AccessLogEntry entry;
   entry.client_ip = t.client_ip;
-  entry.method = t.method.empty() ? std::string_view("-") : t.method;
+  entry.method = t.method;  // "" before a request line was parsed
   entry.target = t.target;
   entry.version_minor = t.version_minor;
   entry.protocol = t.protocol;

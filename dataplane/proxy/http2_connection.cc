@@ -38,20 +38,49 @@ uint8_t* Bytes(std::string_view s) {
 // Streams that end before their request reaches a server (rapid reset) get
 // no access-log line each: a connection that had any gets one summary line
 // at its end, at most one a second per worker thread; the connections left
-// out are counted into the next line (the metric counts every stream).
+// out are counted into the next line, or reported in a line of their own
+// once the second is over if no other connection's line came (the metric
+// counts every stream).
 struct UnforwardedSummary {
   int64_t last_ms = -1;
   uint64_t connections_not_logged = 0;
+  uint64_t streams_not_logged = 0;
+  net::EventLoop* loop = nullptr;  // the worker's, while `flush` is armed
+  net::Timer flush{this, [](void* self) { static_cast<UnforwardedSummary*>(self)->Flush(); }};
+
+  void Flush() {
+    if (connections_not_logged == 0) {
+      return;
+    }
+    last_ms = loop->now_ms();
+    Log(LogLevel::kInfo, "proxy",
+        "HTTP/2 connections closed with streams that never reached a server (not logged one by "
+        "one)",
+        {{"connections", std::to_string(connections_not_logged)},
+         {"streams", std::to_string(streams_not_logged)}});
+    connections_not_logged = 0;
+    streams_not_logged = 0;
+  }
 };
 thread_local UnforwardedSummary unforwarded_summary;
 
-void LogUnforwarded(int64_t now_ms, std::string_view client_ip, uint64_t streams,
+void LogUnforwarded(net::EventLoop& loop, std::string_view client_ip, uint64_t streams,
                     uint64_t client_resets, std::string_view cause) {
   UnforwardedSummary& summary = unforwarded_summary;
+  int64_t now_ms = loop.now_ms();
   if (summary.last_ms >= 0 && now_ms - summary.last_ms < 1000) {
     ++summary.connections_not_logged;
+    summary.streams_not_logged += streams;
+    if (!summary.flush.armed()) {
+      summary.loop = &loop;
+      loop.Schedule(&summary.flush, std::max<int64_t>(1, 1000 - (now_ms - summary.last_ms)));
+    }
     return;
   }
+  if (summary.flush.armed()) {
+    summary.loop->Cancel(&summary.flush);  // this line carries them
+  }
+  summary.streams_not_logged = 0;
   summary.last_ms = now_ms;
   Log(LogLevel::kInfo, "proxy", "HTTP/2 connection closed with streams that never reached a server",
       {{"client", client_ip},
@@ -218,6 +247,7 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   size_t block_bytes = 0;   // on the wire
   bool header_too_large = false;
   bool too_many_fields = false;
+  bool malformed = false;  // reset by nghttp2 for a malformed frame or header section
   bool started = false;
   // The request head is complete; the exchange starts once the bytes read
   // with it are processed (StartPending), so a HEADERS reset in the same
@@ -626,9 +656,13 @@ struct Http2Callbacks {
     return 0;
   }
 
-  static int OnInvalidFrame(nghttp2_session* /*session*/, const nghttp2_frame* /*frame*/,
+  static int OnInvalidFrame(nghttp2_session* /*session*/, const nghttp2_frame* frame,
                             int /*lib_error*/, void* user_data) {
-    Self(user_data)->CountError(Http2Error::kProtocol);
+    Http2Connection* c = Self(user_data);
+    c->CountError(Http2Error::kProtocol);
+    if (Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id)) {
+      stream->malformed = true;  // counted here, not again as reset_before_forward
+    }
     return 0;
   }
 
@@ -817,7 +851,11 @@ void Http2Connection::EndExchange(Stream* stream, std::string_view cause) {
     exchange.Cancel(cause);
     return;
   }
-  CountError(Http2Error::kResetBeforeForward);
+  if (!stream->malformed) {
+    // A malformed one counts once, as protocol_error: the client's mistake,
+    // not a stream given up before it could be forwarded.
+    CountError(Http2Error::kResetBeforeForward);
+  }
   ++unforwarded_streams_;
   exchange.Discard();
 }
@@ -1166,8 +1204,7 @@ void Http2Connection::Close(std::string_view cause) {
   FreeSpareStreams();
   live_streams_ = 0;
   if (unforwarded_streams_ > 0) {
-    LogUnforwarded(worker_->loop().now_ms(), client_ip_, unforwarded_streams_, resets_received_,
-                   cause);
+    LogUnforwarded(worker_->loop(), client_ip_, unforwarded_streams_, resets_received_, cause);
   }
   if (session_ != nullptr) {
     nghttp2_session_del(session_);

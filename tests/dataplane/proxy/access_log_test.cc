@@ -88,6 +88,22 @@ TEST(AccessLogTest, TextLineEndsWithUpstreamTimeRequestAndTraceIdsAndTlsVersion)
 // --log-format json: one JSON object per line; absent values are null; the
 // target is masked and escaped (a quote, a control character and a byte that
 // is not UTF-8 in it).
+// A request rejected before its method and target were parsed (a malformed
+// or too large head, a head that never came): the request field is "-", as
+// Common Log Format writes a missing request line, not "-  HTTP/1.1".
+TEST(AccessLogTest, RequestWithoutARequestLineIsLoggedAsADash) {
+  AccessLogEntry e;
+  e.client_ip = "10.1.2.3";
+  e.status = 400;
+  e.bytes_sent = 100;
+  e.reason = "bad-request";
+  EXPECT_EQ(WriteOne(e, LogFormat::kText),
+            "10.1.2.3 - - [01/Jan/1970:00:00:00 +0000] \"-\" 400 100 \"-\" \"-\" 0.000 "
+            "bad-request - - - -\n");
+  std::string json = WriteOne(e, LogFormat::kJson);
+  EXPECT_NE(json.find(R"("method":null,"target":null,)"), std::string::npos) << json;
+}
+
 TEST(AccessLogTest, JsonLineHasEveryField) {
   std::string line = WriteOne(FullEntry(), LogFormat::kJson);
   ASSERT_EQ(line.find('\n'), line.size() - 1) << line;

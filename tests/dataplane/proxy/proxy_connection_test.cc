@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -889,6 +891,295 @@ TEST_F(ProxyConnectionTest, PipelinedRequestsOfEveryFramingAreAnsweredLoggedAndC
                std::string::npos;
   })) << metrics;
   EXPECT_EQ(backend.traffic_connections(), 1);
+}
+
+// ---- early answers while the client still sends ----
+
+// What a client uploading `body_bytes` after `head` saw: it sends while the
+// proxy takes its bytes and stops once an answer arrives (as curl does), then
+// reads to the end of the connection.
+struct UploadOutcome {
+  std::string received;
+  bool clean_eof = false;  // the connection ended with a FIN, not a reset
+  int read_errno = 0;
+  size_t sent = 0;
+};
+
+UploadOutcome UploadUntilAnswered(uint16_t port, const std::string& head, size_t body_bytes,
+                                  bool chunked) {
+  UploadOutcome out;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return out;
+  }
+  std::string pending = head;
+  size_t body_left = body_bytes;
+  const std::string chunk_data(16384, 'u');
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  bool answered = false;
+  while (Clock::now() < deadline && !answered) {
+    // The head and the body's first 256 KiB in one go: more than the proxy
+    // reads before it answers.
+    while (pending.size() < 256 * 1024 && body_left > 0) {
+      size_t n = std::min(body_left, chunk_data.size());
+      if (chunked) {
+        char size_line[32];
+        std::snprintf(size_line, sizeof size_line, "%zx\r\n", n);
+        pending += size_line + chunk_data.substr(0, n) + "\r\n";
+      } else {
+        pending += chunk_data.substr(0, n);
+      }
+      body_left -= n;
+      if (body_left == 0 && chunked) {
+        pending += "0\r\n\r\n";
+      }
+    }
+    pollfd p{fd, static_cast<short>(POLLIN | (pending.empty() ? 0 : POLLOUT)), 0};
+    if (::poll(&p, 1, 100) <= 0) {
+      continue;
+    }
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      answered = true;
+      break;
+    }
+    ssize_t n = ::send(fd, pending.data(), pending.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) {
+      break;  // the proxy reset the connection: what came may still be read
+    }
+    out.sent += static_cast<size_t>(n);
+    pending.erase(0, static_cast<size_t>(n));
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  for (int reads = 0; reads < 100'000; ++reads) {  // bounded
+    char buf[16384];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      out.received.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    out.clean_eof = n == 0;
+    out.read_errno = n < 0 ? errno : 0;
+    break;
+  }
+  ::close(fd);
+  return out;
+}
+
+// A request the proxy answers before the client has sent its body (413 for a
+// body announced or streamed beyond --max-body-size, 400 for a malformed
+// head): the client, still uploading, must get the whole answer. The proxy
+// closed at once with the body unread in its socket, and the kernel answered
+// with a reset that could take the answer with it (ECONNRESET at the client).
+// It now ends its side, reads and drops what still comes for a while (as
+// nginx and HAProxy do), then closes.
+TEST_F(ProxyConnectionTest, ClientStillUploadingGetsTheWholeEarlyAnswer) {
+  // Takes the body and never answers: the proxy's 413 comes first.
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    char buf[65536];
+    for (int i = 0; i < 100'000 && ::recv(fd, buf, sizeof buf, 0) > 0; ++i) {
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--max-body-size", "65536"}));
+  constexpr size_t kBody = 768 * 1024;
+  struct Case {
+    const char* name;
+    std::string head;
+    bool chunked;
+    const char* status_line;
+  };
+  const std::vector<Case> cases = {
+      {"announced", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(kBody) +
+                        "\r\n\r\n",
+       false, "HTTP/1.1 413 "},
+      {"streamed", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", true,
+       "HTTP/1.1 413 "},
+      {"malformed", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", false,
+       "HTTP/1.1 400 "},
+  };
+  for (const Case& c : cases) {
+    for (int round = 0; round < 3; ++round) {
+      UploadOutcome r = UploadUntilAnswered(port(), c.head, kBody, c.chunked);
+      SCOPED_TRACE(std::string(c.name) + " round " + std::to_string(round) + ", sent " +
+                   std::to_string(r.sent));
+      ASSERT_TRUE(r.received.starts_with(c.status_line)) << r.received;
+      EXPECT_NE(r.received.find("\r\nConnection: close\r\n"), std::string::npos) << r.received;
+      size_t head_end = r.received.find("\r\n\r\n");
+      ASSERT_NE(head_end, std::string::npos) << r.received;
+      size_t length_at = r.received.find("\r\nContent-Length: ");
+      ASSERT_LT(length_at, head_end) << r.received;
+      size_t length = std::stoul(r.received.substr(length_at + 18));
+      EXPECT_EQ(r.received.size(), head_end + 4 + length) << r.received;
+      EXPECT_TRUE(r.clean_eof) << "the answer ended with " << strerror(r.read_errno);
+    }
+  }
+  EXPECT_LE(backend.traffic_connections(), 3);  // the streamed rounds only, if in time
+}
+
+// An error page the proxy sends while it drains (SIGTERM), on a keep-alive
+// connection it closes right after: the page must say `Connection: close`,
+// or the client takes the connection for reusable and its next request
+// fails.
+TEST_F(ProxyConnectionTest, ErrorPageWhileDrainingSaysConnectionClose) {
+  // No server listens: the one server is down from its first health check,
+  // and every request is answered 503 (an answer that keeps the connection).
+  uint16_t nobody = testing::ReserveFreePort();
+  HttpReply r;
+  // The request's first bytes must reach the proxy before the drain does
+  // (else the connection is idle and simply closed): tried again then.
+  for (int attempt = 0; attempt < 3 && r.status == 0; ++attempt) {
+    ASSERT_NO_FATAL_FAILURE(StartProxy(nobody, {"--workers", "1", "--drain-timeout", "10s"}));
+    HttpClient client(port());
+    ASSERT_TRUE(testing::WaitFor([&] {
+      HttpReply before = client.Get("/before");
+      return before.status == 503 && before.Header("Connection").empty();
+    })) << "no keep-alive 503 before the drain";
+    // A request begun (so the connection is not idle) when the drain starts.
+    ASSERT_TRUE(client.Send("GET /during HTTP/1.1\r\nHost: x\r\n"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its bytes reach the proxy
+    proxy_->Signal(SIGTERM);
+    ASSERT_TRUE(testing::WaitFor([&] { return !HttpClient(port()).connected(); }))
+        << "the listener stayed open";
+    client.Send("\r\n");
+    r = client.Read();
+    if (r.status != 0) {
+      EXPECT_TRUE(client.WaitClosed());
+    }
+    proxy_->Stop();
+  }
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.Header("Connection"), "close");
+}
+
+// The response is all with the proxy (the server's part is over) but a slow
+// client is still reading it: the connection is making progress and must not
+// be closed by --idle-timeout, which times a connection with nothing to do.
+TEST_F(ProxyConnectionTest, SlowReaderAfterTheResponseEndedIsNotTimedOutAsIdle) {
+  constexpr size_t kBody = 384 * 1024;
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n" +
+                    std::string(kBody, 'x'));
+    char buf[4096];
+    ::recv(fd, buf, sizeof buf, 0);  // keep-alive: until the proxy closes
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--idle-timeout", "300ms"}));
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int receive_buffer = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  SendAll(fd, "GET /large HTTP/1.1\r\nHost: x\r\n\r\n");
+  // About 100 KB/s: a few seconds, many idle timeouts.
+  std::string head;
+  size_t body = 0;
+  bool eof = false;
+  for (int reads = 0; reads < 1'000'000; ++reads) {
+    char buf[2048];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      eof = n == 0;
+      break;
+    }
+    size_t taken = static_cast<size_t>(n);
+    if (head.find("\r\n\r\n") == std::string::npos) {
+      head.append(buf, taken);
+      size_t end = head.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        continue;
+      }
+      taken = head.size() - end - 4;
+      head.resize(end + 4);
+    }
+    body += taken;
+    if (body >= kBody) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::close(fd);
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 200 OK\r\n")) << head;
+  EXPECT_EQ(body, kBody) << "cut short, eof " << eof;
+}
+
+// A request rejected before its request line was parsed is logged with "-"
+// for the request, as Common Log Format has it (it was "-  HTTP/1.1").
+TEST_F(ProxyConnectionTest, RequestRejectedBeforeItsLineIsLoggedWithADash) {
+  ScriptedBackend backend(AnswerOkAndClose);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  HttpClient client(port());
+  ASSERT_TRUE(client.Send("\x01garbage\r\n\r\n"));
+  EXPECT_EQ(client.Read().status, 400);
+  std::string log;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    log = AccessLog();
+    return log.find(" 400 ") != std::string::npos;
+  })) << log;
+  EXPECT_NE(log.find("] \"-\" 400 "), std::string::npos) << log;
+}
+
+// A chunked request's trailer fields reach the server (the body goes on
+// chunked), except those that must not be trailers (RFC 9110 6.5.1: framing,
+// routing, authentication, request modifiers...). They were dropped.
+TEST_F(ProxyConnectionTest, ChunkedRequestTrailersAreForwardedExceptForbiddenOnes) {
+  std::mutex mu;
+  std::string received_head;
+  std::string received_body;
+  ScriptedBackend backend([&](int fd, int, const std::string& head, std::string rest) {
+    // The chunked body up to the empty line after its last chunk.
+    for (int i = 0; i < 1000; ++i) {  // bounded
+      size_t last = rest.starts_with("0\r\n") ? 0 : rest.find("\r\n0\r\n");
+      if (last != std::string::npos && rest.find("\r\n\r\n", last + 1) != std::string::npos) {
+        break;
+      }
+      char buf[4096];
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        break;
+      }
+      rest.append(buf, static_cast<size_t>(n));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      received_head = head;
+      received_body = rest;
+    }
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  HttpClient client(port());
+  HttpReply r = client.Request(
+      "POST /trailers HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+      "Trailer: X-Checksum\r\n\r\n"
+      "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n"
+      "X-Checksum: sha256=abc\r\n"
+      "Content-Length: 5\r\n"
+      "Host: evil.example\r\n"
+      "Authorization: Basic eDp5\r\n"
+      "Transfer-Encoding: gzip\r\n"
+      "Cookie: JSESSIONID=x\r\n"
+      "X-Other:  two  \r\n"
+      "\r\n",
+      "POST");
+  EXPECT_EQ(r.status, 200);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_NE(received_head.find("Transfer-Encoding: chunked\r\n"), std::string::npos)
+      << received_head;
+  // The data may be chunked anew; the trailer section follows the last chunk.
+  const std::string last = "0\r\nX-Checksum: sha256=abc\r\nX-Other: two\r\n\r\n";
+  ASSERT_TRUE(received_body.ends_with(last)) << received_body;
+  std::string data = received_body.substr(0, received_body.size() - last.size());
+  EXPECT_TRUE(data == "b\r\nhello world\r\n" || data == "5\r\nhello\r\n6\r\n world\r\n")
+      << received_body;
 }
 
 // ---- file descriptors ----

@@ -35,6 +35,7 @@ python3-h2 (hpack); openssl for the TLS case.
 """
 
 import os
+import re
 import select
 import shutil
 import socket
@@ -1065,6 +1066,92 @@ class RapidResetLogging(ProxyCase):
         self.assertIn("aborted-client", hold)
         after = next(l for l in lines if " /after " in l)
         self.assertIn('"GET /after HTTP/2.0" 200', after)
+
+    def summary_lines(self):
+        with open(self.proxy.log_path) as f:
+            return [l for l in f if "never reached a server" in l]
+
+    def reset_one_stream(self, path):
+        """A connection whose one stream is reset before it reaches a server
+        (in the same read as its HEADERS), then closed."""
+        conn = self.connect()
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(path)) +
+                  frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)) +
+                  frame(PING, 0, 0, b"12345678"))
+        deadline = time.monotonic() + 10
+        while True:  # the PING's ACK: the reset was read
+            kind, flags, _, _ = conn.read_frame(deadline)
+            if kind == PING and flags & ACK:
+                break
+        conn.close()
+
+    def test_connections_left_out_of_the_summary_are_reported_later(self):
+        """Summary lines are at most one a second: the connections closed
+        within that second are reported afterwards, even when no further
+        connection closes (they were only ever added to the next line)."""
+        if TARGET != "kwd":
+            self.skipTest("kwd's log")
+        started = time.monotonic()
+        for i in range(3):
+            self.reset_one_stream(b"/summary%d" % i)
+        quick = time.monotonic() - started < 1.0  # the second and third fell in the first's second
+        deadline = time.monotonic() + 10
+        reported = 0
+        while reported < 3:
+            self.assertLess(time.monotonic(), deadline,
+                            "%d of 3 connections reported:\n%s" % (reported,
+                                                                    "".join(self.summary_lines())))
+            time.sleep(0.05)
+            lines = self.summary_lines()
+            reported = 0
+            for line in lines:
+                match = re.search(r"\bconnections=(\d+)", line)
+                reported += int(match.group(1)) if match else 1
+                match = re.search(r"connections_not_logged=(\d+)", line)
+                reported += int(match.group(1)) if match else 0
+        print("3 connections with a reset stream: summary lines %r (within one second: %s)"
+              % ([l.strip() for l in lines], quick))
+        self.assertEqual(reported, 3)
+        if quick:
+            self.assertTrue(any("connections=2" in l for l in lines), lines)
+
+    def test_stream_refused_for_bad_fields_is_counted_once(self):
+        """A stream reset for a malformed header section counts as a
+        protocol_error only, not also as reset_before_forward."""
+        if TARGET != "kwd":
+            self.skipTest("kwd's metrics")
+        reasons = ("protocol_error", "reset_before_forward")
+        before = {r: self.proxy.metric("kwd_proxy_http2_errors_total", reason=r) or 0
+                  for r in reasons}
+        conn = self.connect()
+        bad = request_block(b"/bad") + literal_new_name(b"connection", b"keep-alive")
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, bad) +
+                  frame(HEADERS, END_STREAM | END_HEADERS, 3, request_block(b"/good")))
+        deadline = time.monotonic() + 10
+        reset = None
+        ended = False
+        while reset is None or not ended:
+            kind, flags, stream, payload = conn.read_frame(deadline)
+            conn.headers(kind, flags, stream, payload)
+            if kind == RST_STREAM and stream == 1:
+                reset = struct.unpack(">I", payload)[0]
+            if stream == 3 and kind in (HEADERS, DATA) and flags & END_STREAM:
+                ended = True
+        conn.close()
+        self.assertEqual(reset, PROTOCOL_ERROR)
+        deadline = time.monotonic() + 10
+        while True:
+            after = {r: self.proxy.metric("kwd_proxy_http2_errors_total", reason=r) or 0
+                     for r in reasons}
+            if after["protocol_error"] > before["protocol_error"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        # The connection's end (when the stream would be counted again).
+        time.sleep(0.2)
+        after = {r: self.proxy.metric("kwd_proxy_http2_errors_total", reason=r) or 0
+                 for r in reasons}
+        self.assertEqual(after["protocol_error"] - before["protocol_error"], 1, after)
+        self.assertEqual(after["reset_before_forward"] - before["reset_before_forward"], 0, after)
 
 
 class TlsAlpnH2(ProxyCase):
