@@ -208,12 +208,26 @@ std::array<char, kMacChars> AffinityCookieCodec::CurrentMac(const HmacState& sta
 
 AffinityCookieCodec::AffinityCookieCodec(std::string key)
     : hmac_(std::make_shared<const HmacState>(
-          HmacState{NextGeneration(), PrecomputePads(key), KeyDigest(key), false, {}, {}})) {
+          HmacState{NextGeneration(), PrecomputePads(key), KeyDigest(key), false, {}, {}})),
+      generation_(hmac_.load()->generation) {
   OPENSSL_cleanse(key.data(), key.size());
 }
 
 AffinityCookieCodec::AffinityCookieCodec(const AffinityCookieCodec& other)
-    : hmac_(other.hmac_.load()) {}
+    : hmac_(other.hmac_.load()), generation_(hmac_.load()->generation) {}
+
+const AffinityCookieCodec::HmacState& AffinityCookieCodec::ThisThreadState() const {
+  // Generations are unique in the process, so a state of the same generation
+  // is this codec's current one. Rotate stores hmac_ before generation_: a
+  // thread that sees the new generation loads the new state; one that loads
+  // a state newer than the generation it read refreshes it on its next call.
+  thread_local std::shared_ptr<const HmacState> cached;
+  uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (cached == nullptr || cached->generation != generation) {
+    cached = hmac_.load();
+  }
+  return *cached;
+}
 
 void AffinityCookieCodec::Rotate(std::string_view key, std::chrono::milliseconds grace) {
   std::shared_ptr<const HmacState> old = hmac_.load();
@@ -228,12 +242,14 @@ void AffinityCookieCodec::Rotate(std::string_view key, std::chrono::milliseconds
     next->previous = old->pads;
     next->previous_until = std::chrono::steady_clock::now() + grace;
   }
+  uint64_t generation = next->generation;
   hmac_.store(std::move(next));
+  generation_.store(generation, std::memory_order_release);
 }
 
 std::string AffinityCookieCodec::Encode(std::string_view group_key, std::string_view server) const {
-  std::shared_ptr<const HmacState> state = hmac_.load();
-  std::array<char, kMacChars> mac = CurrentMac(*state, group_key, server);
+  const HmacState& state = ThisThreadState();
+  std::array<char, kMacChars> mac = CurrentMac(state, group_key, server);
   std::string value;
   value.reserve(kMacChars + 1 + server.size());
   value.append(mac.data(), mac.size());
@@ -248,14 +264,14 @@ bool AffinityCookieCodec::Verify(std::string_view value, std::string_view group_
     return false;
   }
   std::string_view claimed_server = value.substr(kMacChars + 1);
-  std::shared_ptr<const HmacState> state = hmac_.load();
-  std::array<char, kMacChars> expected = CurrentMac(*state, group_key, claimed_server);
+  const HmacState& state = ThisThreadState();
+  std::array<char, kMacChars> expected = CurrentMac(state, group_key, claimed_server);
   if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
     // A cookie signed before the last rotation, within the grace period.
-    if (!state->has_previous || std::chrono::steady_clock::now() >= state->previous_until) {
+    if (!state.has_previous || std::chrono::steady_clock::now() >= state.previous_until) {
       return false;
     }
-    expected = ComputeMac(state->previous, group_key, claimed_server);
+    expected = ComputeMac(state.previous, group_key, claimed_server);
     if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
       return false;
     }

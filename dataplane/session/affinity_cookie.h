@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,7 +53,14 @@ class AffinityCookieCodec {
   // of recent (group, server) pairs when it holds it.
   static std::array<char, 22> CurrentMac(const HmacState& state, std::string_view group_key,
                                          std::string_view server);
+  // The current state, from this thread's copy while `generation_` says it
+  // is still current. hmac_.load() writes memory every worker shares (a lock
+  // bit in hmac_ and the state's reference count, twice): per request on
+  // every worker, that is a cache line bouncing between cores.
+  const HmacState& ThisThreadState() const;
   std::atomic<std::shared_ptr<const HmacState>> hmac_;
+  // hmac_'s generation (unique in the process): written by Rotate only.
+  std::atomic<uint64_t> generation_;
 };
 
 }  // namespace kwd::session

@@ -218,6 +218,37 @@ TEST(AffinityCookieRotationTest, GraceZeroDropsThePreviousKeyAndTheSameKeyChange
   EXPECT_TRUE(graced.Verify(old_value, "erp/public", &server));
 }
 
+// Each thread keeps its own copy of the key state (no shared reference count
+// per request): a rotation made on another thread still takes effect at once.
+TEST(AffinityCookieRotationTest, ARotationOnAnotherThreadTakesEffectOnThisOne) {
+  AffinityCookieCodec codec("key-A");
+  std::string old_value = codec.Encode("erp/public", "s1");
+  std::string_view server;
+  ASSERT_TRUE(codec.Verify(old_value, "erp/public", &server));  // this thread holds key A
+  std::thread([&] { codec.Rotate("key-B", std::chrono::milliseconds(0)); }).join();
+  EXPECT_FALSE(codec.Verify(old_value, "erp/public", &server));
+  EXPECT_TRUE(codec.Verify(ExpectedValue("key-B", "erp/public", "s1"), "erp/public", &server));
+  EXPECT_EQ(codec.Encode("erp/public", "s2"), ExpectedValue("key-B", "erp/public", "s2"));
+}
+
+// Two codecs used in turn on one thread each answer with their own key.
+TEST(AffinityCookieRotationTest, CodecsWithOtherKeysUsedInTurnKeepTheirOwnKeys) {
+  AffinityCookieCodec a("key-A");
+  AffinityCookieCodec b("key-B");
+  AffinityCookieCodec copy_of_a(a);
+  std::string_view server;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(a.Encode("g", "s1"), ExpectedValue("key-A", "g", "s1"));
+    EXPECT_FALSE(b.Verify(ExpectedValue("key-A", "g", "s1"), "g", &server));
+    EXPECT_TRUE(copy_of_a.Verify(ExpectedValue("key-A", "g", "s1"), "g", &server));
+    EXPECT_EQ(b.Encode("g", "s1"), ExpectedValue("key-B", "g", "s1"));
+    EXPECT_FALSE(a.Verify(ExpectedValue("key-B", "g", "s1"), "g", &server));
+  }
+  a.Rotate("key-C", std::chrono::milliseconds(0));  // the copy keeps key A
+  EXPECT_TRUE(copy_of_a.Verify(ExpectedValue("key-A", "g", "s1"), "g", &server));
+  EXPECT_FALSE(a.Verify(ExpectedValue("key-A", "g", "s1"), "g", &server));
+}
+
 TEST(AffinityCookieRotationTest, VerifyWithThePreviousKeyDoesNotAllocate) {
   AffinityCookieCodec codec("key-A");
   std::string old_value = codec.Encode("erp/public", "s1");
