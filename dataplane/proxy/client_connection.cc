@@ -83,11 +83,15 @@ bool ClientConnection::NeedsClientEvents() const {
   // the client is not read until the response is done (a FIN or reset it
   // sends meanwhile shows when the response is written, as before), and
   // registering later reports whatever readiness arrived in between.
-  return !(phase_ == Phase::kForward && request_body_done_ && out_.empty());
+  return !(phase_ == Phase::kForward && request_body_done_ && out_.empty() &&
+           transport_->queued() == 0);
 }
 
 void ClientConnection::OnIo(uint32_t events) {
   client_readable_.Note(events);
+  if ((events & EPOLLOUT) != 0) {
+    transport_->OnWritable();
+  }
   if (phase_ == Phase::kForward && exchange_.connecting()) {
     return;  // the client waits until the upstream answers the connect
   }
@@ -133,7 +137,8 @@ void ClientConnection::DriveSteps() {
         progressed = StepForward();
         break;
       case Phase::kClosing:
-        if (FlushClient() && out_.empty()) {
+        // Closed once the kernel has every byte of the response.
+        if (FlushClient() && out_.empty() && transport_->FlushQueued()) {
           Close();
         }
         return;
@@ -202,7 +207,7 @@ bool ClientConnection::StepHead() {
     }
   }
   if ((draining_ && in_.empty()) || client_eof_) {
-    if (!out_.empty()) {
+    if (!out_.empty() || transport_->queued() > 0) {
       phase_ = Phase::kClosing;  // a response its socket could not take yet goes first
       return true;
     }
@@ -594,6 +599,7 @@ void ClientConnection::Close(std::string_view cause) {
   if (!abortive_close_) {
     transport_->Shutdown();
   }
+  transport_->BeforeClose();
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);

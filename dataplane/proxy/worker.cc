@@ -139,7 +139,7 @@ UpstreamConnection::UpstreamConnection(Worker* worker, int fd, std::string_view 
                                        uint32_t port)
     : worker(worker),
       fd(fd),
-      transport(std::make_unique<net::PlainTransport>(fd)),
+      transport(std::make_unique<net::PlainTransport>(fd, &worker->loop())),
       address(address),
       port(port),
       idle_timer(this, [](void* self) {
@@ -153,6 +153,9 @@ UpstreamConnection::~UpstreamConnection() = default;
 void UpstreamConnection::OnIo(uint32_t events) {
   if (closed) {
     return;
+  }
+  if ((events & EPOLLOUT) != 0) {
+    transport->OnWritable();
   }
   if (owner != nullptr) {
     owner->OnUpstreamIo(events);
@@ -174,6 +177,7 @@ void UpstreamConnection::Close() {
   owner = nullptr;
   worker->loop().Cancel(&idle_timer);
   worker->loop().Remove(fd);
+  transport->BeforeClose();
   ::close(fd);
   worker->loop().DeleteLater(this);
 }
@@ -400,7 +404,7 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
       return;
     }
   } else {
-    transport = std::make_unique<net::PlainTransport>(fd);
+    transport = std::make_unique<net::PlainTransport>(fd, &loop_);
   }
   auto* connection = new ClientConnection(this, std::move(transport), std::move(client_ip));
   connection->slot = connections_.size();
