@@ -59,7 +59,7 @@ void PlainTransport::Rearm() {
   if (!queue_.empty() && !blocked_ && !failed_ && loop_ != nullptr) {
     std::string_view bytes = queue_.view();
     loop_->QueueSend(&send_, fd_, bytes.data(), bytes.size());
-  } else if (loop_ != nullptr) {
+  } else if (send_.queued()) {
     loop_->CancelSend(&send_);
   }
 }
@@ -82,10 +82,11 @@ void PlainTransport::OnSent(void* self, int result) {
   if (t->queue_.empty()) {
     t->queue_.Release();
   }
+  t->Rearm();  // queued again meanwhile: the send starts at the queue's front now
 }
 
 bool PlainTransport::FlushQueued() {
-  if (loop_ != nullptr) {
+  if (send_.queued()) {
     loop_->CancelSend(&send_);
   }
   while (!queue_.empty() && !failed_) {
