@@ -30,6 +30,8 @@ ENV DEBIAN_FRONTEND=noninteractive
 # library). ca-certificates: TLS to the API server and upstreams. kwd-proxy
 # links libnghttp2 statically (dataplane/static_link.sh); libnghttp2-14 still
 # comes in as a dependency of libcurl4, which kwd-controller's libcurl loads.
+# kwd-proxy links liburing (its io_uring sends) statically the same way, so
+# liburing2 is not needed here.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates \

@@ -3,6 +3,7 @@
 # loopback (issue 15's performance target).
 #
 #   bench/h2_bench.sh BUILD_DIR      env: ROUNDS=5 DURATION=10 CONNECTIONS=64 STREAMS=10
+#                                    KWD_FLAGS="--io-uring off" (extra kwd-proxy flags)
 #
 # Both proxies terminate TLS with the same EC P-256 certificate, one worker /
 # thread each (kwd --workers 1, HAProxy nbthread 1 with `alpn h2,http/1.1`),
@@ -83,7 +84,7 @@ EOF
 KWD_PORT=$(free_port)
 KWD_AFFINITY_KEY=bench "$PROXY" serve --snapshot "$WORK/snapshot.json" \
   --listen 127.0.0.1:"$(free_port)" --admin-listen 127.0.0.1:"$(free_port)" --workers 1 \
-  --access-log off --log-level warn \
+  --access-log off --log-level warn ${KWD_FLAGS:-} \
   --tls-listen 127.0.0.1:"$KWD_PORT" --tls-cert-dir "$WORK/certs" >/dev/null 2>"$WORK/kwd.log" &
 KWD_PID=$!
 pids+=($KWD_PID)

@@ -32,6 +32,7 @@
 #        SESSIONS=1000 JSESSIONIDs the sapmix warm-up makes known
 #        PORT_BASE=19400 (ports PORT_BASE+1..91 on 127.0.0.1)
 #        HOLD=SECONDS keeps the proxies running that long after the runs (debugging)
+#        KWD_FLAGS="--io-uring off" extra kwd-proxy serve flags (a before/after)
 # Exit status: 0 measured (wrk errors are reported, not fatal), 77 a tool is
 # missing, 1 a proxy did not start or did not route as the comparison needs.
 set -euo pipefail
@@ -185,7 +186,7 @@ compile_snapshot "$work/objects" "$work/snapshot.json"
 start_kwd() {  # name snapshot port admin workers [taskset cpus]
   local cpus=${6:-}
   local cmd=("$proxy_bin" serve --snapshot "$2" --listen 127.0.0.1:$3 --admin-listen 127.0.0.1:$4
-    --workers "$5" --access-log off)
+    --workers "$5" --access-log off ${KWD_FLAGS:-})
   [[ -n $cpus ]] && cmd=("${boost[@]}" taskset -c "$cpus" "${cmd[@]}")
   KWD_AFFINITY_KEY=bench "${cmd[@]}" >"$work/$1.out" 2>"$work/$1.log" &
   pids+=($!)

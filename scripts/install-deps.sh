@@ -9,7 +9,7 @@ packages=(
   cmake ninja-build g++ make pkg-config ccache git
   # libraries (Debian only; nothing vendored)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libnghttp2-dev
+  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libnghttp2-dev liburing-dev
   libboost-dev libyaml-cpp-dev
 )
 # KWD_RUN=1 (`make run`): building the binaries and running the quickstart (curl), no test tools.

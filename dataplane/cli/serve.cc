@@ -24,6 +24,7 @@
 #include "dataplane/admin/admin_server.h"
 #include "dataplane/cli/proxy_cli.h"
 #include "dataplane/health/health_checker.h"
+#include "dataplane/net/event_loop.h"
 #include "dataplane/proxy/proxy.h"
 #include "dataplane/xds/snapshot_client.h"
 
@@ -72,6 +73,11 @@ constexpr const char kServeUsage[] =
     "  --max-header-size BYTES          request head limit, 1024-1048576, then 431\n"
     "                                   (default 65536)\n"
     "  --drain-timeout D                SIGTERM drain (default 10s)\n"
+    "  --io-uring auto|off              auto: each worker batches its socket sends through\n"
+    "                                   io_uring (one kernel entry per event batch); where\n"
+    "                                   the kernel or a seccomp profile refuses io_uring,\n"
+    "                                   one info line says so and plain send() is used.\n"
+    "                                   off: plain send() (default auto)\n"
     "  --log-level debug|info|warn|error  (default info)\n"
     "  --log-format text|json           logfmt lines or one JSON object per line, for the\n"
     "                                   logs and the access log (default text)\n"
@@ -115,6 +121,13 @@ constexpr const char kServeUsage[] =
     "Durations need a unit: 500ms, 10s, 2m, 1h (a bare number is refused).\n";
 
 constexpr int64_t kAffinityKeyPollMs = 2000;
+
+void ReportIoUringUnavailable(int error) {
+  Log(LogLevel::kInfo, "proxy",
+      "io_uring is not available (seccomp profile, kernel.io_uring_disabled or an old kernel); "
+      "sending with plain syscalls",
+      {{"error", std::strerror(error)}});
+}
 
 // --affinity-key-file is re-read on this schedule: Kubernetes updates a
 // mounted Secret in place (an atomic symlink swap), so a rotated key reaches
@@ -248,6 +261,7 @@ void RaiseDescriptorLimit() {
 }  // namespace
 
 int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  net::EventLoop::SetIoUringMode(net::IoUringMode::kAuto, &ReportIoUringUnavailable);
   ProxyOptions options;
   std::string error;
   net::ParseEndpoint("0.0.0.0:8080", &options.listen, &error);
@@ -378,6 +392,11 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ok = ParseProxyProtocolListeners(value, &options, &error);
     } else if (name == "--trusted-proxies") {
       ok = options.trusted_proxies.Parse(value, &error);
+    } else if (name == "--io-uring") {
+      ok = value == "auto" || value == "off";
+      net::EventLoop::SetIoUringMode(value == "off" ? net::IoUringMode::kOff : net::IoUringMode::kAuto,
+                                     &ReportIoUringUnavailable);
+      error = "--io-uring takes auto or off";
     } else if (name == "--log-level") {
       LogLevel level;
       ok = ParseLogLevel(value, &level);

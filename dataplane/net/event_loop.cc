@@ -1,9 +1,12 @@
 #include "dataplane/net/event_loop.h"
 
+#include <liburing.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 
 namespace kwd::net {
@@ -26,7 +29,19 @@ Deferred::~Deferred() {
   }
 }
 
+BatchedSend::~BatchedSend() {
+  if (loop_ != nullptr) {
+    loop_->CancelSend(this);
+  }
+}
+
 namespace {
+std::atomic<IoUringMode> g_uring_mode{IoUringMode::kAuto};
+std::atomic<void (*)(int)> g_uring_unavailable{nullptr};
+std::atomic<bool> g_uring_reported{false};
+std::atomic<int> g_uring_fail_for_testing{0};
+constexpr unsigned kRingEntries = 256;
+
 // The wake-up eventfd is registered with this sentinel instead of a handler.
 IoHandler* const kWakeHandler = nullptr;
 }  // namespace
@@ -56,6 +71,13 @@ EventLoop::~EventLoop() {
   }
   while (deferred_head_ != nullptr) {
     CancelDeferred(deferred_head_);
+  }
+  while (sends_head_ != nullptr) {
+    CancelSend(sends_head_);
+  }
+  if (ring_ != nullptr) {
+    io_uring_queue_exit(ring_);
+    delete ring_;
   }
   close(wake_fd_);
   close(epoll_fd_);
@@ -162,6 +184,157 @@ void EventLoop::RunDeferred() {
   }
 }
 
+void EventLoop::SetIoUringMode(IoUringMode mode, void (*on_unavailable)(int error)) {
+  g_uring_mode.store(mode);
+  g_uring_unavailable.store(on_unavailable);
+}
+
+void EventLoop::FailIoUringSetupForTesting(int error) { g_uring_fail_for_testing.store(error); }
+
+void EventLoop::SetUpUring() {
+  uring_state_ = UringState::kOff;
+  if (g_uring_mode.load() == IoUringMode::kOff) {
+    return;
+  }
+  int error = g_uring_fail_for_testing.load();
+  if (error == 0) {
+    auto* ring = new ::io_uring{};
+    // Only this thread submits, and completions are reaped right after each
+    // submit: the kernel need not interrupt the thread for task work.
+    int rc = io_uring_queue_init(kRingEntries, ring,
+                                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN);
+    if (rc == -EINVAL) {
+      rc = io_uring_queue_init(kRingEntries, ring, 0);  // kernel before 6.0
+    }
+    if (rc == 0) {
+      ring_ = ring;
+      ring_entries_ = kRingEntries;
+      uring_state_ = UringState::kOn;
+      return;
+    }
+    delete ring;
+    error = -rc;
+  }
+  if (!g_uring_reported.exchange(true)) {
+    if (auto* report = g_uring_unavailable.load(); report != nullptr) {
+      report(error);
+    }
+  }
+}
+
+void EventLoop::QueueSend(BatchedSend* send, int fd, const char* data, size_t size) {
+  send->fd_ = fd;
+  send->data_ = data;
+  send->size_ = size;
+  if (send->loop_ != nullptr) {
+    return;
+  }
+  send->loop_ = this;
+  send->next_ = nullptr;
+  send->prev_ = sends_tail_;
+  if (sends_tail_ != nullptr) {
+    sends_tail_->next_ = send;
+  } else {
+    sends_head_ = send;
+  }
+  sends_tail_ = send;
+}
+
+void EventLoop::CancelSend(BatchedSend* send) {
+  if (send->loop_ != this) {
+    return;
+  }
+  if (send->prev_ != nullptr) {
+    send->prev_->next_ = send->next_;
+  } else {
+    sends_head_ = send->next_;
+  }
+  if (send->next_ != nullptr) {
+    send->next_->prev_ = send->prev_;
+  } else {
+    sends_tail_ = send->prev_;
+  }
+  send->prev_ = send->next_ = nullptr;
+  send->loop_ = nullptr;
+}
+
+void EventLoop::FlushSends() {
+  // Callbacks may queue sends again (a transport whose owner writes more on
+  // the result): those go in the next round, up to a bound.
+  for (int round = 0; round < 1000 && sends_head_ != nullptr; ++round) {
+    BatchedSend* batch[kRingEntries];
+    unsigned count = 0;
+    while (sends_head_ != nullptr && count < ring_entries_ && uring_state_ == UringState::kOn) {
+      BatchedSend* send = sends_head_;
+      io_uring_sqe* sqe = io_uring_get_sqe(ring_);
+      if (sqe == nullptr) {
+        break;
+      }
+      CancelSend(send);
+      // MSG_DONTWAIT: a socket without room completes at once with -EAGAIN
+      // (the kernel does not park the send until there is room), so every
+      // send has completed when the submit returns.
+      io_uring_prep_send(sqe, send->fd_, send->data_, send->size_, MSG_DONTWAIT | MSG_NOSIGNAL);
+      io_uring_sqe_set_data64(sqe, count);
+      batch[count++] = send;
+    }
+    if (count == 0) {
+      return;
+    }
+    int results[kRingEntries];
+    for (unsigned i = 0; i < count; ++i) {
+      results[i] = -ECANCELED;
+    }
+    // Waits for all `count` completions: an op the kernel punted to a worker
+    // thread is never left pointing into memory its owner may free.
+    int rc;
+    do {
+      rc = io_uring_submit_and_wait(ring_, count);
+    } while (rc == -EINTR);
+    unsigned submitted = rc > 0 ? static_cast<unsigned>(rc) : 0;
+    if (submitted < count) {
+      // Entries the kernel did not take stay in the submission queue: the
+      // ring is never entered again (direct syscalls from now on), so they
+      // never run once their owners' bytes are gone.
+      uring_state_ = UringState::kOff;
+    }
+    unsigned reaped = 0;
+    for (int spins = 0; reaped < submitted; ++spins) {
+      io_uring_cqe* cqe;
+      unsigned head;
+      unsigned seen = 0;
+      io_uring_for_each_cqe(ring_, head, cqe) {
+        uint64_t index = io_uring_cqe_get_data64(cqe);
+        if (index < count) {
+          results[index] = cqe->res;
+        }
+        ++seen;
+      }
+      io_uring_cq_advance(ring_, seen);
+      reaped += seen;
+      if (reaped < submitted) {
+        if (spins > 1'000'000) {
+          std::abort();  // sends in flight into memory about to be reused
+        }
+        io_uring_wait_cqe_nr(ring_, &cqe, submitted - reaped);
+      }
+    }
+    for (unsigned i = 0; i < count; ++i) {
+      BatchedSend* send = batch[i];
+      // -ECANCELED when the submit itself failed: the owner retries with a
+      // direct send.
+      send->done_(send->owner_, results[i]);
+    }
+  }
+}
+
+void EventLoop::EndBatch() {
+  RunDeferred();
+  if (sends_head_ != nullptr) {
+    FlushSends();
+  }
+}
+
 void EventLoop::RunTimers() {
   // A tick is processed once every deadline in it has passed.
   while (wheel_time_ms_ + kTickMs - 1 <= now_ms_) {
@@ -224,9 +397,9 @@ void EventLoop::Run() {
         handler->OnIo(events[i].events);
       }
     }
-    RunDeferred();
+    EndBatch();
     RunTimers();
-    RunDeferred();
+    EndBatch();
     for (size_t i = 0; i < graveyard_.size(); ++i) {
       delete graveyard_[i];
     }

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <vector>
 
+struct io_uring;  // liburing
+
 namespace kwd::net {
 
 class IoHandler {
@@ -75,6 +77,35 @@ class Deferred {
   Deferred* next_ = nullptr;
 };
 
+// A socket send the loop hands to its io_uring at the end of the batch,
+// together with every other one queued in that batch: one kernel entry for
+// all of them. Embedded in its owner (PlainTransport); the loop calls `done`
+// with the send's result (bytes sent or -errno) before the submit returns:
+// no send stays in flight, so the owner's bytes may be freed after it.
+class BatchedSend {
+ public:
+  using Callback = void (*)(void* owner, int result);
+  BatchedSend(void* owner, Callback done) : owner_(owner), done_(done) {}
+  ~BatchedSend();
+  BatchedSend(const BatchedSend&) = delete;
+  BatchedSend& operator=(const BatchedSend&) = delete;
+  bool queued() const { return loop_ != nullptr; }
+
+ private:
+  friend class EventLoop;
+  void* owner_;
+  Callback done_;
+  EventLoop* loop_ = nullptr;
+  BatchedSend* prev_ = nullptr;
+  BatchedSend* next_ = nullptr;
+  int fd_ = -1;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Whether the loops batch socket sends through io_uring (`--io-uring`).
+enum class IoUringMode : uint8_t { kOff, kAuto };
+
 // Monotonic milliseconds.
 int64_t MonotonicMs();
 
@@ -106,6 +137,29 @@ class EventLoop {
 
   void DeleteLater(Deletable* object) { graveyard_.push_back(object); }
 
+  // Process-wide, set before any loop runs. `on_unavailable` (may be null) is
+  // called once per process, on a loop's thread, with the errno of the first
+  // io_uring set-up that failed (seccomp's EPERM under container runtimes,
+  // ENOSYS, kernel.io_uring_disabled): the loops then use direct syscalls.
+  static void SetIoUringMode(IoUringMode mode, void (*on_unavailable)(int error));
+  // Test hook: every later io_uring set-up fails with `error` (0: stop).
+  static void FailIoUringSetupForTesting(int error);
+  // True when this loop batches sends; sets up its io_uring on first use
+  // (call on the loop's thread only: the ring is single-issuer).
+  bool batching_sends() {
+    if (uring_state_ == UringState::kUnknown) {
+      SetUpUring();
+    }
+    return uring_state_ == UringState::kOn;
+  }
+  // Queues a send of `size` bytes at `data` (kept valid until `done` runs or
+  // the send is cancelled) for the end of the batch. Only when
+  // batching_sends().
+  void QueueSend(BatchedSend* send, int fd, const char* data, size_t size);
+  void CancelSend(BatchedSend* send);
+  // Submits every queued send in one kernel entry and runs their callbacks.
+  void FlushSends();
+
   // Time cached at the start of the current iteration.
   int64_t now_ms() const { return now_ms_; }
   void UpdateTime() { now_ms_ = MonotonicMs(); }
@@ -118,6 +172,10 @@ class EventLoop {
   void RunDeferred();
   void DrainPosted();
   void Unlink(Timer* timer);
+  void SetUpUring();
+  void EndBatch();
+
+  enum class UringState : uint8_t { kUnknown, kOn, kOff };
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -129,6 +187,11 @@ class EventLoop {
   std::vector<Deletable*> graveyard_;
   Deferred* deferred_head_ = nullptr;  // FIFO
   Deferred* deferred_tail_ = nullptr;
+  UringState uring_state_ = UringState::kUnknown;
+  ::io_uring* ring_ = nullptr;
+  unsigned ring_entries_ = 0;
+  BatchedSend* sends_head_ = nullptr;  // FIFO
+  BatchedSend* sends_tail_ = nullptr;
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
 };

@@ -18,6 +18,9 @@
 #include <string_view>
 #include <vector>
 
+#include "dataplane/net/event_loop.h"
+#include "dataplane/proxy/buffer.h"
+
 namespace kwd::net {
 
 // What a finished TLS handshake established. Filled once, when the handshake
@@ -71,6 +74,21 @@ class Transport {
   // Orderly end of the stream towards the peer (TLS close_notify, best
   // effort, never blocks). The owner still closes the descriptor.
   virtual void Shutdown() = 0;
+  // Batched sends (a plain transport on a loop with io_uring): Write may take
+  // bytes into the transport's queue, handed to the kernel at the end of the
+  // loop's batch together with other connections' sends.
+  // Bytes taken but not handed to the kernel yet.
+  virtual size_t queued() const { return 0; }
+  // Hands the queued bytes to the kernel now (never blocks); true when none
+  // are left, or when the connection failed and none ever will go. The owner
+  // checks it before a close that must not lose a response.
+  virtual bool FlushQueued() { return true; }
+  // The owner got EPOLLOUT for the socket: queued bytes may go again. Owners
+  // forward every EPOLLOUT, also when they wait for nothing themselves.
+  virtual void OnWritable() {}
+  // The owner closes the descriptor next: queued bytes go to the kernel now
+  // (best effort, never blocks) and the transport does no I/O after it.
+  virtual void BeforeClose() {}
   // Null for plain TCP; set once established for TLS.
   virtual const TlsInfo* tls() const { return nullptr; }
   // Why the handshake or the last I/O failed, for logs ("" when unknown).
@@ -81,15 +99,41 @@ class Transport {
   int fd_;
 };
 
-// Plain TCP: recv/send on the descriptor.
+// Plain TCP: recv/send on the descriptor. Given a loop whose io_uring is up
+// (EventLoop::batching_sends()), small writes are queued and sent at the end
+// of the loop's batch with every other queued send in one kernel entry; Write
+// still reports them taken at once. A send the socket could not take whole
+// leaves the rest queued and the transport blocked: Write then tries the
+// queue first and reports kWouldBlock until it is gone, and OnWritable()
+// resumes it.
 class PlainTransport final : public Transport {
  public:
-  explicit PlainTransport(int fd) : Transport(fd) {}
+  explicit PlainTransport(int fd, EventLoop* loop = nullptr)
+      : Transport(fd), loop_(loop), send_(this, &PlainTransport::OnSent) {}
   bool established() const override { return true; }
   HandshakeStatus Handshake() override { return HandshakeStatus::kDone; }
   ssize_t Read(char* data, size_t size, bool* drained) override;
   ssize_t Write(const char* data, size_t size) override;
   void Shutdown() override {}
+  size_t queued() const override { return queue_.size(); }
+  bool FlushQueued() override;
+  void OnWritable() override;
+  void BeforeClose() override;
+
+  // Writes that would make the queue larger go to the socket directly.
+  static constexpr size_t kMaxQueued = 64 * 1024;
+
+ private:
+  static void OnSent(void* self, int result);
+  ssize_t SendDirect(const char* data, size_t size);
+  // Queues the send of the queue for the end of the batch (or cancels it).
+  void Rearm();
+
+  EventLoop* loop_;  // null: direct sends only
+  BatchedSend send_;
+  proxy::Buffer queue_;
+  bool blocked_ = false;  // the socket had no room for the queue
+  bool failed_ = false;   // a queued send failed: the peer is gone
 };
 
 }  // namespace kwd::net

@@ -92,11 +92,15 @@ bool ClientConnection::NeedsClientEvents() const {
   // the client is not read until the response is done (a FIN or reset it
   // sends meanwhile shows when the response is written, as before), and
   // registering later reports whatever readiness arrived in between.
-  return !(phase_ == Phase::kForward && request_body_done_ && out_.empty());
+  return !(phase_ == Phase::kForward && request_body_done_ && out_.empty() &&
+           transport_->queued() == 0);
 }
 
 void ClientConnection::OnIo(uint32_t events) {
   client_readable_.Note(events);
+  if ((events & EPOLLOUT) != 0) {
+    transport_->OnWritable();
+  }
   if (phase_ == Phase::kForward && exchange_.connecting()) {
     return;  // the client waits until the upstream answers the connect
   }
@@ -142,10 +146,11 @@ void ClientConnection::DriveSteps() {
         progressed = StepForward();
         break;
       case Phase::kClosing:
+        // Closed (or lingering) once the kernel has every byte of the response.
         if (lingering_) {
           Linger();
         } else if (size_t pending = out_.size(); FlushClient()) {
-          if (out_.empty()) {
+          if (out_.empty() && transport_->FlushQueued()) {
             if (linger_ && !abortive_close_ && !client_eof_) {
               StartLinger();
             } else {
@@ -228,7 +233,7 @@ bool ClientConnection::StepHead() {
     }
   }
   if ((draining_ && in_.empty()) || client_eof_) {
-    if (!out_.empty()) {
+    if (!out_.empty() || transport_->queued() > 0) {
       phase_ = Phase::kClosing;  // a response its socket could not take yet goes first
       return true;
     }
@@ -651,6 +656,7 @@ void ClientConnection::Close(std::string_view cause) {
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.
+  transport_->BeforeClose();  // queued bytes go before the end of the stream
   if (!abortive_close_ && !lingering_) {
     transport_->Shutdown();
   }

@@ -773,6 +773,9 @@ void Http2Connection::BeginDrain() {
 }
 
 void Http2Connection::OnIo(uint32_t events) {
+  if ((events & EPOLLOUT) != 0) {
+    transport_->OnWritable();
+  }
   if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
     readable_ = true;
   }
@@ -1105,7 +1108,7 @@ void Http2Connection::Drive() {
     return;
   }
   if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0 &&
-      out_.empty()) {
+      out_.empty() && transport_->FlushQueued()) {
     Close("aborted");
   }
 }
@@ -1215,6 +1218,7 @@ void Http2Connection::Close(std::string_view cause) {
   worker_->loop().CancelDeferred(&drive_soon_);
   worker_->loop().Remove(fd_);
   transport_->Shutdown();
+  transport_->BeforeClose();
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);

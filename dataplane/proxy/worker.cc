@@ -148,7 +148,7 @@ UpstreamConnection::UpstreamConnection(Worker* worker, int fd, std::string_view 
                                        uint32_t port)
     : worker(worker),
       fd(fd),
-      transport(std::make_unique<net::PlainTransport>(fd)),
+      transport(std::make_unique<net::PlainTransport>(fd, &worker->loop())),
       address(address),
       port(port),
       idle_timer(this, [](void* self) {
@@ -162,6 +162,9 @@ UpstreamConnection::~UpstreamConnection() = default;
 void UpstreamConnection::OnIo(uint32_t events) {
   if (closed) {
     return;
+  }
+  if ((events & EPOLLOUT) != 0) {
+    transport->OnWritable();
   }
   if (owner != nullptr) {
     owner->OnUpstreamIo(events);
@@ -183,6 +186,7 @@ void UpstreamConnection::Close() {
   owner = nullptr;
   worker->loop().Cancel(&idle_timer);
   worker->loop().Remove(fd);
+  transport->BeforeClose();
   ::close(fd);
   worker->loop().DeleteLater(this);
 }
@@ -404,7 +408,7 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
       return;
     }
   } else {
-    transport = std::make_unique<net::PlainTransport>(fd);
+    transport = std::make_unique<net::PlainTransport>(fd, &loop_);
   }
   auto* connection = new ClientConnection(this, std::move(transport), std::move(client_ip));
   connection->slot = connections_.size();

@@ -4,7 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <memory>
 #include <string>
+
+#include "dataplane/net/event_loop.h"
 
 namespace kwd::net {
 namespace {
@@ -57,6 +61,159 @@ TEST_F(PlainTransportTest, WriteToAFullSocketWouldBlockAndToAClosedPeerFails) {
   ::close(fds_[1]);
   fds_[1] = -1;
   EXPECT_EQ(a.Write("x", 1), Transport::kError);
+}
+
+
+// ---- batched sends (io_uring) ----
+
+// Reads everything the socket holds now.
+std::string ReadAvailable(int fd) {
+  std::string out;
+  char buf[65536];
+  for (int i = 0; i < 100'000; ++i) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) {
+      break;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+class BatchedTransportTest : public PlainTransportTest {
+ protected:
+  void SetUp() override {
+    PlainTransportTest::SetUp();
+    EventLoop::SetIoUringMode(IoUringMode::kAuto, nullptr);
+    loop_ = std::make_unique<EventLoop>();
+    if (!loop_->batching_sends()) {
+      GTEST_SKIP() << "io_uring is not available here";
+    }
+  }
+  std::unique_ptr<EventLoop> loop_;
+};
+
+TEST_F(BatchedTransportTest, ManyWritesOfOneBatchArriveInOrderAfterOneFlush) {
+  PlainTransport a(fds_[0], loop_.get());
+  PlainTransport b(fds_[1], loop_.get());
+  std::string expected_a;
+  std::string expected_b;
+  for (int i = 0; i < 200; ++i) {
+    std::string line = "a-line " + std::to_string(i) + "\n";
+    ASSERT_EQ(a.Write(line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    expected_a += line;
+    line = "b-line " + std::to_string(i) + "\n";
+    ASSERT_EQ(b.Write(line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    expected_b += line;
+  }
+  EXPECT_EQ(a.queued(), expected_a.size());
+  EXPECT_EQ(ReadAvailable(fds_[1]), "") << "nothing is sent before the batch ends";
+  loop_->FlushSends();
+  EXPECT_EQ(a.queued(), 0u);
+  EXPECT_EQ(b.queued(), 0u);
+  EXPECT_EQ(ReadAvailable(fds_[1]), expected_a);
+  EXPECT_EQ(ReadAvailable(fds_[0]), expected_b);
+}
+
+TEST_F(BatchedTransportTest, AFullSocketKeepsTheRestQueuedAndResumesOnWritable) {
+  int small = 4096;
+  ::setsockopt(fds_[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  ::setsockopt(fds_[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  PlainTransport a(fds_[0], loop_.get());
+  std::string sent;
+  std::string received;
+  int would_block = 0;
+  // Writes of 1000 bytes (queued) until the transport reports the socket full.
+  for (int i = 0; i < 100'000 && would_block == 0; ++i) {
+    std::string chunk(1000, static_cast<char>('a' + i % 26));
+    ssize_t n = a.Write(chunk.data(), chunk.size());
+    if (n == Transport::kWouldBlock) {
+      ++would_block;
+      break;
+    }
+    ASSERT_EQ(n, 1000);
+    sent += chunk;
+    if (i % 8 == 7) {
+      loop_->FlushSends();  // the end of a batch
+    }
+  }
+  ASSERT_EQ(would_block, 1) << "a full socket blocks the transport";
+  EXPECT_GT(a.queued(), 0u) << "the bytes the socket did not take stay queued";
+  // The peer reads; EPOLLOUT reaches the transport; the rest goes.
+  for (int round = 0; round < 100'000 && received.size() < sent.size(); ++round) {
+    received += ReadAvailable(fds_[1]);
+    a.OnWritable();
+    loop_->FlushSends();
+    (void)a.FlushQueued();
+  }
+  EXPECT_EQ(a.queued(), 0u);
+  ASSERT_EQ(received.size(), sent.size());
+  EXPECT_TRUE(received == sent) << "bytes arrive whole and in order";
+  ASSERT_EQ(a.Write("z", 1), 1) << "writable again";
+}
+
+TEST_F(BatchedTransportTest, BeforeCloseHandsQueuedBytesToTheKernel) {
+  auto a = std::make_unique<PlainTransport>(fds_[0], loop_.get());
+  ASSERT_EQ(a->Write("HTTP/1.1 200 OK\r\n\r\n", 19), 19);
+  ASSERT_EQ(a->queued(), 19u);
+  a->BeforeClose();
+  ::close(fds_[0]);
+  fds_[0] = ::socket(AF_UNIX, SOCK_STREAM, 0);  // TearDown closes something
+  loop_->FlushSends();  // nothing left for the closed descriptor
+  EXPECT_EQ(ReadAvailable(fds_[1]), "HTTP/1.1 200 OK\r\n\r\n");
+  a.reset();
+}
+
+TEST_F(BatchedTransportTest, ADestroyedTransportLeavesNoSendQueued) {
+  auto a = std::make_unique<PlainTransport>(fds_[0], loop_.get());
+  ASSERT_EQ(a->Write("lost", 4), 4);
+  a.reset();            // the owner was deleted without a close (a bug, but safe)
+  loop_->FlushSends();  // must not touch the freed transport
+  EXPECT_EQ(ReadAvailable(fds_[1]), "");
+}
+
+TEST_F(BatchedTransportTest, WritesToAResetPeerFail) {
+  PlainTransport a(fds_[0], loop_.get());
+  ::close(fds_[1]);
+  fds_[1] = -1;
+  ASSERT_EQ(a.Write("x", 1), 1);
+  loop_->FlushSends();
+  EXPECT_EQ(a.Write("x", 1), Transport::kError);
+}
+
+int g_reported_error = 0;
+int g_reports = 0;
+
+TEST(IoUringFallbackTest, FailedSetUpIsReportedOnceAndSendsGoDirect) {
+  g_reports = 0;
+  EventLoop::SetIoUringMode(IoUringMode::kAuto, [](int error) {
+    g_reported_error = error;
+    ++g_reports;
+  });
+  EventLoop::FailIoUringSetupForTesting(EPERM);
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  {
+    EventLoop one;
+    EventLoop two;
+    EXPECT_FALSE(one.batching_sends());
+    EXPECT_FALSE(two.batching_sends());
+    PlainTransport a(fds[0], &one);
+    ASSERT_EQ(a.Write("direct", 6), 6);
+    EXPECT_EQ(a.queued(), 0u);
+    EXPECT_EQ(ReadAvailable(fds[1]), "direct") << "sent at once, without a batch";
+  }
+  EXPECT_EQ(g_reports, 1) << "one line per process, not per worker";
+  EXPECT_EQ(g_reported_error, EPERM);
+  EventLoop::FailIoUringSetupForTesting(0);
+  EventLoop::SetIoUringMode(IoUringMode::kOff, nullptr);
+  {
+    EventLoop off;
+    EXPECT_FALSE(off.batching_sends()) << "--io-uring off";
+  }
+  EventLoop::SetIoUringMode(IoUringMode::kAuto, nullptr);
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 }  // namespace

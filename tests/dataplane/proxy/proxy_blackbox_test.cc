@@ -419,6 +419,47 @@ TEST_F(ProxyTest, LargeUploadStreamsWithFlatMemory) {
   EXPECT_LT(peak - before, 8 * 1024) << "before " << before << " KiB, peak " << peak << " KiB";
 }
 
+// Sends batched through io_uring (--io-uring auto) and plain sends (off)
+// deliver the same bytes: keep-alive answers and, on Connection: close, the
+// whole body before the close (queued bytes go before the descriptor closes).
+TEST_F(ProxyTest, IoUringAutoAndOffDeliverWholeBodiesAlsoBeforeAClose) {
+  std::string payload;
+  for (int i = 0; payload.size() < 40'000; ++i) {
+    payload += "row " + std::to_string(i) + "\n";
+  }
+  for (const char* mode : {"auto", "off"}) {
+    SCOPED_TRACE(mode);
+    StartProxy({"--io-uring", mode});
+    HttpClient keep(port());
+    for (int i = 0; i < 20; ++i) {
+      HttpReply r = keep.Request("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                 std::to_string(payload.size()) + "\r\n\r\n" + payload);
+      ASSERT_EQ(r.status, 200) << i;
+      ASSERT_EQ(r.body, payload) << i;
+    }
+    for (int i = 0; i < 20; ++i) {
+      HttpClient once(port());
+      HttpReply r = once.Request("POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                 "Content-Length: " +
+                                 std::to_string(payload.size()) + "\r\n\r\n" + payload);
+      ASSERT_EQ(r.status, 200) << i;
+      ASSERT_EQ(r.body, payload) << i;
+      EXPECT_EQ(r.Header("connection"), "close");
+    }
+    HttpReply bad = HttpGet(port(), "/sap/bc/run.cgi");  // a local answer (error page)
+    EXPECT_EQ(bad.status, 403);
+    proxy_.reset();
+  }
+}
+
+TEST_F(ProxyTest, IoUringFlagTakesAutoOrOff) {
+  Process p({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", snapshot_path_, "--listen",
+             "127.0.0.1:0", "--io-uring", "sometimes"},
+            dir_ + "/bad.log", /*wait_for_listening=*/false);
+  EXPECT_TRUE(testing::WaitFor([&] { return !p.Alive(); }));
+  EXPECT_NE(p.Log().find("--io-uring takes auto or off"), std::string::npos) << p.Log();
+}
+
 TEST_F(ProxyTest, TunnelsWebSocketEcho) {
   StartProxy();
   HttpClient client(port());
