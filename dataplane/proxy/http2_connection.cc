@@ -118,51 +118,14 @@ class ResponseHopByHop {
   bool overflow_ = false;
 };
 
-// Memory for streams (about 10 KB each), kept per thread: a worker's
-// connections start and end streams all the time, and a block of this size
-// is slow to take from malloc. At most kMaxFree are kept (640 KB). The state
-// is trivially destructible, so a stream freed while the thread exits (after
-// its drainer ran) still finds it, as buffer.h's BlockPool.
-struct StreamPool {
-  static constexpr uint32_t kMaxFree = 64;
-  void* free[kMaxFree];
-  uint32_t count = 0;
-  size_t block_bytes = 0;  // the size of the blocks kept
-  bool closed = false;     // the thread is exiting: blocks go straight back
-
-  static StreamPool& ThisThread() {
-    static thread_local StreamPool pool;
-    return pool;
-  }
-  void* Take(size_t bytes) {
-    if (count > 0 && bytes == block_bytes) {
-      return free[--count];
-    }
-    return ::operator new(bytes);
-  }
-  void Give(void* block, size_t bytes);
-};
-
-struct StreamPoolDrainer {
-  ~StreamPoolDrainer() {
-    StreamPool& pool = StreamPool::ThisThread();
-    pool.closed = true;
-    while (pool.count > 0) {
-      ::operator delete(pool.free[--pool.count]);
-    }
-  }
-};
-
-void StreamPool::Give(void* block, size_t bytes) {
-  static thread_local StreamPoolDrainer drainer;  // constructed with the first kept block
-  (void)drainer;
-  if (closed || count >= kMaxFree || (count > 0 && bytes != block_bytes)) {
-    ::operator delete(block);
-    return;
-  }
-  block_bytes = bytes;
-  free[count++] = block;
-}
+// Ended streams wait for the next ones in a per-thread free list (the one
+// recycling level), their exchange and containers warm (Stream::Reset), so a
+// worker's streams stop allocating once it has served a few. At most this
+// many are kept, about 10 KB each without the buffers, which they give back
+// (5 MB after a burst of that many streams). With 128, 64 connections x 10
+// streams (h2load) missed the list for one new stream in four: a batch of
+// upstream answers ends a few hundred streams at once.
+constexpr uint32_t kMaxFreeStreams = 512;
 
 }  // namespace
 
@@ -176,36 +139,63 @@ PrefaceMatch MatchHttp2Preface(std::string_view received) {
 
 // One stream: its request head as received, and the exchange forwarding it.
 struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
-  Stream(Http2Connection* c, int32_t stream_id)
-      : connection(c),
-        id(stream_id),
-        exchange(c->worker_, this, ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"}) {
+  // The worker is the thread's: a stream in the free list serves only the
+  // connections of the worker that made it.
+  explicit Stream(Worker* worker) : exchange(worker, this, ClientContext{}) {}
+
+  // Makes this (new, or ended and on no call stack) stream `stream_id` of
+  // `c`: every member starts afresh, but the exchange is recycled and the
+  // containers keep their capacity.
+  void Reset(Http2Connection* c, int32_t stream_id) {
+    connection = c;
+    id = stream_id;
+    exchange.Recycle(ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"});
+    arena.clear();
+    fields.clear();
+    cookie.clear();
+    header_bytes = 0;
+    block_bytes = 0;
+    header_too_large = false;
+    too_many_fields = false;
+    started = false;
+    head_done = false;
+    head_end_stream = false;
+    request_end = false;
+    deferred = false;
+    responded = false;
+    response_done = false;
+    trailers_sent = false;
+    last_sent_ms = 0;
+    begun_ms = 0;
+    head.scheme = {};
+    head.authority = {};
+    head.header_count = 0;
+    request_trailers.clear();
+    pump = false;
+    unconsumed = 0;
+    body.Clear();
+    body_end = false;
+    trailers.clear();
+  }
+  // An ended stream gives back its buffers (and oversized containers)
+  // before it waits in the free list.
+  void ReleaseMemory() {
+    exchange.ReleaseIdleMemory();
+    body.Clear();
+    body.Release();
+    constexpr size_t kKeepBytes = 4096;
+    for (std::string* s : {&arena, &cookie, &request_trailers, &trailers}) {
+      if (s->capacity() > kKeepBytes) {
+        std::string().swap(*s);
+      }
+    }
+    if (fields.capacity() > 64) {
+      std::vector<Field>().swap(fields);
+    }
   }
 
-  static void* operator new(size_t bytes) { return StreamPool::ThisThread().Take(bytes); }
-  static void operator delete(void* p, size_t bytes) { StreamPool::ThisThread().Give(p, bytes); }
-
-  // Makes `stream` (ended, on no call stack) a new stream `stream_id`: every
-  // member is made afresh but the head's containers, which keep their
-  // capacity, so a connection's streams stop allocating once warm.
-  static Stream* Reuse(Stream* stream, int32_t stream_id) {
-    std::string kept_arena = std::move(stream->arena);
-    std::vector<Field> kept_fields = std::move(stream->fields);
-    std::string kept_cookie = std::move(stream->cookie);
-    Http2Connection* c = stream->connection;
-    stream->~Stream();
-    auto* fresh = ::new (static_cast<void*>(stream)) Stream(c, stream_id);
-    kept_arena.clear();
-    kept_fields.clear();
-    kept_cookie.clear();
-    fresh->arena = std::move(kept_arena);
-    fresh->fields = std::move(kept_fields);
-    fresh->cookie = std::move(kept_cookie);
-    return fresh;
-  }
-
-  Http2Connection* connection;
-  int32_t id;
+  Http2Connection* connection = nullptr;
+  int32_t id = 0;
   Exchange exchange;
   // Header fields as received: names and values in `arena`.
   struct Field {
@@ -403,6 +393,7 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
   size_t n = std::min(length, stream->body.size());
   std::memcpy(buf, stream->body.view().data(), n);
   stream->body.Consume(n);
+  stream->body.Release();  // drained: its block serves the next stream's response
   bool end = stream->body.empty() && stream->body_end;
   stream->pump = stream->pump || n > 0;  // room for more from the upstream
   if (n > 0) {
@@ -663,7 +654,6 @@ Http2Connection::~Http2Connection() {
   for (Stream* stream : retired_) {
     delete stream;
   }
-  FreeSpareStreams();
 }
 
 void Http2Connection::Start() {
@@ -770,7 +760,7 @@ void Http2Connection::RemoveStream(int32_t id) {
     // Never started: nothing but this map referred to it. Reusable now, so a
     // burst of reset streams read in one go does not pile up until the loop
     // turns (10 KB each).
-    KeepSpare(stream);
+    RecycleStream(stream);
   }
   if (streams_.empty()) {
     idle_since_ms_ = worker_->loop().now_ms();
@@ -778,30 +768,21 @@ void Http2Connection::RemoveStream(int32_t id) {
 }
 
 Http2Connection::Stream* Http2Connection::NewStream(int32_t id) {
-  if (spare_.empty()) {
-    return new Stream(this, id);
-  }
-  Stream* stream = spare_.back();
-  spare_.pop_back();
-  return Stream::Reuse(stream, id);
+  Stream* stream = PerThreadFreeList<Stream, kMaxFreeStreams>::Take(worker_).release();
+  stream->Reset(this, id);
+  return stream;
 }
 
-void Http2Connection::KeepSpare(Stream* stream) {
-  // At most as many as may be open at once: no more memory than the
-  // connection's own busiest moment held, and none once it is idle
-  // (OnTick).
-  if (spare_.size() < worker_->options().h2_max_concurrent_streams) {
-    spare_.push_back(stream);
-  } else {
-    delete stream;
-  }
+void Http2Connection::RecycleStream(Stream* stream) {
+  stream->ReleaseMemory();
+  PerThreadFreeList<Stream, kMaxFreeStreams>::Give(std::unique_ptr<Stream>(stream));
 }
 
-void Http2Connection::FreeSpareStreams() {
-  for (Stream* stream : spare_) {
-    delete stream;
+void Http2Connection::RecycleRetired() {
+  for (Stream* stream : retired_) {
+    RecycleStream(stream);
   }
-  spare_.clear();
+  retired_.clear();
 }
 
 void Http2Connection::CountError(Http2Error error) {
@@ -810,7 +791,8 @@ void Http2Connection::CountError(Http2Error error) {
 
 void Http2Connection::EndExchange(Stream* stream, std::string_view cause) {
   Exchange& exchange = stream->exchange;
-  if (exchange.finished()) {
+  // A stream's (recycled) exchange is finished() until it starts.
+  if (stream->started && exchange.finished()) {
     return;
   }
   if (exchange.forwarded()) {
@@ -1027,10 +1009,7 @@ void Http2Connection::Drive() {
   in_drive_ = true;
   // Called from the event loop (no exchange on the stack): the streams
   // that ended since the last Drive can be reused.
-  for (Stream* stream : retired_) {
-    KeepSpare(stream);
-  }
-  retired_.clear();
+  RecycleRetired();
   for (int round = 0; round < 10'000 && !fatal_; ++round) {
     drive_again_ = false;
     bool progressed = Receive();
@@ -1048,6 +1027,9 @@ void Http2Connection::Drive() {
     }
   }
   in_drive_ = false;
+  // And those that ended in this one: their buffers go back now, not when
+  // the client's next frames arrive.
+  RecycleRetired();
   if (fatal_) {
     // Whatever nghttp2 queued last (a GOAWAY) is sent if the socket takes it.
     if (session_ != nullptr) {
@@ -1102,7 +1084,6 @@ void Http2Connection::OnTick() {
     return;
   }
   if (streams_.empty()) {
-    FreeSpareStreams();  // an idle connection holds no stream memory
     if (now - idle_since_ms_ >= o.idle_timeout_ms && !draining_) {
       // GOAWAY NO_ERROR, then the close once it is out.
       draining_ = true;
@@ -1163,7 +1144,6 @@ void Http2Connection::Close(std::string_view cause) {
     worker_->loop().DeleteLater(stream);
   }
   retired_.clear();
-  FreeSpareStreams();
   live_streams_ = 0;
   if (unforwarded_streams_ > 0) {
     LogUnforwarded(worker_->loop().now_ms(), client_ip_, unforwarded_streams_, resets_received_,

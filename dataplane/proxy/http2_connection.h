@@ -73,10 +73,11 @@ class Http2Connection final : public WorkerConnection {
   Stream* FindStream(int32_t id);
   void RemoveStream(int32_t id);
   // Streams are reused: a removed one waits in retired_ until the next
-  // Drive (its exchange may be on the stack), then in spare_.
+  // Drive (its exchange may be on the stack), then in the worker thread's
+  // free list (RecycleStream).
   Stream* NewStream(int32_t id);
-  void KeepSpare(Stream* stream);
-  void FreeSpareStreams();
+  void RecycleStream(Stream* stream);
+  void RecycleRetired();
   void StartStream(Stream* stream, bool end_stream);
   void StartNow(Stream* stream);  // if its head is complete and it waits
   void StartPending();            // after each read: the heads it completed
@@ -98,7 +99,6 @@ class Http2Connection final : public WorkerConnection {
   bool drive_again_ = false;
   std::unordered_map<int32_t, Stream*> streams_;
   std::vector<Stream*> retired_;
-  std::vector<Stream*> spare_;
   std::vector<int32_t> to_start_;  // stream ids whose head the current read completed
   size_t live_streams_ = 0;        // streams whose exchange still holds resources
   int64_t started_ms_ = 0;
