@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "common/log.h"
@@ -127,7 +129,139 @@ class ResponseHopByHop {
 // upstream answers ends a few hundred streams at once.
 constexpr uint32_t kMaxFreeStreams = 512;
 
+// Http2ThreadAllocator's lists. A block has a 16-byte prefix (malloc's
+// alignment kept) holding its class, or kLarge and its size.
+struct SizeClassPool {
+  static constexpr size_t kPrefix = 16;
+  static constexpr uint32_t kClasses = 7;  // 64 B .. 4 KiB
+  static constexpr uint32_t kLarge = kClasses;
+  static constexpr size_t kKeepBytesPerClass = 128 * 1024;
+  struct Prefix {
+    uint32_t size_class;
+    size_t size;  // the bytes asked for (the last realloc's)
+  };
+  static_assert(sizeof(Prefix) <= kPrefix);
+  struct Node {
+    Node* next;
+  };
+  Node* free[kClasses];
+  uint32_t count[kClasses];
+  bool closed;  // the thread is exiting: blocks go straight back to malloc
+
+  static SizeClassPool& ThisThread() {
+    static thread_local SizeClassPool pool{};  // trivially destructible, as BlockPool
+    return pool;
+  }
+  static size_t ClassBytes(uint32_t c) { return size_t{64} << c; }
+  static uint32_t ClassOf(size_t size) {
+    uint32_t c = 0;
+    while (c < kClasses && ClassBytes(c) < size) {
+      ++c;
+    }
+    return c;  // kLarge when beyond the last class
+  }
+  static Prefix* PrefixOf(void* p) {
+    return reinterpret_cast<Prefix*>(static_cast<char*>(p) - kPrefix);
+  }
+
+  void* Take(size_t size) {
+    uint32_t c = ClassOf(size);
+    char* base;
+    if (c < kClasses && free[c] != nullptr) {
+      Node* node = free[c];
+      free[c] = node->next;
+      --count[c];
+      base = reinterpret_cast<char*>(node);
+    } else {
+      base = static_cast<char*>(
+          std::malloc(kPrefix + (c < kClasses ? ClassBytes(c) : std::max<size_t>(size, 1))));
+      if (base == nullptr) {
+        return nullptr;
+      }
+    }
+    ::new (base) Prefix{c, size};
+    return base + kPrefix;
+  }
+  void Give(void* p);
+};
+
+struct SizeClassPoolDrainer {
+  ~SizeClassPoolDrainer() {
+    SizeClassPool& pool = SizeClassPool::ThisThread();
+    pool.closed = true;
+    for (uint32_t c = 0; c < SizeClassPool::kClasses; ++c) {
+      while (pool.free[c] != nullptr) {
+        SizeClassPool::Node* node = pool.free[c];
+        pool.free[c] = node->next;
+        std::free(node);
+      }
+      pool.count[c] = 0;
+    }
+  }
+};
+
+void SizeClassPool::Give(void* p) {
+  if (p == nullptr) {
+    return;
+  }
+  static thread_local SizeClassPoolDrainer drainer;  // constructed with the first kept block
+  (void)drainer;
+  char* base = static_cast<char*>(p) - kPrefix;
+  uint32_t c = PrefixOf(p)->size_class;
+  if (closed || c >= kClasses || count[c] >= kKeepBytesPerClass / ClassBytes(c)) {
+    std::free(base);
+    return;
+  }
+  free[c] = ::new (base) Node{free[c]};
+  ++count[c];
+}
+
+void* PoolMalloc(size_t size, void* /*user_data*/) {
+  return SizeClassPool::ThisThread().Take(size);
+}
+
+void PoolFree(void* p, void* /*user_data*/) { SizeClassPool::ThisThread().Give(p); }
+
+void* PoolCalloc(size_t count, size_t size, void* /*user_data*/) {
+  if (size != 0 && count > static_cast<size_t>(-1) / 2 / size) {
+    return nullptr;
+  }
+  void* p = SizeClassPool::ThisThread().Take(count * size);
+  if (p != nullptr) {
+    std::memset(p, 0, count * size);
+  }
+  return p;
+}
+
+void* PoolRealloc(void* p, size_t size, void* /*user_data*/) {
+  if (p == nullptr) {
+    return SizeClassPool::ThisThread().Take(size);
+  }
+  if (size == 0) {
+    SizeClassPool::ThisThread().Give(p);
+    return nullptr;
+  }
+  SizeClassPool::Prefix* prefix = SizeClassPool::PrefixOf(p);
+  if (prefix->size_class != SizeClassPool::kLarge &&
+      size <= SizeClassPool::ClassBytes(prefix->size_class)) {
+    prefix->size = size;
+    return p;  // fits its block still
+  }
+  void* fresh = SizeClassPool::ThisThread().Take(size);
+  if (fresh == nullptr) {
+    return nullptr;  // p stays valid, as realloc's
+  }
+  std::memcpy(fresh, p, std::min(prefix->size, size));
+  SizeClassPool::ThisThread().Give(p);
+  return fresh;
+}
+
 }  // namespace
+
+nghttp2_mem* Http2ThreadAllocator() {
+  static nghttp2_mem mem{nullptr, &PoolMalloc, &PoolFree, &PoolCalloc, &PoolRealloc};
+  return &mem;
+}
 
 PrefaceMatch MatchHttp2Preface(std::string_view received) {
   size_t n = std::min(received.size(), kHttp2Preface.size());
@@ -683,7 +817,7 @@ void Http2Connection::Start() {
   nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + options.max_header_bytes);
   // HPACK: the decoder's dynamic table stays at the 4096 bytes advertised.
   nghttp2_option_set_max_deflate_dynamic_table_size(option, 4096);
-  int rv = nghttp2_session_server_new2(&session_, callbacks, this, option);
+  int rv = nghttp2_session_server_new3(&session_, callbacks, this, option, Http2ThreadAllocator());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
   started_ms_ = worker_->loop().now_ms();

@@ -28,6 +28,14 @@ namespace kwd::proxy {
 // The client connection preface (RFC 9113 3.4).
 inline constexpr std::string_view kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+// nghttp2's allocator for the sessions of this thread: blocks up to 4 KiB
+// (a stream, its queued frames, the copy of a response head's fields: about
+// four a stream) come from per-thread free lists by size class, so a
+// worker's streams stop calling malloc once warm; larger ones go to malloc.
+// Each class keeps at most 128 KiB free. A block must be freed on the thread
+// that took it or another (it then joins that thread's lists).
+nghttp2_mem* Http2ThreadAllocator();
+
 enum class PrefaceMatch { kNo, kPartial, kYes };
 // Whether the first bytes of a connection are the HTTP/2 preface: kPartial
 // while they are a proper prefix of it.
