@@ -378,12 +378,17 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
     if (responded || connection->session_ == nullptr) {
       return;
     }
-    char status_text[8];
-    std::snprintf(status_text, sizeof status_text, "%03d", head.status_code % 1000);
-    nghttp2_nv nv{Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3,
-                  NGHTTP2_NV_FLAG_NONE};
-    nghttp2_submit_headers(connection->session_, NGHTTP2_FLAG_NONE, id, nullptr, &nv, 1, nullptr);
+    // With its fields: a 103 Early Hints is there for its Link fields.
+    char status_text[3];
+    std::vector<nghttp2_nv>& nva = HeadFields(head.status_code, head.fields(), {}, status_text);
+    nghttp2_submit_headers(connection->session_, NGHTTP2_FLAG_NONE, id, nullptr, nva.data(),
+                           nva.size(), nullptr);
   }
+  // The connection's scratch nva_ for a response head: :status (its digits
+  // in `status_text`, which must outlive the submit) and the fields, names
+  // lower case (names_), hop-by-hop ones left out.
+  std::vector<nghttp2_nv>& HeadFields(int status, std::span<const http::Header> response_fields,
+                                      std::string_view set_cookie, char status_text[3]);
   void OnLocalAnswer(const http::ResponseHead& head, std::string_view /*page_head*/,
                      std::string_view page, bool /*must_close*/) override {
     body.Append(page);
@@ -438,6 +443,17 @@ void Http2Connection::Stream::SubmitResponse(int status,
   response_done = end;
   MarkSent();
   char status_text[3];
+  std::vector<nghttp2_nv>& nva = HeadFields(status, response_fields, set_cookie, status_text);
+  nghttp2_data_provider provider{};
+  provider.source.ptr = this;
+  provider.read_callback = &ReadResponseBody;
+  nghttp2_submit_response(connection->session_, id, nva.data(), nva.size(),
+                          end ? nullptr : &provider);
+}
+
+std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
+    int status, std::span<const http::Header> response_fields, std::string_view set_cookie,
+    char status_text[3]) {
   StatusDigits(status, status_text);
   // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
   // names and values when the response is submitted.
@@ -466,8 +482,9 @@ void Http2Connection::Stream::SubmitResponse(int status,
       // HTTP/1.1 lets a server repeat its length (fields or a list of the
       // same value: the exchange checked they agree) and a 204 carry one;
       // HTTP/2 clients reset a stream unless there is at most one field of
-      // one value (RFC 9113 8.1.1), and none on a 204 (RFC 9110 8.6).
-      if (length_sent || status == 204) {
+      // one value (RFC 9113 8.1.1), and none on a 204 (RFC 9110 8.6) or a
+      // 1xx.
+      if (length_sent || status == 204 || status < 200) {
         continue;
       }
       length_sent = true;
@@ -488,11 +505,7 @@ void Http2Connection::Stream::SubmitResponse(int status,
     nva.push_back(
         {Bytes("set-cookie"), Bytes(set_cookie), 10, set_cookie.size(), NGHTTP2_NV_FLAG_NONE});
   }
-  nghttp2_data_provider provider{};
-  provider.source.ptr = this;
-  provider.read_callback = &ReadResponseBody;
-  nghttp2_submit_response(connection->session_, id, nva.data(), nva.size(),
-                          end ? nullptr : &provider);
+  return nva;
 }
 
 // The upstream's chunked trailers as a trailing HEADERS frame: names lower
