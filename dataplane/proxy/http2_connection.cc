@@ -220,7 +220,9 @@ void* PoolMalloc(size_t size, void* /*user_data*/) {
   return SizeClassPool::ThisThread().Take(size);
 }
 
-void PoolFree(void* p, void* /*user_data*/) { SizeClassPool::ThisThread().Give(p); }
+void PoolFree(void* p, void* /*user_data*/) {
+  SizeClassPool::ThisThread().Give(p);
+}
 
 void* PoolCalloc(size_t count, size_t size, void* /*user_data*/) {
   if (size != 0 && count > static_cast<size_t>(-1) / 2 / size) {
