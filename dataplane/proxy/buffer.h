@@ -15,6 +15,7 @@
 #include <memory>
 #include <new>
 #include <string_view>
+#include <utility>
 
 namespace kwd::proxy {
 
@@ -184,17 +185,19 @@ class Buffer {
 };
 
 // A bounded per-thread free list of T for per-request state an idle
-// connection gives back (the parsed request and response heads): Take()
-// reuses a given-back object (its old contents are left as they were) or
-// makes one; Give() keeps up to kMaxFree (128 heads of ~4 KiB: what 64
-// connections in flight hold, and then some), deleting the rest.
+// connection gives back (the parsed request and response heads, HTTP/2
+// streams): Take() reuses a given-back object (its old contents are left as
+// they were) or makes one from `args`; Give() keeps up to kMaxFree (128
+// heads of ~4 KiB: what 64 connections in flight hold, and then some),
+// deleting the rest.
 template <typename T, uint32_t kMaxFree = 128>
 class PerThreadFreeList {
  public:
-  static std::unique_ptr<T> Take() {
+  template <typename... Args>
+  static std::unique_ptr<T> Take(Args&&... args) {
     State& state = ThisThread();
     if (state.count == 0) {
-      return std::make_unique<T>();
+      return std::make_unique<T>(std::forward<Args>(args)...);
     }
     return std::unique_ptr<T>(state.free[--state.count]);
   }

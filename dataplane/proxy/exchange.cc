@@ -1126,6 +1126,7 @@ void Exchange::ReleaseUpstream(bool reusable) {
   }
   upstream_ = nullptr;
   upstream_in_.Clear();
+  upstream_in_.Release();  // back to the thread's blocks while the client takes the response
   upstream_out_.clear();
   upstream_sent_ = 0;
 }

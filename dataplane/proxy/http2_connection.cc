@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "common/log.h"
@@ -147,53 +149,150 @@ class ResponseHopByHop {
   bool overflow_ = false;
 };
 
-// Memory for streams (about 10 KB each), kept per thread: a worker's
-// connections start and end streams all the time, and a block of this size
-// is slow to take from malloc. At most kMaxFree are kept (640 KB). The state
-// is trivially destructible, so a stream freed while the thread exits (after
-// its drainer ran) still finds it, as buffer.h's BlockPool.
-struct StreamPool {
-  static constexpr uint32_t kMaxFree = 64;
-  void* free[kMaxFree];
-  uint32_t count = 0;
-  size_t block_bytes = 0;  // the size of the blocks kept
-  bool closed = false;     // the thread is exiting: blocks go straight back
+// Ended streams wait for the next ones in a per-thread free list (the one
+// recycling level), their exchange and containers warm (Stream::Reset), so a
+// worker's streams stop allocating once it has served a few. At most this
+// many are kept, about 10 KB each without the buffers, which they give back
+// (5 MB after a burst of that many streams). With 128, 64 connections x 10
+// streams (h2load) missed the list for one new stream in four: a batch of
+// upstream answers ends a few hundred streams at once.
+constexpr uint32_t kMaxFreeStreams = 512;
 
-  static StreamPool& ThisThread() {
-    static thread_local StreamPool pool;
+// Http2ThreadAllocator's lists. A block has a 16-byte prefix (malloc's
+// alignment kept) holding its class, or kLarge and its size.
+struct SizeClassPool {
+  static constexpr size_t kPrefix = 16;
+  static constexpr uint32_t kClasses = 7;  // 64 B .. 4 KiB
+  static constexpr uint32_t kLarge = kClasses;
+  static constexpr size_t kKeepBytesPerClass = 128 * 1024;
+  struct Prefix {
+    uint32_t size_class;
+    size_t size;  // the bytes asked for (the last realloc's)
+  };
+  static_assert(sizeof(Prefix) <= kPrefix);
+  struct Node {
+    Node* next;
+  };
+  Node* free[kClasses];
+  uint32_t count[kClasses];
+  bool closed;  // the thread is exiting: blocks go straight back to malloc
+
+  static SizeClassPool& ThisThread() {
+    static thread_local SizeClassPool pool{};  // trivially destructible, as BlockPool
     return pool;
   }
-  void* Take(size_t bytes) {
-    if (count > 0 && bytes == block_bytes) {
-      return free[--count];
+  static size_t ClassBytes(uint32_t c) { return size_t{64} << c; }
+  static uint32_t ClassOf(size_t size) {
+    uint32_t c = 0;
+    while (c < kClasses && ClassBytes(c) < size) {
+      ++c;
     }
-    return ::operator new(bytes);
+    return c;  // kLarge when beyond the last class
   }
-  void Give(void* block, size_t bytes);
+  static Prefix* PrefixOf(void* p) {
+    return reinterpret_cast<Prefix*>(static_cast<char*>(p) - kPrefix);
+  }
+
+  void* Take(size_t size) {
+    uint32_t c = ClassOf(size);
+    char* base;
+    if (c < kClasses && free[c] != nullptr) {
+      Node* node = free[c];
+      free[c] = node->next;
+      --count[c];
+      base = reinterpret_cast<char*>(node);
+    } else {
+      base = static_cast<char*>(
+          std::malloc(kPrefix + (c < kClasses ? ClassBytes(c) : std::max<size_t>(size, 1))));
+      if (base == nullptr) {
+        return nullptr;
+      }
+    }
+    ::new (base) Prefix{c, size};
+    return base + kPrefix;
+  }
+  void Give(void* p);
 };
 
-struct StreamPoolDrainer {
-  ~StreamPoolDrainer() {
-    StreamPool& pool = StreamPool::ThisThread();
+struct SizeClassPoolDrainer {
+  ~SizeClassPoolDrainer() {
+    SizeClassPool& pool = SizeClassPool::ThisThread();
     pool.closed = true;
-    while (pool.count > 0) {
-      ::operator delete(pool.free[--pool.count]);
+    for (uint32_t c = 0; c < SizeClassPool::kClasses; ++c) {
+      while (pool.free[c] != nullptr) {
+        SizeClassPool::Node* node = pool.free[c];
+        pool.free[c] = node->next;
+        std::free(node);
+      }
+      pool.count[c] = 0;
     }
   }
 };
 
-void StreamPool::Give(void* block, size_t bytes) {
-  static thread_local StreamPoolDrainer drainer;  // constructed with the first kept block
-  (void)drainer;
-  if (closed || count >= kMaxFree || (count > 0 && bytes != block_bytes)) {
-    ::operator delete(block);
+void SizeClassPool::Give(void* p) {
+  if (p == nullptr) {
     return;
   }
-  block_bytes = bytes;
-  free[count++] = block;
+  static thread_local SizeClassPoolDrainer drainer;  // constructed with the first kept block
+  (void)drainer;
+  char* base = static_cast<char*>(p) - kPrefix;
+  uint32_t c = PrefixOf(p)->size_class;
+  if (closed || c >= kClasses || count[c] >= kKeepBytesPerClass / ClassBytes(c)) {
+    std::free(base);
+    return;
+  }
+  free[c] = ::new (base) Node{free[c]};
+  ++count[c];
+}
+
+void* PoolMalloc(size_t size, void* /*user_data*/) {
+  return SizeClassPool::ThisThread().Take(size);
+}
+
+void PoolFree(void* p, void* /*user_data*/) {
+  SizeClassPool::ThisThread().Give(p);
+}
+
+void* PoolCalloc(size_t count, size_t size, void* /*user_data*/) {
+  if (size != 0 && count > static_cast<size_t>(-1) / 2 / size) {
+    return nullptr;
+  }
+  void* p = SizeClassPool::ThisThread().Take(count * size);
+  if (p != nullptr) {
+    std::memset(p, 0, count * size);
+  }
+  return p;
+}
+
+void* PoolRealloc(void* p, size_t size, void* /*user_data*/) {
+  if (p == nullptr) {
+    return SizeClassPool::ThisThread().Take(size);
+  }
+  if (size == 0) {
+    SizeClassPool::ThisThread().Give(p);
+    return nullptr;
+  }
+  SizeClassPool::Prefix* prefix = SizeClassPool::PrefixOf(p);
+  if (prefix->size_class != SizeClassPool::kLarge &&
+      size <= SizeClassPool::ClassBytes(prefix->size_class)) {
+    prefix->size = size;
+    return p;  // fits its block still
+  }
+  void* fresh = SizeClassPool::ThisThread().Take(size);
+  if (fresh == nullptr) {
+    return nullptr;  // p stays valid, as realloc's
+  }
+  std::memcpy(fresh, p, std::min(prefix->size, size));
+  SizeClassPool::ThisThread().Give(p);
+  return fresh;
 }
 
 }  // namespace
+
+nghttp2_mem* Http2ThreadAllocator() {
+  static nghttp2_mem mem{nullptr, &PoolMalloc, &PoolFree, &PoolCalloc, &PoolRealloc};
+  return &mem;
+}
 
 PrefaceMatch MatchHttp2Preface(std::string_view received) {
   size_t n = std::min(received.size(), kHttp2Preface.size());
@@ -205,36 +304,63 @@ PrefaceMatch MatchHttp2Preface(std::string_view received) {
 
 // One stream: its request head as received, and the exchange forwarding it.
 struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
-  Stream(Http2Connection* c, int32_t stream_id)
-      : connection(c),
-        id(stream_id),
-        exchange(c->worker_, this, ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"}) {
+  // The worker is the thread's: a stream in the free list serves only the
+  // connections of the worker that made it.
+  explicit Stream(Worker* worker) : exchange(worker, this, ClientContext{}) {}
+
+  // Makes this (new, or ended and on no call stack) stream `stream_id` of
+  // `c`: every member starts afresh, but the exchange is recycled and the
+  // containers keep their capacity.
+  void Reset(Http2Connection* c, int32_t stream_id) {
+    connection = c;
+    id = stream_id;
+    exchange.Recycle(ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"});
+    arena.clear();
+    fields.clear();
+    cookie.clear();
+    header_bytes = 0;
+    block_bytes = 0;
+    header_too_large = false;
+    too_many_fields = false;
+    started = false;
+    head_done = false;
+    head_end_stream = false;
+    request_end = false;
+    deferred = false;
+    responded = false;
+    response_done = false;
+    trailers_sent = false;
+    last_sent_ms = 0;
+    begun_ms = 0;
+    head.scheme = {};
+    head.authority = {};
+    head.header_count = 0;
+    request_trailers.clear();
+    pump = false;
+    unconsumed = 0;
+    body.Clear();
+    body_end = false;
+    trailers.clear();
+  }
+  // An ended stream gives back its buffers (and oversized containers)
+  // before it waits in the free list.
+  void ReleaseMemory() {
+    exchange.ReleaseIdleMemory();
+    body.Clear();
+    body.Release();
+    constexpr size_t kKeepBytes = 4096;
+    for (std::string* s : {&arena, &cookie, &request_trailers, &trailers}) {
+      if (s->capacity() > kKeepBytes) {
+        std::string().swap(*s);
+      }
+    }
+    if (fields.capacity() > 64) {
+      std::vector<Field>().swap(fields);
+    }
   }
 
-  static void* operator new(size_t bytes) { return StreamPool::ThisThread().Take(bytes); }
-  static void operator delete(void* p, size_t bytes) { StreamPool::ThisThread().Give(p, bytes); }
-
-  // Makes `stream` (ended, on no call stack) a new stream `stream_id`: every
-  // member is made afresh but the head's containers, which keep their
-  // capacity, so a connection's streams stop allocating once warm.
-  static Stream* Reuse(Stream* stream, int32_t stream_id) {
-    std::string kept_arena = std::move(stream->arena);
-    std::vector<Field> kept_fields = std::move(stream->fields);
-    std::string kept_cookie = std::move(stream->cookie);
-    Http2Connection* c = stream->connection;
-    stream->~Stream();
-    auto* fresh = ::new (static_cast<void*>(stream)) Stream(c, stream_id);
-    kept_arena.clear();
-    kept_fields.clear();
-    kept_cookie.clear();
-    fresh->arena = std::move(kept_arena);
-    fresh->fields = std::move(kept_fields);
-    fresh->cookie = std::move(kept_cookie);
-    return fresh;
-  }
-
-  Http2Connection* connection;
-  int32_t id;
+  Http2Connection* connection = nullptr;
+  int32_t id = 0;
   Exchange exchange;
   // Header fields as received: names and values in `arena`.
   struct Field {
@@ -284,12 +410,17 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
     if (responded || connection->session_ == nullptr) {
       return;
     }
-    char status_text[8];
-    std::snprintf(status_text, sizeof status_text, "%03d", head.status_code % 1000);
-    nghttp2_nv nv{Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3,
-                  NGHTTP2_NV_FLAG_NONE};
-    nghttp2_submit_headers(connection->session_, NGHTTP2_FLAG_NONE, id, nullptr, &nv, 1, nullptr);
+    // With its fields: a 103 Early Hints is there for its Link fields.
+    char status_text[3];
+    std::vector<nghttp2_nv>& nva = HeadFields(head.status_code, head.fields(), {}, status_text);
+    nghttp2_submit_headers(connection->session_, NGHTTP2_FLAG_NONE, id, nullptr, nva.data(),
+                           nva.size(), nullptr);
   }
+  // The connection's scratch nva_ for a response head: :status (its digits
+  // in `status_text`, which must outlive the submit) and the fields, names
+  // lower case (names_), hop-by-hop ones left out.
+  std::vector<nghttp2_nv>& HeadFields(int status, std::span<const http::Header> response_fields,
+                                      std::string_view set_cookie, char status_text[3]);
   void OnLocalAnswer(const http::ResponseHead& head, std::string_view /*page_head*/,
                      std::string_view page, bool /*must_close*/) override {
     body.Append(page);
@@ -344,6 +475,17 @@ void Http2Connection::Stream::SubmitResponse(int status,
   response_done = end;
   MarkSent();
   char status_text[3];
+  std::vector<nghttp2_nv>& nva = HeadFields(status, response_fields, set_cookie, status_text);
+  nghttp2_data_provider provider{};
+  provider.source.ptr = this;
+  provider.read_callback = &ReadResponseBody;
+  nghttp2_submit_response(connection->session_, id, nva.data(), nva.size(),
+                          end ? nullptr : &provider);
+}
+
+std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
+    int status, std::span<const http::Header> response_fields, std::string_view set_cookie,
+    char status_text[3]) {
   StatusDigits(status, status_text);
   // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
   // names and values when the response is submitted.
@@ -372,8 +514,9 @@ void Http2Connection::Stream::SubmitResponse(int status,
       // HTTP/1.1 lets a server repeat its length (fields or a list of the
       // same value: the exchange checked they agree) and a 204 carry one;
       // HTTP/2 clients reset a stream unless there is at most one field of
-      // one value (RFC 9113 8.1.1), and none on a 204 (RFC 9110 8.6).
-      if (length_sent || status == 204) {
+      // one value (RFC 9113 8.1.1), and none on a 204 (RFC 9110 8.6) or a
+      // 1xx.
+      if (length_sent || status == 204 || status < 200) {
         continue;
       }
       length_sent = true;
@@ -394,11 +537,7 @@ void Http2Connection::Stream::SubmitResponse(int status,
     nva.push_back(
         {Bytes("set-cookie"), Bytes(set_cookie), 10, set_cookie.size(), NGHTTP2_NV_FLAG_NONE});
   }
-  nghttp2_data_provider provider{};
-  provider.source.ptr = this;
-  provider.read_callback = &ReadResponseBody;
-  nghttp2_submit_response(connection->session_, id, nva.data(), nva.size(),
-                          end ? nullptr : &provider);
+  return nva;
 }
 
 // The upstream's chunked trailers as a trailing HEADERS frame: names lower
@@ -433,6 +572,7 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
   size_t n = std::min(length, stream->body.size());
   std::memcpy(buf, stream->body.view().data(), n);
   stream->body.Consume(n);
+  stream->body.Release();  // drained: its block serves the next stream's response
   bool end = stream->body.empty() && stream->body_end;
   stream->pump = stream->pump || n > 0;  // room for more from the upstream
   if (n > 0) {
@@ -697,7 +837,6 @@ Http2Connection::~Http2Connection() {
   for (Stream* stream : retired_) {
     delete stream;
   }
-  FreeSpareStreams();
 }
 
 void Http2Connection::Start() {
@@ -727,7 +866,7 @@ void Http2Connection::Start() {
   nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + options.max_header_bytes);
   // HPACK: the decoder's dynamic table stays at the 4096 bytes advertised.
   nghttp2_option_set_max_deflate_dynamic_table_size(option, 4096);
-  int rv = nghttp2_session_server_new2(&session_, callbacks, this, option);
+  int rv = nghttp2_session_server_new3(&session_, callbacks, this, option, Http2ThreadAllocator());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
   started_ms_ = worker_->loop().now_ms();
@@ -807,7 +946,7 @@ void Http2Connection::RemoveStream(int32_t id) {
     // Never started: nothing but this map referred to it. Reusable now, so a
     // burst of reset streams read in one go does not pile up until the loop
     // turns (10 KB each).
-    KeepSpare(stream);
+    RecycleStream(stream);
   }
   if (streams_.empty()) {
     idle_since_ms_ = worker_->loop().now_ms();
@@ -815,30 +954,21 @@ void Http2Connection::RemoveStream(int32_t id) {
 }
 
 Http2Connection::Stream* Http2Connection::NewStream(int32_t id) {
-  if (spare_.empty()) {
-    return new Stream(this, id);
-  }
-  Stream* stream = spare_.back();
-  spare_.pop_back();
-  return Stream::Reuse(stream, id);
+  Stream* stream = PerThreadFreeList<Stream, kMaxFreeStreams>::Take(worker_).release();
+  stream->Reset(this, id);
+  return stream;
 }
 
-void Http2Connection::KeepSpare(Stream* stream) {
-  // At most as many as may be open at once: no more memory than the
-  // connection's own busiest moment held, and none once it is idle
-  // (OnTick).
-  if (spare_.size() < worker_->options().h2_max_concurrent_streams) {
-    spare_.push_back(stream);
-  } else {
-    delete stream;
-  }
+void Http2Connection::RecycleStream(Stream* stream) {
+  stream->ReleaseMemory();
+  PerThreadFreeList<Stream, kMaxFreeStreams>::Give(std::unique_ptr<Stream>(stream));
 }
 
-void Http2Connection::FreeSpareStreams() {
-  for (Stream* stream : spare_) {
-    delete stream;
+void Http2Connection::RecycleRetired() {
+  for (Stream* stream : retired_) {
+    RecycleStream(stream);
   }
-  spare_.clear();
+  retired_.clear();
 }
 
 void Http2Connection::CountError(Http2Error error) {
@@ -847,7 +977,8 @@ void Http2Connection::CountError(Http2Error error) {
 
 void Http2Connection::EndExchange(Stream* stream, std::string_view cause) {
   Exchange& exchange = stream->exchange;
-  if (exchange.finished()) {
+  // A stream's (recycled) exchange is finished() until it starts.
+  if (stream->started && exchange.finished()) {
     return;
   }
   if (exchange.forwarded()) {
@@ -1068,10 +1199,7 @@ void Http2Connection::Drive() {
   in_drive_ = true;
   // Called from the event loop (no exchange on the stack): the streams
   // that ended since the last Drive can be reused.
-  for (Stream* stream : retired_) {
-    KeepSpare(stream);
-  }
-  retired_.clear();
+  RecycleRetired();
   for (int round = 0; round < 10'000 && !fatal_; ++round) {
     drive_again_ = false;
     bool progressed = Receive();
@@ -1089,6 +1217,9 @@ void Http2Connection::Drive() {
     }
   }
   in_drive_ = false;
+  // And those that ended in this one: their buffers go back now, not when
+  // the client's next frames arrive.
+  RecycleRetired();
   if (fatal_) {
     // Whatever nghttp2 queued last (a GOAWAY) is sent if the socket takes it.
     if (session_ != nullptr) {
@@ -1143,7 +1274,6 @@ void Http2Connection::OnTick() {
     return;
   }
   if (streams_.empty()) {
-    FreeSpareStreams();  // an idle connection holds no stream memory
     if (now - idle_since_ms_ >= o.idle_timeout_ms && !draining_) {
       // GOAWAY NO_ERROR, then the close once it is out.
       draining_ = true;
@@ -1204,7 +1334,6 @@ void Http2Connection::Close(std::string_view cause) {
     worker_->loop().DeleteLater(stream);
   }
   retired_.clear();
-  FreeSpareStreams();
   live_streams_ = 0;
   if (unforwarded_streams_ > 0) {
     LogUnforwarded(worker_->loop(), client_ip_, unforwarded_streams_, resets_received_, cause);

@@ -28,6 +28,14 @@ namespace kwd::proxy {
 // The client connection preface (RFC 9113 3.4).
 inline constexpr std::string_view kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+// nghttp2's allocator for the sessions of this thread: blocks up to 4 KiB
+// (a stream, its queued frames, the copy of a response head's fields: about
+// four a stream) come from per-thread free lists by size class, so a
+// worker's streams stop calling malloc once warm; larger ones go to malloc.
+// Each class keeps at most 128 KiB free. A block must be freed on the thread
+// that took it or another (it then joins that thread's lists).
+nghttp2_mem* Http2ThreadAllocator();
+
 enum class PrefaceMatch { kNo, kPartial, kYes };
 // Whether the first bytes of a connection are the HTTP/2 preface: kPartial
 // while they are a proper prefix of it.
@@ -73,10 +81,11 @@ class Http2Connection final : public WorkerConnection {
   Stream* FindStream(int32_t id);
   void RemoveStream(int32_t id);
   // Streams are reused: a removed one waits in retired_ until the next
-  // Drive (its exchange may be on the stack), then in spare_.
+  // Drive (its exchange may be on the stack), then in the worker thread's
+  // free list (RecycleStream).
   Stream* NewStream(int32_t id);
-  void KeepSpare(Stream* stream);
-  void FreeSpareStreams();
+  void RecycleStream(Stream* stream);
+  void RecycleRetired();
   void StartStream(Stream* stream, bool end_stream);
   void StartNow(Stream* stream);  // if its head is complete and it waits
   void StartPending();            // after each read: the heads it completed
@@ -98,7 +107,6 @@ class Http2Connection final : public WorkerConnection {
   bool drive_again_ = false;
   std::unordered_map<int32_t, Stream*> streams_;
   std::vector<Stream*> retired_;
-  std::vector<Stream*> spare_;
   std::vector<int32_t> to_start_;  // stream ids whose head the current read completed
   size_t live_streams_ = 0;        // streams whose exchange still holds resources
   int64_t started_ms_ = 0;

@@ -404,6 +404,8 @@ class H2Client:
             if isinstance(event, h2.events.InformationalResponseReceived):
                 self.responses[event.stream_id].setdefault("interim", []).append(
                     dict(event.headers)[":status"])
+                self.responses[event.stream_id].setdefault("interim_headers", []).append(
+                    list(event.headers))
             elif isinstance(event, h2.events.ResponseReceived):
                 self.responses[event.stream_id]["headers"] = dict(event.headers)
             elif isinstance(event, h2.events.TrailersReceived):
@@ -815,6 +817,23 @@ spec:
         self.assertIn(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
                       b"HTTP/1.1 200 OK\r\n", answer)
         self.assertTrue(answer.endswith(b"\r\n\r\nok"), answer[-200:])
+
+    def test_interim_responses_carry_their_header_fields(self):
+        # A 103 Early Hints is sent for its Link fields: they reach the
+        # HTTP/2 client with the :status, as on HTTP/1.1; framing fields on
+        # a 1xx do not.
+        c = self.client()
+        r = c.get("/canned/three-interim")
+        self.assertEqual(r["headers"][":status"], "200")
+        heads = r["interim_headers"]
+        self.assertEqual(heads[0], [(":status", "100")])
+        self.assertEqual(heads[1], [(":status", "102")])
+        self.assertEqual(heads[2], [(":status", "103"), ("link", "</s.css>; rel=preload")])
+        r = c.get("/canned/framed-interim")
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(r["interim_headers"],
+                         [[(":status", "100")], [(":status", "103"), ("link", "</s.css>")]])
+        self.assertEqual(bytes(r["data"]), b"ok")
 
     def test_endless_interim_responses_end_in_502_for_both_protocols(self):
         # A server that sends 1xx without end: at most 16 are passed on, then
