@@ -130,11 +130,35 @@ class HeadWriter {
     Put('\r');
     Put('\n');
   }
+  // A received field passed on unchanged: a canonical line (Header::canonical)
+  // joins the run of such lines that ended just before it, copied with one
+  // memcpy by Flush(); any other is written piece by piece.
+  void Forward(const Header& h) {
+    if (!h.canonical) {
+      Flush();
+      Field(h.name, h.value);
+      return;
+    }
+    if (h.name.data() != run_end_) {
+      Flush();
+      run_begin_ = h.name.data();
+    }
+    run_end_ = h.value.data() + h.value.size() + 2;
+  }
+  // Writes the pending run; call before anything else is written.
+  void Flush() {
+    if (run_begin_ != nullptr) {
+      Put(std::string_view(run_begin_, static_cast<size_t>(run_end_ - run_begin_)));
+      run_begin_ = run_end_ = nullptr;
+    }
+  }
   void Finish() { out_.resize(static_cast<size_t>(p_ - out_.data())); }
 
  private:
   std::string& out_;
   char* p_ = nullptr;
+  const char* run_begin_ = nullptr;
+  const char* run_end_ = nullptr;
 };
 
 // What HeadWriter::Field writes at most for these fields.
@@ -151,6 +175,15 @@ size_t FieldsBound(std::span<const Header> fields) {
 // the next hop may read a repeated or listed length differently. Called for
 // Content-Length fields only.
 void AppendContentLengthOnce(const Header& h, bool* sent, HeadWriter& out) {
+  if (!*sent && h.canonical && !h.value.empty() &&
+      std::memcmp(h.name.data(), "Content-Length", 14) == 0 &&
+      std::memchr(h.value.data(), ',', h.value.size()) == nullptr) {
+    // One value, already written as the first element would be.
+    out.Forward(h);
+    *sent = true;
+    return;
+  }
+  out.Flush();
   if (!*sent) {
     ForEachListElement(h.value, [&](std::string_view first) {
       out.Field("Content-Length", first);
@@ -273,8 +306,9 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
       AppendContentLengthOnce(h, &content_length_sent, w);
       continue;
     }
-    w.Field(h.name, h.value);
+    w.Forward(h);
   }
+  w.Flush();
 
   has_forwarded_for = has_forwarded_for && options.keep_forwarded_for;
   if (has_forwarded_for || !options.client_ip.empty()) {
@@ -342,8 +376,9 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
       AppendContentLengthOnce(h, &content_length_sent, w);
       continue;
     }
-    w.Field(h.name, h.value);
+    w.Forward(h);
   }
+  w.Flush();
   if (options.tunnel_upgrade) {
     w.Field("Connection", "Upgrade");
   } else if (!options.connection.empty()) {
