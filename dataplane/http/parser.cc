@@ -535,8 +535,8 @@ LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count,
       __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('0' - 1)),
                                     _mm_cmplt_epi8(x, _mm_set1_epi8('9' + 1)));
       __m128i dash = _mm_cmpeq_epi8(x, _mm_set1_epi8('-'));
-      unsigned ok = static_cast<unsigned>(
-          _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(alpha, digit), dash)));
+      unsigned ok =
+          static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(alpha, digit), dash)));
       unsigned colon = static_cast<unsigned>(__builtin_ctz(colon_mask));
       unsigned name_bits = (1u << colon) - 1;
       if (colon != 0 && (ok & name_bits) == name_bits) {
