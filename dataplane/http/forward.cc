@@ -116,10 +116,32 @@ class HeadWriter {
     p_ = out_.data();
   }
   void Put(std::string_view s) {
-    if (!s.empty()) {
-      std::memcpy(p_, s.data(), s.size());
-      p_ += s.size();
+    const size_t n = s.size();
+    const char* src = s.data();
+    // Most pieces are short names and values: two overlapping word copies
+    // inline instead of a call to memcpy.
+    if (n >= 8 && n <= 16) {
+      uint64_t head;
+      uint64_t tail;
+      std::memcpy(&head, src, 8);
+      std::memcpy(&tail, src + n - 8, 8);
+      std::memcpy(p_, &head, 8);
+      std::memcpy(p_ + n - 8, &tail, 8);
+    } else if (n >= 4 && n < 8) {
+      uint32_t head;
+      uint32_t tail;
+      std::memcpy(&head, src, 4);
+      std::memcpy(&tail, src + n - 4, 4);
+      std::memcpy(p_, &head, 4);
+      std::memcpy(p_ + n - 4, &tail, 4);
+    } else if (n < 4) {
+      for (size_t i = 0; i < n; ++i) {
+        p_[i] = src[i];
+      }
+    } else {
+      std::memcpy(p_, src, n);
     }
+    p_ += n;
   }
   void Put(char c) { *p_++ = c; }
   void Field(std::string_view name, std::string_view value) {

@@ -799,6 +799,27 @@ const Header* FindHeader(const Head& head, FieldId id) {
 }  // namespace
 
 bool IsValidAuthority(std::string_view authority, bool require_port) {
+  // Fast path, one pass: a reg-name or IPv4 address of plain host
+  // characters with at most one colon (the port's). Anything else ('%',
+  // '[', a second colon) takes the general checks below.
+  size_t first_colon = std::string_view::npos;
+  size_t i = 0;
+  for (; i < authority.size(); ++i) {
+    char c = authority[i];
+    if (chars::IsHostChar(c)) {
+      continue;
+    }
+    if (c != ':' || first_colon != std::string_view::npos) {
+      break;
+    }
+    first_colon = i;
+  }
+  if (i == authority.size()) {
+    if (first_colon == std::string_view::npos) {
+      return !require_port && !authority.empty();
+    }
+    return first_colon > 0 && IsValidPort(authority.substr(first_colon + 1));
+  }
   std::string_view host = authority;
   std::string_view port;
   bool has_port = false;

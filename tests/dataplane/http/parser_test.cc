@@ -378,5 +378,25 @@ TEST(ClassifyFieldName, RecognisesNamesInAnyCaseAndNothingElse) {
   EXPECT_EQ(built.Id(), FieldId::kConnection);
 }
 
+TEST(IsValidAuthority, PlainAndGeneralForms) {
+  EXPECT_TRUE(IsValidAuthority("example.com", false));
+  EXPECT_TRUE(IsValidAuthority("127.0.0.1:8080", false));
+  EXPECT_TRUE(IsValidAuthority("h:0", true));
+  EXPECT_TRUE(IsValidAuthority("h:65535", true));
+  EXPECT_TRUE(IsValidAuthority("[::1]:443", true));
+  EXPECT_TRUE(IsValidAuthority("[::1]", false));
+  EXPECT_TRUE(IsValidAuthority("h%41st", false));
+  EXPECT_FALSE(IsValidAuthority("", false));
+  EXPECT_FALSE(IsValidAuthority("example.com", true));
+  EXPECT_FALSE(IsValidAuthority(":80", false));
+  EXPECT_FALSE(IsValidAuthority("h:", false));
+  EXPECT_FALSE(IsValidAuthority("h:65536", false));
+  EXPECT_FALSE(IsValidAuthority("h:8a", false));
+  EXPECT_FALSE(IsValidAuthority("a:b:80", false));
+  EXPECT_FALSE(IsValidAuthority("user@h", false));
+  EXPECT_FALSE(IsValidAuthority("h%4", false));
+  EXPECT_FALSE(IsValidAuthority("[::1", false));
+}
+
 }  // namespace
 }  // namespace kwd::http
