@@ -116,10 +116,32 @@ class HeadWriter {
     p_ = out_.data();
   }
   void Put(std::string_view s) {
-    if (!s.empty()) {
-      std::memcpy(p_, s.data(), s.size());
-      p_ += s.size();
+    const size_t n = s.size();
+    const char* src = s.data();
+    // Most pieces are short names and values: two overlapping word copies
+    // inline instead of a call to memcpy.
+    if (n >= 8 && n <= 16) {
+      uint64_t head;
+      uint64_t tail;
+      std::memcpy(&head, src, 8);
+      std::memcpy(&tail, src + n - 8, 8);
+      std::memcpy(p_, &head, 8);
+      std::memcpy(p_ + n - 8, &tail, 8);
+    } else if (n >= 4 && n < 8) {
+      uint32_t head;
+      uint32_t tail;
+      std::memcpy(&head, src, 4);
+      std::memcpy(&tail, src + n - 4, 4);
+      std::memcpy(p_, &head, 4);
+      std::memcpy(p_ + n - 4, &tail, 4);
+    } else if (n < 4) {
+      for (size_t i = 0; i < n; ++i) {
+        p_[i] = src[i];
+      }
+    } else {
+      std::memcpy(p_, src, n);
     }
+    p_ += n;
   }
   void Put(char c) { *p_++ = c; }
   void Field(std::string_view name, std::string_view value) {
@@ -130,11 +152,35 @@ class HeadWriter {
     Put('\r');
     Put('\n');
   }
+  // A received field passed on unchanged: a canonical line (Header::canonical)
+  // joins the run of such lines that ended just before it, copied with one
+  // memcpy by Flush(); any other is written piece by piece.
+  void Forward(const Header& h) {
+    if (!h.canonical) {
+      Flush();
+      Field(h.name, h.value);
+      return;
+    }
+    if (h.name.data() != run_end_) {
+      Flush();
+      run_begin_ = h.name.data();
+    }
+    run_end_ = h.value.data() + h.value.size() + 2;
+  }
+  // Writes the pending run; call before anything else is written.
+  void Flush() {
+    if (run_begin_ != nullptr) {
+      Put(std::string_view(run_begin_, static_cast<size_t>(run_end_ - run_begin_)));
+      run_begin_ = run_end_ = nullptr;
+    }
+  }
   void Finish() { out_.resize(static_cast<size_t>(p_ - out_.data())); }
 
  private:
   std::string& out_;
   char* p_ = nullptr;
+  const char* run_begin_ = nullptr;
+  const char* run_end_ = nullptr;
 };
 
 // What HeadWriter::Field writes at most for these fields.
@@ -151,6 +197,15 @@ size_t FieldsBound(std::span<const Header> fields) {
 // the next hop may read a repeated or listed length differently. Called for
 // Content-Length fields only.
 void AppendContentLengthOnce(const Header& h, bool* sent, HeadWriter& out) {
+  if (!*sent && h.canonical && !h.value.empty() &&
+      std::memcmp(h.name.data(), "Content-Length", 14) == 0 &&
+      std::memchr(h.value.data(), ',', h.value.size()) == nullptr) {
+    // One value, already written as the first element would be.
+    out.Forward(h);
+    *sent = true;
+    return;
+  }
+  out.Flush();
   if (!*sent) {
     ForEachListElement(h.value, [&](std::string_view first) {
       out.Field("Content-Length", first);
@@ -273,8 +328,9 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
       AppendContentLengthOnce(h, &content_length_sent, w);
       continue;
     }
-    w.Field(h.name, h.value);
+    w.Forward(h);
   }
+  w.Flush();
 
   has_forwarded_for = has_forwarded_for && options.keep_forwarded_for;
   if (has_forwarded_for || !options.client_ip.empty()) {
@@ -342,8 +398,9 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
       AppendContentLengthOnce(h, &content_length_sent, w);
       continue;
     }
-    w.Field(h.name, h.value);
+    w.Forward(h);
   }
+  w.Flush();
   if (options.tunnel_upgrade) {
     w.Field("Connection", "Upgrade");
   } else if (!options.connection.empty()) {

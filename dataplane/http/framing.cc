@@ -8,6 +8,11 @@
 namespace kwd::http {
 
 bool HasToken(std::string_view list, std::string_view token) {
+  // A list no longer than the token holds it only as its one element
+  // ("Connection: close" asked for "close").
+  if (list.size() <= token.size()) {
+    return EqualsIgnoreCase(list, token);
+  }
   bool found = false;
   ForEachListElement(list, [&](std::string_view element) {
     if (EqualsIgnoreCase(element, token)) {
@@ -53,6 +58,22 @@ LengthVerdict ReadContentLength(std::span<const Header> fields, uint64_t* length
   for (const Header& h : fields) {
     if (h.Id() != FieldId::kContentLength) {
       continue;
+    }
+    // The common field: one plain number (up to 18 digits cannot overflow).
+    if (!h.value.empty() && h.value.size() <= 18) {
+      uint64_t value = 0;
+      size_t i = 0;
+      for (; i < h.value.size() && h.value[i] >= '0' && h.value[i] <= '9'; ++i) {
+        value = value * 10 + static_cast<uint64_t>(h.value[i] - '0');
+      }
+      if (i == h.value.size()) {
+        if (seen && value != first) {
+          return LengthVerdict::kConflicting;
+        }
+        seen = true;
+        first = value;
+        continue;
+      }
     }
     bool any_element = false;
     bool valid = true;

@@ -465,7 +465,7 @@ bool TableCheckNeeded(const char* p, size_t count) {
 // cookies are common in SAP traffic. A block that may hold a control byte
 // gets the table check. The last block overlaps the one before it instead of
 // a byte loop over the rest (checking a byte twice changes nothing).
-bool AllFieldValueChars(std::string_view value) {
+[[gnu::always_inline]] inline bool AllFieldValueChars(std::string_view value) {
   const char* p = value.data();
   size_t n = value.size();
 #if defined(__SSE2__)
@@ -510,27 +510,64 @@ bool AllFieldValueChars(std::string_view value) {
   return true;
 }
 
+// `clean_from`: the bytes of the line from this offset on are known to be
+// field-value characters other than HTAB (the line-end scan checked them),
+// so only the value's bytes before it need the check.
+// Instantiated apart for kPartlyClean (long lines) so that the common
+// short line pays nothing for it.
+constexpr size_t kNothingClean = static_cast<size_t>(-1);
+template <bool kPartlyClean>
 LineError ParseHeaderLineSlow(std::string_view line, Header* headers, size_t* count,
-                              int error_status);
+                              int error_status, size_t clean_from);
+template <bool kPartlyClean>
 LineError StoreHeaderLine(std::string_view line, size_t colon, Header* headers, size_t* count,
-                          int error_status);
+                          int error_status, size_t clean_from);
 
-LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count, int error_status) {
+template <bool kPartlyClean>
+LineError ParseHeaderLine(std::string_view line, Header* headers, size_t* count, int error_status,
+                          size_t clean_from) {
   // Fast path: one pass over the name up to the colon. Anything unusual
   // (obs-fold, no colon, a byte that is not a tchar) takes the checks below,
   // which decide which error it is.
+#if defined(__SSE2__)
+  // Most names are letters, digits and '-' with the colon in the first 16
+  // bytes: one block test. The line is followed by CR LF in the buffer, so
+  // 16 bytes can be read from its start when it is 14 bytes or longer.
+  if (line.size() >= 14) {
+    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(line.data()));
+    unsigned colon_mask =
+        static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(':'))));
+    if (colon_mask != 0) {
+      // Signed compares: bytes from 0x80 are negative and match nothing.
+      __m128i lower = _mm_or_si128(x, _mm_set1_epi8(0x20));
+      __m128i alpha = _mm_and_si128(_mm_cmpgt_epi8(lower, _mm_set1_epi8('a' - 1)),
+                                    _mm_cmplt_epi8(lower, _mm_set1_epi8('z' + 1)));
+      __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('0' - 1)),
+                                    _mm_cmplt_epi8(x, _mm_set1_epi8('9' + 1)));
+      __m128i dash = _mm_cmpeq_epi8(x, _mm_set1_epi8('-'));
+      unsigned ok =
+          static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(alpha, digit), dash)));
+      unsigned colon = static_cast<unsigned>(__builtin_ctz(colon_mask));
+      unsigned name_bits = (1u << colon) - 1;
+      if (colon != 0 && (ok & name_bits) == name_bits) {
+        return StoreHeaderLine<kPartlyClean>(line, colon, headers, count, error_status, clean_from);
+      }
+    }
+  }
+#endif
   size_t name_end = 0;
   while (name_end < line.size() && chars::IsToken(line[name_end])) {
     ++name_end;
   }
   if (name_end == 0 || name_end == line.size() || line[name_end] != ':') {
-    return ParseHeaderLineSlow(line, headers, count, error_status);
+    return ParseHeaderLineSlow<kPartlyClean>(line, headers, count, error_status, clean_from);
   }
-  return StoreHeaderLine(line, name_end, headers, count, error_status);
+  return StoreHeaderLine<kPartlyClean>(line, name_end, headers, count, error_status, clean_from);
 }
 
+template <bool kPartlyClean>
 LineError ParseHeaderLineSlow(std::string_view line, Header* headers, size_t* count,
-                              int error_status) {
+                              int error_status, size_t clean_from) {
   char first = line.front();
   if (first == ' ' || first == '\t') {
     return {ParseError::kObsFold, error_status};
@@ -546,15 +583,21 @@ LineError ParseHeaderLineSlow(std::string_view line, Header* headers, size_t* co
               error_status};
     }
   }
-  return StoreHeaderLine(line, colon, headers, count, error_status);
+  return StoreHeaderLine<kPartlyClean>(line, colon, headers, count, error_status, clean_from);
 }
 
 // `line[colon]` is the colon after a valid name.
+template <bool kPartlyClean>
 LineError StoreHeaderLine(std::string_view line, size_t colon, Header* headers, size_t* count,
-                          int error_status) {
+                          int error_status, size_t clean_from) {
   std::string_view name = line.substr(0, colon);
   std::string_view value = line.substr(colon + 1);
-  if (!AllFieldValueChars(value)) {
+  std::string_view unchecked = value;
+  if constexpr (kPartlyClean) {
+    unchecked =
+        clean_from > colon + 1 ? value.substr(0, clean_from - (colon + 1)) : std::string_view();
+  }
+  if (!AllFieldValueChars(unchecked)) {
     return {ParseError::kControlChar, error_status};
   }
   while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
@@ -566,7 +609,11 @@ LineError StoreHeaderLine(std::string_view line, size_t colon, Header* headers, 
   if (*count == kMaxHeaders) {
     return {ParseError::kTooManyHeaders, error_status == 400 ? 431 : error_status};
   }
-  headers[*count] = {name, value, ClassifyFieldName(name)};
+  // "name: value" with one space and nothing after the value: the line is
+  // what a serialiser would write for the field.
+  const bool canonical = value.data() == line.data() + colon + 2 && line[colon + 1] == ' ' &&
+                         value.data() + value.size() == line.data() + line.size();
+  headers[*count] = {name, value, ClassifyFieldName(name), canonical};
   ++*count;
   return kOk;
 }
@@ -628,6 +675,50 @@ const char* FindCrOrLf(const char* p, const char* end) {
   return nullptr;
 }
 
+constexpr ptrdiff_t kFirstScanBytes = 64;
+
+// The first CR or LF in [p, end), or nullptr. When one is found, *clean
+// says whether every byte before it is a field-value character other than
+// HTAB (no byte below 0x20, no DEL).
+const char* FindLineEndChecking(const char* p, const char* end, bool* clean) {
+  bool ok = true;
+#if defined(__SSE2__)
+  const __m128i space = _mm_set1_epi8(0x20);
+  const __m128i del = _mm_set1_epi8(0x7f);
+  const __m128i cr = _mm_set1_epi8('\r');
+  const __m128i lf = _mm_set1_epi8('\n');
+  for (; end - p >= 16; p += 16) {
+    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    // max_epu8(x, 0x20) == x: the byte is 0x20 or above (unsigned).
+    unsigned printable =
+        static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(x, space), x)));
+    unsigned special =
+        (~printable & 0xffffu) | static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, del)));
+    if (special == 0) {
+      continue;
+    }
+    unsigned eol = static_cast<unsigned>(
+        _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, cr), _mm_cmpeq_epi8(x, lf))));
+    if (eol != 0) {
+      unsigned at = static_cast<unsigned>(__builtin_ctz(eol));
+      *clean = ok && (special & ((1u << at) - 1)) == 0;
+      return p + at;
+    }
+    ok = false;
+  }
+#endif
+  for (; p < end; ++p) {
+    if (*p == '\r' || *p == '\n') {
+      *clean = ok;
+      return p;
+    }
+    if (*p == '\t' || !chars::IsFieldValueChar(*p)) {
+      ok = false;
+    }
+  }
+  return nullptr;
+}
+
 // The line-oriented scan shared by both parsers. StartLine(line) parses the
 // first line; headers go to head->headers.
 template <typename Head, typename StartLine, typename PartialStartLine>
@@ -649,7 +740,22 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
     // LF from its start is a CR followed by LF, so the line ends there and
     // holds no bare CR. Anything else takes the general search below.
     if (s.search_from == s.line_start && s.line_start < buffer.size()) {
-      const char* cr = FindCrOrLf(buffer.data() + s.line_start, buffer.data() + buffer.size());
+      // The first 64 bytes as before; a longer line's rest (4 KiB cookies)
+      // is searched and checked for control bytes in the same pass, so its
+      // value is not read twice.
+      const char* line_begin = buffer.data() + s.line_start;
+      const char* buffer_end = buffer.data() + buffer.size();
+      const char* first_end =
+          buffer_end - line_begin > kFirstScanBytes ? line_begin + kFirstScanBytes : buffer_end;
+      size_t clean_from = kNothingClean;
+      const char* cr = FindCrOrLf(line_begin, first_end);
+      if (cr == nullptr && first_end != buffer_end) {
+        bool clean = false;
+        cr = FindLineEndChecking(first_end, buffer_end, &clean);
+        if (clean) {
+          clean_from = kFirstScanBytes;
+        }
+      }
       if (cr != nullptr && *cr == '\r' && cr + 1 < buffer.data() + buffer.size() && cr[1] == '\n') {
         size_t lf = static_cast<size_t>(cr + 1 - buffer.data());
         std::string_view line = buffer.substr(s.line_start, lf - s.line_start);
@@ -676,8 +782,12 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
           r.status = ParseStatus::kComplete;
           r.consumed = lf + 1;
           return r;
-        } else if (LineError e = ParseHeaderLine(line, head->headers.data(), &head->header_count,
-                                                 error_status);
+        } else if (LineError e =
+                       clean_from == kNothingClean
+                           ? ParseHeaderLine<false>(line, head->headers.data(), &head->header_count,
+                                                    error_status, clean_from)
+                           : ParseHeaderLine<true>(line, head->headers.data(), &head->header_count,
+                                                   error_status, clean_from);
                    e.error != ParseError::kNone) {
           return Fail(e);
         }
@@ -737,8 +847,8 @@ ParseResult Scan(detail::ScanState& s, std::string_view buffer, const HeadLimits
       r.status = ParseStatus::kComplete;
       r.consumed = lf + 1;
       return r;
-    } else if (LineError e =
-                   ParseHeaderLine(line, head->headers.data(), &head->header_count, error_status);
+    } else if (LineError e = ParseHeaderLine<false>(line, head->headers.data(), &head->header_count,
+                                                    error_status, kNothingClean);
                e.error != ParseError::kNone) {
       return Fail(e);
     }
@@ -769,6 +879,27 @@ const Header* FindHeader(const Head& head, FieldId id) {
 }  // namespace
 
 bool IsValidAuthority(std::string_view authority, bool require_port) {
+  // Fast path, one pass: a reg-name or IPv4 address of plain host
+  // characters with at most one colon (the port's). Anything else ('%',
+  // '[', a second colon) takes the general checks below.
+  size_t first_colon = std::string_view::npos;
+  size_t i = 0;
+  for (; i < authority.size(); ++i) {
+    char c = authority[i];
+    if (chars::IsHostChar(c)) {
+      continue;
+    }
+    if (c != ':' || first_colon != std::string_view::npos) {
+      break;
+    }
+    first_colon = i;
+  }
+  if (i == authority.size()) {
+    if (first_colon == std::string_view::npos) {
+      return !require_port && !authority.empty();
+    }
+    return first_colon > 0 && IsValidPort(authority.substr(first_colon + 1));
+  }
   std::string_view host = authority;
   std::string_view port;
   bool has_port = false;

@@ -50,6 +50,11 @@ struct Header {
   // Set by the parsers; a Header built elsewhere (or whose name was changed)
   // keeps kUnclassified and Id() falls back to the name.
   FieldId id = FieldId::kUnclassified;
+  // Set by the parsers when the received line is exactly name ": " value
+  // CRLF, the bytes of the line following one another in the parsed buffer:
+  // serialisers then copy runs of such lines whole. Clear it when changing
+  // the name or the value.
+  bool canonical = false;
 
   FieldId Id() const { return id != FieldId::kUnclassified ? id : ClassifyFieldName(name); }
 };

@@ -374,19 +374,28 @@ void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& inf
   target_.assign(head->target);
   version_minor_ = head->version_minor;
   peer_trusted_ = worker_->options().trusted_proxies.Contains(client_.client_ip);
-  const http::Header* request_id = head->Find("x-request-id");
+  const http::Header* request_id = head->Find(http::FieldId::kXRequestId);
   if (request_id != nullptr && peer_trusted_ && ValidRequestId(request_id->value)) {
     request_id_.assign(request_id->value);
   } else {
     GenerateRequestId(&request_id_);
   }
   const http::Header* traceparent = head->Find("traceparent");
-  trace_id_.assign(traceparent != nullptr ? TraceIdFromTraceparent(traceparent->value) : "");
+  if (traceparent != nullptr) {
+    trace_id_.assign(TraceIdFromTraceparent(traceparent->value));
+  } else {
+    trace_id_.clear();
+  }
   const http::Header* accept = head->Find("accept");
   wants_json_ = accept != nullptr && accept->value.find("application/json") != std::string::npos;
   const http::ForwardedClient forwarded =
       http::ResolveForwarded(*head, client_.client_ip, worker_->options().trusted_proxies);
-  request_client_ip_.assign(forwarded.client_ip);
+  // Empty: the peer itself (Log falls back to it), no copy per request.
+  if (forwarded.client_ip.data() == client_.client_ip.data()) {
+    request_client_ip_.clear();
+  } else {
+    request_client_ip_.assign(forwarded.client_ip);
+  }
   https_ = client_.tls != nullptr || forwarded.https;
   request_done_ = info_.body == http::BodyKind::kNone ||
                   (info_.body == http::BodyKind::kContentLength && info_.content_length == 0);

@@ -286,6 +286,7 @@ void Worker::Run() {
       delete u;
     }
   }
+  bucket_cache_.fill(nullptr);
   pool_.clear();
   access_log_.Flush();
 }
@@ -498,14 +499,38 @@ uint64_t Worker::PoolKey(std::string_view address, uint32_t port, std::string_vi
          std::hash<std::string_view>{}(tls_key);
 }
 
-UpstreamConnection* Worker::TakeIdle(std::string_view address, uint32_t port,
-                                     std::string_view tls_key) {
+Worker::PoolBucket* Worker::FindBucket(std::string_view address, uint32_t port,
+                                       std::string_view tls_key) {
+  // Hashing the address string per request cost more than the rest of the
+  // look-up: a cache slot from the port and the address's last bytes, the
+  // hash map behind it.
+  size_t slot = port;
+  if (address.size() >= 2) {
+    slot += static_cast<uint8_t>(address.back()) * 7u +
+            static_cast<uint8_t>(address[address.size() - 2]) * 13u;
+  }
+  slot &= bucket_cache_.size() - 1;
+  PoolBucket* bucket = bucket_cache_[slot];
+  if (bucket != nullptr && bucket->port == port && bucket->address == address &&
+      bucket->tls_key == tls_key) {
+    return bucket;
+  }
   auto it = pool_.find(PoolKey(address, port, tls_key));
   if (it == pool_.end() || it->second.address != address || it->second.port != port ||
       it->second.tls_key != tls_key) {
     return nullptr;
   }
-  auto& idle = it->second.idle;
+  bucket_cache_[slot] = &it->second;
+  return &it->second;
+}
+
+UpstreamConnection* Worker::TakeIdle(std::string_view address, uint32_t port,
+                                     std::string_view tls_key) {
+  PoolBucket* bucket = FindBucket(address, port, tls_key);
+  if (bucket == nullptr) {
+    return nullptr;
+  }
+  auto& idle = bucket->idle;
   while (!idle.empty()) {
     UpstreamConnection* c = idle.back();
     idle.pop_back();
@@ -518,34 +543,39 @@ UpstreamConnection* Worker::TakeIdle(std::string_view address, uint32_t port,
 }
 
 void Worker::ReleaseIdle(UpstreamConnection* connection) {
-  auto& bucket = pool_[PoolKey(connection->address, connection->port, connection->tls_key)];
-  if (bucket.address.empty()) {
-    bucket.address = connection->address;
-    bucket.port = connection->port;
-    bucket.tls_key = connection->tls_key;
+  if (connection->pool_bucket == nullptr) {
+    auto& found = pool_[PoolKey(connection->address, connection->port, connection->tls_key)];
+    if (found.address.empty()) {
+      found.address = connection->address;
+      found.port = connection->port;
+      found.tls_key = connection->tls_key;
+    }
+    if (found.address == connection->address && found.port == connection->port &&
+        found.tls_key == connection->tls_key) {
+      connection->pool_bucket = &found;
+    }
   }
-  if (draining_ || bucket.address != connection->address || bucket.port != connection->port ||
-      bucket.tls_key != connection->tls_key || options_.max_idle_upstream_per_server == 0) {
+  PoolBucket* bucket = connection->pool_bucket;
+  if (draining_ || bucket == nullptr || options_.max_idle_upstream_per_server == 0) {
     connection->Close();
     return;
   }
   // Full: the connection idle longest goes (the bucket is in release order,
   // and taken from the back, so the front is the least recently used).
-  if (bucket.idle.size() >= options_.max_idle_upstream_per_server) {
-    UpstreamConnection* oldest = bucket.idle.front();
-    bucket.idle.erase(bucket.idle.begin());
+  if (bucket->idle.size() >= options_.max_idle_upstream_per_server) {
+    UpstreamConnection* oldest = bucket->idle.front();
+    bucket->idle.erase(bucket->idle.begin());
     oldest->Close();
   }
-  bucket.idle.push_back(connection);
+  bucket->idle.push_back(connection);
   loop_.Schedule(&connection->idle_timer, options_.upstream_idle_timeout_ms);
 }
 
 void Worker::ForgetIdle(UpstreamConnection* connection) {
-  auto it = pool_.find(PoolKey(connection->address, connection->port, connection->tls_key));
-  if (it == pool_.end()) {
-    return;
+  if (connection->pool_bucket == nullptr) {
+    return;  // never released to the pool
   }
-  auto& idle = it->second.idle;
+  auto& idle = connection->pool_bucket->idle;
   for (size_t i = 0; i < idle.size(); ++i) {
     if (idle[i] == connection) {
       idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));

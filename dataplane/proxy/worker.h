@@ -5,6 +5,7 @@
 // buffer. Workers share only read-only tables and atomics, so the request
 // path takes no lock.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,7 @@ namespace kwd::proxy {
 
 class ClientConnection;
 class Http2Connection;
+class UpstreamConnection;
 class Worker;
 
 // Whoever an UpstreamConnection reports its readiness to while it carries a
@@ -53,6 +55,14 @@ class WorkerConnection : public net::IoHandler, public net::Deletable {
   // The worker is draining: end at the next safe point (or at the deadline).
   virtual void BeginDrain() = 0;
   size_t slot = 0;  // index in the worker's list
+};
+
+// The worker's idle upstream connections to one address, port and TLS key.
+struct UpstreamPoolBucket {
+  std::string address;
+  uint32_t port = 0;
+  std::string tls_key;
+  std::vector<UpstreamConnection*> idle;
 };
 
 // An upstream connection. Owned by its client connection while it carries a
@@ -82,6 +92,9 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
   UpstreamOwner* owner = nullptr;  // null while idle in the pool
   net::Timer idle_timer;
   bool closed = false;
+  // The pool bucket of this address, port and TLS key once the pool has
+  // seen the connection (buckets live as long as the worker).
+  UpstreamPoolBucket* pool_bucket = nullptr;
 };
 
 class Worker {
@@ -162,12 +175,10 @@ class Worker {
     int* fd = nullptr;
     void OnIo(uint32_t events) override { worker->Accept(*this); }
   };
-  struct PoolBucket {
-    std::string address;
-    uint32_t port = 0;
-    std::string tls_key;
-    std::vector<UpstreamConnection*> idle;
-  };
+  using PoolBucket = UpstreamPoolBucket;
+  // The bucket for these, from a small direct-mapped cache in front of
+  // pool_ (checked against the bucket's own strings), or nullptr.
+  PoolBucket* FindBucket(std::string_view address, uint32_t port, std::string_view tls_key);
 
   void Run();
   void Accept(const Acceptor& acceptor);
@@ -204,6 +215,7 @@ class Worker {
   size_t connection_count_ = 0;
   std::vector<ClientConnection*> connections_;  // for draining; swap-removed
   std::unordered_map<uint64_t, PoolBucket> pool_;
+  std::array<PoolBucket*, 16> bucket_cache_{};
   bool draining_ = false;
   int64_t drain_deadline_ms_ = 0;
   net::Timer flush_timer_;

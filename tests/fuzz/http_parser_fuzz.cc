@@ -102,6 +102,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (AnalyzeResponse(g_response_head, "GET", &response_info).ok()) {
       ForwardResponseOptions options;
       SerializeResponseHead(g_response_head, options, g_out);
+      // Runs of canonical lines copied whole give the bytes written field
+      // by field.
+      static ResponseHead plain;
+      plain = g_response_head;
+      for (Header& h : plain.headers) {
+        h.canonical = false;
+      }
+      static std::string plain_out;
+      SerializeResponseHead(plain, options, plain_out);
+      Check(plain_out == g_out);
     }
   }
 
@@ -139,6 +149,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ForwardRequestOptions options;
     options.client_ip = "192.0.2.1";
     SerializeRequestHead(g_whole_head, info, options, g_out);
+    static RequestHead plain;
+    plain = g_whole_head;
+    for (Header& h : plain.headers) {
+      h.canonical = false;
+    }
+    static std::string plain_out;
+    SerializeRequestHead(plain, info, options, plain_out);
+    Check(plain_out == g_out);
     // What we send upstream must itself parse, and frame the same way.
     RequestParser reparser;
     static RequestHead forwarded;

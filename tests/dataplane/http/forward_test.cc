@@ -144,6 +144,29 @@ TEST(SerializeResponseHead, StripsHopByHopAndSetsConnection) {
             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: a=b\r\nConnection: close\r\n\r\n");
 }
 
+TEST(SerializeResponseHead, CopiesRunsOfReceivedLinesAsTheFieldsWouldBeWritten) {
+  // Lines written as the serialiser would ("name: value") are copied in runs;
+  // the others (extra or missing space, trailing space, a lower-case or
+  // repeated Content-Length) come out normalised, dropped ones break a run.
+  ResponseParser parser;
+  ResponseHead head;
+  ASSERT_TRUE(parser
+                  .Parse("HTTP/1.1 200 OK\r\nServer: a\r\nDate: b\r\nConnection: x\r\n"
+                         "X-One:1\r\nX-Two:  2 \r\ncontent-length: 5\r\nX-Three: 3\r\n"
+                         "Content-Length: 5\r\nY: \r\nX-Empty:\r\nKeep-Alive: t\r\nLast: z\r\n\r\n",
+                         &head)
+                  .complete());
+  EXPECT_TRUE(head.headers[0].canonical);
+  EXPECT_FALSE(head.headers[3].canonical);
+  EXPECT_FALSE(head.headers[4].canonical);
+  ForwardResponseOptions options;
+  std::string out;
+  SerializeResponseHead(head, options, out);
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nServer: a\r\nDate: b\r\nX-One: 1\r\nX-Two: 2\r\n"
+            "Content-Length: 5\r\nX-Three: 3\r\nY: \r\nX-Empty: \r\nLast: z\r\n\r\n");
+}
+
 TEST(SerializeResponseHead, SwitchingProtocolsKeepsUpgrade) {
   ResponseParser parser;
   ResponseHead head;

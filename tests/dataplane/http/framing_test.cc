@@ -201,11 +201,42 @@ TEST(AnalyzeResponse, RejectsAmbiguousFramingWith502) {
   }
 }
 
+TEST(AnalyzeRequest, PlainLengthsAgreeWithListedOnes) {
+  // One plain number per field (the fast path) and lists must agree alike.
+  EXPECT_EQ(AnalyzeText("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n"
+                        "Content-Length: 6\r\n\r\n")
+                .framing.error,
+            ParseError::kConflictingContentLength);
+  EXPECT_EQ(AnalyzeText("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n"
+                        "Content-Length: 5, 6\r\n\r\n")
+                .framing.error,
+            ParseError::kConflictingContentLength);
+  EXPECT_EQ(AnalyzeText("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n"
+                        "Content-Length: 5\r\n\r\n")
+                .info.content_length,
+            5u);
+  EXPECT_EQ(AnalyzeText("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5x\r\n\r\n").framing.error,
+            ParseError::kBadContentLength);
+  // 18 digits take the fast path; longer ones the checked one.
+  EXPECT_EQ(AnalyzeText("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 000000000000000012\r\n\r\n")
+                .info.content_length,
+            12u);
+  EXPECT_EQ(
+      AnalyzeText("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999\r\n\r\n")
+          .framing.error,
+      ParseError::kBadContentLength);
+}
+
 TEST(HasToken, MatchesListElementsCaseInsensitively) {
   EXPECT_TRUE(HasToken("keep-alive, Upgrade", "upgrade"));
   EXPECT_TRUE(HasToken(" close ", "close"));
   EXPECT_FALSE(HasToken("closed", "close"));
   EXPECT_FALSE(HasToken("", "close"));
+  // Lists no longer than the token: the whole list is the one element.
+  EXPECT_TRUE(HasToken("CLOSE", "close"));
+  EXPECT_FALSE(HasToken("clos", "close"));
+  EXPECT_FALSE(HasToken("clos,", "close"));
+  EXPECT_FALSE(HasToken(",lose", "close"));
 }
 
 }  // namespace

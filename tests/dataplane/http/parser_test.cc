@@ -59,8 +59,10 @@ TEST(RequestParser, ParsesSimpleGet) {
 // refused wherever it sits in a long value, HTAB and obs-text are kept.
 TEST(RequestParser, RefusesControlBytesAtEveryPositionOfALongValue) {
   for (char bad : {'\x00', '\x01', '\x0b', '\x1f', '\x7f'}) {
-    for (size_t pos = 0; pos < 40; ++pos) {
-      std::string value(40, 'a');
+    // Past 200 bytes: the line-end scan checks the bytes after the first 64
+    // of the line itself, the field check the ones before.
+    for (size_t pos = 0; pos < 200; ++pos) {
+      std::string value(200, 'a');
       value[pos] = bad;
       std::string req = "GET / HTTP/1.1\r\nHost: h\r\nCookie: " + value + "\r\n\r\n";
       RequestHead head;
@@ -76,6 +78,12 @@ TEST(RequestParser, RefusesControlBytesAtEveryPositionOfALongValue) {
   ASSERT_TRUE(r.complete()) << ParseErrorName(r.error);
   ASSERT_NE(head.Find("cookie"), nullptr);
   EXPECT_EQ(head.Find("cookie")->value, value);
+  // No tab: the long value is checked by the line-end scan alone.
+  std::string plain = "\x80\xff" + std::string(300, 'y') + "\xfe";
+  req = "GET / HTTP/1.1\r\nHost: h\r\nCookie: " + plain + "\r\n\r\n";
+  r = ParseWhole(req, &head);
+  ASSERT_TRUE(r.complete()) << ParseErrorName(r.error);
+  EXPECT_EQ(head.Find("cookie")->value, plain);
 }
 
 TEST(RequestParser, StopsAtEndOfHeadForPipelining) {
@@ -376,6 +384,26 @@ TEST(ClassifyFieldName, RecognisesNamesInAnyCaseAndNothingElse) {
   Header built{"Connection", "close"};
   EXPECT_EQ(built.id, FieldId::kUnclassified);
   EXPECT_EQ(built.Id(), FieldId::kConnection);
+}
+
+TEST(IsValidAuthority, PlainAndGeneralForms) {
+  EXPECT_TRUE(IsValidAuthority("example.com", false));
+  EXPECT_TRUE(IsValidAuthority("127.0.0.1:8080", false));
+  EXPECT_TRUE(IsValidAuthority("h:0", true));
+  EXPECT_TRUE(IsValidAuthority("h:65535", true));
+  EXPECT_TRUE(IsValidAuthority("[::1]:443", true));
+  EXPECT_TRUE(IsValidAuthority("[::1]", false));
+  EXPECT_TRUE(IsValidAuthority("h%41st", false));
+  EXPECT_FALSE(IsValidAuthority("", false));
+  EXPECT_FALSE(IsValidAuthority("example.com", true));
+  EXPECT_FALSE(IsValidAuthority(":80", false));
+  EXPECT_FALSE(IsValidAuthority("h:", false));
+  EXPECT_FALSE(IsValidAuthority("h:65536", false));
+  EXPECT_FALSE(IsValidAuthority("h:8a", false));
+  EXPECT_FALSE(IsValidAuthority("a:b:80", false));
+  EXPECT_FALSE(IsValidAuthority("user@h", false));
+  EXPECT_FALSE(IsValidAuthority("h%4", false));
+  EXPECT_FALSE(IsValidAuthority("[::1", false));
 }
 
 }  // namespace
