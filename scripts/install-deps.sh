@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   # build
   cmake ninja-build g++ make pkg-config ccache git
+  # kwd-proxy's link: lld lays out its start-up code together (dataplane/static_link.sh)
+  lld
   # libraries (Debian only; nothing vendored)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libnghttp2-dev liburing-dev
