@@ -1175,6 +1175,69 @@ TEST_F(ProxyConnectionTest, StalledReaderOfACloseDelimitedResponseGetsAResetNotA
   }
 }
 
+// A graceful drain lets a keep-alive connection finish the response it is
+// still sending (the exchange is over, the rest waits in the connection's
+// buffer or the transport's send queue for a slow reader): it closed such a
+// connection at once as idle, cutting the response short.
+TEST_F(ProxyConnectionTest, DrainLetsASlowReaderTakeTheEndOfItsResponse) {
+  ScriptedBackend backend([](int fd, int, const std::string& head, std::string) {
+    size_t at = head.find("/size/");
+    size_t size = at == std::string::npos ? 0 : std::strtoul(head.c_str() + at + 6, nullptr, 10);
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(size) + "\r\n\r\n" +
+                    std::string(size, 'x'));
+    char buf[4096];
+    ::recv(fd, buf, sizeof buf, 0);  // keep-alive: until the proxy closes
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--workers", "1", "--drain-timeout", "20s"}));
+  std::vector<size_t> sizes;
+  for (size_t size = 120'000; size <= 280'000; size += 20'000) {
+    sizes.push_back(size);
+  }
+  std::vector<int> fds;
+  for (size_t size : sizes) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int receive_buffer = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    SendAll(fd, "GET /size/" + std::to_string(size) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the server's part is over
+  proxy_->Signal(SIGTERM);
+  // Every client reads at once (a 4 KB window takes a few seconds each).
+  std::vector<std::string> got(fds.size());
+  std::vector<bool> open(fds.size(), true);
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (std::count(open.begin(), open.end(), true) > 0 && Clock::now() < deadline) {
+    std::vector<pollfd> polled;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      polled.push_back({open[i] ? fds[i] : -1, POLLIN, 0});
+    }
+    ::poll(polled.data(), polled.size(), 1000);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (open[i] && polled[i].revents != 0) {
+        char buf[65536];
+        ssize_t n = ::recv(fds[i], buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+          got[i].append(buf, static_cast<size_t>(n));
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          open[i] = false;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    ::close(fds[i]);
+    size_t end = got[i].find("\r\n\r\n");
+    size_t body = end == std::string::npos ? 0 : got[i].size() - end - 4;
+    EXPECT_EQ(body, sizes[i]) << "response cut short by the drain";
+  }
+}
+
 // A request rejected before its request line was parsed is logged with "-"
 // for the request, as Common Log Format has it (it was "-  HTTP/1.1").
 TEST_F(ProxyConnectionTest, RequestRejectedBeforeItsLineIsLoggedWithADash) {
