@@ -110,7 +110,11 @@ void ClientConnection::OnIo(uint32_t events) {
 void ClientConnection::BeginDrain() {
   draining_ = true;
   if (idle()) {
-    Close();
+    if (out_.empty() && transport_->queued() == 0) {
+      Close();
+    } else {
+      Drive();  // the end of a response still goes first (kClosing)
+    }
   }
 }
 
