@@ -110,7 +110,11 @@ void ClientConnection::OnIo(uint32_t events) {
 void ClientConnection::BeginDrain() {
   draining_ = true;
   if (idle()) {
-    Close();
+    if (out_.empty() && transport_->queued() == 0) {
+      Close();
+    } else {
+      Drive();  // the end of a response still goes first (kClosing)
+    }
   }
 }
 
@@ -656,6 +660,13 @@ void ClientConnection::Close(std::string_view cause) {
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.
+  if (!abortive_close_ && !transport_->FlushQueued()) {
+    // Bytes taken as written that the kernel has no room for are lost: the
+    // reset says the response was cut short (a FIN would end a
+    // close-delimited body as complete).
+    ResetOnClose(fd_);
+    abortive_close_ = true;
+  }
   transport_->BeforeClose();  // queued bytes go before the end of the stream
   if (!abortive_close_ && !lingering_) {
     transport_->Shutdown();

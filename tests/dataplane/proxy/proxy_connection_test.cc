@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -1111,6 +1112,130 @@ TEST_F(ProxyConnectionTest, SlowReaderAfterTheResponseEndedIsNotTimedOutAsIdle) 
   ::close(fd);
   EXPECT_TRUE(head.starts_with("HTTP/1.1 200 OK\r\n")) << head;
   EXPECT_EQ(body, kBody) << "cut short, eof " << eof;
+}
+
+// A client that stops reading a close-delimited response is timed out with
+// a reset, never a FIN: a FIN would end the body as complete. The end of the
+// response may sit in the transport's batched-send queue (the kernel had no
+// room for it) with nothing left in the connection's own buffer; the close
+// then dropped the queue and sent a FIN after 135 of 150 KB. Sizes around
+// what the kernel's buffers of a 4 KB receive window hold.
+TEST_F(ProxyConnectionTest, StalledReaderOfACloseDelimitedResponseGetsAResetNotAFin) {
+  ScriptedBackend backend([](int fd, int, const std::string& head, std::string) {
+    size_t at = head.find("/size/");
+    size_t size = at == std::string::npos ? 0 : std::strtoul(head.c_str() + at + 6, nullptr, 10);
+    SendAll(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + std::string(size, 'x'));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--idle-timeout", "300ms"}));
+  std::vector<size_t> sizes;
+  for (size_t size = 100'000; size <= 300'000; size += 10'000) {
+    sizes.push_back(size);
+  }
+  std::vector<int> fds;
+  for (size_t size : sizes) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int receive_buffer = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    SendAll(fd, "GET /size/" + std::to_string(size) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    fds.push_back(fd);
+  }
+  // Not reading: the proxy's idle timeout (300 ms, twice with no progress)
+  // ends every connection whose response did not fit the kernel's buffers.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  for (size_t i = 0; i < fds.size(); ++i) {
+    std::string got;
+    int error = 0;
+    for (int reads = 0; reads < 1'000'000; ++reads) {
+      char buf[65536];
+      ssize_t n = ::recv(fds[i], buf, sizeof buf, 0);
+      if (n < 0) {
+        error = errno;
+        break;
+      }
+      if (n == 0) {
+        break;
+      }
+      got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fds[i]);
+    size_t end = got.find("\r\n\r\n");
+    size_t body = end == std::string::npos ? 0 : got.size() - end - 4;
+    if (error == 0) {
+      EXPECT_EQ(body, sizes[i]) << "a FIN after part of the body: the client takes it as whole";
+    } else {
+      EXPECT_EQ(error, ECONNRESET) << "response of " << sizes[i];
+    }
+  }
+}
+
+// A graceful drain lets a keep-alive connection finish the response it is
+// still sending (the exchange is over, the rest waits in the connection's
+// buffer or the transport's send queue for a slow reader): it closed such a
+// connection at once as idle, cutting the response short.
+TEST_F(ProxyConnectionTest, DrainLetsASlowReaderTakeTheEndOfItsResponse) {
+  ScriptedBackend backend([](int fd, int, const std::string& head, std::string) {
+    size_t at = head.find("/size/");
+    size_t size = at == std::string::npos ? 0 : std::strtoul(head.c_str() + at + 6, nullptr, 10);
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(size) + "\r\n\r\n" +
+                    std::string(size, 'x'));
+    char buf[4096];
+    ::recv(fd, buf, sizeof buf, 0);  // keep-alive: until the proxy closes
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--workers", "1", "--drain-timeout", "20s"}));
+  std::vector<size_t> sizes;
+  for (size_t size = 120'000; size <= 280'000; size += 20'000) {
+    sizes.push_back(size);
+  }
+  std::vector<int> fds;
+  for (size_t size : sizes) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int receive_buffer = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    SendAll(fd, "GET /size/" + std::to_string(size) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the server's part is over
+  proxy_->Signal(SIGTERM);
+  // Every client reads at once (a 4 KB window takes a few seconds each).
+  std::vector<std::string> got(fds.size());
+  std::vector<bool> open(fds.size(), true);
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (std::count(open.begin(), open.end(), true) > 0 && Clock::now() < deadline) {
+    std::vector<pollfd> polled;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      polled.push_back({open[i] ? fds[i] : -1, POLLIN, 0});
+    }
+    ::poll(polled.data(), polled.size(), 1000);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (open[i] && polled[i].revents != 0) {
+        char buf[65536];
+        ssize_t n = ::recv(fds[i], buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+          got[i].append(buf, static_cast<size_t>(n));
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          open[i] = false;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    ::close(fds[i]);
+    size_t end = got[i].find("\r\n\r\n");
+    size_t body = end == std::string::npos ? 0 : got[i].size() - end - 4;
+    EXPECT_EQ(body, sizes[i]) << "response cut short by the drain";
+  }
 }
 
 // A request rejected before its request line was parsed is logged with "-"
