@@ -106,6 +106,18 @@ bool Drop(std::string_view name, FieldId id, const ConnectionValues& fields, boo
   return (fields.count != 0 || fields.overflow) && NamedByConnection(name, id, fields);
 }
 
+// Copies n bytes, sizeof(Word) <= n <= 2 * sizeof(Word), as two overlapping
+// words (its first and its last): no call to memcpy for a short piece.
+template <class Word>
+void CopyEnds(char* dst, const char* src, size_t n) {
+  Word head;
+  Word tail;
+  std::memcpy(&head, src, sizeof head);
+  std::memcpy(&tail, src + n - sizeof tail, sizeof tail);
+  std::memcpy(dst, &head, sizeof head);
+  std::memcpy(dst + n - sizeof tail, &tail, sizeof tail);
+}
+
 // Writes a head into a string sized once for an upper bound of its length
 // (no capacity check per piece), then trimmed to what was written.
 class HeadWriter {
@@ -118,22 +130,11 @@ class HeadWriter {
   void Put(std::string_view s) {
     const size_t n = s.size();
     const char* src = s.data();
-    // Most pieces are short names and values: two overlapping word copies
-    // inline instead of a call to memcpy.
+    // Most pieces are short names and values.
     if (n >= 8 && n <= 16) {
-      uint64_t head;
-      uint64_t tail;
-      std::memcpy(&head, src, 8);
-      std::memcpy(&tail, src + n - 8, 8);
-      std::memcpy(p_, &head, 8);
-      std::memcpy(p_ + n - 8, &tail, 8);
+      CopyEnds<uint64_t>(p_, src, n);
     } else if (n >= 4 && n < 8) {
-      uint32_t head;
-      uint32_t tail;
-      std::memcpy(&head, src, 4);
-      std::memcpy(&tail, src + n - 4, 4);
-      std::memcpy(p_, &head, 4);
-      std::memcpy(p_ + n - 4, &tail, 4);
+      CopyEnds<uint32_t>(p_, src, n);
     } else if (n < 4) {
       for (size_t i = 0; i < n; ++i) {
         p_[i] = src[i];

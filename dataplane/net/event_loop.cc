@@ -141,37 +141,45 @@ void EventLoop::Cancel(Timer* timer) {
   }
 }
 
-void EventLoop::Defer(Deferred* deferred) {
-  if (deferred->loop_ != nullptr) {
-    return;
-  }
-  deferred->loop_ = this;
-  deferred->next_ = nullptr;
-  deferred->prev_ = deferred_tail_;
-  if (deferred_tail_ != nullptr) {
-    deferred_tail_->next_ = deferred;
+template <class Node>
+void EventLoop::Append(Node*& head, Node*& tail, Node* node) {
+  node->loop_ = this;
+  node->next_ = nullptr;
+  node->prev_ = tail;
+  if (tail != nullptr) {
+    tail->next_ = node;
   } else {
-    deferred_head_ = deferred;
+    head = node;
   }
-  deferred_tail_ = deferred;
+  tail = node;
+}
+
+template <class Node>
+void EventLoop::Detach(Node*& head, Node*& tail, Node* node) {
+  if (node->prev_ != nullptr) {
+    node->prev_->next_ = node->next_;
+  } else {
+    head = node->next_;
+  }
+  if (node->next_ != nullptr) {
+    node->next_->prev_ = node->prev_;
+  } else {
+    tail = node->prev_;
+  }
+  node->prev_ = node->next_ = nullptr;
+  node->loop_ = nullptr;
+}
+
+void EventLoop::Defer(Deferred* deferred) {
+  if (deferred->loop_ == nullptr) {
+    Append(deferred_head_, deferred_tail_, deferred);
+  }
 }
 
 void EventLoop::CancelDeferred(Deferred* deferred) {
-  if (deferred->loop_ != this) {
-    return;
+  if (deferred->loop_ == this) {
+    Detach(deferred_head_, deferred_tail_, deferred);
   }
-  if (deferred->prev_ != nullptr) {
-    deferred->prev_->next_ = deferred->next_;
-  } else {
-    deferred_head_ = deferred->next_;
-  }
-  if (deferred->next_ != nullptr) {
-    deferred->next_->prev_ = deferred->prev_;
-  } else {
-    deferred_tail_ = deferred->prev_;
-  }
-  deferred->prev_ = deferred->next_ = nullptr;
-  deferred->loop_ = nullptr;
 }
 
 void EventLoop::RunDeferred() {
@@ -226,36 +234,15 @@ void EventLoop::QueueSend(BatchedSend* send, int fd, const char* data, size_t si
   send->fd_ = fd;
   send->data_ = data;
   send->size_ = size;
-  if (send->loop_ != nullptr) {
-    return;
+  if (send->loop_ == nullptr) {
+    Append(sends_head_, sends_tail_, send);
   }
-  send->loop_ = this;
-  send->next_ = nullptr;
-  send->prev_ = sends_tail_;
-  if (sends_tail_ != nullptr) {
-    sends_tail_->next_ = send;
-  } else {
-    sends_head_ = send;
-  }
-  sends_tail_ = send;
 }
 
 void EventLoop::CancelSend(BatchedSend* send) {
-  if (send->loop_ != this) {
-    return;
+  if (send->loop_ == this) {
+    Detach(sends_head_, sends_tail_, send);
   }
-  if (send->prev_ != nullptr) {
-    send->prev_->next_ = send->next_;
-  } else {
-    sends_head_ = send->next_;
-  }
-  if (send->next_ != nullptr) {
-    send->next_->prev_ = send->prev_;
-  } else {
-    sends_tail_ = send->prev_;
-  }
-  send->prev_ = send->next_ = nullptr;
-  send->loop_ = nullptr;
 }
 
 void EventLoop::FlushSends() {

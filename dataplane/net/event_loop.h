@@ -172,6 +172,13 @@ class EventLoop {
   void RunDeferred();
   void DrainPosted();
   void Unlink(Timer* timer);
+  // The FIFO lists of Deferred callbacks and BatchedSends: intrusive, doubly
+  // linked through the node's prev_/next_; a node is on this loop's list
+  // while its loop_ is this.
+  template <class Node>
+  void Append(Node*& head, Node*& tail, Node* node);
+  template <class Node>
+  void Detach(Node*& head, Node*& tail, Node* node);
   void SetUpUring();
   void EndBatch();
 

@@ -187,6 +187,28 @@ std::string HttpClient::TakeBuffered() {
   return out;
 }
 
+int ConnectLoopback(uint16_t port, int receive_buffer, std::chrono::milliseconds receive_timeout) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (receive_buffer > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+  }
+  if (receive_timeout.count() > 0) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(receive_timeout.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((receive_timeout.count() % 1000) * 1000);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 HttpReply HttpGet(uint16_t port, std::string_view target, const std::vector<std::string>& headers) {
   HttpClient client(port);
   return client.Get(target, headers);
@@ -196,13 +218,8 @@ HttpReply SendEndlessHead(uint16_t port, size_t bytes, size_t* sent,
                           std::chrono::milliseconds timeout) {
   HttpReply reply;
   *sent = 0;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
+  int fd = ConnectLoopback(port);
+  if (fd < 0) {
     return reply;
   }
   const std::string start = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ";

@@ -49,6 +49,12 @@ class HttpClient {
   bool eof_ = false;
 };
 
+// A blocking TCP connection to 127.0.0.1:`port`, or -1 when the connect
+// fails. `receive_buffer` > 0 sets SO_RCVBUF first (a slow reader's small
+// window); `receive_timeout` > 0 sets SO_RCVTIMEO.
+int ConnectLoopback(uint16_t port, int receive_buffer = 0,
+                    std::chrono::milliseconds receive_timeout = {});
+
 // One request on a fresh connection.
 HttpReply HttpGet(uint16_t port, std::string_view target,
                   const std::vector<std::string>& headers = {});

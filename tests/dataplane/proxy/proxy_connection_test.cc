@@ -36,6 +36,7 @@
 namespace kwd {
 namespace {
 
+using testing::ConnectLoopback;
 using testing::HttpClient;
 using testing::HttpReply;
 using testing::Process;
@@ -465,18 +466,8 @@ struct Exchange {
 Exchange HalfClosedExchange(uint16_t port, std::string_view request, int receive_buffer = 0,
                             std::chrono::milliseconds pause = {}) {
   Exchange exchange;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (receive_buffer > 0) {
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-  }
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
+  int fd = ConnectLoopback(port, receive_buffer, std::chrono::seconds(5));
+  if (fd < 0) {
     return exchange;
   }
   SendAll(fd, request);
@@ -604,16 +595,8 @@ TEST_F(ProxyConnectionTest, SlowReaderOfALargeDownloadIsNotTimedOutAsAStalledSer
   // 2 s, not 1: on a loaded box the backend thread's first bytes alone can
   // take a second to come (seen as a 504 before any head).
   ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--response-timeout", "2s"}));
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int receive_buffer = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int fd = ConnectLoopback(port(), 4096, std::chrono::seconds(5));
+  ASSERT_GE(fd, 0);
   SendAll(fd, "GET /large HTTP/1.1\r\nHost: x\r\n\r\n");
   // About 200 KB/s for three response timeouts, then as fast as it comes.
   size_t received = 0;
@@ -911,13 +894,8 @@ struct UploadOutcome {
 UploadOutcome UploadUntilAnswered(uint16_t port, const std::string& head, size_t body_bytes,
                                   bool chunked) {
   UploadOutcome out;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
+  int fd = ConnectLoopback(port);
+  if (fd < 0) {
     return out;
   }
   std::string pending = head;
@@ -1071,16 +1049,8 @@ TEST_F(ProxyConnectionTest, SlowReaderAfterTheResponseEndedIsNotTimedOutAsIdle) 
     ::recv(fd, buf, sizeof buf, 0);  // keep-alive: until the proxy closes
   });
   ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--idle-timeout", "300ms"}));
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int receive_buffer = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int fd = ConnectLoopback(port(), 4096, std::chrono::seconds(5));
+  ASSERT_GE(fd, 0);
   SendAll(fd, "GET /large HTTP/1.1\r\nHost: x\r\n\r\n");
   // About 100 KB/s: a few seconds, many idle timeouts.
   std::string head;
@@ -1133,16 +1103,8 @@ TEST_F(ProxyConnectionTest, StalledReaderOfACloseDelimitedResponseGetsAResetNotA
   }
   std::vector<int> fds;
   for (size_t size : sizes) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int receive_buffer = 4096;
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port());
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    int fd = ConnectLoopback(port(), 4096, std::chrono::seconds(10));
+    ASSERT_GE(fd, 0);
     SendAll(fd, "GET /size/" + std::to_string(size) + " HTTP/1.1\r\nHost: x\r\n\r\n");
     fds.push_back(fd);
   }
@@ -1195,14 +1157,8 @@ TEST_F(ProxyConnectionTest, DrainLetsASlowReaderTakeTheEndOfItsResponse) {
   }
   std::vector<int> fds;
   for (size_t size : sizes) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int receive_buffer = 4096;
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port());
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    int fd = ConnectLoopback(port(), 4096);
+    ASSERT_GE(fd, 0);
     SendAll(fd, "GET /size/" + std::to_string(size) + " HTTP/1.1\r\nHost: x\r\n\r\n");
     fds.push_back(fd);
   }
