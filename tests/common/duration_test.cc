@@ -52,9 +52,8 @@ TEST(DurationTest, FormatsWithTheLargestExactUnit) {
 }
 
 TEST(VersionTest, LineNamesProgramVersionAndRevision) {
-  EXPECT_EQ(VersionLine("kwd-proxy"),
-            "kwd-proxy " + std::string(KwdVersion()) + " (revision " + std::string(KwdRevision()) +
-                ")");
+  EXPECT_EQ(VersionLine("kwd-proxy"), "kwd-proxy " + std::string(KwdVersion()) + " (revision " +
+                                          std::string(KwdRevision()) + ")");
   EXPECT_NE(KwdVersion(), "0.0.0");  // set by CMake from the project version
 }
 

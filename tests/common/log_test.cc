@@ -8,13 +8,15 @@
 #include <iterator>
 #include <string>
 
+#include "tests/support/temp_path.h"
+
 namespace kwd {
 namespace {
 
 // The lines Log writes to stderr while `write` runs.
 template <typename F>
 std::string CaptureStderr(F write) {
-  std::string path = ::testing::TempDir() + "/kwd_log_test.txt";
+  std::string path = testing::UniqueTempPath("log_test.txt");
   std::FILE* file = std::fopen(path.c_str(), "w+");
   EXPECT_NE(file, nullptr);
   int saved = ::dup(STDERR_FILENO);

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/temp_path.h"
+
 namespace kwd {
 namespace {
 
@@ -58,10 +60,9 @@ TEST(MetricsTest, StandardMetricsAreThere) {
   MetricsRegistry registry;
   RegisterStandardMetrics(registry);
   std::string text = registry.Render();
-  for (const char* name :
-       {"process_cpu_seconds_total ", "process_resident_memory_bytes ",
-        "process_virtual_memory_bytes ", "process_open_fds ", "process_max_fds ",
-        "process_start_time_seconds "}) {
+  for (const char* name : {"process_cpu_seconds_total ", "process_resident_memory_bytes ",
+                           "process_virtual_memory_bytes ", "process_open_fds ", "process_max_fds ",
+                           "process_start_time_seconds "}) {
     size_t at = text.find(std::string("\n") + name);
     ASSERT_NE(at, std::string::npos) << name << "\n" << text;
     EXPECT_GT(std::stod(text.substr(at + 1 + std::strlen(name))), 0) << name;
@@ -101,9 +102,11 @@ TEST(MetricsTest, ConcurrentIncrementsAreNotLost) {
 // A registry with every kind of series, filled the same way for the golden
 // rendering below.
 void FillGoldenRegistry(MetricsRegistry& registry) {
-  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "erp/public"}, {"code", "2xx"}})
+  registry
+      .GetCounter("kwd_g_requests_total", "Requests.", {{"group", "erp/public"}, {"code", "2xx"}})
       .Inc(7);
-  registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "a\"b\\c\nd"}, {"code", "5xx"}})
+  registry
+      .GetCounter("kwd_g_requests_total", "Requests.", {{"group", "a\"b\\c\nd"}, {"code", "5xx"}})
       .Inc(2);
   registry.GetCounter("kwd_g_requests_total", "Requests.", {{"group", "gone"}, {"code", "2xx"}})
       .Inc(1);
@@ -292,7 +295,7 @@ TEST(MetricsTest, CallbackGaugeIsReadAtScrapeTime) {
 // What `promtool check metrics` says about `exposition` (empty: all good),
 // or "exit N: ..." when it fails.
 std::string PromtoolCheck(const std::string& exposition) {
-  std::string path = ::testing::TempDir() + "/metrics.txt";
+  std::string path = testing::UniqueTempPath("metrics.txt");
   std::ofstream(path) << exposition;
   std::string command = "promtool check metrics < " + path + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
@@ -305,6 +308,7 @@ std::string PromtoolCheck(const std::string& exposition) {
     output += buf;
   }
   int status = pclose(pipe);
+  std::remove(path.c_str());
   return status == 0 ? output : "exit " + std::to_string(status) + ": " + output;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/crypto.h"
+#include "tests/support/temp_path.h"
 
 namespace kwd {
 namespace {
@@ -108,7 +109,7 @@ TEST(SnapshotIoTest, UpdatingOneGroupDigestGivesTheNewVersion) {
 TEST(SnapshotIoTest, LoadSnapshotFileRejectsAnEditedSnapshotThatKeptItsVersion) {
   v1::Snapshot s = ValidSnapshot();
   s.mutable_groups(0)->mutable_servers(0)->set_capacity(9);  // version now stale
-  const std::string path = testing::TempDir() + "/edited-snapshot.json";
+  const std::string path = testing::UniqueTempPath("edited-snapshot.json");
   {
     std::ofstream out(path);
     out << SnapshotToJson(s);
@@ -131,7 +132,7 @@ TEST(SnapshotIoTest, LoadSnapshotFileRejectsAnEditedSnapshotThatKeptItsVersion) 
 // answer every request 404/503. Without a version it is no snapshot the
 // controller wrote, and is refused like any other invalid file.
 TEST(SnapshotIoTest, LoadSnapshotFileRefusesASnapshotWithoutAVersion) {
-  const std::string path = testing::TempDir() + "/empty-snapshot.json";
+  const std::string path = testing::UniqueTempPath("empty-snapshot.json");
   for (const char* text : {"{}", "{\"version\": \"\"}", "{\"groups\": []}"}) {
     std::ofstream(path) << text;
     v1::Snapshot loaded;

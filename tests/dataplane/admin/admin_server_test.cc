@@ -29,6 +29,7 @@
 #include "tests/dataplane/health/test_backend.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
+#include "tests/support/temp_path.h"
 
 namespace kwd::admin {
 namespace {
@@ -307,7 +308,7 @@ TEST_F(AdminServerTest, MetricsPassPromtool) {
   EXPECT_THAT(metrics.body, HasSubstr("kwd_proxy_server_up{group=\"erp/diag\",server=\"app1\"} 1"));
   EXPECT_THAT(metrics.body, HasSubstr("kwd_proxy_health_checks_total{result=\"success\"}"));
 
-  std::string path = ::testing::TempDir() + "admin_metrics.txt";
+  std::string path = testing::UniqueTempPath("admin_metrics.txt");
   {
     std::ofstream out(path, std::ios::binary);
     out << metrics.body;
@@ -321,6 +322,7 @@ TEST_F(AdminServerTest, MetricsPassPromtool) {
     output.append(buffer, n);
   }
   int status = ::pclose(pipe);
+  std::remove(path.c_str());
   EXPECT_EQ(status, 0) << output;
   EXPECT_EQ(output, "");
   std::remove(path.c_str());

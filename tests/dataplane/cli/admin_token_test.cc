@@ -3,12 +3,13 @@
 #include <fstream>
 
 #include "dataplane/cli/proxy_cli.h"
+#include "tests/support/temp_path.h"
 
 namespace kwd::cli {
 namespace {
 
 TEST(AdminTokenTest, FileIsTrimmed) {
-  std::string path = ::testing::TempDir() + "/admin.token";
+  std::string path = testing::UniqueTempPath("admin.token");
   std::ofstream(path) << "  t0ken-value\n";
   std::string token;
   std::string error;
@@ -17,7 +18,7 @@ TEST(AdminTokenTest, FileIsTrimmed) {
 }
 
 TEST(AdminTokenTest, EmptyMissingOrUnprintableIsAnErrorNamingTheFlag) {
-  std::string path = ::testing::TempDir() + "/admin-empty.token";
+  std::string path = testing::UniqueTempPath("admin-empty.token");
   std::ofstream(path) << " \n";
   std::string token;
   std::string error;

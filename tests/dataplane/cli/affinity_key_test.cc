@@ -4,12 +4,13 @@
 #include <fstream>
 
 #include "dataplane/cli/proxy_cli.h"
+#include "tests/support/temp_path.h"
 
 namespace kwd::cli {
 namespace {
 
 TEST(AffinityKeyTest, KeyFileIsTrimmedSoServeAndExplainSignAlike) {
-  std::string path = ::testing::TempDir() + "/affinity.key";
+  std::string path = testing::UniqueTempPath("affinity.key");
   std::ofstream(path) << "  s3cret-key\n";
   std::string key;
   std::string error;
@@ -20,7 +21,7 @@ TEST(AffinityKeyTest, KeyFileIsTrimmedSoServeAndExplainSignAlike) {
 }
 
 TEST(AffinityKeyTest, EmptyOrMissingFileIsAnError) {
-  std::string path = ::testing::TempDir() + "/empty.key";
+  std::string path = testing::UniqueTempPath("empty.key");
   std::ofstream(path) << " \n";
   std::string key;
   std::string error;
