@@ -42,6 +42,66 @@ void AppendChunk(std::string_view data, std::string& out) {
 
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
+// String storage beyond what an idle exchange keeps (kKeepStringBytes), held
+// per thread for the next request that needs it: a head with 4 KiB of cookies
+// was otherwise allocated, zero-filled and freed twice per keep-alive request.
+// Bounded: kMaxStrings strings of at most kMaxBytes each per thread and kind.
+// Serialised heads are held apart from the rest: they keep their length, and
+// the head writer zero-fills only what a string holds beyond it.
+class IdleStrings {
+ public:
+  enum Kind { kHead, kOther, kKinds };
+  static constexpr size_t kKeepStringBytes = 4096;
+  // Takes `s`'s storage when it is larger than an idle exchange keeps; `s` is
+  // left without storage of its own either way.
+  static void Give(Kind kind, std::string& s) {
+    if (s.capacity() <= kKeepStringBytes) {
+      return;
+    }
+    Held& held = ThisThread().held[kind];
+    if (held.count < kMaxStrings && s.capacity() <= kMaxBytes) {
+      held.strings[held.count++].swap(s);
+    }
+    std::string().swap(s);
+  }
+  // Gives `s` held storage when it has less than `bytes` and some is held.
+  static void Take(Kind kind, size_t bytes, std::string& s) {
+    if (s.capacity() >= bytes) {
+      return;
+    }
+    Held& held = ThisThread().held[kind];
+    if (held.count > 0) {
+      s.swap(held.strings[--held.count]);
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxStrings = 16;
+  static constexpr size_t kMaxBytes = 64 * 1024;
+  struct Held {
+    std::array<std::string, kMaxStrings> strings;
+    size_t count = 0;
+  };
+  struct State {
+    std::array<Held, kKinds> held;
+  };
+  static State& ThisThread() {
+    static thread_local State state;
+    return state;
+  }
+};
+
+// About the size of a request head as received: from its method to the end of
+// its last field's value, which for HTTP/1.1 lie in one buffer. (An HTTP/2
+// head's views do not; the figure only decides whether to take held storage.)
+size_t ReceivedHeadBytes(const http::RequestHead& head) {
+  const std::span<const http::Header> fields = head.fields();
+  const std::string_view last = fields.empty() ? head.target : fields.back().value;
+  const auto begin = reinterpret_cast<uintptr_t>(head.method.data());
+  const auto end = reinterpret_cast<uintptr_t>(last.data() + last.size());
+  return end > begin ? end - begin : 0;
+}
+
 constexpr std::string_view kChainHeaders[kMaxForwardedChain] = {
     "SSL_CLIENT_CERT_CHAIN_1", "SSL_CLIENT_CERT_CHAIN_2", "SSL_CLIENT_CERT_CHAIN_3",
     "SSL_CLIENT_CERT_CHAIN_4", "SSL_CLIENT_CERT_CHAIN_5", "SSL_CLIENT_CERT_CHAIN_6",
@@ -357,12 +417,9 @@ void Exchange::ReleaseIdleMemory() {
   request_body_.Release();
   upstream_in_.Release();
   PerThreadFreeList<http::ResponseHead>::Give(std::move(response_head_));
-  constexpr size_t kKeepStringBytes = 4096;
-  for (std::string* s : {&upstream_out_, &sent_head_, &scratch_}) {
-    if (s->capacity() > kKeepStringBytes) {
-      std::string().swap(*s);
-    }
-  }
+  IdleStrings::Give(IdleStrings::kHead, sent_head_);
+  IdleStrings::Give(IdleStrings::kOther, upstream_out_);
+  IdleStrings::Give(IdleStrings::kOther, scratch_);
 }
 
 void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& info) {
@@ -584,7 +641,9 @@ void Exchange::OnConnected() {
                                     std::span<http::Header>(extra).subspan(extra_count));
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
+  IdleStrings::Take(IdleStrings::kHead, ReceivedHeadBytes(*head_), sent_head_);
   http::SerializeRequestHead(*head_, info_, options, sent_head_);
+  IdleStrings::Take(IdleStrings::kOther, sent_head_.size(), upstream_out_);
   upstream_out_.assign(sent_head_);
   upstream_sent_ = 0;
   CountServerRequest(*worker_, decision_);
