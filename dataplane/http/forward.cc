@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "dataplane/http/chars.h"
@@ -119,11 +120,12 @@ void CopyEnds(char* dst, const char* src, size_t n) {
 }
 
 // Writes a head into a string sized once for an upper bound of its length
-// (no capacity check per piece), then trimmed to what was written.
+// (no capacity check per piece), then trimmed to what was written. The sizing
+// starts from what `out` holds, the last head: only bytes past it are
+// zero-filled (a 4 KiB-cookie head was filled whole per request).
 class HeadWriter {
  public:
   HeadWriter(std::string& out, size_t bound) : out_(out) {
-    out_.clear();
     out_.resize(bound);
     p_ = out_.data();
   }
@@ -175,7 +177,13 @@ class HeadWriter {
       run_begin_ = run_end_ = nullptr;
     }
   }
-  void Finish() { out_.resize(static_cast<size_t>(p_ - out_.data())); }
+  void Finish() {
+    const size_t written = static_cast<size_t>(p_ - out_.data());
+    if (written > out_.size()) {
+      std::abort();  // the bound was wrong: bytes went past the string
+    }
+    out_.resize(written);
+  }
 
  private:
   std::string& out_;
@@ -278,10 +286,13 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
                           const ForwardRequestOptions& options, std::string& out) {
   std::span<const Header> fields = head.fields();
   const size_t fields_bound = FieldsBound(fields);
-  // Start line, Host, the fields (X-Forwarded-For's values at most once
-  // more), the proxy's own fields, the extra ones, the empty line.
+  // Start line, Host, the fields, the proxy's own fields, the extra ones, the
+  // empty line. The received X-Forwarded-For fields are not passed on as
+  // they are: each field's share of fields_bound (value + 19) holds its
+  // value and ", " in the one X-Forwarded-For line, whose name and CRLF the
+  // 128 spare bytes hold with those of the other fields written here (79).
   HeadWriter w(out, head.method.size() + 1 + head.target.size() + options.target.size() + 1 + 11 +
-                        2 * (info.host.size() + 20) + 2 * fields_bound + options.client_ip.size() +
+                        2 * (info.host.size() + 20) + fields_bound + options.client_ip.size() +
                         options.proto.size() + options.request_id.size() +
                         FieldsBound(options.extra_headers) + 128);
   w.Put(head.method);
