@@ -42,48 +42,43 @@ void AppendChunk(std::string_view data, std::string& out) {
 
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
-// String storage beyond what an idle exchange keeps (kKeepStringBytes), held
-// per thread for the next request that needs it: a head with 4 KiB of cookies
-// was otherwise allocated, zero-filled and freed twice per keep-alive request.
-// Bounded: kMaxStrings strings of at most kMaxBytes each per thread and kind.
-// Serialised heads are held apart from the rest: they keep their length, and
-// the head writer zero-fills only what a string holds beyond it.
-class IdleStrings {
+// Request-head storage beyond what an idle exchange keeps, held per thread
+// for the next request that needs it: a head with 4 KiB of cookies was
+// otherwise allocated, zero-filled and freed per keep-alive request. A held
+// string keeps its length, and the head writer zero-fills only what a head
+// needs beyond it. Bounded: kMaxHeads strings of at most kMaxBytes per thread.
+class IdleHeads {
  public:
-  enum Kind { kHead, kOther, kKinds };
   static constexpr size_t kKeepStringBytes = 4096;
   // Takes `s`'s storage when it is larger than an idle exchange keeps; `s` is
   // left without storage of its own either way.
-  static void Give(Kind kind, std::string& s) {
+  static void Give(std::string& s) {
     if (s.capacity() <= kKeepStringBytes) {
       return;
     }
-    Held& held = ThisThread().held[kind];
-    if (held.count < kMaxStrings && s.capacity() <= kMaxBytes) {
-      held.strings[held.count++].swap(s);
+    State& state = ThisThread();
+    if (state.count < kMaxHeads && s.capacity() <= kMaxBytes) {
+      state.heads[state.count++].swap(s);
     }
     std::string().swap(s);
   }
   // Gives `s` held storage when it has less than `bytes` and some is held.
-  static void Take(Kind kind, size_t bytes, std::string& s) {
+  static void Take(size_t bytes, std::string& s) {
     if (s.capacity() >= bytes) {
       return;
     }
-    Held& held = ThisThread().held[kind];
-    if (held.count > 0) {
-      s.swap(held.strings[--held.count]);
+    State& state = ThisThread();
+    if (state.count > 0) {
+      s.swap(state.heads[--state.count]);
     }
   }
 
  private:
-  static constexpr size_t kMaxStrings = 16;
+  static constexpr size_t kMaxHeads = 16;
   static constexpr size_t kMaxBytes = 64 * 1024;
-  struct Held {
-    std::array<std::string, kMaxStrings> strings;
-    size_t count = 0;
-  };
   struct State {
-    std::array<Held, kKinds> held;
+    std::array<std::string, kMaxHeads> heads;
+    size_t count = 0;
   };
   static State& ThisThread() {
     static thread_local State state;
@@ -402,6 +397,7 @@ void Exchange::Recycle(ClientContext client) {
   upstream_readable_ = {};
   upstream_reused_ = false;
   upstream_eof_ = false;
+  head_unsent_ = 0;
   response_parser_.Reset();
   response_chunked_.Reset();  // else a later response would end with these trailers
   interim_ = {};
@@ -417,9 +413,12 @@ void Exchange::ReleaseIdleMemory() {
   request_body_.Release();
   upstream_in_.Release();
   PerThreadFreeList<http::ResponseHead>::Give(std::move(response_head_));
-  IdleStrings::Give(IdleStrings::kHead, sent_head_);
-  IdleStrings::Give(IdleStrings::kOther, upstream_out_);
-  IdleStrings::Give(IdleStrings::kOther, scratch_);
+  IdleHeads::Give(sent_head_);
+  for (std::string* s : {&upstream_out_, &scratch_}) {
+    if (s->capacity() > IdleHeads::kKeepStringBytes) {
+      std::string().swap(*s);
+    }
+  }
 }
 
 void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& info) {
@@ -641,10 +640,10 @@ void Exchange::OnConnected() {
                                     std::span<http::Header>(extra).subspan(extra_count));
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
-  IdleStrings::Take(IdleStrings::kHead, ReceivedHeadBytes(*head_), sent_head_);
+  IdleHeads::Take(ReceivedHeadBytes(*head_), sent_head_);
   http::SerializeRequestHead(*head_, info_, options, sent_head_);
-  IdleStrings::Take(IdleStrings::kOther, sent_head_.size(), upstream_out_);
-  upstream_out_.assign(sent_head_);
+  head_unsent_ = sent_head_.size();  // written from sent_head_ itself: no copy
+  upstream_out_.clear();
   upstream_sent_ = 0;
   CountServerRequest(*worker_, decision_);
   forwarded_ = true;
@@ -716,7 +715,8 @@ void Exchange::RetryOnFreshConnection() {
     return;
   }
   upstream_readable_ = {};
-  upstream_out_.assign(sent_head_);
+  head_unsent_ = sent_head_.size();
+  upstream_out_.clear();
   upstream_sent_ = 0;
   upstream_eof_ = false;
   phase_ = Phase::kReconnecting;
@@ -851,6 +851,15 @@ bool Exchange::MoveRequestBody() {
 bool Exchange::FlushUpstream() {
   if (upstream_ == nullptr) {
     return true;
+  }
+  while (head_unsent_ > 0) {
+    ssize_t n = upstream_->transport->Write(sent_head_.data() + sent_head_.size() - head_unsent_,
+                                            head_unsent_);
+    if (n > 0) {
+      head_unsent_ -= static_cast<size_t>(n);
+      continue;
+    }
+    return n == net::Transport::kWouldBlock;
   }
   while (upstream_sent_ < upstream_out_.size()) {
     ssize_t n = upstream_->transport->Write(upstream_out_.data() + upstream_sent_,
@@ -1067,7 +1076,8 @@ void Exchange::Finish() {
   // and bytes already there raise no new edge for the idle pool to see).
   bool reusable = response_info_.keep_alive && request_done_ && !upstream_eof_ && !tunnel_ &&
                   response_info_.body != http::BodyKind::kUntilClose && upstream_in_.empty() &&
-                  upstream_sent_ == upstream_out_.size() && upstream_ != nullptr;
+                  head_unsent_ == 0 && upstream_sent_ == upstream_out_.size() &&
+                  upstream_ != nullptr;
   if (reusable && upstream_readable_.readable && upstream_->transport->tls() != nullptr) {
     // A TLS read returns one record, so the last one never proves the socket
     // empty: one more read does (it also takes a TLS 1.3 session ticket that
@@ -1197,6 +1207,7 @@ void Exchange::ReleaseUpstream(bool reusable) {
   upstream_in_.Release();  // back to the thread's blocks while the client takes the response
   upstream_out_.clear();
   upstream_sent_ = 0;
+  head_unsent_ = 0;
 }
 
 void Exchange::ArmTimer(TimerKind kind, int64_t delay_ms) {

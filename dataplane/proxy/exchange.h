@@ -261,7 +261,9 @@ class Exchange final : public UpstreamOwner {
   void Log(int status, std::string_view reason);
   void ReleaseUpstream(bool reusable);
   bool FlushUpstream();
-  size_t UpstreamPending() const { return upstream_out_.size() - upstream_sent_; }
+  size_t UpstreamPending() const {
+    return head_unsent_ + upstream_out_.size() - upstream_sent_;
+  }
   void ArmTimer(TimerKind kind, int64_t delay_ms);
   void OnTimer();
   void Route();
@@ -308,7 +310,10 @@ class Exchange final : public UpstreamOwner {
   bool upstream_eof_ = false;
   std::string upstream_out_;
   size_t upstream_sent_ = 0;
+  // The request head as sent; its last head_unsent_ bytes go to the server
+  // before upstream_out_ (kept whole for a retry on a fresh connection).
   std::string sent_head_;
+  size_t head_unsent_ = 0;
   Buffer upstream_in_;
   http::ResponseParser response_parser_;
   // Taken from the worker's free list when a head is parsed; given back by
