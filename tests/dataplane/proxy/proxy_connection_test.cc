@@ -736,6 +736,67 @@ TEST_F(ProxyConnectionTest, IdempotentRequestIsStillRetriedWhenThePooledConnecti
       << ::testing::PrintToString(seen);
 }
 
+// A 60 KB request head (a SAP logon ticket cookie) reaches the server whole,
+// sent from the exchange's serialised head with and without batched sends,
+// and the server connection is reused for the next one.
+TEST_F(ProxyConnectionTest, LargeHeadReachesTheServerWhole) {
+  std::string cookie = "MYSAPSSO2=";
+  for (int i = 0; cookie.size() < 60000; ++i) {
+    cookie += static_cast<char>('A' + i % 26);
+  }
+  for (const char* io_uring : {"auto", "off"}) {
+    SCOPED_TRACE(io_uring);
+    std::mutex mu;
+    std::vector<std::string> heads;
+    std::atomic<int> connections{0};
+    testing::TcpBackend backend([&](int fd) {
+      ++connections;
+      for (int request = 0; request < 10; ++request) {
+        std::string head;
+        for (int reads = 0; reads < 10000 && head.find("\r\n\r\n") == std::string::npos;
+             ++reads) {
+          char buf[4096];
+          ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+          if (n <= 0) {
+            return;
+          }
+          head.append(buf, static_cast<size_t>(n));
+        }
+        {
+          std::lock_guard lock(mu);
+          heads.push_back(head);
+        }
+        const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        if (::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL) < 0) {
+          return;
+        }
+      }
+    });
+    ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--io-uring", io_uring}));
+    HttpClient client(port());
+    for (int i = 0; i < 3; ++i) {
+      HttpReply r = client.Request("GET /big/" + std::to_string(i) +
+                                       " HTTP/1.1\r\nHost: x\r\nCookie: " + cookie + "\r\n\r\n",
+                                   "GET");
+      EXPECT_EQ(r.status, 200) << proxy_->Log();
+      EXPECT_EQ(r.body, "ok");
+    }
+    std::lock_guard lock(mu);
+    int seen = 0;
+    for (const std::string& head : heads) {
+      if (head.starts_with("GET /big/")) {
+        ++seen;
+        EXPECT_NE(head.find("\r\nCookie: " + cookie + "\r\n"), std::string::npos)
+            << head.size() << " bytes: " << head.substr(0, 200);
+        EXPECT_TRUE(head.ends_with("\r\n\r\n"));
+      }
+    }
+    EXPECT_EQ(seen, 3);
+    // Health checks may take a connection of their own; the three requests share one.
+    EXPECT_LE(connections.load(), 2);
+  }
+}
+
 // ---- one keep-alive connection carrying many requests ----
 
 // Reads a request body framed by `head` (Content-Length or chunked, with
