@@ -35,7 +35,9 @@ for spec in "${specs[@]}"; do IFS=: read -r name port pid <<<"$spec"; wrk -t1 -c
 n=${#specs[@]}
 for round in $(seq 1 $rounds); do
   for k in $(seq 0 $((n - 1))); do
-    IFS=: read -r name port pid <<<"${specs[$(((k + round) % n))]}"
+    # rotating, and backwards every other round: no contender always follows the same one
+    idx=$(((k + round) % n)); ((round % 2 == 0)) && idx=$((n - 1 - idx))
+    IFS=: read -r name port pid <<<"${specs[$idx]}"
     s1=$(head -1 /proc/stat); b=$(cpu_ticks $pid); nb=$(cpu_ticks $ngx); vb=$(sleeps $pid)
     out=$(/usr/bin/time -f "WRKCPU %U %S" wrk -t1 -c$C -d${D}s --latency ${WARGS:-} http://127.0.0.1:$port/ 2>&1)
     s2=$(head -1 /proc/stat); a=$(cpu_ticks $pid); na=$(cpu_ticks $ngx); va=$(sleeps $pid)
