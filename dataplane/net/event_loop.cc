@@ -2,6 +2,7 @@
 
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,18 @@ Deferred::~Deferred() {
 BatchedSend::~BatchedSend() {
   if (loop_ != nullptr) {
     loop_->CancelSend(this);
+  }
+}
+
+BatchedRecv::~BatchedRecv() {
+  if (loop_ != nullptr) {
+    loop_->CancelRecv(this);
+  }
+}
+
+void BatchedRecv::Finish() {
+  if (loop_ != nullptr) {
+    loop_->CancelRecv(this);
   }
 }
 
@@ -74,6 +87,12 @@ EventLoop::~EventLoop() {
   }
   while (sends_head_ != nullptr) {
     CancelSend(sends_head_);
+  }
+  while (recvs_head_ != nullptr) {
+    CancelRecv(recvs_head_);
+  }
+  if (recv_arena_ != nullptr) {
+    munmap(recv_arena_, kRingEntries * kRecvSlotBytes);
   }
   if (ring_ != nullptr) {
     io_uring_queue_exit(ring_);
@@ -245,6 +264,46 @@ void EventLoop::CancelSend(BatchedSend* send) {
   }
 }
 
+void EventLoop::SubmitAndReap(unsigned count, int* results) {
+  for (unsigned i = 0; i < count; ++i) {
+    results[i] = -ECANCELED;
+  }
+  // Waits for all `count` completions: an op the kernel punted to a worker
+  // thread is never left pointing into memory its owner may free.
+  int rc;
+  do {
+    rc = io_uring_submit_and_wait(ring_, count);
+  } while (rc == -EINTR);
+  unsigned submitted = rc > 0 ? static_cast<unsigned>(rc) : 0;
+  if (submitted < count) {
+    // Entries the kernel did not take stay in the submission queue: the
+    // ring is never entered again (direct syscalls from now on), so they
+    // never run once their owners' bytes are gone.
+    uring_state_ = UringState::kOff;
+  }
+  unsigned reaped = 0;
+  for (int spins = 0; reaped < submitted; ++spins) {
+    io_uring_cqe* cqe;
+    unsigned head;
+    unsigned seen = 0;
+    io_uring_for_each_cqe(ring_, head, cqe) {
+      uint64_t index = io_uring_cqe_get_data64(cqe);
+      if (index < count) {
+        results[index] = cqe->res;
+      }
+      ++seen;
+    }
+    io_uring_cq_advance(ring_, seen);
+    reaped += seen;
+    if (reaped < submitted) {
+      if (spins > 1'000'000) {
+        std::abort();  // ops in flight into memory about to be reused
+      }
+      io_uring_wait_cqe_nr(ring_, &cqe, submitted - reaped);
+    }
+  }
+}
+
 void EventLoop::FlushSends() {
   // Callbacks may queue sends again (a transport whose owner writes more on
   // the result): those go in the next round, up to a bound.
@@ -269,49 +328,81 @@ void EventLoop::FlushSends() {
       return;
     }
     int results[kRingEntries];
-    for (unsigned i = 0; i < count; ++i) {
-      results[i] = -ECANCELED;
-    }
-    // Waits for all `count` completions: an op the kernel punted to a worker
-    // thread is never left pointing into memory its owner may free.
-    int rc;
-    do {
-      rc = io_uring_submit_and_wait(ring_, count);
-    } while (rc == -EINTR);
-    unsigned submitted = rc > 0 ? static_cast<unsigned>(rc) : 0;
-    if (submitted < count) {
-      // Entries the kernel did not take stay in the submission queue: the
-      // ring is never entered again (direct syscalls from now on), so they
-      // never run once their owners' bytes are gone.
-      uring_state_ = UringState::kOff;
-    }
-    unsigned reaped = 0;
-    for (int spins = 0; reaped < submitted; ++spins) {
-      io_uring_cqe* cqe;
-      unsigned head;
-      unsigned seen = 0;
-      io_uring_for_each_cqe(ring_, head, cqe) {
-        uint64_t index = io_uring_cqe_get_data64(cqe);
-        if (index < count) {
-          results[index] = cqe->res;
-        }
-        ++seen;
-      }
-      io_uring_cq_advance(ring_, seen);
-      reaped += seen;
-      if (reaped < submitted) {
-        if (spins > 1'000'000) {
-          std::abort();  // sends in flight into memory about to be reused
-        }
-        io_uring_wait_cqe_nr(ring_, &cqe, submitted - reaped);
-      }
-    }
+    SubmitAndReap(count, results);
     for (unsigned i = 0; i < count; ++i) {
       BatchedSend* send = batch[i];
       // -ECANCELED when the submit itself failed: the owner retries with a
       // direct send.
       send->done_(send->owner_, results[i]);
     }
+  }
+}
+
+void EventLoop::CancelRecv(BatchedRecv* recv) {
+  if (recv->loop_ == this) {
+    Detach(recvs_head_, recvs_tail_, recv);
+  }
+}
+
+void EventLoop::ReadAhead(const epoll_event* events, int n) {
+  BatchedRecv* batch[kRingEntries];
+  unsigned count = 0;
+  for (int i = 0; i < n && count < ring_entries_; ++i) {
+    auto* handler = static_cast<IoHandler*>(events[i].data.ptr);
+    if (handler == kWakeHandler || (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) == 0) {
+      continue;
+    }
+    // The handler's transport sets the ring up on first use: the state is
+    // checked after.
+    BatchedRecv* recv = handler->ReadAhead();
+    if (recv == nullptr || recv->loop_ != nullptr || uring_state_ != UringState::kOn) {
+      continue;
+    }
+    if (recv_arena_ == nullptr) {
+      // Address space only: a page is backed once a receive writes to it,
+      // and slots are used from the first, so the pages are as many as the
+      // largest batch of readable sockets needed.
+      void* arena = mmap(nullptr, kRingEntries * kRecvSlotBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (arena == MAP_FAILED) {
+        return;
+      }
+      recv_arena_ = static_cast<char*>(arena);
+    }
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_);
+    if (sqe == nullptr) {
+      break;
+    }
+    char* slot = recv_arena_ + count * kRecvSlotBytes;
+    // MSG_DONTWAIT: an empty socket completes at once with -EAGAIN (the
+    // kernel does not park the receive until data comes), so every receive
+    // has completed when the submit returns.
+    io_uring_prep_recv(sqe, recv->fd_, slot, kRecvSlotBytes, MSG_DONTWAIT);
+    io_uring_sqe_set_data64(sqe, count);
+    recv->data_ = slot;
+    recv->capacity_ = kRecvSlotBytes;
+    recv->taken_ = 0;
+    batch[count++] = recv;
+  }
+  if (count == 0) {
+    return;
+  }
+  int results[kRingEntries];
+  SubmitAndReap(count, results);
+  for (unsigned i = 0; i < count; ++i) {
+    // Not taken by the kernel (or interrupted): the owner reads directly.
+    if (results[i] != -ECANCELED && results[i] != -EINTR) {
+      batch[i]->result_ = results[i];
+      Append(recvs_head_, recvs_tail_, batch[i]);
+    }
+  }
+}
+
+void EventLoop::EndRecvs() {
+  while (recvs_head_ != nullptr) {
+    BatchedRecv* recv = recvs_head_;
+    CancelRecv(recv);
+    recv->keep_(recv->owner_);
   }
 }
 
@@ -376,6 +467,9 @@ void EventLoop::Run() {
     }
     int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
     now_ms_ = MonotonicMs();
+    if (n > 0 && uring_state_ != UringState::kOff) {
+      ReadAhead(events, n);
+    }
     for (int i = 0; i < n; ++i) {
       auto* handler = static_cast<IoHandler*>(events[i].data.ptr);
       if (handler == kWakeHandler) {
@@ -387,11 +481,13 @@ void EventLoop::Run() {
     EndBatch();
     RunTimers();
     EndBatch();
+    EndRecvs();  // owners keep what they did not take: the arena is reused next
     for (size_t i = 0; i < graveyard_.size(); ++i) {
       delete graveyard_[i];
     }
     graveyard_.clear();
   }
+  stop_.store(false, std::memory_order_relaxed);  // a later Run runs again
 }
 
 void EventLoop::Stop() {

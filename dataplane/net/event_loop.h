@@ -15,9 +15,18 @@ struct io_uring;  // liburing
 
 namespace kwd::net {
 
+class BatchedRecv;
+
 class IoHandler {
  public:
   virtual void OnIo(uint32_t events) = 0;
+  // Asked before the batch's events are dispatched, for a handler whose
+  // socket is readable (EPOLLIN, HUP or ERR): the receive its OnIo is about
+  // to make, or null. The loop then makes the receives of all such handlers
+  // in one kernel entry (EventLoop::batching_sends()) and their transports'
+  // Read returns the bytes first. Only a handler that reads this socket on
+  // this event opts in: bytes it does not take are kept by its transport.
+  virtual BatchedRecv* ReadAhead() { return nullptr; }
 
  protected:
   ~IoHandler() = default;
@@ -103,6 +112,49 @@ class BatchedSend {
   size_t size_ = 0;
 };
 
+// A socket receive the loop makes for its owner (PlainTransport) as soon as
+// epoll reports the socket readable, together with those of every other
+// readable socket of the batch: one kernel entry for all of them. The bytes
+// land in a slot of the loop's scratch arena, valid until the end of the
+// loop iteration; the owner takes them (Take) while it handles the event.
+// What it has not taken by then goes to `keep` (the owner copies it), and the
+// receive is over. Embedded in its owner: destroying it cancels it.
+class BatchedRecv {
+ public:
+  using Callback = void (*)(void* owner);
+  BatchedRecv(void* owner, int fd, Callback keep) : owner_(owner), keep_(keep), fd_(fd) {}
+  ~BatchedRecv();
+  BatchedRecv(const BatchedRecv&) = delete;
+  BatchedRecv& operator=(const BatchedRecv&) = delete;
+  // A result of this iteration waits to be taken.
+  bool pending() const { return loop_ != nullptr; }
+  // The receive's result: bytes (> 0), 0 at the end of the stream, -errno
+  // (-EAGAIN: the socket was empty).
+  int result() const { return result_; }
+  // The received bytes not taken yet.
+  const char* rest() const { return data_ + taken_; }
+  size_t rest_size() const { return result_ > 0 ? static_cast<size_t>(result_) - taken_ : 0; }
+  // The receive found fewer bytes than its slot holds: it emptied the socket
+  // (bytes that came after it raise a new epoll edge).
+  bool emptied_socket() const { return result_ >= 0 && static_cast<size_t>(result_) < capacity_; }
+  void Consume(size_t n) { taken_ += n; }
+  // The result is taken: the receive is over.
+  void Finish();
+
+ private:
+  friend class EventLoop;
+  void* owner_;
+  Callback keep_;
+  EventLoop* loop_ = nullptr;
+  BatchedRecv* prev_ = nullptr;
+  BatchedRecv* next_ = nullptr;
+  int fd_;
+  const char* data_ = nullptr;
+  size_t capacity_ = 0;
+  size_t taken_ = 0;
+  int result_ = 0;
+};
+
 // Whether the loops batch socket sends through io_uring (`--io-uring`).
 enum class IoUringMode : uint8_t { kOff, kAuto };
 
@@ -123,7 +175,8 @@ class EventLoop {
   void Schedule(Timer* timer, int64_t delay_ms);
   void Cancel(Timer* timer);
 
-  // Runs until Stop(). Each iteration waits for I/O or the next tick.
+  // Runs until Stop() (Run may be called again after). Each iteration waits
+  // for I/O or the next tick.
   void Run();
   // Thread-safe.
   void Stop();
@@ -159,6 +212,9 @@ class EventLoop {
   void CancelSend(BatchedSend* send);
   // Submits every queued send in one kernel entry and runs their callbacks.
   void FlushSends();
+  void CancelRecv(BatchedRecv* recv);
+  // Bytes of one read-ahead slot: a larger message's rest is read directly.
+  static constexpr size_t kRecvSlotBytes = 16 * 1024;
 
   // Time cached at the start of the current iteration.
   int64_t now_ms() const { return now_ms_; }
@@ -181,6 +237,14 @@ class EventLoop {
   void Detach(Node*& head, Node*& tail, Node* node);
   void SetUpUring();
   void EndBatch();
+  // Submits the `count` prepared entries and waits for all their completions
+  // (results[i]: the result of the entry whose user data is i; -ECANCELED
+  // when the kernel did not take it: the ring is not used again).
+  void SubmitAndReap(unsigned count, int* results);
+  // The read-ahead of the handlers of `events` that opt in.
+  void ReadAhead(const epoll_event* events, int n);
+  // Ends the iteration's receives; owners keep what they did not take.
+  void EndRecvs();
 
   enum class UringState : uint8_t { kUnknown, kOn, kOff };
 
@@ -199,6 +263,9 @@ class EventLoop {
   unsigned ring_entries_ = 0;
   BatchedSend* sends_head_ = nullptr;  // FIFO
   BatchedSend* sends_tail_ = nullptr;
+  BatchedRecv* recvs_head_ = nullptr;  // the iteration's read-aheads
+  BatchedRecv* recvs_tail_ = nullptr;
+  char* recv_arena_ = nullptr;  // kRingEntries slots, mapped on first use
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
 };

@@ -2,12 +2,17 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace kwd::net {
 
 ssize_t PlainTransport::Read(char* data, size_t size, bool* drained) {
   *drained = false;
+  if (recv_.pending() || !kept_.empty() || kept_end_ <= 0) {
+    return TakeReadAhead(data, size, drained);
+  }
   for (;;) {
     ssize_t n = ::recv(fd_, data, size, 0);
     if (n > 0) {
@@ -27,6 +32,66 @@ ssize_t PlainTransport::Read(char* data, size_t size, bool* drained) {
     }
     return kError;
   }
+}
+
+ssize_t PlainTransport::TakeReadAhead(char* data, size_t size, bool* drained) {
+  int result;
+  if (recv_.pending()) {
+    result = recv_.result();
+    if (result > 0) {
+      size_t n = std::min(size, recv_.rest_size());
+      std::memcpy(data, recv_.rest(), n);
+      recv_.Consume(n);
+      if (recv_.rest_size() == 0) {
+        // As a short recv(): the receive emptied the socket, and what came
+        // after it raises a new edge (reported after this iteration).
+        *drained = recv_.emptied_socket();
+        recv_.Finish();
+      }
+      return static_cast<ssize_t>(n);
+    }
+    recv_.Finish();
+  } else if (!kept_.empty()) {
+    // Kept from an earlier iteration: an edge reported since may have been
+    // for more bytes, so the socket is read next (drained stays false).
+    size_t n = std::min(size, kept_.size());
+    std::memcpy(data, kept_.view().data(), n);
+    kept_.Consume(n);
+    if (kept_.empty()) {
+      kept_.Release();
+    }
+    return static_cast<ssize_t>(n);
+  } else {
+    result = kept_end_;
+    kept_end_ = 1;
+  }
+  if (result == 0) {
+    return kEof;
+  }
+  if (result == -EAGAIN) {
+    *drained = true;
+    return kWouldBlock;
+  }
+  return kError;
+}
+
+void PlainTransport::KeepReadAhead(void* self) {
+  auto* t = static_cast<PlainTransport*>(self);
+  const BatchedRecv& recv = t->recv_;
+  if (recv.result() > 0) {
+    if (recv.rest_size() > 0) {
+      t->kept_.Append({recv.rest(), recv.rest_size()});
+    }
+  } else if (recv.result() != -EAGAIN) {
+    t->kept_end_ = recv.result();
+  }
+}
+
+BatchedRecv* PlainTransport::ReadAhead() {
+  if (loop_ == nullptr || !kept_.empty() || kept_end_ <= 0 || !loop_->batching_sends()) {
+    return nullptr;
+  }
+  return &recv_;
 }
 
 ssize_t PlainTransport::Write(const char* data, size_t size) {
@@ -119,6 +184,9 @@ void PlainTransport::BeforeClose() {
   (void)FlushQueued();
   queue_.Clear();
   queue_.Release();
+  recv_.Finish();
+  kept_.Clear();
+  kept_.Release();
   loop_ = nullptr;
 }
 

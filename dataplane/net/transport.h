@@ -89,6 +89,11 @@ class Transport {
   // The owner closes the descriptor next: queued bytes go to the kernel now
   // (best effort, never blocks) and the transport does no I/O after it.
   virtual void BeforeClose() {}
+  // The receive the loop may make ahead of the owner's next Read, together
+  // with other sockets' in one kernel entry (IoHandler::ReadAhead): a plain
+  // transport on a loop with io_uring that holds no earlier read-ahead bytes.
+  // Null otherwise (TLS).
+  virtual BatchedRecv* ReadAhead() { return nullptr; }
   // Null for plain TCP; set once established for TLS.
   virtual const TlsInfo* tls() const { return nullptr; }
   // Why the handshake or the last I/O failed, for logs ("" when unknown).
@@ -106,10 +111,18 @@ class Transport {
 // leaves the rest queued and the transport blocked: Write then tries the
 // queue first and reports kWouldBlock until it is gone, and OnWritable()
 // resumes it.
+//
+// Receives: Read returns the bytes (or end of stream, or error) the loop's
+// read-ahead received for the socket in this iteration first. Bytes the owner
+// did not take by the end of the iteration are copied into the transport and
+// returned by the next Reads (the socket is not read ahead again meanwhile).
 class PlainTransport final : public Transport {
  public:
   explicit PlainTransport(int fd, EventLoop* loop = nullptr)
-      : Transport(fd), loop_(loop), send_(this, &PlainTransport::OnSent) {}
+      : Transport(fd),
+        loop_(loop),
+        send_(this, &PlainTransport::OnSent),
+        recv_(this, fd, &PlainTransport::KeepReadAhead) {}
   bool established() const override { return true; }
   HandshakeStatus Handshake() override { return HandshakeStatus::kDone; }
   ssize_t Read(char* data, size_t size, bool* drained) override;
@@ -119,12 +132,16 @@ class PlainTransport final : public Transport {
   bool FlushQueued() override;
   void OnWritable() override;
   void BeforeClose() override;
+  BatchedRecv* ReadAhead() override;
 
   // Writes that would make the queue larger go to the socket directly.
   static constexpr size_t kMaxQueued = 64 * 1024;
 
  private:
   static void OnSent(void* self, int result);
+  static void KeepReadAhead(void* self);
+  // Read's answer from the read-ahead or the bytes kept from it.
+  ssize_t TakeReadAhead(char* data, size_t size, bool* drained);
   ssize_t SendDirect(const char* data, size_t size);
   // Queues the send of the queue for the end of the batch (or cancels it).
   void Rearm();
@@ -134,6 +151,9 @@ class PlainTransport final : public Transport {
   proxy::Buffer queue_;
   bool blocked_ = false;  // the socket had no room for the queue
   bool failed_ = false;   // a queued send failed: the peer is gone
+  BatchedRecv recv_;
+  proxy::Buffer kept_;  // read-ahead bytes of an earlier iteration, not read yet
+  int kept_end_ = 1;    // its end of stream (0) or error (-errno) not read yet; 1: none
 };
 
 }  // namespace kwd::net

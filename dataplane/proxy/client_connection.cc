@@ -107,6 +107,14 @@ void ClientConnection::OnIo(uint32_t events) {
   Drive();
 }
 
+net::BatchedRecv* ClientConnection::ReadAhead() {
+  // Waiting for a request head, which OnIo reads at once (StepHead).
+  if (closed_ || phase_ != Phase::kHead || out_.size() >= kHighWater || client_eof_ || draining_) {
+    return nullptr;
+  }
+  return transport_->ReadAhead();
+}
+
 void ClientConnection::BeginDrain() {
   draining_ = true;
   if (idle()) {

@@ -38,6 +38,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
 
   void Start();
   void OnIo(uint32_t events) override;
+  net::BatchedRecv* ReadAhead() override;
   // Worker is draining: finish the current request, then close.
   void BeginDrain();
   bool idle() const { return phase_ == Phase::kHead && in_.empty() && !request_started_; }

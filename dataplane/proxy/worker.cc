@@ -178,6 +178,15 @@ void UpstreamConnection::OnIo(uint32_t events) {
   }
 }
 
+net::BatchedRecv* UpstreamConnection::ReadAhead() {
+  // Carrying a request: its exchange reads the response on the event (idle
+  // in the pool, readiness closes it; connecting, it reads nothing yet).
+  if (closed || owner == nullptr || connecting) {
+    return nullptr;
+  }
+  return transport->ReadAhead();
+}
+
 void UpstreamConnection::Close() {
   if (closed) {
     return;

@@ -73,6 +73,7 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
   ~UpstreamConnection() override;
 
   void OnIo(uint32_t events) override;
+  net::BatchedRecv* ReadAhead() override;
   void Close();  // removes from epoll, closes the fd and deletes later
 
   Worker* worker;

@@ -1,10 +1,13 @@
 #include "dataplane/net/transport.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -214,6 +217,282 @@ TEST(IoUringFallbackTest, FailedSetUpIsReportedOnceAndSendsGoDirect) {
   EventLoop::SetIoUringMode(IoUringMode::kAuto, nullptr);
   ::close(fds[0]);
   ::close(fds[1]);
+}
+
+// ---- batched receives (read-ahead through io_uring) ----
+
+// An edge-triggered reader on the loop, as the proxy's connections are: it
+// opts in to the read-ahead while `opt_in`, and `on_io` handles each event.
+struct Reader final : IoHandler {
+  Reader(EventLoop* loop, int fd) : transport(std::make_unique<PlainTransport>(fd, loop)) {}
+  void OnIo(uint32_t events) override {
+    ++events_seen;
+    BatchedRecv* recv = transport != nullptr ? transport->ReadAhead() : nullptr;
+    read_ahead_seen = read_ahead_seen || (recv != nullptr && recv->pending());
+    on_io(events);
+  }
+  BatchedRecv* ReadAhead() override {
+    return opt_in && transport != nullptr ? transport->ReadAhead() : nullptr;
+  }
+  // Reads in `chunk`-byte pieces until the socket is drained, the stream
+  // ends or fails (what the proxy's ReadInto loop does).
+  void ReadAll(size_t chunk) {
+    std::string buf(chunk, '\0');
+    for (int i = 0; i < 100'000; ++i) {
+      bool drained = false;
+      ssize_t n = transport->Read(buf.data(), chunk, &drained);
+      if (n > 0) {
+        got.append(buf.data(), static_cast<size_t>(n));
+      } else {
+        last = n;
+        if (n != Transport::kWouldBlock) {
+          ended = true;
+        }
+        return;
+      }
+      if (drained) {
+        return;
+      }
+    }
+  }
+  std::unique_ptr<PlainTransport> transport;
+  bool opt_in = true;
+  std::function<void(uint32_t)> on_io = [](uint32_t) {};
+  std::string got;
+  ssize_t last = 1;
+  bool ended = false;
+  bool read_ahead_seen = false;
+  int events_seen = 0;
+};
+
+// Runs `loop` until `done` holds after an iteration's events (or 10 s).
+void RunUntil(EventLoop* loop, const std::function<bool()>& done) {
+  struct Check {
+    EventLoop* loop;
+    std::function<bool()> done;
+    int64_t deadline;
+    Timer timer{this, [](void* self) {
+                  auto* c = static_cast<Check*>(self);
+                  if (c->done() || MonotonicMs() > c->deadline) {
+                    c->loop->Stop();
+                  } else {
+                    c->loop->Schedule(&c->timer, 1);
+                  }
+                }};
+  } check{loop, done, MonotonicMs() + 10'000};
+  loop->Schedule(&check.timer, 0);
+  loop->Run();
+}
+
+// A connected loopback TCP pair (a reset needs TCP).
+void TcpPair(int* client, int* server) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  *client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(*client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  *server = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK);
+  ASSERT_GE(*server, 0);
+  ::close(listener);
+}
+
+void WriteAll(int fd, std::string_view bytes) {
+  for (int i = 0; i < 100'000 && !bytes.empty(); ++i) {
+    ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+using ReadAheadTest = BatchedTransportTest;
+
+TEST_F(ReadAheadTest, PipelinedRequestsAndALargeBodyReachTheOwnerByteExact) {
+  std::string sent = "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::string body(3 * EventLoop::kRecvSlotBytes + 123, '\0');
+  for (size_t i = 0; i < body.size(); ++i) {
+    body[i] = static_cast<char>('a' + i % 26);
+  }
+  sent += "POST /c HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  WriteAll(fds_[1], sent);
+  Reader reader(loop_.get(), fds_[0]);
+  reader.on_io = [&](uint32_t) { reader.ReadAll(1000); };  // pieces smaller than a slot
+  ASSERT_TRUE(loop_->Add(fds_[0], EPOLLIN | EPOLLET, &reader));
+  RunUntil(loop_.get(), [&] { return reader.got.size() >= sent.size(); });
+  EXPECT_TRUE(reader.read_ahead_seen) << "the first event's bytes came from the read-ahead";
+  EXPECT_TRUE(reader.got == sent) << reader.got.size() << " of " << sent.size() << " bytes";
+  // More bytes later: a new edge, a new read-ahead.
+  reader.read_ahead_seen = false;
+  WriteAll(fds_[1], "GET /d HTTP/1.1\r\n\r\n");
+  RunUntil(loop_.get(), [&] { return reader.got.size() > sent.size(); });
+  EXPECT_TRUE(reader.read_ahead_seen);
+  EXPECT_TRUE(reader.got == sent + "GET /d HTTP/1.1\r\n\r\n") << reader.got.size();
+  loop_->Remove(fds_[0]);
+}
+
+TEST_F(ReadAheadTest, EndOfStreamAndResetAreSeenThroughTheReadAhead) {
+  {
+    WriteAll(fds_[1], "last words");
+    ::shutdown(fds_[1], SHUT_WR);
+    Reader reader(loop_.get(), fds_[0]);
+    reader.on_io = [&](uint32_t) {
+      for (int i = 0; i < 10 && !reader.ended; ++i) {
+        reader.ReadAll(4096);
+      }
+    };
+    ASSERT_TRUE(loop_->Add(fds_[0], EPOLLIN | EPOLLRDHUP | EPOLLET, &reader));
+    RunUntil(loop_.get(), [&] { return reader.ended; });
+    EXPECT_TRUE(reader.read_ahead_seen);
+    EXPECT_EQ(reader.got, "last words");
+    EXPECT_EQ(reader.last, Transport::kEof);
+    loop_->Remove(fds_[0]);
+  }
+  int client = -1;
+  int server = -1;
+  TcpPair(&client, &server);
+  Reader reader(loop_.get(), server);
+  // The reset alone: the read-ahead's first result is the error.
+  reader.on_io = [&](uint32_t) { reader.ReadAll(4096); };
+  ASSERT_TRUE(loop_->Add(server, EPOLLIN | EPOLLRDHUP | EPOLLET, &reader));
+  linger reset{1, 0};
+  ASSERT_EQ(::setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+  ::close(client);
+  RunUntil(loop_.get(), [&] { return reader.ended; });
+  EXPECT_TRUE(reader.read_ahead_seen);
+  EXPECT_EQ(reader.last, Transport::kError);
+  loop_->Remove(server);
+  ::close(server);
+}
+
+TEST_F(ReadAheadTest, BytesTheOwnerDoesNotTakeOnTheEventAreKeptInOrder) {
+  Reader reader(loop_.get(), fds_[0]);
+  int taken_on_event = 0;
+  reader.on_io = [&](uint32_t) {
+    if (reader.events_seen == 1) {
+      return;  // back-pressure: does not read on this event
+    }
+    if (reader.events_seen == 2) {
+      char buf[5];
+      bool drained = false;
+      taken_on_event = static_cast<int>(reader.transport->Read(buf, sizeof buf, &drained));
+      reader.got.append(buf, 5);
+      return;  // reads a little, then stops
+    }
+  };
+  ASSERT_TRUE(loop_->Add(fds_[0], EPOLLIN | EPOLLRDHUP | EPOLLET, &reader));
+  WriteAll(fds_[1], "first batch;");
+  RunUntil(loop_.get(), [&] { return reader.events_seen >= 1; });
+  EXPECT_TRUE(reader.read_ahead_seen);
+  EXPECT_EQ(reader.transport->ReadAhead(), nullptr) << "holding kept bytes: not read ahead";
+  WriteAll(fds_[1], "second;");
+  RunUntil(loop_.get(), [&] { return reader.events_seen >= 2; });
+  EXPECT_EQ(taken_on_event, 5);
+  WriteAll(fds_[1], "third");
+  ::shutdown(fds_[1], SHUT_WR);
+  RunUntil(loop_.get(), [&] { return reader.events_seen >= 3; });
+  // Now the owner reads everything: the kept bytes first, then the socket.
+  for (int i = 0; i < 10 && !reader.ended; ++i) {
+    reader.ReadAll(3);
+  }
+  EXPECT_EQ(reader.got, "first batch;second;third");
+  EXPECT_EQ(reader.last, Transport::kEof);
+  loop_->Remove(fds_[0]);
+}
+
+TEST_F(ReadAheadTest, AnEndOfStreamNotTakenOnTheEventIsKept) {
+  Reader reader(loop_.get(), fds_[0]);
+  ASSERT_TRUE(loop_->Add(fds_[0], EPOLLIN | EPOLLRDHUP | EPOLLET, &reader));
+  ::shutdown(fds_[1], SHUT_WR);
+  RunUntil(loop_.get(), [&] { return reader.events_seen >= 1; });
+  EXPECT_TRUE(reader.read_ahead_seen);
+  char buf[8];
+  bool drained = false;
+  EXPECT_EQ(reader.transport->Read(buf, sizeof buf, &drained), Transport::kEof);
+  loop_->Remove(fds_[0]);
+}
+
+TEST_F(ReadAheadTest, AConnectionClosedInTheBatchOfItsReadAheadIsNotTouchedAgain) {
+  int more[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, more), 0);
+  Reader one(loop_.get(), fds_[0]);
+  Reader two(loop_.get(), more[0]);
+  // Whichever runs first closes the other (whose read-ahead of the same
+  // batch is pending), as a client connection closes its upstream.
+  auto close_other = [&](Reader& self, Reader& other) {
+    self.ReadAll(4096);
+    if (other.transport != nullptr) {
+      other.transport->BeforeClose();
+      loop_->Remove(other.transport->fd());
+      other.transport.reset();
+    }
+  };
+  one.on_io = [&](uint32_t) {
+    if (one.transport != nullptr) {
+      close_other(one, two);
+    }
+  };
+  two.on_io = [&](uint32_t) {
+    if (two.transport != nullptr) {
+      close_other(two, one);
+    }
+  };
+  ASSERT_TRUE(loop_->Add(fds_[0], EPOLLIN | EPOLLET, &one));
+  ASSERT_TRUE(loop_->Add(more[0], EPOLLIN | EPOLLET, &two));
+  WriteAll(fds_[1], "to one");
+  WriteAll(more[1], "to two");
+  RunUntil(loop_.get(), [&] { return one.events_seen + two.events_seen >= 2; });
+  EXPECT_EQ(one.events_seen + two.events_seen, 2) << "both in one batch";
+  EXPECT_TRUE(one.read_ahead_seen || two.read_ahead_seen);
+  EXPECT_NE(one.got == "to one", two.got == "to two") << "the first read, the second was closed";
+  loop_->Remove(fds_[0]);
+  loop_->Remove(more[0]);
+  ::close(more[0]);
+  ::close(more[1]);
+  // A transport destroyed with its read-ahead not taken at all.
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, more), 0);
+  Reader three(loop_.get(), more[0]);
+  three.on_io = [&](uint32_t) { three.transport.reset(); };
+  ASSERT_TRUE(loop_->Add(more[0], EPOLLIN | EPOLLET, &three));
+  WriteAll(more[1], "never read");
+  RunUntil(loop_.get(), [&] { return three.events_seen >= 1; });
+  EXPECT_TRUE(three.read_ahead_seen);
+  EXPECT_EQ(three.transport, nullptr);
+  loop_->Remove(more[0]);
+  ::close(more[0]);
+  ::close(more[1]);
+}
+
+TEST(ReadAheadFallbackTest, WithoutARingTheOwnerReadsDirectly) {
+  for (bool failed_set_up : {false, true}) {
+    SCOPED_TRACE(failed_set_up ? "set-up failed" : "--io-uring off");
+    if (failed_set_up) {
+      EventLoop::SetIoUringMode(IoUringMode::kAuto, nullptr);
+      EventLoop::FailIoUringSetupForTesting(ENOSYS);
+    } else {
+      EventLoop::SetIoUringMode(IoUringMode::kOff, nullptr);
+    }
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    {
+      EventLoop loop;
+      Reader reader(&loop, fds[0]);
+      reader.on_io = [&](uint32_t) { reader.ReadAll(4); };
+      ASSERT_TRUE(loop.Add(fds[0], EPOLLIN | EPOLLET, &reader));
+      WriteAll(fds[1], "direct reads");
+      RunUntil(&loop, [&] { return reader.got.size() >= 12; });
+      EXPECT_FALSE(reader.read_ahead_seen);
+      EXPECT_EQ(reader.transport->ReadAhead(), nullptr);
+      EXPECT_EQ(reader.got, "direct reads");
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  EventLoop::FailIoUringSetupForTesting(0);
+  EventLoop::SetIoUringMode(IoUringMode::kAuto, nullptr);
 }
 
 }  // namespace
