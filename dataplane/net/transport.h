@@ -89,6 +89,13 @@ class Transport {
   // The owner closes the descriptor next: queued bytes go to the kernel now
   // (best effort, never blocks) and the transport does no I/O after it.
   virtual void BeforeClose() {}
+  // Whether CloseBatched() would take the close over now.
+  virtual bool CanCloseBatched() const { return false; }
+  // Instead of BeforeClose() and close(2), when CanCloseBatched(): the loop
+  // sends the queued bytes and closes the descriptor after them in its
+  // batched submit at the end of the batch (a failed send makes that close a
+  // reset); the owner neither uses nor closes the descriptor any more.
+  virtual void CloseBatched() {}
   // Null for plain TCP; set once established for TLS.
   virtual const TlsInfo* tls() const { return nullptr; }
   // Why the handshake or the last I/O failed, for logs ("" when unknown).
@@ -119,9 +126,16 @@ class PlainTransport final : public Transport {
   bool FlushQueued() override;
   void OnWritable() override;
   void BeforeClose() override;
+  bool CanCloseBatched() const override;
+  void CloseBatched() override;
 
   // Writes that would make the queue larger go to the socket directly.
   static constexpr size_t kMaxQueued = 64 * 1024;
+  // CloseBatched() only for a connection that gave the kernel no more than
+  // this in all: a send buffer (16 KiB at first with Linux's default
+  // tcp_wmem) takes it whole, so the send linked before the close is never
+  // short (a short send would not stop the close).
+  static constexpr uint64_t kMaxBytesForBatchedClose = 4096;
 
  private:
   static void OnSent(void* self, int result);
@@ -134,6 +148,7 @@ class PlainTransport final : public Transport {
   proxy::Buffer queue_;
   bool blocked_ = false;  // the socket had no room for the queue
   bool failed_ = false;   // a queued send failed: the peer is gone
+  uint64_t sent_ = 0;     // bytes the kernel took
 };
 
 }  // namespace kwd::net
