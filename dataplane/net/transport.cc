@@ -116,6 +116,19 @@ void PlainTransport::OnWritable() {
   }
 }
 
+void* PlainTransport::operator new(size_t size) {
+  return size == sizeof(PlainTransport) ? proxy::PerThreadBlocks<sizeof(PlainTransport)>::Take()
+                                        : ::operator new(size);
+}
+
+void PlainTransport::operator delete(void* block, size_t size) {
+  if (size == sizeof(PlainTransport)) {
+    proxy::PerThreadBlocks<sizeof(PlainTransport)>::Give(block);
+  } else {
+    ::operator delete(block);
+  }
+}
+
 void PlainTransport::BeforeClose() {
   (void)FlushQueued();
   queue_.Clear();

@@ -117,6 +117,9 @@ class PlainTransport final : public Transport {
  public:
   explicit PlainTransport(int fd, EventLoop* loop = nullptr)
       : Transport(fd), loop_(loop), send_(this, &PlainTransport::OnSent) {}
+  // One a connection: from the thread's PerThreadBlocks (buffer.h).
+  static void* operator new(size_t size);
+  static void operator delete(void* block, size_t size);
   bool established() const override { return true; }
   HandshakeStatus Handshake() override { return HandshakeStatus::kDone; }
   ssize_t Read(char* data, size_t size, bool* drained) override;

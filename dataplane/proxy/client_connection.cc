@@ -716,6 +716,19 @@ void ClientConnection::Linger() {
   }
 }
 
+void* ClientConnection::operator new(size_t size) {
+  return size == sizeof(ClientConnection) ? PerThreadBlocks<sizeof(ClientConnection)>::Take()
+                                          : ::operator new(size);
+}
+
+void ClientConnection::operator delete(void* block, size_t size) {
+  if (size == sizeof(ClientConnection)) {
+    PerThreadBlocks<sizeof(ClientConnection)>::Give(block);
+  } else {
+    ::operator delete(block);
+  }
+}
+
 void ClientConnection::HandOverToHttp2() {
   closed_ = true;
   worker_->metrics().http1_connections.Add(-1);
