@@ -234,7 +234,6 @@ class PerThreadFreeList {
   }
 };
 
-
 // Raw memory for a class a thread makes and destroys once per connection
 // (ClientConnection, PlainTransport), for the class's own operator new and
 // delete: blocks of `Size` bytes kept per thread, up to kMaxFree. malloc's
