@@ -88,6 +88,9 @@ EventLoop::~EventLoop() {
   while (sends_head_ != nullptr) {
     CancelSend(sends_head_);
   }
+  for (int fd : closes_) {
+    close(fd);
+  }
   while (recvs_head_ != nullptr) {
     CancelRecv(recvs_head_);
   }
@@ -261,10 +264,14 @@ void EventLoop::QueueSend(BatchedSend* send, int fd, const char* data, size_t si
 void EventLoop::CancelSend(BatchedSend* send) {
   if (send->loop_ == this) {
     Detach(sends_head_, sends_tail_, send);
+    if (send->close_fd_ >= 0) {
+      closes_.push_back(send->close_fd_);  // the close still goes
+      send->close_fd_ = -1;
+    }
   }
 }
 
-void EventLoop::SubmitAndReap(unsigned count, int* results) {
+unsigned EventLoop::SubmitAndReap(unsigned count, int* results) {
   for (unsigned i = 0; i < count; ++i) {
     results[i] = -ECANCELED;
   }
@@ -302,38 +309,111 @@ void EventLoop::SubmitAndReap(unsigned count, int* results) {
       io_uring_wait_cqe_nr(ring_, &cqe, submitted - reaped);
     }
   }
+  return submitted;
 }
+
+void EventLoop::QueueClose(int fd, BatchedSend* after) {
+  if (after != nullptr && after->loop_ == this) {
+    after->close_fd_ = fd;
+  } else {
+    closes_.push_back(fd);
+  }
+}
+
+namespace {
+// A socket whose last send did not go whole: the reset says so (a FIN would
+// end a close-delimited body as complete).
+void CloseWithReset(int fd) {
+  linger reset{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  close(fd);
+}
+}  // namespace
 
 void EventLoop::FlushSends() {
   // Callbacks may queue sends again (a transport whose owner writes more on
   // the result): those go in the next round, up to a bound.
-  for (int round = 0; round < 1000 && sends_head_ != nullptr; ++round) {
-    BatchedSend* batch[kRingEntries];
+  for (int round = 0; round < 1000 && (sends_head_ != nullptr || !closes_.empty()); ++round) {
+    BatchedSend* batch[kRingEntries];  // null for a close
+    int close_fds[kRingEntries];       // -1 for a send
+    bool linked[kRingEntries];         // a close after its socket's send
     unsigned count = 0;
-    while (sends_head_ != nullptr && count < ring_entries_ && uring_state_ == UringState::kOn) {
-      BatchedSend* send = sends_head_;
+    while (!closes_.empty() && uring_state_ == UringState::kOn) {
       io_uring_sqe* sqe = io_uring_get_sqe(ring_);
       if (sqe == nullptr) {
         break;
       }
+      io_uring_prep_close(sqe, closes_.back());
+      io_uring_sqe_set_data64(sqe, count);
+      batch[count] = nullptr;
+      linked[count] = false;
+      close_fds[count++] = closes_.back();
+      closes_.pop_back();
+    }
+    while (sends_head_ != nullptr && uring_state_ == UringState::kOn) {
+      BatchedSend* send = sends_head_;
+      const int close_fd = send->close_fd_;
+      if (io_uring_sq_space_left(ring_) < (close_fd >= 0 ? 2u : 1u)) {
+        break;
+      }
+      io_uring_sqe* sqe = io_uring_get_sqe(ring_);
+      send->close_fd_ = -1;
       CancelSend(send);
       // MSG_DONTWAIT: a socket without room completes at once with -EAGAIN
       // (the kernel does not park the send until there is room), so every
       // send has completed when the submit returns.
       io_uring_prep_send(sqe, send->fd_, send->data_, send->size_, MSG_DONTWAIT | MSG_NOSIGNAL);
       io_uring_sqe_set_data64(sqe, count);
-      batch[count++] = send;
+      batch[count] = send;
+      linked[count] = false;
+      close_fds[count++] = -1;
+      if (close_fd >= 0) {
+        // The close runs after the send, and only when it succeeded (a failed
+        // link member cancels the rest of the chain).
+        sqe->flags |= IOSQE_IO_LINK;
+        io_uring_sqe* close_sqe = io_uring_get_sqe(ring_);
+        io_uring_prep_close(close_sqe, close_fd);
+        io_uring_sqe_set_data64(close_sqe, count);
+        batch[count] = nullptr;
+        linked[count] = true;
+        close_fds[count++] = close_fd;
+      }
     }
     if (count == 0) {
+      // No ring (any more): a send with a close after it goes directly first
+      // (its owner sends no more: nothing queues it again), then the closes.
+      for (BatchedSend* send = sends_head_; send != nullptr;) {
+        BatchedSend* next = send->next_;
+        if (send->close_fd_ >= 0) {
+          CancelSend(send);  // its close joins closes_
+          send->done_(send->owner_, -ECANCELED);
+        }
+        send = next;
+      }
+      for (int fd : closes_) {
+        close(fd);
+      }
+      closes_.clear();
       return;
     }
     int results[kRingEntries];
-    SubmitAndReap(count, results);
+    const unsigned submitted = SubmitAndReap(count, results);
     for (unsigned i = 0; i < count; ++i) {
-      BatchedSend* send = batch[i];
-      // -ECANCELED when the submit itself failed: the owner retries with a
-      // direct send.
-      send->done_(send->owner_, results[i]);
+      if (BatchedSend* send = batch[i]; send != nullptr) {
+        // -ECANCELED when the submit itself failed: the owner retries with a
+        // direct send.
+        send->done_(send->owner_, results[i]);
+      }
+    }
+    for (unsigned i = 0; i < count; ++i) {
+      if (batch[i] != nullptr || results[i] != -ECANCELED) {
+        continue;  // a send, or a close that ran (another error: no descriptor to close)
+      }
+      if (i >= submitted || !linked[i]) {
+        close(close_fds[i]);  // never reached the kernel (its send went directly)
+      } else {
+        CloseWithReset(close_fds[i]);  // its send failed
+      }
     }
   }
 }
@@ -408,7 +488,7 @@ void EventLoop::EndRecvs() {
 
 void EventLoop::EndBatch() {
   RunDeferred();
-  if (sends_head_ != nullptr) {
+  if (sends_head_ != nullptr || !closes_.empty()) {
     FlushSends();
   }
 }

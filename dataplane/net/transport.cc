@@ -132,6 +132,7 @@ void PlainTransport::Rearm() {
 void PlainTransport::OnSent(void* self, int result) {
   auto* t = static_cast<PlainTransport*>(self);
   if (result > 0) {
+    t->sent_ += static_cast<uint64_t>(result);
     t->queue_.Consume(static_cast<size_t>(result));
     if (!t->queue_.empty()) {
       t->blocked_ = true;  // a short send: the socket is full (EPOLLOUT resumes)
@@ -180,6 +181,19 @@ void PlainTransport::OnWritable() {
   }
 }
 
+void* PlainTransport::operator new(size_t size) {
+  return size == sizeof(PlainTransport) ? proxy::PerThreadBlocks<sizeof(PlainTransport)>::Take()
+                                        : ::operator new(size);
+}
+
+void PlainTransport::operator delete(void* block, size_t size) {
+  if (size == sizeof(PlainTransport)) {
+    proxy::PerThreadBlocks<sizeof(PlainTransport)>::Give(block);
+  } else {
+    ::operator delete(block);
+  }
+}
+
 void PlainTransport::BeforeClose() {
   (void)FlushQueued();
   queue_.Clear();
@@ -190,10 +204,24 @@ void PlainTransport::BeforeClose() {
   loop_ = nullptr;
 }
 
+bool PlainTransport::CanCloseBatched() const {
+  return loop_ != nullptr && loop_->batching_sends() && !blocked_ && !failed_ &&
+         sent_ + queue_.size() <= kMaxBytesForBatchedClose;
+}
+
+void PlainTransport::CloseBatched() {
+  Rearm();  // the queued bytes, if any, go with the close
+  loop_->QueueClose(fd_, send_.queued() ? &send_ : nullptr);
+  // No I/O from here on: the send's result comes back to OnSent, which sends
+  // directly only when the ring did not take it (the close waits for that).
+  loop_ = nullptr;
+}
+
 ssize_t PlainTransport::SendDirect(const char* data, size_t size) {
   for (;;) {
     ssize_t n = ::send(fd_, data, size, MSG_NOSIGNAL);
     if (n >= 0) {
+      sent_ += static_cast<uint64_t>(n);
       return n > 0 ? n : kWouldBlock;
     }
     if (errno == EINTR) {

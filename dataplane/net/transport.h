@@ -94,6 +94,13 @@ class Transport {
   // transport on a loop with io_uring that holds no earlier read-ahead bytes.
   // Null otherwise (TLS).
   virtual BatchedRecv* ReadAhead() { return nullptr; }
+  // Whether CloseBatched() would take the close over now.
+  virtual bool CanCloseBatched() const { return false; }
+  // Instead of BeforeClose() and close(2), when CanCloseBatched(): the loop
+  // sends the queued bytes and closes the descriptor after them in its
+  // batched submit at the end of the batch (a failed send makes that close a
+  // reset); the owner neither uses nor closes the descriptor any more.
+  virtual void CloseBatched() {}
   // Null for plain TCP; set once established for TLS.
   virtual const TlsInfo* tls() const { return nullptr; }
   // Why the handshake or the last I/O failed, for logs ("" when unknown).
@@ -123,6 +130,9 @@ class PlainTransport final : public Transport {
         loop_(loop),
         send_(this, &PlainTransport::OnSent),
         recv_(this, fd, &PlainTransport::KeepReadAhead) {}
+  // One a connection: from the thread's PerThreadBlocks (buffer.h).
+  static void* operator new(size_t size);
+  static void operator delete(void* block, size_t size);
   bool established() const override { return true; }
   HandshakeStatus Handshake() override { return HandshakeStatus::kDone; }
   ssize_t Read(char* data, size_t size, bool* drained) override;
@@ -133,9 +143,16 @@ class PlainTransport final : public Transport {
   void OnWritable() override;
   void BeforeClose() override;
   BatchedRecv* ReadAhead() override;
+  bool CanCloseBatched() const override;
+  void CloseBatched() override;
 
   // Writes that would make the queue larger go to the socket directly.
   static constexpr size_t kMaxQueued = 64 * 1024;
+  // CloseBatched() only for a connection that gave the kernel no more than
+  // this in all: a send buffer (16 KiB at first with Linux's default
+  // tcp_wmem) takes it whole, so the send linked before the close is never
+  // short (a short send would not stop the close).
+  static constexpr uint64_t kMaxBytesForBatchedClose = 4096;
 
  private:
   static void OnSent(void* self, int result);
@@ -154,6 +171,7 @@ class PlainTransport final : public Transport {
   BatchedRecv recv_;
   proxy::Buffer kept_;  // read-ahead bytes of an earlier iteration, not read yet
   int kept_end_ = 1;    // its end of stream (0) or error (-errno) not read yet; 1: none
+  uint64_t sent_ = 0;     // bytes the kernel took
 };
 
 }  // namespace kwd::net

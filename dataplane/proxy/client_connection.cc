@@ -162,8 +162,12 @@ void ClientConnection::DriveSteps() {
         if (lingering_) {
           Linger();
         } else if (size_t pending = out_.size(); FlushClient()) {
-          if (out_.empty() && transport_->FlushQueued()) {
-            if (linger_ && !abortive_close_ && !client_eof_) {
+          // Without a lingering close, the queued end of the response may go
+          // with the close in the loop's batched submit (Close()).
+          const bool linger = linger_ && !abortive_close_ && !client_eof_;
+          if (out_.empty() &&
+              ((!linger && transport_->CanCloseBatched()) || transport_->FlushQueued())) {
+            if (linger) {
               StartLinger();
             } else {
               Close();
@@ -668,6 +672,14 @@ void ClientConnection::Close(std::string_view cause) {
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.
+  if (!abortive_close_ && !lingering_ && transport_->CanCloseBatched()) {
+    // The end of the response and the close go in the loop's batched submit
+    // (io_uring): no send(2) and close(2) of their own.
+    transport_->CloseBatched();
+    worker_->ConnectionClosed(this);
+    worker_->loop().DeleteLater(this);
+    return;
+  }
   if (!abortive_close_ && !transport_->FlushQueued()) {
     // Bytes taken as written that the kernel has no room for are lost: the
     // reset says the response was cut short (a FIN would end a
@@ -709,6 +721,19 @@ void ClientConnection::Linger() {
       Close();  // the client's end (or an error): nothing is left unread
     }
     return;
+  }
+}
+
+void* ClientConnection::operator new(size_t size) {
+  return size == sizeof(ClientConnection) ? PerThreadBlocks<sizeof(ClientConnection)>::Take()
+                                          : ::operator new(size);
+}
+
+void ClientConnection::operator delete(void* block, size_t size) {
+  if (size == sizeof(ClientConnection)) {
+    PerThreadBlocks<sizeof(ClientConnection)>::Give(block);
+  } else {
+    ::operator delete(block);
   }
 }
 

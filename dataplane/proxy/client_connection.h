@@ -35,6 +35,9 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   ClientConnection(Worker* worker, std::unique_ptr<net::Transport> transport,
                    std::string client_ip);
   ~ClientConnection() override;
+  // One a connection: from the thread's PerThreadBlocks (buffer.h).
+  static void* operator new(size_t size);
+  static void operator delete(void* block, size_t size);
 
   void Start();
   void OnIo(uint32_t events) override;

@@ -1,6 +1,7 @@
 #include "dataplane/net/transport.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -182,6 +183,92 @@ TEST_F(BatchedTransportTest, WritesToAResetPeerFail) {
   ASSERT_EQ(a.Write("x", 1), 1);
   loop_->FlushSends();
   EXPECT_EQ(a.Write("x", 1), Transport::kError);
+}
+
+// Whether `fd` is an open descriptor of this process.
+bool IsOpen(int fd) { return ::fcntl(fd, F_GETFD) != -1 || errno != EBADF; }
+
+// Connection: close with a small answer: the queued bytes and the close go in
+// the loop's batched submit (the send linked before the close), no send(2)
+// or close(2) of their own; the peer reads the whole answer, then its end.
+TEST_F(BatchedTransportTest, CloseBatchedSendsTheQueuedBytesThenClosesTheSocket) {
+  auto a = std::make_unique<PlainTransport>(fds_[0], loop_.get());
+  ASSERT_EQ(a->Write("HTTP/1.1 200 OK\r\n", 17), 17);
+  ASSERT_EQ(a->Write("Connection: close\r\n\r\n", 21), 21);
+  ASSERT_TRUE(a->CanCloseBatched());
+  a->CloseBatched();
+  EXPECT_TRUE(IsOpen(fds_[0])) << "nothing happens before the batch ends";
+  EXPECT_EQ(ReadAvailable(fds_[1]), "");
+  loop_->FlushSends();
+  EXPECT_FALSE(IsOpen(fds_[0])) << "closed by the ring";
+  fds_[0] = ::socket(AF_UNIX, SOCK_STREAM, 0);  // TearDown closes something
+  a.reset();
+  char buf[64];
+  ssize_t n = ::recv(fds_[1], buf, sizeof buf, MSG_DONTWAIT);
+  ASSERT_EQ(n, 38);
+  EXPECT_EQ(std::string(buf, 38), "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(::recv(fds_[1], buf, sizeof buf, MSG_DONTWAIT), 0) << "then the end of the stream";
+}
+
+TEST_F(BatchedTransportTest, CloseBatchedWithNothingQueuedClosesAtTheEndOfTheBatch) {
+  PlainTransport a(fds_[0], loop_.get());
+  ASSERT_TRUE(a.CanCloseBatched());
+  a.CloseBatched();
+  EXPECT_TRUE(IsOpen(fds_[0]));
+  loop_->FlushSends();
+  EXPECT_FALSE(IsOpen(fds_[0]));
+  fds_[0] = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  char buf[8];
+  EXPECT_EQ(::recv(fds_[1], buf, sizeof buf, MSG_DONTWAIT), 0);
+}
+
+// The peer is gone: the linked send fails, which cancels the ring's close;
+// the loop closes the socket itself then (with a reset): no descriptor leaks.
+TEST_F(BatchedTransportTest, ACloseAfterAFailedSendStillClosesTheSocket) {
+  PlainTransport a(fds_[0], loop_.get());
+  ::close(fds_[1]);
+  fds_[1] = -1;
+  ASSERT_EQ(a.Write("lost", 4), 4);
+  ASSERT_TRUE(a.CanCloseBatched());
+  a.CloseBatched();
+  loop_->FlushSends();
+  EXPECT_FALSE(IsOpen(fds_[0]));
+  fds_[0] = ::socket(AF_UNIX, SOCK_STREAM, 0);
+}
+
+// Only a connection that gave the kernel little in all: a larger answer (or
+// a long keep-alive connection) might not fit its send buffer whole, and a
+// short send would not stop the linked close. Those close as before.
+TEST_F(BatchedTransportTest, CloseBatchedOnlyForConnectionsThatSentLittle) {
+  PlainTransport a(fds_[0], loop_.get());
+  std::string big(PlainTransport::kMaxBytesForBatchedClose + 1, 'x');
+  ASSERT_EQ(a.Write(big.data(), big.size()), static_cast<ssize_t>(big.size()));
+  EXPECT_FALSE(a.CanCloseBatched()) << "queued";
+  loop_->FlushSends();
+  EXPECT_EQ(a.queued(), 0u);
+  EXPECT_FALSE(a.CanCloseBatched()) << "sent before";
+  PlainTransport b(fds_[1], loop_.get());
+  std::string half(PlainTransport::kMaxBytesForBatchedClose / 2, 'y');
+  ASSERT_EQ(b.Write(half.data(), half.size()), static_cast<ssize_t>(half.size()));
+  loop_->FlushSends();
+  ASSERT_EQ(b.Write(half.data(), half.size()), static_cast<ssize_t>(half.size()));
+  EXPECT_TRUE(b.CanCloseBatched()) << "exactly the limit";
+  ASSERT_EQ(b.Write("z", 1), 1);
+  EXPECT_FALSE(b.CanCloseBatched());
+  PlainTransport direct(fds_[0]);  // no loop: direct sends only
+  EXPECT_FALSE(direct.CanCloseBatched());
+}
+
+// A loop destroyed with a close still queued closes the descriptor itself.
+TEST_F(BatchedTransportTest, ALoopDestroyedWithQueuedClosesClosesThem) {
+  {
+    PlainTransport a(fds_[0], loop_.get());
+    ASSERT_EQ(a.Write("bye", 3), 3);
+    a.CloseBatched();
+  }  // the transport goes first (its queued send is cancelled; the close stays)
+  loop_.reset();
+  EXPECT_FALSE(IsOpen(fds_[0]));
+  fds_[0] = ::socket(AF_UNIX, SOCK_STREAM, 0);
 }
 
 int g_reported_error = 0;

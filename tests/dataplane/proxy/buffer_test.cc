@@ -104,5 +104,44 @@ TEST(PerThreadFreeListTest, ReusesGivenBackObjectsUpToTheBound) {
   EXPECT_EQ(List::Take().get(), kept_b);
 }
 
+// A class made and destroyed once per connection takes its memory from the
+// thread's blocks: a destroyed object's block serves the next one (the last
+// given back first), up to the bound; other sizes (a derived class) go to the
+// global heap.
+TEST(PerThreadBlocksTest, ReusesBlocksOfDestroyedObjectsUpToTheBound) {
+  struct Connection {
+    static void* operator new(size_t size) {
+      return size == sizeof(Connection) ? PerThreadBlocks<sizeof(Connection), 2>::Take()
+                                        : ::operator new(size);
+    }
+    static void operator delete(void* block, size_t size) {
+      if (size == sizeof(Connection)) {
+        PerThreadBlocks<sizeof(Connection), 2>::Give(block);
+      } else {
+        ::operator delete(block);
+      }
+    }
+    char bytes[1500];
+  };
+  auto* a = new Connection;
+  auto* b = new Connection;
+  auto* c = new Connection;
+  void* block_a = a;
+  void* block_b = b;
+  delete a;
+  delete b;
+  delete c;  // beyond the bound: back to the heap
+  auto* d = new Connection;
+  EXPECT_EQ(static_cast<void*>(d), block_b);
+  auto* e = new Connection;
+  EXPECT_EQ(static_cast<void*>(e), block_a);
+  auto* f = new Connection;  // none kept any more: from the heap
+  EXPECT_NE(static_cast<void*>(f), block_a);
+  EXPECT_NE(static_cast<void*>(f), block_b);
+  delete d;
+  delete e;
+  delete f;
+}
+
 }  // namespace
 }  // namespace kwd::proxy
