@@ -4,7 +4,16 @@
 
 #include <cerrno>
 
+#include "dataplane/net/socket.h"
+
 namespace kwd::net {
+
+bool Transport::BeforeClose(size_t dropped) {
+  if (dropped > 0) {
+    ResetOnClose(fd_);
+  }
+  return dropped == 0;
+}
 
 ssize_t PlainTransport::Read(char* data, size_t size, bool* drained) {
   *drained = false;
@@ -115,11 +124,17 @@ void PlainTransport::OnWritable() {
   }
 }
 
-void PlainTransport::BeforeClose() {
-  (void)FlushQueued();
+bool PlainTransport::BeforeClose(size_t dropped) {
+  // A failed connection (nothing will ever go) counts as flushed: the peer
+  // is gone and hears nothing more either way.
+  bool lost = !FlushQueued() || dropped > 0;
   queue_.Clear();
   queue_.Release();
   loop_ = nullptr;
+  if (lost) {
+    ResetOnClose(fd_);
+  }
+  return !lost;
 }
 
 ssize_t PlainTransport::SendDirect(const char* data, size_t size) {

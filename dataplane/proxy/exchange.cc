@@ -485,7 +485,7 @@ void Exchange::ConnectUpstream() {
     return;
   }
   int err = 0;
-  int fd = net::ConnectNonBlocking(endpoint, &err);
+  int fd = worker_->ConnectToServer(endpoint, &err);
   if (fd < 0) {
     OnConnectFailed(err);
     return;
@@ -641,7 +641,7 @@ void Exchange::RetryOnFreshConnection() {
   int err = 0;
   int fd = -1;
   if (net::MakeEndpoint(server->address, static_cast<uint16_t>(server->port), &endpoint)) {
-    fd = net::ConnectNonBlocking(endpoint, &err);
+    fd = worker_->ConnectToServer(endpoint, &err);
   }
   if (fd < 0) {
     Abort(ErrorCode::kBadGateway, "the selected server is not reachable");
@@ -1131,7 +1131,9 @@ void Exchange::ReleaseUpstream(bool reusable) {
     upstream_->owner = nullptr;
     worker_->ReleaseIdle(upstream_);
   } else {
-    upstream_->Close();
+    // Request bytes (a tunnel's client data) the server never got: the
+    // reset tells it the stream was cut short.
+    upstream_->Close(UpstreamPending() + request_body_.size());
   }
   upstream_ = nullptr;
   upstream_in_.Clear();
