@@ -2,6 +2,7 @@
 
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -334,6 +335,7 @@ void Exchange::Recycle(ClientContext client) {
   retried_ = false;
   retried_reuse_ = false;
   tunnel_ = false;
+  upstream_shut_ = false;
   request_body_.Clear();
   request_end_ = false;
   request_done_ = false;
@@ -747,8 +749,14 @@ bool Exchange::Step(bool* moved) {
   if (phase_ != Phase::kForward) {
     return false;
   }
-  if (tunnel_ && request_done_) {
-    response_done_ = true;  // the client ended the tunnel
+  if (tunnel_ && request_done_ && !upstream_shut_ && upstream_ != nullptr &&
+      UpstreamPending() == 0 && upstream_->transport->FlushQueued()) {
+    // The client half-closed the tunnel: its FIN follows its last bytes to
+    // the server, whose answer still flows back until it closes (as HAProxy
+    // keeps a tunnel half-open); the client's idle timeout bounds the wait.
+    upstream_shut_ = true;
+    upstream_->transport->Shutdown();
+    ::shutdown(upstream_->fd, SHUT_WR);
   }
   if (response_done_) {
     Finish();
