@@ -1511,8 +1511,9 @@ TEST_F(ProxyConnectionTest, TunnelClosedWithBytesTheServerDidNotTakeResetsTheSer
   size_t received = 0;
   int error = -1;
   ScriptedBackend backend([&](int fd, int, const std::string&, std::string rest) {
-    SendAll(fd, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-                "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+    SendAll(fd,
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
     testing::WaitFor([&] { return read_now.load(); }, std::chrono::seconds(30));
     Drained d = ReadUntilEnd(fd);
     received = rest.size() + d.bytes.size();
@@ -1525,8 +1526,9 @@ TEST_F(ProxyConnectionTest, TunnelClosedWithBytesTheServerDidNotTakeResetsTheSer
   int base = OpenSockets(proxy_->pid());
   int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
   ASSERT_GE(fd, 0);
-  SendAll(fd, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  SendAll(fd,
+          "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
   std::string buffered;
   std::string head;
   ASSERT_TRUE(ReadHead(fd, &buffered, &head));
@@ -1550,8 +1552,9 @@ TEST_F(ProxyConnectionTest, TunnelClosedWithBytesTheServerDidNotTakeResetsTheSer
 // until the server closes. It ended the whole tunnel at the client's FIN.
 TEST_F(ProxyConnectionTest, HalfClosedTunnelStillRelaysTheServersAnswer) {
   ScriptedBackend backend([](int fd, int, const std::string&, std::string rest) {
-    SendAll(fd, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-                "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+    SendAll(fd,
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
     Drained d = ReadUntilEnd(fd);  // everything, up to the client's FIN
     if (d.error == 0) {
       SendAll(fd, "got " + std::to_string(rest.size() + d.bytes.size()) + " bytes");
@@ -1560,8 +1563,9 @@ TEST_F(ProxyConnectionTest, HalfClosedTunnelStillRelaysTheServersAnswer) {
   ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
   int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
   ASSERT_GE(fd, 0);
-  SendAll(fd, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  SendAll(fd,
+          "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
   std::string buffered;
   std::string head;
   ASSERT_TRUE(ReadHead(fd, &buffered, &head));
@@ -1608,8 +1612,8 @@ TEST_F(ProxyConnectionTest, Http2ConnectionClosedWithFramesTheClientDidNotTakeRe
       }
     }
   });
-  ASSERT_NO_FATAL_FAILURE(StartProxy(
-      backend.port(), {"--workers", "1", "--h2c", "--h2-ping-timeout", "500ms"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartProxy(backend.port(), {"--workers", "1", "--h2c", "--h2-ping-timeout", "500ms"}));
   ASSERT_TRUE(testing::WaitFor([&] { return backend.health_checks() >= 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the health check's close
   int base = OpenSockets(proxy_->pid());
@@ -1649,9 +1653,8 @@ TEST_F(ProxyConnectionTest, Http2ConnectionClosedWithFramesTheClientDidNotTakeRe
     at += 9 + len;
   }
   ASSERT_LT(data, kSize) << "the test needs frames the client did not take";
-  EXPECT_EQ(d.error, ECONNRESET) << "a FIN after " << data << " of " << kSize
-                                 << " body bytes, " << d.bytes.size() - at
-                                 << " bytes of a cut frame";
+  EXPECT_EQ(d.error, ECONNRESET) << "a FIN after " << data << " of " << kSize << " body bytes, "
+                                 << d.bytes.size() - at << " bytes of a cut frame";
   EXPECT_FALSE(ended);
 }
 
@@ -1672,7 +1675,9 @@ TEST_F(ProxyDescriptorTest, UpstreamConnectOutOfDescriptorsClosesTheOldestIdlePo
       for (int i = 0; i < 1000 && answering.load() < kPooled; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(index == 0 ? 0 : index == 1 ? 200 : 800));
+      std::this_thread::sleep_for(std::chrono::milliseconds(index == 0   ? 0
+                                                            : index == 1 ? 200
+                                                                         : 800));
     }
     std::string head;
     for (int i = 0; i < 100; ++i) {  // keep-alive: answer until the proxy closes
