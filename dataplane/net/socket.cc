@@ -188,6 +188,11 @@ void SetNotSentLowWater(int fd, int bytes) {
   setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof bytes);
 }
 
+void ResetOnClose(int fd) {
+  linger reset{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+}
+
 bool IsLocalResourceError(int error_number) {
   return error_number == EMFILE || error_number == ENFILE || error_number == ENOBUFS ||
          error_number == ENOMEM || error_number == EADDRNOTAVAIL;

@@ -48,6 +48,10 @@ void PrepareClientFirstListener(int fd, int defer_accept_seconds);
 // before EPOLLOUT is reported again), TCP_NOTSENT_LOWAT. Set on a listening
 // socket, the connections accepted from it inherit it.
 void SetNotSentLowWater(int fd, int bytes);
+// Makes the coming close(2) of `fd` a reset rather than a FIN (SO_LINGER 0):
+// the peer sees the stream cut short, not ended cleanly, when bytes meant
+// for it are lost (a response cut after its head must not look complete).
+void ResetOnClose(int fd);
 // Pending socket error (SO_ERROR), 0 when none.
 int SocketError(int fd);
 // The numeric address of an endpoint without port ("10.0.0.1", "::1").

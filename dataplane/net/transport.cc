@@ -6,7 +6,16 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dataplane/net/socket.h"
+
 namespace kwd::net {
+
+bool Transport::BeforeClose(size_t dropped) {
+  if (dropped > 0) {
+    ResetOnClose(fd_);
+  }
+  return dropped == 0;
+}
 
 ssize_t PlainTransport::Read(char* data, size_t size, bool* drained) {
   *drained = false;
@@ -194,14 +203,20 @@ void PlainTransport::operator delete(void* block, size_t size) {
   }
 }
 
-void PlainTransport::BeforeClose() {
-  (void)FlushQueued();
+bool PlainTransport::BeforeClose(size_t dropped) {
+  // A failed connection (nothing will ever go) counts as flushed: the peer
+  // is gone and hears nothing more either way.
+  bool lost = !FlushQueued() || dropped > 0;
   queue_.Clear();
   queue_.Release();
   recv_.Finish();
   kept_.Clear();
   kept_.Release();
   loop_ = nullptr;
+  if (lost) {
+    ResetOnClose(fd_);
+  }
+  return !lost;
 }
 
 bool PlainTransport::CanCloseBatched() const {

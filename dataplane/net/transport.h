@@ -88,7 +88,12 @@ class Transport {
   virtual void OnWritable() {}
   // The owner closes the descriptor next: queued bytes go to the kernel now
   // (best effort, never blocks) and the transport does no I/O after it.
-  virtual void BeforeClose() {}
+  // `dropped`: bytes for the peer the owner still had and drops. When bytes
+  // are lost so (those, or queued ones the kernel has no room for), the
+  // close is made a reset (SO_LINGER 0) and false returned: the peer sees
+  // the stream cut short, not a clean end (the owner sends no TLS
+  // close_notify then either).
+  virtual bool BeforeClose(size_t dropped = 0);
   // The receive the loop may make ahead of the owner's next Read, together
   // with other sockets' in one kernel entry (IoHandler::ReadAhead): a plain
   // transport on a loop with io_uring that holds no earlier read-ahead bytes.
@@ -141,7 +146,7 @@ class PlainTransport final : public Transport {
   size_t queued() const override { return queue_.size(); }
   bool FlushQueued() override;
   void OnWritable() override;
-  void BeforeClose() override;
+  bool BeforeClose(size_t dropped = 0) override;
   BatchedRecv* ReadAhead() override;
   bool CanCloseBatched() const override;
   void CloseBatched() override;

@@ -34,7 +34,14 @@ struct AccessLogEntry {
   int version_minor = 1;
   std::string_view protocol;  // "" : HTTP/1.x by version_minor; else as given ("passthrough")
   int status = 0;
-  uint64_t bytes_sent = 0;      // response body bytes
+  // Response body bytes the proxy passed on to the client's connection by
+  // the time the line is written: when the response ended (the server's
+  // last byte, or the abort). Not a count of what reached the client: the
+  // tail (up to the connection's buffer, 64 KiB, plus the batched-send
+  // queue, 64 KiB) may still be on its way then, and a client that goes
+  // away later does not change the line (its connection is reset, so the
+  // client sees the response cut short).
+  uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;  // request body bytes
   std::string_view group;
   std::string_view server;

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "dataplane/http/forward.h"
+#include "dataplane/net/socket.h"
 #include "dataplane/proxy/http2_connection.h"
 #include "dataplane/proxy/worker.h"
 
@@ -36,14 +37,6 @@ constexpr std::string_view kLastChunk = "0\r\n\r\n";
 // this many bytes, whichever comes first; then the connection closes.
 constexpr int64_t kLingerTimeoutMs = 5000;
 constexpr uint64_t kLingerMaxBytes = 1024 * 1024;
-
-// Makes the coming close of `fd` a reset rather than a FIN: a response cut
-// short after its head (above all a close-delimited body towards an HTTP/1.0
-// client) must not look complete to the client.
-void ResetOnClose(int fd) {
-  linger reset{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-}
 
 }  // namespace
 
@@ -584,7 +577,7 @@ void ClientConnection::OnExchangeAborted() {
   // The head went out: what was sent is delivered, then the connection is
   // reset so that no client can take the cut-short response as complete
   // (no TLS close_notify either: it would say "complete").
-  ResetOnClose(fd_);
+  net::ResetOnClose(fd_);
   abortive_close_ = true;
   phase_ = Phase::kClosing;
   ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
@@ -627,7 +620,7 @@ void ClientConnection::OnTimer() {
       if (!out_.empty()) {
         // A response the client stopped taking: cut short, and the reset
         // says so (a FIN would end a close-delimited body as complete).
-        ResetOnClose(fd_);
+        net::ResetOnClose(fd_);
         abortive_close_ = true;
       }
       Close("idle-timeout");  // ends a tunnel; no transaction is in flight otherwise
@@ -672,7 +665,7 @@ void ClientConnection::Close(std::string_view cause) {
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.
-  if (!abortive_close_ && !lingering_ && transport_->CanCloseBatched()) {
+  if (!abortive_close_ && !lingering_ && out_.empty() && transport_->CanCloseBatched()) {
     // The end of the response and the close go in the loop's batched submit
     // (io_uring): no send(2) and close(2) of their own.
     transport_->CloseBatched();
@@ -680,14 +673,12 @@ void ClientConnection::Close(std::string_view cause) {
     worker_->loop().DeleteLater(this);
     return;
   }
-  if (!abortive_close_ && !transport_->FlushQueued()) {
-    // Bytes taken as written that the kernel has no room for are lost: the
-    // reset says the response was cut short (a FIN would end a
-    // close-delimited body as complete).
-    ResetOnClose(fd_);
+  // Queued bytes go before the end of the stream. Bytes lost (queued ones
+  // the kernel has no room for, or our own) make it a reset: the response
+  // was cut short (a FIN would end a close-delimited body as complete).
+  if (!transport_->BeforeClose(out_.size())) {
     abortive_close_ = true;
   }
-  transport_->BeforeClose();  // queued bytes go before the end of the stream
   if (!abortive_close_ && !lingering_) {
     transport_->Shutdown();
   }

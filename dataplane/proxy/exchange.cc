@@ -2,6 +2,7 @@
 
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -389,6 +390,7 @@ void Exchange::Recycle(ClientContext client) {
   retried_ = false;
   retried_reuse_ = false;
   tunnel_ = false;
+  upstream_shut_ = false;
   request_body_.Clear();
   request_end_ = false;
   request_done_ = false;
@@ -541,7 +543,7 @@ void Exchange::ConnectUpstream() {
     return;
   }
   int err = 0;
-  int fd = net::ConnectNonBlocking(endpoint, &err);
+  int fd = worker_->ConnectToServer(endpoint, &err);
   if (fd < 0) {
     OnConnectFailed(err);
     return;
@@ -699,7 +701,7 @@ void Exchange::RetryOnFreshConnection() {
   int err = 0;
   int fd = -1;
   if (net::MakeEndpoint(server->address, static_cast<uint16_t>(server->port), &endpoint)) {
-    fd = net::ConnectNonBlocking(endpoint, &err);
+    fd = worker_->ConnectToServer(endpoint, &err);
   }
   if (fd < 0) {
     Abort(ErrorCode::kBadGateway, "the selected server is not reachable");
@@ -806,8 +808,14 @@ bool Exchange::Step(bool* moved) {
   if (phase_ != Phase::kForward) {
     return false;
   }
-  if (tunnel_ && request_done_) {
-    response_done_ = true;  // the client ended the tunnel
+  if (tunnel_ && request_done_ && !upstream_shut_ && upstream_ != nullptr &&
+      UpstreamPending() == 0 && upstream_->transport->FlushQueued()) {
+    // The client half-closed the tunnel: its FIN follows its last bytes to
+    // the server, whose answer still flows back until it closes (as HAProxy
+    // keeps a tunnel half-open); the client's idle timeout bounds the wait.
+    upstream_shut_ = true;
+    upstream_->transport->Shutdown();
+    ::shutdown(upstream_->fd, SHUT_WR);
   }
   if (response_done_) {
     Finish();
@@ -1200,7 +1208,9 @@ void Exchange::ReleaseUpstream(bool reusable) {
     upstream_->owner = nullptr;
     worker_->ReleaseIdle(upstream_);
   } else {
-    upstream_->Close();
+    // Request bytes (a tunnel's client data) the server never got: the
+    // reset tells it the stream was cut short.
+    upstream_->Close(UpstreamPending() + request_body_.size());
   }
   upstream_ = nullptr;
   upstream_in_.Clear();

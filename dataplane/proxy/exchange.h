@@ -296,6 +296,10 @@ class Exchange final : public UpstreamOwner {
   bool retried_ = false;
   bool retried_reuse_ = false;
   bool tunnel_ = false;  // 101 to an upgrade: bytes pass both ways until either ends
+  // The client half-closed the tunnel and its FIN went on to the server
+  // (shutdown SHUT_WR) once every byte before it had: the server's side
+  // still flows until the server closes.
+  bool upstream_shut_ = false;
 
   // Request body: raw bytes from the client until the upstream takes them.
   Buffer request_body_;

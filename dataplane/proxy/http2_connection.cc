@@ -1232,7 +1232,10 @@ void Http2Connection::Drive() {
         out_.Append(std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(n)));
       }
       if (!out_.empty()) {
-        (void)transport_->Write(out_.view().data(), out_.size());
+        ssize_t n = transport_->Write(out_.view().data(), out_.size());
+        if (n > 0) {
+          out_.Consume(static_cast<size_t>(n));  // not lost: the close stays a FIN
+        }
       }
     }
     Close("aborted-client");
@@ -1346,8 +1349,11 @@ void Http2Connection::Close(std::string_view cause) {
   worker_->loop().Cancel(&tick_);
   worker_->loop().CancelDeferred(&drive_soon_);
   worker_->loop().Remove(fd_);
-  transport_->Shutdown();
-  transport_->BeforeClose();
+  // Frames not sent (ours, or queued ones the kernel has no room for) are
+  // lost: the close is a reset then, without TLS close_notify.
+  if (transport_->BeforeClose(out_.size())) {
+    transport_->Shutdown();
+  }
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);

@@ -175,7 +175,7 @@ void PassthroughConnection::Connect() {
     return;
   }
   int error_number = 0;
-  int fd = net::ConnectNonBlocking(endpoint, &error_number);
+  int fd = worker_->ConnectToServer(endpoint, &error_number);
   if (fd < 0) {
     OnConnectFailed(error_number);
     return;

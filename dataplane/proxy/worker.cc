@@ -187,7 +187,7 @@ net::BatchedRecv* UpstreamConnection::ReadAhead() {
   return transport->ReadAhead();
 }
 
-void UpstreamConnection::Close() {
+void UpstreamConnection::Close(size_t dropped) {
   if (closed) {
     return;
   }
@@ -195,7 +195,7 @@ void UpstreamConnection::Close() {
   owner = nullptr;
   worker->loop().Cancel(&idle_timer);
   worker->loop().Remove(fd);
-  transport->BeforeClose();
+  transport->BeforeClose(dropped);
   ::close(fd);
   worker->loop().DeleteLater(this);
 }
@@ -603,6 +603,57 @@ size_t Worker::CloseIdleUpstreams() {
     bucket.idle.clear();
   }
   return closed;
+}
+
+size_t Worker::CloseOldestIdleUpstreams(size_t count) {
+  // Each bucket is in release order (its front idle longest) and every idle
+  // timer runs the same timeout from the release: the earliest deadline
+  // among the fronts is the connection idle longest. A rare path (out of
+  // descriptors), so a scan per connection is fine.
+  size_t closed = 0;
+  while (closed < count) {
+    PoolBucket* oldest = nullptr;
+    for (auto& [key, bucket] : pool_) {
+      if (!bucket.idle.empty() &&
+          (oldest == nullptr || bucket.idle.front()->idle_timer.deadline_ms() <
+                                    oldest->idle.front()->idle_timer.deadline_ms())) {
+        oldest = &bucket;
+      }
+    }
+    if (oldest == nullptr) {
+      break;
+    }
+    UpstreamConnection* c = oldest->idle.front();
+    oldest->idle.erase(oldest->idle.begin());
+    closed += c->closed ? 0 : 1;
+    c->Close();
+  }
+  return closed;
+}
+
+int Worker::ConnectToServer(const net::Endpoint& endpoint, int* error_number) {
+  int fd = net::ConnectNonBlocking(endpoint, error_number);
+  if (fd >= 0 || (*error_number != EMFILE && *error_number != ENFILE)) {
+    return fd;
+  }
+  size_t idle = 0;
+  for (const auto& [key, bucket] : pool_) {
+    idle += bucket.idle.size();
+  }
+  size_t closed = CloseOldestIdleUpstreams(std::clamp<size_t>(idle / 8, 1, 32));
+  if (closed == 0) {
+    return fd;
+  }
+  if (loop_.now_ms() - last_pool_shed_log_ms_ >= 1000) {
+    last_pool_shed_log_ms_ = loop_.now_ms();
+    Log(LogLevel::kWarn, "proxy",
+        "out of file descriptors: closed idle pooled upstream connections to connect",
+        {{"closed", std::to_string(closed)},
+         {"idle_left", std::to_string(idle - closed)},
+         {"error", std::strerror(*error_number)},
+         {"worker", std::to_string(id_)}});
+  }
+  return net::ConnectNonBlocking(endpoint, error_number);
 }
 
 void Worker::StopAccepting() {

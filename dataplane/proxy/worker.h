@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dataplane/net/event_loop.h"
+#include "dataplane/net/socket.h"
 #include "dataplane/net/transport.h"
 #include "dataplane/proxy/access_log.h"
 #include "dataplane/proxy/options.h"
@@ -74,7 +75,10 @@ class UpstreamConnection final : public net::IoHandler, public net::Deletable {
 
   void OnIo(uint32_t events) override;
   net::BatchedRecv* ReadAhead() override;
-  void Close();  // removes from epoll, closes the fd and deletes later
+  // Removes from epoll, closes the fd and deletes later. `dropped`: bytes
+  // for the server not sent; with those (or queued ones the kernel cannot
+  // take) the close is a reset, not a FIN (Transport::BeforeClose).
+  void Close(size_t dropped = 0);
 
   Worker* worker;
   int fd;
@@ -168,6 +172,11 @@ class Worker {
   // Logs that `what` failed for want of descriptors (or memory, ports), at
   // most once a second per worker.
   void WarnOutOfResources(std::string_view what, int error_number);
+  // net::ConnectNonBlocking to a server. Out of descriptors (EMFILE,
+  // ENFILE), the pool's longest-idle connections give theirs up (an eighth
+  // of them, 1 to 32, as nginx frees reusable connections) and the connect
+  // is tried once more; logged at most once a second.
+  int ConnectToServer(const net::Endpoint& endpoint, int* error_number);
 
  private:
   struct Acceptor final : net::IoHandler {
@@ -188,6 +197,9 @@ class Worker {
   bool ProxyProtocolOn(Listener listener) const;
   // Closes every idle pooled upstream connection; returns how many were open.
   size_t CloseIdleUpstreams();
+  // Closes up to `count` idle pooled upstream connections, those idle
+  // longest first; returns how many it closed.
+  size_t CloseOldestIdleUpstreams(size_t count);
   void StopAccepting();
   void CheckDrained();
   static uint64_t PoolKey(std::string_view address, uint32_t port, std::string_view tls_key);
@@ -226,6 +238,7 @@ class Worker {
   net::Timer accept_retry_timer_;
   int64_t accept_retry_ms_ = 0;  // the current back-off, 0 while accepting works
   int64_t last_resource_warning_ms_ = -1'000'000;
+  int64_t last_pool_shed_log_ms_ = -1'000'000;
 };
 
 }  // namespace kwd::proxy

@@ -158,8 +158,12 @@ class ProxyConnectionTest : public ::testing::Test {
   }
 
   void StartProxy(uint16_t backend_port, std::vector<std::string> extra = {}) {
+    StartProxyWith(OneServerSnapshot(backend_port), std::move(extra));
+  }
+
+  void StartProxyWith(const v1::Snapshot& routes, std::vector<std::string> extra = {}) {
     std::string snapshot = dir_ + "/snapshot.json";
-    std::ofstream(snapshot) << SnapshotToJson(OneServerSnapshot(backend_port));
+    std::ofstream(snapshot) << SnapshotToJson(routes);
     admin_port_ = testing::ReserveFreePort();
     std::vector<std::string> argv{testing::BinaryPath("kwd-proxy"),
                                   "serve",
@@ -1493,6 +1497,309 @@ TEST_F(ProxyDescriptorTest, AcceptOutOfDescriptorsClosesIdlePooledUpstreams) {
   EXPECT_EQ(r.status, 200) << "waited " << SecondsSince(start) << " s";
   EXPECT_EQ(r.body, "ok");
   EXPECT_LT(SecondsSince(start), 3.0);
+  held_.clear();
+}
+
+// ---- connections closed with bytes the peer never got ----
+
+// Everything a blocking socket still delivers, up to its end: the bytes and
+// errno of a failed read (0 for a clean FIN).
+struct Drained {
+  std::string bytes;
+  int error = 0;
+};
+
+Drained ReadUntilEnd(int fd) {
+  Drained d;
+  for (int reads = 0; reads < 10'000'000; ++reads) {  // bounded
+    char buf[65536];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0) {
+      d.error = errno;
+      break;
+    }
+    if (n == 0) {
+      break;
+    }
+    d.bytes.append(buf, static_cast<size_t>(n));
+  }
+  return d;
+}
+
+// Sends into `fd` until the peer has taken nothing for `stalled`; the bytes
+// sent.
+size_t SendUntilStalled(int fd, std::chrono::milliseconds stalled) {
+  std::string chunk(64 * 1024, 't');
+  size_t sent = 0;
+  for (int i = 0; i < 100'000; ++i) {  // bounded: 6 GB
+    ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, static_cast<int>(stalled.count())) == 0) {
+        return sent;
+      }
+      continue;
+    }
+    return sent;
+  }
+  return sent;
+}
+
+// The proxy's open sockets (its io_uring, made at the first batched send,
+// is no socket).
+int OpenSockets(pid_t pid) {
+  std::error_code ec;
+  int open = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    open += std::filesystem::read_symlink(it->path(), ec).string().starts_with("socket:") ? 1 : 0;
+  }
+  return open;
+}
+
+// A WebSocket tunnel whose server stops reading: the client's bytes pile up
+// in the proxy (its buffers, the transport's send queue) until the tunnel's
+// idle timeout closes it. Those bytes are lost, so the server must see a
+// reset: the close ended with a FIN, and the server took the part it got
+// as everything the client sent.
+TEST_F(ProxyConnectionTest, TunnelClosedWithBytesTheServerDidNotTakeResetsTheServer) {
+  std::atomic<bool> read_now{false};
+  std::atomic<bool> done{false};
+  size_t received = 0;
+  int error = -1;
+  ScriptedBackend backend([&](int fd, int, const std::string&, std::string rest) {
+    SendAll(fd,
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+    testing::WaitFor([&] { return read_now.load(); }, std::chrono::seconds(30));
+    Drained d = ReadUntilEnd(fd);
+    received = rest.size() + d.bytes.size();
+    error = d.error;
+    done = true;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--workers", "1", "--idle-timeout", "1s"}));
+  ASSERT_TRUE(testing::WaitFor([&] { return backend.health_checks() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the health check's close
+  int base = OpenSockets(proxy_->pid());
+  int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
+  ASSERT_GE(fd, 0);
+  SendAll(fd,
+          "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  std::string buffered;
+  std::string head;
+  ASSERT_TRUE(ReadHead(fd, &buffered, &head));
+  ASSERT_NE(head.find(" 101 "), std::string::npos) << head;
+  size_t sent = SendUntilStalled(fd, std::chrono::milliseconds(300));
+  // The idle timeout ends the stalled tunnel: both sides close.
+  EXPECT_TRUE(testing::WaitFor([&] { return OpenSockets(proxy_->pid()) <= base; },
+                               std::chrono::seconds(10)))
+      << OpenSockets(proxy_->pid()) << " sockets open, " << base << " before";
+  read_now = true;
+  ASSERT_TRUE(testing::WaitFor([&] { return done.load(); }, std::chrono::seconds(20)));
+  ::close(fd);
+  ASSERT_LT(received, sent) << "the test needs bytes the proxy could not pass on";
+  EXPECT_EQ(error, ECONNRESET) << "the server got " << received << " of " << sent
+                               << " bytes, then a FIN: it takes them as all";
+}
+
+// A client that half-closes a WebSocket/Upgrade tunnel (shutdown(SHUT_WR)
+// after its last bytes) still gets the server's answer: the proxy passes
+// the FIN on to the server (as HAProxy does) and relays the other direction
+// until the server closes. It ended the whole tunnel at the client's FIN.
+TEST_F(ProxyConnectionTest, HalfClosedTunnelStillRelaysTheServersAnswer) {
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string rest) {
+    SendAll(fd,
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+    Drained d = ReadUntilEnd(fd);  // everything, up to the client's FIN
+    if (d.error == 0) {
+      SendAll(fd, "got " + std::to_string(rest.size() + d.bytes.size()) + " bytes");
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
+  int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
+  ASSERT_GE(fd, 0);
+  SendAll(fd,
+          "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  std::string buffered;
+  std::string head;
+  ASSERT_TRUE(ReadHead(fd, &buffered, &head));
+  ASSERT_NE(head.find(" 101 "), std::string::npos) << head;
+  SendAll(fd, std::string(300'000, 'c'));  // more than one write's worth
+  ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+  Drained d = ReadUntilEnd(fd);
+  ::close(fd);
+  EXPECT_EQ(d.error, 0);
+  EXPECT_EQ(buffered + d.bytes, "got 300000 bytes");
+}
+
+// HTTP/2 frame: 9-byte header and payload.
+std::string H2Frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
+  std::string f;
+  size_t len = payload.size();
+  for (uint32_t v : {static_cast<uint32_t>(len >> 16), static_cast<uint32_t>(len >> 8),
+                     static_cast<uint32_t>(len), uint32_t{type}, uint32_t{flags},
+                     (stream >> 24) & 0x7f, stream >> 16, stream >> 8, stream}) {
+    f.push_back(static_cast<char>(v & 0xff));
+  }
+  f.append(payload);
+  return f;
+}
+
+std::string Be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+          static_cast<char>(v)};
+}
+
+// An h2c client with the largest windows that reads nothing: the proxy's
+// frames pile up (its output buffer, the transport's send queue) until the
+// PING timeout closes the connection. The frames lost must end in a reset,
+// not a FIN after a frame cut in two.
+TEST_F(ProxyConnectionTest, Http2ConnectionClosedWithFramesTheClientDidNotTakeResetsIt) {
+  // The server sends until the proxy closes (far less than this).
+  constexpr size_t kSize = 1'000'000'000;
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
+    SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kSize) + "\r\n\r\n");
+    std::string chunk(1 << 20, 'x');
+    for (size_t sent = 0; sent < kSize; sent += chunk.size()) {
+      if (::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) {
+        return;
+      }
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(
+      StartProxy(backend.port(), {"--workers", "1", "--h2c", "--h2-ping-timeout", "500ms"}));
+  ASSERT_TRUE(testing::WaitFor([&] { return backend.health_checks() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the health check's close
+  int base = OpenSockets(proxy_->pid());
+  int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
+  ASSERT_GE(fd, 0);
+  std::string path = "/size/" + std::to_string(kSize);
+  std::string headers = "\x82\x86";  // :method GET, :scheme http
+  headers += '\x01';                 // :authority, literal
+  headers += '\x01';
+  headers += 'x';
+  headers += '\x04';  // :path, literal
+  headers += static_cast<char>(path.size());
+  headers += path;
+  SendAll(fd, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" +
+                  H2Frame(0x4, 0, 0, std::string("\x00\x04", 2) + Be32(0x7fffffff)) +
+                  H2Frame(0x8, 0, 0, Be32(0x7fffffff - 65535)) + H2Frame(0x1, 0x5, 1, headers));
+  // Not reading: the PING the proxy sends goes unanswered.
+  EXPECT_TRUE(testing::WaitFor([&] { return OpenSockets(proxy_->pid()) <= base; },
+                               std::chrono::seconds(10)))
+      << OpenSockets(proxy_->pid()) << " sockets open, " << base << " before";
+  Drained d = ReadUntilEnd(fd);
+  ::close(fd);
+  // Whole frames, up to where the bytes end.
+  size_t at = 0;
+  size_t data = 0;
+  bool ended = false;
+  while (at + 9 <= d.bytes.size()) {
+    auto byte = [&](size_t i) { return static_cast<uint8_t>(d.bytes[at + i]); };
+    size_t len = (size_t{byte(0)} << 16) | (size_t{byte(1)} << 8) | byte(2);
+    if (at + 9 + len > d.bytes.size()) {
+      break;
+    }
+    if (byte(3) == 0x0) {
+      data += len;
+      ended = ended || (byte(4) & 0x1) != 0;
+    }
+    at += 9 + len;
+  }
+  ASSERT_LT(data, kSize) << "the test needs frames the client did not take";
+  EXPECT_EQ(d.error, ECONNRESET) << "a FIN after " << data << " of " << kSize << " body bytes, "
+                                 << d.bytes.size() - at << " bytes of a cut frame";
+  EXPECT_FALSE(ended);
+}
+
+// Out of descriptors when a request needs a new upstream connection: the
+// pool's connections idle longest (to another server here) give theirs up
+// and the connect is tried again. It answered 503 while 16 idle pooled
+// connections held descriptors for up to 30 s.
+TEST_F(ProxyDescriptorTest, UpstreamConnectOutOfDescriptorsClosesTheOldestIdlePooledUpstreams) {
+  constexpr int kPooled = 16;
+  std::atomic<int> answering{0};
+  std::mutex mu;
+  std::vector<int> closed_by_proxy;
+  // Group "t/b" (Host: b): keep-alive; connections 0 and 1 go to the pool
+  // first, the rest well after them.
+  ScriptedBackend pooled([&](int fd, int index, const std::string&, std::string rest) {
+    if (index < kPooled) {
+      ++answering;
+      for (int i = 0; i < 1000 && answering.load() < kPooled; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(index == 0   ? 0
+                                                            : index == 1 ? 200
+                                                                         : 800));
+    }
+    std::string head;
+    for (int i = 0; i < 100; ++i) {  // keep-alive: answer until the proxy closes
+      SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+      if (!ReadHead(fd, &rest, &head)) {
+        std::lock_guard<std::mutex> lock(mu);
+        closed_by_proxy.push_back(index);  // EOF, or the 10 s receive timeout (after this test)
+        return;
+      }
+    }
+  });
+  ScriptedBackend other(AnswerOkAndClose);  // the default group "t/g"
+  v1::Snapshot routes = OneServerSnapshot(other.port());
+  v1::Group by_host = routes.groups(0);
+  by_host.set_key("t/b");
+  by_host.mutable_servers(0)->set_name("B");
+  by_host.mutable_servers(0)->set_port(pooled.port());
+  *routes.mutable_groups()->Add() = routes.groups(0);  // sorted by key: "t/b" first
+  *routes.mutable_groups(0) = by_host;
+  auto* vh = routes.add_virtual_hosts();
+  vh->set_host("b");
+  vh->set_default_root_handler(v1::KIND_JAVA);
+  vh->set_default_java_group("t/b");
+  StampSnapshotVersion(&routes);
+  ASSERT_NO_FATAL_FAILURE(StartProxyWith(routes, {"--workers", "1"}));
+  ASSERT_TRUE(testing::WaitFor([&] { return pooled.health_checks() >= 1; }));
+  {
+    std::vector<std::unique_ptr<HttpClient>> clients;
+    for (int i = 0; i < kPooled; ++i) {
+      clients.push_back(std::make_unique<HttpClient>(port()));
+      ASSERT_TRUE(clients.back()->Send("GET /sap/bc/" + std::to_string(i) +
+                                       " HTTP/1.1\r\nHost: b\r\n\r\n"));
+    }
+    for (auto& client : clients) {
+      ASSERT_EQ(client->Read().status, 200);
+    }
+  }
+  ASSERT_EQ(pooled.traffic_connections(), kPooled);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the clients' closes
+  int free_fds = LimitDescriptors(other, 3);
+  ASSERT_GE(free_fds, 3);
+  HoldConnections(free_fds - 1);
+  // Accepted with the last descriptor; its server ("t/g") has no pooled
+  // connection, so the proxy must connect.
+  HttpClient last(port());
+  HttpReply r = last.Get("/sap/bc/x");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "ok");
+  // An eighth of the 16 pooled connections, the two idle longest.
+  EXPECT_TRUE(testing::WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return closed_by_proxy.size() >= 2;
+  }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int> closed = closed_by_proxy;
+    std::sort(closed.begin(), closed.end());
+    EXPECT_EQ(closed, (std::vector<int>{0, 1}));
+  }
+  EXPECT_NE(proxy_->Log().find("closed idle pooled upstream connections"), std::string::npos)
+      << proxy_->Log();
   held_.clear();
 }
 
