@@ -97,6 +97,11 @@ void ClientConnection::OnIo(uint32_t events) {
   if (phase_ == Phase::kForward && exchange_.connecting()) {
     return;  // the client waits until the upstream answers the connect
   }
+  if (phase_ == Phase::kTunnel && client_eof_ && (events & (EPOLLERR | EPOLLHUP)) != 0) {
+    // A reset after the client's FIN: no one takes the server's answer.
+    Close("aborted-client");
+    return;
+  }
   Drive();
 }
 
@@ -386,6 +391,11 @@ bool ClientConnection::PushRequestBody() {
       if (n > 0) {
         progressed = true;
         continue;
+      }
+      if (n == kReadError && phase_ == Phase::kTunnel) {
+        // A reset, not a half-close: the client is gone.
+        Close("aborted-client");
+        return true;
       }
       if (n == 0 || n == kReadError) {
         client_eof_ = true;

@@ -1639,6 +1639,53 @@ TEST_F(ProxyConnectionTest, HalfClosedTunnelStillRelaysTheServersAnswer) {
   EXPECT_EQ(buffered + d.bytes, "got 300000 bytes");
 }
 
+// A client that resets a WebSocket/Upgrade tunnel, with or without a FIN
+// first, is gone: the tunnel ends at once, the server's side too, though
+// the server is silent. The reset was taken as a half-close (its read error
+// as an end of stream, a reset after a FIN not seen at all), and the tunnel
+// held both descriptors until the idle timeout.
+TEST_F(ProxyConnectionTest, ResetClientEndsItsTunnelAtOnce) {
+  std::atomic<bool> release{false};
+  ScriptedBackend backend([&](int fd, int, const std::string&, std::string) {
+    SendAll(fd,
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+    (void)ReadUntilEnd(fd);
+    // Silent and open until the test ends (a server waiting for messages).
+    testing::WaitFor([&] { return release.load(); }, std::chrono::seconds(30));
+  });
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--workers", "1", "--idle-timeout", "60s"}));
+  ASSERT_TRUE(testing::WaitFor([&] { return backend.health_checks() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the health check's close
+  const int base = OpenSockets(proxy_->pid());
+  for (bool fin_first : {false, true}) {
+    SCOPED_TRACE(fin_first ? "FIN, then reset" : "reset");
+    int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
+    ASSERT_GE(fd, 0);
+    SendAll(fd,
+            "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    std::string buffered;
+    std::string head;
+    ASSERT_TRUE(ReadHead(fd, &buffered, &head));
+    ASSERT_NE(head.find(" 101 "), std::string::npos) << head;
+    SendAll(fd, "hello");
+    if (fin_first) {
+      ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+      // The tunnel stays (half) open for the server's answer.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      EXPECT_EQ(OpenSockets(proxy_->pid()), base + 2);
+    }
+    linger reset{1, 0};
+    ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    ::close(fd);
+    EXPECT_TRUE(testing::WaitFor([&] { return OpenSockets(proxy_->pid()) <= base; },
+                                 std::chrono::seconds(5)))
+        << OpenSockets(proxy_->pid()) << " sockets open, " << base << " before";
+  }
+  release = true;
+}
+
 // HTTP/2 frame: 9-byte header and payload.
 std::string H2Frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
   std::string f;
