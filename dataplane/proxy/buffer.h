@@ -19,70 +19,131 @@
 
 namespace kwd::proxy {
 
+// A bounded per-thread stack of pointers to things a thread makes and
+// destroys at a high rate, kept for reuse instead: `Policy` names the item
+// (`Item`, a pointer), the bound (`kMaxFree`) and how a kept item is freed
+// when the thread ends (`Free`). Each Policy type has its own stack per
+// thread.
+template <class Policy>
+class PerThreadStack {
+ public:
+  using Item = typename Policy::Item;
+  // A kept item, or null when none is kept.
+  static Item Pop() {
+    State& state = ThisThread();
+    return state.count == 0 ? nullptr : state.free[--state.count];
+  }
+  // Keeps `item`; false (the caller frees it) when full or the thread ends.
+  static bool Push(Item item) {
+    static thread_local Drainer drainer;  // constructed with the first kept item
+    (void)drainer;
+    State& state = ThisThread();
+    if (state.closed || state.count >= Policy::kMaxFree) {
+      return false;
+    }
+    state.free[state.count++] = item;
+    return true;
+  }
+
+ private:
+  struct State {  // trivially destructible: valid until the thread is gone
+    Item free[Policy::kMaxFree];
+    uint32_t count;
+    bool closed;
+  };
+  struct Drainer {
+    ~Drainer() {
+      State& state = ThisThread();
+      state.closed = true;
+      while (state.count > 0) {
+        Policy::Free(state.free[--state.count]);
+      }
+    }
+  };
+  static State& ThisThread() {
+    static thread_local State state{};
+    return state;
+  }
+};
+
+// A bounded per-thread free list of T for per-request state an idle
+// connection gives back (the parsed request and response heads, HTTP/2
+// streams): Take() reuses a given-back object (its old contents are left as
+// they were) or makes one from `args`; Give() keeps up to kMax (128
+// heads of ~4 KiB: what 64 connections in flight hold, and then some),
+// deleting the rest.
+template <typename T, uint32_t kMax = 128>
+class PerThreadFreeList {
+ public:
+  template <typename... Args>
+  static std::unique_ptr<T> Take(Args&&... args) {
+    if (T* kept = Stack::Pop(); kept != nullptr) {
+      return std::unique_ptr<T>(kept);
+    }
+    return std::make_unique<T>(std::forward<Args>(args)...);
+  }
+  static void Give(std::unique_ptr<T> object) {
+    if (object != nullptr && Stack::Push(object.get())) {
+      (void)object.release();
+    }
+  }
+
+ private:
+  struct Policy {
+    using Item = T*;
+    static constexpr uint32_t kMaxFree = kMax;
+    static void Free(T* object) { delete object; }
+  };
+  using Stack = PerThreadStack<Policy>;
+};
+
+// Raw memory for a class a thread makes and destroys once per connection
+// (ClientConnection, PlainTransport), for the class's own operator new and
+// delete: blocks of `Size` bytes kept per thread, up to kMax. malloc's
+// per-thread cache holds 7 blocks of a size (and none above ~1 KiB): a batch
+// of new connections, each closed after one request, went through its
+// slower bins every time.
+template <size_t Size, uint32_t kMax = 256>
+class PerThreadBlocks {
+ public:
+  static void* Take() {
+    void* block = Stack::Pop();
+    return block != nullptr ? block : ::operator new(Size);
+  }
+  static void Give(void* block) {
+    if (!Stack::Push(block)) {
+      ::operator delete(block);
+    }
+  }
+
+ private:
+  struct Policy {
+    using Item = void*;
+    static constexpr uint32_t kMaxFree = kMax;
+    static void Free(void* block) { ::operator delete(block); }
+  };
+  using Stack = PerThreadStack<Policy>;
+};
+
 namespace buffer_detail {
 
-// Free blocks of kBlockBytes for this thread: at most kMaxFree are kept (so a
+// Free blocks of kBlockBytes for this thread: at most 256 are kept (so a
 // burst of connections that all went idle leaves at most 4 MiB of address
 // space here, resident only as far as blocks were written), the rest go back
 // to malloc. 256 covers the three blocks of each of 64 connections in flight
 // at once: with fewer, a new connection per request (Connection: close) sent
 // blocks back to malloc and took them again, and the worker's heap top went
-// up and down (madvise, mprotect and a page fault every few requests). The state is trivially
-// destructible, so a buffer freed while the thread exits (after its Drainer ran) still finds it.
-struct BlockPool {
-  static constexpr size_t kBlockBytes = 16 * 1024;
-  static constexpr uint32_t kMaxFree = 256;
-  struct Node {
-    Node* next;
-  };
-  Node* head = nullptr;
-  uint32_t count = 0;
-  bool closed = false;  // the thread is exiting: blocks go straight to malloc
-
-  static BlockPool& ThisThread() {
-    static thread_local BlockPool pool;
-    return pool;
-  }
-  char* Take() {
-    if (head == nullptr) {
-      return new char[kBlockBytes];  // not zeroed: pages are touched as bytes arrive
-    }
-    Node* node = head;
-    head = node->next;
-    --count;
-    node->~Node();
-    return reinterpret_cast<char*>(node);
-  }
-  void Give(char* block);
-};
-
-// Frees the pooled blocks when the thread exits.
-struct BlockPoolDrainer {
-  ~BlockPoolDrainer() {
-    BlockPool& pool = BlockPool::ThisThread();
-    pool.closed = true;
-    while (pool.head != nullptr) {
-      delete[] pool.Take();
-    }
-  }
-};
-
-inline void BlockPool::Give(char* block) {
-  static thread_local BlockPoolDrainer drainer;  // constructed with the first pooled block
-  (void)drainer;
-  if (closed || count >= kMaxFree) {
-    delete[] block;
-    return;
-  }
-  head = new (block) Node{head};
-  ++count;
-}
+// up and down (madvise, mprotect and a page fault every few requests). Blocks
+// are not zeroed: pages are touched as bytes arrive. A buffer freed while the
+// thread exits still finds the (trivially destructible) state.
+constexpr size_t kBlockBytes = 16 * 1024;
+using BlockPool = PerThreadBlocks<kBlockBytes, 256>;
 
 }  // namespace buffer_detail
 
 class Buffer {
  public:
-  static constexpr size_t kDefaultCapacity = buffer_detail::BlockPool::kBlockBytes;
+  static constexpr size_t kDefaultCapacity = buffer_detail::kBlockBytes;
 
   // `initial_capacity`: the storage the first write takes.
   explicit Buffer(size_t initial_capacity = kDefaultCapacity)
@@ -147,16 +208,16 @@ class Buffer {
 
  private:
   static char* Allocate(size_t bytes) {
-    return bytes == buffer_detail::BlockPool::kBlockBytes
-               ? buffer_detail::BlockPool::ThisThread().Take()
+    return bytes == buffer_detail::kBlockBytes
+               ? static_cast<char*>(buffer_detail::BlockPool::Take())
                : new char[bytes];
   }
   void FreeStorage() {
     if (data_ == nullptr) {
       return;
     }
-    if (capacity_ == buffer_detail::BlockPool::kBlockBytes) {
-      buffer_detail::BlockPool::ThisThread().Give(data_);
+    if (capacity_ == buffer_detail::kBlockBytes) {
+      buffer_detail::BlockPool::Give(data_);
     } else {
       delete[] data_;
     }
@@ -182,104 +243,6 @@ class Buffer {
   size_t begin_ = 0;
   size_t end_ = 0;
   size_t initial_capacity_;
-};
-
-// A bounded per-thread free list of T for per-request state an idle
-// connection gives back (the parsed request and response heads, HTTP/2
-// streams): Take() reuses a given-back object (its old contents are left as
-// they were) or makes one from `args`; Give() keeps up to kMaxFree (128
-// heads of ~4 KiB: what 64 connections in flight hold, and then some),
-// deleting the rest.
-template <typename T, uint32_t kMaxFree = 128>
-class PerThreadFreeList {
- public:
-  template <typename... Args>
-  static std::unique_ptr<T> Take(Args&&... args) {
-    State& state = ThisThread();
-    if (state.count == 0) {
-      return std::make_unique<T>(std::forward<Args>(args)...);
-    }
-    return std::unique_ptr<T>(state.free[--state.count]);
-  }
-  static void Give(std::unique_ptr<T> object) {
-    if (object == nullptr) {
-      return;
-    }
-    static thread_local Drainer drainer;  // constructed with the first kept object
-    (void)drainer;
-    State& state = ThisThread();
-    if (!state.closed && state.count < kMaxFree) {
-      state.free[state.count++] = object.release();
-    }
-  }
-
- private:
-  struct State {  // trivially destructible: valid until the thread is gone
-    T* free[kMaxFree];
-    uint32_t count;
-    bool closed;
-  };
-  struct Drainer {
-    ~Drainer() {
-      State& state = ThisThread();
-      state.closed = true;
-      while (state.count > 0) {
-        delete state.free[--state.count];
-      }
-    }
-  };
-  static State& ThisThread() {
-    static thread_local State state{};
-    return state;
-  }
-};
-
-// Raw memory for a class a thread makes and destroys once per connection
-// (ClientConnection, PlainTransport), for the class's own operator new and
-// delete: blocks of `Size` bytes kept per thread, up to kMaxFree. malloc's
-// per-thread cache holds 7 blocks of a size (and none above ~1 KiB): a batch
-// of new connections, each closed after one request, went through its
-// slower bins every time.
-template <size_t Size, uint32_t kMaxFree = 256>
-class PerThreadBlocks {
- public:
-  static void* Take() {
-    State& state = ThisThread();
-    if (state.count == 0) {
-      return ::operator new(Size);
-    }
-    return state.free[--state.count];
-  }
-  static void Give(void* block) {
-    static thread_local Drainer drainer;  // constructed with the first kept block
-    (void)drainer;
-    State& state = ThisThread();
-    if (!state.closed && state.count < kMaxFree) {
-      state.free[state.count++] = block;
-      return;
-    }
-    ::operator delete(block);
-  }
-
- private:
-  struct State {  // trivially destructible: valid until the thread is gone
-    void* free[kMaxFree];
-    uint32_t count;
-    bool closed;
-  };
-  struct Drainer {
-    ~Drainer() {
-      State& state = ThisThread();
-      state.closed = true;
-      while (state.count > 0) {
-        ::operator delete(state.free[--state.count]);
-      }
-    }
-  };
-  static State& ThisThread() {
-    static thread_local State state{};
-    return state;
-  }
 };
 
 }  // namespace kwd::proxy

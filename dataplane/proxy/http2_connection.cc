@@ -178,7 +178,7 @@ struct SizeClassPool {
   bool closed;  // the thread is exiting: blocks go straight back to malloc
 
   static SizeClassPool& ThisThread() {
-    static thread_local SizeClassPool pool{};  // trivially destructible, as BlockPool
+    static thread_local SizeClassPool pool{};  // trivially destructible, as PerThreadStack
     return pool;
   }
   static size_t ClassBytes(uint32_t c) { return size_t{64} << c; }
