@@ -42,3 +42,22 @@ frontend web
 CONF
 haproxy -f $W/haproxy.cfg -db >$W/haproxy.log 2>&1 & echo $! > $W/haproxy.pid
 }
+
+# Starts nginx backends, HAProxy and one kwd-proxy ($BIN) per line of
+# $VARIANTS ("name|ENV=v ...|extra flags") on ports from 19590; fills $kp with
+# their pids and $specs with "name:port:pid"; stops everything on exit.
+start_variants() {
+  kp=()
+  trap 'kill "${kp[@]}" "$(cat $W/haproxy.pid)" "$(cat $W/backend.pid)" 2>/dev/null; wait 2>/dev/null' EXIT
+  start_backends; sleep 0.5; snapshot; start_haproxy
+  local port=19590 v name envs flags
+  specs=()
+  while IFS= read -r v; do [[ -z $v ]] && continue
+    IFS='|' read -r name envs flags <<<"$v"
+    # shellcheck disable=SC2086
+    env $envs KWD_AFFINITY_KEY=bench "$BIN" serve --snapshot $W/snapshot.json --listen 127.0.0.1:$port \
+      --admin-listen 127.0.0.1:$((port + 100)) --workers 1 --access-log off $flags >$W/$name.out 2>$W/$name.log &
+    kp+=($!); specs+=("$name:$port:$!"); port=$((port + 1))
+  done <<<"$VARIANTS"
+  sleep 1
+}

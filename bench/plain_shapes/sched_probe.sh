@@ -8,21 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/env.sh"
 B1=19501; B2=19502; HAP=19581
 BIN=${BIN:-build-bench/kwd-proxy}
-kp=()
-cleanup() { kill "${kp[@]}" "$(cat $W/haproxy.pid)" "$(cat $W/backend.pid)" 2>/dev/null; wait 2>/dev/null; }
-trap cleanup EXIT
-start_backends; sleep 0.5; snapshot; start_haproxy
-port=19590; specs=()
-while IFS= read -r v; do [[ -z $v ]] && continue
-  IFS='|' read -r name envs flags <<<"$v"
-  # shellcheck disable=SC2086
-  env $envs KWD_AFFINITY_KEY=bench "$BIN" serve --snapshot $W/snapshot.json --listen 127.0.0.1:$port \
-    --admin-listen 127.0.0.1:$((port + 100)) --workers 1 --access-log off $flags >$W/$name.out 2>$W/$name.log &
-  kp+=($!); specs+=("$name:$port"); port=$((port + 1))
-done <<<"$VARIANTS"
-sleep 1
+start_variants
 comm=$(basename "$BIN" | cut -c1-15)
-for spec in "${specs[@]}" hap:$HAP; do IFS=: read -r name port <<<"$spec"
+for spec in "${specs[@]}" hap:$HAP; do IFS=: read -r name port _ <<<"$spec"
   wrk -t1 -c64 -d1s http://127.0.0.1:$port/ >/dev/null 2>&1
   wrk -t1 -c64 -d4s http://127.0.0.1:$port/ >$W/wrk-$name.txt 2>&1 &
   w=$!
