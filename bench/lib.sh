@@ -16,7 +16,62 @@ bench_work() {
 bench_cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  local g
+  for g in "${cpu_budget_groups[@]}"; do rmdir "$g" 2>/dev/null || true; done
   rm -rf "$work"
+}
+
+# CPU budgets: a process held to a share of one CPU by a cgroup of its own
+# (CFS bandwidth: cgroup v1 cpu.cfs_quota_us, or v2 cpu.max; a 10 ms period),
+# so that it, not the load generator or the backends, sets the pace.
+#   cpu_budget_init            0 when budgets can be set here (root, a writable cpu controller)
+#   cpu_budget NAME SHARE PID  PID (all its threads) into group kwd-bench-NAME-$$,
+#                              SHARE of one CPU (0.4)
+#   cpu_budget_end PID         PID back into the group it came from
+# The groups are removed on exit (bench_cleanup).
+cpu_budget_groups=()
+declare -A cpu_budget_from=()
+cpu_budget_root=
+cpu_budget_v=
+cpu_budget_init() {
+  if [[ -w /sys/fs/cgroup/cpu/cpu.cfs_quota_us || -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
+    cpu_budget_root=/sys/fs/cgroup/cpu cpu_budget_v=1
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+    # v2 with the cpu controller on for the root's children (not turned on
+    # here: that would outlive the run).
+    cpu_budget_root=/sys/fs/cgroup cpu_budget_v=2
+  else
+    return 1
+  fi
+  local probe=$cpu_budget_root/kwd-bench-probe-$$
+  mkdir "$probe" 2>/dev/null || return 1
+  rmdir "$probe"
+}
+cpu_budget() {
+  local group=$cpu_budget_root/kwd-bench-$1-$$ period=10000
+  local quota from
+  quota=$(awk -v s="$2" -v p=$period 'BEGIN {printf "%d", s * p}')
+  # Where the process is now (its line for the cpu controller, v1, or the
+  # unified line, v2), for cpu_budget_end.
+  if ((cpu_budget_v == 1)); then
+    from=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3}' "/proc/$3/cgroup")
+  else
+    from=$(awk -F: '$1 == "0" {print $3}' "/proc/$3/cgroup")
+  fi
+  cpu_budget_from[$3]=${from%/}
+  if [[ ! -d $group ]]; then
+    mkdir "$group" || return 1
+    cpu_budget_groups+=("$group")
+  fi
+  if ((cpu_budget_v == 1)); then
+    echo $period >"$group/cpu.cfs_period_us" && echo "$quota" >"$group/cpu.cfs_quota_us" || return 1
+  else
+    echo "$quota $period" >"$group/cpu.max" || return 1
+  fi
+  echo "$3" >"$group/cgroup.procs"
+}
+cpu_budget_end() {
+  echo "$1" >"$cpu_budget_root${cpu_budget_from[$1]:-}/cgroup.procs" 2>/dev/null || true
 }
 
 # A loopback port that was free a moment ago.

@@ -25,6 +25,11 @@
 #                 their own at nice -20 when allowed (WORKERS_NICE); the target
 #                 compares equal connections per worker (w1 -c32, w2 -c64), the
 #                 context row equal connections in all (w1 -c64); needs 2 CPUs
+#   budget64      keepalive64 with every proxy held to BUDGET of one CPU (a
+#                 cgroup's CPU bandwidth): the proxy, not wrk or the backends,
+#                 sets the pace, so req/s is requests per CPU budget; needs
+#                 root and a writable cpu cgroup controller, else skipped
+#   budgetclose64 close64 with the same budget
 #
 # usage: scripts/bench-proxies.sh [BUILD_DIR]
 #   env: ROUNDS=3 DURATION=5s SHAPES="..." RESULTS=FILE (TSV of the medians:
@@ -33,13 +38,14 @@
 #        PORT_BASE=19400 (ports PORT_BASE+1..91 on 127.0.0.1)
 #        HOLD=SECONDS keeps the proxies running that long after the runs (debugging)
 #        KWD_FLAGS="--io-uring off" extra kwd-proxy serve flags (a before/after)
+#        BUDGET=0.25 the share of one CPU each proxy gets in the budget shapes
 # Exit status: 0 measured (wrk errors are reported, not fatal), 77 a tool is
 # missing, 1 a proxy did not start or did not route as the comparison needs.
 set -euo pipefail
 build=${1:-build-bench}
 rounds=${ROUNDS:-3}
 duration=${DURATION:-5s}
-shapes=${SHAPES:-keepalive64 keepalive512 close64 sapmix workers}
+shapes=${SHAPES:-keepalive64 keepalive512 close64 budget64 budgetclose64 sapmix workers}
 results=${RESULTS:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
 proxy_bin=$build/kwd-proxy
@@ -65,11 +71,24 @@ if ((${#missing[@]})); then
 fi
 for shape in $shapes; do
   case $shape in
-    keepalive64 | keepalive512 | close64 | sapmix | workers) ;;
+    keepalive64 | keepalive512 | close64 | budget64 | budgetclose64 | sapmix | workers) ;;
     *) echo "bench-proxies: unknown shape '$shape'" >&2; exit 1 ;;
   esac
 done
 has_shape() { [[ " $shapes " == *" $1 "* ]]; }
+budget=${BUDGET:-0.25}
+if has_shape budget64 || has_shape budgetclose64; then
+  if ! awk -v b="$budget" 'BEGIN {exit !(b > 0 && b <= 1)}'; then
+    echo "bench-proxies: BUDGET must be a share of one CPU, 0 < BUDGET <= 1 (not '$budget')" >&2
+    exit 1
+  fi
+  if ! cpu_budget_init; then
+    echo "bench-proxies: the budget shapes need root and a writable cpu cgroup controller" \
+      "(/sys/fs/cgroup/cpu, or cgroup v2 with cpu in the root's cgroup.subtree_control); skipped" >&2
+    shapes=${shapes/budgetclose64/}
+    shapes=${shapes/budget64/}
+  fi
+fi
 
 bench_work kwd-bench
 trap 'exit 130' INT TERM
@@ -199,7 +218,7 @@ admin=([kwd]=$ADM [kwd-sap]=$ADM_SAP [kwd-w1]=$ADM_W1 [kwd-w2]=$ADM_W2
   [nginx]=$NGXSTAT [nginx-sap]=$NGX_SAPSTAT)
 
 plain=0
-for s in keepalive64 keepalive512 close64; do has_shape $s && plain=1; done
+for s in keepalive64 keepalive512 close64 budget64 budgetclose64; do has_shape $s && plain=1; done
 if ((plain)); then
   start_kwd kwd "$work/snapshot.json" $KWD $ADM 1
   cat >"$work/haproxy.cfg" <<CONF
@@ -560,6 +579,43 @@ if has_shape close64; then
   plain_shape close64 64 "new connection per request, wrk -t1 -c64 -H 'Connection: close'" \
     -H 'Connection: close'
 fi
+
+# Every proxy held to the same CPU budget (BUDGET of one CPU, its own
+# cgroup): the proxy sets the pace, so req/s is what each proxy does with
+# that much CPU. A proxy that used clearly less than its budget was held up
+# by wrk or the backends instead, and the line says so.
+budget_shape() {  # shape description [wrk args]
+  local shape=$1 description=$2
+  shift 2
+  local name
+  for name in kwd haproxy nginx; do
+    if ! cpu_budget "$name" "$budget" "${pid[$name]}"; then
+      echo "bench-proxies: could not hold $name to a CPU budget; $shape skipped" >&2
+      for name in kwd haproxy nginx; do cpu_budget_end "${pid[$name]}"; done
+      return 0
+    fi
+  done
+  plain_shape "$shape" 64 "$description" "$@"
+  for name in kwd haproxy nginx; do cpu_budget_end "${pid[$name]}"; done
+  local used=() low=()
+  for name in kwd haproxy nginx; do
+    local cores
+    cores=$(awk -v s="$shape" -v n="$name" '$1==s && $3==n {print $4 * $6 / 1e6}' "$work/runs.tsv" | median)
+    cores=$(printf %.3f "$cores")
+    emit "$shape" "$name" cores "$cores"
+    used+=("$name $(printf %.2f "$cores")")
+    awk -v c="$cores" -v b="$budget" 'BEGIN {exit !(c < 0.9 * b)}' && low+=("$name")
+  done
+  echo "  CPU used (cores, median of the rounds; budget $budget): $(IFS=,; echo "${used[*]}" | sed 's/,/, /g')"
+  if ((${#low[@]})); then
+    echo "  NOTE: ${low[*]} used less than 90% of the budget: wrk or the backends set the pace there, not the proxy"
+  fi
+}
+has_shape budget64 && budget_shape budget64 "keep-alive, wrk -t1 -c64, GET /; each proxy held to $budget CPU"
+has_shape budgetclose64 && ! has_shape close64 && check_close
+has_shape budgetclose64 && budget_shape budgetclose64 \
+  "new connection per request, wrk -t1 -c64 -H 'Connection: close'; each proxy held to $budget CPU" \
+  -H 'Connection: close'
 
 # ----------------------------------------------------------------- sapmix
 # kwd's counters from a /metrics text: requests, routed:<identifier>, lost.

@@ -71,7 +71,7 @@ if wanted proxies; then
   section "1-4: kwd-proxy vs HAProxy vs nginx (scripts/bench-proxies.sh)"
   if RESULTS=$work/proxies.tsv run_logged "$work/proxies.log" "$here/scripts/bench-proxies.sh" "$dir"; then
     python3 - "$work/proxies.tsv" >>"$rows" <<'PY'
-import sys
+import os, sys
 m = {}
 for line in open(sys.argv[1]):
     shape, proxy, metric, value = line.rstrip("\n").split("\t")
@@ -97,6 +97,16 @@ trio("close64", "2 conn-close c64", "kwd", "haproxy", "nginx", (">=1.25x", "-", 
 if ("close64", "kwd", "conns_per_req") in m:
     out("2 conn-close client conns/request", get("close64", "kwd", "conns_per_req"),
         get("close64", "haproxy", "conns_per_req"), get("close64", "nginx", "conns_per_req"), "", "-")
+# The same two shapes with every proxy held to one CPU budget (a cgroup's
+# CPU bandwidth, BUDGET of one CPU, as a pod's CPU limit): req/s is what each
+# proxy does with that much CPU. Context for targets 1 and 2, not a target.
+budget = os.environ.get("BUDGET", "0.25")
+trio("budget64", f"1 keep-alive c64, {budget} CPU each", "kwd", "haproxy", "nginx", ("-", "-", "-"))
+trio("budgetclose64", f"2 conn-close c64, {budget} CPU each", "kwd", "haproxy", "nginx", ("-", "-", "-"))
+for shape, label in (("budget64", "1 keep-alive c64"), ("budgetclose64", "2 conn-close c64")):
+    if (shape, "kwd", "cores") in m:
+        out(f"{label}, {budget} CPU each: CPU used", get(shape, "kwd", "cores"), get(shape, "haproxy", "cores"),
+            get(shape, "nginx", "cores"), "cores", "-")
 trio("sapmix", "3 SAP mix c64", "kwd-sap", "haproxy-sap", "nginx-sap", (">=1.25x", "-", "-"))
 shares = [float(v) for (s, p, metric), v in m.items() if s == "sapmix" and metric.startswith("sticky_share")]
 if shares:
