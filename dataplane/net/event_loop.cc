@@ -500,41 +500,6 @@ void EventLoop::SubmitRecvs(BatchedRecv* const* recvs, size_t n) {
   }
 }
 
-size_t EventLoop::AcceptNow(int listen_fd, size_t count, int* fds, sockaddr_storage* peers,
-                            socklen_t* lengths) {
-  // IORING_ACCEPT_DONTWAIT of kernels 6.10+ (liburing 2.3 does not name it).
-  constexpr uint16_t kAcceptDontWait = 1U << 1;
-  if (!accept_dontwait_ || !batching_sends()) {
-    return 0;
-  }
-  unsigned n = 0;
-  for (; n < count && n < kRingEntries; ++n) {
-    io_uring_sqe* sqe = io_uring_get_sqe(ring_);
-    if (sqe == nullptr) {
-      break;
-    }
-    lengths[n] = sizeof peers[n];
-    io_uring_prep_accept(sqe, listen_fd, reinterpret_cast<sockaddr*>(&peers[n]), &lengths[n],
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
-    sqe->ioprio |= kAcceptDontWait;
-    io_uring_sqe_set_data64(sqe, n);
-  }
-  if (n == 0) {
-    return 0;
-  }
-  int results[kRingEntries];
-  SubmitAndReap(n, results);
-  if (results[0] == -EINVAL) {
-    // A kernel before 6.10 refuses the flag (at once: nothing waits).
-    accept_dontwait_ = false;
-    return 0;
-  }
-  for (unsigned i = 0; i < n; ++i) {
-    fds[i] = results[i];  // -ECANCELED: the ring did not take it
-  }
-  return n;
-}
-
 void EventLoop::EndRecvs() {
   while (recvs_head_ != nullptr) {
     BatchedRecv* recv = recvs_head_;

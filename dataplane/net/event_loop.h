@@ -4,7 +4,6 @@
 // timing wheel. Everything except Stop() and Post() runs on the loop's thread.
 
 #include <sys/epoll.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdint>
@@ -223,16 +222,6 @@ class EventLoop {
   // iteration's arena left, already pending) are untouched: their owners
   // read directly.
   void ReadAheadNow(BatchedRecv* const* recvs, size_t count);
-  // Accepts up to `count` connections of the non-blocking listening socket
-  // `listen_fd` in one kernel entry (IORING_ACCEPT_DONTWAIT, kernel 6.10+: an
-  // empty queue completes at once with -EAGAIN, so nothing stays in flight).
-  // fds[i]: a descriptor (SOCK_NONBLOCK | SOCK_CLOEXEC) with its peer in
-  // peers[i] and lengths[i], or -errno (the accepts run in order: one after
-  // an -EAGAIN may still take a connection that came meanwhile). Returns the
-  // results' number: 0 when the loop cannot (no ring, or a kernel without the
-  // flag), and the caller uses accept4(2).
-  size_t AcceptNow(int listen_fd, size_t count, int* fds, sockaddr_storage* peers,
-                   socklen_t* lengths);
   // Bytes of one read-ahead slot: a larger message's rest is read directly.
   static constexpr size_t kRecvSlotBytes = 16 * 1024;
   // Closes socket `fd` at the end of the batch, in the kernel entry of the
@@ -296,7 +285,6 @@ class EventLoop {
   BatchedRecv* recvs_tail_ = nullptr;
   char* recv_arena_ = nullptr;    // kRingEntries slots, mapped on first use
   unsigned recv_slots_used_ = 0;  // by this iteration's read-aheads, from the first
-  bool accept_dontwait_ = true;   // false once the kernel refused the flag
   std::vector<int> closes_;       // QueueClose without a send to follow
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;

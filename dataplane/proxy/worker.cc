@@ -354,17 +354,6 @@ void Worker::Accept(const Acceptor& acceptor) {
                      loop_.batching_sends();
   ClientConnection* fresh[kStartGroup];
   size_t fresh_count = 0;
-  // Those connections are also accepted kAcceptBatch at a time in one entry
-  // of the ring (kernel 6.10+; else accept4 each) while batches come back
-  // full of them.
-  int batch_fds[kAcceptBatch];
-  sockaddr_storage batch_peers[kAcceptBatch];
-  socklen_t batch_lengths[kAcceptBatch];
-  size_t batch_size = 0;
-  size_t batch_next = 0;
-  bool batches = group;
-  size_t ring_accepted = 0;  // by the batches of this call
-  bool stop = false;  // no more accepts: only the batch's remaining descriptors are taken
   for (;;) {
     if (fresh_count == kStartGroup) {
       StartGroup(fresh, fresh_count);
@@ -372,47 +361,15 @@ void Worker::Accept(const Acceptor& acceptor) {
     }
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    int fd;
-    if (batch_next < batch_size) {
-      const size_t i = batch_next++;
-      fd = batch_fds[i];
-      if (fd >= 0) {
-        addr = batch_peers[i];
-        len = batch_lengths[i];
-      } else {
-        errno = -fd;
-        fd = -1;
-      }
-    } else if (stop) {
-      break;
-    } else if (batches && (batch_size = loop_.AcceptNow(listen_fd, accept_batch_, batch_fds,
-                                                         batch_peers, batch_lengths)) > 0) {
-      batch_next = 0;
-      const auto taken = static_cast<size_t>(
-          std::count_if(batch_fds, batch_fds + batch_size, [](int f) { return f >= 0; }));
-      batches = taken == batch_size;
-      // An accept that finds the queue empty costs the kernel a socket made
-      // and freed: the next batch is sized to what this edge brought, plus
-      // one (a queue emptied exactly shows as such).
-      ring_accepted += taken;
-      if (!batches) {
-        accept_batch_ = std::clamp<size_t>(ring_accepted + 1, 2, kAcceptBatch);
-      }
-      continue;
-    } else {
-      batches = false;
-      batch_size = batch_next = 0;
-      fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
-    }
+    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (stop || errno == EINTR || errno == ECONNABORTED || errno == ECANCELED) {
+      if (errno == EINTR || errno == ECONNABORTED) {
         continue;
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         accept_retry_ms_ = 0;
-        stop = true;
-        continue;
+        break;
       }
       if (fresh_count > 0) {
         // accept4 fails for want of a descriptor even with none pending:
@@ -421,11 +378,6 @@ void Worker::Accept(const Acceptor& acceptor) {
         // idle pooled connections, an eighth of them), then try again.
         StartGroup(fresh, fresh_count);
         fresh_count = 0;
-        // The batch's later failures came before that: skipped, and
-        // accept4 tries again after the batch.
-        std::replace_if(
-            batch_fds + batch_next, batch_fds + batch_size, [](int f) { return f < 0; }, -EINTR);
-        batches = false;
         continue;
       }
       // Out of descriptors: idle pooled upstream connections would hold
@@ -438,8 +390,7 @@ void Worker::Accept(const Acceptor& acceptor) {
       // and no new edge comes when descriptors free up, so try again soon.
       WarnOutOfResources("accept a connection", errno);
       RetryAcceptLater();
-      stop = true;
-      continue;
+      break;
     }
     accept_retry_ms_ = 0;
     if (connection_count_ >= options_.max_connections || draining_ || table_metrics_ == nullptr) {

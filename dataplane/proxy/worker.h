@@ -194,8 +194,6 @@ class Worker {
   void Accept(const Acceptor& acceptor);
   // Plain HTTP connections an Accept starts together (StartGroup).
   static constexpr size_t kStartGroup = 64;
-  // Accepts of one kernel entry of the ring (EventLoop::AcceptNow).
-  static constexpr size_t kAcceptBatch = 16;
   // Makes the first reads of `fresh` (accepted, not started) in one kernel
   // entry (EventLoop::ReadAheadNow), then starts them: each Start reads
   // what came.
@@ -247,7 +245,6 @@ class Worker {
   // accept() failed for want of descriptors: the listener is edge-triggered,
   // so nothing wakes it when they free up; this timer tries again.
   net::Timer accept_retry_timer_;
-  size_t accept_batch_ = 2;  // accepts of the next ring batch (Accept)
   int64_t accept_retry_ms_ = 0;  // the current back-off, 0 while accepting works
   int64_t last_resource_warning_ms_ = -1'000'000;
   int64_t last_pool_shed_log_ms_ = -1'000'000;

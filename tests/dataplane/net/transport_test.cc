@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <functional>
@@ -657,67 +656,6 @@ TEST_F(ReadAheadTest, ReadAheadNowReadsManySocketsAtOnceAndKeepsWhatIsNotTaken) 
     ::close(pair[1]);
   }
   ::close(server);
-}
-
-// Accepts through the ring (Worker::Accept of plain HTTP listeners): a batch
-// takes as many queued connections as it has entries, with their peers; an
-// entry that finds the queue empty completes at once with -EAGAIN (nothing
-// is left waiting in the ring). Kernels before 6.10 do not know
-// IORING_ACCEPT_DONTWAIT: AcceptNow then says 0 and the caller uses accept4.
-TEST_F(ReadAheadTest, AcceptNowTakesQueuedConnectionsAndNeverWaits) {
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener, 64), 0);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  constexpr int kClients = 20;
-  std::vector<int> clients;
-  std::vector<uint16_t> client_ports;
-  for (int i = 0; i < kClients; ++i) {
-    int c = ::socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    sockaddr_in local{};
-    socklen_t local_len = sizeof local;
-    ASSERT_EQ(::getsockname(c, reinterpret_cast<sockaddr*>(&local), &local_len), 0);
-    clients.push_back(c);
-    client_ports.push_back(ntohs(local.sin_port));
-  }
-  constexpr size_t kBatch = 16;
-  int fds[kBatch];
-  sockaddr_storage peers[kBatch];
-  socklen_t lengths[kBatch];
-  std::vector<uint16_t> peer_ports;
-  int empty = 0;
-  for (int round = 0; round < 2; ++round) {
-    size_t n = loop_->AcceptNow(listener, kBatch, fds, peers, lengths);
-    if (n == 0) {
-      GTEST_SKIP() << "no IORING_ACCEPT_DONTWAIT (kernel before 6.10)";
-    }
-    ASSERT_EQ(n, kBatch);
-    for (size_t i = 0; i < n; ++i) {
-      if (fds[i] < 0) {
-        EXPECT_EQ(fds[i], -EAGAIN);
-        ++empty;
-        continue;
-      }
-      EXPECT_EQ(::fcntl(fds[i], F_GETFL) & O_NONBLOCK, O_NONBLOCK);
-      EXPECT_EQ(::fcntl(fds[i], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
-      ASSERT_EQ(lengths[i], sizeof(sockaddr_in));
-      peer_ports.push_back(ntohs(reinterpret_cast<sockaddr_in*>(&peers[i])->sin_port));
-      ::close(fds[i]);
-    }
-  }
-  EXPECT_EQ(empty, static_cast<int>(2 * kBatch) - kClients);
-  std::sort(peer_ports.begin(), peer_ports.end());
-  std::sort(client_ports.begin(), client_ports.end());
-  EXPECT_EQ(peer_ports, client_ports);
-  for (int c : clients) {
-    ::close(c);
-  }
-  ::close(listener);
 }
 
 TEST(ReadAheadFallbackTest, WithoutARingTheOwnerReadsDirectly) {
