@@ -238,7 +238,6 @@ void EventLoop::SetUpUring() {
     }
     if (rc == 0) {
       ring_ = ring;
-      ring_entries_ = kRingEntries;
       uring_state_ = UringState::kOn;
       return;
     }
@@ -425,9 +424,9 @@ void EventLoop::CancelRecv(BatchedRecv* recv) {
 }
 
 void EventLoop::ReadAhead(const epoll_event* events, int n) {
-  BatchedRecv* batch[kRingEntries];
+  BatchedRecv* wanted[kRingEntries];
   unsigned count = 0;
-  for (int i = 0; i < n && count < ring_entries_; ++i) {
+  for (int i = 0; i < n && count < kRingEntries; ++i) {
     auto* handler = static_cast<IoHandler*>(events[i].data.ptr);
     if (handler == kWakeHandler || (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) == 0) {
       continue;
@@ -435,25 +434,47 @@ void EventLoop::ReadAhead(const epoll_event* events, int n) {
     // The handler's transport sets the ring up on first use: the state is
     // checked after.
     BatchedRecv* recv = handler->ReadAhead();
-    if (recv == nullptr || recv->loop_ != nullptr || uring_state_ != UringState::kOn) {
-      continue;
+    if (recv != nullptr && uring_state_ == UringState::kOn) {
+      wanted[count++] = recv;
     }
-    if (recv_arena_ == nullptr) {
-      // Address space only: a page is backed once a receive writes to it,
-      // and slots are used from the first, so the pages are as many as the
-      // largest batch of readable sockets needed.
-      void* arena = mmap(nullptr, kRingEntries * kRecvSlotBytes, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (arena == MAP_FAILED) {
-        return;
-      }
-      recv_arena_ = static_cast<char*>(arena);
+  }
+  SubmitRecvs(wanted, count);
+}
+
+void EventLoop::ReadAheadNow(BatchedRecv* const* recvs, size_t count) {
+  if (count > 0 && batching_sends()) {
+    SubmitRecvs(recvs, count);
+  }
+}
+
+void EventLoop::SubmitRecvs(BatchedRecv* const* recvs, size_t n) {
+  if (n == 0 || recv_slots_used_ >= kRingEntries) {
+    return;
+  }
+  if (recv_arena_ == nullptr) {
+    // Address space only: a page is backed once a receive writes to it,
+    // and slots are used from the first, so the pages are as many as the
+    // largest number of read-aheads of one iteration needed.
+    void* arena = mmap(nullptr, kRingEntries * kRecvSlotBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED) {
+      return;
+    }
+    recv_arena_ = static_cast<char*>(arena);
+  }
+  BatchedRecv* batch[kRingEntries];
+  unsigned count = 0;
+  // Slots of earlier read-aheads of this iteration still hold their bytes.
+  for (size_t i = 0; i < n && recv_slots_used_ + count < kRingEntries; ++i) {
+    BatchedRecv* recv = recvs[i];
+    if (recv->loop_ != nullptr) {
+      continue;
     }
     io_uring_sqe* sqe = io_uring_get_sqe(ring_);
     if (sqe == nullptr) {
       break;
     }
-    char* slot = recv_arena_ + count * kRecvSlotBytes;
+    char* slot = recv_arena_ + (recv_slots_used_ + count) * kRecvSlotBytes;
     // MSG_DONTWAIT: an empty socket completes at once with -EAGAIN (the
     // kernel does not park the receive until data comes), so every receive
     // has completed when the submit returns.
@@ -467,6 +488,7 @@ void EventLoop::ReadAhead(const epoll_event* events, int n) {
   if (count == 0) {
     return;
   }
+  recv_slots_used_ += count;
   int results[kRingEntries];
   SubmitAndReap(count, results);
   for (unsigned i = 0; i < count; ++i) {
@@ -484,6 +506,7 @@ void EventLoop::EndRecvs() {
     CancelRecv(recv);
     recv->keep_(recv->owner_);
   }
+  recv_slots_used_ = 0;
 }
 
 void EventLoop::EndBatch() {

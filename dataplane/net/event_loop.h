@@ -214,6 +214,14 @@ class EventLoop {
   // Submits every queued send in one kernel entry and runs their callbacks.
   void FlushSends();
   void CancelRecv(BatchedRecv* recv);
+  // Makes the receives of `recvs` now, in one kernel entry, as the loop's
+  // read-ahead does for the sockets of an epoll batch: for sockets their
+  // owners read next in this iteration without an event (the first bytes of
+  // newly accepted connections). Each that got a result is pending() until
+  // the end of the iteration; the others (no ring, no slot of this
+  // iteration's arena left, already pending) are untouched: their owners
+  // read directly.
+  void ReadAheadNow(BatchedRecv* const* recvs, size_t count);
   // Bytes of one read-ahead slot: a larger message's rest is read directly.
   static constexpr size_t kRecvSlotBytes = 16 * 1024;
   // Closes socket `fd` at the end of the batch, in the kernel entry of the
@@ -251,6 +259,9 @@ class EventLoop {
   unsigned SubmitAndReap(unsigned count, int* results);
   // The read-ahead of the handlers of `events` that opt in.
   void ReadAhead(const epoll_event* events, int n);
+  // Receives of those of `recvs` not pending yet into free arena slots, in
+  // one kernel entry (the ring is on).
+  void SubmitRecvs(BatchedRecv* const* recvs, size_t n);
   // Ends the iteration's receives; owners keep what they did not take.
   void EndRecvs();
 
@@ -268,13 +279,13 @@ class EventLoop {
   Deferred* deferred_tail_ = nullptr;
   UringState uring_state_ = UringState::kUnknown;
   ::io_uring* ring_ = nullptr;
-  unsigned ring_entries_ = 0;
   BatchedSend* sends_head_ = nullptr;  // FIFO
   BatchedSend* sends_tail_ = nullptr;
   BatchedRecv* recvs_head_ = nullptr;  // the iteration's read-aheads
   BatchedRecv* recvs_tail_ = nullptr;
-  char* recv_arena_ = nullptr;  // kRingEntries slots, mapped on first use
-  std::vector<int> closes_;  // QueueClose without a send to follow
+  char* recv_arena_ = nullptr;    // kRingEntries slots, mapped on first use
+  unsigned recv_slots_used_ = 0;  // by this iteration's read-aheads, from the first
+  std::vector<int> closes_;       // QueueClose without a send to follow
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
 };

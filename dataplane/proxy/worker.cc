@@ -278,6 +278,10 @@ bool Worker::Start(std::string* error) {
 
 void Worker::Run() {
   SetMetricsWorker(id_);  // this thread's counts go to its own metric slots
+  // The io_uring now, not at the first connection: it never takes a
+  // descriptor meant for a connection (nor fails for want of one, which
+  // would leave the worker without it for good).
+  (void)loop_.batching_sends();
   loop_.Run();
   // Stopped: close what is left. Connections are deleted with the loop's
   // graveyard only while it runs, so delete them here.
@@ -343,7 +347,18 @@ void Worker::Accept(const Acceptor& acceptor) {
   if (listen_fd < 0) {
     return;  // draining: the listener is closed
   }
+  // Plain HTTP connections start in groups: their first reads (the request
+  // usually came with the connection: TCP_DEFER_ACCEPT) go to the kernel in
+  // one entry of the loop's io_uring instead of a recv(2) each.
+  const bool group = acceptor.listener == Listener::kHttp && !ProxyProtocolOn(acceptor.listener) &&
+                     loop_.batching_sends();
+  ClientConnection* fresh[kStartGroup];
+  size_t fresh_count = 0;
   for (;;) {
+    if (fresh_count == kStartGroup) {
+      StartGroup(fresh, fresh_count);
+      fresh_count = 0;
+    }
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
@@ -354,7 +369,16 @@ void Worker::Accept(const Acceptor& acceptor) {
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         accept_retry_ms_ = 0;
-        return;
+        break;
+      }
+      if (fresh_count > 0) {
+        // accept4 fails for want of a descriptor even with none pending:
+        // start the accepted connections first, as if each had started
+        // when accepted (their upstream connects may free descriptors of
+        // idle pooled connections, an eighth of them), then try again.
+        StartGroup(fresh, fresh_count);
+        fresh_count = 0;
+        continue;
       }
       // Out of descriptors: idle pooled upstream connections would hold
       // theirs until the pool's idle timeout; give them up and try again.
@@ -366,7 +390,7 @@ void Worker::Accept(const Acceptor& acceptor) {
       // and no new edge comes when descriptors free up, so try again soon.
       WarnOutOfResources("accept a connection", errno);
       RetryAcceptLater();
-      return;
+      break;
     }
     accept_retry_ms_ = 0;
     if (connection_count_ >= options_.max_connections || draining_ || table_metrics_ == nullptr) {
@@ -387,8 +411,38 @@ void Worker::Accept(const Acceptor& acceptor) {
       step->Start();
       continue;
     }
+    if (group) {
+      fresh[fresh_count++] = NewClientConnection(std::make_unique<net::PlainTransport>(fd, &loop_),
+                                                 net::AddressString(peer));
+      continue;
+    }
     StartConnection(acceptor.listener, fd, net::AddressString(peer));
   }
+  StartGroup(fresh, fresh_count);
+}
+
+void Worker::StartGroup(ClientConnection* const* fresh, size_t count) {
+  net::BatchedRecv* recvs[kStartGroup] = {};
+  size_t wanted = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (net::BatchedRecv* recv = fresh[i]->ReadAhead(); recv != nullptr) {
+      recvs[wanted++] = recv;
+    }
+  }
+  // Those the loop could not read ahead (its arena full for this
+  // iteration) read directly in Start.
+  loop_.ReadAheadNow(recvs, wanted);
+  for (size_t i = 0; i < count; ++i) {
+    fresh[i]->Start();
+  }
+}
+
+ClientConnection* Worker::NewClientConnection(std::unique_ptr<net::Transport> transport,
+                                              std::string client_ip) {
+  auto* connection = new ClientConnection(this, std::move(transport), std::move(client_ip));
+  connection->slot = connections_.size();
+  connections_.push_back(connection);
+  return connection;
 }
 
 void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
@@ -420,10 +474,7 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
   } else {
     transport = std::make_unique<net::PlainTransport>(fd, &loop_);
   }
-  auto* connection = new ClientConnection(this, std::move(transport), std::move(client_ip));
-  connection->slot = connections_.size();
-  connections_.push_back(connection);
-  connection->Start();
+  NewClientConnection(std::move(transport), std::move(client_ip))->Start();
 }
 
 const GroupMetrics* Worker::GroupMetricsFor(const routing::PassthroughDecision& decision) const {

@@ -192,6 +192,15 @@ class Worker {
 
   void Run();
   void Accept(const Acceptor& acceptor);
+  // Plain HTTP connections an Accept starts together (StartGroup).
+  static constexpr size_t kStartGroup = 64;
+  // Makes the first reads of `fresh` (accepted, not started) in one kernel
+  // entry (EventLoop::ReadAheadNow), then starts them: each Start reads
+  // what came.
+  void StartGroup(ClientConnection* const* fresh, size_t count);
+  // A connection on the worker's list, not started yet.
+  ClientConnection* NewClientConnection(std::unique_ptr<net::Transport> transport,
+                                        std::string client_ip);
   void AcceptAll();
   void RetryAcceptLater();
   bool ProxyProtocolOn(Listener listener) const;

@@ -7,10 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dataplane/net/event_loop.h"
 
@@ -551,6 +553,109 @@ TEST_F(ReadAheadTest, AConnectionClosedInTheBatchOfItsReadAheadIsNotTouchedAgain
   loop_->Remove(more[0]);
   ::close(more[0]);
   ::close(more[1]);
+}
+
+// The first reads of newly accepted connections (Worker::StartGroup): many
+// sockets read in one kernel entry outside any epoll event. As many as the
+// iteration's arena has slots for get a result (the ring's 256 entries), the
+// others are left to read directly; asking again in the same iteration adds
+// nothing. What owners do not take stays in order in their transports, and so
+// do ends of stream and resets.
+TEST_F(ReadAheadTest, ReadAheadNowReadsManySocketsAtOnceAndKeepsWhatIsNotTaken) {
+  constexpr int kSockets = 300;  // more than the ring's 256 entries
+  std::vector<std::array<int, 2>> pairs(kSockets);
+  std::vector<std::unique_ptr<PlainTransport>> transports;
+  std::vector<std::string> sent(kSockets + 1);
+  for (int i = 0; i < kSockets; ++i) {
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pairs[i].data()), 0);
+    transports.push_back(std::make_unique<PlainTransport>(pairs[i][0], loop_.get()));
+    if (i % 3 == 0) {
+      sent[i] = "GET /" + std::to_string(i) + " HTTP/1.1\r\n\r\n";
+      WriteAll(pairs[i][1], sent[i]);
+    } else if (i % 3 == 2) {
+      sent[i] = "last " + std::to_string(i);
+      WriteAll(pairs[i][1], sent[i]);
+      ::shutdown(pairs[i][1], SHUT_WR);
+    }  // i % 3 == 1: a silent client
+  }
+  int client = -1;
+  int server = -1;
+  TcpPair(&client, &server);  // a client that resets at once
+  ASSERT_EQ(::fcntl(server, F_SETFL, O_NONBLOCK), 0);
+  linger reset{1, 0};
+  ASSERT_EQ(::setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+  ::close(client);
+  transports.push_back(std::make_unique<PlainTransport>(server, loop_.get()));
+  std::vector<std::string> got(kSockets + 1);
+  int pending_first = -1;
+  int pending_again = -1;
+  bool reset_pending = false;
+  bool ran = false;
+  loop_->Post([&] {
+    std::vector<BatchedRecv*> recvs;
+    // The reset socket first: it gets a slot.
+    recvs.push_back(transports[kSockets]->ReadAhead());
+    for (int i = 0; i < kSockets; ++i) {
+      recvs.push_back(transports[i]->ReadAhead());
+    }
+    for (BatchedRecv* recv : recvs) {
+      ASSERT_NE(recv, nullptr);
+    }
+    auto pending = [&] {
+      int n = 0;
+      for (BatchedRecv* recv : recvs) {
+        n += recv->pending() ? 1 : 0;
+      }
+      return n;
+    };
+    loop_->ReadAheadNow(recvs.data(), recvs.size());
+    pending_first = pending();
+    loop_->ReadAheadNow(recvs.data(), recvs.size());
+    pending_again = pending();
+    reset_pending = recvs[0]->pending();
+    // Half the owners take a little now, the others nothing.
+    for (int i = 0; i < kSockets; i += 2) {
+      char buf[3];
+      bool drained = false;
+      ssize_t n = transports[i]->Read(buf, sizeof buf, &drained);
+      if (n > 0) {
+        got[i].append(buf, static_cast<size_t>(n));
+      }
+    }
+    ran = true;
+  });
+  RunUntil(loop_.get(), [&] { return ran; });
+  EXPECT_EQ(pending_first, 256) << "the ring's entries";
+  EXPECT_EQ(pending_again, pending_first) << "no slot left in this iteration";
+  EXPECT_TRUE(reset_pending);
+  // Later iterations: every byte in order, then the socket's state.
+  for (int i = 0; i <= kSockets; ++i) {
+    SCOPED_TRACE(i);
+    ssize_t last = 1;
+    for (int reads = 0; reads < 100; ++reads) {
+      char buf[4];
+      bool drained = false;
+      last = transports[i]->Read(buf, sizeof buf, &drained);
+      if (last <= 0) {
+        break;
+      }
+      got[i].append(buf, static_cast<size_t>(last));
+    }
+    EXPECT_EQ(got[i], sent[i]);
+    if (i == kSockets) {
+      EXPECT_EQ(last, Transport::kError);
+    } else if (i % 3 == 2) {
+      EXPECT_EQ(last, Transport::kEof);
+    } else {
+      EXPECT_EQ(last, Transport::kWouldBlock);
+    }
+  }
+  transports.clear();
+  for (auto& pair : pairs) {
+    ::close(pair[0]);
+    ::close(pair[1]);
+  }
+  ::close(server);
 }
 
 TEST(ReadAheadFallbackTest, WithoutARingTheOwnerReadsDirectly) {

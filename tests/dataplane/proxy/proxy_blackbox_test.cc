@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -510,6 +511,110 @@ TEST_F(ProxyTest, ConnectionCloseAnswersEndInAFinAndLeaveNoDescriptorOpen) {
       }
       return lines == kRequests;
     }));
+    proxy_.reset();
+  }
+}
+
+// Reads `fd` until the peer ends the stream; false when it was not an orderly
+// end (a reset or the receive timeout).
+bool ReadToEnd(int fd, std::string* got) {
+  char buf[4096];
+  ssize_t n = 0;
+  for (int reads = 0; reads < 10'000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0; ++reads) {
+    got->append(buf, static_cast<size_t>(n));
+  }
+  return n == 0;
+}
+
+size_t CountOf(const std::string& text, std::string_view what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+// The first read of a new plain connection: with --io-uring auto the proxy
+// accepts every pending connection, then reads all their first bytes in one
+// io_uring submit (off: a recv each). Either way a pipelined second request
+// in the first bytes is answered after the first, a client that sends
+// nothing and closes or resets (also right after its request) leaves nothing
+// open, and a burst of more connections than the ring has entries, all
+// waiting while the proxy is stopped, gets every answer whole.
+TEST_F(ProxyTest, FirstBytesOfNewConnectionsPipelinedEndsResetsAndBurstsAreServed) {
+  for (const char* mode : {"auto", "off"}) {
+    SCOPED_TRACE(mode);
+    uint16_t admin = testing::ReserveFreePort();
+    StartProxy({"--io-uring", mode, "--admin-listen", "127.0.0.1:" + std::to_string(admin)});
+    ASSERT_EQ(HttpGet(port(), "/sap/bc/warm-up").status, 200);
+    {
+      int fd = testing::ConnectLoopback(port(), 0, std::chrono::seconds(10));
+      ASSERT_GE(fd, 0);
+      const std::string payload = "second request's body";
+      std::string requests = "GET /sap/bc/first HTTP/1.1\r\nHost: x\r\n\r\n"
+                             "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                             "Content-Length: " +
+                             std::to_string(payload.size()) + "\r\n\r\n" + payload;
+      ASSERT_EQ(::send(fd, requests.data(), requests.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(requests.size()));
+      std::string got;
+      EXPECT_TRUE(ReadToEnd(fd, &got));
+      ::close(fd);
+      EXPECT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << got;
+      EXPECT_EQ(CountOf(got, "HTTP/1.1 200 "), 2u) << got;
+      EXPECT_EQ(got.substr(got.size() - std::min(got.size(), payload.size())), payload) << got;
+    }
+    for (int i = 0; i < 5; ++i) {
+      // Silent, then a FIN; a reset at once; a request, then a reset.
+      int silent = testing::ConnectLoopback(port());
+      int reset = testing::ConnectLoopback(port());
+      int asked = testing::ConnectLoopback(port());
+      ASSERT_TRUE(silent >= 0 && reset >= 0 && asked >= 0);
+      std::string_view request = "GET /sap/bc/gone HTTP/1.1\r\nHost: x\r\n\r\n";
+      ASSERT_EQ(::send(asked, request.data(), request.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(request.size()));
+      linger abort{1, 0};
+      ASSERT_EQ(::setsockopt(reset, SOL_SOCKET, SO_LINGER, &abort, sizeof abort), 0);
+      ASSERT_EQ(::setsockopt(asked, SOL_SOCKET, SO_LINGER, &abort, sizeof abort), 0);
+      ::close(silent);
+      ::close(reset);
+      ::close(asked);
+    }
+    {
+      constexpr int kBurst = 300;  // more than the worker's ring has entries (256)
+      std::vector<int> fds;
+      struct Resume {
+        pid_t pid;
+        ~Resume() { ::kill(pid, SIGCONT); }
+      } resume{proxy_->pid()};
+      ASSERT_EQ(::kill(proxy_->pid(), SIGSTOP), 0);
+      for (int i = 0; i < kBurst; ++i) {
+        int fd = testing::ConnectLoopback(port(), 0, std::chrono::seconds(20));
+        ASSERT_GE(fd, 0) << i;
+        fds.push_back(fd);
+        std::string payload = "burst " + std::to_string(i);
+        std::string request = "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                              "Content-Length: " +
+                              std::to_string(payload.size()) + "\r\n\r\n" + payload;
+        ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+                  static_cast<ssize_t>(request.size()));
+      }
+      ASSERT_EQ(::kill(proxy_->pid(), SIGCONT), 0);
+      for (int i = 0; i < kBurst; ++i) {
+        std::string got;
+        EXPECT_TRUE(ReadToEnd(fds[i], &got)) << i;
+        ::close(fds[i]);
+        const std::string payload = "burst " + std::to_string(i);
+        EXPECT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << i << ": " << got;
+        EXPECT_EQ(got.substr(got.size() - std::min(got.size(), payload.size())), payload) << i;
+      }
+    }
+    EXPECT_EQ(HttpGet(port(), "/sap/bc/after").status, 200);
+    EXPECT_TRUE(testing::WaitFor([&] {
+      HttpReply metrics = HttpGet(admin, "/metrics");
+      return metrics.body.find("\nkwd_proxy_connections_active 0\n") != std::string::npos;
+    })) << HttpGet(admin, "/metrics").body;
+    EXPECT_TRUE(proxy_->Alive());
     proxy_.reset();
   }
 }

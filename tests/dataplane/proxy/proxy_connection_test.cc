@@ -1549,8 +1549,8 @@ size_t SendUntilStalled(int fd, std::chrono::milliseconds stalled) {
   return sent;
 }
 
-// The proxy's open sockets (its io_uring, made at the first batched send,
-// is no socket).
+// The proxy's open sockets (its io_uring, made when a worker starts, is no
+// socket).
 int OpenSockets(pid_t pid) {
   std::error_code ec;
   int open = 0;
