@@ -80,6 +80,11 @@ void ClientConnection::Start() {
   }
 }
 
+bool ClientConnection::WaitsForRequestBytes() const {
+  return (phase_ == Phase::kHead && request_started_ && !client_eof_) ||
+         (phase_ == Phase::kForward && !request_body_done_ && !client_eof_ && in_.empty());
+}
+
 bool ClientConnection::NeedsClientEvents() const {
   // Waiting for the server with the whole request sent and nothing to write:
   // the client is not read until the response is done (a FIN or reset it
@@ -126,6 +131,14 @@ void ClientConnection::BeginDrain() {
 
 void ClientConnection::Drive() {
   DriveSteps();
+  if (!acks_at_once_ && !closed_ && WaitsForRequestBytes()) {
+    // The listener starts connections in delayed-ACK mode (the ACK of a whole
+    // request goes with its answer); part of a request came and the rest is
+    // awaited: ACK now, or a client with Nagle on holds the rest back until
+    // the delayed ACK (40 ms). Once per connection (a syscall).
+    acks_at_once_ = true;
+    net::AckAtOnce(fd_);
+  }
   if (!closed_ && !registered_ && NeedsClientEvents()) {
     registered_ = true;
     // Adding reports the socket's current readiness: nothing that arrived
