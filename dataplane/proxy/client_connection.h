@@ -119,6 +119,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   bool closed_ = false;
   bool registered_ = false;  // fd_ is in the worker's epoll set
   bool acks_at_once_ = false;    // net::AckAtOnce done (Drive)
+  bool answered_ = false;        // a transaction ended (EndTransaction)
   bool abortive_close_ = false;  // the close resets: no orderly end of the stream
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};

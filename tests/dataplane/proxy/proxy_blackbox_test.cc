@@ -590,6 +590,34 @@ TEST_F(ProxyTest, RequestInTwoWritesFromANagleClientIsNotHeldByADelayedAck) {
       << std::chrono::duration_cast<std::chrono::microseconds>(fastest).count() << " us";
 }
 
+// The same for a PROXY protocol header written on its own: the request after
+// it is not held back until the header's delayed ACK.
+TEST_F(ProxyTest, RequestAfterAProxyHeaderFromANagleClientIsNotHeldByADelayedAck) {
+  StartProxy({"--proxy-protocol", "http"});
+  auto fastest = std::chrono::steady_clock::duration::max();
+  for (int i = 0; i < 5; ++i) {
+    int fd = testing::ConnectLoopback(port(), 0, std::chrono::seconds(10));  // Nagle on
+    ASSERT_GE(fd, 0);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string header = "PROXY TCP4 198.51.100.4 127.0.0.1 5555 80\r\n";
+    const std::string request = "GET /sap/bc/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(::send(fd, header.data(), header.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(header.size()));
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    std::string got;
+    char buf[4096];
+    for (ssize_t n = 0; got.size() < 10'000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+      got.append(buf, static_cast<size_t>(n));
+    }
+    fastest = std::min(fastest, std::chrono::steady_clock::now() - start);
+    ::close(fd);
+    ASSERT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << i << ": " << got;
+  }
+  EXPECT_LT(fastest, std::chrono::milliseconds(30))
+      << std::chrono::duration_cast<std::chrono::microseconds>(fastest).count() << " us";
+}
+
 TEST_F(ProxyTest, IoUringFlagTakesAutoOrOff) {
   Process p({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", snapshot_path_, "--listen",
              "127.0.0.1:0", "--io-uring", "sometimes"},
