@@ -360,8 +360,13 @@ void EventLoop::FlushSends() {
       CancelSend(send);
       // MSG_DONTWAIT: a socket without room completes at once with -EAGAIN
       // (the kernel does not park the send until there is room), so every
-      // send has completed when the submit returns.
-      io_uring_prep_send(sqe, send->fd_, send->data_, send->size_, MSG_DONTWAIT | MSG_NOSIGNAL);
+      // send has completed when the submit returns. MSG_MORE on a send with
+      // a close after it: the kernel holds the last bytes back (a send that
+      // runs out of room still pushes what it took) and the close's FIN
+      // leaves with them, one segment instead of two and no separate ACK
+      // from the peer.
+      io_uring_prep_send(sqe, send->fd_, send->data_, send->size_,
+                         MSG_DONTWAIT | MSG_NOSIGNAL | (close_fd >= 0 ? MSG_MORE : 0));
       io_uring_sqe_set_data64(sqe, count);
       batch[count] = send;
       linked[count] = false;

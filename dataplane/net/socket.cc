@@ -184,6 +184,17 @@ void PrepareClientFirstListener(int fd, int defer_accept_seconds) {
   }
 }
 
+void AckWithTheAnswer(int fd) {
+  int zero = 0;
+  setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof zero);
+}
+
+void AckAtOnce(int fd) {
+  // Leaves delayed-ACK mode and sends an ACK that was held back.
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+}
+
 void SetNotSentLowWater(int fd, int bytes) {
   setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof bytes);
 }

@@ -44,6 +44,15 @@ void SetNoDelay(int fd);
 // anyway, and the proxy's own timeouts take it from there.
 void PrepareClientFirstListener(int fd, int defer_accept_seconds);
 
+// TCP_QUICKACK off on a listener of clients that send first and are answered
+// at once (HTTP): the sockets accepted from it start in delayed-ACK mode, so
+// the ACK of a request rides on its answer instead of going as a segment of
+// its own (HAProxy's HTTP frontends do the same). AckAtOnce undoes it for a
+// connection that waits for more of a request: a client with Nagle on would
+// otherwise hold its next small write until the delayed ACK (40 ms).
+void AckWithTheAnswer(int fd);
+void AckAtOnce(int fd);
+
 // Unsent bytes the kernel queues for `fd` before a send would block (and
 // before EPOLLOUT is reported again), TCP_NOTSENT_LOWAT. Set on a listening
 // socket, the connections accepted from it inherit it.

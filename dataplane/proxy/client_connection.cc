@@ -52,6 +52,8 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       exchange_(worker, this, ClientContext{}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
   h2c_sniff_ = worker->options().h2c && transport_->established();
+  // TLS listeners keep quick ACKs (net::AckWithTheAnswer is the HTTP one's).
+  acks_at_once_ = !transport_->established();
   exchange_.Recycle(ClientContext{client_ip_, nullptr, {}});  // nothing in flight
   // Strings grow to what the first request needs and keep that capacity
   // (clear() frees nothing): no reservation for a connection that may carry
@@ -78,6 +80,13 @@ void ClientConnection::Start() {
     worker_->loop().Add(fd_, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, this);
     ArmTimer(TimerKind::kHandshake, worker_->options().handshake_timeout_ms);
   }
+}
+
+bool ClientConnection::WaitsForRequestBytes() const {
+  // The first request not (all) there yet: the bytes before it (a PROXY
+  // header) or part of it came; or the rest of a request's body.
+  return (phase_ == Phase::kHead && (request_started_ || !answered_) && !client_eof_) ||
+         (phase_ == Phase::kForward && !request_body_done_ && !client_eof_ && in_.empty());
 }
 
 bool ClientConnection::NeedsClientEvents() const {
@@ -126,6 +135,14 @@ void ClientConnection::BeginDrain() {
 
 void ClientConnection::Drive() {
   DriveSteps();
+  if (!acks_at_once_ && !closed_ && WaitsForRequestBytes()) {
+    // The listener starts connections in delayed-ACK mode (the ACK of a whole
+    // request goes with its answer); part of a request came and the rest is
+    // awaited: ACK now, or a client with Nagle on holds the rest back until
+    // the delayed ACK (40 ms). Once per connection (a syscall).
+    acks_at_once_ = true;
+    net::AckAtOnce(fd_);
+  }
   if (!closed_ && !registered_ && NeedsClientEvents()) {
     registered_ = true;
     // Adding reports the socket's current readiness: nothing that arrived
@@ -454,6 +471,7 @@ bool ClientConnection::PushRequestBody() {
 void ClientConnection::EndTransaction() {
   ConsumeHead();
   idle_unsent_ = -1;
+  answered_ = true;
   request_parser_.Reset();
   chunk_response_ = false;
   if (close_after_response_) {

@@ -73,6 +73,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // it: a request read at once and answered while the client sends nothing
   // more (Connection: close) costs no epoll_ctl at all.
   bool NeedsClientEvents() const;
+  // Part of a request came and the rest is awaited from the client.
+  bool WaitsForRequestBytes() const;
   // Advances the transport's handshake; true once established.
   bool StepHandshake();
   bool StepHead();
@@ -116,6 +118,8 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
   bool registered_ = false;  // fd_ is in the worker's epoll set
+  bool acks_at_once_ = false;    // net::AckAtOnce done (Drive)
+  bool answered_ = false;        // a transaction ended (EndTransaction)
   bool abortive_close_ = false;  // the close resets: no orderly end of the stream
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};

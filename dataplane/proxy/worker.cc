@@ -250,6 +250,9 @@ bool Worker::Start(std::string* error) {
   if (listen_fd_ < 0) {
     return false;
   }
+  // HTTP only: its connections ack a request they wait for the rest of at once
+  // (ClientConnection::Drive); a TLS handshake has no such hook.
+  net::AckWithTheAnswer(listen_fd_);
   bound_ = net::LocalEndpoint(listen_fd_);
   if (options_.passthrough) {
     passthrough_fd_ =

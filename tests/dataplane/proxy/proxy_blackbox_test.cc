@@ -2,6 +2,8 @@
 // on loopback, real HTTP. The snapshot is written by the test (the controller
 // has its own tests); the proxy reads it like `kwd-controller compile` output.
 #include <gtest/gtest.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -9,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -617,6 +620,106 @@ TEST_F(ProxyTest, FirstBytesOfNewConnectionsPipelinedEndsResetsAndBurstsAreServe
     EXPECT_TRUE(proxy_->Alive());
     proxy_.reset();
   }
+}
+
+// A small answer to a Connection: close request takes the fewest segments
+// the exchange allows: the ACK of the request rides on the answer (the HTTP
+// listener starts connections in delayed-ACK mode) and, with --io-uring auto,
+// the FIN rides on the answer's last bytes (MSG_MORE on the send the batched
+// close follows). The client's TCP_INFO counts the segments it received:
+// SYN-ACK and the answer with its FIN (off: and a FIN of its own); before, the
+// ACK of the request and the FIN came as segments of their own (4). The
+// fewest over 20 connections: a delayed ACK that fires on a loaded box adds one.
+TEST_F(ProxyTest, ConnectionCloseAnswerCarriesTheAckOfTheRequestAndItsFin) {
+  for (const char* mode : {"auto", "off"}) {
+    SCOPED_TRACE(mode);
+    StartProxy({"--io-uring", mode});
+    ASSERT_EQ(HttpGet(port(), "/sap/bc/warm-up").status, 200);  // pooled upstream connections
+    uint32_t fewest = 100;
+    for (int i = 0; i < 20; ++i) {
+      int fd = testing::ConnectLoopback(port(), 0, std::chrono::seconds(10));
+      ASSERT_GE(fd, 0);
+      const std::string request =
+          "GET /sap/bc/x" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+      ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(request.size()));
+      std::string got;
+      char buf[4096];
+      ssize_t n = 0;
+      for (int reads = 0; reads < 1000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0; ++reads) {
+        got.append(buf, static_cast<size_t>(n));
+      }
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len), 0);
+      ::close(fd);
+      ASSERT_EQ(n, 0) << i << ": not an orderly end";
+      ASSERT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << i << ": " << got;
+      ASSERT_NE(got.find("\r\nConnection: close\r\n"), std::string::npos) << i;
+      fewest = std::min(fewest, info.tcpi_segs_in);
+    }
+    EXPECT_EQ(fewest, std::string_view(mode) == "auto" ? 2u : 3u);
+    proxy_.reset();
+  }
+}
+
+// A client with Nagle on (no TCP_NODELAY) that writes a request in two parts,
+// head then body, sends the body only once the head is acknowledged: the proxy
+// ACKs a request it waits for the rest of at once, rather than after the 40 ms
+// of the delayed ACK its connections start with. The fastest of 5 exchanges.
+TEST_F(ProxyTest, RequestInTwoWritesFromANagleClientIsNotHeldByADelayedAck) {
+  StartProxy();
+  auto fastest = std::chrono::steady_clock::duration::max();
+  for (int i = 0; i < 5; ++i) {
+    int fd = testing::ConnectLoopback(port(), 0, std::chrono::seconds(10));  // Nagle on
+    ASSERT_GE(fd, 0);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string head =
+        "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        "Content-Length: 5\r\n\r\n";
+    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(head.size()));
+    ASSERT_EQ(::send(fd, "hello", 5, MSG_NOSIGNAL), 5);
+    std::string got;
+    char buf[4096];
+    for (ssize_t n = 0; got.size() < 10'000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+      got.append(buf, static_cast<size_t>(n));
+    }
+    fastest = std::min(fastest, std::chrono::steady_clock::now() - start);
+    ::close(fd);
+    ASSERT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << i << ": " << got;
+    EXPECT_EQ(got.substr(got.size() - 5), "hello") << i;
+  }
+  EXPECT_LT(fastest, std::chrono::milliseconds(30))
+      << std::chrono::duration_cast<std::chrono::microseconds>(fastest).count() << " us";
+}
+
+// The same for a PROXY protocol header written on its own: the request after
+// it is not held back until the header's delayed ACK.
+TEST_F(ProxyTest, RequestAfterAProxyHeaderFromANagleClientIsNotHeldByADelayedAck) {
+  StartProxy({"--proxy-protocol", "http"});
+  auto fastest = std::chrono::steady_clock::duration::max();
+  for (int i = 0; i < 5; ++i) {
+    int fd = testing::ConnectLoopback(port(), 0, std::chrono::seconds(10));  // Nagle on
+    ASSERT_GE(fd, 0);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string header = "PROXY TCP4 198.51.100.4 127.0.0.1 5555 80\r\n";
+    const std::string request = "GET /sap/bc/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(::send(fd, header.data(), header.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(header.size()));
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    std::string got;
+    char buf[4096];
+    for (ssize_t n = 0; got.size() < 10'000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+      got.append(buf, static_cast<size_t>(n));
+    }
+    fastest = std::min(fastest, std::chrono::steady_clock::now() - start);
+    ::close(fd);
+    ASSERT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << i << ": " << got;
+  }
+  EXPECT_LT(fastest, std::chrono::milliseconds(30))
+      << std::chrono::duration_cast<std::chrono::microseconds>(fastest).count() << " us";
 }
 
 TEST_F(ProxyTest, IoUringFlagTakesAutoOrOff) {
