@@ -457,6 +457,17 @@ TEST_F(ProxyTest, IoUringAutoAndOffDeliverWholeBodiesAlsoBeforeAClose) {
   }
 }
 
+// Reads `fd` until the peer ends the stream; false when it was not an orderly
+// end (a reset or the receive timeout).
+bool ReadToEnd(int fd, std::string* got) {
+  char buf[4096];
+  ssize_t n = 0;
+  for (int reads = 0; reads < 10'000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0; ++reads) {
+    got->append(buf, static_cast<size_t>(n));
+  }
+  return n == 0;
+}
+
 // A new connection per request (Connection: close) with a small answer: with
 // --io-uring auto the answer and the close go in the worker's batched submit.
 // Either way every answer arrives whole and ends in an orderly end of the
@@ -486,14 +497,10 @@ TEST_F(ProxyTest, ConnectionCloseAnswersEndInAFinAndLeaveNoDescriptorOpen) {
       ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
                 static_cast<ssize_t>(request.size()));
       std::string got;
-      char buf[4096];
-      ssize_t n = 0;
-      for (int reads = 0; reads < 1000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0; ++reads) {
-        got.append(buf, static_cast<size_t>(n));
-      }
+      const bool orderly = ReadToEnd(fd, &got);
       int error = errno;
       ::close(fd);
-      ASSERT_EQ(n, 0) << i << ": not an orderly end: " << std::strerror(error);
+      ASSERT_TRUE(orderly) << i << ": not an orderly end: " << std::strerror(error);
       ASSERT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << i << ": " << got;
       ASSERT_GE(got.size(), payload.size());
       EXPECT_EQ(got.substr(got.size() - payload.size()), payload) << i;
@@ -516,17 +523,6 @@ TEST_F(ProxyTest, ConnectionCloseAnswersEndInAFinAndLeaveNoDescriptorOpen) {
     }));
     proxy_.reset();
   }
-}
-
-// Reads `fd` until the peer ends the stream; false when it was not an orderly
-// end (a reset or the receive timeout).
-bool ReadToEnd(int fd, std::string* got) {
-  char buf[4096];
-  ssize_t n = 0;
-  for (int reads = 0; reads < 10'000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0; ++reads) {
-    got->append(buf, static_cast<size_t>(n));
-  }
-  return n == 0;
 }
 
 size_t CountOf(const std::string& text, std::string_view what) {
@@ -644,16 +640,12 @@ TEST_F(ProxyTest, ConnectionCloseAnswerCarriesTheAckOfTheRequestAndItsFin) {
       ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
                 static_cast<ssize_t>(request.size()));
       std::string got;
-      char buf[4096];
-      ssize_t n = 0;
-      for (int reads = 0; reads < 1000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0; ++reads) {
-        got.append(buf, static_cast<size_t>(n));
-      }
+      const bool orderly = ReadToEnd(fd, &got);
       tcp_info info{};
       socklen_t len = sizeof info;
       ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len), 0);
       ::close(fd);
-      ASSERT_EQ(n, 0) << i << ": not an orderly end";
+      ASSERT_TRUE(orderly) << i << ": not an orderly end";
       ASSERT_EQ(got.rfind("HTTP/1.1 200 ", 0), 0u) << i << ": " << got;
       ASSERT_NE(got.find("\r\nConnection: close\r\n"), std::string::npos) << i;
       fewest = std::min(fewest, info.tcpi_segs_in);
@@ -682,10 +674,7 @@ std::chrono::steady_clock::duration FastestTwoWriteExchange(int port, const std:
     EXPECT_EQ(::send(fd, second.data(), second.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(second.size()));
     std::string got;
-    char buf[4096];
-    for (ssize_t n = 0; got.size() < 10'000 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
-      got.append(buf, static_cast<size_t>(n));
-    }
+    ReadToEnd(fd, &got);
     fastest = std::min(fastest, std::chrono::steady_clock::now() - start);
     ::close(fd);
     answers->push_back(std::move(got));
