@@ -374,6 +374,9 @@ void Worker::Accept(const Acceptor& acceptor) {
         accept_retry_ms_ = 0;
         break;
       }
+      if (errno == EMFILE || errno == ENFILE) {
+        last_descriptor_shortage_ms_ = loop_.now_ms();
+      }
       if (fresh_count > 0) {
         // accept4 fails for want of a descriptor even with none pending:
         // start the accepted connections first, as if each had started
@@ -414,7 +417,11 @@ void Worker::Accept(const Acceptor& acceptor) {
       step->Start();
       continue;
     }
-    if (group) {
+    // Short of descriptors lately: a group would take them all for its
+    // clients and leave none for their servers (every member answered
+    // 503); one by one, each connects before the next is accepted.
+    constexpr int64_t kNoGroupsAfterShortageMs = 10'000;
+    if (group && loop_.now_ms() - last_descriptor_shortage_ms_ >= kNoGroupsAfterShortageMs) {
       fresh[fresh_count++] = NewClientConnection(std::make_unique<net::PlainTransport>(fd, &loop_),
                                                  net::AddressString(peer));
       continue;
@@ -690,6 +697,7 @@ int Worker::ConnectToServer(const net::Endpoint& endpoint, int* error_number) {
   if (fd >= 0 || (*error_number != EMFILE && *error_number != ENFILE)) {
     return fd;
   }
+  last_descriptor_shortage_ms_ = loop_.now_ms();
   size_t idle = 0;
   for (const auto& [key, bucket] : pool_) {
     idle += bucket.idle.size();

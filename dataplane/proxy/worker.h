@@ -248,6 +248,10 @@ class Worker {
   int64_t accept_retry_ms_ = 0;  // the current back-off, 0 while accepting works
   int64_t last_resource_warning_ms_ = -1'000'000;
   int64_t last_pool_shed_log_ms_ = -1'000'000;
+  // When an accept or connect last ran out of descriptors: Accept starts no
+  // groups for a while after (each accepted connection needs one more
+  // descriptor for its server, which a group's later members would not get).
+  int64_t last_descriptor_shortage_ms_ = -1'000'000'000;
 };
 
 }  // namespace kwd::proxy
