@@ -378,10 +378,13 @@ void Worker::Accept(const Acceptor& acceptor) {
         last_descriptor_shortage_ms_ = loop_.now_ms();
       }
       if (fresh_count > 0) {
-        // accept4 fails for want of a descriptor even with none pending:
-        // start the accepted connections first, as if each had started
-        // when accepted (their upstream connects may free descriptors of
-        // idle pooled connections, an eighth of them), then try again.
+        // accept4 fails (for want of a descriptor, most likely): start the
+        // connections accepted so far first (their upstream connects may
+        // free descriptors of idle pooled connections, an eighth of them),
+        // then try again. Unlike one-by-one starts they took their client
+        // descriptors before any connected onwards, so a shortage answers
+        // some of them 503: the shortage rule below starts connections one
+        // by one for a while after.
         StartGroup(fresh, fresh_count);
         fresh_count = 0;
         continue;
