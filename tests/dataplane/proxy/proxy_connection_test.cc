@@ -1604,6 +1604,27 @@ int OpenSockets(pid_t pid) {
   return open;
 }
 
+// A WebSocket tunnel through the proxy on `port`: a new connection whose
+// Upgrade request got the server's 101; what came after the 101's head goes
+// to `buffered`. -1 (and a test failure) otherwise.
+int OpenWebSocketTunnel(int port, std::string* buffered) {
+  int fd = ConnectLoopback(port, 0, std::chrono::seconds(10));
+  if (fd < 0) {
+    ADD_FAILURE() << "could not connect to the proxy";
+    return -1;
+  }
+  SendAll(fd,
+          "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  std::string head;
+  if (!ReadHead(fd, buffered, &head) || head.find(" 101 ") == std::string::npos) {
+    ADD_FAILURE() << "no 101 for the Upgrade request: " << head;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A WebSocket tunnel whose server stops reading: the client's bytes pile up
 // in the proxy (its buffers, the transport's send queue) until the tunnel's
 // idle timeout closes it. Those bytes are lost, so the server must see a
@@ -1628,15 +1649,9 @@ TEST_F(ProxyConnectionTest, TunnelClosedWithBytesTheServerDidNotTakeResetsTheSer
   ASSERT_TRUE(testing::WaitFor([&] { return backend.health_checks() >= 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the health check's close
   int base = OpenSockets(proxy_->pid());
-  int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
-  ASSERT_GE(fd, 0);
-  SendAll(fd,
-          "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
   std::string buffered;
-  std::string head;
-  ASSERT_TRUE(ReadHead(fd, &buffered, &head));
-  ASSERT_NE(head.find(" 101 "), std::string::npos) << head;
+  int fd = OpenWebSocketTunnel(port(), &buffered);
+  ASSERT_GE(fd, 0);
   size_t sent = SendUntilStalled(fd, std::chrono::milliseconds(300));
   // The idle timeout ends the stalled tunnel: both sides close.
   EXPECT_TRUE(testing::WaitFor([&] { return OpenSockets(proxy_->pid()) <= base; },
@@ -1665,15 +1680,9 @@ TEST_F(ProxyConnectionTest, HalfClosedTunnelStillRelaysTheServersAnswer) {
     }
   });
   ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port()));
-  int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
-  ASSERT_GE(fd, 0);
-  SendAll(fd,
-          "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
   std::string buffered;
-  std::string head;
-  ASSERT_TRUE(ReadHead(fd, &buffered, &head));
-  ASSERT_NE(head.find(" 101 "), std::string::npos) << head;
+  int fd = OpenWebSocketTunnel(port(), &buffered);
+  ASSERT_GE(fd, 0);
   SendAll(fd, std::string(300'000, 'c'));  // more than one write's worth
   ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
   Drained d = ReadUntilEnd(fd);
@@ -1703,15 +1712,9 @@ TEST_F(ProxyConnectionTest, ResetClientEndsItsTunnelAtOnce) {
   const int base = OpenSockets(proxy_->pid());
   for (bool fin_first : {false, true}) {
     SCOPED_TRACE(fin_first ? "FIN, then reset" : "reset");
-    int fd = ConnectLoopback(port(), 0, std::chrono::seconds(10));
-    ASSERT_GE(fd, 0);
-    SendAll(fd,
-            "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
     std::string buffered;
-    std::string head;
-    ASSERT_TRUE(ReadHead(fd, &buffered, &head));
-    ASSERT_NE(head.find(" 101 "), std::string::npos) << head;
+    int fd = OpenWebSocketTunnel(port(), &buffered);
+    ASSERT_GE(fd, 0);
     SendAll(fd, "hello");
     if (fin_first) {
       ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
