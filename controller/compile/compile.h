@@ -136,7 +136,7 @@ class CompileMemo {
   std::uint64_t groups_compiled() const;  // over all compiles
   std::uint64_t groups_reused() const;
 
-  struct State;  // internal to compile.cc
+  struct State;  // internal to memo.cc
 
  private:
   friend CompileResult Compile(const model::ObjectSet& objects, CompileMemo& memo,

@@ -1,0 +1,294 @@
+// The UrlMapping processor: virtual hosts with their default groups, URL
+// prefix rules and permissions. Older mappings win conflicts (the caller
+// compiles them in age order); a rejected mapping serves its last accepted
+// version.
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "controller/compile/internal.h"
+
+namespace kwd::compile::internal {
+namespace {
+
+constexpr std::string_view kImplicitAbapDefaultGroup = "diag";
+constexpr std::string_view kImplicitJavaDefaultGroup = "j2ee";
+
+}  // namespace
+
+ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping* last_good) {
+  Findings findings;
+  const auto& spec = um.spec;
+  const std::string& ns = um.metadata.namespace_;
+  std::string source = GroupKey(ns, um.metadata.name);
+
+  v1::Kind root = v1::KIND_JAVA;
+  for (const std::string& error : um.field_errors) {
+    findings.Reject(kReasonInvalidField, error);
+  }
+  CheckObjectName(um.metadata, findings);
+  bool valid_spec = !findings.rejected();
+  if (spec.default_root_handler) {
+    if (auto parsed = ParseKind(*spec.default_root_handler, /*accept_j2ee=*/true)) {
+      root = *parsed;
+    } else {
+      findings.Reject(kReasonInvalidField,
+                      "spec.defaultRootHandler: " + Quote(*spec.default_root_handler) +
+                          " is not one of abap, java (or j2ee)");
+      valid_spec = false;
+    }
+  }
+  std::vector<std::string> hosts;
+  for (const auto& raw : spec.hosts) {
+    std::string host = AsciiLower(raw);
+    if (!IsVirtualHost(host)) {
+      findings.Reject(kReasonInvalidField,
+                      "spec.hosts: " + Quote(raw) + " is not a host name or *.suffix");
+      valid_spec = false;
+    } else if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) {
+      hosts.push_back(host);
+    }
+  }
+  if (spec.hosts.empty()) {
+    hosts.push_back("");
+  }
+
+  ResolvedDefault abap = ResolveDefault(ns, spec.default_groups.abap, kImplicitAbapDefaultGroup,
+                                        "spec.defaultGroups.abap", findings);
+  ResolvedDefault java = ResolveDefault(ns, spec.default_groups.java, kImplicitJavaDefaultGroup,
+                                        "spec.defaultGroups.java", findings);
+
+  std::string passthrough;
+  if (spec.passthrough_group) {
+    passthrough = ResolveGroupRef(ns, *spec.passthrough_group, "spec.passthroughGroup", findings);
+  }
+
+  // Rules, validated once for all hosts.
+  std::vector<v1::Rule> rules;
+  std::set<std::string> prefixes;
+  for (std::size_t i = 0; i < spec.rules.size(); ++i) {
+    const auto& in = spec.rules[i];
+    std::string field = "spec.rules[" + std::to_string(i) + "]";
+    std::string prefix = AsciiLower(in.prefix);
+    if (!ValidPrefixShape(prefix)) {
+      findings.Reject(kReasonInvalidRule,
+                      field + ".prefix: " + Quote(in.prefix) +
+                          " must start and end with / and not be / alone; rule dropped");
+      continue;
+    }
+    if (!IsPathText(prefix)) {
+      findings.Reject(kReasonInvalidRule, field + ".prefix: " + Quote(in.prefix) + " " +
+                                              std::string(kPathCharacters) + "; rule dropped");
+      continue;
+    }
+    v1::Kind kind = v1::KIND_ABAP;  // URL mapping table entries are ICF (ABAP) prefixes
+    if (in.kind) {
+      auto parsed = ParseKind(*in.kind, /*accept_j2ee=*/true);
+      if (!parsed) {
+        findings.Reject(kReasonInvalidRule, field + ".kind: " + Quote(*in.kind) +
+                                                " is not one of abap, java; rule dropped");
+        continue;
+      }
+      kind = *parsed;
+    }
+    if (!prefixes.insert(prefix).second) {
+      findings.Reject(kReasonInvalidRule,
+                      field + ".prefix: " + Quote(prefix) + " is listed twice; rule dropped");
+      continue;
+    }
+    v1::Rule rule;
+    rule.set_prefix(prefix);
+    rule.set_kind(kind);
+    rule.set_source(source);
+    if (in.logon_group) {
+      rule.set_group(ResolveGroupRef(ns, *in.logon_group, field + ".logonGroup", findings));
+    } else {
+      rule.set_group(kind == v1::KIND_ABAP ? abap.resolved : java.resolved);
+    }
+    rules.push_back(std::move(rule));
+  }
+  std::set<std::string> derived;  // prefixes of rules from spec.fromSapSystem
+  if (spec.from_sap_system) {
+    AddSapSystemRules(objects_, accepted_groups_, ns, *spec.from_sap_system, source, abap, java,
+                      &prefixes, &rules, &derived, findings);
+  }
+
+  std::vector<v1::Permission> permissions;
+  for (std::size_t i = 0; i < spec.permissions.size(); ++i) {
+    const auto& in = spec.permissions[i];
+    std::string field = "spec.permissions[" + std::to_string(i) + "]";
+    v1::Permission permission;
+    if (in.action == "permit") {
+      permission.set_action(v1::PERMISSION_ACTION_PERMIT);
+    } else if (in.action == "deny") {
+      permission.set_action(v1::PERMISSION_ACTION_DENY);
+    } else if (in.action == "secure") {
+      permission.set_action(v1::PERMISSION_ACTION_SECURE);
+    } else {
+      findings.Reject(kReasonInvalidPermission, field + ".action: " + Quote(in.action) +
+                                                    " is not one of permit, deny, secure; "
+                                                    "entry dropped");
+      continue;
+    }
+    // Lowercased like the rules: the proxy matches paths ASCII
+    // case-insensitively, so a deny entry cannot be dodged by case.
+    std::string pattern = AsciiLower(in.pattern);
+    auto star = pattern.find('*', 1);
+    if (pattern.empty() || (star != std::string::npos && star != pattern.size() - 1)) {
+      findings.Reject(kReasonInvalidPermission,
+                      field + ".pattern: " + Quote(in.pattern) +
+                          " may hold * only at the start or the end; entry dropped");
+      continue;
+    }
+    if (!IsPathText(pattern)) {
+      findings.Reject(kReasonInvalidPermission, field + ".pattern: " + Quote(in.pattern) + " " +
+                                                    std::string(kPathCharacters) +
+                                                    "; entry dropped");
+      continue;
+    }
+    permission.set_pattern(pattern);
+    permissions.push_back(std::move(permission));
+  }
+
+  const bool serve_last_good = findings.rejected() && last_good != nullptr && !(*last_good == um);
+  if (serve_last_good) {
+    Compile(*last_good);  // its rules and permissions; its status is not this object's
+  } else if (valid_spec) {
+    for (const auto& host : hosts) {
+      ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
+                  passthrough, rules, derived, permissions, findings);
+    }
+  }
+
+  std::string where = spec.hosts.empty() ? "any host" : "hosts " + JoinStrings(hosts, ", ");
+  std::string summary = std::to_string(rules.size()) +
+                        (rules.size() == 1 ? " rule, " : " rules, ") +
+                        (derived.empty() ? std::string()
+                                         : "(" + std::to_string(derived.size()) +
+                                               " from SapSystem " + *spec.from_sap_system + "), ") +
+                        std::to_string(permissions.size()) +
+                        (permissions.size() == 1 ? " permission" : " permissions") + " on " + where;
+  ObjectStatus status;
+  status.kind = std::string(model::kUrlMappingKind);
+  status.namespace_ = ns;
+  status.name = um.metadata.name;
+  status.generation = um.metadata.generation;
+  status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
+  if (serve_last_good) {
+    MarkServingLastGood(last_good->metadata.generation, &status);
+  }
+  return status;
+}
+
+void UrlMappingCompiler::AppendVirtualHosts(v1::Snapshot* snapshot) {
+  for (auto& [host, entry] : hosts_) {
+    for (auto& [prefix, rule] : entry.rules) {
+      *entry.vhost.add_rules() = std::move(rule);
+    }
+    *snapshot->add_virtual_hosts() = std::move(entry.vhost);
+  }
+}
+
+// The key of an accepted LogonGroup, else "" plus LogonGroupNotFound.
+std::string UrlMappingCompiler::ResolveGroupRef(const std::string& ns, const std::string& name,
+                                                const std::string& field, Findings& findings) {
+  std::string key = GroupKey(ns, name);
+  if (accepted_groups_.count(key) > 0) {
+    return key;
+  }
+  findings.Unresolved(
+      kReasonLogonGroupNotFound,
+      field + ": LogonGroup " + key +
+          (existing_groups_.count(key) > 0 ? " is not accepted" : " does not exist") +
+          " (requests answered 503)");
+  return "";
+}
+
+ResolvedDefault UrlMappingCompiler::ResolveDefault(const std::string& ns,
+                                                   const std::optional<std::string>& name,
+                                                   std::string_view implicit_name,
+                                                   const std::string& field, Findings& findings) {
+  ResolvedDefault out;
+  if (name) {
+    out.explicit_ = true;
+    out.intended = GroupKey(ns, *name);
+    out.resolved = ResolveGroupRef(ns, *name, field, findings);
+    return out;
+  }
+  // The implicit SAP internal groups: used when they exist, no error when not.
+  std::string key = GroupKey(ns, implicit_name);
+  if (accepted_groups_.count(key) > 0) {
+    out.intended = key;
+    out.resolved = key;
+  }
+  return out;
+}
+
+void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string& source,
+                                     v1::Kind root, bool explicit_root, const ResolvedDefault& abap,
+                                     const ResolvedDefault& java, const std::string& passthrough,
+                                     const std::vector<v1::Rule>& rules,
+                                     const std::set<std::string>& derived,
+                                     const std::vector<v1::Permission>& permissions,
+                                     Findings& findings) {
+  std::string host_label = host.empty() ? "any host" : "host " + host;
+  auto [it, created] = hosts_.try_emplace(host);
+  HostEntry& entry = it->second;
+  if (created) {
+    entry.owner = source;
+    entry.vhost.set_host(host);
+    entry.vhost.set_default_root_handler(root);
+    entry.vhost.set_default_abap_group(abap.resolved);
+    entry.vhost.set_default_java_group(java.resolved);
+    entry.vhost.set_passthrough_group(passthrough);
+    entry.vhost.set_source(source);
+    entry.intended_abap = abap.intended;
+    entry.intended_java = java.intended;
+  } else {
+    std::vector<std::string> differing;
+    if (explicit_root && root != entry.vhost.default_root_handler()) {
+      differing.push_back("defaultRootHandler " + std::string(KindName(root)));
+    }
+    if (abap.explicit_ && abap.intended != entry.intended_abap) {
+      differing.push_back("defaultGroups.abap " + abap.intended);
+    }
+    if (java.explicit_ && java.intended != entry.intended_java) {
+      differing.push_back("defaultGroups.java " + java.intended);
+    }
+    if (!passthrough.empty()) {
+      if (entry.vhost.passthrough_group().empty()) {
+        entry.vhost.set_passthrough_group(passthrough);
+      } else if (entry.vhost.passthrough_group() != passthrough) {
+        differing.push_back("passthroughGroup " + passthrough);
+      }
+    }
+    if (!differing.empty()) {
+      findings.Reject(kReasonConflicted, JoinStrings(differing, ", ") + " ignored on " +
+                                             host_label + ": UrlMapping " + entry.owner +
+                                             " (older) sets the defaults there");
+    }
+  }
+  for (const auto& rule : rules) {
+    auto [rule_it, inserted] = entry.rules.try_emplace(rule.prefix(), rule);
+    if (!inserted && derived.count(rule.prefix()) > 0) {
+      // A rule from the SapSystem's URL map is no error of this object.
+      findings.Note("rule " + rule.prefix() + " from spec.fromSapSystem on " + host_label +
+                    " not used: UrlMapping " + rule_it->second.source() + " (older) defines it");
+    } else if (!inserted) {
+      findings.Reject(kReasonConflicted, "rule " + rule.prefix() + " on " + host_label +
+                                             " dropped: UrlMapping " + rule_it->second.source() +
+                                             " (older) defines it");
+    }
+  }
+  for (const auto& permission : permissions) {
+    *entry.vhost.add_permissions() = permission;
+  }
+}
+
+}  // namespace kwd::compile::internal
