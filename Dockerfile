@@ -31,13 +31,16 @@ ENV DEBIAN_FRONTEND=noninteractive
 # links libnghttp2 statically (dataplane/static_link.sh); libnghttp2-14 still
 # comes in as a dependency of libcurl4, which kwd-controller's libcurl loads.
 # kwd-proxy links liburing (its io_uring sends) statically the same way, so
-# liburing2 is not needed here.
+# liburing2 is not needed here. libre2-9: kwd-controller compiles the
+# modification rules' regular expressions to validate them (kwd-proxy links re2
+# statically, see above).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates \
       libcurl4 \
       libgrpc++1.51 \
       libprotobuf32 \
+      libre2-9 \
       libssl3 \
       libyaml-cpp0.7 \
  && rm -rf /var/lib/apt/lists/*

@@ -13,6 +13,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libnghttp2-dev liburing-dev
   libboost-dev libyaml-cpp-dev
+  # modification rules: linear-time regular expressions (common/modification)
+  libre2-dev
 )
 # KWD_RUN=1 (`make run`): building the binaries and running the quickstart (curl), no test tools.
 if [[ "${KWD_RUN:-0}" == 1 ]]; then

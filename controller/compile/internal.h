@@ -10,6 +10,7 @@
 //                       the URL prefixes of UrlMapping.spec.fromSapSystem
 //   upstream_tls.cc     TLS material: LogonGroup.spec.upstreamTLS
 //   url_mapping.cc      UrlMapping: virtual hosts, rules, permissions
+//   modifications.cc    UrlMapping.spec.modifications: SAP rule files
 //   assemble.cc         the snapshot, statuses and version; LastGood
 //   memo.cc             CompileMemo: recompiles only the groups a change touches
 //   helpers.cc          the helpers below
@@ -238,6 +239,20 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
                        std::vector<v1::Rule>* rules, std::set<std::string>* derived,
                        Findings& findings);
 
+// ---- Modification rules (modifications.cc) ----
+
+// Whether kwd-proxy applies VirtualHost.modifications. Until it does, a
+// mapping with modification rules is rejected (Unsupported) after they are
+// validated: serving it with its rules ignored could open paths its rules
+// forbid.
+inline constexpr bool kProxyAppliesModifications = false;
+
+// spec.modifications of `um`: each validated (parsed, patterns compiled) into
+// `out`. Returns false, with InvalidRule findings naming the field and the
+// rule's line and column, when any is invalid (that entry is left out).
+bool CompileModifications(const UrlMapping& um, const std::string& source,
+                          std::vector<v1::Modification>* out, Findings& findings);
+
 // ---- UrlMapping (url_mapping.cc) ----
 
 class UrlMappingCompiler {
@@ -274,7 +289,8 @@ class UrlMappingCompiler {
                    bool explicit_root, const ResolvedDefault& abap, const ResolvedDefault& java,
                    const std::string& passthrough, const std::vector<v1::Rule>& rules,
                    const std::set<std::string>& derived,
-                   const std::vector<v1::Permission>& permissions, Findings& findings);
+                   const std::vector<v1::Permission>& permissions,
+                   const std::vector<v1::Modification>& modifications, Findings& findings);
 
   const ObjectSet& objects_;
   const std::set<std::string>& accepted_groups_;

@@ -156,24 +156,45 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
     permissions.push_back(std::move(permission));
   }
 
+  // A rule file that does not compile: the mapping is never served without
+  // it (its rules may be what keeps paths forbidden), only its last accepted
+  // version, if any.
+  std::vector<v1::Modification> modifications;
+  if (!CompileModifications(um, source, &modifications, findings)) {
+    valid_spec = false;
+  } else if (!modifications.empty() && !kProxyAppliesModifications) {
+    findings.Reject(kReasonUnsupported,
+                    "spec.modifications: the rules are valid (" +
+                        std::to_string(modifications.size()) +
+                        (modifications.size() == 1 ? " file" : " files") +
+                        "), but this kwd-proxy does not apply modification rules yet; the "
+                        "mapping is not served with them ignored");
+    valid_spec = false;
+  }
+
   const bool serve_last_good = findings.rejected() && last_good != nullptr && !(*last_good == um);
   if (serve_last_good) {
     Compile(*last_good);  // its rules and permissions; its status is not this object's
   } else if (valid_spec) {
     for (const auto& host : hosts) {
       ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
-                  passthrough, rules, derived, permissions, findings);
+                  passthrough, rules, derived, permissions, modifications, findings);
     }
   }
 
   std::string where = spec.hosts.empty() ? "any host" : "hosts " + JoinStrings(hosts, ", ");
-  std::string summary = std::to_string(rules.size()) +
-                        (rules.size() == 1 ? " rule, " : " rules, ") +
-                        (derived.empty() ? std::string()
-                                         : "(" + std::to_string(derived.size()) +
-                                               " from SapSystem " + *spec.from_sap_system + "), ") +
-                        std::to_string(permissions.size()) +
-                        (permissions.size() == 1 ? " permission" : " permissions") + " on " + where;
+  std::string summary =
+      std::to_string(rules.size()) + (rules.size() == 1 ? " rule, " : " rules, ") +
+      (derived.empty() ? std::string()
+                       : "(" + std::to_string(derived.size()) + " from SapSystem " +
+                             *spec.from_sap_system + "), ") +
+      std::to_string(permissions.size()) +
+      (permissions.size() == 1 ? " permission" : " permissions") +
+      (modifications.empty() ? std::string()
+                             : ", " + std::to_string(modifications.size()) +
+                                   (modifications.size() == 1 ? " modification rule file"
+                                                              : " modification rule files")) +
+      " on " + where;
   ObjectStatus status;
   status.kind = std::string(model::kUrlMappingKind);
   status.namespace_ = ns;
@@ -236,6 +257,7 @@ void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string&
                                      const std::vector<v1::Rule>& rules,
                                      const std::set<std::string>& derived,
                                      const std::vector<v1::Permission>& permissions,
+                                     const std::vector<v1::Modification>& modifications,
                                      Findings& findings) {
   std::string host_label = host.empty() ? "any host" : "host " + host;
   auto [it, created] = hosts_.try_emplace(host);
@@ -288,6 +310,10 @@ void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string&
   }
   for (const auto& permission : permissions) {
     *entry.vhost.add_permissions() = permission;
+  }
+  // Older mappings first (the caller's order), each mapping's in its order.
+  for (const auto& modification : modifications) {
+    *entry.vhost.add_modifications() = modification;
   }
 }
 

@@ -403,7 +403,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
-           "permissions", "fromSapSystem"});
+           "permissions", "fromSapSystem", "modifications"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
@@ -426,6 +426,29 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
                  r.String(entry, "action", Join(path, "action"), &permission->action);
                  r.String(entry, "pattern", Join(path, "pattern"), &permission->pattern);
                });
+  r.ObjectList(
+      spec, "modifications", "spec.modifications", &out->modifications,
+      [&r](const json& entry, const std::string& path, Modification* modification) {
+        r.Known(&entry, path, {"prefix", "rules", "actions"});
+        r.OptString(entry, "prefix", Join(path, "prefix"), &modification->prefix);
+        r.OptString(entry, "rules", Join(path, "rules"), &modification->rules);
+        if (r.Field(entry, "actions") != nullptr) {
+          auto& actions = modification->actions.emplace();
+          r.ObjectList(
+              entry, "actions", Join(path, "actions"), &actions,
+              [&r](const json& item, const std::string& item_path, ModificationAction* action) {
+                r.Known(&item, item_path,
+                        {"op", "header", "pattern", "value", "replacement", "options"});
+                r.String(item, "op", Join(item_path, "op"), &action->op);
+                r.OptString(item, "header", Join(item_path, "header"), &action->header);
+                r.OptString(item, "pattern", Join(item_path, "pattern"), &action->pattern);
+                r.OptString(item, "value", Join(item_path, "value"), &action->value);
+                r.OptString(item, "replacement", Join(item_path, "replacement"),
+                            &action->replacement);
+                r.StringList(item, "options", Join(item_path, "options"), &action->options);
+              });
+        }
+      });
 }
 
 void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {

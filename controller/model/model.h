@@ -202,6 +202,28 @@ struct DefaultGroups {
   bool operator==(const DefaultGroups&) const = default;
 };
 
+// spec.modifications[]: SAP Web Dispatcher modification rules (icm/HTTP/
+// mod_<xx>) for requests under `prefix`, written as SAP's own text (`rules`)
+// or as structured `actions`; exactly one of the two.
+struct ModificationAction {
+  std::string op;
+  std::optional<std::string> header;
+  std::optional<std::string> pattern;
+  std::optional<std::string> value;        // header commands
+  std::optional<std::string> replacement;  // URL commands (the destination)
+  std::vector<std::string> options;
+
+  bool operator==(const ModificationAction&) const = default;
+};
+
+struct Modification {
+  std::optional<std::string> prefix;  // default "/"
+  std::optional<std::string> rules;
+  std::optional<std::vector<ModificationAction>> actions;
+
+  bool operator==(const Modification&) const = default;
+};
+
 struct UrlMappingSpec {
   std::vector<std::string> hosts;  // empty: any host
   std::optional<std::string> default_root_handler;
@@ -212,6 +234,8 @@ struct UrlMappingSpec {
   // A SapSystem in the same namespace whose ICF URL prefixes (icr_urlprefix)
   // become rules of this mapping; the mapping's own rules win on a prefix.
   std::optional<std::string> from_sap_system;
+  // Modification rules, in order (SAP: icm/HTTP/mod_<xx>).
+  std::vector<Modification> modifications;
 
   bool operator==(const UrlMappingSpec&) const = default;
 };

@@ -80,6 +80,24 @@ class ControllerValidateTest(unittest.TestCase):
                 code, out, err = run("validate", os.path.join(s.SOURCE_DIR, folder))
                 self.assertEqual(code, 0, out + err)
 
+    def test_modification_rules_example_is_checked_and_not_served_ignored(self):
+        folder = os.path.join(s.SOURCE_DIR, "examples/modification-rules")
+        code, out, err = run("validate", folder)
+        self.assertNotEqual(code, 0, out + err)
+        self.assertIn("Unsupported", out + err)
+        self.assertIn("the rules are valid (2 files)", out + err)
+        self.assertNotIn("InvalidRule", out + err)
+        # The same mapping with a pattern that does not compile: line and column.
+        with open(os.path.join(folder, "urlmapping.yaml"), encoding="utf-8") as f:
+            mapping = yaml.safe_load(f)
+        with open(os.path.join(folder, "logongroups.yaml"), encoding="utf-8") as f:
+            group = yaml.safe_load(f)
+        mapping["spec"]["modifications"][0]["rules"] += "RegRewriteUrl ^/(a /b\n"
+        code, out, err = self.validate([group, mapping])
+        self.assertNotEqual(code, 0)
+        self.assertIn("InvalidRule", out + err)
+        self.assertIn("spec.modifications[0].rules: line 13, column 15: pattern", out + err)
+
     def test_bad_object_bases_validate(self):
         code, out, err = self.validate(list(bad_objects.BASES.values()))
         self.assertEqual(code, 0, out + err)

@@ -12,7 +12,7 @@ import crd_support as s
 
 # Folders whose LogonGroups/UrlMappings users apply; each must hold some.
 EXAMPLE_DIRS = ["examples/cluster", "examples/quickstart", "examples/seed-002", "examples/k8s",
-                "examples/sapsystem"]
+                "examples/sapsystem", "examples/modification-rules"]
 
 
 def example_objects():

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/snapshot_io.h"
+#include "controller/compile/internal.h"
 
 namespace kwd::compile {
 namespace {
@@ -1363,6 +1364,119 @@ TEST(CompileTest, PassthroughGroupAndClientIpAffinity) {
   EXPECT_TRUE(unresolved);
   EXPECT_TRUE(bad_mask);
   EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace kwd::compile
+
+namespace kwd::compile {
+namespace {
+
+// spec.modifications: SAP's rule text and the structured form compile to
+// the same rule text, in order, with the mapping as their source.
+TEST(ModificationsCompileTest, TextAndStructuredFormsCompileToOneForm) {
+  json mapping = Um(
+      "erp", "m", "",
+      {{"hosts", {"erp.example.com"}},
+       {"modifications",
+        {{{"rules", "# force HTTPS\nif %{SERVER_PROTOCOL} !stricmp https\n"
+                    "RegRedirectUrl ^(.*)$ https://%{HTTP_HOST}$1 [CODE=permanent]\n"}},
+         {{"prefix", "/Legacy/"},
+          {"actions",
+           {{{"op", "RegIRewriteUrl"},
+             {"pattern", "^/legacy/(.*)"},
+             {"replacement", "/sap/bc/$1"},
+             {"options", {"break"}}},
+            {{"op", "SetHeader"}, {"header", "X-Note"}, {"value", "a b"}}}}}}}});
+  model::Object decoded = Decoded(mapping);
+  const auto& um = std::get<model::UrlMapping>(decoded);
+  std::vector<v1::Modification> out;
+  internal::Findings findings;
+  ASSERT_TRUE(internal::CompileModifications(um, "erp/m", &out, findings));
+  EXPECT_FALSE(findings.rejected());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].prefix(), "/");
+  EXPECT_EQ(out[0].source(), "erp/m");
+  EXPECT_EQ(out[1].prefix(), "/legacy/");
+  EXPECT_EQ(out[1].index(), 1);
+  EXPECT_EQ(out[1].rules(),
+            "RegIRewriteUrl ^/legacy/(.*) /sap/bc/$1 [break]\nSetHeader X-Note \"a b\"\n");
+}
+
+// Until kwd-proxy applies them, valid rules reject the mapping
+// (Unsupported): it is never served with its rules ignored. Its last
+// accepted version (without rules) keeps serving.
+TEST(ModificationsCompileTest, ValidRulesAreNotServedIgnored) {
+  json good = Um("erp", "m", "", {{"rules", {{{"prefix", "/sap/"}}}}});
+  model::ObjectSet objects = Objects({StaticLg("erp", "diag"), good});
+  LastGood last_good;
+  CompileResult first = Compile(objects, &last_good);
+  UpdateLastGood(objects, first, &last_good);
+  ASSERT_EQ(first.snapshot.virtual_hosts_size(), 1);
+
+  json with_rules = WithGeneration(
+      Um("erp", "m", "",
+         {{"rules", {{{"prefix", "/sap/"}}}},
+          {"modifications", {{{"rules", "RegIForbiddenUrl !^/sap/(.*) -\n"}}}}}),
+      2);
+  objects.Upsert(Decoded(with_rules));
+  CompileResult without = Compile(objects);
+  EXPECT_EQ(without.snapshot.virtual_hosts_size(), 0);
+  const Condition* accepted = StatusOf(without, "UrlMapping", "m").Find(kAccepted);
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_EQ(accepted->status, "False");
+  EXPECT_EQ(accepted->reason, kReasonUnsupported);
+  EXPECT_NE(accepted->message.find("the rules are valid (1 file), but this kwd-proxy does not "
+                                   "apply modification rules yet"),
+            std::string::npos)
+      << accepted->message;
+
+  CompileResult kept = Compile(objects, &last_good);
+  ASSERT_EQ(kept.snapshot.virtual_hosts_size(), 1);
+  EXPECT_EQ(kept.snapshot.virtual_hosts(0).modifications_size(), 0);
+  EXPECT_TRUE(StatusOf(kept, "UrlMapping", "m").serving_last_good);
+}
+
+// A rule file that does not compile: Accepted=False with InvalidRule naming
+// the field, line and column.
+TEST(ModificationsCompileTest, InvalidRulesNameFieldLineAndColumn) {
+  json bad = Um("erp", "m", "",
+                {{"modifications", {{{"rules", "SetHeader x 1\nRegIForbiddenUrl !^/sap/(.* -\n"}}}}});
+  CompileResult result = Compile(Objects({StaticLg("erp", "diag"), bad}));
+  EXPECT_EQ(result.snapshot.virtual_hosts_size(), 0);
+  const Condition* accepted = StatusOf(result, "UrlMapping", "m").Find(kAccepted);
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_EQ(accepted->status, "False");
+  EXPECT_EQ(accepted->reason, kReasonInvalidRule);
+  EXPECT_NE(accepted->message.find("spec.modifications[0].rules: line 2, column 19: pattern"),
+            std::string::npos)
+      << accepted->message;
+}
+
+TEST(ModificationsCompileTest, StructuredErrorsNameTheAction) {
+  auto message_of = [](json modifications) {
+    CompileResult result =
+        Compile(Objects({Um("erp", "m", "", {{"modifications", std::move(modifications)}})}));
+    return StatusOf(result, "UrlMapping", "m").Find(kAccepted)->message;
+  };
+  EXPECT_NE(message_of({{{"actions",
+                          {{{"op", "SetHeader"}, {"header", "x"}, {"value", "1"}},
+                           {{"op", "RegRewriteUrl"}, {"pattern", "^/(a"}, {"replacement", "/"}}}}}})
+                .find("spec.modifications[0].actions[1]: pattern"),
+            std::string::npos);
+  EXPECT_NE(message_of({{{"actions", {{{"op", "SetHeader"}, {"header", "x"},
+                                        {"value", "1\nRegForbiddenUrl ^/ -"}}}}}})
+                .find("spec.modifications[0].actions[0].value: control characters"),
+            std::string::npos);
+  EXPECT_NE(message_of({{{"rules", "NOP"}, {"actions", json::array()}}})
+                .find("exactly one of rules"),
+            std::string::npos);
+  EXPECT_NE(message_of({{{"prefix", "sap"}, {"rules", "NOP"}}}).find(".prefix:"),
+            std::string::npos);
+  EXPECT_NE(message_of({{{"actions", {{{"op", "RegRewriteUrl"}, {"pattern", "^/"},
+                                        {"value", "/a"}, {"replacement", "/b"}}}}}})
+                .find("exclusive"),
+            std::string::npos);
 }
 
 }  // namespace
