@@ -16,24 +16,30 @@ namespace kwd::modification {
 namespace {
 
 constexpr size_t kMaxPathBytes = 8192;
+// The compiled size of every pattern of one file together (RE2 program
+// instructions, about 16 bytes each): 20,000 patterns each near RE2's
+// per-pattern memory bound would otherwise take gigabytes.
+constexpr int64_t kMaxProgramInstructions = 1000000;
 constexpr int kMaxReferences = 10;  // $0..$9
 constexpr std::string_view kTargetSidHeader = "x-sap-webdisp-target-sid";
 constexpr std::string_view kTargetSidPseudoHeader = "~webdisp_target_sid";
 
-char Lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
+// A destination "path?query" split at its first '?'.
+struct Destination {
+  std::string_view path;
+  std::string_view query;
+  bool has_query = false;
+};
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) {
-    return false;
+Destination SplitDestination(std::string_view text) {
+  Destination out;
+  out.path = text;
+  if (size_t question = text.find('?'); question != std::string_view::npos) {
+    out.query = text.substr(question + 1);
+    out.path = text.substr(0, question);
+    out.has_query = true;
   }
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != Lower(b[i])) {
-      return false;
-    }
-  }
-  return true;
+  return out;
 }
 
 bool StartsWith(std::string_view text, std::string_view prefix, bool icase) {
@@ -77,7 +83,7 @@ struct Regex {
 };
 
 bool CompileRegex(std::string_view pattern, bool icase, int line, int column, Regex* out,
-                  ParseError* error) {
+                  int64_t* budget, ParseError* error) {
   re2::RE2::Options options;
   options.set_encoding(re2::RE2::Options::EncodingLatin1);
   options.set_case_sensitive(!icase);
@@ -93,6 +99,14 @@ bool CompileRegex(std::string_view pattern, bool icase, int line, int column, Re
     }
     error->message =
         "pattern \"" + std::string(pattern) + "\" does not compile: " + re->error() + hint;
+    return false;
+  }
+  *budget -= re->ProgramSize();
+  if (*budget < 0) {
+    error->line = line;
+    error->column = column;
+    error->message = "the patterns of this rule file together are too large to compile (over " +
+                     std::to_string(kMaxProgramInstructions) + " regex instructions)";
     return false;
   }
   out->groups = re->NumberOfCapturingGroups();
@@ -163,15 +177,16 @@ std::string DescribeAction(const Action& action) {
   return out;
 }
 
-bool CompileList(const std::vector<Statement>& in, std::vector<CStatement>* out, ParseError* error);
+bool CompileList(const std::vector<Statement>& in, std::vector<CStatement>* out, int64_t* budget,
+                 ParseError* error);
 
-bool CompileStatement(const Statement& in, CStatement* out, ParseError* error) {
+bool CompileStatement(const Statement& in, CStatement* out, int64_t* budget, ParseError* error) {
   for (const Condition& condition : in.guard) {
     CCondition compiled;
     compiled.source = &condition;
     if (condition.op == CompOp::kRegMatch || condition.op == CompOp::kRegIMatch) {
       if (!CompileRegex(condition.operand.source, condition.op == CompOp::kRegIMatch,
-                        condition.line, condition.pattern_column, &compiled.regex, error)) {
+                        condition.line, condition.pattern_column, &compiled.regex, budget, error)) {
         return false;
       }
     }
@@ -185,7 +200,7 @@ bool CompileStatement(const Statement& in, CStatement* out, ParseError* error) {
     out->action.text = DescribeAction(action);
     if (!action.pattern.empty()) {
       if (!CompileRegex(action.pattern, action.icase, action.line, action.pattern_column,
-                        &out->action.regex, error)) {
+                        &out->action.regex, budget, error)) {
         return false;
       }
       if (!CheckReferences(action.value, out->action.regex.groups, action.line,
@@ -194,16 +209,16 @@ bool CompileStatement(const Statement& in, CStatement* out, ParseError* error) {
       }
     }
   }
-  return CompileList(in.body, &out->body, error) &&
-         CompileList(in.otherwise, &out->otherwise, error);
+  return CompileList(in.body, &out->body, budget, error) &&
+         CompileList(in.otherwise, &out->otherwise, budget, error);
 }
 
-bool CompileList(const std::vector<Statement>& in, std::vector<CStatement>* out,
+bool CompileList(const std::vector<Statement>& in, std::vector<CStatement>* out, int64_t* budget,
                  ParseError* error) {
   out->reserve(in.size());
   for (const Statement& statement : in) {
     out->emplace_back();
-    if (!CompileStatement(statement, &out->back(), error)) {
+    if (!CompileStatement(statement, &out->back(), budget, error)) {
       return false;
     }
   }
@@ -234,7 +249,9 @@ int HexValue(char c) {
   if (c >= '0' && c <= '9') {
     return c - '0';
   }
-  c = Lower(c);
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
   if (c >= 'a' && c <= 'f') {
     return c - 'a' + 10;
   }
@@ -622,14 +639,10 @@ class Evaluator {
 
   bool Rewrite(const Action& action, bool raw) {
     const Options& options = action.options;
-    std::string_view destination = result_;
-    std::string_view destination_query;
-    bool has_destination_query = false;
-    if (size_t question = destination.find('?'); question != std::string_view::npos) {
-      destination_query = destination.substr(question + 1);
-      destination = destination.substr(0, question);
-      has_destination_query = true;
-    }
+    const Destination split = SplitDestination(result_);
+    std::string_view destination = split.path;
+    std::string_view destination_query = split.query;
+    const bool has_destination_query = split.has_query;
     if (raw || options.noescape) {
       if (!IsValidRawPath(destination)) {
         Error("line " + std::to_string(action.line) + ": the rewrite made \"" +
@@ -664,14 +677,10 @@ class Evaluator {
   void Redirect(const Action& action) {
     state_.outcome = Outcome::kRedirect;
     state_.status = action.options.code != 0 ? action.options.code : 302;
-    std::string_view destination = result_;
-    std::string_view destination_query;
-    bool has_destination_query = false;
-    if (size_t question = destination.find('?'); question != std::string_view::npos) {
-      destination_query = destination.substr(question + 1);
-      destination = destination.substr(0, question);
-      has_destination_query = true;
-    }
+    const Destination split = SplitDestination(result_);
+    std::string_view destination = split.path;
+    std::string_view destination_query = split.query;
+    const bool has_destination_query = split.has_query;
     state_.location.clear();
     // Location carries no controls, spaces or non-ASCII bytes.
     auto append_safe = [&](std::string_view text) {
@@ -904,7 +913,9 @@ std::unique_ptr<const Program> Program::Compile(const RuleFile& file, ParseError
   *error = ParseError{};
   std::unique_ptr<Program> program(new Program());
   program->compiled_->file = file;
-  if (!CompileList(program->compiled_->file.statements, &program->compiled_->statements, error)) {
+  int64_t budget = kMaxProgramInstructions;
+  if (!CompileList(program->compiled_->file.statements, &program->compiled_->statements, &budget,
+                   error)) {
     return nullptr;
   }
   program->command_count_ = file.action_count;

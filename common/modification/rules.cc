@@ -21,6 +21,8 @@ std::string LowerCopy(std::string_view text) {
   return out;
 }
 
+}  // namespace
+
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) {
     return false;
@@ -32,6 +34,8 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   }
   return true;
 }
+
+namespace {
 
 // The length of the UTF-8 sequence at `text`, or 0 when it is not one.
 size_t Utf8Length(std::string_view text) {

@@ -182,6 +182,9 @@ struct ParseError {
 // Parses a rule file. Returns false with `error` set at the first mistake.
 bool Parse(std::string_view text, RuleFile* out, ParseError* error);
 
+// ASCII case-insensitive equality (names, keywords, header names).
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
 // Header names the rules may not touch: framing and hop-by-hop headers,
 // which the proxy owns (content-length, transfer-encoding, connection, ...).
 bool IsProtectedHeader(std::string_view lowercase_name);

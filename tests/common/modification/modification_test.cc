@@ -528,3 +528,22 @@ TEST(ModificationTest, StructuredActionsRenderToTheSameLanguage) {
 
 }  // namespace
 }  // namespace kwd::modification
+
+namespace kwd::modification {
+namespace {
+
+// Many patterns each near RE2's per-pattern bound: refused by the file's
+// total budget instead of taking gigabytes.
+TEST(ModificationTest, PatternsTogetherAreBounded) {
+  std::string text;
+  for (int i = 0; i < 2000; ++i) {
+    text += "RegForbiddenUrl ^/[a-z]{1000}[0-9]{1000}[A-Z]{1000}" + std::to_string(i) + " -\n";
+  }
+  ParseError error;
+  EXPECT_EQ(Program::CompileText(text, &error), nullptr);
+  EXPECT_NE(error.message.find("too large"), std::string::npos) << error.ToString();
+  EXPECT_GT(error.line, 1);
+}
+
+}  // namespace
+}  // namespace kwd::modification
