@@ -52,7 +52,8 @@ const Condition* ObjectStatus::Find(std::string_view type) const {
 namespace internal {
 
 CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
-                       bool take, const LastGood* last_good) {
+                       bool take, const LastGood* last_good,
+                       ModificationCache* modification_cache) {
   CompileResult result;
   v1::Snapshot& snapshot = result.snapshot;
   std::set<std::string> accepted_groups;
@@ -96,7 +97,8 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
   std::stable_sort(by_age.begin(), by_age.end(), [](const UrlMapping* a, const UrlMapping* b) {
     return a->metadata.creation_timestamp < b->metadata.creation_timestamp;
   });
-  UrlMappingCompiler mapping_compiler(objects, accepted_groups, existing_groups);
+  UrlMappingCompiler mapping_compiler(objects, accepted_groups, existing_groups,
+                                      modification_cache);
   std::vector<ObjectStatus> mapping_statuses;
   for (const UrlMapping* um : by_age) {
     const UrlMapping* previous = nullptr;

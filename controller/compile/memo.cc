@@ -53,6 +53,7 @@ struct CompileMemo::State {
   // labelled slice's service, kept up to date from the changes.
   std::map<NamespacedName, std::set<std::string>> slices_of_service;
   std::map<NamespacedName, std::string> service_of_slice;
+  internal::ModificationCache modification_cache;
   std::uint64_t groups_compiled = 0;
   std::uint64_t groups_reused = 0;
 
@@ -285,7 +286,8 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo, const LastGoo
   for (auto& [name, entry] : state.entries) {
     compiled.push_back({&entry.result, &entry.digest});
   }
-  CompileResult result = Assemble(objects, compiled, /*take=*/false, last_good);
+  CompileResult result =
+      Assemble(objects, compiled, /*take=*/false, last_good, &state.modification_cache);
   state.all_changed = false;
   return result;
 }

@@ -15,7 +15,8 @@
 namespace kwd::compile::internal {
 
 bool CompileModifications(const UrlMapping& um, const std::string& source,
-                          std::vector<v1::Modification>* out, Findings& findings) {
+                          std::vector<v1::Modification>* out, Findings& findings,
+                          ModificationCache* cache) {
   bool all_valid = true;
   const auto& modifications = um.spec.modifications;
   for (std::size_t i = 0; i < modifications.size(); ++i) {
@@ -71,8 +72,26 @@ bool CompileModifications(const UrlMapping& um, const std::string& source,
     } else {
       text = *in.rules;
     }
-    modification::ParseError error;
-    if (modification::Program::CompileText(text, &error) == nullptr) {
+    ModificationCache::Verdict verdict;
+    auto known =
+        cache != nullptr ? cache->verdicts.find(text) : decltype(cache->verdicts)::iterator{};
+    if (cache != nullptr && known != cache->verdicts.end()) {
+      verdict = known->second;
+    } else {
+      modification::ParseError error;
+      verdict.ok = modification::Program::CompileText(text, &error) != nullptr;
+      verdict.line = error.line;
+      verdict.column = error.column;
+      verdict.message = error.message;
+      if (cache != nullptr) {
+        if (cache->verdicts.size() >= ModificationCache::kMaxEntries) {
+          cache->verdicts.clear();
+        }
+        cache->verdicts.emplace(text, verdict);
+      }
+    }
+    if (!verdict.ok) {
+      modification::ParseError error{verdict.line, verdict.column, verdict.message};
       if (structured && error.line > 0) {
         reject(field + ".actions[" + std::to_string(error.line - 1) + "]: " + error.message);
       } else {

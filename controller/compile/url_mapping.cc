@@ -160,7 +160,7 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   // it (its rules may be what keeps paths forbidden), only its last accepted
   // version, if any.
   std::vector<v1::Modification> modifications;
-  if (!CompileModifications(um, source, &modifications, findings)) {
+  if (!CompileModifications(um, source, &modifications, findings, modification_cache_)) {
     valid_spec = false;
   } else if (!modifications.empty() && !kProxyAppliesModifications) {
     findings.Reject(kReasonUnsupported,

@@ -1481,3 +1481,37 @@ TEST(ModificationsCompileTest, StructuredErrorsNameTheAction) {
 
 }  // namespace
 }  // namespace kwd::compile
+
+namespace kwd::compile {
+namespace {
+
+// The memo keeps modification verdicts by text: the same statuses and
+// snapshot as a compile without it, on the first and on later compiles.
+TEST(ModificationsCompileTest, MemoGivesTheSameVerdicts) {
+  std::string big;
+  for (int i = 0; i < 2000; ++i) {
+    big += "RegIRewriteUrl ^/r" + std::to_string(i) + "/(.*) /s/$1\n";
+  }
+  model::ObjectSet objects = Objects(
+      {StaticLg("erp", "diag"),
+       Um("erp", "good", "", {{"hosts", {"a.example.com"}}, {"modifications", {{{"rules", big}}}}}),
+       Um("erp", "bad", "",
+          {{"hosts", {"b.example.com"}},
+           {"modifications", {{{"actions", {{{"op", "RegRewriteUrl"}, {"pattern", "^/(x"},
+                                              {"replacement", "/y"}}}}}}}})});
+  CompileResult plain = Compile(objects);
+  CompileMemo memo;
+  for (int round = 0; round < 2; ++round) {
+    CompileResult memoized = Compile(objects, memo);
+    EXPECT_EQ(memoized.statuses, plain.statuses) << "round " << round;
+    EXPECT_EQ(SnapshotToJson(memoized.snapshot), SnapshotToJson(plain.snapshot));
+  }
+  EXPECT_EQ(StatusOf(plain, "UrlMapping", "good").Find(kAccepted)->reason, kReasonUnsupported);
+  EXPECT_NE(StatusOf(plain, "UrlMapping", "bad")
+                .Find(kAccepted)
+                ->message.find("spec.modifications[0].actions[0]: pattern \"^/(x\""),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwd::compile
