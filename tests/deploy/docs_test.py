@@ -60,15 +60,15 @@ class Docs(unittest.TestCase):
         for reason in ("LeaderElected", "LeadershipLost"):
             self.assertIn(reason, page)
 
-    def test_readme_has_architecture_and_sap_mapping(self):
-        readme = read("README.md")
-        self.assertIn("## Architecture", readme)
+    def test_pages_have_architecture_and_sap_mapping(self):
+        self.assertIn("## Architecture", read("docs/internals.md"))
+        mapping = read("docs/migrating-from-sap-web-dispatcher.md")
         for parameter in ("wdisp/load_balancing_strategy", "wdisp/system_<xx>",
                           "icm/server_port_<xx>", "wdisp/permission_table",
                           "is/HTTP/default_root_hdl", "icm/HTTP/max_request_size_KB",
                           "wdisp/auto_refresh"):
-            self.assertIn(f"| `{parameter}`", readme, parameter)
-        self.assertIn("helm show crds", readme)
+            self.assertIn(f"| `{parameter}`", mapping, parameter)
+        self.assertIn("helm show crds", read("docs/operations.md"))
 
     def test_license_is_apache_2(self):
         text = read("LICENSE")
