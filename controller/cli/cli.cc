@@ -3,9 +3,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/build_info.h"
 #include "common/file.h"
 #include "common/snapshot_io.h"
-#include "common/build_info.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
 #include "controller/source/dir_source.h"
@@ -257,7 +257,7 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   if (command == "serve") {
     return RunServe(rest, out, err);
   }
-  // DESIGN.md's standalone form `kwd-controller --source=dir:DIR` means serve.
+  // The short standalone form `kwd-controller --source=dir:DIR` means serve.
   if (command.rfind("--source", 0) == 0) {
     return RunServe(args, out, err);
   }

@@ -6,6 +6,7 @@ has, and the LICENSE is Apache-2.0. ctest runs each TestCase class as its own te
 import glob
 import os
 import re
+import subprocess
 import unittest
 
 SOURCE_DIR = os.environ.get(
@@ -38,6 +39,34 @@ class Docs(unittest.TestCase):
                     self.assertTrue(os.path.exists(path), "does not exist")
             for url in re.findall(r"<(https?://[^>]+)>", text):
                 self.fail(f"{doc}: autolink out of the repository: {url}")
+
+    def test_no_file_points_outside_the_repository(self):
+        """Every fact lives in the repository: no tracked file names a document or a
+        path of the machine it was written on. (The patterns are split so this file
+        does not match itself.)"""
+        outside = re.compile("|".join([
+            r"INTERFACE" r"\.md", r"shared/" r"reference", r"\.\./" r"shared\b",
+            r"/work/" r"(?:shared|main|wt)\b", r"DESIGN" r"\.md", r"CONVENTIONS" r"\.md"]))
+        files = subprocess.run(["git", "-C", SOURCE_DIR, "ls-files", "-z"], check=True,
+                               capture_output=True).stdout.decode().split("\0")
+        self.assertGreater(len(files), 100)
+        checked = 0
+        found = []
+        for name in files:
+            path = os.path.join(SOURCE_DIR, name)
+            if not name or not os.path.isfile(path) or os.path.islink(path):
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            if b"\0" in data[:8192]:
+                continue  # binary (fuzz seeds, images)
+            checked += 1
+            for number, line in enumerate(data.decode(errors="replace").split("\n"), 1):
+                match = outside.search(line)
+                if match:
+                    found.append(f"{name}:{number}: {line.strip()}")
+        self.assertGreater(checked, 100)
+        self.assertEqual(found, [], "these lines point outside the repository")
 
     def test_troubleshooting_covers_every_reason_and_error_code(self):
         page = read("docs/troubleshooting.md")
