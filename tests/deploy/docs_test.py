@@ -178,6 +178,24 @@ class Docs(unittest.TestCase):
                         base == r + suffix for r in registered for suffix in ("_total", "_seconds")),
                         "not registered by the code")
 
+    def test_paths_exist(self):
+        """Every repository path the pages name in backticks exists (globs match)."""
+        top = "|".join(sorted(e for e in os.listdir(SOURCE_DIR)
+                              if os.path.isdir(os.path.join(SOURCE_DIR, e)) and
+                              not e.startswith(".") and e != "build"))
+        count = 0
+        for doc in PAGES + ["CHANGELOG.md"]:
+            for path in sorted(set(re.findall(rf"`((?:{top})/[^`\s]*)`", read(doc)))):
+                path = path.split("#")[0].rstrip(".,:;")
+                if re.search(r"(?<![a-z])[A-Z]{3,}(?![a-z])", path):
+                    continue  # a placeholder such as tests/fuzz/NAME_fuzz.cc
+                count += 1
+                with self.subTest(doc=doc, path=path):
+                    full = os.path.join(SOURCE_DIR, path)
+                    # `common/admin_http` names common/admin_http.h and .cc
+                    self.assertTrue(glob.glob(full) or glob.glob(full + ".*"), "no such path")
+        self.assertGreater(count, 50)
+
     def test_resource_reference_matches_the_crds(self):
         result = subprocess.run([sys.executable,
                                  os.path.join(SOURCE_DIR, "scripts", "gen-resource-reference.py"),
