@@ -57,6 +57,30 @@ def blocks(doc):
         yield line, (info[0] if info else ""), " ".join(info[1:]), match.group(3)
 
 
+def instantiate_arguments(text):
+    """(line, number of arguments) of every INSTANTIATE_TEST_SUITE_P call in C++ text."""
+    result = []
+    for match in re.finditer(r"\bINSTANTIATE_TEST_SUITE_P\s*\(", text):
+        depth, count, i = 1, 1, match.end()
+        while depth and i < len(text):
+            c = text[i]
+            if c == '"' and text[i - 1] == "R":  # R"(...)"
+                i = text.index(')"', i) + 1
+            elif c in "\"'":  # a string or character literal
+                i += 1
+                while text[i] != c:
+                    i += 2 if text[i] == "\\" else 1
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+            elif c == "," and depth == 1:
+                count += 1
+            i += 1
+        result.append((text.count("\n", 0, match.start()) + 1, count))
+    return result
+
+
 def slug(heading):
     """GitHub's anchor for a heading."""
     heading = re.sub(r"[`*_]", "", heading.strip().lower())
@@ -195,6 +219,22 @@ class Docs(unittest.TestCase):
                     # `common/admin_http` names common/admin_http.h and .cc
                     self.assertTrue(glob.glob(full) or glob.glob(full + ".*"), "no such path")
         self.assertGreater(count, 50)
+
+    def test_parameterised_tests_have_readable_names(self):
+        """CONTRIBUTING.md's rule: every INSTANTIATE_TEST_SUITE_P passes a name
+        generator (its fourth argument), so a failure names the case, not its index."""
+        self.assertEqual(instantiate_arguments('INSTANTIATE_TEST_SUITE_P(A, B, V(")", \'(\'));'),
+                         [(1, 3)])
+        calls = 0
+        for path in sorted(glob.glob(os.path.join(SOURCE_DIR, "tests", "**", "*.cc"),
+                                     recursive=True)):
+            with open(path) as f:
+                text = f.read()
+            for line, count in instantiate_arguments(text):
+                calls += 1
+                with self.subTest(file=os.path.relpath(path, SOURCE_DIR), line=line):
+                    self.assertGreaterEqual(count, 4, "no name generator")
+        self.assertGreaterEqual(calls, 5)
 
     def test_resource_reference_matches_the_crds(self):
         result = subprocess.run([sys.executable,
