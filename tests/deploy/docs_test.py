@@ -236,6 +236,14 @@ class Docs(unittest.TestCase):
                     self.assertGreaterEqual(count, 4, "no name generator")
         self.assertGreaterEqual(calls, 5)
 
+    def test_every_alert_is_documented(self):
+        rules = read("deploy/helm/kwd/templates/prometheusrule.yaml")
+        alerts = re.findall(r"- alert: (\w+)", rules)
+        self.assertGreaterEqual(len(alerts), 8)
+        page = read("docs/operations.md")
+        for alert in alerts:
+            self.assertIn(f"| `{alert}` |", page, f"alert {alert} has no row in operations.md")
+
     def test_resource_reference_matches_the_crds(self):
         result = subprocess.run([sys.executable,
                                  os.path.join(SOURCE_DIR, "scripts", "gen-resource-reference.py"),
