@@ -244,6 +244,16 @@ class Docs(unittest.TestCase):
         for alert in alerts:
             self.assertIn(f"| `{alert}` |", page, f"alert {alert} has no row in operations.md")
 
+    def test_metrics_reference_matches_the_code(self):
+        result = subprocess.run([sys.executable,
+                                 os.path.join(SOURCE_DIR, "scripts", "gen-metrics-reference.py"),
+                                 "--check"], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 0,
+                         "docs/operations.md's metrics reference is not what the code registers: "
+                         "run /usr/bin/python3 scripts/gen-metrics-reference.py " + result.stderr)
+        page = read("docs/operations.md")
+        self.assertGreater(page.count("| `kwd_"), 70)
+
     def test_resource_reference_matches_the_crds(self):
         result = subprocess.run([sys.executable,
                                  os.path.join(SOURCE_DIR, "scripts", "gen-resource-reference.py"),
@@ -356,6 +366,16 @@ class Commands(unittest.TestCase):
                     status, printed = self.run_block(text, replacements)
                     self.assertEqual(status, 0, f"{doc}:{line}\n{text}\n{printed}")
                     self.assertTrue(printed.strip(), "prints nothing")
+            # Every metric family a real scrape shows is in the metrics reference.
+            page = read("docs/operations.md")
+            for admin in (env["KWD_ADMIN"], env["KWD_CONTROLLER_ADMIN"]):
+                scrape = subprocess.run(["curl", "-sf", f"http://{admin}/metrics"],
+                                        capture_output=True, text=True, timeout=30).stdout
+                families = re.findall(r"(?m)^# HELP (\w+) ", scrape)
+                self.assertGreater(len(families), 10, scrape[:500])
+                for family in families:
+                    with self.subTest(admin=admin, metric=family):
+                        self.assertIn(f"| `{family}` |", page, "not in the metrics reference")
         finally:
             quickstart.stop_and_check(self, process, output, started)
 
