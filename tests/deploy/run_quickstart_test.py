@@ -182,12 +182,14 @@ class MakeRun(unittest.TestCase):
 
 class EarlySignal(unittest.TestCase):
     """SIGINT while the quickstart is still starting (between starting a process and
-    noting it, during the waits): everything stops, exit 0, nothing left running.
+    noting it, during the waits): everything stops, nothing is left running.
     Before the fix a signal right after a backend started left that backend out of
     the cleanup, which then waited for it forever."""
 
     def test_sigint_during_start(self):
-        for delay in (0.0, 0.03, 0.06, 0.1, 0.2, 0.4):
+        # The window (a process started, its pid not yet noted) is short: try
+        # every 4 ms of the start-up.
+        for delay in [i * 0.004 for i in range(60)]:
             with self.subTest(delay=delay):
                 process = start_quickstart()
                 time.sleep(delay)
@@ -197,8 +199,11 @@ class EarlySignal(unittest.TestCase):
                     output, _ = process.communicate(timeout=30)
                 except subprocess.TimeoutExpired:
                     kill_session(process)
-                    self.fail(f"still running 30 s after SIGINT at {delay} s")
-                self.assertEqual(process.returncode, 0, output.decode(errors="replace"))
+                    self.fail(f"still running 30 s after SIGINT at {delay:.3f} s")
+                # 0, or killed by the SIGINT itself when it came before bash had set
+                # its traps (then nothing had been started yet).
+                self.assertIn(process.returncode, (0, -signal.SIGINT),
+                              output.decode(errors="replace"))
                 deadline = time.monotonic() + 10
                 while session_processes(process.pid) and time.monotonic() < deadline:
                     time.sleep(0.1)
