@@ -6,16 +6,57 @@
 # Ctrl-C stops everything and exits 0.
 set -euo pipefail
 
+# Every background child, from the job table: a signal that arrives between
+# starting a process and noting its pid must not leave it running (cleanup
+# would then wait for it forever). A child that ignores SIGTERM gets SIGKILL
+# after 5 s.
+cleanup() {
+  trap - EXIT INT TERM
+  local children
+  children=$(jobs -p)
+  if [[ -n $children ]]; then
+    kill $children 2>/dev/null || true
+    for _ in $(seq 1 50); do
+      [[ -z $(jobs -pr) ]] && break
+      sleep 0.1
+    done
+    children=$(jobs -pr)
+    [[ -z $children ]] || kill -KILL $children 2>/dev/null || true
+  fi
+  wait 2>/dev/null || true
+  echo "stopped"
+}
+# Ctrl-C (SIGINT) and SIGTERM are the normal way to stop: exit 0. Any other
+# exit (a process died, a start failed) keeps its status.
+trap cleanup EXIT
+trap 'cleanup; exit 0' INT TERM
+
 # On a terminal, Ctrl-C sends SIGINT to the whole foreground process group:
 # `make run` included, and make then reports "Interrupt" and fails however
 # cleanly this script stops. So the script runs itself as a job of its own
 # (job control: its own process group, given the terminal by fg): Ctrl-C
 # reaches only the quickstart, which stops and exits 0, and so does make.
-if [[ -t 0 && -z "${KWD_QUICKSTART_JOB:-}" ]]; then
+# Only when stdin and stderr are a terminal (bash's job control works through
+# stderr) and this process group is its foreground: otherwise (no controlling
+# terminal, as under setsid or some CI runners; stderr redirected; a
+# background job) fg cannot hand the terminal over, and the quickstart would
+# sit in a group no signal to this one reaches. Without a terminal, SIGINT or
+# SIGTERM to the process group stops everything and this script exits 0 (a
+# make around it reports the signal it got itself).
+foreground_on_terminal() {
+  [[ -t 0 && -t 2 ]] || return 1
+  local stat fields
+  stat=$(</proc/$$/stat) || return 1
+  read -r -a fields <<<"${stat##*) }"  # state ppid pgrp session tty_nr tpgid ...
+  [[ ${fields[5]:-0} -gt 0 && ${fields[5]} == "${fields[2]}" ]]
+}
+if [[ -z "${KWD_QUICKSTART_JOB:-}" ]] && foreground_on_terminal; then
   set -m
   KWD_QUICKSTART_JOB=1 "$0" "$@" &
-  fg %1 >/dev/null
-  exit $?
+  status=0
+  fg %1 >/dev/null || status=$?
+  trap - EXIT  # the job cleaned up after itself
+  exit $status
 fi
 
 build=${1:-build}
@@ -26,22 +67,9 @@ run_dir=$build/quickstart
 mkdir -p "$run_dir"
 snapshot=$run_dir/snapshot.json
 
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  echo "stopped"
-}
-# Ctrl-C (SIGINT) and SIGTERM are the normal way to stop: exit 0. Any other
-# exit (a process died, a start failed) keeps its status.
-trap cleanup EXIT
-trap 'cleanup; exit 0' INT TERM
-
 start_backend() {  # port instance kind
   "$build/kwd-demo-backend" --listen "127.0.0.1:$1" --instance "$2" --kind "$3" \
     >"$run_dir/backend-$2.log" 2>&1 &
-  pids+=($!)
 }
 start_backend 18001 demo1_QS_00 abap
 start_backend 18002 demo2_QS_01 abap
@@ -64,7 +92,6 @@ wait_listening() {  # file log
 if [[ -f "$examples/message-server.json" ]]; then
   python3 -u tests/fake_sap/fake_message_server.py --listen 127.0.0.1:18101 \
     --config "$examples/message-server.json" >"$run_dir/message-server.out" 2>&1 &
-  pids+=($!)
   wait_listening "$run_dir/message-server.out" "$run_dir/message-server.out" || exit 1
 fi
 
@@ -73,14 +100,12 @@ fi
 "$build/kwd-controller" serve --source="dir:$examples" --grpc-listen "$grpc" \
   --admin-listen "$controller_admin" >"$run_dir/controller.out" 2>"$run_dir/controller.log" &
 controller_pid=$!
-pids+=($controller_pid)
 wait_listening "$run_dir/controller.out" "$run_dir/controller.log" || exit 1
 
 KWD_AFFINITY_KEY=${KWD_AFFINITY_KEY:-quickstart-key} "$build/kwd-proxy" serve --controller "$grpc" \
   --listen "$listen" --admin-listen "$admin" --access-log "$run_dir/access.log" --node-id quickstart \
   >"$run_dir/proxy.out" 2>"$run_dir/proxy.log" &
 proxy_pid=$!
-pids+=($proxy_pid)
 wait_listening "$run_dir/proxy.out" "$run_dir/proxy.log" || exit 1
 for _ in $(seq 1 100); do
   curl -sf "http://$admin/readyz" >/dev/null 2>&1 && break
@@ -90,21 +115,54 @@ curl -sf "http://$admin/readyz" >/dev/null 2>&1 || { echo "the proxy got no snap
 # For the explain hint: the snapshot the controller serves, as JSON.
 curl -s "http://$controller_admin/debug/snapshot" >"$snapshot"
 
+# What to try, for the example that runs: every hint line that is not a
+# comment is a command that works against it (tests/deploy/run_quickstart_test.py
+# runs them).
+case $(basename "$examples") in
+  quickstart)
+    what="  backends: demo1_QS_00 (127.0.0.1:18001, abap, capacity 2), demo2_QS_01 (:18002, abap, capacity 1),
+            demo3_QS_02 (:18003, java)"
+    try="  # ABAP logon group \"public\", balanced 2:1 by capacity (watch X-Served-By):
+  for i in 1 2 3 4 5 6; do curl -s -D- -o /dev/null http://$listen/sap/bc/gui/x | grep X-Served-By; done
+  # the backend sets sap-contextid; sending it back sticks the session to that instance:
+  curl -s -D- -o /dev/null http://$listen/sap/bc/gui/x --cookie 'sap-contextid=SID%3aANON%3ademo2_QS_01%3aabc' | grep X-Served-By
+  # a root URL goes to Java (defaultRootHandler: the group j2ee):
+  curl -s -D- -o /dev/null http://$listen/index.html | grep X-Served-By
+  # the permission table: *.cgi is denied, /sap/bc/gui/secure/* needs https (403 EPERM over http):
+  curl -s -D- -o /dev/null http://$listen/sap/x.cgi | grep -e ^HTTP -e X-Kwd-Error
+  curl -s -D- -o /dev/null http://$listen/sap/bc/gui/secure/x | grep -e ^HTTP -e X-Kwd-Error
+  # why did it go there?
+  $build/kwd-proxy explain --snapshot $snapshot --url /sap/bc/gui/x --count 3
+  curl -s 'http://$admin/admin/api/explain?url=/irj/portal'"
+    ;;
+  sapsystem)
+    what="  backends: demo1_QS_00 (127.0.0.1:18001, abap, LB=2), demo2_QS_01 (:18002, abap, LB=1),
+            demo3_QS_02 (:18003, java), listed by a fake message server on 127.0.0.1:18101
+            that the controller polls every 5 s (SapSystem default/qs)"
+    try="  # /sap/ goes to the ABAP instances the message server lists (LogonGroup diag), 2:1 by LB=:
+  for i in 1 2 3 4 5 6; do curl -s -D- -o /dev/null http://$listen/sap/bc/gui/x | grep X-Served-By; done
+  # a root URL goes to the Java instance (LogonGroup j2ee):
+  curl -s -D- -o /dev/null http://$listen/index.html | grep X-Served-By
+  # the SapSystem's status: servers found and refreshes:
+  curl -s http://$controller_admin/metrics | grep -E '^kwd_controller_sapsystem_(servers|refreshes_total)'
+  # why did it go there?
+  $build/kwd-proxy explain --snapshot $snapshot --url /sap/bc/gui/x --count 3
+  curl -s 'http://$admin/admin/api/explain?url=/index.html'"
+    ;;
+  *)
+    what="  examples: $examples"
+    try="  # where would a request go, and why?
+  $build/kwd-proxy explain --snapshot $snapshot --url / --count 3
+  curl -s 'http://$admin/admin/api/explain?url=/'"
+    ;;
+esac
+
 cat <<HINTS
 
 kwd quickstart is running: proxy http://$listen, admin http://$admin
-  backends: demo1_QS_00 (127.0.0.1:18001, abap, capacity 2), demo2_QS_01 (:18002, abap, capacity 1),
-            demo3_QS_02 (:18003, java)
+$what
 Try:
-  # ABAP logon group "public", balanced 2:1 by capacity (watch X-Served-By):
-  for i in 1 2 3 4 5 6; do curl -s -D- -o /dev/null http://$listen/sap/bc/gui/x | grep X-Served-By; done
-  # the backend sets sap-contextid; sending it back sticks the session to that instance:
-  curl -s -D- -o /dev/null http://$listen/sap/bc/gui/x --cookie 'sap-contextid=SID%3aANON%3ademo2_QS_01%3aabc'
-  # root URL -> Java (defaultRootHandler), a denied URL, a secure-only URL over http:
-  curl -s -i http://$listen/index.html; curl -s -i http://$listen/sap/x.cgi | head -1
-  # why did it go there?
-  $build/kwd-proxy explain --snapshot $snapshot --url /sap/bc/gui/x --count 3
-  curl -s 'http://$admin/admin/api/explain?url=/irj/portal'
+$try
   # state and metrics:
   curl -s http://$admin/admin/api/state; curl -s http://$admin/metrics | grep kwd_proxy_requests_total
   # the controller: connected proxies, ACKs/NACKs, the snapshot it serves:

@@ -7,7 +7,7 @@
 # (2 - req/s x their CPU per request), the proxy's sleeps (voluntary switches) per request
 # and the idle share of /proc/stat; then medians and ratios against HAProxy.
 #   VARIANTS="base||
-#   off||--io-uring off" flock -o /work/wt/bench.lock bench/plain_shapes/loop_variants.sh
+#   off||--io-uring off" flock -o /tmp/kwd-bench.lock bench/plain_shapes/loop_variants.sh
 # (-o: the backends and proxies started here do not inherit the lock.)
 export WORK=${WORK:-/tmp/kwd-loop-variants}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -2,7 +2,7 @@
 # Scheduler trace of kwd variants and HAProxy (bench/PROFILE.md): per contender, a 4 s
 # `wrk -t1 -c64` with `perf record` of sched_switch/sched_wakeup/sched_migrate_task on
 # all CPUs for 1 s in its middle, then sched_summary.py's account. VARIANTS and BIN as in
-# loop_variants.sh:  VARIANTS="base||" flock -o /work/wt/bench.lock bench/plain_shapes/sched_probe.sh
+# loop_variants.sh:  VARIANTS="base||" flock -o /tmp/kwd-bench.lock bench/plain_shapes/sched_probe.sh
 export WORK=${WORK:-/tmp/kwd-loop-variants}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/env.sh"

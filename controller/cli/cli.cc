@@ -3,9 +3,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/build_info.h"
 #include "common/file.h"
 #include "common/snapshot_io.h"
-#include "common/build_info.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
 #include "controller/source/dir_source.h"
@@ -40,11 +40,12 @@ constexpr std::string_view kValidateUsage =
     "\n"
     "Reads every *.yaml/*.yml under DIR, or the files given with -f (\"-f -\" reads\n"
     "standard input, e.g. `helm template ... | kwd-controller validate -f -`), and\n"
-    "prints one line per problem per object,\n"
-    "or \"ok: N objects\" when there is none. Strict: an unknown field, a duplicate\n"
-    "key, a YAML anchor or alias and a misspelt dispatch.kwd.io kind are problems,\n"
-    "each naming file:line of the field and its path. Exit 0 when clean, 1 on\n"
-    "problems, 2 on a usage error.\n";
+    "prints one line per object and condition that is not True (\"KIND NS/NAME:\n"
+    "Condition=False Reason: problem; problem\"), or \"ok: N objects\" when there is\n"
+    "none. Reading is strict: an unknown field, a value of the wrong type, a\n"
+    "duplicate key, a YAML anchor or alias and a misspelt dispatch.kwd.io kind are\n"
+    "problems of the file, one line each naming FILE:LINE of the field and its\n"
+    "path. Exit 0 when clean, 1 on problems, 2 on a usage error.\n";
 
 bool IsHelp(std::string_view arg) {
   return arg == "-h" || arg == "--help";
@@ -257,7 +258,7 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   if (command == "serve") {
     return RunServe(rest, out, err);
   }
-  // DESIGN.md's standalone form `kwd-controller --source=dir:DIR` means serve.
+  // The short standalone form `kwd-controller --source=dir:DIR` means serve.
   if (command.rfind("--source", 0) == 0) {
     return RunServe(args, out, err);
   }

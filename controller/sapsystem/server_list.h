@@ -4,7 +4,8 @@
 // (/msgserver/text/logon?version=1.2) and the ICF group information
 // (/sap/public/icf_info/icr_groups): pure parsers of untrusted bytes, and the
 // pure step that turns a parsed list into a model::SapServerList. Formats and
-// the choices made where SAP does not say: ../shared/reference/sap-server-list.md.
+// the choices made where SAP does not say: docs/discovery.md ("What kwd
+// reads from the message server").
 //
 // Tolerant of layout (TAB or spaces, CRLF or LF, records with or without a
 // blank line between them, unknown protocol types, any description), strict
@@ -99,7 +100,7 @@ struct ParsedGroupInfo {
   Skips skips;
 };
 
-// The group file form (section 5 of the reference): "version 1.0", instance
+// The group file form (SAP's icrgroups.txt): "version 1.0", instance
 // names, then "GROUP:member,member" lines. Tolerant: blank lines anywhere,
 // the instance section may be missing, a group may repeat (members merge).
 ParsedGroupInfo ParseGroupInfo(std::string_view body);
@@ -111,8 +112,8 @@ struct ParsedUrlMap {
   Skips skips;
 };
 
-// The ICF URL map (/sap/public/icf_info/icr_urlprefix, section 6 of the
-// reference): "version 1.x", then lines "PREFIX=/path/&GROUP=G&CASE=&VHOST=
+// The ICF URL map (/sap/public/icf_info/icr_urlprefix, SAP's urlinfo.txt
+// form): "version 1.x", then lines "PREFIX=/path/&GROUP=G&CASE=&VHOST=
 // *.*;&STACK=J2EE". Tolerant: attributes in any order, any case, unknown ones
 // ignored, blank lines anywhere, a prefix without its closing "/" gets one,
 // a URL-encoded prefix ("%2Fsap%2F...") is decoded. Strict about what it

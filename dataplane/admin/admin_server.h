@@ -1,8 +1,7 @@
 #pragma once
 
-// The proxy's admin port (INTERFACE.md "kwd-proxy", "Admin page and
-// actions"), served by the bounded AdminHttpServer (common/admin_http.h) on
-// its own thread, never on the traffic port or a worker thread:
+// The proxy's admin port (docs/operations.md, "Admin port"), served by the bounded AdminHttpServer
+// (common/admin_http.h) on its own thread, never on the traffic port or a worker thread:
 //   /metrics             the proxy registry (text format 0.0.4)
 //   /healthz             200 while the process runs
 //   /readyz              200 once a snapshot is applied, else 503

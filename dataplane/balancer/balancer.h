@@ -1,9 +1,9 @@
 #pragma once
 
-// Balancing inside a LogonGroup (DESIGN.md section 5). One Balancer per group
-// per worker: its counters are worker-local and never locked. What it reads
-// about the servers (capacity, readiness, health, ping RTT) is shared and
-// read-only; health and RTT are atomics the health checker writes.
+// Balancing inside a LogonGroup (docs/internals.md, "Life of a request",
+// step 3). One Balancer per group per worker: its counters are worker-local
+// and never locked. What it reads about the servers (capacity, readiness,
+// health, ping RTT) is shared and read-only; health and RTT are atomics the health checker writes.
 //
 // The strategies follow HAProxy's lb_ops shape: one file per algorithm, a
 // factory keyed by the snapshot's Strategy.

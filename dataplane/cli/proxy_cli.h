@@ -1,6 +1,6 @@
 #pragma once
 
-// The kwd-proxy command line (INTERFACE.md "kwd-proxy"). dataplane/main.cc
+// The kwd-proxy command line (docs/operations.md, "The proxy"). dataplane/main.cc
 // only calls ProxyMain.
 
 #include <iosfwd>

@@ -2,7 +2,7 @@
 
 // The JSON object one routing decision explains itself as: what
 // `kwd-proxy explain` prints per request and what the admin port's
-// /admin/api/explain answers (INTERFACE.md). Shared so both stay identical.
+// /admin/api/explain answers (docs/getting-started.md). Shared so both stay identical.
 
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -1,6 +1,7 @@
 #pragma once
 
-// Request-target normalisation for matching (INTERFACE.md "Classification").
+// Request-target normalisation for matching (docs/internals.md, "Life of a
+// request", step 3).
 // Works in caller-provided scratch and never allocates.
 
 #include <cstddef>

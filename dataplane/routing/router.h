@@ -1,10 +1,10 @@
 #pragma once
 
 // The per-worker routing engine: classification, permissions, stickiness and
-// balancing for one request at a time (DESIGN.md section 4). A Router is
-// owned by one worker thread and never locked; what it shares with other
-// workers is read-only (the RoutingTable, the affinity codec) or has its own
-// synchronisation (session tables, health atomics).
+// balancing for one request at a time (docs/internals.md, "Life of a
+// request", step 3). A Router is owned by one worker thread and never
+// locked; what it shares with other workers is read-only (the RoutingTable, the affinity codec) or
+// has its own synchronisation (session tables, health atomics).
 //
 // Steady-state Route() calls allocate nothing: scratch buffers are members,
 // balancer state is sized when a table is applied.

@@ -1,7 +1,7 @@
 #pragma once
 
-// Session identifiers carried by a request (INTERFACE.md "Session
-// identifiers"). Extraction is pure, zero-copy where possible and never
+// Session identifiers carried by a request (docs/internals.md, "Life of a
+// request", step 3). Extraction is pure, zero-copy where possible and never
 // allocates: decoded values live in the caller-owned SessionIds::scratch.
 
 #include <array>

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A fake Kubernetes API server for kwd's tests (Python 3 standard library only).
 
-Serves the resources kwd uses with the shapes of the real API (see
-/work/shared/reference/k8s-api-shapes.md): list with limit/continue, watch
+Serves the resources kwd uses with the shapes of the real API (Kubernetes
+API concepts: list, watch, status subresource): list with limit/continue, watch
 with resourceVersion, bookmarks and 410 Gone, PUT with optimistic concurrency,
 merge-patch on /status, Status bodies for every error, optional bearer token.
 
