@@ -33,6 +33,10 @@ constexpr size_t kMaxHeaderBlockSlack = 64 * 1024;
 // Streams reset by the client per connection beyond which it is closed
 // (rapid reset, CVE-2023-44487; nghttp2 limits the rate too).
 constexpr uint64_t kMaxClientResets = 10'000;
+// Bytes read from one client per Drive: then the worker turns its loop (the
+// other connections' events, the timers and a drain deadline) before it
+// reads more, however fast the client sends and whatever the bytes cost.
+constexpr size_t kReadBytesPerTurn = 256 * 1024;
 // Ranges of stream ids a client skipped that are remembered (a client
 // skipping ids is rare; one that skips many only loses the check on the
 // oldest).
@@ -1187,13 +1191,14 @@ bool Http2Connection::Receive() {
   }
   // Reading stops while output is queued: a peer that floods us with frames
   // that want answers (PING, SETTINGS) and reads nothing is not served.
-  for (int i = 0;
-       i < 16 && readable_ && out_.size() < kHighWater && nghttp2_session_want_read(session_) != 0;
+  for (int i = 0; i < 16 && readable_ && out_.size() < kHighWater &&
+                  turn_read_bytes_ < kReadBytesPerTurn && nghttp2_session_want_read(session_) != 0;
        ++i) {
     char buffer[16 * 1024];
     bool drained = false;
     ssize_t n = transport_->Read(buffer, sizeof buffer, &drained);
     if (n > 0) {
+      turn_read_bytes_ += static_cast<size_t>(n);
       last_receive_ms_ = worker_->loop().now_ms();
       ssize_t rv = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buffer),
                                             static_cast<size_t>(n));
@@ -1263,6 +1268,7 @@ void Http2Connection::Drive() {
     return;
   }
   in_drive_ = true;
+  turn_read_bytes_ = 0;
   // Called from the event loop (no exchange on the stack): the streams
   // that ended since the last Drive can be reused.
   RecycleRetired();
@@ -1310,6 +1316,12 @@ void Http2Connection::Drive() {
   if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0 &&
       out_.empty() && transport_->FlushQueued()) {
     Close("aborted");
+    return;
+  }
+  if (readable_ && turn_read_bytes_ >= kReadBytesPerTurn) {
+    // The rest is read next turn (the socket is edge-triggered: no event
+    // would come for bytes already there).
+    worker_->loop().DeferToNextTurn(&drive_soon_);
   }
 }
 

@@ -110,6 +110,7 @@ class Http2Connection final : public WorkerConnection {
   bool draining_ = false;
   bool in_drive_ = false;
   bool drive_again_ = false;
+  size_t turn_read_bytes_ = 0;  // read in the current Drive (kReadBytesPerTurn)
   std::unordered_map<int32_t, Stream*> streams_;
   std::vector<Stream*> retired_;
   std::vector<int32_t> to_start_;  // stream ids whose head the current read completed
