@@ -34,8 +34,8 @@ import unittest
 from test_http2_attacks import (
     COMPRESSION_ERROR, CONTINUATION, CONTROLLER, DATA, END_HEADERS, END_STREAM,
     ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PROTOCOL_ERROR, PROXY, RST_STREAM,
-    Background, Closed, Connection, Proxy, ProxyCase, frame, get, literal, literal_new_name,
-    request_block)
+    Background, Connection, Proxy, ProxyCase, frame, get, literal, literal_new_name,
+    request_block, wait_status)
 
 # The proxy's SETTINGS_MAX_FRAME_SIZE (the default).
 MAX_FRAME = 16384
@@ -429,14 +429,7 @@ class StreamIds(ProxyCase):
         conn.send(frame(DATA, 0, 1, b"late") +
                   frame(HEADERS, END_STREAM | END_HEADERS, 1, literal_new_name(b"x-t", b"1")) +
                   frame(HEADERS, END_STREAM | END_HEADERS, 3, request_block(b"/next")))
-        deadline = time.monotonic() + 10
-        status = None
-        while status is None:
-            kind, flags, stream, payload = conn.read_frame(deadline)
-            decoded = conn.headers(kind, flags, stream, payload)
-            if decoded is not None and stream == 3:
-                status = decoded[":status"]
-        self.assertEqual(status, "200")
+        self.assertEqual(wait_status(conn, 3), "200")
         self.assertTrue(conn.goaway is None or conn.goaway[1] == NO_ERROR, conn.goaway)
 
 
