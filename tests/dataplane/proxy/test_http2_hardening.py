@@ -32,8 +32,9 @@ import time
 import unittest
 
 from test_http2_attacks import (
-    COMPRESSION_ERROR, CONTINUATION, CONTROLLER, DATA, END_HEADERS, END_STREAM,
-    ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PROTOCOL_ERROR, PROXY, RST_STREAM,
+    ACK, COMPRESSION_ERROR, CONTINUATION, CONTROLLER, DATA, END_HEADERS, END_STREAM,
+    ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PING, PROTOCOL_ERROR, PROXY, RST_STREAM,
+    WINDOW_UPDATE,
     Background, Connection, Proxy, ProxyCase, frame, get, literal, literal_new_name,
     request_block, wait_status)
 
@@ -193,6 +194,41 @@ class HpackAmplification(ProxyCase):
         self.assertIsNotNone(conn.goaway)
         self.assertIn(conn.goaway[1], (ENHANCE_YOUR_CALM, COMPRESSION_ERROR))
         self.assert_serves()
+
+
+class ReadBudget(ProxyCase):
+    def test_bytes_past_the_per_turn_budget_are_read(self):
+        """2 MiB of request bodies and a PING in one burst: the proxy reads
+        at most 256 KiB a loop turn, and the PING after them is still
+        answered. (Whether the last edge leaves more than one turn's bytes
+        unread depends on timing: EventLoopTest.DeferToNextTurnLetsTheNext-
+        EventsInFirst covers the loop's part deterministically.)"""
+        conn = self.connect()
+        deadline = time.monotonic() + 10
+        while conn.frames_seen.get(WINDOW_UPDATE, 0) == 0:  # the connection window
+            conn.read_frame(deadline)
+        burst = bytearray()
+        streams = [1 + 2 * i for i in range(32)]
+        for stream in streams:
+            burst += frame(HEADERS, END_HEADERS, stream,
+                           request_block(b"/hold-upload", method=b"POST") +
+                           literal(28, b"65536"))  # content-length
+        for _ in range(4):
+            for stream in streams:
+                burst += frame(DATA, 0, stream, b"u" * 16384)
+        burst += frame(PING, 0, 0, b"budget!!")
+        conn.send(bytes(burst))
+        acked = False
+        deadline = time.monotonic() + 10
+        try:
+            while not acked:
+                kind, flags, stream, payload = conn.read_frame(deadline)
+                conn.headers(kind, flags, stream, payload)
+                acked = kind == PING and flags & ACK and payload == b"budget!!"
+        except TimeoutError:
+            pass
+        self.assertTrue(acked, "no PING ACK: the bytes after the first turn's were not read")
+        self.assertIsNone(conn.goaway)
 
 
 class DrainUnderAttack(ProxyCase):
