@@ -126,7 +126,7 @@ class Http2Connection final : public WorkerConnection {
   // The highest stream id of the client's HEADERS, and the ids it skipped
   // below it (inclusive ranges of odd ids, the newest few): closed without
   // being opened (RFC 9113 5.1.1), so HEADERS on one is a connection error.
-  int32_t last_client_stream_ = 0;
+  int32_t last_client_stream_ = -1;  // -1: none yet, the next new id is 1
   std::vector<std::pair<int32_t, int32_t>> skipped_streams_;
   uint64_t resets_received_ = 0;
   uint64_t unforwarded_streams_ = 0;  // ended before reaching a server

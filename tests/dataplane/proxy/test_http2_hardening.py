@@ -431,6 +431,15 @@ class StreamIds(ProxyCase):
     def test_lower_stream_id_is_a_connection_error_tls(self):
         self.lower_id_after_higher(tls_context())
 
+    def test_first_stream_above_one_closes_one(self):
+        conn = self.connect()
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 3, request_block(b"/three")))
+        self.assertEqual(wait_status(conn, 3), "200")
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/one")))
+        self.assertTrue(conn.wait_closed(10))
+        self.assertEqual(conn.goaway[1], PROTOCOL_ERROR)
+        self.assertEqual(self.backend.count("/one"), 0)
+
     def test_skipped_ids_are_closed(self):
         """Stream 7 after stream 1 closes 3 and 5 (RFC 9113 5.1.1)."""
         conn = self.connect()
