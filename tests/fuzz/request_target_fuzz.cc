@@ -74,8 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The request line decides alike, when the target fits in one as a single
   // token (no byte that ends the token or the line, within the length limit).
-  if (!target.empty() && target.find_first_of(std::string_view(" \r\n\t\0", 5)) ==
-                             std::string_view::npos &&
+  if (!target.empty() &&
+      target.find_first_of(std::string_view(" \r\n\t\0", 5)) == std::string_view::npos &&
       target.size() <= kwd::http::HeadLimits{}.max_target_bytes) {
     std::string request(method);
     request.append(" ").append(target).append(" HTTP/1.1\r\nHost: h\r\n\r\n");
