@@ -123,6 +123,7 @@ class HpackAmplification(ProxyCase):
             while not stop.is_set():
                 latencies.append(self.timed_get(port, context))
 
+        floods_before = self.proxy.metric("kwd_proxy_http2_errors_total", reason="flood") or 0
         cpu_before = cpu_seconds(self.proxy.pid)
         started = time.monotonic()
         watcher = Background(benign)
@@ -147,6 +148,9 @@ class HpackAmplification(ProxyCase):
             self.assertTrue(a.closed, "attacker's connection still open")
             self.assertIn(code, (ENHANCE_YOUR_CALM, COMPRESSION_ERROR), "GOAWAY code")
         self.assertEqual(self.backend.count("/amplify"), 0)
+        # Each attacker's end is counted (flood), once.
+        floods = self.proxy.metric("kwd_proxy_http2_errors_total", reason="flood") - floods_before
+        self.assertEqual(floods, 5)
 
     def timed_get(self, port, context):
         started = time.monotonic()
