@@ -5,8 +5,9 @@ test_http2_attacks.py, frames written by hand on raw sockets.
 - HPACK CPU amplification: one 4,000-byte field in the dynamic table, then
   header blocks of ~120 KiB of 1-byte references to it (each decodes to
   ~120 MiB of fields while its wire size stays under the header-block cap).
-  Five connections send 8 such blocks each while a benign client measures
-  its latency; the proxy's CPU over the attack is read from /proc. The
+  Five connections send 8 such blocks each (and, in another test, five
+  attackers reconnect and send for 3 s) while a benign client measures its
+  latency; the proxy's CPU over the attack is read from /proc. The
   attacker's connection must end with GOAWAY ENHANCE_YOUR_CALM (or
   COMPRESSION_ERROR) after the first block. A SIGTERM during a continuous
   attack ends the process within --drain-timeout.
