@@ -116,8 +116,10 @@ constexpr const char kServeUsage[] =
     "                                   (default 100)\n"
     "  --h2-ping-timeout D              PING a connection with open streams silent this\n"
     "                                   long; no answer in as long: closed (default 20s)\n"
-    "                                   (--max-header-size bounds a stream's header list,\n"
-    "                                   --idle-timeout a connection with no open stream)\n"
+    "                                   (--max-header-size bounds a stream's header list:\n"
+    "                                   431 beyond, GOAWAY once a header block is 64 KiB\n"
+    "                                   past it on the wire or decoded; --idle-timeout a\n"
+    "                                   connection with no open stream)\n"
     "\n"
     "Durations need a unit: 500ms, 10s, 2m, 1h (a bare number is refused).\n";
 

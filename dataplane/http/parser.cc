@@ -936,6 +936,10 @@ bool IsValidAuthority(std::string_view authority, bool require_port) {
   return IsValidHost(host);
 }
 
+ParseError ParseRequestTarget(RequestHead* head) {
+  return head->target.empty() ? ParseError::kBadTarget : ParseTarget(head).error;
+}
+
 const Header* RequestHead::Find(std::string_view name) const {
   return FindHeader(*this, name);
 }

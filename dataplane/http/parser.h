@@ -187,6 +187,15 @@ class RequestParser {
   detail::ScanState state_;
 };
 
+// Checks head->target as a request line's request-target (RFC 9112 3.2;
+// CONNECT takes authority form, OPTIONS also "*") and sets target_form,
+// scheme, authority and path_and_query from it. kBadTarget (a 400) when it
+// is none of the forms or holds a byte RFC 3986 does not allow there (a
+// fragment, 0x80-0xFF, '"', '<', '>', '{', '}', '|', '^', '`', '\\', a
+// malformed escape, userinfo or an empty authority). HTTP/2's :path goes
+// through it too, so both protocols refuse the same targets.
+ParseError ParseRequestTarget(RequestHead* head);
+
 // Parses one upstream response head; errors carry status 502.
 class ResponseParser {
  public:

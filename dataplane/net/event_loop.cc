@@ -85,6 +85,9 @@ EventLoop::~EventLoop() {
   while (deferred_head_ != nullptr) {
     CancelDeferred(deferred_head_);
   }
+  while (next_turn_head_ != nullptr) {
+    CancelDeferred(next_turn_head_);
+  }
   while (sends_head_ != nullptr) {
     CancelSend(sends_head_);
   }
@@ -198,8 +201,21 @@ void EventLoop::Defer(Deferred* deferred) {
   }
 }
 
+void EventLoop::DeferToNextTurn(Deferred* deferred) {
+  if (deferred->loop_ == nullptr) {
+    Append(next_turn_head_, next_turn_tail_, deferred);
+    deferred->next_turn_ = true;
+  }
+}
+
 void EventLoop::CancelDeferred(Deferred* deferred) {
-  if (deferred->loop_ == this) {
+  if (deferred->loop_ != this) {
+    return;
+  }
+  if (deferred->next_turn_) {
+    Detach(next_turn_head_, next_turn_tail_, deferred);
+    deferred->next_turn_ = false;
+  } else {
     Detach(deferred_head_, deferred_tail_, deferred);
   }
 }
@@ -570,11 +586,17 @@ void EventLoop::Run() {
   epoll_event events[kMaxEvents];
   while (!stop_.load(std::memory_order_acquire)) {
     int timeout = armed_timers_ > 0 ? static_cast<int>(kTickMs) : 1000;
-    if (deferred_head_ != nullptr) {
-      timeout = 0;  // callbacks left over from the last batch
+    if (deferred_head_ != nullptr || next_turn_head_ != nullptr) {
+      timeout = 0;  // callbacks left over from the last batch, or for this turn
     }
     int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
     now_ms_ = MonotonicMs();
+    // This turn's: they run at the end of its first batch, after its events.
+    while (next_turn_head_ != nullptr) {
+      Deferred* d = next_turn_head_;
+      CancelDeferred(d);
+      Append(deferred_head_, deferred_tail_, d);
+    }
     if (n > 0 && uring_state_ != UringState::kOff) {
       ReadAhead(events, n);
     }

@@ -84,6 +84,7 @@ class Deferred {
   EventLoop* loop_ = nullptr;
   Deferred* prev_ = nullptr;
   Deferred* next_ = nullptr;
+  bool next_turn_ = false;  // on the loop's next-turn list
 };
 
 // A socket send the loop hands to its io_uring at the end of the batch,
@@ -187,6 +188,12 @@ class EventLoop {
   // Runs `deferred` at the end of the current batch (or of the next one, when
   // called outside a batch).
   void Defer(Deferred* deferred);
+  // Runs `deferred` at the end of the next iteration's first batch: after
+  // the I/O events of the next epoll_wait (which then does not wait), the
+  // timers of that iteration following. For an owner that stopped with work
+  // left (a budget per turn): the other connections and the timers (a drain
+  // deadline) go first. A callback queued either way stays as queued.
+  void DeferToNextTurn(Deferred* deferred);
   void CancelDeferred(Deferred* deferred);
 
   void DeleteLater(Deletable* object) { graveyard_.push_back(object); }
@@ -277,6 +284,8 @@ class EventLoop {
   std::vector<Deletable*> graveyard_;
   Deferred* deferred_head_ = nullptr;  // FIFO
   Deferred* deferred_tail_ = nullptr;
+  Deferred* next_turn_head_ = nullptr;  // FIFO, joins the above after epoll_wait
+  Deferred* next_turn_tail_ = nullptr;
   UringState uring_state_ = UringState::kUnknown;
   ::io_uring* ring_ = nullptr;
   BatchedSend* sends_head_ = nullptr;  // FIFO

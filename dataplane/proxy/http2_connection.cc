@@ -27,11 +27,20 @@ constexpr size_t kHighWater = 64 * 1024;
 // its upstream takes it.
 constexpr int32_t kStreamWindow = 64 * 1024;
 // A header block (HEADERS + CONTINUATION) beyond this many bytes on the wire
-// ends the connection (CONTINUATION flood), whatever it decodes to.
+// (CONTINUATION flood), or decoding to this many (HPACK references to a
+// large table entry), ends the connection.
 constexpr size_t kMaxHeaderBlockSlack = 64 * 1024;
 // Streams reset by the client per connection beyond which it is closed
 // (rapid reset, CVE-2023-44487; nghttp2 limits the rate too).
 constexpr uint64_t kMaxClientResets = 10'000;
+// Bytes read from one client per Drive: then the worker turns its loop (the
+// other connections' events, the timers and a drain deadline) before it
+// reads more, however fast the client sends and whatever the bytes cost.
+constexpr size_t kReadBytesPerTurn = 256 * 1024;
+// Ranges of stream ids a client skipped that are remembered (a client
+// skipping ids is rare; one that skips many only loses the check on the
+// oldest).
+constexpr size_t kMaxSkippedRanges = 16;
 
 uint8_t* Bytes(std::string_view s) {
   return reinterpret_cast<uint8_t*>(const_cast<char*>(s.data()));
@@ -633,10 +642,29 @@ struct Http2Callbacks {
     return 0;
   }
 
-  static int OnHeader(nghttp2_session* /*session*/, const nghttp2_frame* frame, const uint8_t* name,
+  // Ends the connection for a header block beyond the limits: GOAWAY
+  // ENHANCE_YOUR_CALM, and nothing more of what was read is processed.
+  static int EndForHeaderBlock(Http2Connection* c, nghttp2_session* session) {
+    c->CountError(Http2Error::kHeaderTooLarge);
+    c->CountError(Http2Error::kFlood);
+    c->fatal_ = true;
+    nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+
+  static int OnHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
                       size_t name_len, const uint8_t* value, size_t value_len, uint8_t /*flags*/,
                       void* user_data) {
     Http2Connection* c = Self(user_data);
+    // Every field nghttp2 emits was validated byte by byte: a 1-byte
+    // reference to a 4 KB table entry costs 4 KB of work. The decoded size
+    // of the block (any stream's, a refused one's or trailers) is counted
+    // here, so the work per block is bounded by the cap, not by its
+    // references (HPACK CPU amplification).
+    c->block_decoded_ += name_len + value_len + 32;
+    if (c->block_decoded_ > c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack) {
+      return EndForHeaderBlock(c, session);
+    }
     Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
     if (stream == nullptr) {
       return 0;
@@ -690,6 +718,15 @@ struct Http2Callbacks {
 
   static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user_data) {
     Http2Connection* c = Self(user_data);
+    if (hd->type == NGHTTP2_HEADERS) {
+      c->block_decoded_ = 0;  // a new header block
+      if (!c->CheckStreamId(hd->stream_id)) {
+        c->CountError(Http2Error::kProtocol);
+        c->fatal_ = true;
+        nghttp2_session_terminate_session(session, NGHTTP2_PROTOCOL_ERROR);
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+      }
+    }
     if (hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION) {
       Http2Connection::Stream* stream = c->FindStream(hd->stream_id);
       size_t cap = c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack;
@@ -697,11 +734,7 @@ struct Http2Callbacks {
         stream->block_bytes += hd->length;
         if (stream->block_bytes > cap) {
           // A header block that does not end: no more of it is decoded.
-          c->CountError(Http2Error::kHeaderTooLarge);
-          c->CountError(Http2Error::kFlood);
-          c->fatal_ = true;
-          nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
-          return NGHTTP2_ERR_CALLBACK_FAILURE;
+          return EndForHeaderBlock(c, session);
         }
       }
     }
@@ -971,6 +1004,33 @@ void Http2Connection::RecycleRetired() {
   retired_.clear();
 }
 
+bool Http2Connection::CheckStreamId(int32_t id) {
+  if (id <= 0 || id % 2 == 0) {
+    return true;  // nghttp2's to refuse
+  }
+  if (id > last_client_stream_) {
+    if (id > last_client_stream_ + 2) {
+      if (skipped_streams_.size() == kMaxSkippedRanges) {
+        // Forgotten: HEADERS on those is ignored by nghttp2 (as it ignores
+        // any on a stream it no longer knows), not a connection error.
+        skipped_streams_.erase(skipped_streams_.begin());
+      }
+      skipped_streams_.emplace_back(last_client_stream_ + 2, id - 2);
+    }
+    last_client_stream_ = id;
+    return true;
+  }
+  // A lower id: trailers (or a late frame) of a stream opened before are
+  // nghttp2's to judge, since the client may not have seen its end yet;
+  // an id that was never opened is closed (RFC 9113 5.1.1).
+  for (const auto& [low, high] : skipped_streams_) {
+    if (id >= low && id <= high) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void Http2Connection::CountError(Http2Error error) {
   worker_->metrics().http2_errors[static_cast<size_t>(error)]->Inc();
 }
@@ -1066,8 +1126,6 @@ void Http2Connection::StartStream(Stream* stream, bool end_stream) {
   head.method = method;
   head.target = path;
   head.version_minor = 1;
-  head.target_form = path == "*" ? http::TargetForm::kAsterisk : http::TargetForm::kOrigin;
-  head.path_and_query = path;
   if (method == "CONNECT" || path.empty()) {
     stream->exchange.Reject(ErrorCode::kNotImplemented, "CONNECT is not supported");
     return;
@@ -1076,6 +1134,18 @@ void Http2Connection::StartStream(Stream* stream, bool end_stream) {
     // The request-target limit of HTTP/1.1 (the :path becomes one).
     stream->exchange.Reject(ErrorCode::kTargetTooLong,
                             http::ParseErrorName(http::ParseError::kTargetTooLong));
+    return;
+  }
+  // The :path becomes the request-target and goes through HTTP/1.1's
+  // check, so what is routed is what is forwarded. HTTP/2 has origin form
+  // only ("*" for OPTIONS; RFC 9113 8.3.1): an authority inside :path would
+  // be a second one beside :authority, which alone names the virtual host.
+  // The scheme is http or https (nghttp2 checks :path against those only).
+  if (http::ParseRequestTarget(&head) != http::ParseError::kNone ||
+      head.target_form == http::TargetForm::kAbsolute ||
+      (!http::EqualsIgnoreCase(scheme, "http") && !http::EqualsIgnoreCase(scheme, "https"))) {
+    stream->exchange.Reject(ErrorCode::kBadRequest,
+                            http::ParseErrorName(http::ParseError::kBadTarget));
     return;
   }
   http::RequestInfo info;
@@ -1121,13 +1191,14 @@ bool Http2Connection::Receive() {
   }
   // Reading stops while output is queued: a peer that floods us with frames
   // that want answers (PING, SETTINGS) and reads nothing is not served.
-  for (int i = 0;
-       i < 16 && readable_ && out_.size() < kHighWater && nghttp2_session_want_read(session_) != 0;
+  for (int i = 0; i < 16 && readable_ && out_.size() < kHighWater &&
+                  turn_read_bytes_ < kReadBytesPerTurn && nghttp2_session_want_read(session_) != 0;
        ++i) {
     char buffer[16 * 1024];
     bool drained = false;
     ssize_t n = transport_->Read(buffer, sizeof buffer, &drained);
     if (n > 0) {
+      turn_read_bytes_ += static_cast<size_t>(n);
       last_receive_ms_ = worker_->loop().now_ms();
       ssize_t rv = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buffer),
                                             static_cast<size_t>(n));
@@ -1197,6 +1268,7 @@ void Http2Connection::Drive() {
     return;
   }
   in_drive_ = true;
+  turn_read_bytes_ = 0;
   // Called from the event loop (no exchange on the stack): the streams
   // that ended since the last Drive can be reused.
   RecycleRetired();
@@ -1244,6 +1316,12 @@ void Http2Connection::Drive() {
   if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0 &&
       out_.empty() && transport_->FlushQueued()) {
     Close("aborted");
+    return;
+  }
+  if (readable_ && turn_read_bytes_ >= kReadBytesPerTurn) {
+    // The rest is read next turn (the socket is edge-triggered: no event
+    // would come for bytes already there).
+    worker_->loop().DeferToNextTurn(&drive_soon_);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "dataplane/net/event_loop.h"
@@ -75,6 +76,10 @@ class Http2Connection final : public WorkerConnection {
   void OnTick();
   void ScheduleTick();
   void CountError(Http2Error error);
+  // Whether a client HEADERS on stream `id` is allowed: false for an id
+  // lower than one already used that was skipped, never opened (h2spec
+  // 5.1.1/2; nghttp2 ignores such a HEADERS by design).
+  bool CheckStreamId(int32_t id);
   // Ends a stream's exchange: logged with `cause` once its request reached
   // a server, else only counted (reset_before_forward) for the summary.
   void EndExchange(Stream* stream, std::string_view cause);
@@ -105,6 +110,7 @@ class Http2Connection final : public WorkerConnection {
   bool draining_ = false;
   bool in_drive_ = false;
   bool drive_again_ = false;
+  size_t turn_read_bytes_ = 0;  // read in the current Drive (kReadBytesPerTurn)
   std::unordered_map<int32_t, Stream*> streams_;
   std::vector<Stream*> retired_;
   std::vector<int32_t> to_start_;  // stream ids whose head the current read completed
@@ -114,6 +120,14 @@ class Http2Connection final : public WorkerConnection {
   int64_t idle_since_ms_ = 0;
   int64_t ping_sent_ms_ = 0;  // 0: no PING outstanding
   bool got_preface_ = false;
+  // Decoded bytes (as SETTINGS_MAX_HEADER_LIST_SIZE counts them) of the
+  // header block being received, whatever its stream.
+  size_t block_decoded_ = 0;
+  // The highest stream id of the client's HEADERS, and the ids it skipped
+  // below it (inclusive ranges of odd ids, the newest few): closed without
+  // being opened (RFC 9113 5.1.1), so HEADERS on one is a connection error.
+  int32_t last_client_stream_ = -1;  // -1: none yet, the next new id is 1
+  std::vector<std::pair<int32_t, int32_t>> skipped_streams_;
   uint64_t resets_received_ = 0;
   uint64_t unforwarded_streams_ = 0;  // ended before reaching a server
   uint64_t streams_begun_ = 0;

@@ -200,6 +200,52 @@ std::vector<RejectCase> RejectCases() {
   };
 }
 
+// HTTP/2's :path goes through ParseRequestTarget: it refuses exactly the
+// targets the request line refuses and finds the same form and parts.
+TEST(RequestParser, ParseRequestTargetAgreesWithTheRequestLine) {
+  struct Case {
+    std::string method;
+    std::string target;
+  };
+  const std::vector<Case> cases = {
+      {"GET", "/a/b?c=d"},  {"GET", "/sap/bc/x#/../../admin/x"},
+      {"GET", "/a\"b"},     {"GET", "/a%2"},
+      {"GET", "/a%zz"},     {"GET", "*"},
+      {"OPTIONS", "*"},     {"GET", "?a=1"},
+      {"GET", "a/b"},       {"GET", "http://u@h/x"},
+      {"GET", "http:///x"}, {"GET", "http://h:8080/p?q"},
+      {"GET", "https://h"}, {"GET", "ftp://h/"},
+      {"GET", "/x\x80"},    {"GET", "/x\xff"},
+      {"GET", "/x<"},       {"GET", "/x>"},
+      {"GET", "/x{"},       {"GET", "/x}"},
+      {"GET", "/x|"},       {"GET", "/x^"},
+      {"GET", "/x`"},       {"GET", "/x\\"},
+      {"CONNECT", "h:443"}, {"CONNECT", "/a"},
+  };
+  for (const Case& c : cases) {
+    std::string request = c.method + " " + c.target + " HTTP/1.1\r\nHost: h\r\n\r\n";
+    RequestHead line;
+    ParseResult parsed = ParseWhole(request, &line);
+    RequestHead head;
+    head.method = c.method;
+    head.target = c.target;
+    ParseError error = ParseRequestTarget(&head);
+    EXPECT_EQ(parsed.failed(), error != ParseError::kNone) << c.target;
+    if (parsed.failed()) {
+      EXPECT_EQ(parsed.error, ParseError::kBadTarget) << c.target;
+      EXPECT_EQ(error, ParseError::kBadTarget) << c.target;
+      continue;
+    }
+    EXPECT_EQ(head.target_form, line.target_form) << c.target;
+    EXPECT_EQ(head.scheme, line.scheme) << c.target;
+    EXPECT_EQ(head.authority, line.authority) << c.target;
+    EXPECT_EQ(head.path_and_query, line.path_and_query) << c.target;
+  }
+  RequestHead empty;
+  empty.method = "GET";
+  EXPECT_EQ(ParseRequestTarget(&empty), ParseError::kBadTarget);
+}
+
 TEST(RequestParser, RejectsMalformedWholeAndByteByByte) {
   for (const RejectCase& c : RejectCases()) {
     RequestHead head;

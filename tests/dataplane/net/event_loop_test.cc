@@ -227,5 +227,57 @@ TEST(EventLoopTest, DeferredRunsOnceAfterTheBatch) {
   }
 }
 
+// An owner that stops with work left and defers itself again: with Defer it
+// would run again in the same batch (up to RunDeferred's bound), while
+// DeferToNextTurn makes it wait for the next iteration, whose events (and
+// timers) come first. Each run writes a byte to a socket: its event is
+// handled before the next run.
+TEST(EventLoopTest, DeferToNextTurnLetsTheNextEventsInFirst) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  EventLoop loop;
+  std::vector<std::string> log;
+  struct Busy {
+    EventLoop* loop;
+    std::vector<std::string>* log;
+    int fd;
+    int runs = 0;
+    Deferred again{this, [](void* self) {
+                     auto* b = static_cast<Busy*>(self);
+                     b->log->push_back("busy");
+                     ASSERT_EQ(write(b->fd, "x", 1), 1);
+                     if (++b->runs == 4) {
+                       b->loop->Stop();
+                       return;
+                     }
+                     b->loop->DeferToNextTurn(&b->again);
+                     b->loop->Defer(&b->again);  // queued for the next turn: stays so
+                   }};
+  } busy{&loop, &log, fds[1]};
+  struct Io final : IoHandler {
+    std::vector<std::string>* log;
+    int fd;
+    void OnIo(uint32_t /*events*/) override {
+      char c;
+      while (read(fd, &c, 1) == 1) {
+        log->push_back("io");
+      }
+    }
+  } io;
+  io.log = &log;
+  io.fd = fds[0];
+  ASSERT_TRUE(loop.Add(fds[0], EPOLLIN | EPOLLET, &io));
+  loop.DeferToNextTurn(&busy.again);
+  EXPECT_TRUE(busy.again.queued());
+  loop.Run();
+  EXPECT_EQ(log, (std::vector<std::string>{"busy", "io", "busy", "io", "busy", "io", "busy"}));
+  // Cancelled from the next turn's list, as from the current one.
+  loop.DeferToNextTurn(&busy.again);
+  loop.CancelDeferred(&busy.again);
+  EXPECT_FALSE(busy.again.queued());
+  close(fds[0]);
+  close(fds[1]);
+}
+
 }  // namespace
 }  // namespace kwd::net

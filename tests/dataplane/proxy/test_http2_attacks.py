@@ -240,6 +240,16 @@ class Connection:
             return True
 
 
+def wait_status(conn, stream_id, timeout=10):
+    """Reads frames until the response head of `stream_id`: its :status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kind, flags, stream, payload = conn.read_frame(deadline)
+        decoded = conn.headers(kind, flags, stream, payload)
+        if decoded is not None and stream == stream_id:
+            return decoded[":status"]
+
+
 def get(port, path=b"/", tls_context=None, timeout=10):
     """One GET over a fresh HTTP/2 connection: (status, body)."""
     conn = Connection(port, tls_context)
@@ -868,14 +878,7 @@ class Http2Attacks(ProxyCase):
                 if kind in (HEADERS, DATA) and flags & END_STREAM:
                     done.add(stream)
             conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 203, request_block(b"/after")))
-            deadline = time.monotonic() + 10
-            status = None
-            while status is None:
-                kind, flags, stream, payload = conn.read_frame(deadline)
-                decoded = conn.headers(kind, flags, stream, payload)
-                if decoded is not None and stream == 203:
-                    status = decoded[":status"]
-            self.assertEqual(status, "200")
+            self.assertEqual(wait_status(conn, 203), "200")
         else:
             self.assertTrue(conn.wait_closed(10), "connection open after GOAWAY")
         self.assert_serves()
