@@ -202,6 +202,15 @@ struct DefaultGroups {
   bool operator==(const DefaultGroups&) const = default;
 };
 
+// spec.sapHeaders: SAP's forwarding fields for the mapping's requests; an
+// unset switch is on for ABAP groups, off for Java ones.
+struct SapHeadersSpec {
+  std::optional<bool> client_protocol;  // ClientProtocol: http|https
+  std::optional<bool> access_points;    // x-sap-webdisp-ap: HTTP=<port>,HTTPS=<port>
+
+  bool operator==(const SapHeadersSpec&) const = default;
+};
+
 struct UrlMappingSpec {
   std::vector<std::string> hosts;  // empty: any host
   std::optional<std::string> default_root_handler;
@@ -212,6 +221,7 @@ struct UrlMappingSpec {
   // A SapSystem in the same namespace whose ICF URL prefixes (icr_urlprefix)
   // become rules of this mapping; the mapping's own rules win on a prefix.
   std::optional<std::string> from_sap_system;
+  SapHeadersSpec sap_headers;
 
   bool operator==(const UrlMappingSpec&) const = default;
 };

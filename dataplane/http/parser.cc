@@ -181,6 +181,21 @@ bool IsForwardingAlias(std::string_view name) {
   if (name.size() < 7 || name.size() > 2 * kMaxFoldedForwardingName) {
     return false;
   }
+  // The first two letters settle most names at once (Content-Type,
+  // Cache-Control, X-CSRF-Token): "cl", "fo", "xf", "xr" or "xs".
+  char letters[2] = {};
+  size_t seen = 0;
+  for (size_t i = 0; i < name.size() && seen < 2; ++i) {
+    if (name[i] != '-' && name[i] != '_') {
+      letters[seen++] = chars::Lower(name[i]);
+    }
+  }
+  const bool candidate =
+      (letters[0] == 'c' && letters[1] == 'l') || (letters[0] == 'f' && letters[1] == 'o') ||
+      (letters[0] == 'x' && (letters[1] == 'f' || letters[1] == 'r' || letters[1] == 's'));
+  if (!candidate) {
+    return false;
+  }
   char folded[2 * kMaxFoldedForwardingName];
   size_t n = 0;
   for (char c : name) {

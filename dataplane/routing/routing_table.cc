@@ -142,12 +142,14 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     entry.default_java_group = table->FindGroup(vhost.default_java_group());
     std::vector<std::string> lowercase_prefixes;
     for (const v1::Rule& rule : vhost.rules()) {
-      entry.rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table->FindGroup(rule.group())});
+      entry.rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table->FindGroup(rule.group()),
+                                      SapHeaderSwitches::From(rule.sap_headers())});
       lowercase_prefixes.push_back(Lowercase(rule.prefix()));
     }
     entry.prefixes = PrefixIndex(std::move(lowercase_prefixes));
     entry.permissions = PermissionTable(vhost.permissions());
     entry.passthrough_group = table->FindGroup(vhost.passthrough_group());
+    entry.sap_headers = SapHeaderSwitches::From(vhost.sap_headers());
     table->has_passthrough_ = table->has_passthrough_ || entry.passthrough_group >= 0;
     const int index = static_cast<int>(table->virtual_hosts_.size());
     std::string host = Lowercase(entry.host);
