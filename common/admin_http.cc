@@ -14,6 +14,8 @@
 #include <exception>
 #include <string_view>
 
+#include "common/host_name.h"
+
 namespace kwd {
 namespace {
 
@@ -229,26 +231,14 @@ bool SameAddress(std::string_view a, std::string_view b) {
 }
 
 // The host of a Host field value: "[::1]:9901" -> "::1", "Name.:80" ->
-// "Name"; "" when it is not host[:port].
+// "Name"; "" when there is none.
 std::string_view HostOfField(std::string_view field) {
-  std::string_view host = field;
+  std::string_view host = HostWithoutPort(field);
   if (!host.empty() && host.front() == '[') {
-    size_t close = host.find(']');
-    if (close == std::string_view::npos) {
+    if (host.size() < 2 || host.back() != ']') {
       return {};
     }
-    std::string_view rest = host.substr(close + 1);
-    if (!rest.empty() && rest.front() != ':') {
-      return {};
-    }
-    return host.substr(1, close - 1);
-  }
-  size_t colon = host.find(':');
-  if (colon != std::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  if (!host.empty() && host.back() == '.') {
-    host.remove_suffix(1);
+    host = host.substr(1, host.size() - 2);
   }
   return host;
 }

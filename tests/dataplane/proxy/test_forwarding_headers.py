@@ -38,7 +38,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_http2 import H2Client, free_port  # noqa: E402
+from test_http2 import H2Client, Proxy, free_port, run  # noqa: E402
 
 PROXY = os.environ.get("KWD_PROXY", "")
 CONTROLLER = os.environ.get("KWD_CONTROLLER", "")
@@ -107,50 +107,6 @@ class Recorder:
 
     def close(self):
         self.server.close()
-
-
-def run(command, cwd):
-    result = subprocess.run(command, cwd=cwd, shell=True, capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 0, command + "\n" + result.stdout + result.stderr
-
-
-class Proxy:
-    """kwd-proxy serve on 127.0.0.1 with --listen, --tls-listen and --h2c."""
-
-    def __init__(self, directory, snapshot, extra, name):
-        self.admin_port = free_port()
-        self.log_path = os.path.join(directory, name + ".log")
-        self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
-            [PROXY, "serve", "--snapshot", snapshot, "--listen", "127.0.0.1:0",
-             "--tls-listen", "127.0.0.1:0", "--tls-cert-dir", os.path.join(directory, "certs"),
-             "--admin-listen", f"127.0.0.1:{self.admin_port}", "--access-log", "off",
-             "--h2c", "--workers", "1"] + extra,
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self.port = self.tls_port = None
-        for _ in range(100):
-            line = self.process.stdout.readline()
-            if line.startswith("listening-tls "):
-                self.tls_port = int(line.rsplit(":", 1)[1])
-                break
-            if line.startswith("listening "):
-                self.port = int(line.rsplit(":", 1)[1])
-            if not line:
-                break
-        assert self.port and self.tls_port, "kwd-proxy did not start: " + open(
-            self.log_path).read()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process.stdout.close()
-        self.log.close()
 
 
 def read_response(sock):
@@ -254,7 +210,7 @@ class ForwardingHeaders(unittest.TestCase):
             f.write(compiled.stdout)
         # 127.0.0.2 plays a trusted proxy in front (a load balancer).
         cls.proxy = Proxy(cls.dir, cls.snapshot,
-                          ["--public-ports", "http=80,https=443",
+                          ["--h2c", "--public-ports", "http=80,https=443",
                            "--trusted-proxies", "127.0.0.2/32",
                            "--admin-allowed-hosts", "kwd-admin.example.test"], "main")
         cls.plain = Proxy(cls.dir, cls.snapshot, [], "plain")
