@@ -191,17 +191,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // Only the proxy's own spelling of a forwarding field goes on, and
       // from an untrusted client none but the proxy's.
       int client_protocols = 0;
+      int access_points = 0;
       for (const Header& h : forwarded.fields()) {
         const FieldId id = ClassifyFieldName(h.name);
         Check(id != FieldId::kForwardingAlias && id != FieldId::kProxyAssertedTls);
         if (!options.keep_forwarded_for) {
           Check(id != FieldId::kForwarded && id != FieldId::kXRealIp &&
-                id != FieldId::kXForwardedPort && id != FieldId::kSapWebdispAp);
+                id != FieldId::kXForwardedPort);
         }
         client_protocols += id == FieldId::kClientProtocol ? 1 : 0;
+        access_points += id == FieldId::kSapWebdispAp ? 1 : 0;
       }
       Check(options.keep_forwarded_for ||
-            client_protocols == (options.client_protocol.empty() ? 0 : 1));
+            (client_protocols == (options.client_protocol.empty() ? 0 : 1) &&
+             access_points == (options.access_points.empty() ? 0 : 1)));
     } else {
       Check(re.error == ParseError::kTooManyHeaders || re.error == ParseError::kHeadTooLarge);
     }
