@@ -38,31 +38,17 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_http2 import H2Client, Proxy, free_port, run  # noqa: E402
+from test_http2 import CannedBackend, H2Client, Proxy, free_port, run  # noqa: E402
 
 PROXY = os.environ.get("KWD_PROXY", "")
 CONTROLLER = os.environ.get("KWD_CONTROLLER", "")
 
 
-class Recorder:
-    """A keep-alive HTTP/1.1 server on loopback that answers each request with
-    JSON: {"line", "fields": [[name, value]...], "trailers": [[name, value]...],
-    "body"}. Chunked and Content-Length bodies are read whole."""
-
-    def __init__(self):
-        self.server = socket.socket()
-        self.server.bind(("127.0.0.1", 0))
-        self.server.listen(64)
-        self.port = self.server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+class Recorder(CannedBackend):
+    """A keep-alive HTTP/1.1 server on loopback (CannedBackend's sockets) that
+    answers each request with JSON: {"line", "fields": [[name, value]...],
+    "trailers": [[name, value]...], "body"}. Chunked and Content-Length
+    bodies are read whole."""
 
     @staticmethod
     def _fields(reader):
@@ -104,9 +90,6 @@ class Recorder:
                                  b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer))
             except (OSError, ValueError):
                 return
-
-    def close(self):
-        self.server.close()
 
 
 def read_response(sock):
@@ -426,14 +409,16 @@ class ForwardingHeaders(unittest.TestCase):
                 controller.wait()
         self.addCleanup(stop)
         deadline = time.monotonic() + 30
-        while True:
+        status = None
+        while status != 200:  # up, and the first snapshot compiled (/readyz)
+            self.assertLess(time.monotonic(), deadline, f"the controller's /readyz: {status}")
             try:
-                status, _ = self.admin(admin_port, "/healthz", "localhost")
-                break
+                status, _ = self.admin(admin_port, "/readyz", "localhost")
             except OSError:
-                self.assertLess(time.monotonic(), deadline, "the controller's admin port")
                 time.sleep(0.1)
-        self.assertEqual(status, 200)
+                continue
+            if status != 200:
+                time.sleep(0.1)
         status, body = self.admin(admin_port, "/debug/snapshot", "evil.example")
         self.assertEqual(status, 421)
         self.assertNotIn(b"127.0.0.1", body)
