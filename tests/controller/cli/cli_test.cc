@@ -401,7 +401,7 @@ TEST(CliTest, ServeDurationsNeedAUnit) {
   RunResult help = RunController("serve --help");
   for (const char* flag :
        {"--source", "--kubeconfig", "--namespace", "--grpc-listen", "--grpc-tls-cert",
-        "--grpc-tls-key", "--grpc-client-ca", "--admin-listen", "--leader-elect",
+        "--grpc-tls-key", "--grpc-client-ca", "--admin-listen", "--admin-allowed-hosts", "--leader-elect",
         "--leader-election-namespace", "--leader-election-identity", "--lease-duration",
         "--renew-deadline", "--retry-period", "--hold-off", "--max-delay", "--poll-interval",
         "--log-level"}) {

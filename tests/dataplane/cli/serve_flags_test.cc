@@ -70,6 +70,8 @@ TEST(ProxyServeHelpTest, ListsEveryFlagWithItsDefault) {
                            "--controller-server-name",
                            "--listen",
                            "--admin-listen",
+                           "--admin-allowed-hosts",
+                           "--public-ports",
                            "--workers",
                            "--node-id",
                            "--access-log",
