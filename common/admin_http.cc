@@ -250,9 +250,10 @@ std::string LocalAddress(int fd) {
     return {};
   }
   char text[INET6_ADDRSTRLEN] = {};
-  const void* address = local.ss_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+  const void* address =
+      local.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
   if (::inet_ntop(local.ss_family, address, text, sizeof text) == nullptr) {
     return {};
   }
@@ -312,8 +313,7 @@ bool ParseAdminAllowedHosts(std::string_view list, std::vector<std::string>* out
         !std::all_of(name.begin(), name.end(), IsHostNameChar) ||
         (name.find(':') != std::string_view::npos &&
          (entry.size() != name.size() || !SameAddress(name, name)))) {
-      *error = "not a host name, IP address or *.suffix: \"" +
-               std::string(entry) + "\"";
+      *error = "not a host name, IP address or *.suffix: \"" + std::string(entry) + "\"";
       return false;
     }
     out->emplace_back(entry);

@@ -74,11 +74,11 @@ bool ParseAdminAllowedHosts(std::string_view list, std::vector<std::string>* out
 
 // The --help lines of --admin-allowed-hosts, the same in both binaries (a
 // macro: the usage texts are string literals joined at compile time).
-#define KWD_ADMIN_ALLOWED_HOSTS_HELP                                                 \
-  "  --admin-allowed-hosts NAME,...   Host names the admin port answers besides its\n" \
-  "                                   own address, loopback and localhost (a name\n"   \
+#define KWD_ADMIN_ALLOWED_HOSTS_HELP                                                      \
+  "  --admin-allowed-hosts NAME,...   Host names the admin port answers besides its\n"    \
+  "                                   own address, loopback and localhost (a name\n"      \
   "                                   \"*.example.com\" matches its subdomains); other\n" \
-  "                                   Hosts get 421 (DNS rebinding). Repeatable\n"      \
+  "                                   Hosts get 421 (DNS rebinding). Repeatable\n"        \
   "                                   (default: none)\n"
 
 // What the bytes received so far on a connection make of the request head.

@@ -58,7 +58,9 @@ constexpr std::string_view kServeUsage =
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
     "                                   /admin /admin/api/state\n"
     "                                   (default 0.0.0.0:9902)\n"
+    // clang-format off
     KWD_ADMIN_ALLOWED_HOSTS_HELP
+    // clang-format on
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
     "                                   (default false)\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"

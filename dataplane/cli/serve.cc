@@ -57,7 +57,9 @@ constexpr const char kServeUsage[] =
     "                                   (default: the host of --controller)\n"
     "  --listen HOST:PORT               HTTP listener (default 0.0.0.0:8080)\n"
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /admin (default 0.0.0.0:9901)\n"
+    // clang-format off
     KWD_ADMIN_ALLOWED_HOSTS_HELP
+    // clang-format on
     "  --workers N                      worker threads, 1-256 (default 1)\n"
     "  --node-id ID                     name towards the controller (default: hostname)\n"
     "  --access-log FILE|-|off          access log: a file, - (stdout) or off (default -)\n"

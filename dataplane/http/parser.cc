@@ -305,7 +305,8 @@ FieldId ClassifyFieldName(std::string_view name) {
   if (first == 's' && name.size() >= 15 && IsProxyAssertedTlsName(name)) {
     return FieldId::kProxyAssertedTls;
   }
-  if ((first == 'x' || first == 'c' || first == 'f' || name.front() == '_' || name.front() == '-') &&
+  if ((first == 'x' || first == 'c' || first == 'f' || name.front() == '_' ||
+       name.front() == '-') &&
       IsForwardingAlias(name)) {
     return FieldId::kForwardingAlias;
   }

@@ -290,7 +290,8 @@ bool Worker::Start(std::string* error) {
     options_.public_http_port = bound_.port();
     options_.public_https_port = server_tls_ != nullptr ? tls_bound_.port() : 0;
   }
-  options_.access_points = FormatAccessPoints(options_.public_http_port, options_.public_https_port);
+  options_.access_points =
+      FormatAccessPoints(options_.public_http_port, options_.public_https_port);
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
   loop_.Schedule(&flush_timer_, 100);
   thread_ = std::thread([this] { Run(); });

@@ -27,14 +27,14 @@ TEST(AdminHostAllowed, OwnAddressLoopbackLocalhostAndConfiguredNames) {
   EXPECT_TRUE(AdminHostAllowed("[fd00::7]:9901", "fd00:0::7", none));
   EXPECT_FALSE(AdminHostAllowed("10.1.2.4:9901", "10.1.2.3", none));
   // Loopback and localhost.
-  for (const char* host : {"localhost", "LOCALHOST:9901", "localhost.", "127.0.0.1",
-                           "127.3.4.5:80", "[::1]", "[::1]:9901", "[::ffff:127.0.0.1]"}) {
+  for (const char* host : {"localhost", "LOCALHOST:9901", "localhost.", "127.0.0.1", "127.3.4.5:80",
+                           "[::1]", "[::1]:9901", "[::ffff:127.0.0.1]"}) {
     EXPECT_TRUE(AdminHostAllowed(host, "10.1.2.3", none)) << host;
   }
   // A rebinding page's Host: its own name.
-  for (const char* host : {"evil.example", "evil.example:9901", "localhost.evil.example",
-                           "kwd-admin.kwd.svc", "admin.example", "10.1.2.3.evil.example",
-                           "[::1", ":9901", "127.0.0.1.nip.io"}) {
+  for (const char* host :
+       {"evil.example", "evil.example:9901", "localhost.evil.example", "kwd-admin.kwd.svc",
+        "admin.example", "10.1.2.3.evil.example", "[::1", ":9901", "127.0.0.1.nip.io"}) {
     EXPECT_FALSE(AdminHostAllowed(host, "10.1.2.3", none)) << host;
   }
   EXPECT_TRUE(AdminHostAllowed("kwd-admin.kwd.svc:9901", "10.1.2.3", names));
@@ -127,9 +127,8 @@ TEST_F(AdminHttpServerTest, ForeignHostIsMisdirectedAndNotEchoed) {
 
 TEST_F(AdminHttpServerTest, OwnAddressLocalhostConfiguredNameAndNoHostAreServed) {
   const std::string port = std::to_string(server_->port());
-  for (const std::string& host :
-       {"127.0.0.1:" + port, "localhost:" + port, std::string("kwd-admin.example"),
-        std::string("")}) {
+  for (const std::string& host : {"127.0.0.1:" + port, "localhost:" + port,
+                                  std::string("kwd-admin.example"), std::string("")}) {
     HttpReply reply = Send(host);
     EXPECT_EQ(reply.status, 200) << host;
     EXPECT_EQ(reply.body, "<p>page</p>") << host;

@@ -102,9 +102,9 @@ void CheckHead(const AdminHttpHead& r, std::string_view head) {
         for (char& c : host) {
           c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         }
-        Check(host.starts_with("localhost") || host.starts_with("127.") ||
-              host.starts_with("[") || host.starts_with("10.9.8.7") ||
-              host.find("kwd.example") != std::string::npos || host.starts_with("::"));
+        Check(host.starts_with("localhost") || host.starts_with("127.") || host.starts_with("[") ||
+              host.starts_with("10.9.8.7") || host.find("kwd.example") != std::string::npos ||
+              host.starts_with("::"));
       }
     }
     if (EqualsIgnoreCase(name, "content-length")) {

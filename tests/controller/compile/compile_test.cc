@@ -1371,18 +1371,18 @@ TEST(CompileTest, PassthroughGroupAndClientIpAffinity) {
 // group's kind). A newer mapping on the same host asking for other switches
 // is told that its own rules keep them.
 TEST(CompileTest, SapHeadersFollowTheirMapping) {
-  CompileResult result = Compile(Objects(
-      {StaticLg("erp", "abap"), StaticLg("erp", "java", "java"),
-       Um("erp", "a", "2026-01-01T00:00:00Z",
-          {{"defaultGroups", {{"abap", "abap"}, {"java", "java"}}},
-           {"sapHeaders", {{"clientProtocol", false}}},
-           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})}}),
-       Um("erp", "b", "2026-01-02T00:00:00Z",
-          {{"sapHeaders", {{"clientProtocol", true}, {"accessPoints", false}}},
-           {"rules", json::array({{{"prefix", "/irj/"}, {"kind", "java"}}})}}),
-       Um("erp", "c", "2026-01-03T00:00:00Z",
-          {{"hosts", {"c.example.com"}},
-           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})}})}));
+  CompileResult result =
+      Compile(Objects({StaticLg("erp", "abap"), StaticLg("erp", "java", "java"),
+                       Um("erp", "a", "2026-01-01T00:00:00Z",
+                          {{"defaultGroups", {{"abap", "abap"}, {"java", "java"}}},
+                           {"sapHeaders", {{"clientProtocol", false}}},
+                           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})}}),
+                       Um("erp", "b", "2026-01-02T00:00:00Z",
+                          {{"sapHeaders", {{"clientProtocol", true}, {"accessPoints", false}}},
+                           {"rules", json::array({{{"prefix", "/irj/"}, {"kind", "java"}}})}}),
+                       Um("erp", "c", "2026-01-03T00:00:00Z",
+                          {{"hosts", {"c.example.com"}},
+                           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})}})}));
   std::map<std::string, v1::SapHeaders> by_rule;
   std::map<std::string, v1::SapHeaders> by_host;
   for (const auto& vhost : result.snapshot.virtual_hosts()) {

@@ -255,10 +255,9 @@ TEST(Trailers, ForwardingFieldsAreNeverPassable) {
     EXPECT_TRUE(IsForbiddenTrailer(name)) << name;
   }
   std::string seen;
-  ForEachPassableTrailer("ssl_client_cert: forged\r\nX-Checksum: 1\r\nForwarded: for=1.2.3.4\r\n",
-                         [&](std::string_view name, std::string_view) {
-                           seen.append(name).append(";");
-                         });
+  ForEachPassableTrailer(
+      "ssl_client_cert: forged\r\nX-Checksum: 1\r\nForwarded: for=1.2.3.4\r\n",
+      [&](std::string_view name, std::string_view) { seen.append(name).append(";"); });
   EXPECT_EQ(seen, "X-Checksum;");
 }
 

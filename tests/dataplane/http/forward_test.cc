@@ -125,8 +125,8 @@ TEST(SerializeRequestHead, ForwardingFieldsFromTrustedProxiesPassButNotOtherSpel
   // SAP's SetHeaderIfEmpty: the trusted proxy's values stand, ours are not added.
   EXPECT_EQ(out.find("ClientProtocol: http\r\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("HTTP=8080"), std::string::npos) << out;
-  for (std::string_view dropped : {"X_Forwarded_For", "X_Forwarded_Proto", "Client-Protocol",
-                                   "X_Real_IP"}) {
+  for (std::string_view dropped :
+       {"X_Forwarded_For", "X_Forwarded_Proto", "Client-Protocol", "X_Real_IP"}) {
     EXPECT_EQ(out.find(dropped), std::string::npos) << dropped << out;
   }
 }

@@ -401,9 +401,9 @@ TEST(ClassifyFieldName, ForwardingFieldsAndTheirOtherSpellings) {
         "x--forwarded--for", "_forwarded_"}) {
     EXPECT_EQ(ClassifyFieldName(alias), FieldId::kForwardingAlias) << alias;
   }
-  for (std::string_view other : {"X-Forwarded-Fort", "X-Forwarded", "Forwarded-By", "X-Real",
-                                 "Content-Type", "Cache-Control", "X-Forwarded-For-Real",
-                                 "ClientProtocols", "x-sap-webdisp-target-sid"}) {
+  for (std::string_view other :
+       {"X-Forwarded-Fort", "X-Forwarded", "Forwarded-By", "X-Real", "Content-Type",
+        "Cache-Control", "X-Forwarded-For-Real", "ClientProtocols", "x-sap-webdisp-target-sid"}) {
     EXPECT_EQ(ClassifyFieldName(other), FieldId::kOther) << other;
   }
   // The cases the switch used to settle by length alone still do.
