@@ -14,6 +14,8 @@
 #include <exception>
 #include <string_view>
 
+#include "common/host_name.h"
+
 namespace kwd {
 namespace {
 
@@ -89,6 +91,7 @@ int ParseHead(std::string_view head, AdminHttpRequest* request, uint64_t* conten
 
   bool has_length = false;
   bool has_transfer_encoding = false;
+  bool has_host = false;
   *content_length = 0;
   size_t pos = line_end + 2;
   for (;;) {
@@ -133,6 +136,12 @@ int ParseHead(std::string_view head, AdminHttpRequest* request, uint64_t* conten
       has_transfer_encoding = true;
     } else if (EqualsIgnoreCase(name, "authorization")) {
       request->authorization = std::string(value);
+    } else if (EqualsIgnoreCase(name, "host")) {
+      if (has_host || value.empty()) {
+        return 400;  // RFC 9112 3.2: one Host, with a value here
+      }
+      has_host = true;
+      request->host = std::string(value);
     }
   }
   if (has_transfer_encoding) {
@@ -149,8 +158,22 @@ std::string Serialize(const AdminHttpResponse& response, bool head_only) {
   out.append("Content-Type: ").append(response.content_type).append("\r\n");
   out.append("Content-Length: ").append(std::to_string(response.body.size())).append("\r\n");
   out.append("Cache-Control: no-store\r\nConnection: close\r\n");
+  // No page of another site may frame an admin page (clickjacking the drain
+  // buttons) or have a JSON or text answer sniffed into something else.
+  out.append("X-Frame-Options: DENY\r\nX-Content-Type-Options: nosniff\r\n");
+  bool has_csp = false;
   for (const auto& [name, value] : response.headers) {
-    out.append(name).append(": ").append(value).append("\r\n");
+    out.append(name).append(": ").append(value);
+    if (EqualsIgnoreCase(name, "content-security-policy")) {
+      has_csp = true;
+      if (value.find("frame-ancestors") == std::string::npos) {
+        out.append("; frame-ancestors 'none'");
+      }
+    }
+    out.append("\r\n");
+  }
+  if (!has_csp) {
+    out.append("Content-Security-Policy: frame-ancestors 'none'\r\n");
   }
   out.append("\r\n");
   if (!head_only) {
@@ -169,7 +192,139 @@ AdminHttpHead Refusal(int status, std::string reason) {
   return result;
 }
 
+bool IsLoopbackAddress(std::string_view address) {
+  in_addr v4{};
+  in6_addr v6{};
+  std::string text(address);
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) {
+      return true;
+    }
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      return v6.s6_addr[12] == 127;
+    }
+  }
+  return false;
+}
+
+// The same address in two spellings ("::ffff:10.0.0.1" and "10.0.0.1",
+// "::1" and "0:0::1").
+bool SameAddress(std::string_view a, std::string_view b) {
+  auto parse = [](std::string_view text, in6_addr* out) {
+    std::string s(text);
+    in_addr v4{};
+    if (::inet_pton(AF_INET, s.c_str(), &v4) == 1) {
+      *out = in6_addr{};
+      out->s6_addr[10] = 0xff;
+      out->s6_addr[11] = 0xff;
+      std::memcpy(&out->s6_addr[12], &v4, 4);
+      return true;
+    }
+    return ::inet_pton(AF_INET6, s.c_str(), out) == 1;
+  };
+  in6_addr x{};
+  in6_addr y{};
+  return parse(a, &x) && parse(b, &y) && std::memcmp(&x, &y, sizeof x) == 0;
+}
+
+// The host of a Host field value: "[::1]:9901" -> "::1", "Name.:80" ->
+// "Name"; "" when there is none.
+std::string_view HostOfField(std::string_view field) {
+  std::string_view host = HostWithoutPort(field);
+  if (!host.empty() && host.front() == '[') {
+    if (host.size() < 2 || host.back() != ']') {
+      return {};
+    }
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+std::string LocalAddress(int fd) {
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) {
+    return {};
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* address =
+      local.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+  if (::inet_ntop(local.ss_family, address, text, sizeof text) == nullptr) {
+    return {};
+  }
+  return text;
+}
+
+bool IsHostNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == ':';
+}
+
 }  // namespace
+
+bool AdminHostAllowed(std::string_view host_field, std::string_view local_address,
+                      const std::vector<std::string>& allowed_hosts) {
+  if (host_field.empty()) {
+    return true;
+  }
+  std::string_view host = HostOfField(host_field);
+  if (host.empty()) {
+    return false;
+  }
+  if (EqualsIgnoreCase(host, "localhost") || IsLoopbackAddress(host) ||
+      (!local_address.empty() && SameAddress(host, local_address))) {
+    return true;
+  }
+  for (const std::string& entry : allowed_hosts) {
+    std::string_view allowed = entry;
+    if (allowed.starts_with("*.")) {
+      std::string_view suffix = allowed.substr(1);  // ".example.com"
+      if (host.size() > suffix.size() &&
+          EqualsIgnoreCase(host.substr(host.size() - suffix.size()), suffix)) {
+        return true;
+      }
+    } else if (EqualsIgnoreCase(host, allowed) || SameAddress(host, allowed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ParseAdminAllowedHosts(std::string_view list, std::vector<std::string>* out,
+                            std::string* error) {
+  size_t count = 0;
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view entry = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    while (!entry.empty() && entry.front() == ' ') {
+      entry.remove_prefix(1);
+    }
+    while (!entry.empty() && entry.back() == ' ') {
+      entry.remove_suffix(1);
+    }
+    std::string_view name = entry.starts_with("*.") ? entry.substr(2) : entry;
+    if (name.empty() || name.size() > 253 || name.front() == '.' || name.back() == '.' ||
+        !std::all_of(name.begin(), name.end(), IsHostNameChar) ||
+        (name.find(':') != std::string_view::npos &&
+         (entry.size() != name.size() || !SameAddress(name, name)))) {
+      *error = "not a host name, IP address or *.suffix: \"" + std::string(entry) + "\"";
+      return false;
+    }
+    out->emplace_back(entry);
+    ++count;
+  }
+  if (count == 0) {
+    *error = "no name given";
+    return false;
+  }
+  return true;
+}
 
 // The head is complete when it holds CRLF CRLF.
 AdminHttpHead ParseAdminHttpHead(std::string_view received, const AdminHttpLimits& limits,
@@ -215,6 +370,7 @@ struct AdminHttpServer::Connection {
   std::string out;
   size_t out_offset = 0;
   int64_t deadline_ms = 0;
+  std::string local_address;  // numeric, what the client connected to
 
   ~Connection() {
     if (fd >= 0) {
@@ -319,6 +475,16 @@ void AdminHttpServer::Run() {
   };
   auto dispatch = [&](Connection& c) {
     AdminHttpResponse response;
+    if (!AdminHostAllowed(c.request.host, c.local_address, limits_.allowed_hosts)) {
+      // DNS rebinding: a page of another site reaching this port by a name
+      // that resolves here. Its Host is not echoed.
+      response.status = 421;
+      response.body =
+          "this admin server answers only for its own address, localhost and the names given "
+          "with --admin-allowed-hosts\n";
+      answer(c, response, c.request.method == "HEAD");
+      return;
+    }
     try {
       response = handler_(c.request);
     } catch (const std::exception& e) {
@@ -497,6 +663,7 @@ void AdminHttpServer::Run() {
         }
         auto c = std::make_unique<Connection>();
         c->fd = fd;
+        c->local_address = LocalAddress(fd);
         c->deadline_ms = NowMs() + limits_.request_timeout_ms;
         connections.push_back(std::move(c));
       }
@@ -530,6 +697,8 @@ std::string_view HttpReasonPhrase(int status) {
       return "Content Too Large";
     case 414:
       return "URI Too Long";
+    case 421:
+      return "Misdirected Request";
     case 431:
       return "Request Header Fields Too Large";
     case 500:

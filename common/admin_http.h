@@ -14,7 +14,10 @@
 //   - time: the whole request must arrive within request_timeout_ms of the
 //     accept (408), the answer must leave within write_timeout_ms.
 // Every response closes the connection (Connection: close): there is no
-// keep-alive or pipelining to account for.
+// keep-alive or pipelining to account for. Every response, refusals
+// included, forbids framing (X-Frame-Options, CSP frame-ancestors) and MIME
+// sniffing; a request for a Host that is not this server's gets 421
+// (AdminHostAllowed).
 
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +36,7 @@ struct AdminHttpRequest {
   std::string path;           // the target up to '?', as sent (percent-encoded)
   std::string query;          // after '?', without it
   std::string authorization;  // the Authorization field's value, "" when absent
+  std::string host;           // the Host field's value, "" when absent
 };
 
 struct AdminHttpResponse {
@@ -48,7 +52,34 @@ struct AdminHttpLimits {
   size_t max_connections = 8;
   int64_t request_timeout_ms = 10'000;
   int64_t write_timeout_ms = 10'000;
+  // Host names served besides the address the connection reached, loopback
+  // addresses and "localhost" (--admin-allowed-hosts): exact names, case
+  // insensitive, or "*.suffix". Any other Host gets 421, so that a page on
+  // another site cannot read the admin port through DNS rebinding.
+  std::vector<std::string> allowed_hosts;
 };
+
+// Whether a request whose Host field is `host` ("" when it sent none: HTTP/1.0
+// tools; a browser always sends one) may be answered on a connection that
+// reached `local_address` (numeric, as getsockname gives it). The port in
+// Host is not compared: a Service or port-forward may change it.
+bool AdminHostAllowed(std::string_view host, std::string_view local_address,
+                      const std::vector<std::string>& allowed_hosts);
+
+// Parses --admin-allowed-hosts: a comma-separated list of host names, IP
+// addresses and "*.suffix" patterns, appended to `*out`. False with `*error`
+// naming the bad entry.
+bool ParseAdminAllowedHosts(std::string_view list, std::vector<std::string>* out,
+                            std::string* error);
+
+// The --help lines of --admin-allowed-hosts, the same in both binaries (a
+// macro: the usage texts are string literals joined at compile time).
+#define KWD_ADMIN_ALLOWED_HOSTS_HELP                                                      \
+  "  --admin-allowed-hosts NAME,...   Host names the admin port answers besides its\n"    \
+  "                                   own address, loopback and localhost (a name\n"      \
+  "                                   \"*.example.com\" matches its subdomains); other\n" \
+  "                                   Hosts get 421 (DNS rebinding). Repeatable\n"        \
+  "                                   (default: none)\n"
 
 // What the bytes received so far on a connection make of the request head.
 // Pure (no sockets): the server calls it after every read, the fuzz target

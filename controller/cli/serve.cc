@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "common/admin_http.h"
 #include "common/duration.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -57,6 +58,9 @@ constexpr std::string_view kServeUsage =
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
     "                                   /admin /admin/api/state\n"
     "                                   (default 0.0.0.0:9902)\n"
+    // clang-format off
+    KWD_ADMIN_ALLOWED_HOSTS_HELP
+    // clang-format on
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
     "                                   (default false)\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
@@ -88,6 +92,7 @@ struct ServeFlags {
   std::string grpc_tls_key;
   std::string grpc_client_ca;
   std::string admin_listen = "0.0.0.0:9902";
+  std::vector<std::string> admin_allowed_hosts;
   bool leader_elect = false;
   std::string lease_namespace;
   std::string identity;
@@ -149,6 +154,7 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
                                                        "--grpc-tls-key",
                                                        "--grpc-client-ca",
                                                        "--admin-listen",
+                                                       "--admin-allowed-hosts",
                                                        "--leader-election-namespace",
                                                        "--leader-election-identity",
                                                        "--lease-duration",
@@ -197,6 +203,11 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       flags->grpc_client_ca = value;
     } else if (name == "--admin-listen") {
       flags->admin_listen = value;
+    } else if (name == "--admin-allowed-hosts") {
+      std::string error;
+      if (!ParseAdminAllowedHosts(value, &flags->admin_allowed_hosts, &error)) {
+        return usage_error("--admin-allowed-hosts: " + error);
+      }
     } else if (name == "--leader-election-namespace") {
       flags->lease_namespace = value;
     } else if (name == "--leader-election-identity") {
@@ -566,6 +577,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   handlers.state = [&] { return controller_admin::StateJson(latest, grpc_server, pipeline); };
   controller_admin::AdminOptions admin_options;
   controller_admin::ParseHostPort(flags.admin_listen, &admin_options.host, &admin_options.port);
+  admin_options.limits.allowed_hosts = flags.admin_allowed_hosts;
   controller_admin::AdminServer admin(admin_options, handlers);
   std::string error;
   if (!admin.Start(&error)) {

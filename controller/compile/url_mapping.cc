@@ -20,6 +20,23 @@ namespace {
 constexpr std::string_view kImplicitAbapDefaultGroup = "diag";
 constexpr std::string_view kImplicitJavaDefaultGroup = "j2ee";
 
+// UrlMapping.spec.sapHeaders: a switch left out stays unspecified (the
+// proxy turns it on for ABAP groups).
+v1::SapHeaders CompileSapHeaders(const model::SapHeadersSpec& spec) {
+  auto compile = [](const std::optional<bool>& on) {
+    return !on ? v1::SAP_HEADER_SWITCH_UNSPECIFIED
+               : (*on ? v1::SAP_HEADER_SWITCH_ON : v1::SAP_HEADER_SWITCH_OFF);
+  };
+  v1::SapHeaders out;
+  out.set_client_protocol(compile(spec.client_protocol));
+  out.set_access_points(compile(spec.access_points));
+  return out;
+}
+
+bool SameSapHeaders(const v1::SapHeaders& a, const v1::SapHeaders& b) {
+  return a.client_protocol() == b.client_protocol() && a.access_points() == b.access_points();
+}
+
 }  // namespace
 
 ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping* last_good) {
@@ -118,6 +135,12 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
     AddSapSystemRules(objects_, accepted_groups_, ns, *spec.from_sap_system, source, abap, java,
                       &prefixes, &rules, &derived, findings);
   }
+  // SAP's forwarding fields: every rule of the mapping carries its switches
+  // (an unset one follows the group's kind in the proxy).
+  const v1::SapHeaders sap_headers = CompileSapHeaders(spec.sap_headers);
+  for (v1::Rule& rule : rules) {
+    *rule.mutable_sap_headers() = sap_headers;
+  }
 
   std::vector<v1::Permission> permissions;
   for (std::size_t i = 0; i < spec.permissions.size(); ++i) {
@@ -179,6 +202,19 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
     for (const auto& host : hosts) {
       ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
                   passthrough, rules, derived, permissions, modifications, findings);
+      // The root rule and the default groups follow the mapping that set
+      // the defaults; a newer one asking otherwise is told so.
+      HostEntry& entry = hosts_.at(host);
+      if (entry.owner == source) {
+        *entry.vhost.mutable_sap_headers() = sap_headers;
+      } else if ((spec.sap_headers.client_protocol || spec.sap_headers.access_points) &&
+                 !SameSapHeaders(entry.vhost.sap_headers(), sap_headers)) {
+        findings.Reject(kReasonConflicted,
+                        "spec.sapHeaders ignored for the root rule and default groups on " +
+                            (host.empty() ? std::string("any host") : "host " + host) +
+                            ": UrlMapping " + entry.owner +
+                            " (older) sets the defaults there (its rules keep it)");
+      }
     }
   }
 

@@ -403,7 +403,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
-           "permissions", "fromSapSystem", "modifications"});
+           "permissions", "fromSapSystem", "modifications", "sapHeaders"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
@@ -413,6 +413,13 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   }
   r.OptString(spec, "passthroughGroup", "spec.passthroughGroup", &out->passthrough_group);
   r.OptString(spec, "fromSapSystem", "spec.fromSapSystem", &out->from_sap_system);
+  if (const json* sap = r.ObjectField(spec, "sapHeaders", "spec.sapHeaders")) {
+    r.Known(sap, "spec.sapHeaders", {"clientProtocol", "accessPoints"});
+    r.OptBool(*sap, "clientProtocol", "spec.sapHeaders.clientProtocol",
+              &out->sap_headers.client_protocol);
+    r.OptBool(*sap, "accessPoints", "spec.sapHeaders.accessPoints",
+              &out->sap_headers.access_points);
+  }
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
                  r.Known(&entry, path, {"prefix", "kind", "logonGroup"});

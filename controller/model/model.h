@@ -224,6 +224,15 @@ struct Modification {
   bool operator==(const Modification&) const = default;
 };
 
+// spec.sapHeaders: SAP's forwarding fields for the mapping's requests; an
+// unset switch is on for ABAP groups, off for Java ones.
+struct SapHeadersSpec {
+  std::optional<bool> client_protocol;  // ClientProtocol: http|https
+  std::optional<bool> access_points;    // x-sap-webdisp-ap: HTTP=<port>,HTTPS=<port>
+
+  bool operator==(const SapHeadersSpec&) const = default;
+};
+
 struct UrlMappingSpec {
   std::vector<std::string> hosts;  // empty: any host
   std::optional<std::string> default_root_handler;
@@ -236,6 +245,7 @@ struct UrlMappingSpec {
   std::optional<std::string> from_sap_system;
   // Modification rules, in order (SAP: icm/HTTP/mod_<xx>).
   std::vector<Modification> modifications;
+  SapHeadersSpec sap_headers;
 
   bool operator==(const UrlMappingSpec&) const = default;
 };

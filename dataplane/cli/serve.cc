@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/admin_http.h"
 #include "common/build_info.h"
 #include "common/duration.h"
 #include "common/file.h"
@@ -56,6 +57,9 @@ constexpr const char kServeUsage[] =
     "                                   (default: the host of --controller)\n"
     "  --listen HOST:PORT               HTTP listener (default 0.0.0.0:8080)\n"
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /admin (default 0.0.0.0:9901)\n"
+    // clang-format off
+    KWD_ADMIN_ALLOWED_HOSTS_HELP
+    // clang-format on
     "  --workers N                      worker threads, 1-256 (default 1)\n"
     "  --node-id ID                     name towards the controller (default: hostname)\n"
     "  --access-log FILE|-|off          access log: a file, - (stdout) or off (default -)\n"
@@ -106,7 +110,13 @@ constexpr const char kServeUsage[] =
     "  --proxy-protocol LISTENERS       http,tls,passthrough: these listeners require a\n"
     "                                   PROXY v1/v2 header (default: none)\n"
     "  --trusted-proxies CIDR,...       peers whose X-Forwarded-For/-Proto and X-Request-Id\n"
-    "                                   are honoured (default: none)\n"
+    "                                   are honoured, and whose Forwarded, X-Real-IP,\n"
+    "                                   X-Forwarded-Port, ClientProtocol and x-sap-webdisp-ap\n"
+    "                                   pass on (default: none; from others these are\n"
+    "                                   dropped)\n"
+    "  --public-ports http=P,https=P    the ports clients reach --listen and --tls-listen\n"
+    "                                   on (a Service's), for SAP's x-sap-webdisp-ap to\n"
+    "                                   ABAP servers (default: the bound listen ports)\n"
     "\n"
     "HTTP/2 (ALPN h2 on --tls-listen, preferred over http/1.1; upstreams stay HTTP/1.1):\n"
     "  --h2c                            serve cleartext HTTP/2 with prior knowledge on\n"
@@ -193,6 +203,40 @@ bool ParseUnsigned(std::string_view text, uint64_t* out) {
   return ec == std::errc() && ptr == text.data() + text.size();
 }
 
+// --public-ports http=80,https=443 (either alone).
+bool ParsePublicPorts(std::string_view list, ProxyOptions* options, std::string* error) {
+  options->public_ports_given = true;
+  options->public_http_port = 0;
+  options->public_https_port = 0;
+  bool any = false;
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view entry = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    size_t eq = entry.find('=');
+    std::string_view name = entry.substr(0, eq);
+    uint64_t port = 0;
+    uint16_t* slot = name == "http"    ? &options->public_http_port
+                     : name == "https" ? &options->public_https_port
+                                       : nullptr;
+    if (slot == nullptr || eq == std::string_view::npos ||
+        !ParseUnsigned(entry.substr(eq + 1), &port) || port < 1 || port > 65535) {
+      *error = "--public-ports takes http=PORT,https=PORT (either alone, ports 1-65535)";
+      return false;
+    }
+    if (*slot != 0) {
+      *error = "--public-ports names " + std::string(name) + " twice";
+      return false;
+    }
+    *slot = static_cast<uint16_t>(port);
+    any = true;
+  }
+  if (!any) {
+    *error = "--public-ports takes http=PORT,https=PORT (either alone, ports 1-65535)";
+  }
+  return any;
+}
+
 // Test seam (black-box tests of the NACK path): reject every snapshot that
 // contains the group named by $KWD_TEST_REJECT_GROUP ("namespace/name"), as
 // if it broke an invariant. The controller never publishes a snapshot that
@@ -273,6 +317,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string controller;
   std::string affinity_key_file;
   std::string admin_token_file;
+  std::vector<std::string> admin_allowed_hosts;
   std::string controller_ca;
   std::string controller_cert;
   std::string controller_key;
@@ -346,6 +391,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       }
     } else if (name == "--admin-listen") {
       ok = net::ParseEndpoint(value, &options.admin_listen, &error);
+    } else if (name == "--admin-allowed-hosts") {
+      ok = ParseAdminAllowedHosts(value, &admin_allowed_hosts, &error);
     } else if (name == "--workers") {
       ok = ParseUnsigned(value, &number) && number >= 1 && number <= 256;
       options.workers = static_cast<int>(number);
@@ -395,6 +442,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ok = ParseProxyProtocolListeners(value, &options, &error);
     } else if (name == "--trusted-proxies") {
       ok = options.trusted_proxies.Parse(value, &error);
+    } else if (name == "--public-ports") {
+      ok = ParsePublicPorts(value, &options, &error);
     } else if (name == "--io-uring") {
       ok = value == "auto" || value == "off";
       net::EventLoop::SetIoUringMode(value == "off" ? net::IoUringMode::kOff : net::IoUringMode::kAuto,
@@ -554,6 +603,7 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   admin::AdminOptions admin_options;
   admin_options.listen = options.admin_listen;
+  admin_options.limits.allowed_hosts = admin_allowed_hosts;
   admin_options.token = admin_token;
   admin_options.source = source;
   admin_options.node_id = options.node_id;

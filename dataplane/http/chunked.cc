@@ -4,6 +4,7 @@
 
 #include "common/crypto.h"
 #include "dataplane/http/chars.h"
+#include "dataplane/http/forward.h"
 
 namespace kwd::http {
 
@@ -33,6 +34,13 @@ bool IsForbiddenTrailer(std::string_view name) {
       // content metadata
       "content-type", "content-encoding", "content-range", "content-language", "content-location"};
   if (name.empty() || name.front() == ':') {
+    return true;
+  }
+  // Who the client is and how it connected: only the proxy (or a trusted
+  // peer, in the head) asserts that. A backend reading trailers merged into
+  // the head would otherwise take a client's X-Forwarded-For or
+  // SSL_CLIENT_CERT sent after the body.
+  if (IsForwardingField(ClassifyFieldName(name))) {
     return true;
   }
   for (std::string_view f : kForbidden) {

@@ -101,7 +101,9 @@ class ChunkedDecoder {
 
 // True for fields that must not be passed on as trailers (RFC 9110 6.5.1,
 // RFC 9113 8.2.2): framing and connection-specific fields, routing, request
-// modifiers, authentication, response control data and content metadata.
+// modifiers, authentication, response control data and content metadata;
+// and the forwarding fields (http::IsForwardingField: X-Forwarded-*,
+// Forwarded, SSL_CLIENT_CERT, ...), which only heads carry.
 bool IsForbiddenTrailer(std::string_view name);
 
 // Calls fn(name, value) for each field of a trailers() block that may be

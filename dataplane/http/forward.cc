@@ -226,6 +226,25 @@ void AppendContentLengthOnce(const Header& h, bool* sent, HeadWriter& out) {
 
 }  // namespace
 
+bool IsForwardingField(FieldId id) {
+  switch (id) {
+    case FieldId::kXForwardedFor:
+    case FieldId::kXForwardedProto:
+    case FieldId::kXForwardedHost:
+    case FieldId::kXForwardedPort:
+    case FieldId::kXRealIp:
+    case FieldId::kForwarded:
+    case FieldId::kXRequestId:
+    case FieldId::kClientProtocol:
+    case FieldId::kSapWebdispAp:
+    case FieldId::kForwardingAlias:
+    case FieldId::kProxyAssertedTls:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool IsHopByHop(std::string_view name, std::span<const Header> fields) {
   FieldId id = ClassifyFieldName(name);
   return IsAlwaysHopByHop(id) || id == FieldId::kTransferEncoding || id == FieldId::kUpgrade ||
@@ -290,11 +309,13 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   // empty line. The received X-Forwarded-For fields are not passed on as
   // they are: each field's share of fields_bound (value + 19) holds its
   // value and ", " in the one X-Forwarded-For line, whose name and CRLF the
-  // 128 spare bytes hold with those of the other fields written here (79).
+  // 128 spare bytes hold with those of the other fields written here (79);
+  // SAP's two fields' names and CRLFs take 38 of the 40 more.
   HeadWriter w(out, head.method.size() + 1 + head.target.size() + options.target.size() + 1 + 11 +
                         2 * (info.host.size() + 20) + fields_bound + options.client_ip.size() +
                         options.proto.size() + options.request_id.size() +
-                        FieldsBound(options.extra_headers) + 128);
+                        options.client_protocol.size() + options.access_points.size() +
+                        FieldsBound(options.extra_headers) + 128 + 40);
   w.Put(head.method);
   w.Put(' ');
   if (!options.target.empty()) {
@@ -311,9 +332,12 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   w.Field("Host", info.host);
 
   bool has_forwarded_for = false;
+  bool kept_client_protocol = false;
+  bool kept_access_points = false;
   bool content_length_sent = false;
   const ConnectionValues connection(fields);
   const bool drop_request_id = !options.request_id.empty();
+  const bool trusted = options.keep_forwarded_for;
   for (const Header& h : fields) {
     const FieldId id = h.Id();
     switch (id) {
@@ -321,10 +345,20 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
       case FieldId::kXForwardedProto:
       case FieldId::kXForwardedHost:
       case FieldId::kProxyAssertedTls:
+      case FieldId::kForwardingAlias:
         continue;
       case FieldId::kXForwardedFor:
         has_forwarded_for = true;
         continue;
+      case FieldId::kForwarded:
+      case FieldId::kXRealIp:
+      case FieldId::kXForwardedPort:
+      case FieldId::kClientProtocol:
+      case FieldId::kSapWebdispAp:
+        if (!trusted) {
+          continue;
+        }
+        break;
       case FieldId::kXRequestId:
         if (drop_request_id) {
           continue;
@@ -340,6 +374,8 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
       AppendContentLengthOnce(h, &content_length_sent, w);
       continue;
     }
+    kept_client_protocol = kept_client_protocol || id == FieldId::kClientProtocol;
+    kept_access_points = kept_access_points || id == FieldId::kSapWebdispAp;
     w.Forward(h);
   }
   w.Flush();
@@ -374,6 +410,12 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   }
   if (!options.request_id.empty()) {
     w.Field("X-Request-Id", options.request_id);
+  }
+  if (!options.client_protocol.empty() && !kept_client_protocol) {
+    w.Field("ClientProtocol", options.client_protocol);
+  }
+  if (!options.access_points.empty() && !kept_access_points) {
+    w.Field("x-sap-webdisp-ap", options.access_points);
   }
   for (const Header& h : options.extra_headers) {
     w.Field(h.name, h.value);

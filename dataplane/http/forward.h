@@ -17,9 +17,18 @@ namespace kwd::http {
 struct ForwardRequestOptions {
   std::string_view client_ip;       // appended to X-Forwarded-For
   // The peer is a trusted proxy (--trusted-proxies): the X-Forwarded-For it
-  // sent is kept and client_ip appended; otherwise the client's own fields are
-  // dropped and X-Forwarded-For is client_ip alone.
+  // sent is kept and client_ip appended, and its Forwarded, X-Real-IP,
+  // X-Forwarded-Port, ClientProtocol and x-sap-webdisp-ap fields pass;
+  // otherwise the client's own fields of these names are dropped and
+  // X-Forwarded-For is client_ip alone. Other spellings of them
+  // (X_Forwarded_For) never pass, nor X-Forwarded-Proto/-Host (replaced).
   bool keep_forwarded_for = false;
+  // SAP's forwarding fields for ABAP servers, each sent unless empty (and
+  // unless a trusted peer's field of the name was kept, SAP's
+  // SetHeaderIfEmpty): "ClientProtocol: http|https" and
+  // "x-sap-webdisp-ap: HTTP=80,HTTPS=443".
+  std::string_view client_protocol;
+  std::string_view access_points;
   std::string_view proto = "http";  // X-Forwarded-Proto: how the client reached us
   // The proxy re-frames the body (e.g. de-chunks and sends Content-Length,
   // given in extra_headers): drop Transfer-Encoding.
@@ -55,7 +64,8 @@ ForwardedClient ResolveForwarded(const RequestHead& head, std::string_view peer,
 // becomes Host) and HTTP/1.1; Host and X-Forwarded-Host from info.host, the
 // authority the request was routed by; client-sent X-Forwarded-Proto/-Host
 // and SSL_CLIENT_* / SSL_CIPHER_* fields are replaced or dropped, since only
-// the proxy may assert them.
+// the proxy may assert them, and so are the other forwarding fields unless
+// the peer is trusted (ForwardRequestOptions::keep_forwarded_for).
 void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
                           const ForwardRequestOptions& options, std::string& out);
 
@@ -77,5 +87,11 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
 // list (Connection, Keep-Alive, Proxy-Connection, TE, Trailer,
 // Transfer-Encoding, Upgrade) or named by a Connection field.
 bool IsHopByHop(std::string_view name, std::span<const Header> fields);
+
+// Fields that say who the client is or how it connected (X-Forwarded-*,
+// Forwarded, X-Real-IP, X-Request-Id, SAP's ClientProtocol and
+// x-sap-webdisp-ap, SSL_CLIENT_* / SSL_CIPHER_*, and other spellings of
+// them): only the proxy or a trusted peer may assert them.
+bool IsForwardingField(FieldId id);
 
 }  // namespace kwd::http

@@ -169,6 +169,53 @@ inline bool NameIs(std::string_view name) {
   }
 }
 
+// Forwarding fields folded: lower case, '-' and '_' left out.
+constexpr std::string_view kFoldedForwardingNames[] = {
+    "xforwardedfor", "xforwardedproto", "xforwardedhost", "xforwardedport", "xrealip",
+    "xrequestid",    "forwarded",       "clientprotocol", "xsapwebdispap"};
+constexpr size_t kMaxFoldedForwardingName = 15;
+
+// Whether `name` spells a forwarding field other than as the proxy does
+// (called after the exact spellings were classified).
+bool IsForwardingAlias(std::string_view name) {
+  if (name.size() < 7 || name.size() > 2 * kMaxFoldedForwardingName) {
+    return false;
+  }
+  // The first two letters settle most names at once (Content-Type,
+  // Cache-Control, X-CSRF-Token): "cl", "fo", "xf", "xr" or "xs".
+  char letters[2] = {};
+  size_t seen = 0;
+  for (size_t i = 0; i < name.size() && seen < 2; ++i) {
+    if (name[i] != '-' && name[i] != '_') {
+      letters[seen++] = chars::Lower(name[i]);
+    }
+  }
+  const bool candidate =
+      (letters[0] == 'c' && letters[1] == 'l') || (letters[0] == 'f' && letters[1] == 'o') ||
+      (letters[0] == 'x' && (letters[1] == 'f' || letters[1] == 'r' || letters[1] == 's'));
+  if (!candidate) {
+    return false;
+  }
+  char folded[2 * kMaxFoldedForwardingName];
+  size_t n = 0;
+  for (char c : name) {
+    if (c == '-' || c == '_') {
+      continue;
+    }
+    if (n == kMaxFoldedForwardingName) {
+      return false;
+    }
+    folded[n++] = chars::Lower(c);
+  }
+  std::string_view f(folded, n);
+  for (std::string_view candidate : kFoldedForwardingNames) {
+    if (f == candidate) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 FieldId ClassifyFieldName(std::string_view name) {
@@ -188,19 +235,44 @@ FieldId ClassifyFieldName(std::string_view name) {
       if (first == 't') {
         return NameIs<"trailer">(name) ? FieldId::kTrailer : FieldId::kOther;
       }
-      return NameIs<"upgrade">(name) ? FieldId::kUpgrade : FieldId::kOther;
+      if (first == 'u') {
+        return NameIs<"upgrade">(name) ? FieldId::kUpgrade : FieldId::kOther;
+      }
+      break;
+    case 9:
+      if (first == 'f' && NameIs<"forwarded">(name)) {
+        return FieldId::kForwarded;
+      }
+      if (first == 'x' && NameIs<"x-real-ip">(name)) {
+        return FieldId::kXRealIp;
+      }
+      break;
     case 10:
       if (first == 'c') {
         return NameIs<"connection">(name) ? FieldId::kConnection : FieldId::kOther;
       }
-      return NameIs<"keep-alive">(name) ? FieldId::kKeepAlive : FieldId::kOther;
+      if (first == 'k') {
+        return NameIs<"keep-alive">(name) ? FieldId::kKeepAlive : FieldId::kOther;
+      }
+      break;
     case 12:
-      return NameIs<"x-request-id">(name) ? FieldId::kXRequestId : FieldId::kOther;
+      if (first == 'x' && NameIs<"x-request-id">(name)) {
+        return FieldId::kXRequestId;
+      }
+      break;
     case 14:
-      return NameIs<"content-length">(name) ? FieldId::kContentLength : FieldId::kOther;
+      if (first == 'c') {
+        if (NameIs<"content-length">(name)) {
+          return FieldId::kContentLength;
+        }
+        if (NameIs<"clientprotocol">(name)) {
+          return FieldId::kClientProtocol;
+        }
+      }
+      break;
     case 15:
-      if (first == 'x') {
-        return NameIs<"x-forwarded-for">(name) ? FieldId::kXForwardedFor : FieldId::kOther;
+      if (first == 'x' && NameIs<"x-forwarded-for">(name)) {
+        return FieldId::kXForwardedFor;
       }
       break;
     case 16:
@@ -208,15 +280,23 @@ FieldId ClassifyFieldName(std::string_view name) {
         return NameIs<"proxy-connection">(name) ? FieldId::kProxyConnection : FieldId::kOther;
       }
       if (first == 'x') {
-        return NameIs<"x-forwarded-host">(name) ? FieldId::kXForwardedHost : FieldId::kOther;
+        if (NameIs<"x-forwarded-host">(name)) {
+          return FieldId::kXForwardedHost;
+        }
+        if (NameIs<"x-forwarded-port">(name)) {
+          return FieldId::kXForwardedPort;
+        }
+        if (NameIs<"x-sap-webdisp-ap">(name)) {
+          return FieldId::kSapWebdispAp;
+        }
       }
       break;
     case 17:
       if (first == 't') {
         return NameIs<"transfer-encoding">(name) ? FieldId::kTransferEncoding : FieldId::kOther;
       }
-      if (first == 'x') {
-        return NameIs<"x-forwarded-proto">(name) ? FieldId::kXForwardedProto : FieldId::kOther;
+      if (first == 'x' && NameIs<"x-forwarded-proto">(name)) {
+        return FieldId::kXForwardedProto;
       }
       break;
     default:
@@ -224,6 +304,11 @@ FieldId ClassifyFieldName(std::string_view name) {
   }
   if (first == 's' && name.size() >= 15 && IsProxyAssertedTlsName(name)) {
     return FieldId::kProxyAssertedTls;
+  }
+  if ((first == 'x' || first == 'c' || first == 'f' || name.front() == '_' ||
+       name.front() == '-') &&
+      IsForwardingAlias(name)) {
+    return FieldId::kForwardingAlias;
   }
   return FieldId::kOther;
 }
@@ -274,6 +359,10 @@ bool IsValidPort(std::string_view port) {
   return value <= 65535;
 }
 
+bool IsSubDelim(char c) {
+  return std::string_view("!$&'()*+,;=").find(c) != std::string_view::npos;
+}
+
 bool IsValidHost(std::string_view host) {
   if (host.empty()) {
     return false;
@@ -298,7 +387,9 @@ bool IsValidHost(std::string_view host) {
       i += 2;
       continue;
     }
-    if (!chars::IsHostChar(c)) {
+    // reg-name (RFC 3986 3.2.2): unreserved, pct-encoded and sub-delims
+    // ("0.0.0.0=5000" is a name, if an odd one).
+    if (!chars::IsHostChar(c) && !IsSubDelim(c)) {
       return false;
     }
   }

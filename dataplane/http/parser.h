@@ -36,6 +36,18 @@ enum class FieldId : uint8_t {
   kXForwardedProto,
   kXForwardedHost,
   kXRequestId,
+  kXForwardedPort,
+  kXRealIp,
+  kForwarded,  // RFC 7239
+  // SAP's forwarding fields (ABAP reads them to build absolute URLs):
+  // "ClientProtocol" (http|https) and "x-sap-webdisp-ap" (the access points).
+  kClientProtocol,
+  kSapWebdispAp,
+  // Another spelling of a forwarding field above (X_Forwarded_For,
+  // XForwardedFor, Client-Protocol, X_Real_IP, ...): many servers (CGI
+  // gateways, frameworks mapping '-' and '_' alike) read it as the field
+  // itself, so only the proxy's own spelling may reach them.
+  kForwardingAlias,
   // SSL_CLIENT_CERT*, SSL_CIPHER_SUITE, SSL_CIPHER_USEKEYSIZE in any case,
   // '_' or '-': only the proxy may assert them.
   kProxyAssertedTls,

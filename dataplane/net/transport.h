@@ -40,8 +40,8 @@ struct TlsInfo {
   bool peer_verified = false;
   std::string verify_error;  // OpenSSL's reason when verification failed
   std::string peer_subject;  // RFC 2253 subject of the peer's certificate
-  // PEM of the peer certificate and of the chain it sent after it, each on
-  // one line (SAP ICM's SSL_CLIENT_CERT form): base64 body only, the PEM
+  // PEM of the peer certificate and of its verified chain up to (without)
+  // the root, each on one line (SAP ICM's SSL_CLIENT_CERT form): base64 body only, the PEM
   // armour kept, line breaks replaced by spaces.
   std::string peer_pem_line;
   std::vector<std::string> peer_chain_pem_lines;

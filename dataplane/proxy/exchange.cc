@@ -629,6 +629,12 @@ void Exchange::OnConnected() {
   options.proto = https_ ? "https" : "http";
   options.tunnel_upgrade = info_.upgrade_websocket;
   options.request_id = request_id_;
+  if (decision_.sap_client_protocol) {
+    options.client_protocol = options.proto;  // as the client spoke (or a trusted proxy said)
+  }
+  if (decision_.sap_access_points) {
+    options.access_points = worker_->options().access_points;
+  }
   if (rewrite_target_) {
     options.target = upstream_target_;
   }

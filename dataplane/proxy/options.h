@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "dataplane/net/cidr.h"
 #include "dataplane/net/socket.h"
@@ -10,6 +11,10 @@
 #include "dataplane/tls/upstream_tls.h"
 
 namespace kwd::proxy {
+
+// SAP's access-point list for x-sap-webdisp-ap: "HTTP=<http>,HTTPS=<https>",
+// a port of 0 left out.
+std::string FormatAccessPoints(uint16_t http_port, uint16_t https_port);
 
 // Everything `kwd-proxy serve` can be told. Defaults follow SAP's ICM where
 // it has one (keep-alive 60 s, max request 100 MB) and common proxy practice
@@ -59,6 +64,14 @@ struct ProxyOptions {
   bool proxy_protocol_passthrough = false;
   // --trusted-proxies: peers whose X-Forwarded-For/-Proto are honoured.
   net::CidrSet trusted_proxies;
+  // --public-ports http=80,https=443: the ports clients reach the HTTP and
+  // HTTPS listeners on (a Service's ports), for SAP's x-sap-webdisp-ap.
+  // Not given: the ports --listen and --tls-listen are bound to. 0: none.
+  bool public_ports_given = false;
+  uint16_t public_http_port = 0;
+  uint16_t public_https_port = 0;
+  // The x-sap-webdisp-ap value ("HTTP=80,HTTPS=443"), set by Worker::Start.
+  std::string access_points;
 
   // HTTP/2 (ALPN h2 on --tls-listen; --h2c: prior knowledge on --listen).
   bool h2c = false;

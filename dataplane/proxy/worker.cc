@@ -245,6 +245,17 @@ Worker::~Worker() {
   }
 }
 
+std::string FormatAccessPoints(uint16_t http_port, uint16_t https_port) {
+  std::string out;
+  if (http_port != 0) {
+    out.append("HTTP=").append(std::to_string(http_port));
+  }
+  if (https_port != 0) {
+    out.append(out.empty() ? "" : ",").append("HTTPS=").append(std::to_string(https_port));
+  }
+  return out;
+}
+
 bool Worker::Start(std::string* error) {
   listen_fd_ = ListenForClients(options_.listen, /*limit_unsent=*/true, error);
   if (listen_fd_ < 0) {
@@ -273,6 +284,14 @@ bool Worker::Start(std::string* error) {
     tls_bound_ = net::LocalEndpoint(tls_listen_fd_);
     loop_.Add(tls_listen_fd_, EPOLLIN | EPOLLET, &tls_acceptor_);
   }
+  if (!options_.public_ports_given) {
+    // The listeners as bound (port 0 got one): what clients reach without a
+    // Service in between.
+    options_.public_http_port = bound_.port();
+    options_.public_https_port = server_tls_ != nullptr ? tls_bound_.port() : 0;
+  }
+  options_.access_points =
+      FormatAccessPoints(options_.public_http_port, options_.public_https_port);
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
   loop_.Schedule(&flush_timer_, 100);
   thread_ = std::thread([this] { Run(); });

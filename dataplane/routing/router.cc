@@ -61,6 +61,7 @@ struct Classification {
   std::string_view rule;
   int group_index = -1;
   v1::PermissionAction action = v1::PERMISSION_ACTION_UNSPECIFIED;
+  SapHeaderSwitches sap_headers;  // follows the rule: not compared
 
   bool operator==(const Classification& other) const {
     return kind == other.kind && rule == other.rule && group_index == other.group_index &&
@@ -75,14 +76,17 @@ Classification Classify(const VirtualHostEntry& vhost, std::string_view path,
     c.kind = vhost.default_root_handler;
     c.rule = "root";
     c.group_index = vhost.DefaultGroup(c.kind);
+    c.sap_headers = vhost.sap_headers;
   } else if (int rule = vhost.prefixes.LongestMatch(lower_path); rule >= 0) {
     c.kind = vhost.rules[rule].kind;
     c.rule = vhost.rules[rule].prefix;
     c.group_index = vhost.rules[rule].group;
+    c.sap_headers = vhost.rules[rule].sap_headers;
   } else {
     c.kind = v1::KIND_JAVA;
     c.rule = "default";
     c.group_index = vhost.default_java_group;
+    c.sap_headers = vhost.sap_headers;
   }
   c.action = vhost.permissions.Evaluate(lower_path);
   return c;
@@ -450,6 +454,11 @@ Decision Router::Route(const Request& request) {
   if (group_index >= 0) {
     decision.group_index = group_index;
     decision.group = &table->groups()[group_index];
+    const v1::Kind group_kind = decision.group->kind;
+    decision.sap_client_protocol =
+        SapHeaderSwitches::On(classification.sap_headers.client_protocol, group_kind);
+    decision.sap_access_points =
+        SapHeaderSwitches::On(classification.sap_headers.access_points, group_kind);
   }
 
   const v1::PermissionAction action = classification.action;

@@ -74,6 +74,10 @@ struct Decision {
   // A sticky identifier that named a server which is gone or unhealthy: the
   // request was balanced anew (kwd_proxy_sticky_lost_total).
   Identifier lost = Identifier::kNone;
+  // SAP's forwarding fields for the server (UrlMapping.spec.sapHeaders, by
+  // default on for ABAP groups): ClientProtocol and x-sap-webdisp-ap.
+  bool sap_client_protocol = false;
+  bool sap_access_points = false;
   // A table session was recorded for this request: send the affinity cookie
   // (AffinityCookieHeader).
   bool set_affinity_cookie = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/host_name.h"
 #include "common/snapshot_io.h"
 #include "dataplane/routing/path.h"
 
@@ -12,22 +13,6 @@ std::string Lowercase(std::string_view in) {
   std::string out(in.size(), '\0');
   AsciiLowerInto(in, out.data());
   return out;
-}
-
-// "host:port" -> "host", "[v6]:port" -> "[v6]", without a trailing dot.
-std::string_view StripPort(std::string_view host) {
-  if (!host.empty() && host.front() == '[') {
-    size_t close = host.find(']');
-    return close == std::string_view::npos ? host : host.substr(0, close + 1);
-  }
-  size_t colon = host.find(':');
-  if (colon != std::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  if (!host.empty() && host.back() == '.') {
-    host.remove_suffix(1);
-  }
-  return host;
 }
 
 std::string_view TrimSpaces(std::string_view s) {
@@ -142,12 +127,14 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     entry.default_java_group = table->FindGroup(vhost.default_java_group());
     std::vector<std::string> lowercase_prefixes;
     for (const v1::Rule& rule : vhost.rules()) {
-      entry.rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table->FindGroup(rule.group())});
+      entry.rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table->FindGroup(rule.group()),
+                                      SapHeaderSwitches::From(rule.sap_headers())});
       lowercase_prefixes.push_back(Lowercase(rule.prefix()));
     }
     entry.prefixes = PrefixIndex(std::move(lowercase_prefixes));
     entry.permissions = PermissionTable(vhost.permissions());
     entry.passthrough_group = table->FindGroup(vhost.passthrough_group());
+    entry.sap_headers = SapHeaderSwitches::From(vhost.sap_headers());
     table->has_passthrough_ = table->has_passthrough_ || entry.passthrough_group >= 0;
     const int index = static_cast<int>(table->virtual_hosts_.size());
     std::string host = Lowercase(entry.host);
@@ -192,7 +179,7 @@ const VirtualHostEntry* RoutingTable::FindVirtualHost(std::string_view host_head
     // Only the any-host entry (the common single-mapping setup): nothing to parse.
     return any_host_ >= 0 ? &virtual_hosts_[any_host_] : nullptr;
   }
-  std::string_view host = StripPort(TrimSpaces(host_header));
+  std::string_view host = HostWithoutPort(TrimSpaces(host_header));
   if (!host.empty() && host.size() <= scratch.size()) {
     AsciiLowerInto(host, scratch.data());
     std::string_view lower(scratch.data(), host.size());

@@ -67,10 +67,27 @@ struct GroupEntry {
   int FindServer(std::string_view name) const { return server_index.Find(name); }
 };
 
+// UrlMapping.spec.sapHeaders as compiled (each switch on, off or unset).
+struct SapHeaderSwitches {
+  v1::SapHeaderSwitch client_protocol = v1::SAP_HEADER_SWITCH_UNSPECIFIED;
+  v1::SapHeaderSwitch access_points = v1::SAP_HEADER_SWITCH_UNSPECIFIED;
+
+  static SapHeaderSwitches From(const v1::SapHeaders& headers) {
+    return {headers.client_protocol(), headers.access_points()};
+  }
+  // Whether the field goes to a server of a group of `kind`: an unset switch
+  // is on for ABAP groups (SAP's Web Dispatcher adds them for ABAP systems).
+  static bool On(v1::SapHeaderSwitch s, v1::Kind kind) {
+    return s == v1::SAP_HEADER_SWITCH_ON ||
+           (s == v1::SAP_HEADER_SWITCH_UNSPECIFIED && kind == v1::KIND_ABAP);
+  }
+};
+
 struct RuleEntry {
   std::string prefix;
   v1::Kind kind = v1::KIND_UNSPECIFIED;
   int group = -1;  // index into RoutingTable::groups(), -1: none
+  SapHeaderSwitches sap_headers;
 };
 
 struct VirtualHostEntry {
@@ -83,6 +100,7 @@ struct VirtualHostEntry {
   PrefixIndex prefixes;  // parallel to `rules`, lowercase
   PermissionTable permissions;
   int passthrough_group = -1;  // TLS passthrough connections with this SNI, -1: none
+  SapHeaderSwitches sap_headers;  // for the root rule and the default groups
 
   int DefaultGroup(v1::Kind kind) const {
     return kind == v1::KIND_ABAP ? default_abap_group : default_java_group;

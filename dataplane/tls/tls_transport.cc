@@ -374,10 +374,14 @@ void TlsTransport::FillInfo() {
     }
     info_.peer_subject = SubjectText(peer);
     if (server_ != nullptr && info_.peer_verified) {
-      // What SAP's ICM reads: the certificate and the chain the client sent
-      // after it, without the root.
+      // What SAP's ICM reads: the certificate and its chain, without the
+      // root. The chain is the one verification built from the trusted CAs,
+      // not what the client sent: a client may append any certificate (a
+      // self-made CA) that played no part in verifying it. After a session
+      // resumption there is none (OpenSSL keeps no verified chain in a
+      // session): the certificate alone goes on.
       info_.peer_pem_line = PemLine(peer);
-      STACK_OF(X509)* chain = SSL_get_peer_cert_chain(ssl_);
+      STACK_OF(X509)* chain = SSL_get0_verified_chain(ssl_);
       for (int i = 0; chain != nullptr && i < sk_X509_num(chain); ++i) {
         X509* cert = sk_X509_value(chain, i);
         if (X509_cmp(cert, peer) == 0 || IsSelfIssued(cert)) {

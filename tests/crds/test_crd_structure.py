@@ -242,6 +242,10 @@ class CrdStructureTest(unittest.TestCase):
         self.assertNotIn("default", spec["defaultRootHandler"])
         self.assertNotIn("default", spec["defaultGroups"])
         self.assertNotIn("default", spec["defaultGroups"]["properties"]["abap"])
+        # sapHeaders: a switch left out follows the group's kind (on for abap).
+        for switch in ("clientProtocol", "accessPoints"):
+            self.assertNotIn("default", spec["sapHeaders"]["properties"][switch])
+            self.assertEqual(spec["sapHeaders"]["properties"][switch]["type"], "boolean")
         # The health check path depends on the kind.
         lg = s.schema_of(self.crds["LogonGroup"])["properties"]["spec"]["properties"]
         self.assertNotIn("default", lg["healthCheck"]["properties"]["path"])

@@ -252,6 +252,22 @@ class RenderedChecks:
         self.assertEqual(listen_port(args, "--admin-listen"), c_values["adminPort"])
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         self.assertEqual(ports, {"grpc": c_values["grpcPort"], "admin": c_values["adminPort"]})
+        self.assertAdminServiceNamesAllowed(args, "controller", c_values["adminAllowedHosts"])
+
+    def assertAdminServiceNamesAllowed(self, args, component, extra):
+        # The admin port answers its pod address (probes and Prometheus use
+        # it) by itself; the Service fronting the admin port is named here.
+        hosts = arg_after(args, "--admin-allowed-hosts").split(",")
+        services = [d["metadata"]["name"] for d in self.of_kind("Service")
+                    if component_of(d) == component and
+                    any(p["name"] == "admin" for p in d["spec"]["ports"])]
+        self.assertTrue(services, component)
+        for name in services:
+            for host in (name, f"{name}.{NAMESPACE}", f"{name}.{NAMESPACE}.svc",
+                         f"{name}.{NAMESPACE}.svc.cluster.local"):
+                self.assertIn(host, hosts)
+        for host in extra:
+            self.assertIn(host, hosts)
 
     def test_proxy_deployment(self):
         p = self.values["proxy"]
@@ -272,6 +288,13 @@ class RenderedChecks:
         self.assertEqual(listen_port(args, "--listen"), p["httpPort"])
         self.assertEqual(container_port(c, "http"), p["httpPort"])
         self.assertEqual(container_port(c, "admin"), p["adminPort"])
+        self.assertAdminServiceNamesAllowed(args, "proxy", p["adminAllowedHosts"])
+        # x-sap-webdisp-ap names the traffic Service's ports, not the pod's.
+        service = p["service"]
+        want = f"http={service['httpPort']}"
+        if service["https"]["enabled"]:
+            want += f",https={service['https']['port']}"
+        self.assertEqual(arg_after(args, "--public-ports"), want)
         # The affinity key file comes from the mounted Secret.
         key_file = arg_after(args, "--affinity-key-file")
         secret_name = p["affinityKey"]["existingSecret"] or f"{self.fullname()}-affinity-key"

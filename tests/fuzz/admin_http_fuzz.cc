@@ -28,7 +28,7 @@ bool Same(const AdminHttpHead& a, const AdminHttpHead& b) {
   return a.verdict == b.verdict && a.status == b.status && a.reason == b.reason &&
          a.head_size == b.head_size && a.content_length == b.content_length &&
          a.request.method == b.request.method && a.request.path == b.request.path &&
-         a.request.query == b.request.query;
+         a.request.query == b.request.query && a.request.host == b.request.host;
 }
 
 bool IsTokenChar(char c) {
@@ -74,6 +74,7 @@ void CheckHead(const AdminHttpHead& r, std::string_view head) {
   Check(line == r.request.method + " " + target + " HTTP/1.1" ||
         line == r.request.method + " " + target + " HTTP/1.0");
   bool has_length = false;
+  bool has_host = false;
   for (size_t pos = line_end + 2; pos < head.size() - 2;) {
     size_t end = head.find("\r\n", pos);
     std::string_view field = head.substr(pos, end - pos);
@@ -87,6 +88,25 @@ void CheckHead(const AdminHttpHead& r, std::string_view head) {
       return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f;
     }));
     Check(!EqualsIgnoreCase(name, "transfer-encoding"));
+    if (EqualsIgnoreCase(name, "host")) {
+      // One Host with a value, the one the Host check sees.
+      Check(!has_host && !r.request.host.empty());
+      size_t first = value.find_first_not_of(" \t");
+      size_t last = value.find_last_not_of(" \t");
+      Check(first != std::string_view::npos &&
+            value.substr(first, last - first + 1) == r.request.host);
+      has_host = true;
+      // Only loopback, this address and the configured names pass it.
+      if (kwd::AdminHostAllowed(r.request.host, "10.9.8.7", {"kwd.example", "*.kwd.example"})) {
+        std::string host = r.request.host;
+        for (char& c : host) {
+          c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        }
+        Check(host.starts_with("localhost") || host.starts_with("127.") || host.starts_with("[") ||
+              host.starts_with("10.9.8.7") || host.find("kwd.example") != std::string::npos ||
+              host.starts_with("::"));
+      }
+    }
     if (EqualsIgnoreCase(name, "content-length")) {
       size_t first = value.find_first_not_of(" \t");
       size_t last = value.find_last_not_of(" \t");
@@ -100,6 +120,7 @@ void CheckHead(const AdminHttpHead& r, std::string_view head) {
     }
   }
   Check(has_length || r.content_length == 0);
+  Check(has_host || r.request.host.empty());
 }
 
 void CheckVerdict(const AdminHttpHead& r, std::string_view input, const AdminHttpLimits& limits) {

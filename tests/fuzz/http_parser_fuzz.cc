@@ -156,6 +156,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Received X-Forwarded-For values joined with the client's address: the
     // head writer's bound must hold them (it aborts when short).
     options.keep_forwarded_for = (split & 1) != 0;
+    // SAP's fields for an ABAP group (the bound must hold them too).
+    options.client_protocol = (split & 2) != 0 ? "https" : "";
+    options.access_points = (split & 4) != 0 ? "HTTP=65535,HTTPS=65535" : "";
     SerializeRequestHead(g_whole_head, info, options, g_out);
     static RequestHead plain;
     plain = g_whole_head;
@@ -185,6 +188,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       }
       Check(lengths <= 1);
+      // Only the proxy's own spelling of a forwarding field goes on, and
+      // from an untrusted client none but the proxy's.
+      int client_protocols = 0;
+      int access_points = 0;
+      for (const Header& h : forwarded.fields()) {
+        const FieldId id = ClassifyFieldName(h.name);
+        Check(id != FieldId::kForwardingAlias && id != FieldId::kProxyAssertedTls);
+        if (!options.keep_forwarded_for) {
+          Check(id != FieldId::kForwarded && id != FieldId::kXRealIp &&
+                id != FieldId::kXForwardedPort);
+        }
+        client_protocols += id == FieldId::kClientProtocol ? 1 : 0;
+        access_points += id == FieldId::kSapWebdispAp ? 1 : 0;
+      }
+      Check(options.keep_forwarded_for ||
+            (client_protocols == (options.client_protocol.empty() ? 0 : 1) &&
+             access_points == (options.access_points.empty() ? 0 : 1)));
     } else {
       Check(re.error == ParseError::kTooManyHeaders || re.error == ParseError::kHeadTooLarge);
     }

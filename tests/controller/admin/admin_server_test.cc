@@ -285,7 +285,7 @@ class AdminLimitsTest : public ::testing::Test {
 };
 
 TEST_F(AdminLimitsTest, HeadAndBodyLimits) {
-  testing::HttpReply ok = Raw("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  testing::HttpReply ok = Raw("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
   EXPECT_EQ(ok.status, 200);
   EXPECT_EQ(ok.body, "m 1\n");
   EXPECT_EQ(ok.Header("connection"), "close");
@@ -358,7 +358,7 @@ TEST(AdminConnectionCapTest, ANewConnectionTakesTheSlotOfTheOldestUnfinishedOne)
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(slow1.Read().status, 0) << "closed without an answer";
   // The younger one keeps its slot and is answered when its head completes.
-  ASSERT_TRUE(slow2.Send("lthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(slow2.Send("lthz HTTP/1.1\r\nHost: localhost\r\n\r\n"));
   EXPECT_EQ(slow2.Read().status, 200);
 }
 

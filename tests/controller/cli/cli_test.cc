@@ -401,10 +401,10 @@ TEST(CliTest, ServeDurationsNeedAUnit) {
   RunResult help = RunController("serve --help");
   for (const char* flag :
        {"--source", "--kubeconfig", "--namespace", "--grpc-listen", "--grpc-tls-cert",
-        "--grpc-tls-key", "--grpc-client-ca", "--admin-listen", "--leader-elect",
-        "--leader-election-namespace", "--leader-election-identity", "--lease-duration",
-        "--renew-deadline", "--retry-period", "--hold-off", "--max-delay", "--poll-interval",
-        "--log-level"}) {
+        "--grpc-tls-key", "--grpc-client-ca", "--admin-listen", "--admin-allowed-hosts",
+        "--leader-elect", "--leader-election-namespace", "--leader-election-identity",
+        "--lease-duration", "--renew-deadline", "--retry-period", "--hold-off", "--max-delay",
+        "--poll-interval", "--log-level"}) {
     EXPECT_NE(help.out.find(std::string("  ") + flag), std::string::npos) << flag;
   }
 }

@@ -1366,6 +1366,50 @@ TEST(CompileTest, PassthroughGroupAndClientIpAffinity) {
   EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
 }
 
+// UrlMapping.spec.sapHeaders: each rule carries its mapping's switches, a
+// host's root and default groups those of the mapping that set its
+// defaults; a switch left out stays unspecified (the proxy decides by the
+// group's kind). A newer mapping on the same host asking for other switches
+// is told that its own rules keep them.
+TEST(CompileTest, SapHeadersFollowTheirMapping) {
+  CompileResult result =
+      Compile(Objects({StaticLg("erp", "abap"), StaticLg("erp", "java", "java"),
+                       Um("erp", "a", "2026-01-01T00:00:00Z",
+                          {{"defaultGroups", {{"abap", "abap"}, {"java", "java"}}},
+                           {"sapHeaders", {{"clientProtocol", false}}},
+                           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})}}),
+                       Um("erp", "b", "2026-01-02T00:00:00Z",
+                          {{"sapHeaders", {{"clientProtocol", true}, {"accessPoints", false}}},
+                           {"rules", json::array({{{"prefix", "/irj/"}, {"kind", "java"}}})}}),
+                       Um("erp", "c", "2026-01-03T00:00:00Z",
+                          {{"hosts", {"c.example.com"}},
+                           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})}})}));
+  std::map<std::string, v1::SapHeaders> by_rule;
+  std::map<std::string, v1::SapHeaders> by_host;
+  for (const auto& vhost : result.snapshot.virtual_hosts()) {
+    by_host[vhost.host()] = vhost.sap_headers();
+    for (const auto& rule : vhost.rules()) {
+      by_rule[vhost.host() + rule.prefix()] = rule.sap_headers();
+    }
+  }
+  EXPECT_EQ(by_rule["/sap/"].client_protocol(), v1::SAP_HEADER_SWITCH_OFF);
+  EXPECT_EQ(by_rule["/sap/"].access_points(), v1::SAP_HEADER_SWITCH_UNSPECIFIED);
+  EXPECT_EQ(by_rule["/irj/"].client_protocol(), v1::SAP_HEADER_SWITCH_ON);
+  EXPECT_EQ(by_rule["/irj/"].access_points(), v1::SAP_HEADER_SWITCH_OFF);
+  EXPECT_EQ(by_rule["c.example.com/sap/"].client_protocol(), v1::SAP_HEADER_SWITCH_UNSPECIFIED);
+  // Any host's defaults are a's (the older); b is told.
+  EXPECT_EQ(by_host[""].client_protocol(), v1::SAP_HEADER_SWITCH_OFF);
+  EXPECT_EQ(by_host["c.example.com"].client_protocol(), v1::SAP_HEADER_SWITCH_UNSPECIFIED);
+  std::string messages = AllMessages(result);
+  EXPECT_NE(messages.find("UrlMapping erp/b Accepted: spec.sapHeaders ignored for the root rule "
+                          "and default groups on any host: UrlMapping erp/a (older)"),
+            std::string::npos)
+      << messages;
+  EXPECT_EQ(messages.find("UrlMapping erp/c Accepted: spec.sapHeaders"), std::string::npos)
+      << messages;
+  EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace kwd::compile
 

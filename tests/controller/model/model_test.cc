@@ -67,6 +67,25 @@ TEST(DecodeObjectTest, KeepsInvalidValuesForTheCompiler) {
   EXPECT_EQ(lg.spec.backend->service->port->name, "http");
 }
 
+TEST(DecodeObjectTest, UrlMappingSapHeadersUnsetOrSwitched) {
+  json in = R"({"apiVersion": "dispatch.kwd.io/v1alpha1", "kind": "UrlMapping",
+    "metadata": {"name": "erp"}, "spec": {"sapHeaders": {"clientProtocol": false}}})"_json;
+  DecodeResult result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  const auto& um = std::get<UrlMapping>(*result.object);
+  EXPECT_EQ(um.spec.sap_headers.client_protocol, std::optional<bool>(false));
+  EXPECT_EQ(um.spec.sap_headers.access_points, std::nullopt);  // by the group's kind
+  in["spec"]["sapHeaders"] = json::object({{"accessPoints", true}});
+  result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  EXPECT_EQ(std::get<UrlMapping>(*result.object).spec.sap_headers.access_points,
+            std::optional<bool>(true));
+  in["spec"].erase("sapHeaders");
+  result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  EXPECT_EQ(std::get<UrlMapping>(*result.object).spec.sap_headers, SapHeadersSpec{});
+}
+
 struct ShapeErrorCase {
   std::string name;
   std::string json_text;
@@ -100,6 +119,10 @@ INSTANTIATE_TEST_SUITE_P(
                        R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"UrlMapping",
                            "metadata":{"name":"a"},"spec":{"fromSapSystem":3}})",
                        "spec.fromSapSystem: expected a string, got an integer"},
+        ShapeErrorCase{"SapHeadersSwitchString",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"UrlMapping",
+                           "metadata":{"name":"a"},"spec":{"sapHeaders":{"accessPoints":"no"}}})",
+                       "spec.sapHeaders.accessPoints: expected a boolean, got a string"},
         ShapeErrorCase{"SapSystemUrlMapString",
                        R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"SapSystem",
                            "metadata":{"name":"a"},"spec":{"messageServer":{"host":"h"},

@@ -62,27 +62,14 @@ TEST(ProxyVersionTest, VersionCommandAndFlagPrintTheVersionAndRevision) {
 TEST(ProxyServeHelpTest, ListsEveryFlagWithItsDefault) {
   RunResult help = RunProxy("serve --help");
   ASSERT_EQ(help.code, 0);
-  for (const char* flag : {"--snapshot",
-                           "--controller",
-                           "--controller-ca",
-                           "--controller-cert",
-                           "--controller-key",
-                           "--controller-server-name",
-                           "--listen",
-                           "--admin-listen",
-                           "--workers",
-                           "--node-id",
-                           "--access-log",
-                           "--affinity-key-file",
-                           "--affinity-key-grace",
-                           "--header-timeout",
-                           "--idle-timeout",
-                           "--connect-timeout",
-                           "--response-timeout",
-                           "--max-body-size",
-                           "--max-header-size",
-                           "--drain-timeout",
-                           "--log-level"}) {
+  for (const char* flag : {"--snapshot",         "--controller",        "--controller-ca",
+                           "--controller-cert",  "--controller-key",    "--controller-server-name",
+                           "--listen",           "--admin-listen",      "--admin-allowed-hosts",
+                           "--public-ports",     "--workers",           "--node-id",
+                           "--access-log",       "--affinity-key-file", "--affinity-key-grace",
+                           "--header-timeout",   "--idle-timeout",      "--connect-timeout",
+                           "--response-timeout", "--max-body-size",     "--max-header-size",
+                           "--drain-timeout",    "--log-level"}) {
     EXPECT_NE(help.out.find(std::string("  ") + flag + " "), std::string::npos) << flag;
   }
   for (const char* shown :

@@ -244,5 +244,22 @@ TEST(ChunkedDecoder, PassableTrailersLeaveOutForbiddenFields) {
   EXPECT_FALSE(IsForbiddenTrailer("x-checksum"));
 }
 
+TEST(Trailers, ForwardingFieldsAreNeverPassable) {
+  // Issue 23 item 3: after the body, as before it, only the proxy says who
+  // the client is.
+  for (std::string_view name :
+       {"ssl_client_cert", "SSL-Client-Cert-Chain-1", "SSL_CIPHER_SUITE", "ssl_cipher_usekeysize",
+        "X-Forwarded-For", "x-forwarded-proto", "X-Forwarded-Host", "X-Forwarded-Port",
+        "x-request-id", "Forwarded", "X-Real-IP", "ClientProtocol", "x-sap-webdisp-ap",
+        "X_Forwarded_For", "client-protocol"}) {
+    EXPECT_TRUE(IsForbiddenTrailer(name)) << name;
+  }
+  std::string seen;
+  ForEachPassableTrailer(
+      "ssl_client_cert: forged\r\nX-Checksum: 1\r\nForwarded: for=1.2.3.4\r\n",
+      [&](std::string_view name, std::string_view) { seen.append(name).append(";"); });
+  EXPECT_EQ(seen, "X-Checksum;");
+}
+
 }  // namespace
 }  // namespace kwd::http

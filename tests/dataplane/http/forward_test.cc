@@ -62,6 +62,75 @@ TEST(SerializeRequestHead, StripsHopByHopAndAddsForwardedFields) {
   EXPECT_EQ(out.find("10.0.0.1"), std::string::npos) << out;
 }
 
+// Issue 23 item 9: every field that says who the client is, in every
+// spelling, passes only from a trusted proxy; other spellings never.
+constexpr std::string_view kForgedForwarding =
+    "GET / HTTP/1.1\r\n"
+    "Host: erp.example\r\n"
+    "Forwarded: for=203.0.113.9;proto=https\r\n"
+    "X-Real-IP: 203.0.113.9\r\n"
+    "X-Forwarded-Port: 443\r\n"
+    "ClientProtocol: https\r\n"
+    "x-sap-webdisp-ap: HTTP=1,HTTPS=2\r\n"
+    "X_Forwarded_For: 203.0.113.9\r\n"
+    "X_Forwarded_Proto: https\r\n"
+    "Client-Protocol: https\r\n"
+    "X_Real_IP: 203.0.113.9\r\n"
+    "X-Keep: 1\r\n"
+    "\r\n";
+
+TEST(SerializeRequestHead, ForwardingFieldsFromUntrustedClientsAreDropped) {
+  Parsed p;
+  ParseRequest(kForgedForwarding, &p);
+  ForwardRequestOptions options;
+  options.client_ip = "192.0.2.7";
+  std::string out;
+  SerializeRequestHead(p.head, p.info, options, out);
+  EXPECT_EQ(out,
+            "GET / HTTP/1.1\r\n"
+            "Host: erp.example\r\n"
+            "X-Keep: 1\r\n"
+            "X-Forwarded-For: 192.0.2.7\r\n"
+            "X-Forwarded-Proto: http\r\n"
+            "X-Forwarded-Host: erp.example\r\n"
+            "\r\n");
+  // SAP's fields, when the group wants them, are the proxy's.
+  options.client_protocol = "http";
+  options.access_points = "HTTP=8080,HTTPS=8443";
+  SerializeRequestHead(p.head, p.info, options, out);
+  EXPECT_NE(out.find("\r\nClientProtocol: http\r\nx-sap-webdisp-ap: HTTP=8080,HTTPS=8443\r\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("203.0.113.9"), std::string::npos) << out;
+  EXPECT_EQ(out.find("https"), std::string::npos) << out;
+  EXPECT_EQ(out.find("HTTP=1"), std::string::npos) << out;
+}
+
+TEST(SerializeRequestHead, ForwardingFieldsFromTrustedProxiesPassButNotOtherSpellings) {
+  Parsed p;
+  ParseRequest(kForgedForwarding, &p);
+  ForwardRequestOptions options;
+  options.client_ip = "10.0.0.2";
+  options.keep_forwarded_for = true;
+  options.client_protocol = "http";
+  options.access_points = "HTTP=8080";
+  std::string out;
+  SerializeRequestHead(p.head, p.info, options, out);
+  for (std::string_view kept :
+       {"\r\nForwarded: for=203.0.113.9;proto=https\r\n", "\r\nX-Real-IP: 203.0.113.9\r\n",
+        "\r\nX-Forwarded-Port: 443\r\n", "\r\nClientProtocol: https\r\n",
+        "\r\nx-sap-webdisp-ap: HTTP=1,HTTPS=2\r\n"}) {
+    EXPECT_NE(out.find(kept), std::string::npos) << kept << out;
+  }
+  // SAP's SetHeaderIfEmpty: the trusted proxy's values stand, ours are not added.
+  EXPECT_EQ(out.find("ClientProtocol: http\r\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("HTTP=8080"), std::string::npos) << out;
+  for (std::string_view dropped :
+       {"X_Forwarded_For", "X_Forwarded_Proto", "Client-Protocol", "X_Real_IP"}) {
+    EXPECT_EQ(out.find(dropped), std::string::npos) << dropped << out;
+  }
+}
+
 TEST(SerializeRequestHead, RepeatedOrListedContentLengthGoesOnAsOneValue) {
   // Framing accepts "5, 5" and repeated fields with one value; the next hop
   // gets a single plain field wherever the first one was.

@@ -178,7 +178,7 @@ std::vector<RejectCase> RejectCases() {
       {"absolute_bad_port", "GET http://h:8x/ HTTP/1.1\r\n\r\n", 400, ParseError::kBadTarget},
       {"absolute_big_port", "GET http://h:65536/ HTTP/1.1\r\n\r\n", 400, ParseError::kBadTarget},
       {"absolute_ftp", "GET ftp://h/ HTTP/1.1\r\n\r\n", 400, ParseError::kBadTarget},
-      {"absolute_bad_host_char", "GET http://h!x/ HTTP/1.1\r\n\r\n", 400, ParseError::kBadTarget},
+      {"absolute_bad_host_char", "GET http://h{x/ HTTP/1.1\r\n\r\n", 400, ParseError::kBadTarget},
       {"target_too_long", "GET " + big_target + " HTTP/1.1\r\n\r\n", 414,
        ParseError::kTargetTooLong},
       {"bare_lf_request_line", "GET / HTTP/1.1\nHost: h\r\n\r\n", 400, ParseError::kBareLf},
@@ -430,6 +430,45 @@ TEST(ClassifyFieldName, RecognisesNamesInAnyCaseAndNothingElse) {
   Header built{"Connection", "close"};
   EXPECT_EQ(built.id, FieldId::kUnclassified);
   EXPECT_EQ(built.Id(), FieldId::kConnection);
+}
+
+TEST(ClassifyFieldName, ForwardingFieldsAndTheirOtherSpellings) {
+  EXPECT_EQ(ClassifyFieldName("Forwarded"), FieldId::kForwarded);
+  EXPECT_EQ(ClassifyFieldName("X-Real-IP"), FieldId::kXRealIp);
+  EXPECT_EQ(ClassifyFieldName("x-forwarded-port"), FieldId::kXForwardedPort);
+  EXPECT_EQ(ClassifyFieldName("ClientProtocol"), FieldId::kClientProtocol);
+  EXPECT_EQ(ClassifyFieldName("clientprotocol"), FieldId::kClientProtocol);
+  EXPECT_EQ(ClassifyFieldName("X-SAP-WebDisp-AP"), FieldId::kSapWebdispAp);
+  // What CGI gateways and frameworks folding '-' and '_' read as the same field.
+  for (std::string_view alias :
+       {"X_Forwarded_For", "x-forwarded_for", "XForwardedFor", "X_Forwarded_Proto",
+        "X_FORWARDED_HOST", "X_Forwarded_Port", "X_Real_IP", "XRealIp", "X_Request_Id",
+        "Client-Protocol", "client_protocol", "x_sap_webdisp_ap", "xsapwebdispap", "For_warded",
+        "x--forwarded--for", "_forwarded_"}) {
+    EXPECT_EQ(ClassifyFieldName(alias), FieldId::kForwardingAlias) << alias;
+  }
+  for (std::string_view other :
+       {"X-Forwarded-Fort", "X-Forwarded", "Forwarded-By", "X-Real", "Content-Type",
+        "Cache-Control", "X-Forwarded-For-Real", "ClientProtocols", "x-sap-webdisp-target-sid"}) {
+    EXPECT_EQ(ClassifyFieldName(other), FieldId::kOther) << other;
+  }
+  // The cases the switch used to settle by length alone still do.
+  EXPECT_EQ(ClassifyFieldName("Upgrade"), FieldId::kUpgrade);
+  EXPECT_EQ(ClassifyFieldName("Keep-Alive"), FieldId::kKeepAlive);
+  EXPECT_EQ(ClassifyFieldName("Content-Length"), FieldId::kContentLength);
+}
+
+TEST(IsValidAuthority, RegNameTakesSubDelims) {
+  // llhttp's request vectors: a reg-name may hold sub-delims (RFC 3986 3.2.2).
+  EXPECT_TRUE(IsValidAuthority("0.0.0.0=5000", false));
+  EXPECT_TRUE(IsValidAuthority("0.0.0.0=5000:80", false));
+  EXPECT_TRUE(IsValidAuthority("a!$&'()*+,;=b", false));
+  EXPECT_FALSE(IsValidAuthority("a{b", false));
+  EXPECT_FALSE(IsValidAuthority("a\"b", false));
+  EXPECT_FALSE(IsValidAuthority("a b", false));
+  EXPECT_FALSE(IsValidAuthority("a@b", false));  // no userinfo
+  EXPECT_FALSE(IsValidAuthority("a/b", false));
+  EXPECT_FALSE(IsValidAuthority("0.0.0.0=5000:x", false));
 }
 
 TEST(IsValidAuthority, PlainAndGeneralForms) {

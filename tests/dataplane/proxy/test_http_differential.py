@@ -340,6 +340,10 @@ CASES = [
     ("absolute_form_no_slashes", get(target=b"http:h/a"), REJECT),
     ("absolute_form_other_scheme", get(target=b"ftp://h/a"), REJECT),
     ("absolute_form_bad_host", get(target=b"http://h{x}/a"), REJECT),
+    # llhttp's vectors: a reg-name holds sub-delims (issue 23 item 13).
+    ("host_with_sub_delims", get(b"Host: 0.0.0.0=5000\r\n"), ACCEPT),
+    ("host_with_every_sub_delim", get(b"Host: a!$&'()*+,;=b:80\r\n"), ACCEPT),
+    ("absolute_form_sub_delims", get(target=b"http://0.0.0.0=5000/a"), ACCEPT),
     ("absolute_form_space_in_host", get(target=b"http://h%20x/a"), ACCEPT),
     ("absolute_form_without_host_field", b"GET http://h/a HTTP/1.1\r\n\r\n", REJECT),
     ("authority_form_without_connect", get(target=b"h:80"), REJECT),

@@ -655,5 +655,41 @@ TEST(RoutingTableTest, RegistriesForgetRemovedGroupsAndServers) {
   EXPECT_NE(health.Find("erp/diag", "app1"), nullptr);
 }
 
+// UrlMapping.spec.sapHeaders: an unset switch is on for ABAP groups, off for
+// Java ones; a set one wins; the root rule and the default groups follow the
+// virtual host's, a rule its own.
+TEST_F(RouterTest, SapHeadersByGroupKindUnlessSwitched) {
+  Decision abap = Go("/sap/bc/x");
+  EXPECT_TRUE(abap.sap_client_protocol && abap.sap_access_points);
+  Decision root = Go("/");
+  EXPECT_TRUE(root.sap_client_protocol && root.sap_access_points);
+  Decision java = Go("/irj/portal");
+  EXPECT_FALSE(java.sap_client_protocol || java.sap_access_points);
+  Decision none = Go("/nogroup/x");  // no group: nothing to send
+  EXPECT_FALSE(none.sap_client_protocol || none.sap_access_points);
+
+  v1::Snapshot snapshot = StandardSnapshot();
+  v1::VirtualHost* any = snapshot.mutable_virtual_hosts(0);
+  ASSERT_EQ(any->host(), "");
+  any->mutable_sap_headers()->set_access_points(v1::SAP_HEADER_SWITCH_OFF);
+  for (v1::Rule& rule : *any->mutable_rules()) {
+    if (rule.prefix() == "/sap/") {
+      rule.mutable_sap_headers()->set_client_protocol(v1::SAP_HEADER_SWITCH_OFF);
+    } else if (rule.prefix() == "/irj/") {
+      rule.mutable_sap_headers()->set_client_protocol(v1::SAP_HEADER_SWITCH_ON);
+    }
+  }
+  Apply(snapshot);
+  abap = Go("/sap/bc/x");
+  EXPECT_FALSE(abap.sap_client_protocol);
+  EXPECT_TRUE(abap.sap_access_points);  // the rule's own switch is unset
+  root = Go("/");
+  EXPECT_TRUE(root.sap_client_protocol);
+  EXPECT_FALSE(root.sap_access_points);
+  java = Go("/irj/portal");
+  EXPECT_TRUE(java.sap_client_protocol);
+  EXPECT_FALSE(java.sap_access_points);
+}
+
 }  // namespace
 }  // namespace kwd::routing

@@ -92,6 +92,16 @@ def make_pki(pki, certs):
             with open(os.path.join(pki, name)) as part:
                 f.write(part.read())
     make_cert(pki, "stranger", "other-ca", "/CN=mallory", CLIENT_EXT)
+    # A valid chain with a self-made CA certificate appended (and a leaf it
+    # signed): certificates the client merely sent, which verified nothing.
+    make_ca(pki, "rogue-ca")
+    make_cert(pki, "rogue-int", "rogue-ca", "/CN=rogue-int",
+              ["basicConstraints=critical,CA:TRUE", "keyUsage=critical,keyCertSign"],
+              out_crt="rogue-int.pem")
+    with open(os.path.join(pki, "client-chain-padded.pem"), "w") as f:
+        for name in ("client.crt", "client-int.pem", "rogue-int.pem", "rogue-ca.pem"):
+            with open(os.path.join(pki, name)) as part:
+                f.write(part.read())
 
 
 class EchoHandler(BaseHTTPRequestHandler):
@@ -380,6 +390,27 @@ class TlsTermination(unittest.TestCase):
         self.assertIn(int_body, headers["ssl_client_cert_chain_1"])
         self.assertNotIn("ssl_client_cert_chain_5", headers)
         self.assertNotIn("forged", json.dumps(headers))
+
+    def test_only_the_verified_chain_is_forwarded(self):
+        # Issue 23 item 10: certificates appended to a valid chain (a self-made
+        # CA and an intermediate it signed) took part in no verification.
+        ctx = self.context(client_cert=("client-chain-padded.pem", "client.key"))
+        with self.tls_connect("alpha.kwd.test", ctx) as s:
+            headers = self.echoed(s)
+
+        def body(name):
+            with open(os.path.join(self.pki, name)) as f:
+                return "".join(l for l in f.read().splitlines() if not l.startswith("-----"))
+
+        self.assertIn(body("client.crt"), headers["ssl_client_cert"])
+        self.assertIn(body("client-int.pem"), headers["ssl_client_cert_chain_1"])
+        chain = {k: v for k, v in headers.items() if k.startswith("ssl_client_cert_chain_")}
+        self.assertEqual(list(chain), ["ssl_client_cert_chain_1"], chain)
+        text = json.dumps(headers)
+        self.assertNotIn(body("rogue-ca.pem"), text)
+        self.assertNotIn(body("rogue-int.pem"), text)
+        # The trust anchor (client-ca) is not sent either, as SAP's ICM does not.
+        self.assertNotIn(body("client-ca.pem"), text)
 
     def test_unverified_client_certificate_is_not_forwarded(self):
         before = self.metric("kwd_proxy_tls_client_certificates_unverified_total")

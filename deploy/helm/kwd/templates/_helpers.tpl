@@ -84,6 +84,13 @@ client certificate with the CA of the controller's certificate.
 {{- list $name (printf "%s.%s" $name $ns) (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.cluster.local" $name $ns) | toJson }}
 {{- end }}
 
+{{/* A Service's DNS names, comma-separated, for --admin-allowed-hosts (dict "root" . "name" NAME "extra" LIST). */}}
+{{- define "kwd.serviceHostNames" -}}
+{{- $ns := .root.Release.Namespace }}
+{{- $names := list .name (printf "%s.%s" .name $ns) (printf "%s.%s.svc" .name $ns) (printf "%s.%s.svc.cluster.local" .name $ns) }}
+{{- concat $names (.extra | default list) | join "," }}
+{{- end }}
+
 {{- define "kwd.grpcTLS.controllerMountPath" -}}/etc/kwd/grpc-tls{{- end }}
 {{- define "kwd.grpcTLS.proxyMountPath" -}}/etc/kwd/controller-tls{{- end }}
 
