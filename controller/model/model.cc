@@ -431,7 +431,7 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
 void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
   r.Known(&spec, "spec",
           {"sid", "messageServer", "serverListPath", "refreshIntervalSeconds", "logonGroups",
-           "groupInfoPath", "urlMap", "urlMapPath"});
+           "groupInfoPath", "urlMap", "urlMapPath", "allowedNetworks"});
   r.OptString(spec, "sid", "spec.sid", &out->sid);
   if (const json* ms = r.ObjectField(spec, "messageServer", "spec.messageServer")) {
     r.Known(ms, "spec.messageServer", {"host", "httpPort", "httpsPort", "caBundle"});
@@ -448,6 +448,7 @@ void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
   r.OptBool(spec, "urlMap", "spec.urlMap", &out->url_map);
   r.OptString(spec, "groupInfoPath", "spec.groupInfoPath", &out->group_info_path);
   r.OptString(spec, "urlMapPath", "spec.urlMapPath", &out->url_map_path);
+  r.StringList(spec, "allowedNetworks", "spec.allowedNetworks", &out->allowed_networks);
 }
 
 void ReadEndpointSlice(Reader& r, const json& object, EndpointSlice* out) {

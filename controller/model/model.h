@@ -244,6 +244,9 @@ struct SapSystemSpec {
   std::optional<std::string> group_info_path;
   std::optional<bool> url_map;  // fetch the ICF URL map (icr_urlprefix)
   std::optional<std::string> url_map_path;
+  // CIDRs the instances' addresses must be in (empty: any ordinary address);
+  // loopback, link-local, unspecified and multicast only when listed.
+  std::vector<std::string> allowed_networks;
 
   bool operator==(const SapSystemSpec&) const = default;
 };
