@@ -11,34 +11,39 @@ std::string PrintableText(std::string_view text, std::size_t max_bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   static constexpr std::string_view kCut = "...";
   std::string out;
-  out.reserve(std::min(text.size(), max_bytes));
+  // Where out could be cut with "..." still within max_bytes: after the last
+  // whole piece that leaves room for it.
+  std::size_t cut = 0;
+  out.reserve(std::min(text.size(), max_bytes) + 8);
   for (std::size_t i = 0; i < text.size();) {
-    std::string piece;
     const auto byte = static_cast<unsigned char>(text[i]);
     std::size_t length = 1;
     if (byte >= 0x80) {
       length = Utf8SequenceLength(text.substr(i));
       if (length == 0) {
-        piece = std::string("\\x") + kHex[byte >> 4] + kHex[byte & 0xf];
+        out += "\\x";
+        out += kHex[byte >> 4];
+        out += kHex[byte & 0xf];
         length = 1;
       } else {
-        piece = std::string(text.substr(i, length));
+        out.append(text.substr(i, length));
       }
     } else if (byte < 0x20 || byte == 0x7f) {
-      AppendControlEscape(text[i], piece);
+      AppendControlEscape(text[i], out);
     } else {
-      piece = text[i];
+      out += text[i];
     }
-    // Room for "..." unless this is the last piece.
-    const bool last = i + length == text.size();
-    if (out.size() + piece.size() + (last ? 0 : kCut.size()) > max_bytes) {
-      if (out.size() + kCut.size() <= max_bytes) {
+    i += length;
+    if (out.size() + kCut.size() <= max_bytes) {
+      cut = out.size();
+    }
+    if (out.size() > max_bytes) {
+      out.resize(cut);
+      if (cut + kCut.size() <= max_bytes) {
         out += kCut;
       }
       return out;
     }
-    out += piece;
-    i += length;
   }
   return out;
 }

@@ -25,7 +25,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 // The verified client certificate's identity: its first subject
 // alternative name, else its common name; "" without one.
-std::string CertificateIdentity(const grpc::ServerContext& context) {
+std::string CertificateIdentity(const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (!auth || !auth->IsPeerAuthenticated()) {
     return "";

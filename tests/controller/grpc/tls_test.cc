@@ -152,7 +152,7 @@ TEST_F(TlsTest, TheClientVerifiesTheControllerCertificateAndName) {
   EXPECT_TRUE(right_name->WaitForVersion(result_->snapshot.version(), seconds(10)));
   EXPECT_FALSE(unnamed->WaitForConnected(true, milliseconds(300)));
   EXPECT_FALSE(wrong_name->WaitForConnected(true, milliseconds(300)));
-  EXPECT_EQ(ConnectedNodes(*named), std::vector<std::string>{"right-name"});
+  EXPECT_EQ(ConnectedNodes(*named), std::vector<std::string>{"client/right-name"});
 }
 
 // Rotation: the server's certificate, key and client CA are replaced (an

@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tests/fake_sap/fake_message_server_process.h"
+#include "tests/support/process.h"
 #include "tests/support/temp_path.h"
 #include "tests/support/test_pki.h"
 
@@ -301,6 +303,64 @@ TEST(PollerTlsTest, FeedsFollowTheMessageServerOverHttps) {
   EXPECT_NE(plain_only.list.message.find("no instance with an HTTPS port to ask"),
             std::string::npos)
       << plain_only.list.message;
+}
+
+class NullSink final : public pipeline::SnapshotSink {
+ public:
+  void Publish(std::shared_ptr<const compile::CompileResult>) override {}
+};
+
+// How many times the fast system's message server was asked within 4.5 s,
+// with two slow message servers (3 s per answer) polled by `workers`.
+std::size_t FastPollsBesideSlowOnes(int workers) {
+  const json slow_state = {{"mode", "timeout"},
+                           {"delay_seconds", 3},
+                           {"instances", {{{"name", "s_FAK_00"}, {"host", "10.0.0.2"}, {"http", 8000}}}}};
+  FakeMessageServer slow1(slow_state);
+  FakeMessageServer slow2(slow_state);
+  FakeMessageServer fast(
+      json{{"instances", {{{"name", "f_FAK_00"}, {"host", "10.0.0.1"}, {"http", 8000}}}}});
+  NullSink sink;
+  pipeline::Pipeline pipeline(pipeline::PipelineOptions{std::chrono::milliseconds(0),
+                                                        std::chrono::milliseconds(0), nullptr},
+                              sink, nullptr);
+  PollerOptions options;
+  options.timeout = std::chrono::seconds(5);
+  options.resolve = [](const std::string& host) { return std::vector<std::string>{host}; };
+  options.own_addresses = [] { return std::vector<IpAddress>{}; };
+  options.max_concurrent_polls = workers;
+  SapSystemPoller poller(pipeline, options, nullptr);
+  auto system = [](const std::string& ns, uint16_t port) {
+    model::SapSystem object;
+    object.metadata.namespace_ = ns;
+    object.metadata.name = "sys";
+    object.spec.message_server.host = "127.0.0.1";
+    object.spec.message_server.http_port = port;
+    object.spec.refresh_interval_seconds = 1;
+    return object;
+  };
+  poller.SetSystems({system("slow-a", slow1.port()), system("slow-b", slow2.port()),
+                     system("fast", fast.port())});
+  std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
+  std::jthread poll_thread([&](std::stop_token stop) { poller.Run(stop); });
+  const auto start = std::chrono::steady_clock::now();
+  kwd::testing::WaitFor([&] { return fast.ListRequests() >= 5; }, std::chrono::milliseconds(4500));
+  std::size_t polls = fast.ListRequests();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(6));
+  poll_thread.request_stop();
+  return polls;
+}
+
+// Issue 23 item 8: SAP systems were polled one at a time, so two slow
+// message servers stretched another namespace's 1 s refresh to 6 s and more.
+TEST(PollerConcurrencyTest, SlowMessageServersDoNotDelayOtherSystems) {
+  // Polled at 0, 1, 2, 3 and 4 s: at least four within 4.5 s.
+  EXPECT_GE(FastPollsBesideSlowOnes(4), 4u);
+}
+
+// The bound holds: with one worker the slow systems take turns with it.
+TEST(PollerConcurrencyTest, OneWorkerPollsOneSystemAtATime) {
+  EXPECT_LE(FastPollsBesideSlowOnes(1), 2u);
 }
 
 }  // namespace
