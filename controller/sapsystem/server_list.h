@@ -4,7 +4,7 @@
 // (/msgserver/text/logon?version=1.2) and the ICF group information
 // (/sap/public/icf_info/icr_groups): pure parsers of untrusted bytes, and the
 // pure step that turns a parsed list into a model::SapServerList. Formats and
-// the choices made where SAP does not say: docs/sap-discovery.md ("Formats").
+// the choices made where SAP does not say: ../shared/reference/sap-server-list.md.
 //
 // Tolerant of layout (TAB or spaces, CRLF or LF, records with or without a
 // blank line between them, unknown protocol types, any description), strict

@@ -4,7 +4,7 @@
 
 The message server answers GET /msgserver/text/logon[?version=1.2] with the
 application server list in the shape of a captured kernel-793 answer (see
-docs/sap-discovery.md, "Formats"): "version 1.2", one
+../shared/reference/sap-server-list.md, section 3.2): "version 1.2", one
 record per instance (instance name line, then TAB-separated service rows
 DIAG/RFC/HTTP/HTTPS with "LB=<capacity>" on the DIAG row, the VHOST=0 twins
 of the HTTP rows), an empty line after each record, CRLF. Switches make it
