@@ -461,6 +461,18 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   sapsystem::PollerOptions poller_options;
   poller_options.timeout = flags.sapsystem_timeout;
   poller_options.max_concurrent_polls = flags.sapsystem_concurrency;
+  // Refused as instance addresses: this pod's and every connected proxy's
+  // (a message server listing a proxy's pod IP and admin port would
+  // otherwise make the admin API public).
+  poller_options.own_addresses = [&grpc_server] {
+    std::vector<sapsystem::IpAddress> own = sapsystem::OwnAddresses();
+    for (const snapshot_server::ProxyStatus& proxy : grpc_server.Proxies()) {
+      if (auto address = sapsystem::PeerAddress(proxy.peer)) {
+        own.push_back(*address);
+      }
+    }
+    return own;
+  };
   sapsystem::SapSystemPoller sap_poller(pipeline, poller_options, &metrics);
   pipeline.SetSapSystemObserver([&sap_poller](std::vector<model::SapSystem> systems) {
     sap_poller.SetSystems(std::move(systems));

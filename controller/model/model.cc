@@ -403,7 +403,7 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
-           "permissions", "fromSapSystem"});
+           "permissions", "fromSapSystem", "fromSapSystemRefines"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
@@ -413,6 +413,8 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   }
   r.OptString(spec, "passthroughGroup", "spec.passthroughGroup", &out->passthrough_group);
   r.OptString(spec, "fromSapSystem", "spec.fromSapSystem", &out->from_sap_system);
+  r.OptBool(spec, "fromSapSystemRefines", "spec.fromSapSystemRefines",
+            &out->from_sap_system_refines);
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
                  r.Known(&entry, path, {"prefix", "kind", "logonGroup"});

@@ -212,6 +212,10 @@ struct UrlMappingSpec {
   // A SapSystem in the same namespace whose ICF URL prefixes (icr_urlprefix)
   // become rules of this mapping; the mapping's own rules win on a prefix.
   std::optional<std::string> from_sap_system;
+  // Whether a discovered prefix may take a subtree of one of this mapping's
+  // own rules (a longer prefix under it); default false. Never when the
+  // traffic it takes would lose its upstream TLS.
+  std::optional<bool> from_sap_system_refines;
 
   bool operator==(const UrlMappingSpec&) const = default;
 };

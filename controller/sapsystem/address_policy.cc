@@ -64,6 +64,24 @@ std::string FormatIpAddress(const IpAddress& address) {
   return text;
 }
 
+std::optional<IpAddress> PeerAddress(std::string_view peer) {
+  for (std::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (peer.starts_with(scheme)) {
+      peer.remove_prefix(scheme.size());
+      std::size_t colon = peer.rfind(':');
+      if (colon == std::string_view::npos) {
+        return std::nullopt;
+      }
+      peer = peer.substr(0, colon);
+      if (peer.size() >= 2 && peer.front() == '[' && peer.back() == ']') {
+        peer = peer.substr(1, peer.size() - 2);
+      }
+      return ParseIpAddress(peer);
+    }
+  }
+  return std::nullopt;
+}
+
 bool Cidr::Contains(const IpAddress& address) const {
   if (network.v4) {
     // Also matches the IPv4-mapped IPv6 form of the address.
@@ -175,8 +193,8 @@ std::string RefusalReason(const AddressPolicy& policy, std::string_view text) {
   if (own && std::none_of(policy.allowed.begin(), policy.allowed.end(), [&](const Cidr& cidr) {
         return cidr.IsSingleAddress() && cidr.Contains(*address);
       })) {
-    return "the controller's own address (list it as a single address in spec.allowedNetworks "
-           "to allow it)";
+    return "an address of the controller or of a connected proxy (list it as a single address "
+           "in spec.allowedNetworks to allow it)";
   }
   if (!policy.allowed.empty() && !listed(*address)) {
     return "outside spec.allowedNetworks";

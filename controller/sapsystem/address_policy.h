@@ -3,16 +3,18 @@
 // Which addresses an SAP system may send kwd to. The message server lists
 // the application servers' hosts; the proxies then route public traffic
 // there and the controller fetches the group and URL-map feeds from them.
-// A list that names 127.0.0.1, 0.0.0.0, 169.254.169.254 (cloud metadata) or
-// the controller's own address would turn kwd into a path to what only the
-// pod itself should reach. So, by default:
+// A list that names 127.0.0.1, 0.0.0.0, 169.254.169.254 (cloud metadata), the
+// controller's or a proxy's own address would turn kwd into a path to what
+// only the pod itself should reach (its admin port, its metrics). So, by
+// default:
 //
 //   - loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10),
 //     unspecified ("this network" 0.0.0.0/8, ::), multicast and broadcast
 //     (224.0.0.0/4, 240.0.0.0/4, ff00::/8) are refused unless a CIDR of
 //     spec.allowedNetworks contains the address;
-//   - the controller's own addresses are refused unless spec.allowedNetworks
-//     lists the address itself (/32 or /128);
+//   - the controller's own addresses (its interfaces) and those of the
+//     proxies connected to it (their gRPC peer addresses) are refused unless
+//     spec.allowedNetworks lists the address itself (/32 or /128);
 //   - with spec.allowedNetworks set, any address outside every listed CIDR
 //     is refused.
 //
@@ -40,6 +42,9 @@ struct IpAddress {
 // inet_pton of either family; nullopt for anything else (host names, zones).
 std::optional<IpAddress> ParseIpAddress(std::string_view text);
 std::string FormatIpAddress(const IpAddress& address);
+// The address of a gRPC peer ("ipv4:10.1.2.3:41000", "ipv6:[fd00::7]:41000");
+// nullopt for anything else (a Unix socket).
+std::optional<IpAddress> PeerAddress(std::string_view peer);
 
 struct Cidr {
   IpAddress network;   // host bits zero
@@ -61,14 +66,15 @@ std::string_view SpecialAddressKind(const IpAddress& address);
 
 struct AddressPolicy {
   std::vector<Cidr> allowed;         // spec.allowedNetworks; empty: any ordinary address
-  std::vector<IpAddress> own;        // the controller's own addresses
+  std::vector<IpAddress> own;        // the controller's and its proxies' addresses
 
   bool operator==(const AddressPolicy&) const = default;
 };
 
 // Why `address` (text, as resolved) is refused, or "" when it is accepted:
 // "loopback address, not in spec.allowedNetworks",
-// "the controller's own address", "outside spec.allowedNetworks",
+// "an address of the controller or of a connected proxy (...)",
+// "outside spec.allowedNetworks",
 // "not an IP address".
 std::string RefusalReason(const AddressPolicy& policy, std::string_view address);
 

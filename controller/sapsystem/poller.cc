@@ -596,7 +596,6 @@ void SapSystemPoller::Work(std::stop_token stop) {
            {"servers", std::to_string(outcome.list.instances.size())},
            {"message", outcome.list.message}});
     }
-    Publish(chosen_key, outcome);
     const std::string refreshed_at = pipeline::FormatTime(std::chrono::system_clock::now());
 
     std::unique_lock deliver(deliver_mu_);
@@ -610,6 +609,7 @@ void SapSystemPoller::Work(std::stop_token stop) {
     if (system.config != config) {
       continue;  // changed meanwhile: due again at once (SetSystems)
     }
+    Publish(chosen_key, outcome);  // metrics; not for a system removed meanwhile
     auto refused = outcome.skips.counts.find(SkipReason::kRefusedAddress);
     std::size_t refused_count = refused == outcome.skips.counts.end() ? 0 : refused->second;
     if (refused_count != system.refused_logged) {

@@ -37,8 +37,9 @@ struct PollerOptions {
   std::chrono::milliseconds timeout{10000};
   // Host names to addresses; default: getaddrinfo (A and AAAA, IPv4 first).
   Resolver resolve;
-  // The controller's own addresses, refused as instance addresses
-  // (address_policy.h); default: OwnAddresses.
+  // Addresses refused as instance addresses unless listed one by one
+  // (address_policy.h): the controller's and its proxies'; default:
+  // OwnAddresses. Called once per poll.
   std::function<std::vector<IpAddress>()> own_addresses;
   // SapSystems polled at the same time; a slow message server holds up
   // only its own system (and one of these slots).

@@ -231,7 +231,9 @@ TEST_F(PollerTest, OwnAddressesAreRefused) {
                {*ParseIpAddress("10.0.0.9")});
   ASSERT_EQ(outcome.list.instances.size(), 1u);
   EXPECT_EQ(outcome.list.instances[0].name, "ok_FAK_01");
-  EXPECT_NE(outcome.list.message.find("the controller's own address"), std::string::npos)
+  EXPECT_NE(outcome.list.message.find("refused: an address of the controller or of a connected "
+                                      "proxy"),
+            std::string::npos)
       << outcome.list.message;
 }
 

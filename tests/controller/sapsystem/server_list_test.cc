@@ -425,6 +425,15 @@ TEST(AddressPolicyTest, CidrsAndKinds) {
   EXPECT_EQ(RefusalReason(own, "not-an-ip"), "not an IP address");
 }
 
+TEST(AddressPolicyTest, GrpcPeerAddresses) {
+  EXPECT_EQ(PeerAddress("ipv4:10.1.2.3:41000"), ParseIpAddress("10.1.2.3"));
+  EXPECT_EQ(PeerAddress("ipv6:[fd00::7]:41000"), ParseIpAddress("fd00::7"));
+  EXPECT_EQ(PeerAddress("ipv6:%5B::1%5D:1"), std::nullopt);
+  EXPECT_EQ(PeerAddress("unix:/run/kwd.sock"), std::nullopt);
+  EXPECT_EQ(PeerAddress("ipv4:10.1.2.3"), std::nullopt);
+  EXPECT_EQ(PeerAddress(""), std::nullopt);
+}
+
 TEST(GroupInfoTest, ReferenceExampleAndTolerance) {
   ParsedGroupInfo parsed = ParseGroupInfo(
       "version 1.0\r\nappa_PRD_00\r\nappb_PRD_01\r\n\r\nPUBLIC:appa_PRD_00,appb_PRD_01\r\n"
