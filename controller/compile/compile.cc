@@ -1101,6 +1101,20 @@ struct HostEntry {
   std::map<std::string, v1::Rule> rules;  // by prefix
 };
 
+// 1 for a LogonGroup that re-encrypts to its servers, 0 for plain HTTP; 2
+// for no group ("" : nothing is sent anywhere, so nothing is lowered).
+int UpstreamTlsRank(const ObjectSet& objects, const std::string& group_key) {
+  std::size_t slash = group_key.find('/');
+  if (group_key.empty() || slash == std::string::npos) {
+    return 2;
+  }
+  auto it = objects.logon_groups().find({group_key.substr(0, slash), group_key.substr(slash + 1)});
+  if (it == objects.logon_groups().end()) {
+    return 2;
+  }
+  return it->second.spec.upstream_tls.mode.value_or("none") == "reencrypt" ? 1 : 0;
+}
+
 struct ResolvedDefault {
   std::string intended;  // the key asked for, "" when nothing was asked for
   std::string resolved;  // the key in the snapshot, "" when none
@@ -1214,7 +1228,8 @@ class UrlMappingCompiler {
     }
     std::set<std::string> derived;  // prefixes of rules from spec.fromSapSystem
     if (spec.from_sap_system) {
-      AddSapSystemRules(ns, *spec.from_sap_system, source, abap, java, &prefixes, &rules, &derived,
+      AddSapSystemRules(ns, *spec.from_sap_system, source, abap, java,
+                        spec.from_sap_system_refines.value_or(false), &prefixes, &rules, &derived,
                         findings);
     }
 
@@ -1397,9 +1412,9 @@ class UrlMappingCompiler {
   // poller; checked again here.
   void AddSapSystemRules(const std::string& ns, const std::string& system_name,
                          const std::string& source, const ResolvedDefault& abap,
-                         const ResolvedDefault& java, std::set<std::string>* prefixes,
-                         std::vector<v1::Rule>* rules, std::set<std::string>* derived,
-                         Findings& findings) {
+                         const ResolvedDefault& java, bool may_refine,
+                         std::set<std::string>* prefixes, std::vector<v1::Rule>* rules,
+                         std::set<std::string>* derived, Findings& findings) {
     if (!IsObjectName(system_name)) {
       findings.Reject(kReasonInvalidField, "spec.fromSapSystem: " + Quote(system_name) +
                                                " is not a valid SapSystem name");
@@ -1437,6 +1452,10 @@ class UrlMappingCompiler {
     std::set<std::string> unmapped;
     std::size_t shadowed = 0;
     std::size_t invalid = 0;
+    // The operator's rules: the ones in `rules` before this adds any.
+    const std::size_t own_rules = rules->size();
+    std::vector<std::string> covered;  // left out: under an own rule
+    std::vector<std::string> lowered;  // left out: would lower the upstream TLS
     for (const model::SapUrlPrefix& entry : list->url_prefixes) {
       std::string prefix = AsciiLower(entry.prefix);
       if (!ValidPrefixShape(prefix) || !IsPathText(prefix) ||
@@ -1444,15 +1463,11 @@ class UrlMappingCompiler {
         ++invalid;
         continue;
       }
-      if (!prefixes->insert(prefix).second) {
+      if (prefixes->count(prefix) > 0) {
         ++shadowed;  // the mapping's own rule wins
         continue;
       }
       v1::Kind kind = entry.java ? v1::KIND_JAVA : v1::KIND_ABAP;
-      v1::Rule rule;
-      rule.set_prefix(prefix);
-      rule.set_kind(kind);
-      rule.set_source(source);
       std::string group = kind == v1::KIND_ABAP ? abap.resolved : java.resolved;
       if (!entry.logon_group.empty()) {
         if (auto it = smlg_groups.find(entry.logon_group); it != smlg_groups.end()) {
@@ -1461,6 +1476,32 @@ class UrlMappingCompiler {
           unmapped.insert(entry.logon_group);
         }
       }
+      // The traffic this prefix would take: that of the longest own rule it
+      // lies under (prefixes end in "/", so this is a path-segment match),
+      // else that of the default group unmatched paths go to (java).
+      const v1::Rule* under = nullptr;
+      for (std::size_t i = 0; i < own_rules; ++i) {
+        const v1::Rule& own = (*rules)[i];
+        if (prefix.starts_with(own.prefix()) &&
+            (under == nullptr || own.prefix().size() > under->prefix().size())) {
+          under = &own;
+        }
+      }
+      if (under != nullptr && !may_refine) {
+        covered.push_back(prefix + " (under " + under->prefix() + ")");
+        continue;
+      }
+      const std::string& before = under != nullptr ? under->group() : java.resolved;
+      if (UpstreamTlsRank(objects_, group) < UpstreamTlsRank(objects_, before)) {
+        lowered.push_back(prefix + " (" + group + ", plain HTTP, instead of " + before +
+                          ", re-encrypted)");
+        continue;
+      }
+      prefixes->insert(prefix);
+      v1::Rule rule;
+      rule.set_prefix(prefix);
+      rule.set_kind(kind);
+      rule.set_source(source);
       rule.set_group(group);
       derived->insert(prefix);
       rules->push_back(std::move(rule));
@@ -1471,6 +1512,28 @@ class UrlMappingCompiler {
     }
     if (invalid > 0) {
       note += "; " + std::to_string(invalid) + " invalid prefixes left out";
+    }
+    // At most 10 named; the rest counted.
+    auto listed = [](const std::vector<std::string>& items) {
+      std::vector<std::string> shown(items.begin(),
+                                     items.begin() + std::min<std::size_t>(items.size(), 10));
+      if (items.size() > shown.size()) {
+        shown.push_back("...");
+      }
+      return JoinStrings(shown, ", ");
+    };
+    if (!covered.empty()) {
+      note += "; " + std::to_string(covered.size()) +
+              (covered.size() == 1 ? " prefix" : " prefixes") +
+              " under spec.rules left out (spec.fromSapSystemRefines: false): " + listed(covered);
+    }
+    if (!lowered.empty()) {
+      note += "; " + std::to_string(lowered.size()) +
+              (lowered.size() == 1
+                   ? " prefix left out as it would lower the upstream TLS of the traffic it takes: "
+                   : " prefixes left out as they would lower the upstream TLS of the traffic they "
+                     "take: ") +
+              listed(lowered);
     }
     if (!unmapped.empty()) {
       note +=

@@ -130,6 +130,13 @@ struct RawStream {
         stream(stub->StreamSnapshots(&context)) {}
   ~RawStream() { context.TryCancel(); }
 
+  // Sends the first request as `node` and reads the answer into `first`.
+  bool Hello(const std::string& node, v1::SnapshotResponse* first) {
+    v1::SnapshotRequest hello;
+    hello.set_node_id(node);
+    return stream->Write(hello) && stream->Read(first);
+  }
+
   std::unique_ptr<v1::SnapshotDiscovery::Stub> stub;
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SnapshotRequest, v1::SnapshotResponse>> stream;
@@ -589,12 +596,10 @@ TEST(SnapshotServerTest, HostileNackTextIsBoundedAndPrintable) {
   auto good = Result(1, 1);
   server->Publish(good);
   RawStream raw(server->port());
-  v1::SnapshotRequest hello;
-  // (protobuf itself refuses strings that are not UTF-8)
-  hello.set_node_id("proxy-a\n\x1b[31mlevel=error msg=forged\xe2\x80\xae" + std::string(500, 'n'));
-  ASSERT_TRUE(raw.stream->Write(hello));
   v1::SnapshotResponse response;
-  ASSERT_TRUE(raw.stream->Read(&response));
+  // (protobuf itself refuses strings that are not UTF-8)
+  ASSERT_TRUE(raw.Hello(
+      "proxy-a\n\x1b[31mlevel=error msg=forged\xe2\x80\xae" + std::string(500, 'n'), &response));
   v1::SnapshotRequest nack;
   nack.set_response_nonce(response.nonce());
   nack.mutable_error_detail()->set_message(std::string("\r\n\x00\x7f", 4) + std::string(40'000, 'x'));
@@ -642,11 +647,8 @@ TEST(SnapshotServerTest, SilentClientDoesNotHoldProgrammedForever) {
   FakeProxy proxy(server->port(), "proxy-a");
   ASSERT_TRUE(proxy.client->WaitForVersion(good->snapshot.version(), seconds(10)));
   RawStream silent(server->port());
-  v1::SnapshotRequest hello;
-  hello.set_node_id("silent");
-  ASSERT_TRUE(silent.stream->Write(hello));
   v1::SnapshotResponse response;
-  ASSERT_TRUE(silent.stream->Read(&response));  // ... and never answered
+  ASSERT_TRUE(silent.Hello("silent", &response));  // ... and never answered
   ASSERT_TRUE(watch.Until([&] { return server->Proxies().size() == 2; }));
   // After the timeout, without anything else happening, it stops counting.
   ASSERT_TRUE(watch.Until(

@@ -382,11 +382,18 @@ TEST(CompileSapSystemTest, DiscoveredPrefixesDoNotTakeOverTheOperatorsRules) {
   objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
   objects.Upsert(Decode(Group("public", "abap", {{"name", "erp"}, {"logonGroup", "PUBLIC"}})));
   objects.Upsert(Decode(StaticGroup("secure", /*reencrypt=*/true)));
-  json own = json::array({{{"prefix", "/sap/bc/gui/"}, {"logonGroup", "secure"}},
-                          {{"prefix", "/sap/bc/plain/"}, {"logonGroup", "diag"}}});
-  objects.Upsert(Decode(Mapping("erp", {{"fromSapSystem", "erp"},
-                                        {"defaultGroups", {{"abap", "diag"}, {"java", "diag"}}},
-                                        {"rules", own}})));
+  auto mapping = [](bool refines, const std::string& java_default) {
+    json own = json::array({{{"prefix", "/sap/bc/gui/"}, {"logonGroup", "secure"}},
+                            {{"prefix", "/sap/bc/plain/"}, {"logonGroup", "diag"}}});
+    json spec = {{"fromSapSystem", "erp"},
+                 {"defaultGroups", {{"abap", "diag"}, {"java", java_default}}},
+                 {"rules", own}};
+    if (refines) {
+      spec["fromSapSystemRefines"] = true;
+    }
+    return Decode(Mapping("erp", spec));
+  };
+  objects.Upsert(mapping(false, "diag"));
   CompileResult result = Compile(objects);
   EXPECT_EQ(Rules(result),
             "/newapp/ abap erp/public, /sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag, "
@@ -402,10 +409,7 @@ TEST(CompileSapSystemTest, DiscoveredPrefixesDoNotTakeOverTheOperatorsRules) {
 
   // Opted in: the plain subtree of a plain rule may be refined; the
   // re-encrypted one still not, as that would lower its TLS.
-  objects.Upsert(Decode(Mapping("erp", {{"fromSapSystem", "erp"},
-                                        {"fromSapSystemRefines", true},
-                                        {"defaultGroups", {{"abap", "diag"}, {"java", "diag"}}},
-                                        {"rules", own}})));
+  objects.Upsert(mapping(true, "diag"));
   CompileResult refined = Compile(objects);
   EXPECT_EQ(Rules(refined),
             "/newapp/ abap erp/public, /sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag, "
@@ -419,9 +423,7 @@ TEST(CompileSapSystemTest, DiscoveredPrefixesDoNotTakeOverTheOperatorsRules) {
 
   // Unmatched paths go to the java default group: when that re-encrypts, a
   // discovered plain prefix outside every rule does not take its traffic.
-  objects.Upsert(Decode(Mapping("erp", {{"fromSapSystem", "erp"},
-                                        {"defaultGroups", {{"abap", "diag"}, {"java", "secure"}}},
-                                        {"rules", own}})));
+  objects.Upsert(mapping(false, "secure"));
   EXPECT_EQ(Rules(Compile(objects)), "/sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag");
 }
 
