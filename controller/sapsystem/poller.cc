@@ -308,13 +308,20 @@ std::string AskApplicationServers(
 PollOutcome PollOnce(const SapSystemConfig& config, const model::SapServerList& previous,
                      std::chrono::milliseconds timeout, const Resolver& resolve,
                      const std::vector<IpAddress>& own_addresses) {
+  const AddressPolicy policy{config.allowed_networks, own_addresses};
+  // The last good list as the current policy allows it: a narrowed
+  // allowedNetworks (or a new proxy address) also applies to the instances
+  // kept when this poll fails.
+  model::SapServerList kept = previous;
+  std::erase_if(kept.instances, [&](const model::SapInstance& instance) {
+    return !instance.address.empty() && !RefusalReason(policy, instance.address).empty();
+  });
   const std::string url = ServerListUrl(config);
   FetchResult fetched = Fetch(url, timeout, config.ca_bundle);
   if (auto problem = FetchProblem(fetched, url)) {
-    return Failed(previous, problem->first, problem->second);
+    return Failed(kept, problem->first, problem->second);
   }
-  const AddressPolicy policy{config.allowed_networks, own_addresses};
-  PollOutcome outcome = ApplyServerList(fetched.body, url, previous, resolve, policy);
+  PollOutcome outcome = ApplyServerList(fetched.body, url, kept, resolve, policy);
   if (outcome.failed) {
     return outcome;
   }

@@ -219,6 +219,20 @@ TEST_F(PollerTest, LoopbackInstancesAreRefusedWithoutAllowedNetworks) {
   EXPECT_FALSE(fake_->AppRequests().empty());
 }
 
+// A narrowed allowedNetworks also applies to the last good list kept when
+// the poll fails: it is not a way to keep sending traffic outside it.
+TEST_F(PollerTest, NarrowedAllowedNetworksApplyToTheKeptList) {
+  PollOutcome good = Poll({});
+  ASSERT_EQ(good.list.instances.size(), 3u);
+  std::string error;
+  config_.allowed_networks = {*ParseCidr("10.0.0.0/8", &error)};
+  for (json state : {json{{"mode", "status"}}, json{{"mode", "ok"}}}) {
+    fake_->Set(state);
+    PollOutcome outcome = Poll(good.list);
+    EXPECT_TRUE(outcome.list.instances.empty()) << state.dump() << " " << outcome.list.message;
+  }
+}
+
 // The controller's own addresses are refused even inside allowedNetworks.
 TEST_F(PollerTest, OwnAddressesAreRefused) {
   fake_->Set({{"instances", {{{"name", "me_FAK_00"}, {"host", "10.0.0.9"}, {"http", 8000}},
