@@ -927,6 +927,15 @@ class LogonGroupCompiler {
       return;
     }
     const bool https = lg.spec.upstream_tls.mode.value_or("none") == "reencrypt";
+    // The poller applied the SapSystem's address rule; applied again with
+    // the current spec (a list polled before allowedNetworks was narrowed
+    // may still be here). The controller's own addresses are the poller's
+    // part: the compile does no I/O.
+    sapsystem::AddressPolicy policy;
+    if (sapsystem::SpecCheck check = sapsystem::CheckSapSystem(*system); check.config) {
+      policy.allowed = check.config->allowed_networks;
+    }
+    std::size_t refused = 0;
     const std::vector<std::string>* members = nullptr;
     if (sap.logon_group) {
       if (!list->has_groups) {
@@ -972,6 +981,13 @@ class LogonGroupCompiler {
       }
       if (!IsServerName(instance.name) || !IsServerAddress(instance.address)) {
         findings.Note("instance " + Quote(instance.name) + " left out: invalid name or address");
+        continue;
+      }
+      if (std::string why = sapsystem::RefusalReason(policy, instance.address); !why.empty()) {
+        if (++refused <= 5) {
+          findings.Note("instance " + Quote(instance.name) + " left out: address " +
+                        instance.address + " refused: " + why);
+        }
         continue;
       }
       v1::Server* server = group->add_servers();

@@ -427,5 +427,26 @@ TEST(CompileSapSystemTest, DiscoveredPrefixesDoNotTakeOverTheOperatorsRules) {
   EXPECT_EQ(Rules(Compile(objects)), "/sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag");
 }
 
+// Issue 23 item 2, in the compile too: a list polled before allowedNetworks
+// was narrowed (or that slipped past the poller) gives no server outside it.
+TEST(CompileSapSystemTest, AddressRuleAppliedAgainWithTheCurrentSpec) {
+  model::ObjectSet objects;
+  objects.Upsert(Decode(System("erp", {{"allowedNetworks", {"10.0.0.0/30"}}})));
+  model::SapServerList list = List("erp");
+  list.instances.push_back(Instance("lo_ERP_08", "127.0.0.1", 8000, 0, 1, true, false));
+  objects.Upsert(list);
+  objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
+  CompileResult result = Compile(objects);
+  // 10.0.0.1 and 10.0.0.2 are inside 10.0.0.0/30; 10.0.0.4 (no HTTP port) and
+  // 127.0.0.1 are not.
+  EXPECT_EQ(Servers(result, "diag"), "a_ERP_00@10.0.0.1:8000/3,b_ERP_01@10.0.0.2:8001/5");
+  const Condition* accepted = Find(result, "LogonGroup", "diag", kAccepted);
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_NE(accepted->message.find("instance \"lo_ERP_08\" left out: address 127.0.0.1 refused: "
+                                   "loopback address, not in spec.allowedNetworks"),
+            std::string::npos)
+      << accepted->message;
+}
+
 }  // namespace
 }  // namespace kwd::compile
