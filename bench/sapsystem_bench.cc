@@ -87,7 +87,7 @@ void BM_ParseAndApply500(benchmark::State& state) {
   std::string version;
   for (auto _ : state) {
     kwd::sapsystem::PollOutcome outcome =
-        kwd::sapsystem::ApplyServerList(bodies[step++ % 2], "bench", last, Resolve);
+        kwd::sapsystem::ApplyServerList(bodies[step++ % 2], "bench", last, Resolve, {});
     last = outcome.list;
     if (!store.Upsert({std::move(outcome.list), nullptr})) {
       state.SkipWithError("the list did not change");
@@ -108,12 +108,12 @@ void BM_UnchangedRefresh500(benchmark::State& state) {
   Setup(&store);
   const std::string body = Body(0);
   kwd::model::SapServerList last =
-      kwd::sapsystem::ApplyServerList(body, "bench", Empty(), Resolve).list;
+      kwd::sapsystem::ApplyServerList(body, "bench", Empty(), Resolve, {}).list;
   store.Upsert({last, nullptr});
   store.Compile();
   for (auto _ : state) {
     kwd::sapsystem::PollOutcome outcome =
-        kwd::sapsystem::ApplyServerList(body, "bench", last, Resolve);
+        kwd::sapsystem::ApplyServerList(body, "bench", last, Resolve, {});
     if (outcome.list != last || store.Upsert({std::move(outcome.list), nullptr})) {
       state.SkipWithError("an unchanged list changed something");
       break;

@@ -82,7 +82,9 @@ function render(state) {
     for (const p of state.proxies) {
       row(t, [p.node_id, p.replica === "this" ? "this controller" : "another replica",
         p.peer || "-", p.connected_since || "-",
-        {text: short(p.acked_version) + (p.current ? " (current)" : ""), cls: p.current ? "ok" : "bad"},
+        {text: short(p.acked_version) + (p.current ? " (current)" : "") +
+               (p.unresponsive ? " (not answering: not counted for Programmed)" : ""),
+         cls: p.current && !p.unresponsive ? "ok" : "bad"},
         p.last_nack ? {text: short(p.last_nack.version) + ": " + p.last_nack.error, cls: "bad"} : "none"]);
     }
     proxies.appendChild(t);

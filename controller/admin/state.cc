@@ -35,6 +35,8 @@ ordered_json ProxyJson(const snapshot_server::ProxyVersions& versions, std::stri
       versions.nacked_version.empty()
           ? ordered_json()
           : ordered_json{{"version", versions.nacked_version}, {"error", versions.nack_message}};
+  // Left a snapshot unanswered past --proxy-ack-timeout: not counted for Programmed.
+  out["unresponsive"] = versions.unresponsive;
   return out;
 }
 

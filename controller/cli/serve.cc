@@ -75,6 +75,12 @@ constexpr std::string_view kServeUsage =
     "  --poll-interval D                dir source: how often files are checked (default 1s)\n"
     "  --sapsystem-timeout D            SapSystem polls: timeout of each request to a message\n"
     "                                   server or application server (default 10s)\n"
+    "  --sapsystem-concurrency N        SapSystems polled at the same time, each on its own\n"
+    "                                   schedule: a slow message server delays only its own\n"
+    "                                   system (1 to 64, default 4)\n"
+    "  --proxy-ack-timeout D            a proxy that has not answered a snapshot for this\n"
+    "                                   long is still listed but no longer counted for\n"
+    "                                   Programmed (default 30s)\n"
     "  --log-level debug|info|warn|error  (default info)\n"
     "  --log-format text|json           logfmt lines or one JSON object per line (default text)\n"
     "\n"
@@ -103,6 +109,8 @@ struct ServeFlags {
   milliseconds max_delay{100};
   milliseconds poll_interval{1000};
   milliseconds sapsystem_timeout{10000};
+  int sapsystem_concurrency = 4;
+  milliseconds proxy_ack_timeout{30000};
   LogLevel log_level = LogLevel::kInfo;
   LogFormat log_format = LogFormat::kText;
 };
@@ -164,6 +172,8 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
                                                        "--max-delay",
                                                        "--poll-interval",
                                                        "--sapsystem-timeout",
+                                                       "--sapsystem-concurrency",
+                                                       "--proxy-ack-timeout",
                                                        "--log-level",
 
                                                        "--log-format"};
@@ -226,6 +236,15 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       duration = &flags->poll_interval;
     } else if (name == "--sapsystem-timeout") {
       duration = &flags->sapsystem_timeout;
+    } else if (name == "--sapsystem-concurrency") {
+      int n = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
+        return usage_error("--sapsystem-concurrency must be 1 to 64, got \"" + value + "\"");
+      }
+      flags->sapsystem_concurrency = n;
+    } else if (name == "--proxy-ack-timeout") {
+      duration = &flags->proxy_ack_timeout;
     } else if (name == "--log-level") {
       if (!ParseLogLevel(value, &flags->log_level)) {
         return usage_error("--log-level must be debug, info, warn or error");
@@ -247,6 +266,9 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
   }
   if (flags->sapsystem_timeout.count() < 1) {
     return usage_error("--sapsystem-timeout must be at least 1ms");
+  }
+  if (flags->proxy_ack_timeout.count() < 1) {
+    return usage_error("--proxy-ack-timeout must be at least 1ms");
   }
   std::string host;
   uint16_t port = 0;
@@ -399,6 +421,7 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   controller_admin::LatestSnapshot latest;
   snapshot_server::SnapshotServerOptions grpc_options;
   grpc_options.listen = flags.grpc_listen;
+  grpc_options.ack_timeout = flags.proxy_ack_timeout;
   if (!flags.grpc_tls_cert.empty()) {
     grpc_options.tls =
         snapshot_server::ServerTls{flags.grpc_tls_cert, flags.grpc_tls_key, flags.grpc_client_ca};
@@ -448,6 +471,19 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   // more compile input.
   sapsystem::PollerOptions poller_options;
   poller_options.timeout = flags.sapsystem_timeout;
+  poller_options.max_concurrent_polls = flags.sapsystem_concurrency;
+  // Refused as instance addresses: this pod's and every connected proxy's
+  // (a message server listing a proxy's pod IP and admin port would
+  // otherwise make the admin API public).
+  poller_options.own_addresses = [&grpc_server] {
+    std::vector<sapsystem::IpAddress> own = sapsystem::OwnAddresses();
+    for (const snapshot_server::ProxyStatus& proxy : grpc_server.Proxies()) {
+      if (auto address = sapsystem::PeerAddress(proxy.peer)) {
+        own.push_back(*address);
+      }
+    }
+    return own;
+  };
   sapsystem::SapSystemPoller sap_poller(pipeline, poller_options, &metrics);
   pipeline.SetSapSystemObserver([&sap_poller](std::vector<model::SapSystem> systems) {
     sap_poller.SetSystems(std::move(systems));

@@ -231,13 +231,16 @@ struct ResolvedDefault {
 };
 
 // UrlMapping.spec.fromSapSystem: the SapSystem's URL prefixes as rules,
-// appended to `rules` unless `prefixes` holds them already.
+// appended to `rules` unless `prefixes` holds them already. A prefix under
+// one of the operator's rules is left out unless `may_refine`
+// (spec.fromSapSystemRefines), and never one that would lower the upstream
+// TLS of the traffic it takes.
 void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& accepted_groups,
                        const std::string& ns, const std::string& system_name,
                        const std::string& source, const ResolvedDefault& abap,
-                       const ResolvedDefault& java, std::set<std::string>* prefixes,
-                       std::vector<v1::Rule>* rules, std::set<std::string>* derived,
-                       Findings& findings);
+                       const ResolvedDefault& java, bool may_refine,
+                       std::set<std::string>* prefixes, std::vector<v1::Rule>* rules,
+                       std::set<std::string>* derived, Findings& findings);
 
 // ---- Modification rules (modifications.cc) ----
 

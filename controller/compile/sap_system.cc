@@ -52,6 +52,15 @@ void CompileSapSystemBackend(GroupInputs& inputs, const LogonGroup& lg,
     return;
   }
   const bool https = lg.spec.upstream_tls.mode.value_or("none") == "reencrypt";
+  // The poller applied the SapSystem's address rule; applied again with
+  // the current spec (a list polled before allowedNetworks was narrowed
+  // may still be here). The controller's own addresses are the poller's
+  // part: the compile does no I/O.
+  sapsystem::AddressPolicy policy;
+  if (sapsystem::SpecCheck check = sapsystem::CheckSapSystem(*system); check.config) {
+    policy.allowed = check.config->allowed_networks;
+  }
+  std::size_t refused = 0;
   const std::vector<std::string>* members = nullptr;
   if (sap.logon_group) {
     if (!list->has_groups) {
@@ -96,6 +105,13 @@ void CompileSapSystemBackend(GroupInputs& inputs, const LogonGroup& lg,
     }
     if (!IsServerName(instance.name) || !IsServerAddress(instance.address)) {
       findings.Note("instance " + Quote(instance.name) + " left out: invalid name or address");
+      continue;
+    }
+    if (std::string why = sapsystem::RefusalReason(policy, instance.address); !why.empty()) {
+      if (++refused <= 5) {
+        findings.Note("instance " + Quote(instance.name) + " left out: address " +
+                      instance.address + " refused: " + why);
+      }
       continue;
     }
     v1::Server* server = group->add_servers();
@@ -148,6 +164,24 @@ ObjectStatus SapSystemStatus(const model::SapSystem& system, const SapServerList
   return status;
 }
 
+namespace {
+
+// 1 for a LogonGroup that re-encrypts to its servers, 0 for plain HTTP; 2
+// for no group ("" : nothing is sent anywhere, so nothing is lowered).
+int UpstreamTlsRank(const ObjectSet& objects, const std::string& group_key) {
+  std::size_t slash = group_key.find('/');
+  if (group_key.empty() || slash == std::string::npos) {
+    return 2;
+  }
+  auto it = objects.logon_groups().find({group_key.substr(0, slash), group_key.substr(slash + 1)});
+  if (it == objects.logon_groups().end()) {
+    return 2;
+  }
+  return it->second.spec.upstream_tls.mode.value_or("none") == "reencrypt" ? 1 : 0;
+}
+
+}  // namespace
+
 // spec.fromSapSystem: the SapSystem's ICF URL prefixes as rules, after
 // the mapping's own (which win on the same prefix). A prefix with an SMLG
 // GROUP goes to the accepted LogonGroup of this namespace whose backend is
@@ -157,9 +191,9 @@ ObjectStatus SapSystemStatus(const model::SapSystem& system, const SapServerList
 void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& accepted_groups,
                        const std::string& ns, const std::string& system_name,
                        const std::string& source, const ResolvedDefault& abap,
-                       const ResolvedDefault& java, std::set<std::string>* prefixes,
-                       std::vector<v1::Rule>* rules, std::set<std::string>* derived,
-                       Findings& findings) {
+                       const ResolvedDefault& java, bool may_refine,
+                       std::set<std::string>* prefixes, std::vector<v1::Rule>* rules,
+                       std::set<std::string>* derived, Findings& findings) {
   if (!IsObjectName(system_name)) {
     findings.Reject(kReasonInvalidField,
                     "spec.fromSapSystem: " + Quote(system_name) + " is not a valid SapSystem name");
@@ -197,6 +231,10 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
   std::set<std::string> unmapped;
   std::size_t shadowed = 0;
   std::size_t invalid = 0;
+  // The operator's rules: the ones in `rules` before this adds any.
+  const std::size_t own_rules = rules->size();
+  std::vector<std::string> covered;  // left out: under an own rule
+  std::vector<std::string> lowered;  // left out: would lower the upstream TLS
   for (const model::SapUrlPrefix& entry : list->url_prefixes) {
     std::string prefix = AsciiLower(entry.prefix);
     if (!ValidPrefixShape(prefix) || !IsPathText(prefix) ||
@@ -204,15 +242,11 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
       ++invalid;
       continue;
     }
-    if (!prefixes->insert(prefix).second) {
+    if (prefixes->count(prefix) > 0) {
       ++shadowed;  // the mapping's own rule wins
       continue;
     }
     v1::Kind kind = entry.java ? v1::KIND_JAVA : v1::KIND_ABAP;
-    v1::Rule rule;
-    rule.set_prefix(prefix);
-    rule.set_kind(kind);
-    rule.set_source(source);
     std::string group = kind == v1::KIND_ABAP ? abap.resolved : java.resolved;
     if (!entry.logon_group.empty()) {
       if (auto it = smlg_groups.find(entry.logon_group); it != smlg_groups.end()) {
@@ -221,6 +255,32 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
         unmapped.insert(entry.logon_group);
       }
     }
+    // The traffic this prefix would take: that of the longest own rule it
+    // lies under (prefixes end in "/", so this is a path-segment match),
+    // else that of the default group unmatched paths go to (java).
+    const v1::Rule* under = nullptr;
+    for (std::size_t i = 0; i < own_rules; ++i) {
+      const v1::Rule& own = (*rules)[i];
+      if (prefix.starts_with(own.prefix()) &&
+          (under == nullptr || own.prefix().size() > under->prefix().size())) {
+        under = &own;
+      }
+    }
+    if (under != nullptr && !may_refine) {
+      covered.push_back(prefix + " (under " + under->prefix() + ")");
+      continue;
+    }
+    const std::string& before = under != nullptr ? under->group() : java.resolved;
+    if (UpstreamTlsRank(objects, group) < UpstreamTlsRank(objects, before)) {
+      lowered.push_back(prefix + " (" + group + ", plain HTTP, instead of " + before +
+                        ", re-encrypted)");
+      continue;
+    }
+    prefixes->insert(prefix);
+    v1::Rule rule;
+    rule.set_prefix(prefix);
+    rule.set_kind(kind);
+    rule.set_source(source);
     rule.set_group(group);
     derived->insert(prefix);
     rules->push_back(std::move(rule));
@@ -231,6 +291,28 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
   }
   if (invalid > 0) {
     note += "; " + std::to_string(invalid) + " invalid prefixes left out";
+  }
+  // At most 10 named; the rest counted.
+  auto listed = [](const std::vector<std::string>& items) {
+    std::vector<std::string> shown(items.begin(),
+                                   items.begin() + std::min<std::size_t>(items.size(), 10));
+    if (items.size() > shown.size()) {
+      shown.push_back("...");
+    }
+    return JoinStrings(shown, ", ");
+  };
+  if (!covered.empty()) {
+    note += "; " + std::to_string(covered.size()) +
+            (covered.size() == 1 ? " prefix" : " prefixes") +
+            " under spec.rules left out (spec.fromSapSystemRefines: false): " + listed(covered);
+  }
+  if (!lowered.empty()) {
+    note += "; " + std::to_string(lowered.size()) +
+            (lowered.size() == 1
+                 ? " prefix left out as it would lower the upstream TLS of the traffic it takes: "
+                 : " prefixes left out as they would lower the upstream TLS of the traffic they "
+                   "take: ") +
+            listed(lowered);
   }
   if (!unmapped.empty()) {
     note +=

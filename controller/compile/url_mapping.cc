@@ -133,7 +133,8 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   std::set<std::string> derived;  // prefixes of rules from spec.fromSapSystem
   if (spec.from_sap_system) {
     AddSapSystemRules(objects_, accepted_groups_, ns, *spec.from_sap_system, source, abap, java,
-                      &prefixes, &rules, &derived, findings);
+                      spec.from_sap_system_refines.value_or(false), &prefixes, &rules, &derived,
+                      findings);
   }
   // SAP's forwarding fields: every rule of the mapping carries its switches
   // (an unset one follows the group's kind in the proxy).

@@ -2,7 +2,51 @@
 
 #include <algorithm>
 
+#include "common/log.h"
+#include "common/metrics.h"
+
 namespace kwd::snapshot_server {
+
+std::string PrintableText(std::string_view text, std::size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  static constexpr std::string_view kCut = "...";
+  std::string out;
+  // Where out could be cut with "..." still within max_bytes: after the last
+  // whole piece that leaves room for it.
+  std::size_t cut = 0;
+  out.reserve(std::min(text.size(), max_bytes) + 8);
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    std::size_t length = 1;
+    if (byte >= 0x80) {
+      length = Utf8SequenceLength(text.substr(i));
+      if (length == 0) {
+        out += "\\x";
+        out += kHex[byte >> 4];
+        out += kHex[byte & 0xf];
+        length = 1;
+      } else {
+        out.append(text.substr(i, length));
+      }
+    } else if (byte < 0x20 || byte == 0x7f) {
+      AppendControlEscape(text[i], out);
+    } else {
+      out += text[i];
+    }
+    i += length;
+    if (out.size() + kCut.size() <= max_bytes) {
+      cut = out.size();
+    }
+    if (out.size() > max_bytes) {
+      out.resize(cut);
+      if (cut + kCut.size() <= max_bytes) {
+        out += kCut;
+      }
+      return out;
+    }
+  }
+  return out;
+}
 
 bool SnapshotIncludes(const v1::Snapshot& snapshot, std::string_view kind,
                       std::string_view namespace_, std::string_view name, int64_t generation) {
@@ -45,8 +89,15 @@ compile::Condition ProgrammedCondition(std::string_view kind, std::string_view n
     return snapshot != nullptr && SnapshotIncludes(*snapshot, kind, namespace_, name, generation);
   };
   size_t programmed = 0;
+  size_t counted = 0;
+  size_t unresponsive = 0;
   const ProxyVersions* rejecting = nullptr;
   for (const auto& proxy : proxies) {
+    if (proxy.unresponsive) {
+      ++unresponsive;
+      continue;
+    }
+    ++counted;
     if (includes(proxy.acked_version)) {
       ++programmed;
     } else if (includes(proxy.nacked_version) &&
@@ -54,22 +105,39 @@ compile::Condition ProgrammedCondition(std::string_view kind, std::string_view n
       rejecting = &proxy;
     }
   }
-  const std::string counts = std::to_string(programmed) + " of " + std::to_string(proxies.size()) +
-                             " connected proxies run generation " + std::to_string(generation);
-  if (programmed == proxies.size()) {
+  const std::string silent =
+      unresponsive == 0
+          ? std::string()
+          : "; " + std::to_string(unresponsive) +
+                (unresponsive == 1 ? " more proxy does" : " more proxies do") +
+                " not answer snapshots (not counted)";
+  const std::string counts = std::to_string(programmed) + " of " + std::to_string(counted) +
+                             " connected proxies run generation " + std::to_string(generation) +
+                             silent;
+  if (counted == 0) {
+    condition.status = "False";
+    condition.reason = std::string(kReasonNoProxies);
+    condition.message = "no connected proxy answers snapshots (" +
+                        std::to_string(unresponsive) + " connected, not answering)";
+  } else if (programmed == counted) {
     condition.status = "True";
     condition.reason = std::string(kReasonProgrammed);
     condition.message = counts;
   } else if (rejecting != nullptr) {
     condition.status = "False";
     condition.reason = std::string(kReasonRejected);
-    condition.message = "proxy " + rejecting->node_id +
-                        " rejected the snapshot: " + rejecting->nack_message + " (" + counts + ")";
+    // Both were made printable and bounded when received; bounded again
+    // here, as reports of other replicas come from the API server.
+    condition.message = "proxy " + PrintableText(rejecting->node_id, kMaxNodeIdBytes) +
+                        " rejected the snapshot: " +
+                        PrintableText(rejecting->nack_message, kMaxNackMessageBytes) + " (" +
+                        counts + ")";
   } else {
     condition.status = "False";
     condition.reason = std::string(kReasonPending);
     condition.message = counts;
   }
+  condition.message = PrintableText(condition.message, kMaxProgrammedMessageBytes);
   return condition;
 }
 

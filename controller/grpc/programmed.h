@@ -4,9 +4,17 @@
 // connected proxy runs a snapshot compiled from the object's current
 // generation (Snapshot.sources), False with the NACK's reason when a proxy
 // rejected such a snapshot, False "Pending" while a proxy has not got there.
-// Pure: the caller supplies what each proxy runs and how to find a snapshot
-// by version.
+// A proxy that has not answered a snapshot for a while (unresponsive) is
+// named in the message but not counted: a client that never ACKs cannot
+// hold every object at Pending. Pure: the caller supplies what each proxy
+// runs and how to find a snapshot by version.
+//
+// What a proxy sends (node id, NACK text) is untrusted: it is made
+// printable and bounded (PrintableText) before it is kept, and the
+// condition message is bounded as a whole (the CRDs allow 32768 bytes; a
+// longer one makes the API server refuse the whole status patch).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,12 +32,26 @@ inline constexpr std::string_view kReasonPending = "Pending";
 inline constexpr std::string_view kReasonRejected = "Rejected";
 inline constexpr std::string_view kReasonNoProxies = "NoProxies";
 
+// Bounds for what a proxy sends.
+inline constexpr std::size_t kMaxNodeIdBytes = 128;
+inline constexpr std::size_t kMaxNackMessageBytes = 1024;
+// Bound for a Programmed message (well below the CRDs' 32768).
+inline constexpr std::size_t kMaxProgrammedMessageBytes = 4096;
+
+// `text` with control characters escaped (\n, \xNN), bytes that are not
+// UTF-8 written as \xNN, and at most `max_bytes` long (cut on a character
+// boundary, "..." added).
+std::string PrintableText(std::string_view text, std::size_t max_bytes);
+
 // What one connected proxy runs and what it rejected last.
 struct ProxyVersions {
   std::string node_id;
   std::string acked_version;   // the version it runs ("" before its first)
   std::string nacked_version;  // the last version it rejected, or ""
   std::string nack_message;
+  // It has not answered the last snapshot sent to it within the ACK
+  // timeout: listed, not counted for Programmed.
+  bool unresponsive = false;
 
   bool operator==(const ProxyVersions&) const = default;
 };

@@ -49,7 +49,8 @@ std::string ReplicaReports::EncodeProxies(const std::vector<ProxyVersions>& prox
     list.push_back({{"node", proxy.node_id},
                     {"acked", proxy.acked_version},
                     {"nacked", proxy.nacked_version},
-                    {"message", proxy.nack_message}});
+                    {"message", proxy.nack_message},
+                    {"unresponsive", proxy.unresponsive}});
   }
   return list.dump();
 }
@@ -74,6 +75,16 @@ std::optional<std::vector<ProxyVersions>> ReplicaReports::DecodeProxies(std::str
         return std::nullopt;
       }
       *out = it->get<std::string>();
+    }
+    // Another replica bounded them already; the Lease is not proof of that.
+    proxy.node_id = PrintableText(proxy.node_id, kMaxNodeIdBytes);
+    proxy.nack_message = PrintableText(proxy.nack_message, kMaxNackMessageBytes);
+    // Absent in reports of older replicas.
+    if (auto it = item.find("unresponsive"); it != item.end()) {
+      if (!it->is_boolean()) {
+        return std::nullopt;
+      }
+      proxy.unresponsive = it->get<bool>();
     }
     proxies.push_back(std::move(proxy));
   }

@@ -23,6 +23,23 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The verified client certificate's identity: its first subject
+// alternative name, else its common name; "" without one.
+std::string CertificateIdentity(const grpc::ServerContextBase& context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) {
+    return "";
+  }
+  for (const char* property : {"x509_subject_alternative_name", "x509_common_name"}) {
+    std::vector<grpc::string_ref> values = auth->FindPropertyValues(property);
+    if (!values.empty()) {
+      return PrintableText(std::string_view(values.front().data(), values.front().size()),
+                           kMaxNodeIdBytes);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 struct SnapshotServer::EncodedResponse {
@@ -72,7 +89,11 @@ class SnapshotServer::Subscriber final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   Subscriber(SnapshotServer* server, grpc::CallbackServerContext* context) : server_(server) {
-    stream_id_ = server_->Register(this, context->peer());
+    std::string identity;
+    if (server_->options_.tls && !server_->options_.tls->client_ca_path.empty()) {
+      identity = CertificateIdentity(*context);
+    }
+    stream_id_ = server_->Register(this, context->peer(), std::move(identity));
     StartRead(&request_bytes_);
   }
 
@@ -222,6 +243,10 @@ SnapshotServer::SnapshotServer(SnapshotServerOptions options, MetricsRegistry* m
   if (metrics_ != nullptr) {
     connected_ = &metrics_->GetGauge("kwd_controller_connected_proxies",
                                      "Proxies with an open snapshot stream.");
+    unresponsive_ = &metrics_->GetGauge(
+        "kwd_controller_unresponsive_proxies",
+        "Connected proxies that left a snapshot unanswered longer than --proxy-ack-timeout "
+        "(listed, not counted for Programmed).");
     remote_proxies_ = &metrics_->GetGauge(
         "kwd_controller_remote_proxies",
         "Proxies of the other controller replicas, from their reports (counted for Programmed).");
@@ -296,6 +321,7 @@ bool SnapshotServer::Start(std::string* error) {
     server_.reset();
     return false;
   }
+  ack_watcher_ = std::jthread([this](std::stop_token stop) { WatchAcks(stop); });
   Log(LogLevel::kInfo, "grpc", "snapshot server listening",
       {{"address", options_.listen},
        {"port", std::to_string(port_)},
@@ -313,6 +339,10 @@ void SnapshotServer::Stop() {
     }
     stopped_ = true;
   }
+  if (ack_watcher_.joinable()) {
+    ack_watcher_.request_stop();
+    ack_watcher_.join();
+  }
   if (server_) {
     // Cancels every stream at once; proxies keep serving their snapshot and reconnect.
     server_->Shutdown(std::chrono::system_clock::now());
@@ -320,13 +350,15 @@ void SnapshotServer::Stop() {
   }
 }
 
-uint64_t SnapshotServer::Register(Subscriber* subscriber, std::string peer) {
+uint64_t SnapshotServer::Register(Subscriber* subscriber, std::string peer,
+                                  std::string certificate_identity) {
   std::lock_guard lock(mu_);
   uint64_t id = next_stream_id_++;
   StreamState& stream = streams_[id];
   stream.subscriber = subscriber;
   stream.status.stream_id = id;
-  stream.status.peer = std::move(peer);
+  stream.status.peer = PrintableText(peer, 256);
+  stream.status.certificate_identity = std::move(certificate_identity);
   stream.status.connected_at = std::chrono::system_clock::now();
   return id;
 }
@@ -346,6 +378,8 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
       }
     }
     streams_.erase(it);
+    ++ack_events_;
+    ack_wake_.notify_all();
     PruneHistoryLocked();
   }
   NotifyChanged();
@@ -382,6 +416,8 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delt
   stream.status.sent_version = version;
   stream.status.awaiting_reply = true;
   stream.sent_at = std::chrono::steady_clock::now();
+  ++ack_events_;
+  ack_wake_.notify_all();
   if (pushes_ != nullptr) {
     pushes_->Inc();
   }
@@ -473,8 +509,19 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
     ProxyVersions& versions = stream.status.versions;
     if (!stream.hello_seen) {
       stream.hello_seen = true;
-      versions.node_id = request.node_id();
-      versions.acked_version = request.version_info();
+      // Untrusted text that ends up in every object's Programmed message
+      // and in logs: printable and bounded.
+      std::string claimed = PrintableText(request.node_id(), kMaxNodeIdBytes);
+      const std::string& identity = stream.status.certificate_identity;
+      if (!identity.empty()) {
+        versions.node_id = claimed.empty() || claimed == identity ? identity
+                                                                  : identity + "/" + claimed;
+      } else if (options_.tls && !options_.tls->client_ca_path.empty()) {
+        versions.node_id = "(certificate without a name)/" + claimed;
+      } else {
+        versions.node_id = claimed;
+      }
+      versions.acked_version = PrintableText(request.version_info(), kMaxNodeIdBytes);
       if (connected_ != nullptr) {
         connected_->Add(1);
       }
@@ -489,13 +536,16 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
       return;
     } else {
       stream.status.awaiting_reply = false;
+      ++ack_events_;
+      ack_wake_.notify_all();
       if (push_to_ack_seconds_ != nullptr) {
         push_to_ack_seconds_->Observe(SecondsSince(stream.sent_at));
       }
-      versions.acked_version = request.version_info();
+      versions.acked_version = PrintableText(request.version_info(), kMaxNodeIdBytes);
       if (request.has_error_detail()) {
         versions.nacked_version = stream.status.sent_version;
-        versions.nack_message = request.error_detail().message();
+        versions.nack_message =
+            PrintableText(request.error_detail().message(), kMaxNackMessageBytes);
         if (nacks_ != nullptr) {
           nacks_->Inc();
         }
@@ -566,23 +616,75 @@ std::string SnapshotServer::current_version() const {
 
 std::vector<ProxyStatus> SnapshotServer::Proxies() const {
   std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
   std::vector<ProxyStatus> proxies;
   for (const auto& [id, stream] : streams_) {
     if (stream.hello_seen) {
       proxies.push_back(stream.status);
+      proxies.back().versions.unresponsive = UnresponsiveLocked(stream, now);
     }
   }
   return proxies;
 }
 
+bool SnapshotServer::UnresponsiveLocked(const StreamState& stream,
+                                        std::chrono::steady_clock::time_point now) const {
+  return stream.status.awaiting_reply && now - stream.sent_at > options_.ack_timeout;
+}
+
 std::vector<ProxyVersions> SnapshotServer::LocalProxiesLocked() const {
+  const auto now = std::chrono::steady_clock::now();
   std::vector<ProxyVersions> proxies;
   for (const auto& [id, stream] : streams_) {
     if (stream.hello_seen) {
       proxies.push_back(stream.status.versions);
+      proxies.back().unresponsive = UnresponsiveLocked(stream, now);
     }
   }
   return proxies;
+}
+
+void SnapshotServer::WatchAcks(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  std::size_t reported = 0;  // unresponsive proxies at the last notification
+  while (!stop.stop_requested()) {
+    const auto now = std::chrono::steady_clock::now();
+    std::size_t unresponsive = 0;
+    std::optional<std::chrono::steady_clock::time_point> next;
+    for (const auto& [id, stream] : streams_) {
+      if (!stream.hello_seen || !stream.status.awaiting_reply) {
+        continue;
+      }
+      if (UnresponsiveLocked(stream, now)) {
+        ++unresponsive;
+      } else {
+        auto deadline = stream.sent_at + options_.ack_timeout + std::chrono::milliseconds(1);
+        next = next ? std::min(*next, deadline) : deadline;
+      }
+    }
+    if (unresponsive_ != nullptr) {
+      unresponsive_->Set(static_cast<double>(unresponsive));
+    }
+    if (unresponsive != reported) {
+      if (unresponsive > reported) {
+        Log(LogLevel::kWarn, "grpc", "a proxy does not answer snapshots: not counted for Programmed",
+            {{"unresponsive", std::to_string(unresponsive)},
+             {"ack_timeout_ms", std::to_string(options_.ack_timeout.count())}});
+      }
+      reported = unresponsive;
+      lock.unlock();
+      NotifyChanged();  // Programmed stops (or starts again) counting it
+      lock.lock();
+      continue;
+    }
+    const uint64_t events = ack_events_;
+    auto changed = [&] { return ack_events_ != events; };
+    if (next) {
+      ack_wake_.wait_until(lock, stop, *next, changed);
+    } else {
+      ack_wake_.wait(lock, stop, changed);
+    }
+  }
 }
 
 std::vector<ProxyVersions> SnapshotServer::ConnectedLocked() const {

@@ -15,6 +15,9 @@
 // A slow subscriber's queue holds at most one update, the newest.
 
 #include <chrono>
+#include <condition_variable>
+#include <stop_token>
+#include <thread>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -61,12 +64,21 @@ struct SnapshotServerOptions {
   // TCP connection is dropped after keepalive_time + keepalive_timeout.
   std::chrono::milliseconds keepalive_time{10'000};
   std::chrono::milliseconds keepalive_timeout{5'000};
+  // A proxy that has not answered (ACK or NACK) a snapshot sent to it for
+  // this long is still listed but no longer counted for Programmed, and
+  // counted in kwd_controller_unresponsive_proxies, until it answers.
+  std::chrono::milliseconds ack_timeout{30'000};
 };
 
 // One connected proxy as the server sees it.
 struct ProxyStatus {
   uint64_t stream_id = 0;
   std::string peer;
+  // With mutual TLS: the client certificate's identity (its first subject
+  // alternative name, else its common name). The node id is then this
+  // identity, plus "/<node id it sent>" when that differs: a proxy cannot
+  // name itself after another certificate's proxy.
+  std::string certificate_identity;
   ProxyVersions versions;
   std::string sent_version;  // the newest version pushed to it
   bool awaiting_reply = false;
@@ -144,7 +156,7 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   };
 
   // Called by the reactors.
-  uint64_t Register(Subscriber* subscriber, std::string peer);
+  uint64_t Register(Subscriber* subscriber, std::string peer, std::string certificate_identity);
   void Unregister(uint64_t stream_id);
   void HandleRequest(uint64_t stream_id, const v1::SnapshotRequest& request);
   // A write to start once mu_ is released (Subscriber::Push).
@@ -167,6 +179,13 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   std::vector<ProxyVersions> ConnectedLocked() const;
   SnapshotLookup LookupLocked() const;
   void NotifyChanged();
+  // Whether a stream's proxy has left a snapshot unanswered for longer than
+  // options_.ack_timeout.
+  bool UnresponsiveLocked(const StreamState& stream,
+                          std::chrono::steady_clock::time_point now) const;
+  // Wakes when a sent snapshot's ACK timeout passes, so that Programmed
+  // stops waiting for a proxy that does not answer.
+  void WatchAcks(std::stop_token stop);
 
   const SnapshotServerOptions options_;
   MetricsRegistry* metrics_;
@@ -188,8 +207,12 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   std::function<void()> on_changed_;
   std::vector<ProxyVersions> remote_;  // SetRemoteProxies
   bool stopped_ = false;
+  std::condition_variable_any ack_wake_;
+  uint64_t ack_events_ = 0;  // pushes, answers, disconnects: WatchAcks looks again
+  std::jthread ack_watcher_;  // WatchAcks, from Start to Stop
 
   Gauge* connected_ = nullptr;
+  Gauge* unresponsive_ = nullptr;
   Gauge* remote_proxies_ = nullptr;
   Gauge* snapshot_bytes_ = nullptr;
   Counter* pushes_ = nullptr;

@@ -403,7 +403,8 @@ void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
 void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
-           "permissions", "fromSapSystem", "modifications", "sapHeaders"});
+           "permissions", "fromSapSystem", "fromSapSystemRefines", "modifications",
+           "sapHeaders"});
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
@@ -420,6 +421,8 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
     r.OptBool(*sap, "accessPoints", "spec.sapHeaders.accessPoints",
               &out->sap_headers.access_points);
   }
+  r.OptBool(spec, "fromSapSystemRefines", "spec.fromSapSystemRefines",
+            &out->from_sap_system_refines);
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
                  r.Known(&entry, path, {"prefix", "kind", "logonGroup"});
@@ -461,7 +464,7 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
 void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
   r.Known(&spec, "spec",
           {"sid", "messageServer", "serverListPath", "refreshIntervalSeconds", "logonGroups",
-           "groupInfoPath", "urlMap", "urlMapPath"});
+           "groupInfoPath", "urlMap", "urlMapPath", "allowedNetworks"});
   r.OptString(spec, "sid", "spec.sid", &out->sid);
   if (const json* ms = r.ObjectField(spec, "messageServer", "spec.messageServer")) {
     r.Known(ms, "spec.messageServer", {"host", "httpPort", "httpsPort", "caBundle"});
@@ -478,6 +481,7 @@ void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
   r.OptBool(spec, "urlMap", "spec.urlMap", &out->url_map);
   r.OptString(spec, "groupInfoPath", "spec.groupInfoPath", &out->group_info_path);
   r.OptString(spec, "urlMapPath", "spec.urlMapPath", &out->url_map_path);
+  r.StringList(spec, "allowedNetworks", "spec.allowedNetworks", &out->allowed_networks);
 }
 
 void ReadEndpointSlice(Reader& r, const json& object, EndpointSlice* out) {

@@ -246,6 +246,10 @@ struct UrlMappingSpec {
   // Modification rules, in order (SAP: icm/HTTP/mod_<xx>).
   std::vector<Modification> modifications;
   SapHeadersSpec sap_headers;
+  // Whether a discovered prefix may take a subtree of one of this mapping's
+  // own rules (a longer prefix under it); default false. Never when the
+  // traffic it takes would lose its upstream TLS.
+  std::optional<bool> from_sap_system_refines;
 
   bool operator==(const UrlMappingSpec&) const = default;
 };
@@ -278,6 +282,9 @@ struct SapSystemSpec {
   std::optional<std::string> group_info_path;
   std::optional<bool> url_map;  // fetch the ICF URL map (icr_urlprefix)
   std::optional<std::string> url_map_path;
+  // CIDRs the instances' addresses must be in (empty: any ordinary address);
+  // loopback, link-local, unspecified and multicast only when listed.
+  std::vector<std::string> allowed_networks;
 
   bool operator==(const SapSystemSpec&) const = default;
 };

@@ -3,11 +3,15 @@
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <netdb.h>
+#include <ifaddrs.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 #include "common/log.h"
 #include "common/snapshot_io.h"
@@ -119,8 +123,38 @@ std::vector<std::string> ResolveHost(const std::string& host) {
   return v4;
 }
 
+std::vector<IpAddress> OwnAddresses() {
+  std::vector<IpAddress> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    Log(LogLevel::kWarn, "sapsystem", "cannot read this host's addresses (getifaddrs)",
+        {{"error", std::strerror(errno)}});
+    return out;
+  }
+  for (ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr) {
+      continue;
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    if (entry->ifa_addr->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr, text,
+                sizeof(text));
+    } else if (entry->ifa_addr->sa_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(entry->ifa_addr)->sin6_addr, text,
+                sizeof(text));
+    } else {
+      continue;
+    }
+    if (auto address = ParseIpAddress(text)) {
+      out.push_back(*address);
+    }
+  }
+  freeifaddrs(list);
+  return out;
+}
+
 FetchResult Fetch(const std::string& url, std::chrono::milliseconds timeout,
-                  const std::string& ca_bundle) {
+                  const std::string& ca_bundle, const std::string& pinned_address) {
   InitCurl();
   FetchResult result;
   CURL* easy = curl_easy_init();
@@ -145,7 +179,33 @@ FetchResult Fetch(const std::string& url, std::chrono::milliseconds timeout,
     ca.flags = CURL_BLOB_COPY;
     curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &ca);
   }
+  curl_slist* resolve = nullptr;
+  if (!pinned_address.empty()) {
+    // "host:port:address" for the URL's own host and port.
+    CURLU* parsed = curl_url();
+    char* host = nullptr;
+    char* port = nullptr;
+    if (curl_url_set(parsed, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
+        curl_url_get(parsed, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        curl_url_get(parsed, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+      std::string address = pinned_address.find(':') != std::string::npos
+                                ? "[" + pinned_address + "]"
+                                : pinned_address;
+      std::string entry = std::string(host) + ":" + port + ":" + address;
+      resolve = curl_slist_append(nullptr, entry.c_str());
+      curl_easy_setopt(easy, CURLOPT_RESOLVE, resolve);
+    }
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(parsed);
+    if (resolve == nullptr) {
+      curl_easy_cleanup(easy);
+      result.error = "cannot pin the address of " + url;
+      return result;
+    }
+  }
   CURLcode code = curl_easy_perform(easy);
+  curl_slist_free_all(resolve);
   if (code == CURLE_OK) {
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &result.status);
     result.body = std::move(body.data);
@@ -160,7 +220,8 @@ FetchResult Fetch(const std::string& url, std::chrono::milliseconds timeout,
 }
 
 PollOutcome ApplyServerList(std::string_view body, const std::string& source,
-                            const model::SapServerList& previous, const Resolver& resolve) {
+                            const model::SapServerList& previous, const Resolver& resolve,
+                            const AddressPolicy& policy) {
   ParsedServerList parsed = ParseServerList(body);
   if (!parsed.ok) {
     return Failed(previous, kReasonInvalidServerList,
@@ -169,7 +230,7 @@ PollOutcome ApplyServerList(std::string_view body, const std::string& source,
   PollOutcome outcome;
   outcome.skips = parsed.skips;
   std::vector<model::SapInstance> instances =
-      BuildInstances(parsed, resolve, previous.has_list ? &previous.instances : nullptr,
+      BuildInstances(parsed, resolve, policy, previous.has_list ? &previous.instances : nullptr,
                      &outcome.skips);
   if (instances.empty() && previous.has_list && !previous.instances.empty()) {
     std::string why = parsed.instances.empty() ? "the list is empty"
@@ -199,26 +260,37 @@ PollOutcome ApplyServerList(std::string_view body, const std::string& source,
 namespace {
 
 // GETs `path` from the application servers of `list` in turn (at most
-// kMaxGroupInfoAttempts with an HTTP or HTTPS port) until `accept` takes a
-// 200 body (returns ""). Returns "" on success, else why the last one failed.
+// kMaxGroupInfoAttempts) until `accept` takes a 200 body (returns ""). Only
+// instances of the list are asked, at the address the address policy
+// accepted (BuildInstances). Over HTTPS when the message server is reached
+// over HTTPS (the instance's HTTPS port, its host name verified against
+// the same CAs, connected to that address); else over the instance's HTTP
+// port, or HTTPS when it has none. Returns "" on success, else why the last
+// one failed.
 std::string AskApplicationServers(
     const model::SapServerList& list, const SapSystemConfig& config, const std::string& path,
     std::chrono::milliseconds timeout,
     const std::function<std::string(const std::string& url, std::string_view body)>& accept) {
-  std::string error = "no instance with an HTTP or HTTPS port to ask";
+  std::string error = config.https ? "no instance with an HTTPS port to ask (the message server "
+                                     "is reached over HTTPS, so the feeds are too)"
+                                   : "no instance with an HTTP or HTTPS port to ask";
   int attempts = 0;
   for (const model::SapInstance& instance : list.instances) {
     if (attempts == kMaxGroupInfoAttempts) {
       break;
     }
-    if (instance.http_port == 0 && instance.https_port == 0) {
+    if (instance.address.empty()) {
+      continue;
+    }
+    const bool https = config.https || instance.http_port == 0;
+    const std::uint32_t port = https ? instance.https_port : instance.http_port;
+    if (port == 0) {
       continue;
     }
     ++attempts;
-    const bool https = instance.http_port == 0;
-    std::string url = ServerUrl(https, https ? instance.host : instance.address,
-                                https ? instance.https_port : instance.http_port, path);
-    FetchResult fetched = Fetch(url, timeout, config.ca_bundle);
+    std::string url = ServerUrl(https, https ? instance.host : instance.address, port, path);
+    FetchResult fetched =
+        Fetch(url, timeout, config.ca_bundle, https ? instance.address : std::string());
     if (auto problem = FetchProblem(fetched, url)) {
       error = problem->second;
       continue;
@@ -234,13 +306,22 @@ std::string AskApplicationServers(
 }  // namespace
 
 PollOutcome PollOnce(const SapSystemConfig& config, const model::SapServerList& previous,
-                     std::chrono::milliseconds timeout, const Resolver& resolve) {
+                     std::chrono::milliseconds timeout, const Resolver& resolve,
+                     const std::vector<IpAddress>& own_addresses) {
+  const AddressPolicy policy{config.allowed_networks, own_addresses};
+  // The last good list as the current policy allows it: a narrowed
+  // allowedNetworks (or a new proxy address) also applies to the instances
+  // kept when this poll fails.
+  model::SapServerList kept = previous;
+  std::erase_if(kept.instances, [&](const model::SapInstance& instance) {
+    return !instance.address.empty() && !RefusalReason(policy, instance.address).empty();
+  });
   const std::string url = ServerListUrl(config);
   FetchResult fetched = Fetch(url, timeout, config.ca_bundle);
   if (auto problem = FetchProblem(fetched, url)) {
-    return Failed(previous, problem->first, problem->second);
+    return Failed(kept, problem->first, problem->second);
   }
-  PollOutcome outcome = ApplyServerList(fetched.body, url, previous, resolve);
+  PollOutcome outcome = ApplyServerList(fetched.body, url, kept, resolve, policy);
   if (outcome.failed) {
     return outcome;
   }
@@ -367,6 +448,7 @@ void SapSystemPoller::SetSystems(std::vector<model::SapSystem> systems) {
       }
     }
   }
+  std::lock_guard deliver(deliver_mu_);
   for (model::ObjectKey& key : removed) {
     Log(LogLevel::kInfo, "sapsystem", "SapSystem removed: its servers leave",
         {{"sapsystem", key.namespace_ + "/" + key.name}});
@@ -420,47 +502,77 @@ void SapSystemPoller::Publish(const NamespacedName& key, const PollOutcome& outc
 }
 
 void SapSystemPoller::Run(std::stop_token stop) {
+  // Every worker schedules for itself: it takes the system due first that
+  // no other worker is polling. A slow message server holds one worker,
+  // the others keep the rest on time.
+  const int workers = std::max(1, options_.max_concurrent_polls);
+  std::vector<std::jthread> others;
+  for (int i = 1; i < workers; ++i) {
+    others.emplace_back([this, stop] { Work(stop); });
+  }
+  Work(stop);
+  // `others` joins here; each stops on `stop` (a poll in progress first
+  // finishes, bounded by the request timeout).
+}
+
+void SapSystemPoller::Work(std::stop_token stop) {
+  const Resolver& resolve = options_.resolve ? options_.resolve : Resolver(ResolveHost);
   std::unique_lock lock(mu_);
   while (!stop.stop_requested()) {
     if (!have_systems_) {
       wake_.wait(lock, stop, [&] { return have_systems_; });
       continue;
     }
-    auto now = std::chrono::steady_clock::now();
-    struct Due {
-      NamespacedName key;
-      SapSystemConfig config;
-      model::SapServerList previous;
-    };
-    std::vector<Due> due;
+    const auto now = std::chrono::steady_clock::now();
+    System* chosen = nullptr;
+    NamespacedName chosen_key;
     std::optional<std::chrono::steady_clock::time_point> earliest;
+    int in_flight = 0;
     for (auto& [key, system] : systems_) {
       if (!system.config) {
         continue;
       }
+      if (system.in_flight) {
+        ++in_flight;
+        continue;
+      }
       if (system.next_due <= now) {
-        model::SapServerList previous = system.list;
-        previous.metadata.namespace_ = key.first;
-        previous.metadata.name = key.second;
-        due.push_back(Due{key, *system.config, std::move(previous)});
+        if (chosen == nullptr || system.next_due < chosen->next_due) {
+          chosen = &system;
+          chosen_key = key;
+        }
       } else if (!earliest || system.next_due < *earliest) {
         earliest = system.next_due;
       }
     }
-    if (due.empty()) {
-      if (!synced_) {
+    if (chosen == nullptr) {
+      if (!synced_ && in_flight == 0) {
         // Every polled system has its first result (or there is none): the
         // first compile may go.
-        std::vector<pipeline::ObservedObject> lists;
-        for (const auto& [key, system] : systems_) {
-          if (system.delivered) {
-            lists.push_back(pipeline::ObservedObject{system.list, nullptr});
+        lock.unlock();
+        {
+          std::lock_guard deliver(deliver_mu_);
+          std::vector<pipeline::ObservedObject> lists;
+          bool first = false;
+          {
+            std::lock_guard relock(mu_);
+            if (!synced_) {
+              for (const auto& [key, system] : systems_) {
+                if (system.delivered) {
+                  lists.push_back(pipeline::ObservedObject{system.list, nullptr});
+                }
+              }
+              synced_ = true;
+              first = true;
+            }
+          }
+          if (first) {
+            pipeline_.Replace(source_, std::string(model::kSapServerListKind), "",
+                              std::move(lists));
           }
         }
-        synced_ = true;
-        lock.unlock();
-        pipeline_.Replace(source_, std::string(model::kSapServerListKind), "", std::move(lists));
         lock.lock();
+        wake_.notify_all();
         continue;
       }
       std::uint64_t generation = generation_;
@@ -471,60 +583,77 @@ void SapSystemPoller::Run(std::stop_token stop) {
       }
       continue;
     }
+    chosen->in_flight = true;
+    const SapSystemConfig config = *chosen->config;
+    model::SapServerList previous = chosen->list;
+    previous.metadata.namespace_ = chosen_key.first;
+    previous.metadata.name = chosen_key.second;
     lock.unlock();
-    std::vector<std::pair<Due*, PollOutcome>> outcomes;
-    const Resolver& resolve = options_.resolve ? options_.resolve : Resolver(ResolveHost);
-    for (Due& entry : due) {
-      if (stop.stop_requested()) {
-        return;
-      }
-      PollOutcome outcome = PollOnce(entry.config, entry.previous, options_.timeout, resolve);
-      const std::string label = Label(entry.key);
-      if (outcome.failed) {
-        Log(LogLevel::kWarn, "sapsystem", "refresh failed",
-            {{"sapsystem", label}, {"reason", outcome.list.reason}, {"message", outcome.list.message}});
-      } else if (outcome.list != entry.previous) {
-        Log(LogLevel::kInfo, "sapsystem", "server list changed",
-            {{"sapsystem", label},
-             {"servers", std::to_string(outcome.list.instances.size())},
-             {"message", outcome.list.message}});
-      }
-      Publish(entry.key, outcome);
-      outcomes.emplace_back(&entry, std::move(outcome));
+
+    const std::vector<IpAddress> own =
+        options_.own_addresses ? options_.own_addresses() : OwnAddresses();
+    PollOutcome outcome = PollOnce(config, previous, options_.timeout, resolve, own);
+    const std::string label = Label(chosen_key);
+    if (outcome.failed) {
+      Log(LogLevel::kWarn, "sapsystem", "refresh failed",
+          {{"sapsystem", label}, {"reason", outcome.list.reason}, {"message", outcome.list.message}});
+    } else if (outcome.list != previous) {
+      Log(LogLevel::kInfo, "sapsystem", "server list changed",
+          {{"sapsystem", label},
+           {"servers", std::to_string(outcome.list.instances.size())},
+           {"message", outcome.list.message}});
     }
     const std::string refreshed_at = pipeline::FormatTime(std::chrono::system_clock::now());
-    std::vector<model::SapServerList> changed;
+
+    std::unique_lock deliver(deliver_mu_);
     lock.lock();
-    now = std::chrono::steady_clock::now();
-    for (auto& [entry, outcome] : outcomes) {
-      auto it = systems_.find(entry->key);
-      if (it == systems_.end() || it->second.config != entry->config) {
-        continue;  // removed or changed meanwhile: polled again or dropped
-      }
-      System& system = it->second;
-      system.next_due = now + std::chrono::seconds(entry->config.refresh_interval_seconds);
-      if (outcome.list.refreshed) {
-        system.last_refresh_time = refreshed_at;
-      }
-      if (!system.delivered || system.list != outcome.list) {
-        system.list = outcome.list;
-        if (synced_) {
-          changed.push_back(outcome.list);
-        }
-      }
-      system.delivered = true;
+    auto it = systems_.find(chosen_key);
+    if (it == systems_.end()) {
+      continue;  // removed meanwhile
     }
-    if (!synced_) {
-      continue;  // delivered all at once above when nothing is due
+    System& system = it->second;
+    system.in_flight = false;
+    if (system.config != config) {
+      continue;  // changed meanwhile: due again at once (SetSystems)
     }
+    Publish(chosen_key, outcome);  // metrics; not for a system removed meanwhile
+    auto refused = outcome.skips.counts.find(SkipReason::kRefusedAddress);
+    std::size_t refused_count = refused == outcome.skips.counts.end() ? 0 : refused->second;
+    if (refused_count != system.refused_logged) {
+      // Once per change, not every poll: which instances were refused is
+      // in Refreshed's message and the skipped-entries metric.
+      system.refused_logged = refused_count;
+      if (refused_count > 0) {
+        Log(LogLevel::kWarn, "sapsystem", "instances skipped: address refused",
+            {{"sapsystem", label},
+             {"skipped", std::to_string(refused_count)},
+             {"message", outcome.skips.Summary()}});
+      }
+    }
+    system.next_due = std::chrono::steady_clock::now() +
+                      std::chrono::seconds(config.refresh_interval_seconds);
+    if (outcome.list.refreshed) {
+      system.last_refresh_time = refreshed_at;
+    }
+    bool deliver_now = false;
+    if (!system.delivered || system.list != outcome.list) {
+      system.list = outcome.list;
+      deliver_now = synced_;  // before the first sync: delivered all at once
+    }
+    system.delivered = true;
+    const bool synced = synced_;
     lock.unlock();
     // A list equal to the one delivered before is not delivered again: a
     // refresh that changes nothing compiles nothing.
-    for (model::SapServerList& list : changed) {
-      pipeline_.Upsert(pipeline::ObservedObject{std::move(list), nullptr});
+    if (deliver_now) {
+      pipeline_.Upsert(pipeline::ObservedObject{std::move(outcome.list), nullptr});
     }
-    pipeline_.ResyncStatus();  // lastRefreshTime
+    if (synced) {
+      pipeline_.ResyncStatus();  // lastRefreshTime
+    }
+    deliver.unlock();
     lock.lock();
+    wake_.notify_all();  // a worker waiting for the first sync may go
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -36,7 +37,18 @@ struct PollerOptions {
   std::chrono::milliseconds timeout{10000};
   // Host names to addresses; default: getaddrinfo (A and AAAA, IPv4 first).
   Resolver resolve;
+  // Addresses refused as instance addresses unless listed one by one
+  // (address_policy.h): the controller's and its proxies'; default:
+  // OwnAddresses. Called once per poll.
+  std::function<std::vector<IpAddress>()> own_addresses;
+  // SapSystems polled at the same time; a slow message server holds up
+  // only its own system (and one of these slots).
+  int max_concurrent_polls = 4;
 };
+
+// The addresses of this host's interfaces (getifaddrs), loopback included:
+// in a pod, the pod's own addresses.
+std::vector<IpAddress> OwnAddresses();
 
 // getaddrinfo: the host's addresses, IPv4 first; empty when it does not resolve.
 std::vector<std::string> ResolveHost(const std::string& host);
@@ -49,8 +61,11 @@ struct FetchResult {
   bool timed_out = false;
   bool too_large = false;
 };
+// `pinned_address`, when set, is the only address the URL's host is
+// connected to (curl's --resolve): the address the policy checked, while
+// HTTPS still verifies the certificate against the host name.
 FetchResult Fetch(const std::string& url, std::chrono::milliseconds timeout,
-                  const std::string& ca_bundle);
+                  const std::string& ca_bundle, const std::string& pinned_address = {});
 
 // One poll of `config`, pure but for Fetch and `resolve`: the new list given
 // the last good one. Exposed for tests and the benchmark.
@@ -59,13 +74,21 @@ struct PollOutcome {
   bool failed = false;
   Skips skips;
 };
+// Instance addresses are checked against config.allowed_networks and
+// `own_addresses` (address_policy.h). The group and URL-map feeds are
+// fetched only from instances whose address passed, at that address; when
+// the message server is reached over HTTPS they are fetched over HTTPS too
+// (the instance's HTTPS port, its host name verified with config.ca_bundle),
+// never over plain HTTP.
 PollOutcome PollOnce(const SapSystemConfig& config, const model::SapServerList& previous,
-                     std::chrono::milliseconds timeout, const Resolver& resolve);
+                     std::chrono::milliseconds timeout, const Resolver& resolve,
+                     const std::vector<IpAddress>& own_addresses = {});
 
 // Applies a fetched server list body to `previous` (no I/O but `resolve`):
 // what PollOnce does after the fetch.
 PollOutcome ApplyServerList(std::string_view body, const std::string& source,
-                            const model::SapServerList& previous, const Resolver& resolve);
+                            const model::SapServerList& previous, const Resolver& resolve,
+                            const AddressPolicy& policy);
 
 class SapSystemPoller {
  public:
@@ -78,6 +101,7 @@ class SapSystemPoller {
   // The pipeline's StatusDecorator: a SapSystem's lastRefreshTime.
   void Decorate(compile::ObjectStatus* status) const;
 
+  // Polls until `stop`, up to options.max_concurrent_polls systems at once.
   void Run(std::stop_token stop);
 
  private:
@@ -87,17 +111,24 @@ class SapSystemPoller {
     std::chrono::steady_clock::time_point next_due{};
     model::SapServerList list;  // last delivered
     bool delivered = false;
+    bool in_flight = false;  // a worker polls it now
+    std::size_t refused_logged = 0;  // refused instances last logged
     std::string last_refresh_time;
   };
   using NamespacedName = model::ObjectSet::NamespacedName;
 
   void Publish(const NamespacedName& key, const PollOutcome& outcome);
+  // One of Run's workers.
+  void Work(std::stop_token stop);
 
   pipeline::Pipeline& pipeline_;
   const PollerOptions options_;
   MetricsRegistry* metrics_;
   const int source_;
 
+  // Held while handing lists to the pipeline (taken before mu_), so that
+  // the first Replace and later Upserts and Deletes reach it in order.
+  std::mutex deliver_mu_;
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
   std::map<NamespacedName, System> systems_;

@@ -244,6 +244,8 @@ std::string_view SkipReasonName(SkipReason reason) {
       return "invalid_group";
     case SkipReason::kInvalidPrefix:
       return "invalid_prefix";
+    case SkipReason::kRefusedAddress:
+      return "refused_address";
   }
   return "unknown";
 }
@@ -601,6 +603,7 @@ ParsedUrlMap ParseUrlMap(std::string_view body) {
 
 std::vector<model::SapInstance> BuildInstances(const ParsedServerList& parsed,
                                                const Resolver& resolve,
+                                               const AddressPolicy& policy,
                                                const std::vector<model::SapInstance>* previous,
                                                Skips* skips) {
   std::map<std::string_view, const model::SapInstance*> before;
@@ -656,16 +659,29 @@ std::vector<model::SapInstance> BuildInstances(const ParsedServerList& parsed,
         it->second = resolve(instance.host);
       }
       std::string address;
+      std::string refused;  // the first refused address and why
       for (const std::string& candidate : it->second) {
-        if (IsServerAddress(candidate)) {
-          address = candidate;
-          break;
+        if (!IsServerAddress(candidate)) {
+          continue;
         }
+        if (std::string why = RefusalReason(policy, candidate); !why.empty()) {
+          if (refused.empty()) {
+            refused = "address " + Shown(candidate) + " refused: " + why;
+          }
+          continue;
+        }
+        address = candidate;
+        break;
+      }
+      if (address.empty() && !refused.empty()) {
+        skips->Add(SkipReason::kRefusedAddress, "instance " + Shown(instance.name) + ": host " +
+                                                    Shown(instance.host) + ": " + refused);
+        continue;
       }
       if (address.empty()) {
         auto old = before.find(instance.name);
         if (old != before.end() && old->second->host == instance.host &&
-            !old->second->address.empty()) {
+            !old->second->address.empty() && RefusalReason(policy, old->second->address).empty()) {
           address = old->second->address;  // DNS hiccup: keep what it resolved to before
         } else {
           skips->Add(SkipReason::kUnknownHost, "instance " + Shown(instance.name) + ": host " +

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "controller/model/model.h"
+#include "controller/sapsystem/address_policy.h"
 
 namespace kwd::sapsystem {
 
@@ -53,12 +54,14 @@ enum class SkipReason {
   kUnknownHost,    // the host does not resolve (and never did)
   kInvalidGroup,   // group information: a bad group or member name
   kInvalidPrefix,  // URL map: a prefix that is not a path prefix kwd can match
+  kRefusedAddress,  // the host's addresses are all refused (address_policy.h)
 };
 std::string_view SkipReasonName(SkipReason reason);
 inline constexpr SkipReason kAllSkipReasons[] = {
     SkipReason::kMalformedRow, SkipReason::kInvalidName,   SkipReason::kInvalidHost,
     SkipReason::kInvalidPort,  SkipReason::kDuplicateName, SkipReason::kTooMany,
-    SkipReason::kUnknownHost,  SkipReason::kInvalidGroup,  SkipReason::kInvalidPrefix};
+    SkipReason::kUnknownHost,  SkipReason::kInvalidGroup,  SkipReason::kInvalidPrefix,
+    SkipReason::kRefusedAddress};
 
 struct Skips {
   std::map<SkipReason, std::size_t> counts;
@@ -134,9 +137,13 @@ using Resolver = std::function<std::vector<std::string>(const std::string& host)
 // LBJ= of the instance's rows; 0 when none), the stack (DIAG row: ABAP; P4,
 // P4S, IIOP, J2EE or TELNET row: Java) and the resolved address. A host
 // that does not resolve keeps the address `previous` had for that instance
-// and host; without one the instance is skipped. Sorted by name.
+// and host; without one the instance is skipped. The address is the first
+// one `policy` accepts; when it refuses every address of the host the
+// instance is skipped (kRefusedAddress) with the address and why, never
+// falling back to an address from before. Sorted by name.
 std::vector<model::SapInstance> BuildInstances(const ParsedServerList& parsed,
                                                const Resolver& resolve,
+                                               const AddressPolicy& policy,
                                                const std::vector<model::SapInstance>* previous,
                                                Skips* skips);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/log.h"
 #include "common/snapshot_io.h"
 
 namespace kwd::sapsystem {
@@ -87,6 +88,20 @@ SpecCheck CheckSapSystem(const model::SapSystem& system) {
                            std::to_string(config.refresh_interval_seconds) + " is not " +
                            std::to_string(kMinRefreshIntervalSeconds) + " to " +
                            std::to_string(kMaxRefreshIntervalSeconds));
+  }
+  if (spec.allowed_networks.size() > kMaxAllowedNetworks) {
+    check.errors.push_back("spec.allowedNetworks: " + std::to_string(spec.allowed_networks.size()) +
+                           " entries, at most " + std::to_string(kMaxAllowedNetworks));
+  }
+  for (std::size_t i = 0; i < spec.allowed_networks.size() && i < kMaxAllowedNetworks; ++i) {
+    std::string why;
+    if (auto cidr = ParseCidr(spec.allowed_networks[i], &why)) {
+      config.allowed_networks.push_back(*cidr);
+    } else {
+      check.errors.push_back("spec.allowedNetworks[" + std::to_string(i) + "]: \"" +
+                             EscapeControlCharacters(spec.allowed_networks[i].substr(0, 64)) +
+                             "\" " + why);
+    }
   }
   config.logon_groups = spec.logon_groups.value_or(false);
   config.url_map = spec.url_map.value_or(false);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "controller/model/model.h"
+#include "controller/sapsystem/address_policy.h"
 
 namespace kwd::sapsystem {
 
@@ -19,6 +20,7 @@ inline constexpr std::string_view kDefaultUrlMapPath = "/sap/public/icf_info/icr
 inline constexpr std::int64_t kDefaultRefreshIntervalSeconds = 25;  // wdisp/auto_refresh
 inline constexpr std::int64_t kMinRefreshIntervalSeconds = 1;
 inline constexpr std::int64_t kMaxRefreshIntervalSeconds = 86400;
+inline constexpr std::size_t kMaxAllowedNetworks = 64;
 
 struct SapSystemConfig {
   std::string sid;
@@ -32,6 +34,7 @@ struct SapSystemConfig {
   std::string group_info_path;
   bool url_map = false;
   std::string url_map_path;
+  std::vector<Cidr> allowed_networks;  // spec.allowedNetworks (address_policy.h)
 
   bool operator==(const SapSystemConfig&) const = default;
 };

@@ -14,6 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kwd/v1/discovery.grpc.pb.h"
 #include "tests/distribution/cluster_fixture.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
@@ -235,6 +240,86 @@ TEST_F(DistributionTest, ControllerKilledUnderLoadThenRestartedProxiesResync) {
   load.join();
   EXPECT_EQ(failed.load(), 0) << "of " << sent.load();
   EXPECT_GE(sent.load(), 300);
+}
+
+// The Programmed condition of LogonGroup "public" in /admin/api/state.
+nlohmann::json Programmed(uint16_t admin_port) {
+  auto objects = nlohmann::json::parse(HttpGet(admin_port, "/admin/api/state").body, nullptr, false);
+  if (!objects.is_object()) {
+    return nlohmann::json::object();
+  }
+  for (const auto& object : objects["objects"]) {
+    if (object["kind"] == "LogonGroup" && object["name"] == "public") {
+      for (const auto& condition : object["conditions"]) {
+        if (condition["type"] == "Programmed") {
+          return condition;
+        }
+      }
+    }
+  }
+  return nlohmann::json::object();
+}
+
+// Issue 23 item 7: anything that reaches the gRPC port could subscribe and
+// never ACK, holding every object at Programmed=False Pending. With
+// --proxy-ack-timeout it is listed and counted as unresponsive but no
+// longer holds Programmed; a NACK text of 40,000 bytes is cut.
+TEST_F(DistributionTest, ASilentClientOnTheGrpcPortDoesNotHoldProgrammed) {
+  controller_.reset();
+  grpc_port_ = ReserveFreePort();  // fresh ports: the old ones may linger a moment
+  controller_admin_ = ReserveFreePort();
+  StartControllerWith({BinaryPath("kwd-controller"), "serve", "--source=dir:" + dir_.string(),
+                       "--grpc-listen", "127.0.0.1:" + std::to_string(grpc_port_),
+                       "--admin-listen", "127.0.0.1:" + std::to_string(controller_admin_),
+                       "--poll-interval", "50ms", "--proxy-ack-timeout", "500ms"});
+  StartProxy("proxy-a");
+  ASSERT_TRUE(AllProxiesRun(ControllerVersion(controller_admin_))) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Programmed(controller_admin_).value("status", "") == "True"; }))
+      << Programmed(controller_admin_);
+
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port_),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::SnapshotDiscovery::NewStub(channel);
+  grpc::ClientContext context;
+  auto stream = stub->StreamSnapshots(&context);
+  v1::SnapshotRequest hello;
+  hello.set_node_id("silent");
+  ASSERT_TRUE(stream->Write(hello));
+  v1::SnapshotResponse response;
+  ASSERT_TRUE(stream->Read(&response));  // and never answered
+  // Waited for at first, as any proxy; then no longer counted.
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric(controller_admin_, "kwd_controller_unresponsive_proxies") == 1;
+  })) << Logs();
+  ASSERT_TRUE(WaitFor([&] {
+    nlohmann::json programmed = Programmed(controller_admin_);
+    return programmed.value("status", "") == "True" &&
+           programmed.value("message", "").find("1 more proxy does not answer") !=
+               std::string::npos;
+  })) << Programmed(controller_admin_);
+  EXPECT_EQ(Metric(controller_admin_, "kwd_controller_connected_proxies"), 2);
+  EXPECT_NE(controller_->Log().find("a proxy does not answer snapshots"), std::string::npos);
+  auto state = nlohmann::json::parse(HttpGet(controller_admin_, "/admin/api/state").body);
+  for (const auto& proxy : state["proxies"]) {
+    EXPECT_EQ(proxy.value("unresponsive", false), proxy.value("node_id", "") == "silent") << proxy;
+  }
+
+  // Its NACK of 40,000 bytes: bounded, one line.
+  v1::SnapshotRequest nack;
+  nack.set_node_id("silent");
+  nack.set_response_nonce(response.nonce());
+  nack.mutable_error_detail()->set_message("line one\nline two " + std::string(40'000, 'x'));
+  ASSERT_TRUE(stream->Write(nack));
+  ASSERT_TRUE(WaitFor([&] {
+    return Programmed(controller_admin_).value("reason", "") == "Rejected";
+  })) << Programmed(controller_admin_);
+  std::string message = Programmed(controller_admin_).value("message", "");
+  EXPECT_LE(message.size(), 4096u);
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_NE(message.find("proxy silent rejected the snapshot: line one\\nline two xxx"),
+            std::string::npos)
+      << message.substr(0, 200);
+  context.TryCancel();
 }
 
 }  // namespace

@@ -18,13 +18,21 @@ An instance with "serve": true gets a fake application server of its own on
 /sap/public/icman/ping with 200, and any other request with 200 and
 "X-Instance: <name>" so that tests can count where requests went.
 
-Control (JSON, on the message server's port):
+With --tls-cert and --tls-key the message server also answers over HTTPS
+on a second port ("tls_port" in the state), and every served instance gets
+an HTTPS twin of its application server ("tls_ports"), listed as its HTTPS
+row (unless "https" gives a port).
+
+Control (JSON, on the message server's plain port):
   GET  /_fake/state           the current state, with the ports in use
   POST /_fake/state           merge keys into the state (see DEFAULT_STATE);
                               "instances" replaces the whole list
   GET  /_fake/requests        paths served so far (message server only)
+  GET  /_fake/app_requests    requests the application servers got:
+                              [{"instance", "scheme", "path"}]
 
 Usage: fake_message_server.py [--listen 127.0.0.1:0] [--config FILE.json]
+                              [--tls-cert PEM --tls-key PEM]
 Prints "listening 127.0.0.1:PORT" once ready.
 """
 
@@ -33,6 +41,7 @@ import copy
 import http.server
 import json
 import socketserver
+import ssl
 import sys
 import threading
 import time
@@ -64,6 +73,10 @@ LOCK = threading.RLock()
 STATE = copy.deepcopy(DEFAULT_STATE)
 REQUESTS = []
 APP_SERVERS = {}  # instance name -> (server, port)
+TLS_APP_SERVERS = {}  # instance name -> (server, port): the HTTPS twins
+APP_REQUESTS = []
+TLS_CONTEXT = None  # set by --tls-cert/--tls-key
+TLS_PORT = 0
 
 
 def server_list(state):
@@ -81,15 +94,16 @@ def server_list(state):
         if stack in ("java", "dual"):
             rows.append(("P4", 50004, "LB=%d" % inst["lb"] if inst.get("lb") and stack == "java" else ""))
         http_port = port_of(inst)
+        https_port = tls_port_of(inst)
         if http_port:
             rows.append(("HTTP", http_port, ""))
-        if inst.get("https"):
-            rows.append(("HTTPS", inst["https"], ""))
+        if https_port:
+            rows.append(("HTTPS", https_port, ""))
         if state["vhost_twins"]:
             if http_port:
                 rows.append(("HTTP", http_port, "VHOST=0"))
-            if inst.get("https"):
-                rows.append(("HTTPS", inst["https"], "VHOST=0"))
+            if https_port:
+                rows.append(("HTTPS", https_port, "VHOST=0"))
         for kind, port, desc in rows:
             # The capture ends a row with an empty description in a TAB.
             lines.append(sep.join([kind, host, str(port), desc]))
@@ -131,6 +145,22 @@ def port_of(inst):
     return inst.get("http", 0)
 
 
+def tls_port_of(inst):
+    if inst.get("https"):
+        return inst["https"]
+    name = inst["name"]
+    if inst.get("serve") and name in TLS_APP_SERVERS:
+        return TLS_APP_SERVERS[name][1]
+    return 0
+
+
+def ports_state(state):
+    state["ports"] = {name: port for name, (srv, port) in APP_SERVERS.items()}
+    state["tls_ports"] = {name: port for name, (srv, port) in TLS_APP_SERVERS.items()}
+    state["tls_port"] = TLS_PORT
+    return state
+
+
 class Threading(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -162,9 +192,12 @@ class MessageServer(Base):
         path = self.path.split("?", 1)[0]
         if path == "/_fake/state":
             with LOCK:
-                state = copy.deepcopy(STATE)
-                state["ports"] = {name: port for name, (srv, port) in APP_SERVERS.items()}
+                state = ports_state(copy.deepcopy(STATE))
             return self.reply(200, json.dumps(state), "application/json")
+        if path == "/_fake/app_requests":
+            with LOCK:
+                requests = json.dumps(APP_REQUESTS)
+            return self.reply(200, requests, "application/json")
         if path == "/_fake/requests":
             with LOCK:
                 requests = json.dumps(REQUESTS)
@@ -215,17 +248,17 @@ class MessageServer(Base):
 
     def do_GET_state(self):
         with LOCK:
-            state = copy.deepcopy(STATE)
-            state["ports"] = {name: port for name, (srv, port) in APP_SERVERS.items()}
+            state = ports_state(copy.deepcopy(STATE))
         return self.reply(200, json.dumps(state), "application/json")
 
 
-def make_app_handler(name):
+def make_app_handler(name, scheme="http"):
     class AppServer(Base):
         def do_GET(self):
             path = self.path.split("?", 1)[0]
             with LOCK:
                 state = copy.deepcopy(STATE)
+                APP_REQUESTS.append({"instance": name, "scheme": scheme, "path": path})
             headers = [("X-Instance", name)]
             if path == "/sap/public/icf_info/icr_groups":
                 if state["groups_mode"] == "status":
@@ -251,23 +284,34 @@ def make_app_handler(name):
 def sync_app_servers():
     """Starts an application server for each instance with "serve" (LOCK held)."""
     wanted = {inst["name"]: inst for inst in STATE["instances"] if inst.get("serve")}
-    for name in list(APP_SERVERS):
-        if name not in wanted:
-            srv, _ = APP_SERVERS.pop(name)
-            threading.Thread(target=srv.shutdown, daemon=True).start()
+    for servers in (APP_SERVERS, TLS_APP_SERVERS):
+        for name in list(servers):
+            if name not in wanted:
+                srv, _ = servers.pop(name)
+                threading.Thread(target=srv.shutdown, daemon=True).start()
     for name, inst in wanted.items():
-        if name in APP_SERVERS:
-            continue
-        srv = Threading(("127.0.0.1", inst.get("http", 0)), make_app_handler(name))
-        APP_SERVERS[name] = (srv, srv.server_address[1])
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        if name not in APP_SERVERS:
+            srv = Threading(("127.0.0.1", inst.get("http", 0)), make_app_handler(name))
+            APP_SERVERS[name] = (srv, srv.server_address[1])
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+        if TLS_CONTEXT is not None and name not in TLS_APP_SERVERS:
+            srv = Threading(("127.0.0.1", 0), make_app_handler(name, "https"))
+            srv.socket = TLS_CONTEXT.wrap_socket(srv.socket, server_side=True)
+            TLS_APP_SERVERS[name] = (srv, srv.server_address[1])
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", default="127.0.0.1:0")
     parser.add_argument("--config", help="JSON file: initial state keys")
+    parser.add_argument("--tls-cert", help="PEM: also serve HTTPS (message and application servers)")
+    parser.add_argument("--tls-key", help="PEM: the key of --tls-cert")
     args = parser.parse_args()
+    global TLS_CONTEXT, TLS_PORT
+    if args.tls_cert:
+        TLS_CONTEXT = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        TLS_CONTEXT.load_cert_chain(args.tls_cert, args.tls_key)
     host, _, port = args.listen.rpartition(":")
     if host not in ("127.0.0.1", "localhost", "::1"):
         sys.exit("--listen: loopback only")
@@ -277,6 +321,11 @@ def main():
     with LOCK:
         sync_app_servers()
     server = Threading((host, int(port)), MessageServer)
+    if TLS_CONTEXT is not None:
+        tls_server = Threading((host, 0), MessageServer)
+        tls_server.socket = TLS_CONTEXT.wrap_socket(tls_server.socket, server_side=True)
+        TLS_PORT = tls_server.server_address[1]
+        threading.Thread(target=tls_server.serve_forever, daemon=True).start()
     print("listening %s:%d" % (host, server.server_address[1]), flush=True)
     try:
         server.serve_forever()

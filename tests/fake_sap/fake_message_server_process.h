@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
@@ -20,13 +21,10 @@ namespace kwd::testing {
 
 class FakeMessageServer {
  public:
+  // `args`: more command-line arguments (--tls-cert PEM --tls-key PEM).
   explicit FakeMessageServer(const nlohmann::json& state = nlohmann::json::object(),
-                             std::string log_path = {})
-      : process_(std::make_unique<Process>(
-            std::vector<std::string>{KWD_PYTHON3, "-u",
-                                     std::string(KWD_SOURCE_DIR) +
-                                         "/tests/fake_sap/fake_message_server.py"},
-            std::move(log_path))) {
+                             std::string log_path = {}, std::vector<std::string> args = {})
+      : process_(std::make_unique<Process>(Command(std::move(args)), std::move(log_path))) {
     if (!process_->started()) {
       throw std::runtime_error("fake message server did not start: " + process_->Log());
     }
@@ -54,12 +52,25 @@ class FakeMessageServer {
   uint16_t AppPort(const std::string& name) {
     return static_cast<uint16_t>(State()["ports"].value(name, 0));
   }
+  // The HTTPS port of the message server (started with --tls-cert).
+  uint16_t TlsPort() { return static_cast<uint16_t>(State().value("tls_port", 0)); }
+  // What the application servers were asked: [{"instance", "scheme", "path"}].
+  nlohmann::json AppRequests() {
+    return nlohmann::json::parse(HttpGet(port(), "/_fake/app_requests").body);
+  }
   // Requests for the server list so far.
   std::size_t ListRequests() {
     return nlohmann::json::parse(HttpGet(port(), "/_fake/requests").body).size();
   }
 
  private:
+  static std::vector<std::string> Command(std::vector<std::string> args) {
+    std::vector<std::string> command{
+        KWD_PYTHON3, "-u", std::string(KWD_SOURCE_DIR) + "/tests/fake_sap/fake_message_server.py"};
+    command.insert(command.end(), args.begin(), args.end());
+    return command;
+  }
+
   std::unique_ptr<Process> process_;
 };
 

@@ -52,13 +52,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     kwd::sapsystem::Skips skips = parsed.skips;
     // Every host "resolves" to itself when it is an address-like name.
+    // The address policy of a SapSystem with allowedNetworks [10.0.0.0/8,
+    // 127.0.0.0/8]: no built instance may have an address outside it.
+    std::string cidr_error;
+    kwd::sapsystem::AddressPolicy policy;
+    policy.allowed = {*kwd::sapsystem::ParseCidr("10.0.0.0/8", &cidr_error),
+                      *kwd::sapsystem::ParseCidr("127.0.0.0/8", &cidr_error)};
+    policy.own = {*kwd::sapsystem::ParseIpAddress("10.0.0.9")};
     auto instances = kwd::sapsystem::BuildInstances(
-        parsed, [](const std::string& host) { return std::vector<std::string>{host}; }, nullptr,
-        &skips);
+        parsed, [](const std::string& host) { return std::vector<std::string>{host}; }, policy,
+        nullptr, &skips);
     CheckSkips(skips);
     for (const auto& instance : instances) {
       Check(kwd::IsServerName(instance.name));
       Check(instance.address.empty() || kwd::IsServerAddress(instance.address));
+      Check(instance.address.empty() ||
+            kwd::sapsystem::RefusalReason(policy, instance.address).empty());
+      Check(instance.address != "10.0.0.9");
+    }
+  }
+  {
+    // spec.allowedNetworks entries: the first line as a CIDR.
+    std::string error;
+    std::string_view first = body.substr(0, body.find('\n'));
+    if (auto cidr = kwd::sapsystem::ParseCidr(first, &error)) {
+      Check(cidr->prefix_length >= 0 && cidr->prefix_length <= (cidr->network.v4 ? 32 : 128));
+      Check(cidr->Contains(cidr->network));
+    } else {
+      Check(!HasControl(error));
     }
   }
   kwd::sapsystem::ParsedGroupInfo groups = kwd::sapsystem::ParseGroupInfo(body);

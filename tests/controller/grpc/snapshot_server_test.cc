@@ -75,9 +75,11 @@ std::shared_ptr<const compile::CompileResult> Result(int capacity, int64_t gener
   return result;
 }
 
-std::unique_ptr<SnapshotServer> StartServer(MetricsRegistry* metrics, int port = 0) {
+std::unique_ptr<SnapshotServer> StartServer(MetricsRegistry* metrics, int port = 0,
+                                            milliseconds ack_timeout = seconds(30)) {
   SnapshotServerOptions options;
   options.listen = "127.0.0.1:" + std::to_string(port);
+  options.ack_timeout = ack_timeout;
   auto server = std::make_unique<SnapshotServer>(options, metrics);
   std::string error;
   EXPECT_TRUE(server->Start(&error)) << error;
@@ -127,6 +129,13 @@ struct RawStream {
             "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()))),
         stream(stub->StreamSnapshots(&context)) {}
   ~RawStream() { context.TryCancel(); }
+
+  // Sends the first request as `node` and reads the answer into `first`.
+  bool Hello(const std::string& node, v1::SnapshotResponse* first) {
+    v1::SnapshotRequest hello;
+    hello.set_node_id(node);
+    return stream->Write(hello) && stream->Read(first);
+  }
 
   std::unique_ptr<v1::SnapshotDiscovery::Stub> stub;
   grpc::ClientContext context;
@@ -568,6 +577,118 @@ TEST(SnapshotServerTest, DisconnectedProxiesLeaveTheCount) {
   ASSERT_TRUE(watch.Until([&] { return server->Proxies().empty(); }));
   EXPECT_EQ(metrics.GetGauge("kwd_controller_connected_proxies", "").Value(), 0.0);
   EXPECT_EQ(server->ProgrammedConditions()[0].condition.reason, "NoProxies");
+}
+
+bool Printable(std::string_view text) {
+  return std::none_of(text.begin(), text.end(), [](char c) {
+    auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 || byte == 0x7f;
+  });
+}
+
+// Issue 23 item 7: a fake proxy's NACK text was copied unbounded into every
+// object's Programmed condition (40,119 bytes measured; the CRDs allow
+// 32,768, so the API server refused the whole status patch).
+TEST(SnapshotServerTest, HostileNackTextIsBoundedAndPrintable) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto good = Result(1, 1);
+  server->Publish(good);
+  RawStream raw(server->port());
+  v1::SnapshotResponse response;
+  // (protobuf itself refuses strings that are not UTF-8)
+  ASSERT_TRUE(raw.Hello(
+      "proxy-a\n\x1b[31mlevel=error msg=forged\xe2\x80\xae" + std::string(500, 'n'), &response));
+  v1::SnapshotRequest nack;
+  nack.set_response_nonce(response.nonce());
+  nack.mutable_error_detail()->set_message(std::string("\r\n\x00\x7f", 4) + std::string(40'000, 'x'));
+  ASSERT_TRUE(raw.stream->Write(nack));
+  ASSERT_TRUE(watch.Until([&] { return !Only(*server).versions.nacked_version.empty(); }));
+  ProxyStatus status = Only(*server);
+  EXPECT_LE(status.versions.node_id.size(), kMaxNodeIdBytes);
+  EXPECT_TRUE(Printable(status.versions.node_id)) << status.versions.node_id;
+  EXPECT_TRUE(status.versions.node_id.starts_with("proxy-a\\n\\x1b[31m")) << status.versions.node_id;
+  EXPECT_LE(status.versions.nack_message.size(), kMaxNackMessageBytes);
+  EXPECT_TRUE(status.versions.nack_message.starts_with("\\r\\n\\x00\\x7fx"))
+      << status.versions.nack_message.substr(0, 40);
+  EXPECT_TRUE(status.versions.nack_message.ends_with("xxx...")) ;
+  auto programmed = server->ProgrammedConditions();
+  ASSERT_EQ(programmed.size(), 1u);
+  EXPECT_EQ(programmed[0].condition.reason, "Rejected");
+  EXPECT_LE(programmed[0].condition.message.size(), kMaxProgrammedMessageBytes);
+  EXPECT_TRUE(Printable(programmed[0].condition.message));
+}
+
+TEST(PrintableTextTest, EscapesAndCutsOnCharacterBoundaries) {
+  EXPECT_EQ(PrintableText("plain", 100), "plain");
+  EXPECT_EQ(PrintableText("a\nb\x01", 100), "a\\nb\\x01");
+  EXPECT_EQ(PrintableText("caf\xc3\xa9", 100), "caf\xc3\xa9");    // UTF-8 kept
+  EXPECT_EQ(PrintableText("bad\xc3(", 100), "bad\\xc3(");         // not UTF-8
+  EXPECT_EQ(PrintableText("abcdefghij", 10), "abcdefghij");         // exactly fits
+  EXPECT_EQ(PrintableText("abcdefghijk", 10), "abcdefg...");
+  EXPECT_EQ(PrintableText("abcdef\xc3\xa9zzz", 9), "abcdef...");   // never half a character
+  EXPECT_EQ(PrintableText("a\nbcdefgh", 5), "a...");
+  EXPECT_EQ(PrintableText(std::string(10, '\n'), 2), "");
+  // Idempotent: printable text passes unchanged.
+  std::string once = PrintableText("x\x1b\xff", 100);
+  EXPECT_EQ(PrintableText(once, 100), once);
+}
+
+// Issue 23 item 7: a client that never ACKs held every object at
+// Programmed=False Pending. After --proxy-ack-timeout it is listed and
+// counted as unresponsive, but no longer holds Programmed.
+TEST(SnapshotServerTest, SilentClientDoesNotHoldProgrammedForever) {
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics, 0, milliseconds(300));
+  ServerWatch watch(*server);
+  auto good = Result(1, 1);
+  server->Publish(good);
+  FakeProxy proxy(server->port(), "proxy-a");
+  ASSERT_TRUE(proxy.client->WaitForVersion(good->snapshot.version(), seconds(10)));
+  RawStream silent(server->port());
+  v1::SnapshotResponse response;
+  ASSERT_TRUE(silent.Hello("silent", &response));  // ... and never answered
+  ASSERT_TRUE(watch.Until([&] { return server->Proxies().size() == 2; }));
+  // After the timeout, without anything else happening, it stops counting.
+  ASSERT_TRUE(watch.Until(
+      [&] { return server->ProgrammedConditions()[0].condition.status == "True"; }, seconds(10)));
+  auto programmed = server->ProgrammedConditions();
+  EXPECT_EQ(programmed[0].condition.reason, "Programmed");
+  EXPECT_NE(programmed[0].condition.message.find(
+                "1 of 1 connected proxies run generation 1; 1 more proxy does not answer"),
+            std::string::npos)
+      << programmed[0].condition.message;
+  EXPECT_EQ(metrics.GetGauge("kwd_controller_unresponsive_proxies", "").Value(), 1.0);
+  bool listed = false;
+  for (const ProxyStatus& proxy_status : server->Proxies()) {
+    if (proxy_status.versions.node_id == "silent") {
+      listed = true;
+      EXPECT_TRUE(proxy_status.versions.unresponsive);
+      EXPECT_TRUE(proxy_status.awaiting_reply);
+    }
+  }
+  EXPECT_TRUE(listed);
+
+  // It answers: counted again.
+  v1::SnapshotRequest ack;
+  ack.set_node_id("silent");
+  ack.set_version_info(response.version_info());
+  ack.set_response_nonce(response.nonce());
+  ASSERT_TRUE(silent.stream->Write(ack));
+  ASSERT_TRUE(watch.Until([&] {
+    return server->ProgrammedConditions()[0].condition.message.find("2 of 2") != std::string::npos;
+  }));
+  ASSERT_TRUE(watch.Until(
+      [&] { return metrics.GetGauge("kwd_controller_unresponsive_proxies", "").Value() == 0.0; }));
+
+  // The only proxy silent: no proxy answers, Programmed False NoProxies.
+  proxy.client.reset();
+  auto next = Result(2, 2);
+  server->Publish(next);
+  ASSERT_TRUE(watch.Until(
+      [&] { return server->ProgrammedConditions()[0].condition.reason == "NoProxies"; }, seconds(10)))
+      << server->ProgrammedConditions()[0].condition.message;
 }
 
 TEST(SnapshotServerTest, SecondServerOnTheSameAddressFailsToStart) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/snapshot_io.h"
@@ -111,7 +112,24 @@ TEST_F(TlsTest, OnlyClientsWithACertificateFromTheClientCaGetSnapshots) {
     EXPECT_EQ(refused->version(), "");
     EXPECT_EQ(refused->acks(), 0u);
   }
-  EXPECT_EQ(ConnectedNodes(*server), std::vector<std::string>{"trusted"});
+  // The node id starts with the certificate's name (CN=client).
+  EXPECT_EQ(ConnectedNodes(*server), std::vector<std::string>{"client/trusted"});
+}
+
+// Issue 23 item 7: with mutual TLS the node id a proxy sends cannot pass
+// for another certificate's proxy: the verified certificate names it.
+TEST_F(TlsTest, NodeIdComesFromTheClientCertificate) {
+  auto server = StartServer(MutualTls());
+  auto named = StartClient(*server, "client", ClientTls("client"));
+  auto impostor = StartClient(*server, "proxy-b\nforged", ClientTls("client"));
+  ASSERT_TRUE(named->WaitForVersion(result_->snapshot.version(), seconds(10)));
+  ASSERT_TRUE(impostor->WaitForVersion(result_->snapshot.version(), seconds(10)));
+  std::vector<std::string> nodes = ConnectedNodes(*server);
+  std::sort(nodes.begin(), nodes.end());
+  EXPECT_EQ(nodes, (std::vector<std::string>{"client", "client/proxy-b\\nforged"}));
+  for (const auto& proxy : server->Proxies()) {
+    EXPECT_EQ(proxy.certificate_identity, "client");
+  }
 }
 
 TEST_F(TlsTest, TheClientVerifiesTheControllerCertificateAndName) {
@@ -134,7 +152,7 @@ TEST_F(TlsTest, TheClientVerifiesTheControllerCertificateAndName) {
   EXPECT_TRUE(right_name->WaitForVersion(result_->snapshot.version(), seconds(10)));
   EXPECT_FALSE(unnamed->WaitForConnected(true, milliseconds(300)));
   EXPECT_FALSE(wrong_name->WaitForConnected(true, milliseconds(300)));
-  EXPECT_EQ(ConnectedNodes(*named), std::vector<std::string>{"right-name"});
+  EXPECT_EQ(ConnectedNodes(*named), std::vector<std::string>{"client/right-name"});
 }
 
 // Rotation: the server's certificate, key and client CA are replaced (an

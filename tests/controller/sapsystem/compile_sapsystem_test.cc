@@ -350,5 +350,103 @@ TEST(CompileSapSystemTest, UrlMapFromSapSystemUnresolved) {
   EXPECT_EQ(Find(Compile(objects), "UrlMapping", "nomap", kResolvedRefs)->reason, "NoUrlMap");
 }
 
+json StaticGroup(const std::string& name, bool reencrypt) {
+  json spec = {{"kind", "abap"},
+               {"backend",
+                {{"staticServers", json::array({{{"name", name + "_ERP_00"},
+                                                 {"address", "10.0.1.1"},
+                                                 {"port", 44300}}})}}}};
+  if (reencrypt) {
+    spec["upstreamTLS"] = {{"mode", "reencrypt"}, {"serverName", "erp.example.com"}};
+  }
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "LogonGroup"},
+          {"metadata", {{"name", name}, {"namespace", "erp"}, {"generation", 1}}},
+          {"spec", spec}};
+}
+
+// Issue 23 item 5: a discovered /sap/bc/gui/sensitive/ moved traffic out of
+// the operator's re-encrypted /sap/bc/gui/ group into a plain-HTTP
+// discovered group. Discovered prefixes no longer take a subtree of the
+// mapping's own rules unless spec.fromSapSystemRefines is true, and never
+// when the traffic they take would lose its upstream TLS.
+TEST(CompileSapSystemTest, DiscoveredPrefixesDoNotTakeOverTheOperatorsRules) {
+  model::ObjectSet objects;
+  objects.Upsert(Decode(System("erp", {{"urlMap", true}})));
+  model::SapServerList list = ListWithUrlMap("erp");
+  list.url_prefixes = {{"/newapp/", "PUBLIC", false},
+                       {"/sap/bc/gui/sensitive/", "PUBLIC", false},
+                       {"/sap/bc/plain/x/", "PUBLIC", false},
+                       {"/sap/opu/odata/", "", false}};
+  objects.Upsert(list);
+  objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
+  objects.Upsert(Decode(Group("public", "abap", {{"name", "erp"}, {"logonGroup", "PUBLIC"}})));
+  objects.Upsert(Decode(StaticGroup("secure", /*reencrypt=*/true)));
+  auto mapping = [](bool refines, const std::string& java_default) {
+    json own = json::array({{{"prefix", "/sap/bc/gui/"}, {"logonGroup", "secure"}},
+                            {{"prefix", "/sap/bc/plain/"}, {"logonGroup", "diag"}}});
+    json spec = {{"fromSapSystem", "erp"},
+                 {"defaultGroups", {{"abap", "diag"}, {"java", java_default}}},
+                 {"rules", own}};
+    if (refines) {
+      spec["fromSapSystemRefines"] = true;
+    }
+    return Decode(Mapping("erp", spec));
+  };
+  objects.Upsert(mapping(false, "diag"));
+  CompileResult result = Compile(objects);
+  EXPECT_EQ(Rules(result),
+            "/newapp/ abap erp/public, /sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag, "
+            "/sap/opu/odata/ abap erp/diag");
+  const Condition* accepted = Find(result, "UrlMapping", "erp", kAccepted);
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_EQ(accepted->status, "True") << accepted->message;
+  EXPECT_NE(accepted->message.find("2 prefixes under spec.rules left out "
+                                   "(spec.fromSapSystemRefines: false): /sap/bc/gui/sensitive/ "
+                                   "(under /sap/bc/gui/), /sap/bc/plain/x/ (under /sap/bc/plain/)"),
+            std::string::npos)
+      << accepted->message;
+
+  // Opted in: the plain subtree of a plain rule may be refined; the
+  // re-encrypted one still not, as that would lower its TLS.
+  objects.Upsert(mapping(true, "diag"));
+  CompileResult refined = Compile(objects);
+  EXPECT_EQ(Rules(refined),
+            "/newapp/ abap erp/public, /sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag, "
+            "/sap/bc/plain/x/ abap erp/public, /sap/opu/odata/ abap erp/diag");
+  accepted = Find(refined, "UrlMapping", "erp", kAccepted);
+  EXPECT_NE(accepted->message.find("1 prefix left out as it would lower the upstream TLS of the "
+                                   "traffic it takes: /sap/bc/gui/sensitive/ (erp/public, plain "
+                                   "HTTP, instead of erp/secure, re-encrypted)"),
+            std::string::npos)
+      << accepted->message;
+
+  // Unmatched paths go to the java default group: when that re-encrypts, a
+  // discovered plain prefix outside every rule does not take its traffic.
+  objects.Upsert(mapping(false, "secure"));
+  EXPECT_EQ(Rules(Compile(objects)), "/sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag");
+}
+
+// Issue 23 item 2, in the compile too: a list polled before allowedNetworks
+// was narrowed (or that slipped past the poller) gives no server outside it.
+TEST(CompileSapSystemTest, AddressRuleAppliedAgainWithTheCurrentSpec) {
+  model::ObjectSet objects;
+  objects.Upsert(Decode(System("erp", {{"allowedNetworks", {"10.0.0.0/30"}}})));
+  model::SapServerList list = List("erp");
+  list.instances.push_back(Instance("lo_ERP_08", "127.0.0.1", 8000, 0, 1, true, false));
+  objects.Upsert(list);
+  objects.Upsert(Decode(Group("diag", "abap", {{"name", "erp"}})));
+  CompileResult result = Compile(objects);
+  // 10.0.0.1 and 10.0.0.2 are inside 10.0.0.0/30; 10.0.0.4 (no HTTP port) and
+  // 127.0.0.1 are not.
+  EXPECT_EQ(Servers(result, "diag"), "a_ERP_00@10.0.0.1:8000/3,b_ERP_01@10.0.0.2:8001/5");
+  const Condition* accepted = Find(result, "LogonGroup", "diag", kAccepted);
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_NE(accepted->message.find("instance \"lo_ERP_08\" left out: address 127.0.0.1 refused: "
+                                   "loopback address, not in spec.allowedNetworks"),
+            std::string::npos)
+      << accepted->message;
+}
+
 }  // namespace
 }  // namespace kwd::compile

@@ -7,7 +7,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
 #include "tests/fake_sap/fake_message_server_process.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_path.h"
+#include "tests/support/test_pki.h"
 
 namespace kwd::sapsystem {
 namespace {
@@ -33,6 +41,9 @@ class PollerTest : public ::testing::Test {
     config_.server_list_path = std::string(kDefaultServerListPath);
     config_.group_info_path = std::string(kDefaultGroupInfoPath);
     config_.url_map_path = std::string(kDefaultUrlMapPath);
+    // The fake's application servers are on loopback: listed explicitly.
+    std::string error;
+    config_.allowed_networks = {*ParseCidr("127.0.0.0/8", &error)};
   }
 
   PollOutcome Poll(const model::SapServerList& previous,
@@ -174,6 +185,198 @@ TEST_F(PollerTest, UrlMapFromAnApplicationServer) {
   ASSERT_FALSE(recovered.failed) << recovered.list.message;
   EXPECT_EQ(recovered.list.url_prefixes,
             (std::vector<model::SapUrlPrefix>{{"/sap/opu/odata/", "", false}}));
+}
+
+// Issue 23 item 2: without spec.allowedNetworks naming loopback, a list
+// of loopback instances gives no server, and the controller does not fetch
+// the group or URL-map feeds from them either.
+TEST_F(PollerTest, LoopbackInstancesAreRefusedWithoutAllowedNetworks) {
+  config_.allowed_networks.clear();
+  config_.logon_groups = true;
+  config_.url_map = true;
+  PollOutcome outcome = Poll({});
+  EXPECT_TRUE(outcome.list.instances.empty());
+  EXPECT_EQ(outcome.skips.counts[SkipReason::kRefusedAddress], 3u);
+  EXPECT_NE(outcome.list.message.find(
+                "instance \"a_FAK_00\": host \"127.0.0.1\": address \"127.0.0.1\" refused: "
+                "loopback address, not in spec.allowedNetworks"),
+            std::string::npos)
+      << outcome.list.message;
+  EXPECT_TRUE(fake_->AppRequests().empty()) << fake_->AppRequests().dump();
+
+  // An allowedNetworks that does not hold loopback refuses it too.
+  std::string error;
+  config_.allowed_networks = {*ParseCidr("10.0.0.0/8", &error)};
+  outcome = Poll({});
+  EXPECT_TRUE(outcome.list.instances.empty());
+  EXPECT_TRUE(fake_->AppRequests().empty());
+
+  // Listing it lets them in, and the feeds come from them.
+  config_.allowed_networks.push_back(*ParseCidr("127.0.0.0/8", &error));
+  outcome = Poll({});
+  ASSERT_FALSE(outcome.failed) << outcome.list.message;
+  EXPECT_EQ(outcome.list.instances.size(), 3u);
+  EXPECT_FALSE(fake_->AppRequests().empty());
+}
+
+// A narrowed allowedNetworks also applies to the last good list kept when
+// the poll fails: it is not a way to keep sending traffic outside it.
+TEST_F(PollerTest, NarrowedAllowedNetworksApplyToTheKeptList) {
+  PollOutcome good = Poll({});
+  ASSERT_EQ(good.list.instances.size(), 3u);
+  std::string error;
+  config_.allowed_networks = {*ParseCidr("10.0.0.0/8", &error)};
+  for (json state : {json{{"mode", "status"}}, json{{"mode", "ok"}}}) {
+    fake_->Set(state);
+    PollOutcome outcome = Poll(good.list);
+    EXPECT_TRUE(outcome.list.instances.empty()) << state.dump() << " " << outcome.list.message;
+  }
+}
+
+// The controller's own addresses are refused even inside allowedNetworks.
+TEST_F(PollerTest, OwnAddressesAreRefused) {
+  fake_->Set({{"instances", {{{"name", "me_FAK_00"}, {"host", "10.0.0.9"}, {"http", 8000}},
+                             {{"name", "ok_FAK_01"}, {"host", "10.0.0.8"}, {"http", 8000}}}}});
+  std::string error;
+  config_.allowed_networks = {*ParseCidr("10.0.0.0/8", &error)};
+  PollOutcome outcome =
+      PollOnce(config_, {}, std::chrono::seconds(5),
+               [](const std::string& host) { return std::vector<std::string>{host}; },
+               {*ParseIpAddress("10.0.0.9")});
+  ASSERT_EQ(outcome.list.instances.size(), 1u);
+  EXPECT_EQ(outcome.list.instances[0].name, "ok_FAK_01");
+  EXPECT_NE(outcome.list.message.find("refused: an address of the controller or of a connected "
+                                      "proxy"),
+            std::string::npos)
+      << outcome.list.message;
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Issue 23 item 6: with the message server reached over HTTPS, the logon
+// groups and the URL map come over HTTPS too (verified with the same CA),
+// even from instances that also have an HTTP port.
+TEST(PollerTlsTest, FeedsFollowTheMessageServerOverHttps) {
+  const std::string pki = kwd::testing::UniqueTempPath("sap_pki");
+  std::filesystem::create_directories(pki);
+  std::string error;
+  ASSERT_TRUE(kwd::testing::MakeTestPki(pki, &error)) << error;
+  FakeMessageServer fake(json{{"instances",
+                               {{{"name", "a_FAK_00"}, {"lb", 3}, {"serve", true}},
+                                {{"name", "b_FAK_01"}, {"lb", 1}, {"serve", true}}}},
+                              {"groups", {{"PUBLIC", {"a_FAK_00", "b_FAK_01"}}}},
+                              {"url_prefixes", {{{"prefix", "/sap/bc/gui/"}}}}},
+                         {},
+                         {"--tls-cert", pki + "/server.pem", "--tls-key",
+                          pki + "/server.key"});
+  SapSystemConfig config;
+  config.host = "localhost";
+  config.port = fake.TlsPort();
+  config.https = true;
+  config.ca_bundle = ReadFile(pki + "/ca.pem");
+  config.server_list_path = std::string(kDefaultServerListPath);
+  config.group_info_path = std::string(kDefaultGroupInfoPath);
+  config.url_map_path = std::string(kDefaultUrlMapPath);
+  config.logon_groups = true;
+  config.url_map = true;
+  config.allowed_networks = {*ParseCidr("127.0.0.0/8", &error)};
+  // The list names the hosts "127.0.0.1": the certificate holds that IP.
+  PollOutcome outcome = PollOnce(config, {}, std::chrono::seconds(5), Loopback);
+  ASSERT_FALSE(outcome.failed) << outcome.list.message;
+  ASSERT_EQ(outcome.list.instances.size(), 2u);
+  EXPECT_NE(outcome.list.instances[0].http_port, 0u);  // both ports listed
+  EXPECT_NE(outcome.list.instances[0].https_port, 0u);
+  EXPECT_TRUE(outcome.list.has_groups);
+  EXPECT_TRUE(outcome.list.has_url_map);
+  json requests = fake.AppRequests();
+  ASSERT_FALSE(requests.empty());
+  for (const json& request : requests) {
+    EXPECT_EQ(request["scheme"], "https") << requests.dump();
+  }
+  EXPECT_NE(outcome.list.message.find("logon groups from https://127.0.0.1:"), std::string::npos)
+      << outcome.list.message;
+
+  // Another CA: nothing is trusted, and nothing falls back to plain HTTP.
+  config.ca_bundle = ReadFile(pki + "/other-ca.pem");
+  PollOutcome untrusted = PollOnce(config, outcome.list, std::chrono::seconds(5), Loopback);
+  EXPECT_TRUE(untrusted.failed);
+  EXPECT_EQ(untrusted.list.instances, outcome.list.instances);
+  for (const json& request : fake.AppRequests()) {
+    EXPECT_EQ(request["scheme"], "https") << fake.AppRequests().dump();
+  }
+
+  // Instances with only an HTTP port: nothing to ask over HTTPS.
+  config.ca_bundle = ReadFile(pki + "/ca.pem");
+  fake.Set({{"instances", {{{"name", "p_FAK_02"}, {"http", 8002}}}}});
+  PollOutcome plain_only = PollOnce(config, {}, std::chrono::seconds(5), Loopback);
+  EXPECT_TRUE(plain_only.failed);
+  EXPECT_EQ(plain_only.list.reason, "GroupInfoFailed");
+  EXPECT_NE(plain_only.list.message.find("no instance with an HTTPS port to ask"),
+            std::string::npos)
+      << plain_only.list.message;
+}
+
+class NullSink final : public pipeline::SnapshotSink {
+ public:
+  void Publish(std::shared_ptr<const compile::CompileResult>) override {}
+};
+
+// How many times the fast system's message server was asked within 4.5 s,
+// with two slow message servers (3 s per answer) polled by `workers`.
+std::size_t FastPollsBesideSlowOnes(int workers) {
+  const json slow_state = {{"mode", "timeout"},
+                           {"delay_seconds", 3},
+                           {"instances", {{{"name", "s_FAK_00"}, {"host", "10.0.0.2"}, {"http", 8000}}}}};
+  FakeMessageServer slow1(slow_state);
+  FakeMessageServer slow2(slow_state);
+  FakeMessageServer fast(
+      json{{"instances", {{{"name", "f_FAK_00"}, {"host", "10.0.0.1"}, {"http", 8000}}}}});
+  NullSink sink;
+  pipeline::Pipeline pipeline(pipeline::PipelineOptions{std::chrono::milliseconds(0),
+                                                        std::chrono::milliseconds(0), nullptr},
+                              sink, nullptr);
+  PollerOptions options;
+  options.timeout = std::chrono::seconds(5);
+  options.resolve = [](const std::string& host) { return std::vector<std::string>{host}; };
+  options.own_addresses = [] { return std::vector<IpAddress>{}; };
+  options.max_concurrent_polls = workers;
+  SapSystemPoller poller(pipeline, options, nullptr);
+  auto system = [](const std::string& ns, uint16_t port) {
+    model::SapSystem object;
+    object.metadata.namespace_ = ns;
+    object.metadata.name = "sys";
+    object.spec.message_server.host = "127.0.0.1";
+    object.spec.message_server.http_port = port;
+    object.spec.refresh_interval_seconds = 1;
+    return object;
+  };
+  poller.SetSystems({system("slow-a", slow1.port()), system("slow-b", slow2.port()),
+                     system("fast", fast.port())});
+  std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
+  std::jthread poll_thread([&](std::stop_token stop) { poller.Run(stop); });
+  const auto start = std::chrono::steady_clock::now();
+  kwd::testing::WaitFor([&] { return fast.ListRequests() >= 5; }, std::chrono::milliseconds(4500));
+  std::size_t polls = fast.ListRequests();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(6));
+  poll_thread.request_stop();
+  return polls;
+}
+
+// Issue 23 item 8: SAP systems were polled one at a time, so two slow
+// message servers stretched another namespace's 1 s refresh to 6 s and more.
+TEST(PollerConcurrencyTest, SlowMessageServersDoNotDelayOtherSystems) {
+  // Polled at 0, 1, 2, 3 and 4 s: at least four within 4.5 s.
+  EXPECT_GE(FastPollsBesideSlowOnes(4), 4u);
+}
+
+// The bound holds: with one worker the slow systems take turns with it.
+TEST(PollerConcurrencyTest, OneWorkerPollsOneSystemAtATime) {
+  EXPECT_LE(FastPollsBesideSlowOnes(1), 2u);
 }
 
 }  // namespace

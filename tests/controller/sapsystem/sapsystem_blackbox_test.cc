@@ -104,6 +104,7 @@ class SapSystemBlackBoxTest : public ::testing::Test {
         << "}\n"
            "  refreshIntervalSeconds: 1\n"
            "  logonGroups: true\n"
+           "  allowedNetworks: [127.0.0.0/8]  # the fake's servers are on loopback\n"
            "---\n"
            "apiVersion: dispatch.kwd.io/v1alpha1\n"
            "kind: LogonGroup\n"
@@ -383,6 +384,65 @@ TEST_F(SapSystemBlackBoxTest, DrainedStaticServerKeepsStickyTrafficOnly) {
   EXPECT_EQ(sticky_to_b(), "b_FAK_01");
 }
 
+// Issue 23 item 2: a message server that lists the proxy's own admin port
+// on 127.0.0.1 made /admin/api/state readable on the traffic port. Without
+// allowedNetworks naming loopback the instance is skipped, says why, and
+// the traffic port answers 503.
+TEST_F(SapSystemBlackBoxTest, LoopbackInstanceIsRefusedWithoutAllowedNetworks) {
+  ASSERT_TRUE(WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; },
+                      seconds(20)));
+  fake_->Set({{"instances",
+               {{{"name", "evil_FAK_09"}, {"host", "127.0.0.1"}, {"http", proxy_admin_}}}}});
+  std::ofstream(dir_ / "evil.yaml.tmp")
+      << "apiVersion: dispatch.kwd.io/v1alpha1\n"
+         "kind: SapSystem\n"
+         "metadata: {name: evil, namespace: erp}\n"
+         "spec:\n"
+         "  messageServer: {host: 127.0.0.1, httpPort: "
+      << fake_->port()
+      << "}\n"
+         "  refreshIntervalSeconds: 1\n"
+         "---\n"
+         "apiVersion: dispatch.kwd.io/v1alpha1\n"
+         "kind: LogonGroup\n"
+         "metadata: {name: evil, namespace: erp}\n"
+         "spec:\n"
+         "  kind: abap\n"
+         "  backend: {sapSystem: {name: evil}}\n"
+         "---\n"
+         "apiVersion: dispatch.kwd.io/v1alpha1\n"
+         "kind: UrlMapping\n"
+         "metadata: {name: evil, namespace: erp}\n"
+         "spec:\n"
+         "  rules:\n"
+         "    - {prefix: /admin/, logonGroup: evil}\n";
+  fs::rename(dir_ / "evil.yaml.tmp", dir_ / "objects" / "evil.yaml");
+  json refreshed;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        refreshed = Condition(admin_, "SapSystem", "evil", "Refreshed");
+        return refreshed.is_object() &&
+               refreshed.value("message", "").find("refused") != std::string::npos;
+      },
+      seconds(20)))
+      << refreshed << "\n" << controller_->Log();
+  EXPECT_NE(refreshed.value("message", "").find(
+                "instance \"evil_FAK_09\": host \"127.0.0.1\": address \"127.0.0.1\" refused: "
+                "loopback address, not in spec.allowedNetworks"),
+            std::string::npos)
+      << refreshed;
+  EXPECT_EQ(Servers(admin_, "erp/evil"), "");
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(proxy_->port(), "/admin/api/state").status == 503; },
+                      seconds(20)));
+  HttpReply reply = HttpGet(proxy_->port(), "/admin/api/state");
+  EXPECT_EQ(reply.body.find("node_id"), std::string::npos) << reply.body;
+  EXPECT_GE(Metric(admin_,
+                   "kwd_controller_sapsystem_entries_skipped{sapsystem=\"erp/evil\",reason=\"refused_"
+                   "address\"}"),
+            1);
+  EXPECT_NE(controller_->Log().find("instances skipped: address refused"), std::string::npos);
+}
+
 // A refresh that changes nothing compiles nothing.
 TEST_F(SapSystemBlackBoxTest, UnchangedListCompilesNothing) {
   ASSERT_TRUE(WaitFor([&] { return Servers(admin_, "erp/diag") == "a_FAK_00/2,b_FAK_01/1"; },
@@ -412,7 +472,8 @@ TEST(SapSystemKubeTest, StatusWritten) {
               {"spec",
                {{"sid", "FAK"},
                 {"messageServer", {{"host", "127.0.0.1"}, {"httpPort", ms.port()}}},
-                {"refreshIntervalSeconds", 1}}}});
+                {"refreshIntervalSeconds", 1},
+                {"allowedNetworks", {"127.0.0.0/8"}}}}});
   api.Upsert({{"apiVersion", "dispatch.kwd.io/v1alpha1"},
               {"kind", "LogonGroup"},
               {"metadata", {{"name", "diag"}, {"namespace", "erp"}}},

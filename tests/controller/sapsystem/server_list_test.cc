@@ -39,7 +39,8 @@ Resolver Table(std::map<std::string, std::vector<std::string>> table) {
 }
 
 std::vector<model::SapInstance> Build(std::string_view body, Skips* skips,
-                                      const std::vector<model::SapInstance>* previous = nullptr) {
+                                      const std::vector<model::SapInstance>* previous = nullptr,
+                                      const AddressPolicy& policy = {}) {
   ParsedServerList parsed = ParseServerList(body);
   EXPECT_TRUE(parsed.ok) << parsed.error;
   *skips = parsed.skips;
@@ -47,8 +48,13 @@ std::vector<model::SapInstance> Build(std::string_view body, Skips* skips,
                         Table({{"vhcala4hci", {"10.0.0.5"}},
                                {"appa", {"10.0.0.1", "fd00::1"}},
                                {"appb", {"10.0.0.2"}},
-                               {"127.0.0.1", {"127.0.0.1"}}}),
-                        previous, skips);
+                               {"127.0.0.1", {"127.0.0.1"}},
+                               {"localhost", {"127.0.0.1", "::1"}},
+                               {"metadata", {"169.254.169.254"}},
+                               {"twofaced", {"127.0.0.1", "10.0.0.7"}},
+                               {"mapped", {"::ffff:127.0.0.1"}},
+                               {"me", {"10.0.0.9"}}}),
+                        policy, previous, skips);
 }
 
 TEST(ServerListTest, CapturedShape) {
@@ -290,6 +296,144 @@ TEST(ServerListTest, UnresolvedHostKeepsThePreviousAddress) {
   EXPECT_EQ(skips.total(), 0u);
 }
 
+Cidr MustCidr(std::string_view text) {
+  std::string error;
+  auto cidr = ParseCidr(text, &error);
+  EXPECT_TRUE(cidr) << text << ": " << error;
+  return cidr.value_or(Cidr{});
+}
+
+// Issue 23 item 2: a message server that lists 127.0.0.1, 0.0.0.0,
+// localhost, 169.254.169.254 or the controller's own address no longer
+// sends the proxies (and the controller's feed fetches) there.
+TEST(ServerListTest, SpecialAndOwnAddressesAreRefusedByDefault) {
+  constexpr std::string_view kBody =
+      "version 1.2\n"
+      "lo_X_00\nHTTP\t127.0.0.1\t8000\t\n"
+      "any_X_01\nHTTP\t0.0.0.0\t8000\t\n"
+      "name_X_02\nHTTP\tlocalhost\t8000\t\n"
+      "meta_X_03\nHTTP\tmetadata\t80\t\n"
+      "mcast_X_04\nHTTP\t224.0.0.1\t8000\t\n"
+      "v6_X_05\nHTTP\tfe80::1\t8000\t\n"
+      "mapped_X_06\nHTTP\tmapped\t8000\t\n"
+      "own_X_07\nHTTP\tme\t8000\t\n"
+      "ok_X_08\nHTTP\tappb\t8000\t\n"
+      "two_X_09\nHTTP\ttwofaced\t8000\t\n";
+  // The literal addresses resolve to themselves, as getaddrinfo does.
+  AddressPolicy policy;
+  policy.own = {*ParseIpAddress("10.0.0.9")};
+  ParsedServerList parsed = ParseServerList(kBody);
+  ASSERT_TRUE(parsed.ok);
+  Skips skips;
+  Resolver resolve = [](const std::string& host) -> std::vector<std::string> {
+    static const std::map<std::string, std::vector<std::string>> table = {
+        {"localhost", {"127.0.0.1", "::1"}}, {"metadata", {"169.254.169.254"}},
+        {"mapped", {"::ffff:127.0.0.1"}},    {"me", {"10.0.0.9"}},
+        {"appb", {"10.0.0.2"}},              {"twofaced", {"127.0.0.1", "10.0.0.7"}}};
+    auto it = table.find(host);
+    return it != table.end() ? it->second : std::vector<std::string>{host};
+  };
+  auto instances = BuildInstances(parsed, resolve, policy, nullptr, &skips);
+  // Only the ordinary address is used; a host with a loopback and an
+  // ordinary address gets the ordinary one.
+  ASSERT_EQ(instances.size(), 2u);
+  EXPECT_EQ(instances[0].name, "ok_X_08");
+  EXPECT_EQ(instances[0].address, "10.0.0.2");
+  EXPECT_EQ(instances[1].name, "two_X_09");
+  EXPECT_EQ(instances[1].address, "10.0.0.7");
+  EXPECT_EQ(skips.counts[SkipReason::kRefusedAddress], 8u);
+  EXPECT_EQ(SkipReasonName(SkipReason::kRefusedAddress), "refused_address");
+  std::string summary = skips.Summary();
+  EXPECT_NE(summary.find("instance \"lo_X_00\": host \"127.0.0.1\": address \"127.0.0.1\" refused: "
+                         "loopback address, not in spec.allowedNetworks"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("\"0.0.0.0\" refused: unspecified address"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"169.254.169.254\" refused: link-local address"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("\"224.0.0.1\" refused: multicast address"), std::string::npos) << summary;
+
+  // A previous address from before is not a way around it either.
+  std::vector<model::SapInstance> previous(1);
+  previous[0].name = "dns_X_00";
+  previous[0].host = "flaky";
+  previous[0].address = "127.0.0.1";
+  Skips dns_skips;
+  EXPECT_TRUE(Build("version 1.2\ndns_X_00\nHTTP\tflaky\t8000\t\n", &dns_skips, &previous).empty());
+}
+
+TEST(ServerListTest, AllowedNetworksNarrowAndOptIn) {
+  AddressPolicy policy;
+  policy.allowed = {MustCidr("10.0.0.0/30"), MustCidr("127.0.0.0/8")};
+  Skips skips;
+  auto instances = Build(
+      "version 1.2\n"
+      "a_X_00\nHTTP\tappa\t8000\t\n"       // 10.0.0.1: inside
+      "b_X_01\nHTTP\tappb\t8000\t\n"       // 10.0.0.2: inside
+      "v_X_02\nHTTP\tvhcala4hci\t8000\t\n" // 10.0.0.5: outside
+      "l_X_03\nHTTP\tlocalhost\t8000\t\n"  // 127.0.0.1: listed (loopback tests)
+      "m_X_04\nHTTP\tmetadata\t80\t\n",    // 169.254.169.254: not listed
+      &skips, nullptr, policy);
+  std::vector<std::string> names;
+  for (const auto& instance : instances) {
+    names.push_back(instance.name + "=" + instance.address);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"a_X_00=10.0.0.1", "b_X_01=10.0.0.2",
+                                             "l_X_03=127.0.0.1"}));
+  EXPECT_EQ(skips.counts[SkipReason::kRefusedAddress], 2u);
+  EXPECT_NE(skips.Summary().find("\"10.0.0.5\" refused: outside spec.allowedNetworks"),
+            std::string::npos)
+      << skips.Summary();
+}
+
+TEST(AddressPolicyTest, CidrsAndKinds) {
+  std::string error;
+  EXPECT_FALSE(ParseCidr("10.1.0.0/8", &error));
+  EXPECT_EQ(error, "host bits are set (did you mean 10.0.0.0/8?)");
+  EXPECT_FALSE(ParseCidr("10.0.0.0/33", &error));
+  EXPECT_FALSE(ParseCidr("10.0.0.0/", &error));
+  EXPECT_FALSE(ParseCidr("erp.example.com/8", &error));
+  EXPECT_FALSE(ParseCidr("fd00::/129", &error));
+  EXPECT_FALSE(ParseCidr("10.0.0.0/8 ", &error));
+  EXPECT_TRUE(ParseCidr("0.0.0.0/0", &error));
+  EXPECT_TRUE(MustCidr("192.0.2.7").IsSingleAddress());
+  EXPECT_TRUE(MustCidr("fd00::/8").Contains(*ParseIpAddress("fd12::1")));
+  EXPECT_FALSE(MustCidr("fd00::/8").Contains(*ParseIpAddress("10.0.0.1")));
+  // An IPv4 network also holds the IPv4-mapped form of its addresses.
+  EXPECT_TRUE(MustCidr("127.0.0.0/8").Contains(*ParseIpAddress("::ffff:127.1.2.3")));
+  for (auto [text, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"127.0.0.1", "loopback"},       {"127.255.0.1", "loopback"},
+           {"::1", "loopback"},             {"::ffff:127.0.0.1", "loopback"},
+           {"::127.0.0.1", "loopback"},     {"64:ff9b::169.254.169.254", "link-local"},
+           {"0.0.0.0", "unspecified"},      {"0.1.2.3", "unspecified"},
+           {"::", "unspecified"},           {"169.254.169.254", "link-local"},
+           {"fe80::1", "link-local"},       {"febf::1", "link-local"},
+           {"224.0.0.1", "multicast"},      {"ff02::1", "multicast"},
+           {"255.255.255.255", "broadcast"}, {"10.0.0.1", ""},
+           {"fd00::1", ""},                 {"2001:db8::1", ""},
+           {"fec0::1", ""}}) {
+    EXPECT_EQ(SpecialAddressKind(*ParseIpAddress(text)), kind) << text;
+  }
+  AddressPolicy own;
+  own.own = {*ParseIpAddress("10.0.0.9")};
+  EXPECT_NE(RefusalReason(own, "10.0.0.9"), "");
+  EXPECT_NE(RefusalReason(own, "::ffff:10.0.0.9"), "");
+  own.allowed = {MustCidr("10.0.0.0/8")};
+  EXPECT_NE(RefusalReason(own, "10.0.0.9"), "") << "a network does not name the own address";
+  own.allowed.push_back(MustCidr("10.0.0.9/32"));
+  EXPECT_EQ(RefusalReason(own, "10.0.0.9"), "");
+  EXPECT_EQ(RefusalReason(own, "not-an-ip"), "not an IP address");
+}
+
+TEST(AddressPolicyTest, GrpcPeerAddresses) {
+  EXPECT_EQ(PeerAddress("ipv4:10.1.2.3:41000"), ParseIpAddress("10.1.2.3"));
+  EXPECT_EQ(PeerAddress("ipv6:[fd00::7]:41000"), ParseIpAddress("fd00::7"));
+  EXPECT_EQ(PeerAddress("ipv6:%5B::1%5D:1"), std::nullopt);
+  EXPECT_EQ(PeerAddress("unix:/run/kwd.sock"), std::nullopt);
+  EXPECT_EQ(PeerAddress("ipv4:10.1.2.3"), std::nullopt);
+  EXPECT_EQ(PeerAddress(""), std::nullopt);
+}
+
 TEST(GroupInfoTest, ReferenceExampleAndTolerance) {
   ParsedGroupInfo parsed = ParseGroupInfo(
       "version 1.0\r\nappa_PRD_00\r\nappb_PRD_01\r\n\r\nPUBLIC:appa_PRD_00,appb_PRD_01\r\n"
@@ -434,6 +578,27 @@ TEST(SpecTest, ChecksAndUrl) {
   EXPECT_NE(std::find_if(check.errors.begin(), check.errors.end(),
                          [](const std::string& e) { return e.starts_with("spec.urlMapPath:"); }),
             check.errors.end());
+}
+
+TEST(SpecTest, AllowedNetworks) {
+  model::SapSystem system;
+  system.metadata.name = "erp";
+  system.spec.message_server.host = "erp-ms";
+  system.spec.message_server.http_port = 8101;
+  system.spec.allowed_networks = {"10.0.0.0/8", "127.0.0.0/8", "fd00::/8"};
+  SpecCheck check = CheckSapSystem(system);
+  ASSERT_TRUE(check.config) << check.errors.front();
+  EXPECT_EQ(check.config->allowed_networks.size(), 3u);
+  system.spec.allowed_networks = {"10.0.0.0/8", "10.1.0.0/8", "bad\x01"};
+  check = CheckSapSystem(system);
+  EXPECT_FALSE(check.config);
+  ASSERT_EQ(check.errors.size(), 2u);
+  EXPECT_EQ(check.errors[0],
+            "spec.allowedNetworks[1]: \"10.1.0.0/8\" host bits are set (did you mean 10.0.0.0/8?)");
+  EXPECT_EQ(check.errors[1].find('\x01'), std::string::npos);
+  system.spec.allowed_networks.assign(65, "10.0.0.0/8");
+  check = CheckSapSystem(system);
+  EXPECT_FALSE(check.config);
 }
 
 }  // namespace
