@@ -1,6 +1,7 @@
 #include "dataplane/xds/snapshot_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -77,6 +78,12 @@ SnapshotClient::SnapshotClient(SnapshotClientOptions options, ApplyFunction appl
     nacks_counter_ = &metrics->GetCounter(
         "kwd_proxy_snapshot_nacks_total",
         "Snapshot responses rejected (NACK sent); the previous snapshot kept serving.");
+    cache_loads_ = &metrics->GetCounter(
+        "kwd_proxy_snapshot_cache_loads_total",
+        "Snapshots applied from the --snapshot-cache file because the controller did not answer.");
+    cache_errors_ = &metrics->GetCounter(
+        "kwd_proxy_snapshot_cache_errors_total",
+        "--snapshot-cache files that could not be read, parsed, verified, applied or written.");
   }
 }
 
@@ -162,8 +169,17 @@ void SnapshotClient::SetConnected(bool connected) {
 
 void SnapshotClient::Run() {
   int failures = 0;
+  bool cache_settled = options_.cache_path.empty();
   for (;;) {
-    bool received = RunStream();
+    bool received = RunStream(cache_settled ? std::chrono::milliseconds(0) : options_.cache_wait);
+    if (!cache_settled) {
+      // Once: the first attempt either reached the controller or the cache
+      // stands in for it until it does.
+      cache_settled = true;
+      if (!received && version().empty()) {
+        LoadCache();
+      }
+    }
     std::unique_lock lock(mu_);
     if (stopping_) {
       return;
@@ -186,7 +202,68 @@ void SnapshotClient::Run() {
   }
 }
 
-bool SnapshotClient::RunStream() {
+void SnapshotClient::LoadCache() {
+  const std::string& path = options_.cache_path;
+  if (access(path.c_str(), F_OK) != 0) {
+    Log(LogLevel::kInfo, "xds", "no snapshot cache yet; waiting for the controller",
+        {{"file", path}});
+    return;
+  }
+  auto ignore = [&](const std::string& error) {
+    if (cache_errors_ != nullptr) {
+      cache_errors_->Inc();
+    }
+    Log(LogLevel::kWarn, "xds", "snapshot cache ignored; waiting for the controller",
+        {{"file", path}, {"error", error}});
+  };
+  v1::Snapshot snapshot;
+  std::string error;
+  // Verifies the content against its version: a truncated or edited file
+  // is refused here.
+  if (!LoadSnapshotFile(path, &snapshot, &error)) {
+    ignore(error);
+    return;
+  }
+  SnapshotDigests digests = ComputeSnapshotDigests(snapshot);
+  if (!apply_(snapshot, &error)) {
+    ignore(error);
+    return;
+  }
+  const std::string version = snapshot.version();
+  running_snapshot_ = std::move(snapshot);
+  running_digests_ = std::move(digests);
+  {
+    std::lock_guard lock(mu_);
+    version_ = version;
+    serving_cache_ = true;
+  }
+  if (cache_loads_ != nullptr) {
+    cache_loads_->Inc();
+  }
+  Log(LogLevel::kWarn, "xds", "controller did not answer; serving the cached snapshot",
+      {{"file", path}, {"version", version}, {"controller", options_.target}});
+  changed_.notify_all();
+  if (options_.on_serving) {
+    options_.on_serving(version, true);
+  }
+}
+
+void SnapshotClient::WriteCache() {
+  if (options_.cache_path.empty()) {
+    return;
+  }
+  std::string error;
+  if (!WriteFileAtomically(options_.cache_path, SnapshotToJson(running_snapshot_) + "\n",
+                           &error)) {
+    if (cache_errors_ != nullptr) {
+      cache_errors_->Inc();
+    }
+    Log(LogLevel::kWarn, "xds", "cannot write the snapshot cache; serving goes on",
+        {{"version", running_snapshot_.version()}, {"error", error}});
+  }
+}
+
+bool SnapshotClient::RunStream(std::chrono::milliseconds connect_wait) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options_.keepalive_timeout.count()));
@@ -207,6 +284,12 @@ bool SnapshotClient::RunStream() {
     return false;
   }
   auto channel = grpc::CreateCustomChannel(options_.target, credentials, args);
+  if (connect_wait.count() > 0 &&
+      !channel->WaitForConnected(std::chrono::system_clock::now() + connect_wait)) {
+    std::lock_guard lock(mu_);
+    last_error_ = "not connected within " + std::to_string(connect_wait.count()) + "ms";
+    return false;
+  }
   auto stub = v1::SnapshotDiscovery::NewStub(channel);
   grpc::ClientContext context;
   {
@@ -264,6 +347,7 @@ bool SnapshotClient::RunStream() {
       if (applied) {
         reply.set_version_info(response.version_info());
       }
+      bool confirmed_cache = false;  // the controller serves what the cache held
       {
         std::lock_guard lock(mu_);
         if (error.empty()) {
@@ -271,6 +355,8 @@ bool SnapshotClient::RunStream() {
           if (applied) {
             version_ = response.version_info();
           }
+          confirmed_cache = serving_cache_;
+          serving_cache_ = false;
         } else {
           ++nacks_;
         }
@@ -281,10 +367,14 @@ bool SnapshotClient::RunStream() {
         }
         if (applied) {
           Log(LogLevel::kInfo, "xds", "snapshot applied", {{"version", response.version_info()}});
+          WriteCache();
           changed_.notify_all();
           if (options_.on_applied) {
             options_.on_applied(response.version_info());
           }
+        }
+        if ((applied || confirmed_cache) && options_.on_serving) {
+          options_.on_serving(reply.version_info(), false);
         }
       } else {
         SetNack(&reply, error_code, error);

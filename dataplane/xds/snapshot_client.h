@@ -72,6 +72,18 @@ struct SnapshotClientOptions {
   bool accept_deltas = true;
   // Called after each snapshot is applied (on the client thread).
   std::function<void(const std::string& version)> on_applied;
+  // --snapshot-cache: every snapshot applied from the controller is written
+  // here (atomically, as `kwd-controller compile` JSON); at start, when the
+  // controller does not answer within `cache_wait`, the file's snapshot is
+  // applied so that a proxy restarted during a controller outage serves at
+  // once. A missing, corrupt or truncated file is logged and ignored; the
+  // controller's snapshot replaces the cached one when it answers.
+  std::string cache_path;
+  std::chrono::milliseconds cache_wait{1'000};
+  // Called on the client thread whenever what is served changes: a new
+  // version, or the same version confirmed by the controller after the
+  // cache. `from_cache` says where the served snapshot came from.
+  std::function<void(const std::string& version, bool from_cache)> on_serving;
 };
 
 class SnapshotClient {
@@ -99,7 +111,13 @@ class SnapshotClient {
  private:
   void Run();
   // One stream until it breaks; returns whether it received anything.
-  bool RunStream();
+  // With `connect_wait` > 0, gives up when the channel is not connected
+  // within that time (the first attempt of a proxy with a snapshot cache).
+  bool RunStream(std::chrono::milliseconds connect_wait);
+  // Applies the snapshot cache file, if there is a usable one.
+  void LoadCache();
+  // Writes running_snapshot_ to the cache file (client thread).
+  void WriteCache();
   void SetConnected(bool connected);
   // Patches the running snapshot with response->delta() and applies it; on
   // failure the running snapshot is unchanged and error/error_code say why.
@@ -118,6 +136,7 @@ class SnapshotClient {
   uint64_t acks_ = 0;
   uint64_t nacks_ = 0;
   uint64_t streams_ = 0;
+  bool serving_cache_ = false;  // version_ came from the cache file
   std::string last_error_;                  // why the last attempt failed ("" when it just ended)
   grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
   // The snapshot applied last, kept as the base for deltas (client thread only).
@@ -130,6 +149,8 @@ class SnapshotClient {
   Counter* acks_counter_ = nullptr;
   Counter* nacks_counter_ = nullptr;
   Counter* deltas_counter_ = nullptr;
+  Counter* cache_loads_ = nullptr;
+  Counter* cache_errors_ = nullptr;
 };
 
 }  // namespace kwd::xds
