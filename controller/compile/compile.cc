@@ -206,6 +206,7 @@ class Findings {
       condition.reason = problems.front().reason;
       for (const auto& problem : problems) {
         messages.push_back(problem.message);
+        condition.problems.push_back({problem.reason, problem.message});
       }
     }
     messages.insert(messages.end(), notes.begin(), notes.end());
