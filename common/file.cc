@@ -26,7 +26,8 @@ bool ReadWholeFile(const std::string& path, std::string* out, std::string* error
 }
 
 bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error) {
-  const std::string temporary = path + ".tmp";
+  // Unique per process: two writers of one path never share a half-written file.
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
   auto fail = [&](const char* step, int fd) {
     const int saved = errno;
     if (fd >= 0) {

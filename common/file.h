@@ -10,7 +10,7 @@ namespace kwd {
 bool ReadWholeFile(const std::string& path, std::string* out, std::string* error = nullptr);
 
 // Replaces `path` with `content` so that a reader (or a restart after a
-// crash) sees the old file or the new one, never a part: writes PATH.tmp in
+// crash) sees the old file or the new one, never a part: writes PATH.tmp.PID in
 // the same directory, syncs it to disk and renames it over PATH. On failure
 // returns false, sets `error` to "cannot write PATH: <reason>" and leaves no
 // temporary file behind.

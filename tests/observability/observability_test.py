@@ -462,6 +462,18 @@ class Metrics(unittest.TestCase):
                                     capture_output=True, text=True)
             self.assertEqual((result.returncode, result.stdout + result.stderr), (0, ""))
 
+    def test_request_durations_are_bucketed_up_to_the_response_timeout(self):
+        c = cluster()
+        scrape_after_traffic()
+        bounds = re.findall(r'kwd_proxy_request_duration_seconds_bucket\{group="erp/public",'
+                            r'le="([^"]+)"\}', c.metrics(c.proxy_admin))
+        self.assertEqual(bounds[-4:], ["20", "30", "60", "+Inf"])
+
+    def test_group_servers_series_per_group(self):
+        c = cluster()
+        self.assertIn('kwd_controller_group_servers{group="erp/public"} 1',
+                      c.metrics(c.controller_admin))
+
     def test_build_info_and_process_metrics_on_both_binaries(self):
         c = cluster()
         for port in (c.proxy_admin, c.controller_admin):

@@ -215,7 +215,8 @@ class SnapshotCacheTest(unittest.TestCase):
         self.assertEqual(http_get(port, "/x"), (200, "one"))
         # Written on apply, as the JSON `kwd-proxy serve --snapshot` reads.
         wait_for(lambda: self.cached_version() == version, what="the cache file")
-        self.assertFalse(os.path.exists(self.cache + ".tmp"))
+        self.assertEqual([n for n in os.listdir(os.path.dirname(self.cache))
+                          if n.startswith("snapshot.json.tmp")], [])
 
         # The controller goes away, then the proxy restarts.
         self.stop(controller)
