@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "controller/model/model.h"
+
 namespace kwd::schema {
 namespace {
 
@@ -83,26 +85,6 @@ Node ParseNode(const YAML::Node& y) {
     }
   }
   return node;
-}
-
-std::string_view TypeName(const json& value) {
-  switch (value.type()) {
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::array:
-      return "a list";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "an integer";
-    case json::value_t::number_float:
-      return "a number";
-    default:
-      return "null";
-  }
 }
 
 std::string_view ExpectedName(const Node& node) {
@@ -191,7 +173,7 @@ class Checker {
     }
     if (!HasType(node, value)) {
       Add(path, "expected " + std::string(ExpectedName(node)) + ", got " +
-                    std::string(TypeName(value)));
+                    std::string(model::JsonTypeName(value)));
       return;
     }
     if (!node.enum_values.empty() &&
