@@ -57,7 +57,8 @@ Node ParseNode(const YAML::Node& y) {
   }
   node.preserve_unknown_fields = y["x-kubernetes-preserve-unknown-fields"] &&
                                  y["x-kubernetes-preserve-unknown-fields"].as<bool>();
-  node.int_or_string = y["x-kubernetes-int-or-string"] && y["x-kubernetes-int-or-string"].as<bool>();
+  node.int_or_string =
+      y["x-kubernetes-int-or-string"] && y["x-kubernetes-int-or-string"].as<bool>();
   if (const YAML::Node values = y["enum"]; values && values.IsSequence()) {
     for (const auto& value : values) {
       node.enum_values.push_back(ScalarOf(value, node.type));
@@ -176,9 +177,8 @@ class Checker {
                     std::string(model::JsonTypeName(value)));
       return;
     }
-    if (!node.enum_values.empty() &&
-        std::find(node.enum_values.begin(), node.enum_values.end(), value) ==
-            node.enum_values.end()) {
+    if (!node.enum_values.empty() && std::find(node.enum_values.begin(), node.enum_values.end(),
+                                               value) == node.enum_values.end()) {
       std::vector<std::string> names;
       std::string allowed;
       for (size_t i = 0; i < node.enum_values.size(); ++i) {
@@ -209,9 +209,9 @@ class Checker {
     if (value.is_string()) {
       const std::int64_t length = CodePoints(value.get<std::string>());
       if (node.min_length && length < *node.min_length) {
-        Add(path, *node.min_length == 1 ? "must not be empty"
-                                        : "shorter than " + std::to_string(*node.min_length) +
-                                              " characters");
+        Add(path, *node.min_length == 1
+                      ? "must not be empty"
+                      : "shorter than " + std::to_string(*node.min_length) + " characters");
       }
       if (node.max_length && length > *node.max_length) {
         Add(path, "longer than " + std::to_string(*node.max_length) + " characters (" +
@@ -289,8 +289,8 @@ size_t Distance(std::string_view a, std::string_view b, size_t limit) {
     size_t best = row[0];
     for (size_t j = 1; j <= b.size(); ++j) {
       const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (Lower(a[i - 1]) == Lower(b[j - 1]) ? 0 : 1)});
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diagonal + (Lower(a[i - 1]) == Lower(b[j - 1]) ? 0 : 1)});
       diagonal = up;
       best = std::min(best, row[j]);
     }
@@ -342,8 +342,7 @@ std::optional<Schemas> Schemas::Parse(std::span<const EmbeddedFile> files, std::
           return std::nullopt;
         }
         schemas.roots_.emplace(
-            std::make_pair(group + "/" + version["name"].as<std::string>(), kind),
-            ParseNode(root));
+            std::make_pair(group + "/" + version["name"].as<std::string>(), kind), ParseNode(root));
       }
     } catch (const YAML::Exception& e) {
       *error = std::string(file.name) + ": " + e.what();

@@ -10,8 +10,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <variant>
 #include <system_error>
+#include <variant>
 
 #include "common/metrics.h"
 #include "controller/schema/schema.h"
@@ -247,10 +247,10 @@ class JsonBuilder final : public YAML::EventHandler {
   // object needs one.
   static void RefuseTag(const YAML::Mark& mark, const std::string& tag, const std::string& path) {
     if (tag != "?" && tag != "!") {
-      throw YamlError{LineOf(mark),
-                      (path.empty() ? "" : path + ": ") + "YAML tags (" + ShortTag(tag) +
-                          ") are not supported",
-                      ColumnOf(mark)};
+      throw YamlError{
+          LineOf(mark),
+          (path.empty() ? "" : path + ": ") + "YAML tags (" + ShortTag(tag) + ") are not supported",
+          ColumnOf(mark)};
     }
   }
 
@@ -507,7 +507,7 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
     if (decoded.unsupported_kind) {
       add_at(LoadProblem::Severity::kNote, document.position,
              "skipping " + Describe(object) + ": " + decoded.error +
-              " (kwd reads LogonGroup, UrlMapping, SapSystem, EndpointSlice, Pod)")
+                 " (kwd reads LogonGroup, UrlMapping, SapSystem, EndpointSlice, Pod)")
           .skipped_kind = object.contains("kind") && object["kind"].is_string()
                               ? object["kind"].get<std::string>()
                               : "object";
@@ -542,8 +542,7 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
       continue;
     }
     if (options.locate) {
-      result->located.emplace(
-          key, Located{file, document.position, std::move(document.positions)});
+      result->located.emplace(key, Located{file, document.position, std::move(document.positions)});
     }
     result->objects.Upsert(std::move(*decoded.object));
   }

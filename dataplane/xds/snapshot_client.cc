@@ -253,8 +253,7 @@ void SnapshotClient::WriteCache() {
     return;
   }
   std::string error;
-  if (!WriteFileAtomically(options_.cache_path, SnapshotToJson(running_snapshot_) + "\n",
-                           &error)) {
+  if (!WriteFileAtomically(options_.cache_path, SnapshotToJson(running_snapshot_) + "\n", &error)) {
     if (cache_errors_ != nullptr) {
       cache_errors_->Inc();
     }

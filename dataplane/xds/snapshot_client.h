@@ -136,7 +136,7 @@ class SnapshotClient {
   uint64_t acks_ = 0;
   uint64_t nacks_ = 0;
   uint64_t streams_ = 0;
-  bool serving_cache_ = false;  // version_ came from the cache file
+  bool serving_cache_ = false;              // version_ came from the cache file
   std::string last_error_;                  // why the last attempt failed ("" when it just ended)
   grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
   // The snapshot applied last, kept as the base for deltas (client thread only).

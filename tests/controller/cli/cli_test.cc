@@ -167,8 +167,7 @@ TEST_F(CliTempDirTest, ValidateListsProblemsPerObject) {
   RunResult r = RunController("validate " + Source());
   EXPECT_EQ(r.exit_code, 1);
   // One line per problem, at the field, with the condition reason.
-  EXPECT_NE(r.out.find("LogonGroup erp/g: spec.strategy: \"fastest\""), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("LogonGroup erp/g: spec.strategy: \"fastest\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[InvalidStrategy]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("UrlMapping erp/erp: rule /sap/ on any host dropped: UrlMapping erp/a "
                        "(older) defines it [Conflicted]"),
@@ -278,7 +277,8 @@ TEST_F(CliTempDirTest, ValidateRefusesNonAsciiFieldsAndBadBytes) {
        "spec.rules[0].prefix"},
       {"pattern", mapping + "  permissions: [{action: deny, pattern: \"/\\u00e9*\"}]\n",
        "spec.permissions[0].pattern"},
-      {"nul", group + std::string("metadata: {name: di\0ag}\n", 24), ":3:20: control character 0x00"},
+      {"nul", group + std::string("metadata: {name: di\0ag}\n", 24),
+       ":3:20: control character 0x00"},
       {"invalid_utf8",
        group + "metadata: {name: g}\nspec:\n" + backend + "  healthCheck: {path: /sap/ping\xff}\n",
        ":6:32: invalid UTF-8"},
@@ -390,8 +390,7 @@ TEST_P(ValidateGoldenTest, PrintsEveryProblemOnItsOwnLine) {
   const std::string name = GetParam();
   const std::string want = ReadFile(dir / (name + ".want"));
   ASSERT_FALSE(want.empty()) << name;
-  RunResult r =
-      RunController("validate -f " + name + ".yaml", /*cwd=*/dir.string());
+  RunResult r = RunController("validate -f " + name + ".yaml", /*cwd=*/dir.string());
   EXPECT_EQ(r.out, want) << r.err;
   EXPECT_EQ(r.exit_code, want.starts_with("ok: ") ? 0 : 1) << r.out << r.err;
 }
@@ -409,10 +408,11 @@ TEST_F(CliTempDirTest, ValidateReportsAMisspeltFieldAndABadCapacityTogether) {
   RunResult r = RunController("validate " + Source());
   EXPECT_EQ(r.exit_code, 1);
   const std::string file = (dir_ / "x.yaml").string();
-  EXPECT_EQ(r.out,
-            file + ":5:3: LogonGroup default/g: spec.strategee: unknown field, did you mean "
-                   "\"strategy\"?\n" +
-                file + ":8:50: LogonGroup default/g: spec.backend.staticServers[0].capacity: "
+  EXPECT_EQ(r.out, file +
+                       ":5:3: LogonGroup default/g: spec.strategee: unknown field, did you mean "
+                       "\"strategy\"?\n" +
+                       file +
+                       ":8:50: LogonGroup default/g: spec.backend.staticServers[0].capacity: "
                        "must be an integer from 1 to 4294967295, got -3 [InvalidField]\n");
 }
 
@@ -420,8 +420,8 @@ TEST_F(CliTempDirTest, ValidateReportsAMisspeltFieldAndABadCapacityTogether) {
 // --quiet prints none; live-state conditions are notes unless --live.
 TEST_F(CliTempDirTest, ValidateQuietAndLive) {
   const fs::path golden = fs::path(KWD_SOURCE_DIR) / "tests/controller/cli/validate_golden";
-  RunResult r = RunController("validate -f - <" +
-                              ShellQuote((golden / "helm_template.yaml").string()));
+  RunResult r =
+      RunController("validate -f - <" + ShellQuote((golden / "helm_template.yaml").string()));
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.err,
             "note: skipped 4 objects of kinds kwd does not read (Deployment 1, Service 2, "

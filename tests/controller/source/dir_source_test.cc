@@ -172,16 +172,17 @@ metadata: {name: v}
     EXPECT_TRUE(problem.is_error()) << problem.ToString();
     got.push_back(problem.ToString());
   }
-  EXPECT_EQ(got, (std::vector<std::string>{
-                     a + ":2:1: LogonGrup default/typo: kind: \"LogonGrup\" is not a kind of "
-                         "dispatch.kwd.io/v1alpha1 (LogonGroup, UrlMapping, SapSystem)",
-                     a + ":10:3: LogonGroup default/g: spec.strategee: unknown field",
-                     a + ":16:9: LogonGroup default/g: spec.backend.staticServers[0].weight: "
-                         "unknown field",
-                     a + ":23:3: UrlMapping default/m: spec.hosts: duplicate key (first at line 22)",
-                     a + ":25:1: UrlMapping default/v: apiVersion: \"dispatch.kwd.io/v1beta1\" is "
-                         "not served; use dispatch.kwd.io/v1alpha1",
-                 }));
+  EXPECT_EQ(got,
+            (std::vector<std::string>{
+                a + ":2:1: LogonGrup default/typo: kind: \"LogonGrup\" is not a kind of "
+                    "dispatch.kwd.io/v1alpha1 (LogonGroup, UrlMapping, SapSystem)",
+                a + ":10:3: LogonGroup default/g: spec.strategee: unknown field",
+                a + ":16:9: LogonGroup default/g: spec.backend.staticServers[0].weight: "
+                    "unknown field",
+                a + ":23:3: UrlMapping default/m: spec.hosts: duplicate key (first at line 22)",
+                a + ":25:1: UrlMapping default/v: apiVersion: \"dispatch.kwd.io/v1beta1\" is "
+                    "not served; use dispatch.kwd.io/v1alpha1",
+            }));
   EXPECT_EQ(result.objects.size(), 0u);
 }
 
