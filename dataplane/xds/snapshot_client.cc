@@ -171,12 +171,41 @@ void SnapshotClient::Run() {
   int failures = 0;
   bool cache_settled = options_.cache_path.empty();
   for (;;) {
-    bool received = RunStream(cache_settled ? std::chrono::milliseconds(0) : options_.cache_wait);
+    std::thread watchdog;
     if (!cache_settled) {
-      // Once: the first attempt either reached the controller or the cache
-      // stands in for it until it does.
+      // A controller that refuses, accepts but never answers, or sits behind
+      // an address that drops packets must not keep the cache from serving:
+      // the first attempt is cut after cache_wait unless a snapshot was
+      // applied by then.
+      watchdog = std::thread([this] {
+        std::unique_lock lock(mu_);
+        if (!changed_.wait_for(lock, options_.cache_wait, [&] {
+              return stopping_ || first_attempt_over_ || !version_.empty();
+            })) {
+          first_attempt_cut_ = true;
+          last_error_ = "no snapshot within " + std::to_string(options_.cache_wait.count()) + "ms";
+          if (context_ != nullptr) {
+            context_->TryCancel();
+          }
+        }
+      });
+    }
+    bool received = RunStream();
+    if (!cache_settled) {
+      // Once: the first attempt either brought a snapshot or the cache stands
+      // in for the controller until it does.
+      {
+        std::lock_guard lock(mu_);
+        first_attempt_over_ = true;
+      }
+      changed_.notify_all();
+      watchdog.join();
+      {
+        std::lock_guard lock(mu_);
+        first_attempt_cut_ = false;
+      }
       cache_settled = true;
-      if (!received && version().empty()) {
+      if (version().empty()) {
         LoadCache();
       }
     }
@@ -262,7 +291,7 @@ void SnapshotClient::WriteCache() {
   }
 }
 
-bool SnapshotClient::RunStream(std::chrono::milliseconds connect_wait) {
+bool SnapshotClient::RunStream() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options_.keepalive_timeout.count()));
@@ -283,17 +312,11 @@ bool SnapshotClient::RunStream(std::chrono::milliseconds connect_wait) {
     return false;
   }
   auto channel = grpc::CreateCustomChannel(options_.target, credentials, args);
-  if (connect_wait.count() > 0 &&
-      !channel->WaitForConnected(std::chrono::system_clock::now() + connect_wait)) {
-    std::lock_guard lock(mu_);
-    last_error_ = "not connected within " + std::to_string(connect_wait.count()) + "ms";
-    return false;
-  }
   auto stub = v1::SnapshotDiscovery::NewStub(channel);
   grpc::ClientContext context;
   {
     std::lock_guard lock(mu_);
-    if (stopping_) {
+    if (stopping_ || first_attempt_cut_) {
       return false;
     }
     context_ = &context;

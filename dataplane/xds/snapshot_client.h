@@ -73,10 +73,11 @@ struct SnapshotClientOptions {
   // Called after each snapshot is applied (on the client thread).
   std::function<void(const std::string& version)> on_applied;
   // --snapshot-cache: every snapshot applied from the controller is written
-  // here (atomically, as `kwd-controller compile` JSON); at start, when the
-  // controller does not answer within `cache_wait`, the file's snapshot is
-  // applied so that a proxy restarted during a controller outage serves at
-  // once. A missing, corrupt or truncated file is logged and ignored; the
+  // here (atomically, as `kwd-controller compile` JSON). At start, when the
+  // first attempt brings no snapshot (refused, or nothing within
+  // `cache_wait`: the attempt is cut then), the file's snapshot is applied,
+  // so that a proxy restarted during a controller outage serves at once. A
+  // missing, corrupt or truncated file is logged and ignored; the
   // controller's snapshot replaces the cached one when it answers.
   std::string cache_path;
   std::chrono::milliseconds cache_wait{1'000};
@@ -111,9 +112,7 @@ class SnapshotClient {
  private:
   void Run();
   // One stream until it breaks; returns whether it received anything.
-  // With `connect_wait` > 0, gives up when the channel is not connected
-  // within that time (the first attempt of a proxy with a snapshot cache).
-  bool RunStream(std::chrono::milliseconds connect_wait);
+  bool RunStream();
   // Applies the snapshot cache file, if there is a usable one.
   void LoadCache();
   // Writes running_snapshot_ to the cache file (client thread).
@@ -136,7 +135,10 @@ class SnapshotClient {
   uint64_t acks_ = 0;
   uint64_t nacks_ = 0;
   uint64_t streams_ = 0;
-  bool serving_cache_ = false;              // version_ came from the cache file
+  bool serving_cache_ = false;  // version_ came from the cache file
+  // With a cache: the first attempt is over, or was cut after cache_wait.
+  bool first_attempt_over_ = false;
+  bool first_attempt_cut_ = false;
   std::string last_error_;                  // why the last attempt failed ("" when it just ended)
   grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
   // The snapshot applied last, kept as the base for deltas (client thread only).

@@ -4,8 +4,9 @@ kwd-controller (directory source), real kwd-proxy processes and a Python
 backend on loopback.
 
 - Every applied snapshot is written to FILE (a valid `--snapshot` file).
-- A proxy restarted while the controller is down serves the cached snapshot
-  at once; /readyz and /admin/api/state say which version and "source cache".
+- A proxy restarted while the controller is down (refusing, or accepting and
+  never answering) serves the cached snapshot at once; /readyz and
+  /admin/api/state say which version and "source cache".
 - A controller that answers later takes over ("source controller"), with the
   same version or a new one (which is written to the cache).
 - A corrupt, truncated, emptied or edited cache file is logged and ignored:
@@ -255,6 +256,30 @@ class SnapshotCacheTest(unittest.TestCase):
         wait_for(lambda: self.cached_version() == new_version, what="the cache rewritten")
         self.assertEqual(http_get(port, "/x"), (200, "two"))
         self.assertEqual(second.poll(), None)
+
+    def test_a_controller_that_accepts_but_never_answers(self):
+        # The first attempt is cut after a second: a hung controller (or an
+        # address that drops packets) does not keep the cache from serving.
+        controller = self.start_controller()
+        first, _, admin = self.start_proxy("proxy-first")
+        wait_for(lambda: self.serving(admin) is not None, what="a snapshot")
+        version = self.serving(admin)["version"]
+        wait_for(lambda: self.cached_version() == version, what="the cache file")
+        self.stop(first)
+        self.stop(controller)
+        hung = socket.socket()
+        self.addCleanup(hung.close)
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)  # the kernel completes handshakes; nothing ever answers
+        self.grpc_port = hung.getsockname()[1]
+        started = time.monotonic()
+        proxy, port, admin = self.start_proxy("proxy-hung")
+        wait_for(lambda: http_get(admin, "/readyz")[0] == 200, timeout=10,
+                 what="the proxy ready from its cache")
+        self.assertLess(time.monotonic() - started, 5.0)
+        self.assertEqual(self.serving(admin), {"version": version, "source": "cache"})
+        self.assertEqual(http_get(port, "/x"), (200, "one"))
+        self.assertIsNone(proxy.poll())
 
     def test_a_bad_cache_file_is_logged_and_ignored(self):
         # A good file first, to cut and edit.
