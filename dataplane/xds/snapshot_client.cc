@@ -261,6 +261,7 @@ void SnapshotClient::LoadCache() {
   const std::string version = snapshot.version();
   running_snapshot_ = std::move(snapshot);
   running_digests_ = std::move(digests);
+  cache_written_version_ = version;
   {
     std::lock_guard lock(mu_);
     version_ = version;
@@ -278,11 +279,16 @@ void SnapshotClient::LoadCache() {
 }
 
 void SnapshotClient::WriteCache() {
-  if (options_.cache_path.empty()) {
+  // On every ACK, but only when the file does not hold the running version
+  // yet (a failed write is tried again on the next ACK).
+  if (options_.cache_path.empty() || running_snapshot_.version().empty() ||
+      cache_written_version_ == running_snapshot_.version()) {
     return;
   }
   std::string error;
-  if (!WriteFileAtomically(options_.cache_path, SnapshotToJson(running_snapshot_) + "\n", &error)) {
+  if (WriteFileAtomically(options_.cache_path, SnapshotToJson(running_snapshot_) + "\n", &error)) {
+    cache_written_version_ = running_snapshot_.version();
+  } else {
     if (cache_errors_ != nullptr) {
       cache_errors_->Inc();
     }
@@ -389,12 +395,12 @@ bool SnapshotClient::RunStream() {
         }
         if (applied) {
           Log(LogLevel::kInfo, "xds", "snapshot applied", {{"version", response.version_info()}});
-          WriteCache();
           changed_.notify_all();
           if (options_.on_applied) {
             options_.on_applied(response.version_info());
           }
         }
+        WriteCache();
         if ((applied || confirmed_cache) && options_.on_serving) {
           options_.on_serving(reply.version_info(), false);
         }

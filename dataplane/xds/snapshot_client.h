@@ -72,8 +72,9 @@ struct SnapshotClientOptions {
   bool accept_deltas = true;
   // Called after each snapshot is applied (on the client thread).
   std::function<void(const std::string& version)> on_applied;
-  // --snapshot-cache: every snapshot applied from the controller is written
-  // here (atomically, as `kwd-controller compile` JSON). At start, when the
+  // --snapshot-cache: the snapshot acknowledged to the controller is written
+  // here on every ACK that changes it (atomically, as `kwd-controller
+  // compile` JSON; a failed write is retried on the next ACK). At start, when the
   // first attempt brings no snapshot (refused, or nothing within
   // `cache_wait`: the attempt is cut then), the file's snapshot is applied,
   // so that a proxy restarted during a controller outage serves at once. A
@@ -141,6 +142,8 @@ class SnapshotClient {
   bool first_attempt_cut_ = false;
   std::string last_error_;                  // why the last attempt failed ("" when it just ended)
   grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
+  // The version the cache file holds (client thread only).
+  std::string cache_written_version_;
   // The snapshot applied last, kept as the base for deltas (client thread only).
   v1::Snapshot running_snapshot_;
   SnapshotDigests running_digests_;  // of running_snapshot_
