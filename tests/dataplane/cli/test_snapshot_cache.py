@@ -322,6 +322,29 @@ class SnapshotCacheTest(unittest.TestCase):
         self.assertEqual(http_get(port, "/x"), (200, "one"))
         wait_for(lambda: self.cached_version() == version, what="the cache rewritten")
 
+    def test_a_cache_that_cannot_be_written_does_not_stop_serving(self):
+        self.start_controller()
+        proxy, port, admin = self.start_proxy("proxy-unwritable")
+        wait_for(lambda: self.serving(admin) is not None, what="a snapshot")
+        first = self.serving(admin)["version"]
+        wait_for(lambda: self.cached_version() == first, what="the cache file")
+        # A directory where the file goes: the rename fails (root ignores modes).
+        os.remove(self.cache)
+        os.makedirs(os.path.join(self.cache, "taken"))
+        two = Backend("two")
+        self.addCleanup(two.close)
+        self.write_objects([("two", two.port)])
+        wait_for(lambda: "cannot write the snapshot cache" in self.log_of("proxy-unwritable"),
+                 what="the log line")
+        self.assertEqual(http_get(port, "/x"), (200, "two"))
+        self.assertIn("kwd_proxy_snapshot_cache_errors_total 1", http_get(admin, "/metrics")[1])
+        # Writable again: the next snapshot is written.
+        shutil.rmtree(self.cache)
+        self.write_objects([("one", self.one.port), ("two", two.port)])
+        wait_for(lambda: self.cached_version() not in (None, first), what="the cache rewritten")
+        self.assertEqual(self.cached_version(), self.serving(admin)["version"])
+        self.assertIsNone(proxy.poll())
+
     def test_no_cache_file_yet(self):
         proxy, port, admin = self.start_proxy("proxy-none")
         wait_for(lambda: "no snapshot cache yet" in self.log_of("proxy-none"), what="the log line")
