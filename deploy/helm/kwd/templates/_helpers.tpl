@@ -284,6 +284,11 @@ The sidecar drains like the shared proxy: a preStop sleep, then SIGTERM.
     - {{ .Values.proxy.affinityKey.gracePeriod }}
     - --log-level
     - {{ .Values.proxy.logLevel }}
+    {{- if .Values.proxy.snapshotCache }}
+    # In the kwd-sidecar-tmp emptyDir: a restarted sidecar serves at once.
+    - --snapshot-cache
+    - /tmp/kwd-snapshot.json
+    {{- end }}
     {{- if .Values.grpcTLS.enabled }}
     {{- include "kwd.grpcTLS.proxyArgs" . | nindent 4 }}
     {{- end }}
