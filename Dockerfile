@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
 # kwd image: kwd-controller, kwd-proxy and kwd-demo-backend in /usr/local/bin.
 # No entrypoint: the Helm chart sets each container's command, and
-#   docker run IMAGE kwd-controller serve --source=dir:/config ...
-#   docker run IMAGE kwd-proxy serve --controller HOST:18000 ...
-# both work. Build: docker build -t kwd:0.1.0 .
+#   docker run IMAGE kwd-controller serve --source=dir:/config --grpc-listen 0.0.0.0:18000 ...
+#   docker run IMAGE kwd-proxy serve --controller HOST:18000 --admin-listen 0.0.0.0:9901 ...
+# both work (admin and gRPC ports default to the container's loopback: give
+# 0.0.0.0 to publish them). Build: docker build -t kwd:0.1.0 .
 
 # ---- build: Debian 12 with the -dev packages, Release binaries ----------------
 FROM debian:bookworm AS build
@@ -51,6 +52,7 @@ COPY --from=build /build/kwd-controller /usr/local/bin/kwd-controller
 COPY --from=build /build/kwd-proxy /usr/local/bin/kwd-proxy
 COPY --from=build /build/kwd-demo-backend /usr/local/bin/kwd-demo-backend
 USER 65532:65532
-# proxy traffic and admin, controller gRPC and admin
+# proxy traffic and admin, controller gRPC and admin (the last three need
+# --admin-listen/--grpc-listen 0.0.0.0:PORT: they default to loopback)
 EXPOSE 8080 9901 18000 9902
 CMD ["/usr/local/bin/kwd-proxy", "--help"]

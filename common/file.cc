@@ -1,6 +1,10 @@
 #include "common/file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -18,6 +22,44 @@ bool ReadWholeFile(const std::string& path, std::string* out, std::string* error
   std::stringstream buffer;
   buffer << in.rdbuf();
   *out = buffer.str();
+  return true;
+}
+
+bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error) {
+  // Unique per process: two writers of one path never share a half-written file.
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  auto fail = [&](const char* step, int fd) {
+    const int saved = errno;
+    if (fd >= 0) {
+      close(fd);
+    }
+    unlink(temporary.c_str());
+    *error = "cannot write " + path + ": " + step + ": " + std::strerror(saved);
+    return false;
+  };
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return fail("open", -1);
+  }
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return fail("write", fd);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    return fail("fsync", fd);
+  }
+  if (close(fd) != 0) {
+    return fail("close", -1);
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return fail("rename", -1);
+  }
   return true;
 }
 

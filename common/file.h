@@ -1,11 +1,19 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace kwd {
 
 // Reads a whole file. On failure returns false and, when `error` is given,
 // sets it to "cannot read PATH: <reason>".
 bool ReadWholeFile(const std::string& path, std::string* out, std::string* error = nullptr);
+
+// Replaces `path` with `content` so that a reader (or a restart after a
+// crash) sees the old file or the new one, never a part: writes PATH.tmp.PID in
+// the same directory, syncs it to disk and renames it over PATH. On failure
+// returns false, sets `error` to "cannot write PATH: <reason>" and leaves no
+// temporary file behind.
+bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error);
 
 }  // namespace kwd

@@ -48,7 +48,7 @@ struct AdminHandlers {
 };
 
 struct AdminOptions {
-  std::string host = "0.0.0.0";
+  std::string host = "127.0.0.1";  // loopback unless told otherwise
   uint16_t port = 9902;
   AdminHttpLimits limits;  // head, body, connection and time bounds
 };

@@ -1,13 +1,17 @@
 #include "controller/cli/cli.h"
 
+#include <algorithm>
 #include <iostream>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "common/build_info.h"
 #include "common/file.h"
 #include "common/snapshot_io.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
+#include "controller/schema/schema.h"
 #include "controller/source/dir_source.h"
 
 namespace kwd::cli {
@@ -19,7 +23,8 @@ constexpr std::string_view kUsage =
     "commands:\n"
     "  serve     --source=dir:DIR | --source=kube   serve snapshots to proxies\n"
     "  compile   --source=dir:DIR | -f FILE         print the snapshot as JSON on stdout\n"
-    "  validate  --source=dir:DIR | -f FILE|-       print problems per object; exit 1 if any\n"
+    "  validate  --source=dir:DIR | -f FILE|-       print every problem, one line each; exit 1\n"
+    "            [--live] [--quiet]                 if any\n"
     "  version                                      print the version and git revision\n"
     "  ensure-affinity-key --namespace NS --secret NAME\n"
     "                                               create the proxies' key Secret once\n"
@@ -36,16 +41,28 @@ constexpr std::string_view kCompileUsage =
     "loaded (e.g. a YAML syntax error), 2 on a usage error.\n";
 
 constexpr std::string_view kValidateUsage =
-    "usage: kwd-controller validate --source=dir:DIR | -f FILE [-f FILE...]\n"
+    "usage: kwd-controller validate --source=dir:DIR | -f FILE [-f FILE...] [--live] [--quiet]\n"
     "\n"
     "Reads every *.yaml/*.yml under DIR, or the files given with -f (\"-f -\" reads\n"
     "standard input, e.g. `helm template ... | kwd-controller validate -f -`), and\n"
-    "prints one line per object and condition that is not True (\"KIND NS/NAME:\n"
-    "Condition=False Reason: problem; problem\"), or \"ok: N objects\" when there is\n"
-    "none. Reading is strict: an unknown field, a value of the wrong type, a\n"
-    "duplicate key, a YAML anchor or alias and a misspelt dispatch.kwd.io kind are\n"
-    "problems of the file, one line each naming FILE:LINE of the field and its\n"
-    "path. Exit 0 when clean, 1 on problems, 2 on a usage error.\n";
+    "prints every problem of every object in one run, one line each, on stdout:\n"
+    "\n"
+    "  FILE:LINE:COLUMN: Kind namespace/name: field.path: message[, did you mean \"x\"?]\n"
+    "\n"
+    "or \"ok: N objects\" when there is none. Objects are checked against the CRD\n"
+    "schemas built into this binary (unknown fields, types, enum values, ranges,\n"
+    "required fields) and by the compiler (everything the controller would refuse,\n"
+    "with the condition reason in brackets). Also problems: a duplicate key, a YAML\n"
+    "anchor or alias, a misspelt dispatch.kwd.io kind.\n"
+    "\n"
+    "flags:\n"
+    "  --live    also report what depends on the cluster's live state and is only\n"
+    "            noted otherwise: NoEndpoints (no EndpointSlice for a Service),\n"
+    "            NoServerList, NoUrlMap (a SapSystem not polled yet)\n"
+    "  --quiet   print no notes on stderr (objects of other kinds are counted in one\n"
+    "            note otherwise, e.g. the Deployments of `helm template`)\n"
+    "\n"
+    "Exit 0 when clean, 1 on problems, 2 on a usage error.\n";
 
 bool IsHelp(std::string_view arg) {
   return arg == "-h" || arg == "--help";
@@ -54,6 +71,8 @@ bool IsHelp(std::string_view arg) {
 struct DirCommandFlags {
   std::string dir;
   std::vector<std::string> files;  // -f FILE; "-" is standard input
+  bool live = false;               // validate --live
+  bool quiet = false;              // validate --quiet
 };
 
 // Parses the flags of `compile`/`validate`. Returns an exit code to stop
@@ -87,6 +106,10 @@ std::optional<int> ParseDirCommandFlags(std::string_view command, std::string_vi
       flags->files.push_back(args[++i]);
     } else if (arg.substr(0, 11) == "--filename=") {
       flags->files.push_back(std::string(arg.substr(11)));
+    } else if (command == "validate" && arg == "--live") {
+      flags->live = true;
+    } else if (command == "validate" && (arg == "--quiet" || arg == "-q")) {
+      flags->quiet = true;
     } else if (arg.substr(0, 1) == "-") {
       return usage_error("unknown flag " + std::string(arg));
     } else {
@@ -123,9 +146,10 @@ std::string ConditionLine(const compile::ObjectStatus& status,
 // Loads and reports load problems: notes go to `notes`, errors to `errors`
 // (prefixed when `error_prefix` is set). Returns whether loading succeeded.
 bool Load(const DirCommandFlags& flags, source::LoadResult* result, std::ostream& errors,
-          std::string_view error_prefix, std::ostream& notes) {
+          std::string_view error_prefix, std::ostream& notes,
+          const source::LoadOptions& options = {}) {
   if (flags.files.empty()) {
-    *result = source::LoadDirectory(flags.dir);
+    *result = source::LoadDirectory(flags.dir, options);
   }
   for (const std::string& file : flags.files) {
     std::string text;
@@ -133,7 +157,7 @@ bool Load(const DirCommandFlags& flags, source::LoadResult* result, std::ostream
     if (file == "-") {
       std::ostringstream in;
       in << std::cin.rdbuf();
-      source::LoadYamlText(in.str(), "<stdin>", result);
+      source::LoadYamlText(in.str(), "<stdin>", result, options);
       continue;
     }
     if (!ReadWholeFile(file, &text, &read_error)) {
@@ -141,7 +165,10 @@ bool Load(const DirCommandFlags& flags, source::LoadResult* result, std::ostream
           {source::LoadProblem::Severity::kError, file, 0, "cannot read: " + read_error});
       continue;
     }
-    source::LoadYamlText(text, file, result);
+    source::LoadYamlText(text, file, result, options);
+  }
+  if (options.schemas != nullptr) {
+    return !result->has_errors();  // validate prints them itself
   }
   for (const auto& problem : result->problems) {
     if (problem.is_error()) {
@@ -187,26 +214,194 @@ int RunCompile(const std::vector<std::string>& args, std::ostream& out, std::ost
   return 0;
 }
 
+// Reasons that depend on the cluster's live state, which a file cannot
+// show: notes unless `validate --live`.
+bool IsLiveStateReason(std::string_view reason) {
+  return reason == compile::kReasonNoEndpoints || reason == compile::kReasonNoServerList ||
+         reason == compile::kReasonNoUrlMap;
+}
+
+// "spec.rules[0].prefix" when `message` starts with a field path and ": ".
+std::string LeadingPath(std::string_view message) {
+  if (!message.starts_with("spec") && !message.starts_with("metadata") &&
+      !message.starts_with("status")) {
+    return "";
+  }
+  size_t end = 0;
+  while (end < message.size() && message[end] != ':' && message[end] != ' ') {
+    ++end;
+  }
+  if (message.substr(end, 2) != ": ") {
+    return "";
+  }
+  return std::string(message.substr(0, end));
+}
+
+// The field a condition without a leading path is about, so that its line
+// points there: the references the compiler could not resolve.
+std::string ReasonPath(std::string_view kind, std::string_view reason) {
+  if (kind == model::kLogonGroupKind) {
+    if (reason == compile::kReasonNoEndpoints || reason == compile::kReasonPortNotFound) {
+      return "spec.backend.service";
+    }
+    if (reason == compile::kReasonNoServerList || reason == compile::kReasonSapSystemNotFound) {
+      return "spec.backend.sapSystem";
+    }
+  }
+  if (kind == model::kUrlMappingKind &&
+      (reason == compile::kReasonNoUrlMap || reason == compile::kReasonSapSystemNotFound)) {
+    return "spec.fromSapSystem";
+  }
+  return "";
+}
+
+// One line of validate's report, sortable by where it points.
+struct ReportLine {
+  std::string file;  // "" when the object's file is unknown
+  source::Position at;
+  std::string text;  // without the "file:line:column: " prefix
+  bool error = true;
+  size_t order = 0;  // insertion order, the tie-break
+};
+
+std::string Prefixed(const ReportLine& line) {
+  if (line.file.empty()) {
+    return line.text;
+  }
+  std::string out = line.file;
+  if (line.at.line > 0) {
+    out += ":" + std::to_string(line.at.line);
+    if (line.at.column > 0) {
+      out += ":" + std::to_string(line.at.column);
+    }
+  }
+  return out + ": " + line.text;
+}
+
 int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   DirCommandFlags flags;
   if (auto code = ParseDirCommandFlags("validate", kValidateUsage, args, out, err, &flags)) {
     return *code;
   }
+  source::LoadOptions options;
+  options.schemas = &schema::Schemas::Builtin();
+  options.locate = true;
   source::LoadResult loaded;
-  bool clean = Load(flags, &loaded, out, "", err);
+  Load(flags, &loaded, out, "", err, options);
   compile::CompileResult compiled = compile::Compile(loaded.objects);
+
+  // Files in the order they were read; lines sort by file, line, column.
+  std::map<std::string, size_t> file_order;
+  auto order_of = [&](const std::string& file) {
+    return file_order.emplace(file, file_order.size()).first->second;
+  };
+  std::vector<ReportLine> lines;
+  auto add = [&](std::string file, source::Position at, std::string text, bool error) {
+    order_of(file);
+    lines.push_back({std::move(file), at, std::move(text), error, lines.size()});
+  };
+
+  // Schema problems by object and field: the compiler's word on the same
+  // field replaces them (it names the reason), keeping their hint.
+  std::map<std::pair<model::ObjectKey, std::string>, size_t> schema_problems;
+  for (size_t i = 0; i < loaded.problems.size(); ++i) {
+    const source::LoadProblem& problem = loaded.problems[i];
+    if (problem.object && !problem.path.empty()) {
+      schema_problems.emplace(std::make_pair(*problem.object, problem.path), i);
+    }
+  }
+  std::vector<bool> replaced(loaded.problems.size(), false);
+  size_t live_notes = 0;
   for (const auto& status : compiled.statuses) {
+    const model::ObjectKey key{status.kind, status.namespace_, status.name};
+    auto located = loaded.located.find(key);
     for (const auto& condition : status.conditions) {
-      if (condition.status != "True") {
-        out << ConditionLine(status, condition) << "\n";
-        clean = false;
+      if (condition.status == "True") {
+        continue;
+      }
+      std::vector<compile::ConditionProblem> problems = condition.problems;
+      if (problems.empty()) {
+        problems.push_back({condition.reason, condition.message});
+      }
+      for (const auto& problem : problems) {
+        std::string path = LeadingPath(problem.message);
+        std::string message = problem.message;
+        if (path.empty()) {
+          path = ReasonPath(status.kind, problem.reason);
+          if (!path.empty()) {
+            message = path + ": " + message;
+          }
+        }
+        std::string hint;
+        if (auto it = schema_problems.find({key, path}); !path.empty() && it != schema_problems.end()) {
+          replaced[it->second] = true;
+          hint = loaded.problems[it->second].hint;
+        }
+        std::string text = key.ToString() + ": " + message;
+        if (!hint.empty()) {
+          text += ", did you mean \"" + hint + "\"?";
+        }
+        text += " [" + problem.reason + "]";
+        const bool live = IsLiveStateReason(problem.reason);
+        if (live && !flags.live) {
+          ++live_notes;
+        }
+        if (located == loaded.located.end()) {
+          add("", {}, std::move(text), !live || flags.live);
+        } else {
+          add(located->second.file, located->second.Of(path), std::move(text),
+              !live || flags.live);
+        }
       }
     }
+  }
+  std::map<std::string, size_t> skipped;  // kind -> objects kwd does not read
+  for (size_t i = 0; i < loaded.problems.size(); ++i) {
+    const source::LoadProblem& problem = loaded.problems[i];
+    if (replaced[i]) {
+      continue;
+    }
+    if (!problem.skipped_kind.empty()) {
+      ++skipped[problem.skipped_kind];
+      continue;
+    }
+    std::string text = problem.message;
+    if (!problem.hint.empty()) {
+      text += ", did you mean \"" + problem.hint + "\"?";
+    }
+    add(problem.file, {problem.line, problem.column}, std::move(text), problem.is_error());
+  }
+  std::stable_sort(lines.begin(), lines.end(), [&](const ReportLine& a, const ReportLine& b) {
+    return std::tuple(file_order[a.file], a.at.line, a.at.column, a.order) <
+           std::tuple(file_order[b.file], b.at.line, b.at.column, b.order);
+  });
+  size_t problems = 0;
+  for (const ReportLine& line : lines) {
+    if (line.error) {
+      out << Prefixed(line) << "\n";
+      ++problems;
+    } else if (!flags.quiet) {
+      err << "note: " << Prefixed(line) << "\n";
+    }
+  }
+  if (!skipped.empty() && !flags.quiet) {
+    size_t total = 0;
+    std::string kinds;
+    for (const auto& [kind, count] : skipped) {
+      total += count;
+      kinds += (kinds.empty() ? "" : ", ") + kind + " " + std::to_string(count);
+    }
+    err << "note: skipped " << total << " object" << (total == 1 ? "" : "s")
+        << " of kinds kwd does not read (" << kinds << ")\n";
+  }
+  if (live_notes > 0 && !flags.quiet) {
+    err << "note: " << live_notes << " of the notes above depend on the cluster's live state; "
+        << "--live reports them as problems\n";
   }
   if (!CheckCompiled(compiled, err)) {
     return 1;
   }
-  if (!clean) {
+  if (problems > 0) {
     return 1;
   }
   out << "ok: " << loaded.objects.size() << " objects\n";

@@ -49,7 +49,8 @@ constexpr std::string_view kServeUsage =
     "  --kubeconfig FILE                kubeconfig (default: $KUBECONFIG, else in-cluster)\n"
     "  --namespace NS                   watch only NS (repeatable; default: all namespaces)\n"
     "  --grpc-listen HOST:PORT          snapshot gRPC server for kwd-proxy --controller\n"
-    "                                   (default 0.0.0.0:18000)\n"
+    "                                   (default 127.0.0.1:18000: loopback only;\n"
+    "                                   a pod gives its address or 0.0.0.0:18000)\n"
     "  --grpc-tls-cert FILE             serve gRPC over TLS with this certificate chain (PEM)...\n"
     "                                   (default: none, plain text)\n"
     "  --grpc-tls-key FILE              ...and its key (PEM); both re-read when they change\n"
@@ -57,7 +58,7 @@ constexpr std::string_view kServeUsage =
     "                                   signed by a CA in FILE (PEM; re-read when it changes)\n"
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
     "                                   /admin /admin/api/state\n"
-    "                                   (default 0.0.0.0:9902)\n"
+    "                                   (default 127.0.0.1:9902: loopback only)\n"
     // clang-format off
     KWD_ADMIN_ALLOWED_HOSTS_HELP
     // clang-format on
@@ -92,12 +93,12 @@ struct ServeFlags {
   std::optional<SourceSpec> source;
   std::string kubeconfig;
   std::vector<std::string> namespaces;
-  std::string grpc_listen = "0.0.0.0:18000";
+  std::string grpc_listen = "127.0.0.1:18000";
   bool grpc_listen_given = false;
   std::string grpc_tls_cert;
   std::string grpc_tls_key;
   std::string grpc_client_ca;
-  std::string admin_listen = "0.0.0.0:9902";
+  std::string admin_listen = "127.0.0.1:9902";
   std::vector<std::string> admin_allowed_hosts;
   bool leader_elect = false;
   std::string lease_namespace;

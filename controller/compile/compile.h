@@ -50,11 +50,22 @@ inline constexpr std::string_view kReasonNoUrlMap = "NoUrlMap";
 inline constexpr std::string_view kReasonUnsupported = "Unsupported";
 inline constexpr std::string_view kReasonPending = "Pending";
 
+// One problem behind a False condition (`kwd-controller validate` prints
+// each on its own line).
+struct ConditionProblem {
+  std::string reason;
+  std::string message;  // "spec.strategy: ..." when it is about one field
+
+  bool operator==(const ConditionProblem&) const = default;
+};
+
 struct Condition {
   std::string type;
   std::string status;  // "True" | "False"
   std::string reason;
   std::string message;
+  // Status False: each problem the message joins, with its own reason.
+  std::vector<ConditionProblem> problems;
 
   bool operator==(const Condition&) const = default;
 };

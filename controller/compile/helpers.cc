@@ -76,6 +76,7 @@ Condition Findings::Build(std::string_view type, std::string_view ok_reason,
     condition.reason = problems.front().reason;
     for (const auto& problem : problems) {
       messages.push_back(problem.message);
+      condition.problems.push_back({problem.reason, problem.message});
     }
   }
   messages.insert(messages.end(), notes.begin(), notes.end());

@@ -58,7 +58,7 @@ struct ServerTls {
 bool CheckServerTls(const ServerTls& tls, std::string* error);
 
 struct SnapshotServerOptions {
-  std::string listen = "0.0.0.0:18000";  // HOST:PORT; port 0 picks one (see port())
+  std::string listen = "127.0.0.1:18000";  // HOST:PORT; port 0 picks one (see port())
   std::optional<ServerTls> tls;
   // HTTP/2 pings on idle streams: a proxy that vanished without closing its
   // TCP connection is dropped after keepalive_time + keepalive_timeout.

@@ -6,11 +6,9 @@
 #include <utility>
 
 namespace kwd::model {
-namespace {
 
-using nlohmann::json;
-
-std::string_view TypeName(const json& value) {
+std::string_view JsonTypeName(const nlohmann::json& value) {
+  using nlohmann::json;
   switch (value.type()) {
     case json::value_t::null:
       return "null";
@@ -31,6 +29,10 @@ std::string_view TypeName(const json& value) {
       return "an unsupported value";
   }
 }
+
+namespace {
+
+using nlohmann::json;
 
 std::string Join(std::string_view path, std::string_view key) {
   if (path.empty()) {
@@ -74,7 +76,7 @@ class Reader {
   }
 
   void FailType(std::string_view path, std::string_view expected, const json& got) {
-    Fail(path, "expected " + std::string(expected) + ", got " + std::string(TypeName(got)));
+    Fail(path, "expected " + std::string(expected) + ", got " + std::string(JsonTypeName(got)));
   }
 
   // The field's value, or nullptr when it is absent or null. Fails when
@@ -642,7 +644,7 @@ ObjectKey KeyOf(const Object& object) {
 DecodeResult DecodeObject(const nlohmann::json& json) {
   DecodeResult result;
   if (!json.is_object()) {
-    result.error = "expected an object, got " + std::string(TypeName(json));
+    result.error = "expected an object, got " + std::string(JsonTypeName(json));
     return result;
   }
   auto kind_it = json.find("kind");

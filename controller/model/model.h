@@ -41,6 +41,10 @@ inline constexpr std::string_view kInstanceNameAnnotation = "dispatch.kwd.io/ins
 // "true" on a pod: its server is draining (sticky traffic only), on every proxy.
 inline constexpr std::string_view kDrainAnnotation = "dispatch.kwd.io/drain";
 
+// "an object", "a list", "a string", "a boolean", "an integer", "a number
+// with a fraction" or "null": what a field holds, in messages.
+std::string_view JsonTypeName(const nlohmann::json& value);
+
 struct ObjectMeta {
   std::string name;
   std::string namespace_ = "default";

@@ -204,6 +204,20 @@ void Pipeline::Rebuild() {
                      {{"kind", std::string(kind)}})
           .Set(static_cast<double>(compile::CountRejected(*result, kind)));
     }
+    // A series per group that exists at 0: a group without servers answers
+    // every request 503, and has no kwd_proxy_server_up series to alert on.
+    std::vector<std::string> groups;
+    for (const auto& group : result->snapshot.groups()) {
+      metrics_
+          ->GetGauge("kwd_controller_group_servers",
+                     "Servers of each logon group in the published snapshot (draining ones "
+                     "included); 0: every request to the group is answered 503.",
+                     {{"group", group.key()}})
+          .Set(static_cast<double>(group.servers_size()));
+      groups.push_back(group.key());
+    }
+    std::sort(groups.begin(), groups.end());
+    metrics_->RetainLabelValues("kwd_controller_group_servers", "group", groups);
   }
   // Each rejection is logged once (again when its message changes).
   std::map<model::ObjectKey, std::string> rejected;

@@ -8,10 +8,13 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <system_error>
+#include <variant>
 
 #include "common/metrics.h"
+#include "controller/schema/schema.h"
 
 namespace kwd::source {
 namespace {
@@ -108,6 +111,7 @@ std::string JoinPath(const std::string& path, const std::string& key) {
 struct YamlError {
   int line = 0;
   std::string message;
+  int column = 0;
 };
 
 // yaml-cpp drops a NUL byte from a scalar ("di\0ag" reads as "dig") and
@@ -116,18 +120,23 @@ struct YamlError {
 // and CR. The first bad byte is an error at its line.
 std::optional<YamlError> CheckBytes(std::string_view text) {
   int line = 1;
+  size_t line_start = 0;
   for (size_t i = 0; i < text.size();) {
     const auto byte = static_cast<unsigned char>(text[i]);
+    const int column = static_cast<int>(i - line_start) + 1;
     if (byte == '\n') {
       ++line;
+      line_start = i + 1;
     } else if (byte < 0x20 && byte != '\t' && byte != '\r') {
       static constexpr char kHex[] = "0123456789abcdef";
-      return YamlError{line, std::string("control character 0x") + kHex[byte >> 4] +
-                                 kHex[byte & 0xf] + " (only TAB, LF and CR are allowed)"};
+      return YamlError{line,
+                       std::string("control character 0x") + kHex[byte >> 4] + kHex[byte & 0xf] +
+                           " (only TAB, LF and CR are allowed)",
+                       column};
     } else if (byte >= 0x80) {
       const size_t length = Utf8SequenceLength(text.substr(i));
       if (length == 0) {
-        return YamlError{line, "invalid UTF-8"};
+        return YamlError{line, "invalid UTF-8", column};
       }
       i += length;
       continue;
@@ -147,12 +156,20 @@ int LineOf(const YAML::Mark& mark) {
   return mark.is_null() ? 0 : mark.line + 1;
 }
 
+int ColumnOf(const YAML::Mark& mark) {
+  return mark.is_null() ? 0 : mark.column + 1;
+}
+
+Position PositionOf(const YAML::Mark& mark) {
+  return {LineOf(mark), ColumnOf(mark)};
+}
+
 // One YAML document as JSON, with the line of every field and list item by
 // its path as the model writes paths ("spec.rules[0].prefix").
 struct Document {
   json value;
-  int line = 0;
-  std::map<std::string, int> lines;
+  Position position;
+  std::map<std::string, Position> positions;
   std::vector<LoadProblem> problems;  // duplicate keys and the like
 };
 
@@ -170,7 +187,7 @@ class JsonBuilder final : public YAML::EventHandler {
 
   void OnDocumentStart(const YAML::Mark& mark) override {
     documents_.emplace_back();
-    documents_.back().line = LineOf(mark);
+    documents_.back().position = PositionOf(mark);
     stack_.clear();
     root_seen_ = false;
   }
@@ -181,10 +198,10 @@ class JsonBuilder final : public YAML::EventHandler {
     Value(mark, nullptr);
   }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
-    throw YamlError{LineOf(mark), "YAML aliases (*name) are not supported"};
+    throw YamlError{LineOf(mark), "YAML aliases (*name) are not supported", ColumnOf(mark)};
   }
   void OnAnchor(const YAML::Mark& mark, const std::string&) override {
-    throw YamlError{LineOf(mark), "YAML anchors (&name) are not supported"};
+    throw YamlError{LineOf(mark), "YAML anchors (&name) are not supported", ColumnOf(mark)};
   }
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
@@ -221,7 +238,7 @@ class JsonBuilder final : public YAML::EventHandler {
 
   static void Refuse(const YAML::Mark& mark, YAML::anchor_t anchor) {
     if (anchor != YAML::NullAnchor) {
-      throw YamlError{LineOf(mark), "YAML anchors (&name) are not supported"};
+      throw YamlError{LineOf(mark), "YAML anchors (&name) are not supported", ColumnOf(mark)};
     }
   }
 
@@ -230,8 +247,10 @@ class JsonBuilder final : public YAML::EventHandler {
   // object needs one.
   static void RefuseTag(const YAML::Mark& mark, const std::string& tag, const std::string& path) {
     if (tag != "?" && tag != "!") {
-      throw YamlError{LineOf(mark), (path.empty() ? "" : path + ": ") + "YAML tags (" +
-                                        ShortTag(tag) + ") are not supported"};
+      throw YamlError{
+          LineOf(mark),
+          (path.empty() ? "" : path + ": ") + "YAML tags (" + ShortTag(tag) + ") are not supported",
+          ColumnOf(mark)};
     }
   }
 
@@ -250,12 +269,16 @@ class JsonBuilder final : public YAML::EventHandler {
   void Key(const YAML::Mark& mark, const std::string& key) {
     Frame& map = stack_.back();
     std::string path = JoinPath(map.path, key);
-    auto [it, inserted] = document().lines.emplace(path, LineOf(mark));
+    auto [it, inserted] = document().positions.emplace(path, PositionOf(mark));
     map.skip_value = map.value.contains(key);
     if (map.skip_value) {
-      document().problems.push_back(
-          {LoadProblem::Severity::kError, file_, LineOf(mark),
-           path + ": duplicate key (first at line " + std::to_string(it->second) + ")"});
+      LoadProblem problem;
+      problem.file = file_;
+      problem.line = LineOf(mark);
+      problem.column = ColumnOf(mark);
+      problem.message =
+          path + ": duplicate key (first at line " + std::to_string(it->second.line) + ")";
+      document().problems.push_back(std::move(problem));
     }
     map.key = key;
   }
@@ -268,12 +291,12 @@ class JsonBuilder final : public YAML::EventHandler {
     Frame& parent = stack_.back();
     if (parent.value.is_object()) {
       if (!parent.key) {
-        throw YamlError{LineOf(mark), "a mapping key must be a plain string"};
+        throw YamlError{LineOf(mark), "a mapping key must be a plain string", ColumnOf(mark)};
       }
       return JoinPath(parent.path, *parent.key);
     }
     std::string path = parent.path + "[" + std::to_string(parent.value.size()) + "]";
-    document().lines.emplace(path, LineOf(mark));
+    document().positions.emplace(path, PositionOf(mark));
     return path;
   }
 
@@ -281,7 +304,7 @@ class JsonBuilder final : public YAML::EventHandler {
     Refuse(mark, anchor);
     if (stack_.empty()) {
       root_seen_ = true;
-      document().line = LineOf(mark);
+      document().position = PositionOf(mark);
     }
     std::string path = NextPath(mark);
     stack_.push_back({std::move(empty), std::move(path), std::nullopt, false});
@@ -296,7 +319,7 @@ class JsonBuilder final : public YAML::EventHandler {
   void Value(const YAML::Mark& mark, json value) {
     if (stack_.empty()) {
       root_seen_ = true;
-      document().line = LineOf(mark);
+      document().position = PositionOf(mark);
     } else {
       NextPath(mark);
     }
@@ -326,17 +349,34 @@ class JsonBuilder final : public YAML::EventHandler {
   bool root_seen_ = false;
 };
 
-// The line of `path` in `document`, else of its closest parent, else of
-// the document.
-int LineOfPath(const Document& document, std::string path) {
+// The position of `path` in `positions`, else of its closest parent, else
+// `fallback`.
+Position PositionOfPath(const std::map<std::string, Position>& positions, std::string path,
+                        Position fallback) {
   while (!path.empty()) {
-    if (auto it = document.lines.find(path); it != document.lines.end()) {
+    if (auto it = positions.find(path); it != positions.end()) {
       return it->second;
     }
     std::size_t cut = path.find_last_of(".[");
     path = path.substr(0, cut == std::string::npos ? 0 : cut);
   }
-  return document.line;
+  return fallback;
+}
+
+Position PositionOfPath(const Document& document, const std::string& path) {
+  return PositionOfPath(document.positions, path, document.position);
+}
+
+// Clears what the decoder kept of unknown fields: `validate` reported them
+// already and loads the rest, as the API server would prune them.
+void DropFieldErrors(model::Object* object) {
+  std::visit(
+      [](auto& typed) {
+        if constexpr (requires { typed.field_errors; }) {
+          typed.field_errors.clear();
+        }
+      },
+      *object);
 }
 
 std::string Describe(const json& object) {
@@ -354,14 +394,39 @@ std::string Describe(const json& object) {
   return kind;
 }
 
+// The key Describe names, before decoding; nullopt without a string name.
+std::optional<model::ObjectKey> KeyOfJson(const json& object) {
+  const json* metadata = object.contains("metadata") ? &object["metadata"] : nullptr;
+  if (metadata == nullptr || !metadata->is_object() || !metadata->contains("name") ||
+      !(*metadata)["name"].is_string() || !object["kind"].is_string()) {
+    return std::nullopt;
+  }
+  std::string ns = metadata->contains("namespace") && (*metadata)["namespace"].is_string()
+                       ? (*metadata)["namespace"].get<std::string>()
+                       : "default";
+  return model::ObjectKey{object["kind"].get<std::string>(), std::move(ns),
+                          (*metadata)["name"].get<std::string>()};
+}
+
 }  // namespace
 
 std::string LoadProblem::ToString() const {
   std::string out = file;
   if (line > 0) {
     out += ":" + std::to_string(line);
+    if (column > 0) {
+      out += ":" + std::to_string(column);
+    }
   }
-  return out + ": " + message;
+  out += ": " + message;
+  if (!hint.empty()) {
+    out += ", did you mean \"" + hint + "\"?";
+  }
+  return out;
+}
+
+Position Located::Of(std::string path) const {
+  return PositionOfPath(fields, std::move(path), object);
 }
 
 bool LoadResult::has_errors() const {
@@ -369,12 +434,22 @@ bool LoadResult::has_errors() const {
                      [](const LoadProblem& problem) { return problem.is_error(); });
 }
 
-void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResult* result) {
-  auto add = [&](LoadProblem::Severity severity, int line, std::string message) {
-    result->problems.push_back({severity, file, line, std::move(message)});
+void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResult* result,
+                  const LoadOptions& options) {
+  auto add_at = [&](LoadProblem::Severity severity, Position at, std::string message,
+                    std::string hint = "") -> LoadProblem& {
+    LoadProblem problem;
+    problem.severity = severity;
+    problem.file = file;
+    problem.line = at.line;
+    problem.column = at.column;
+    problem.message = std::move(message);
+    problem.hint = std::move(hint);
+    result->problems.push_back(std::move(problem));
+    return result->problems.back();
   };
   if (std::optional<YamlError> error = CheckBytes(yaml_text)) {
-    add(LoadProblem::Severity::kError, error->line, error->message);
+    add_at(LoadProblem::Severity::kError, {error->line, error->column}, error->message);
     return;
   }
   JsonBuilder builder(file);
@@ -384,19 +459,20 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
     while (parser.HandleNextDocument(builder)) {
     }
   } catch (const YAML::Exception& e) {
-    add(LoadProblem::Severity::kError, LineOf(e.mark), "YAML syntax error: " + e.msg);
+    add_at(LoadProblem::Severity::kError, PositionOf(e.mark), "YAML syntax error: " + e.msg);
     return;
   } catch (const YamlError& e) {
-    add(LoadProblem::Severity::kError, e.line, e.message);
+    add_at(LoadProblem::Severity::kError, {e.line, e.column}, e.message);
     return;
   }
   for (Document& document : builder.documents()) {
-    const int line = document.line;
+    const int line = document.position.line;
     if (document.value.is_null()) {
       continue;  // an empty document, e.g. after a trailing "---"
     }
     if (!document.value.is_object()) {
-      add(LoadProblem::Severity::kError, line, "a document must be a mapping (an object)");
+      add_at(LoadProblem::Severity::kError, document.position,
+             "a document must be a mapping (an object)");
       continue;
     }
     const json& object = document.value;
@@ -407,38 +483,72 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
       }
       continue;
     }
+    // Every schema problem of the object at once (validate only).
+    const schema::Node* root = nullptr;
+    std::set<std::string> schema_paths;
+    if (options.schemas != nullptr && object.contains("apiVersion") &&
+        object["apiVersion"].is_string() && object.contains("kind") && object["kind"].is_string()) {
+      root = options.schemas->Find(object["apiVersion"].get<std::string>(),
+                                   object["kind"].get<std::string>());
+    }
+    if (root != nullptr) {
+      const std::optional<model::ObjectKey> key = KeyOfJson(object);
+      for (schema::Problem& problem : schema::Check(*root, object)) {
+        LoadProblem& added =
+            add_at(LoadProblem::Severity::kError, PositionOfPath(document, problem.path),
+                   Describe(object) + ": " + problem.path + ": " + problem.message,
+                   std::move(problem.hint));
+        added.object = key;
+        added.path = problem.path;
+        schema_paths.insert(problem.path);
+      }
+    }
     model::DecodeResult decoded = model::DecodeObject(object);
     if (decoded.unsupported_kind) {
-      add(LoadProblem::Severity::kNote, line,
-          "skipping " + Describe(object) + ": " + decoded.error +
-              " (kwd reads LogonGroup, UrlMapping, SapSystem, EndpointSlice, Pod)");
+      add_at(LoadProblem::Severity::kNote, document.position,
+             "skipping " + Describe(object) + ": " + decoded.error +
+                 " (kwd reads LogonGroup, UrlMapping, SapSystem, EndpointSlice, Pod)")
+          .skipped_kind = object.contains("kind") && object["kind"].is_string()
+                              ? object["kind"].get<std::string>()
+                              : "object";
       continue;
     }
     if (!decoded.ok()) {
-      add(LoadProblem::Severity::kError, LineOfPath(document, decoded.error_path),
-          Describe(object) + ": " + decoded.error);
+      // The schema named this field already, and every other one.
+      if (!schema_paths.contains(decoded.error_path)) {
+        add_at(LoadProblem::Severity::kError, PositionOfPath(document, decoded.error_path),
+               Describe(object) + ": " + decoded.error);
+      }
       continue;
     }
     if (!decoded.unknown_fields.empty()) {
-      for (const std::string& path : decoded.unknown_fields) {
-        add(LoadProblem::Severity::kError, LineOfPath(document, path),
-            Describe(object) + ": " + path + ": unknown field");
+      if (root == nullptr) {
+        for (const std::string& path : decoded.unknown_fields) {
+          add_at(LoadProblem::Severity::kError, PositionOfPath(document, path),
+                 Describe(object) + ": " + path + ": unknown field");
+        }
+        continue;
       }
-      continue;
+      // Reported by the schema check (with "did you mean"); the rest of the
+      // object is compiled so that its other problems show in this run.
+      DropFieldErrors(&*decoded.object);
     }
     model::ObjectKey key = model::KeyOf(*decoded.object);
     std::string origin = file + ":" + std::to_string(line);
     auto [it, inserted] = result->origins.emplace(key, origin);
     if (!inserted) {
-      add(LoadProblem::Severity::kError, line,
-          key.ToString() + " is defined twice (first at " + it->second + ")");
+      add_at(LoadProblem::Severity::kError, document.position,
+             key.ToString() + " is defined twice (first at " + it->second + ")");
       continue;
+    }
+    if (options.locate) {
+      result->located.emplace(key, Located{file, document.position, std::move(document.positions)});
     }
     result->objects.Upsert(std::move(*decoded.object));
   }
 }
 
-LoadResult LoadDirectory(const std::filesystem::path& dir) {
+LoadResult LoadDirectory(const std::filesystem::path& dir, const LoadOptions& options) {
   LoadResult result;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -468,7 +578,7 @@ LoadResult LoadDirectory(const std::filesystem::path& dir) {
     }
     std::stringstream buffer;
     buffer << in.rdbuf();
-    LoadYamlText(buffer.str(), path.string(), &result);
+    LoadYamlText(buffer.str(), path.string(), &result, options);
   }
   return result;
 }

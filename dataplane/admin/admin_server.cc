@@ -328,6 +328,20 @@ void SnapshotSourceStatus::Rejected(const std::string& version, const std::strin
   ++rejected_;
 }
 
+void SnapshotSourceStatus::Serving(const std::string& version, std::string origin) {
+  std::lock_guard lock(mu_);
+  serving_version_ = version;
+  serving_origin_ = std::move(origin);
+}
+
+std::string SnapshotSourceStatus::ServingLine() const {
+  std::lock_guard lock(mu_);
+  if (serving_origin_.empty()) {
+    return "";
+  }
+  return "version " + serving_version_ + ", source " + serving_origin_;
+}
+
 ordered_json SnapshotSourceStatus::Json() const {
   std::function<bool()> connected;
   ordered_json out;
@@ -336,6 +350,9 @@ ordered_json SnapshotSourceStatus::Json() const {
     connected = connected_;
     out["kind"] = kind_;
     out["target"] = target_;
+    out["serving"] = serving_origin_.empty()
+                         ? ordered_json()
+                         : ordered_json{{"version", serving_version_}, {"source", serving_origin_}};
     out["applied"] = applied_;
     out["last_applied"] = applied_ == 0 ? ordered_json()
                                         : ordered_json{{"version", applied_version_},
@@ -440,8 +457,15 @@ class AdminServer::Handler {
       return TextResponse(200, "ok\n", kPlainText);
     }
     if (path == "/readyz") {
-      return proxy.ready() ? TextResponse(200, "ready\n", kPlainText)
-                           : TextResponse(503, "not ready: no snapshot applied\n", kPlainText);
+      if (!proxy.ready()) {
+        return TextResponse(503, "not ready: no snapshot applied\n", kPlainText);
+      }
+      // Which snapshot: a proxy serving its cache during a controller
+      // outage says so ("ready: version 3f2a..., source cache").
+      const std::string serving =
+          server_->options_.source != nullptr ? server_->options_.source->ServingLine() : "";
+      return TextResponse(200, serving.empty() ? "ready\n" : "ready: " + serving + "\n",
+                          kPlainText);
     }
     if (path == "/admin" || path == "/admin/") {
       return TextResponse(200, std::string(kAdminPage), kHtml);

@@ -60,7 +60,12 @@ class SnapshotSourceStatus {
   void SetConnectedProbe(std::function<bool()> connected);
   void Applied(const std::string& version);
   void Rejected(const std::string& version, const std::string& error);
+  // What is served now and where it came from: "controller", "cache" (the
+  // --snapshot-cache file while the controller does not answer) or "file".
+  void Serving(const std::string& version, std::string origin);
   nlohmann::ordered_json Json() const;
+  // "version V, source S" once something is served, else "".
+  std::string ServingLine() const;
 
  private:
   mutable std::mutex mu_;
@@ -74,6 +79,8 @@ class SnapshotSourceStatus {
   std::string rejected_error_;
   int64_t rejected_unix_ms_ = 0;
   uint64_t rejected_ = 0;
+  std::string serving_version_;
+  std::string serving_origin_;
 };
 
 struct AdminOptions {

@@ -55,8 +55,12 @@ constexpr const char kServeUsage[] =
     "  --controller-key FILE            ...and its key (PEM files re-read on reconnect)\n"
     "  --controller-server-name NAME    name the controller's certificate must carry\n"
     "                                   (default: the host of --controller)\n"
+    "  --snapshot-cache FILE            with --controller: write every applied snapshot here\n"
+    "                                   (atomically); at start, serve it when the controller\n"
+    "                                   does not answer within 1s, until it does (default: none)\n"
     "  --listen HOST:PORT               HTTP listener (default 0.0.0.0:8080)\n"
-    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /admin (default 0.0.0.0:9901)\n"
+    "  --admin-listen HOST:PORT         /metrics /healthz /readyz /admin\n"
+    "                                   (default 127.0.0.1:9901: loopback only)\n"
     // clang-format off
     KWD_ADMIN_ALLOWED_HOSTS_HELP
     // clang-format on
@@ -268,6 +272,7 @@ bool LoadAndApply(proxy::Proxy& proxy, const std::string& path, admin::SnapshotS
     return false;
   }
   source.Applied(snapshot.version());
+  source.Serving(snapshot.version(), "file");
   return true;
 }
 
@@ -312,13 +317,14 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   ProxyOptions options;
   std::string error;
   net::ParseEndpoint("0.0.0.0:8080", &options.listen, &error);
-  net::ParseEndpoint("0.0.0.0:9901", &options.admin_listen, &error);
+  net::ParseEndpoint("127.0.0.1:9901", &options.admin_listen, &error);
   std::string snapshot_path;
   std::string controller;
   std::string affinity_key_file;
   std::string admin_token_file;
   std::vector<std::string> admin_allowed_hosts;
   std::string controller_ca;
+  std::string snapshot_cache;
   std::string controller_cert;
   std::string controller_key;
   std::string controller_server_name;
@@ -358,6 +364,8 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       snapshot_path = value;
     } else if (name == "--controller") {
       controller = value;
+    } else if (name == "--snapshot-cache") {
+      snapshot_cache = value;
     } else if (name == "--controller-ca") {
       controller_ca = value;
     } else if (name == "--controller-cert") {
@@ -485,6 +493,22 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
         << kServeUsage;
     return 2;
   }
+  if (!snapshot_cache.empty() && controller.empty()) {
+    err << "kwd-proxy serve: --snapshot-cache goes with --controller (a --snapshot file is its "
+           "own cache)\n";
+    return 2;
+  }
+  if (!snapshot_cache.empty()) {
+    std::string dir = std::filesystem::path(snapshot_cache).parent_path().string();
+    if (dir.empty()) {
+      dir = ".";
+    }
+    if (access(dir.c_str(), W_OK | X_OK) != 0) {
+      err << "kwd-proxy serve: --snapshot-cache " << snapshot_cache << ": cannot write to "
+          << dir << ": " << std::strerror(errno) << "\n";
+      return 2;
+    }
+  }
   bool tls_listen = options.tls_listen.len != 0;
   if (options.proxy_protocol_tls && !tls_listen) {
     err << "kwd-proxy serve: --proxy-protocol tls needs --tls-listen\n";
@@ -578,6 +602,10 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     client_options.target = controller;
     client_options.node_id = options.node_id;
     client_options.tls = controller_tls;
+    client_options.cache_path = snapshot_cache;
+    client_options.on_serving = [source](const std::string& version, bool from_cache) {
+      source->Serving(version, from_cache ? "cache" : "controller");
+    };
     client = std::make_unique<xds::SnapshotClient>(
         client_options,
         [&proxy, source](const v1::Snapshot& snapshot, std::string* apply_error) {

@@ -21,7 +21,7 @@ std::string FormatAccessPoints(uint16_t http_port, uint16_t https_port);
 // elsewhere.
 struct ProxyOptions {
   net::Endpoint listen;        // --listen, default 0.0.0.0:8080
-  net::Endpoint admin_listen;  // --admin-listen, default 0.0.0.0:9901
+  net::Endpoint admin_listen;  // --admin-listen, default 127.0.0.1:9901 (loopback)
   // --tls-listen (with --tls-cert-dir): HTTPS termination; len 0 when off.
   net::Endpoint tls_listen;
   tls::ServerTlsOptions tls;  // --tls-cert-dir, --tls-client-ca, --tls-verify-client

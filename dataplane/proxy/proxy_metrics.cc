@@ -105,6 +105,19 @@ ProxyMetrics::ProxyMetrics()
   }
 }
 
+// The latency buckets, then on to the default --response-timeout (60 s):
+// SAP requests that take tens of seconds (reports, uploads) are told apart
+// instead of all landing in +Inf above 10 s.
+std::vector<double> RequestDurationBuckets() {
+  std::vector<double> buckets = LatencyBuckets();
+  for (double seconds : {20.0, 30.0, 60.0}) {
+    if (buckets.empty() || seconds > buckets.back()) {
+      buckets.push_back(seconds);
+    }
+  }
+  return buckets;
+}
+
 GroupMetrics ProxyMetrics::MakeGroup(const std::string& group,
                                      const std::vector<std::string>& servers,
                                      TableMetrics* owner) {
@@ -122,7 +135,8 @@ GroupMetrics ProxyMetrics::MakeGroup(const std::string& group,
   }
   m.duration = keep(registry_.HistogramPtr(
       "kwd_proxy_request_duration_seconds",
-      "Time from the request head to the end of the response.", {{"group", group}}));
+      "Time from the request head to the end of the response.", {{"group", group}},
+      RequestDurationBuckets()));
   m.passthrough_connections = keep(registry_.CounterPtr(
       "kwd_proxy_passthrough_connections_total", "TLS passthrough connections routed to a group.",
       {{"group", group}}));

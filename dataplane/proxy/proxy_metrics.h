@@ -93,6 +93,10 @@ inline constexpr const char* kHttp2ErrorNames[] = {
     "protocol_error", "refused_stream",   "client_reset", "stream_reset",        "goaway_sent",
     "ping_timeout",   "header_too_large", "flood",        "reset_before_forward"};
 
+// kwd_proxy_request_duration_seconds' upper bounds: LatencyBuckets() and
+// 20, 30 and 60 s (the default --response-timeout).
+std::vector<double> RequestDurationBuckets();
+
 class ProxyMetrics {
   // Declared first: the references below are initialised from it.
   MetricsRegistry registry_;

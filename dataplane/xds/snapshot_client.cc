@@ -1,6 +1,7 @@
 #include "dataplane/xds/snapshot_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -77,6 +78,12 @@ SnapshotClient::SnapshotClient(SnapshotClientOptions options, ApplyFunction appl
     nacks_counter_ = &metrics->GetCounter(
         "kwd_proxy_snapshot_nacks_total",
         "Snapshot responses rejected (NACK sent); the previous snapshot kept serving.");
+    cache_loads_ = &metrics->GetCounter(
+        "kwd_proxy_snapshot_cache_loads_total",
+        "Snapshots applied from the --snapshot-cache file because the controller did not answer.");
+    cache_errors_ = &metrics->GetCounter(
+        "kwd_proxy_snapshot_cache_errors_total",
+        "--snapshot-cache files that could not be read, parsed, verified, applied or written.");
   }
 }
 
@@ -162,8 +169,46 @@ void SnapshotClient::SetConnected(bool connected) {
 
 void SnapshotClient::Run() {
   int failures = 0;
+  bool cache_settled = options_.cache_path.empty();
   for (;;) {
+    std::thread watchdog;
+    if (!cache_settled) {
+      // A controller that refuses, accepts but never answers, or sits behind
+      // an address that drops packets must not keep the cache from serving:
+      // the first attempt is cut after cache_wait unless a snapshot was
+      // applied by then.
+      watchdog = std::thread([this] {
+        std::unique_lock lock(mu_);
+        if (!changed_.wait_for(lock, options_.cache_wait, [&] {
+              return stopping_ || first_attempt_over_ || !version_.empty();
+            })) {
+          first_attempt_cut_ = true;
+          last_error_ = "no snapshot within " + std::to_string(options_.cache_wait.count()) + "ms";
+          if (context_ != nullptr) {
+            context_->TryCancel();
+          }
+        }
+      });
+    }
     bool received = RunStream();
+    if (!cache_settled) {
+      // Once: the first attempt either brought a snapshot or the cache stands
+      // in for the controller until it does.
+      {
+        std::lock_guard lock(mu_);
+        first_attempt_over_ = true;
+      }
+      changed_.notify_all();
+      watchdog.join();
+      {
+        std::lock_guard lock(mu_);
+        first_attempt_cut_ = false;
+      }
+      cache_settled = true;
+      if (version().empty()) {
+        LoadCache();
+      }
+    }
     std::unique_lock lock(mu_);
     if (stopping_) {
       return;
@@ -183,6 +228,72 @@ void SnapshotClient::Run() {
     if (stopping_) {
       return;
     }
+  }
+}
+
+void SnapshotClient::LoadCache() {
+  const std::string& path = options_.cache_path;
+  if (access(path.c_str(), F_OK) != 0) {
+    Log(LogLevel::kInfo, "xds", "no snapshot cache yet; waiting for the controller",
+        {{"file", path}});
+    return;
+  }
+  auto ignore = [&](const std::string& error) {
+    if (cache_errors_ != nullptr) {
+      cache_errors_->Inc();
+    }
+    Log(LogLevel::kWarn, "xds", "snapshot cache ignored; waiting for the controller",
+        {{"file", path}, {"error", error}});
+  };
+  v1::Snapshot snapshot;
+  std::string error;
+  // Verifies the content against its version: a truncated or edited file
+  // is refused here.
+  if (!LoadSnapshotFile(path, &snapshot, &error)) {
+    ignore(error);
+    return;
+  }
+  SnapshotDigests digests = ComputeSnapshotDigests(snapshot);
+  if (!apply_(snapshot, &error)) {
+    ignore(error);
+    return;
+  }
+  const std::string version = snapshot.version();
+  running_snapshot_ = std::move(snapshot);
+  running_digests_ = std::move(digests);
+  cache_written_version_ = version;
+  {
+    std::lock_guard lock(mu_);
+    version_ = version;
+    serving_cache_ = true;
+  }
+  if (cache_loads_ != nullptr) {
+    cache_loads_->Inc();
+  }
+  Log(LogLevel::kWarn, "xds", "controller did not answer; serving the cached snapshot",
+      {{"file", path}, {"version", version}, {"controller", options_.target}});
+  changed_.notify_all();
+  if (options_.on_serving) {
+    options_.on_serving(version, true);
+  }
+}
+
+void SnapshotClient::WriteCache() {
+  // On every ACK, but only when the file does not hold the running version
+  // yet (a failed write is tried again on the next ACK).
+  if (options_.cache_path.empty() || running_snapshot_.version().empty() ||
+      cache_written_version_ == running_snapshot_.version()) {
+    return;
+  }
+  std::string error;
+  if (WriteFileAtomically(options_.cache_path, SnapshotToJson(running_snapshot_) + "\n", &error)) {
+    cache_written_version_ = running_snapshot_.version();
+  } else {
+    if (cache_errors_ != nullptr) {
+      cache_errors_->Inc();
+    }
+    Log(LogLevel::kWarn, "xds", "cannot write the snapshot cache; serving goes on",
+        {{"version", running_snapshot_.version()}, {"error", error}});
   }
 }
 
@@ -211,7 +322,7 @@ bool SnapshotClient::RunStream() {
   grpc::ClientContext context;
   {
     std::lock_guard lock(mu_);
-    if (stopping_) {
+    if (stopping_ || first_attempt_cut_) {
       return false;
     }
     context_ = &context;
@@ -264,6 +375,7 @@ bool SnapshotClient::RunStream() {
       if (applied) {
         reply.set_version_info(response.version_info());
       }
+      bool confirmed_cache = false;  // the controller serves what the cache held
       {
         std::lock_guard lock(mu_);
         if (error.empty()) {
@@ -271,6 +383,8 @@ bool SnapshotClient::RunStream() {
           if (applied) {
             version_ = response.version_info();
           }
+          confirmed_cache = serving_cache_;
+          serving_cache_ = false;
         } else {
           ++nacks_;
         }
@@ -285,6 +399,10 @@ bool SnapshotClient::RunStream() {
           if (options_.on_applied) {
             options_.on_applied(response.version_info());
           }
+        }
+        WriteCache();
+        if ((applied || confirmed_cache) && options_.on_serving) {
+          options_.on_serving(reply.version_info(), false);
         }
       } else {
         SetNack(&reply, error_code, error);

@@ -72,6 +72,20 @@ struct SnapshotClientOptions {
   bool accept_deltas = true;
   // Called after each snapshot is applied (on the client thread).
   std::function<void(const std::string& version)> on_applied;
+  // --snapshot-cache: the snapshot acknowledged to the controller is written
+  // here on every ACK that changes it (atomically, as `kwd-controller
+  // compile` JSON; a failed write is retried on the next ACK). At start, when the
+  // first attempt brings no snapshot (refused, or nothing within
+  // `cache_wait`: the attempt is cut then), the file's snapshot is applied,
+  // so that a proxy restarted during a controller outage serves at once. A
+  // missing, corrupt or truncated file is logged and ignored; the
+  // controller's snapshot replaces the cached one when it answers.
+  std::string cache_path;
+  std::chrono::milliseconds cache_wait{1'000};
+  // Called on the client thread whenever what is served changes: a new
+  // version, or the same version confirmed by the controller after the
+  // cache. `from_cache` says where the served snapshot came from.
+  std::function<void(const std::string& version, bool from_cache)> on_serving;
 };
 
 class SnapshotClient {
@@ -100,6 +114,10 @@ class SnapshotClient {
   void Run();
   // One stream until it breaks; returns whether it received anything.
   bool RunStream();
+  // Applies the snapshot cache file, if there is a usable one.
+  void LoadCache();
+  // Writes running_snapshot_ to the cache file (client thread).
+  void WriteCache();
   void SetConnected(bool connected);
   // Patches the running snapshot with response->delta() and applies it; on
   // failure the running snapshot is unchanged and error/error_code say why.
@@ -118,8 +136,14 @@ class SnapshotClient {
   uint64_t acks_ = 0;
   uint64_t nacks_ = 0;
   uint64_t streams_ = 0;
+  bool serving_cache_ = false;  // version_ came from the cache file
+  // With a cache: the first attempt is over, or was cut after cache_wait.
+  bool first_attempt_over_ = false;
+  bool first_attempt_cut_ = false;
   std::string last_error_;                  // why the last attempt failed ("" when it just ended)
   grpc::ClientContext* context_ = nullptr;  // of the open stream, to cancel it
+  // The version the cache file holds (client thread only).
+  std::string cache_written_version_;
   // The snapshot applied last, kept as the base for deltas (client thread only).
   v1::Snapshot running_snapshot_;
   SnapshotDigests running_digests_;  // of running_snapshot_
@@ -130,6 +154,8 @@ class SnapshotClient {
   Counter* acks_counter_ = nullptr;
   Counter* nacks_counter_ = nullptr;
   Counter* deltas_counter_ = nullptr;
+  Counter* cache_loads_ = nullptr;
+  Counter* cache_errors_ = nullptr;
 };
 
 }  // namespace kwd::xds

@@ -562,6 +562,13 @@ class DefaultValues(RenderedChecks, unittest.TestCase):
         proxy = self.container(self.component("Deployment", "proxy"), "proxy")
         self.assertEqual(arg_after(proxy["args"], "--listen"), "0.0.0.0:8080")
         self.assertEqual(arg_after(proxy["args"], "--admin-listen"), "0.0.0.0:9901")
+        # The snapshot cache lives in an emptyDir: it outlives a container restart.
+        self.assertEqual(arg_after(proxy["args"], "--snapshot-cache"), "/var/cache/kwd/snapshot.json")
+        mounts = {m["name"]: m["mountPath"] for m in proxy["volumeMounts"]}
+        self.assertEqual(mounts.get("snapshot-cache"), "/var/cache/kwd")
+        volumes = {v["name"]: v for v in
+                   self.component("Deployment", "proxy")["spec"]["template"]["spec"]["volumes"]}
+        self.assertIn("emptyDir", volumes["snapshot-cache"])
         self.assertEqual(self.component("Deployment", "controller")["spec"]["replicas"], 2)
         self.assertEqual(self.named("Service", "wd-kwd-proxy")["spec"]["type"], "ClusterIP")
 
@@ -973,6 +980,11 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
                 continue
             if flag == "--affinity-key-file":
                 result.append(key_file)
+                i += 2
+                continue
+            if flag == "--snapshot-cache":
+                # The emptyDir's file, in a folder that exists here.
+                result.append(os.path.join(os.path.dirname(key_file), "snapshot.json"))
                 i += 2
                 continue
             if flag in GRPC_TLS_FLAGS and tls_files is not None:

@@ -56,6 +56,16 @@ spec:
   hosts: []
   defaultRootHandler: java
   defaultGroups: {java: public}
+---
+# Polls a message server that is not there: the refresh-error series the
+# SapSystem alert reads is exported.
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: SapSystem
+metadata: {name: gone, namespace: erp}
+spec:
+  sid: GON
+  messageServer: {host: 127.0.0.1, httpPort: %d}
+  refreshIntervalSeconds: 1
 """
 
 
@@ -130,7 +140,15 @@ class Cluster:
         objects = os.path.join(self.dir, "objects")
         os.makedirs(objects)
         with open(os.path.join(objects, "objects.yaml"), "w") as f:
-            f.write(OBJECTS % self.backend.port)
+            f.write(OBJECTS % (self.backend.port, free_port()))
+        # A serving certificate, so that the certificate-expiry series exists.
+        self.cert_dir = os.path.join(self.dir, "certs")
+        os.makedirs(self.cert_dir)
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                        "/CN=erp.example.com", "-keyout", os.path.join(self.cert_dir, "erp.key"),
+                        "-out", os.path.join(self.cert_dir, "erp.crt")],
+                       check=True, capture_output=True, timeout=60)
         self.grpc_port = free_port()
         self.controller_admin = free_port()
         self.proxy_admin = free_port()
@@ -146,6 +164,7 @@ class Cluster:
         self.proxy = self.start(
             [PROXY, "serve", "--controller", f"127.0.0.1:{self.grpc_port}",
              "--listen", "127.0.0.1:0", "--admin-listen", f"127.0.0.1:{self.proxy_admin}",
+             "--tls-listen", "127.0.0.1:0", "--tls-cert-dir", self.cert_dir,
              "--workers", "1", "--access-log", self.access_log, "--log-format", "json"],
             self.proxy_log)
         line = self.proxy.stdout.readline()
@@ -154,6 +173,8 @@ class Cluster:
         wait_for(lambda: http_get(self.proxy_admin, "/readyz")[0] == 200, what="proxy ready")
         wait_for(lambda: 'kwd_proxy_server_up{group="erp/public",server="recorder"} 1' in
                  self.metrics(self.proxy_admin), what="server up")
+        wait_for(lambda: "kwd_controller_sapsystem_refresh_errors_total{" in
+                 self.metrics(self.controller_admin), what="a failed SapSystem poll")
 
     def start(self, argv, log_path):
         log = open(log_path, "w")
@@ -377,6 +398,32 @@ class Rules(unittest.TestCase):
                     for p in unresolved(r["expr"], names)]
         self.assertEqual(problems, [])
 
+    def test_every_alert_has_a_runbook_section(self):
+        # runbook_url is docs/troubleshooting.md#<alert in lower case>: a
+        # "### <alert>" heading there (GitHub's anchor for it).
+        with open(os.path.join(SOURCE_DIR, "docs", "troubleshooting.md")) as f:
+            headings = set(re.findall(r"^### (\w+)$", f.read(), re.MULTILINE))
+        for rule in rendered_rules()["groups"][0]["rules"]:
+            with self.subTest(alert=rule["alert"]):
+                self.assertEqual(rule["annotations"]["runbook_url"],
+                                 "docs/troubleshooting.md#" + rule["alert"].lower())
+                self.assertIn(rule["alert"], headings)
+        docs = helm_render("--set", "prometheusRule.enabled=true",
+                           "--set", "prometheusRule.runbookBaseUrl=https://git.example/kwd/t.md")
+        (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+        urls = {r["annotations"]["runbook_url"] for r in rule["spec"]["groups"][0]["rules"]}
+        self.assertIn("https://git.example/kwd/t.md#kwdobjectsrejected", urls)
+
+    def test_extra_rules_from_values(self):
+        docs = helm_render("--set", "prometheusRule.enabled=true", "--set-json",
+                           'prometheusRule.extraRules=[{"alert": "SapLogonSlow", '
+                           '"expr": "vector(1)", "labels": {"severity": "info"}}]')
+        (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+        rules = rule["spec"]["groups"][0]["rules"]
+        self.assertEqual(rules[-1], {"alert": "SapLogonSlow", "expr": "vector(1)",
+                                     "labels": {"severity": "info"}})
+        self.assertIn("KwdGroupNoUsableServer", [r.get("alert") for r in rules])
+
     def test_thresholds_and_labels_from_values(self):
         docs = helm_render("--set", "prometheusRule.enabled=true",
                            "--set-json", "prometheusRule.errorRatio=0.2",
@@ -414,6 +461,18 @@ class Metrics(unittest.TestCase):
             result = subprocess.run(["promtool", "check", "metrics"], input=c.metrics(port),
                                     capture_output=True, text=True)
             self.assertEqual((result.returncode, result.stdout + result.stderr), (0, ""))
+
+    def test_request_durations_are_bucketed_up_to_the_response_timeout(self):
+        c = cluster()
+        scrape_after_traffic()
+        bounds = re.findall(r'kwd_proxy_request_duration_seconds_bucket\{group="erp/public",'
+                            r'le="([^"]+)"\}', c.metrics(c.proxy_admin))
+        self.assertEqual(bounds[-4:], ["20", "30", "60", "+Inf"])
+
+    def test_group_servers_series_per_group(self):
+        c = cluster()
+        self.assertIn('kwd_controller_group_servers{group="erp/public"} 1',
+                      c.metrics(c.controller_admin))
 
     def test_build_info_and_process_metrics_on_both_binaries(self):
         c = cluster()

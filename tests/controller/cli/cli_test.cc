@@ -40,14 +40,15 @@ std::string ShellQuote(const std::string& text) {
   return out + "'";
 }
 
-RunResult RunController(const std::string& args) {
+RunResult RunController(const std::string& args, const std::string& cwd = "") {
   fs::path tmp =
       fs::path(testing::TempDir()) /
       ("kwd_cli_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
   fs::create_directories(tmp);
   fs::path out = tmp / "stdout";
   fs::path err = tmp / "stderr";
-  std::string command = ShellQuote(KWD_CONTROLLER_BINARY) + " " + args + " >" +
+  std::string command = (cwd.empty() ? "" : "cd " + ShellQuote(cwd) + " && ") +
+                        ShellQuote(KWD_CONTROLLER_BINARY) + " " + args + " >" +
                         ShellQuote(out.string()) + " 2>" + ShellQuote(err.string());
   int status = std::system(command.c_str());
   RunResult result;
@@ -165,12 +166,11 @@ TEST_F(CliTempDirTest, ValidateListsProblemsPerObject) {
   Write("x.yaml", kConflicting);
   RunResult r = RunController("validate " + Source());
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("LogonGroup erp/g: Accepted=False InvalidStrategy: spec.strategy: "
-                       "\"fastest\""),
-            std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("UrlMapping erp/erp: Accepted=False Conflicted: rule /sap/ on any host "
-                       "dropped: UrlMapping erp/a (older) defines it"),
+  // One line per problem, at the field, with the condition reason.
+  EXPECT_NE(r.out.find("LogonGroup erp/g: spec.strategy: \"fastest\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[InvalidStrategy]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("UrlMapping erp/erp: rule /sap/ on any host dropped: UrlMapping erp/a "
+                       "(older) defines it [Conflicted]"),
             std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("ok:"), std::string::npos);
@@ -195,7 +195,7 @@ TEST_F(CliTempDirTest, YamlSyntaxErrorExitsOneNamingFileAndLine) {
   RunResult compile = RunController("compile " + Source());
   EXPECT_EQ(compile.exit_code, 1);
   EXPECT_EQ(compile.out, "");
-  EXPECT_NE(compile.err.find((dir_ / "broken.yaml").string() + ":3: YAML syntax error"),
+  EXPECT_NE(compile.err.find((dir_ / "broken.yaml").string() + ":3:20: YAML syntax error"),
             std::string::npos)
       << compile.err;
   RunResult validate = RunController("validate " + Source());
@@ -217,15 +217,15 @@ TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencryptWi
       "metadata: {name: g}\n";
   std::vector<Case> cases = {
       {"kind", "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGrup\nmetadata: {name: g}\n",
-       ":2: LogonGrup default/g: kind: \"LogonGrup\" is not a kind of dispatch.kwd.io/v1alpha1"},
+       ":2:1: LogonGrup default/g: kind: \"LogonGrup\" is not a kind of dispatch.kwd.io/v1alpha1"},
       {"field", head + "spec:\n  backend: {staticServers: []}\n  strategee: adaptive\n",
-       ":6: LogonGroup default/g: spec.strategee: unknown field"},
+       ":6:3: LogonGroup default/g: spec.strategee: unknown field, did you mean \"strategy\"?"},
       {"duplicate", head + "spec:\n  strategy: adaptive\n  strategy: fastest\n",
-       ":6: LogonGroup default/g: spec.strategy: duplicate key (first at line 5)"},
-      {"alias", head + "spec:\n  kind: &k abap\n  strategy: *k\n", ":5: YAML anchors"},
+       ":6:3: LogonGroup default/g: spec.strategy: duplicate key (first at line 5)"},
+      {"alias", head + "spec:\n  kind: &k abap\n  strategy: *k\n", ":5:9: YAML anchors"},
       {"reencrypt",
        head + "spec:\n  backend: {service: {name: erp}}\n  upstreamTLS:\n    mode: reencrypt\n",
-       "LogonGroup default/g: Accepted=False InvalidField: spec.upstreamTLS.serverName: "
+       ":6:3: LogonGroup default/g: spec.upstreamTLS.serverName: "
        "required with mode reencrypt unless every server address is a host name"},
   };
   for (const Case& c : cases) {
@@ -235,7 +235,7 @@ TEST_F(CliTempDirTest, StrictValidateRefusesTyposDuplicatesAliasesAndReencryptWi
     Write("x.yaml", c.yaml);
     RunResult validate = RunController("validate " + Source());
     EXPECT_EQ(validate.exit_code, 1) << validate.out << validate.err;
-    std::string want = c.name == "reencrypt" ? c.want : (dir_ / "x.yaml").string() + c.want;
+    std::string want = (dir_ / "x.yaml").string() + c.want;
     EXPECT_NE(validate.out.find(want), std::string::npos) << validate.out;
     if (c.name != "reencrypt") {
       RunResult compile = RunController("compile " + Source());
@@ -277,14 +277,15 @@ TEST_F(CliTempDirTest, ValidateRefusesNonAsciiFieldsAndBadBytes) {
        "spec.rules[0].prefix"},
       {"pattern", mapping + "  permissions: [{action: deny, pattern: \"/\\u00e9*\"}]\n",
        "spec.permissions[0].pattern"},
-      {"nul", group + std::string("metadata: {name: di\0ag}\n", 24), ":3: control character 0x00"},
+      {"nul", group + std::string("metadata: {name: di\0ag}\n", 24),
+       ":3:20: control character 0x00"},
       {"invalid_utf8",
        group + "metadata: {name: g}\nspec:\n" + backend + "  healthCheck: {path: /sap/ping\xff}\n",
-       ":6: invalid UTF-8"},
+       ":6:32: invalid UTF-8"},
       {"tag",
        group + "metadata: {name: g}\nspec:\n" + backend +
            "  healthCheck: {path: !!binary L3NhcC9waW5n}\n",
-       ":6: spec.healthCheck.path: YAML tags (!!binary) are not supported"},
+       ":6:23: spec.healthCheck.path: YAML tags (!!binary) are not supported"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -323,7 +324,7 @@ TEST_F(CliTempDirTest, AliasBombIsRefusedQuickly) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(
-      r.out.find((dir_ / "bomb.yaml").string() + ":4: YAML anchors (&name) are not supported"),
+      r.out.find((dir_ / "bomb.yaml").string() + ":4:4: YAML anchors (&name) are not supported"),
       std::string::npos)
       << r.out;
 }
@@ -351,12 +352,10 @@ TEST_F(CliTempDirTest, ValidateReadsFilesAndStandardInput) {
   std::string file = (dir_ / "x.yaml").string();
   RunResult r = RunController("validate -f " + ShellQuote(file));
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.out.find("LogonGroup erp/g: Accepted=False InvalidStrategy"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("LogonGroup erp/g: spec.strategy: "), std::string::npos) << r.out;
   r = RunController("validate -f - <" + ShellQuote(file));
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.out.find("LogonGroup erp/g: Accepted=False InvalidStrategy"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("LogonGroup erp/g: spec.strategy: "), std::string::npos) << r.out;
   // Both quickstart files, one with -f and one on standard input: clean.
   std::string quickstart = Example("quickstart");
   r = RunController("validate -f " + ShellQuote(quickstart + "/logongroups.yaml") + " -f - <" +
@@ -379,6 +378,75 @@ TEST_F(CliTempDirTest, ValidateReadsFilesAndStandardInput) {
                     ShellQuote(quickstart + "/urlmapping.yaml"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"groups\""), std::string::npos);
+}
+
+// Issue 26 item 1: golden outputs of `validate` for files with several
+// mistakes each. Every problem of every object in one run, one line each,
+// "file:line:column: Kind ns/name: field.path: message", in file order.
+class ValidateGoldenTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(ValidateGoldenTest, PrintsEveryProblemOnItsOwnLine) {
+  const fs::path dir = fs::path(KWD_SOURCE_DIR) / "tests/controller/cli/validate_golden";
+  const std::string name = GetParam();
+  const std::string want = ReadFile(dir / (name + ".want"));
+  ASSERT_FALSE(want.empty()) << name;
+  RunResult r = RunController("validate -f " + name + ".yaml", /*cwd=*/dir.string());
+  EXPECT_EQ(r.out, want) << r.err;
+  EXPECT_EQ(r.exit_code, want.starts_with("ok: ") ? 0 : 1) << r.out << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, ValidateGoldenTest,
+                         testing::Values("several_mistakes", "wrong_types", "helm_template"));
+
+// A misspelt field no longer hides a bad capacity: both in one run, with
+// file:line:column, and the field's closest name.
+TEST_F(CliTempDirTest, ValidateReportsAMisspeltFieldAndABadCapacityTogether) {
+  Write("x.yaml",
+        "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: g}\n"
+        "spec:\n  strategee: adaptive\n  backend:\n    staticServers:\n"
+        "      - {name: s, address: 10.0.0.1, port: 8000, capacity: -3}\n");
+  RunResult r = RunController("validate " + Source());
+  EXPECT_EQ(r.exit_code, 1);
+  const std::string file = (dir_ / "x.yaml").string();
+  EXPECT_EQ(r.out, file +
+                       ":5:3: LogonGroup default/g: spec.strategee: unknown field, did you mean "
+                       "\"strategy\"?\n" +
+                       file +
+                       ":8:50: LogonGroup default/g: spec.backend.staticServers[0].capacity: "
+                       "must be an integer from 1 to 4294967295, got -3 [InvalidField]\n");
+}
+
+// helm template output: the chart's own objects are one note (a count),
+// --quiet prints none; live-state conditions are notes unless --live.
+TEST_F(CliTempDirTest, ValidateQuietAndLive) {
+  const fs::path golden = fs::path(KWD_SOURCE_DIR) / "tests/controller/cli/validate_golden";
+  RunResult r =
+      RunController("validate -f - <" + ShellQuote((golden / "helm_template.yaml").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err,
+            "note: skipped 4 objects of kinds kwd does not read (Deployment 1, Service 2, "
+            "ServiceAccount 1)\n");
+  r = RunController("validate --quiet -f - <" +
+                    ShellQuote((golden / "helm_template.yaml").string()));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "ok: 1 objects\n");
+  EXPECT_EQ(r.err, "");
+
+  Write("svc.yaml",
+        "apiVersion: dispatch.kwd.io/v1alpha1\nkind: LogonGroup\nmetadata: {name: erp}\n"
+        "spec:\n  backend: {service: {name: erp, port: 8000}}\n");
+  r = RunController("validate " + Source());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out, "ok: 1 objects\n");
+  EXPECT_NE(r.err.find("note: " + (dir_ / "svc.yaml").string() + ":5:"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("[NoEndpoints]"), std::string::npos) << r.err;
+  r = RunController("validate --live " + Source());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find((dir_ / "svc.yaml").string() + ":5:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[NoEndpoints]"), std::string::npos) << r.out;
+  r = RunController("validate --live --quiet " + Source());
+  EXPECT_EQ(r.err, "");
 }
 
 TEST(CliTest, VersionCommandAndFlag) {

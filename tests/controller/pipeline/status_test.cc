@@ -24,8 +24,8 @@ compile::ObjectStatus GroupStatus(std::string accepted, std::string reason, int 
   status.name = "g";
   status.generation = generation;
   status.ready_servers = ready;
-  status.conditions = {{"Accepted", accepted, reason, "message for " + reason},
-                       {"ResolvedRefs", "True", "ResolvedRefs", "2 servers"}};
+  status.conditions = {{"Accepted", accepted, reason, "message for " + reason, {}},
+                       {"ResolvedRefs", "True", "ResolvedRefs", "2 servers", {}}};
   return status;
 }
 

@@ -602,7 +602,7 @@ TEST_F(ServeTest, DirSourceKeepsTheLastGoodVersionOfAnInvalidFile) {
     return controller.Log().find("object rejected") != std::string::npos;
   })) << controller.Log();
   write("  strategee: adaptive\n");
-  std::string where = (config / "group.yaml").string() + ":5";
+  std::string where = (config / "group.yaml").string() + ":5:3";
   EXPECT_TRUE(WaitFor([&] {
     return controller.Log().find(where +
                                  ": LogonGroup default/diag: spec.strategee: unknown field") !=

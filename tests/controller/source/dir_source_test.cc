@@ -130,10 +130,10 @@ metadata: {name: g}
   std::string b = (dir_ / "b.yaml").string();
   // The line of the offending field, not of the document.
   EXPECT_EQ(result.problems[0].ToString(),
-            a + ":5: UrlMapping default/m: spec.rules: expected a list, got an object");
-  EXPECT_EQ(result.problems[1].ToString(), a + ":11: a document must be a mapping (an object)");
+            a + ":5:3: UrlMapping default/m: spec.rules: expected a list, got an object");
+  EXPECT_EQ(result.problems[1].ToString(), a + ":11:1: a document must be a mapping (an object)");
   EXPECT_EQ(result.problems[2].ToString(),
-            b + ":1: LogonGroup default/g is defined twice (first at " + a + ":7)");
+            b + ":1:1: LogonGroup default/g is defined twice (first at " + a + ":7)");
 }
 
 TEST_F(DirSourceTest, StrictErrorsNameTheLineAndPathOfTheField) {
@@ -172,16 +172,17 @@ metadata: {name: v}
     EXPECT_TRUE(problem.is_error()) << problem.ToString();
     got.push_back(problem.ToString());
   }
-  EXPECT_EQ(got, (std::vector<std::string>{
-                     a + ":2: LogonGrup default/typo: kind: \"LogonGrup\" is not a kind of "
-                         "dispatch.kwd.io/v1alpha1 (LogonGroup, UrlMapping, SapSystem)",
-                     a + ":10: LogonGroup default/g: spec.strategee: unknown field",
-                     a + ":16: LogonGroup default/g: spec.backend.staticServers[0].weight: "
-                         "unknown field",
-                     a + ":23: UrlMapping default/m: spec.hosts: duplicate key (first at line 22)",
-                     a + ":25: UrlMapping default/v: apiVersion: \"dispatch.kwd.io/v1beta1\" is "
-                         "not served; use dispatch.kwd.io/v1alpha1",
-                 }));
+  EXPECT_EQ(got,
+            (std::vector<std::string>{
+                a + ":2:1: LogonGrup default/typo: kind: \"LogonGrup\" is not a kind of "
+                    "dispatch.kwd.io/v1alpha1 (LogonGroup, UrlMapping, SapSystem)",
+                a + ":10:3: LogonGroup default/g: spec.strategee: unknown field",
+                a + ":16:9: LogonGroup default/g: spec.backend.staticServers[0].weight: "
+                    "unknown field",
+                a + ":23:3: UrlMapping default/m: spec.hosts: duplicate key (first at line 22)",
+                a + ":25:1: UrlMapping default/v: apiVersion: \"dispatch.kwd.io/v1beta1\" is "
+                    "not served; use dispatch.kwd.io/v1alpha1",
+            }));
   EXPECT_EQ(result.objects.size(), 0u);
 }
 
@@ -272,7 +273,7 @@ spec:
   // A quoted number is a string, which the decoder rejects as a shape error.
   ASSERT_EQ(result.problems.size(), 1u);
   EXPECT_EQ(result.problems[0].ToString(),
-            "mem.yaml:5: LogonGroup default/g: spec.defaultCapacity: expected an integer, got a "
+            "mem.yaml:5:3: LogonGroup default/g: spec.defaultCapacity: expected an integer, got a "
             "string");
 
   LoadResult ok;

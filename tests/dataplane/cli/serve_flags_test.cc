@@ -73,9 +73,9 @@ TEST(ProxyServeHelpTest, ListsEveryFlagWithItsDefault) {
     EXPECT_NE(help.out.find(std::string("  ") + flag + " "), std::string::npos) << flag;
   }
   for (const char* shown :
-       {"(default 0.0.0.0:8080)", "(default 0.0.0.0:9901)", "(default 1)", "(default 10s)",
-        "(default 1m)", "(default 5s)", "(default 1h)", "(default 104857600)", "(default 65536)",
-        "(default info)", "(default -)"}) {
+       {"(default 0.0.0.0:8080)", "(default 127.0.0.1:9901: loopback only)", "(default 1)",
+        "(default 10s)", "(default 1m)", "(default 5s)", "(default 1h)", "(default 104857600)",
+        "(default 65536)", "(default info)", "(default -)"}) {
     EXPECT_NE(help.out.find(shown), std::string::npos) << shown;
   }
   // Each flag in the help text is one the parser knows (a value it refuses

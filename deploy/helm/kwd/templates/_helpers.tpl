@@ -291,6 +291,11 @@ The sidecar drains like the shared proxy: a preStop sleep, then SIGTERM.
     - {{ .Values.proxy.affinityKey.gracePeriod }}
     - --log-level
     - {{ .Values.proxy.logLevel }}
+    {{- if .Values.proxy.snapshotCache }}
+    # In the kwd-sidecar-tmp emptyDir: a restarted sidecar serves at once.
+    - --snapshot-cache
+    - /tmp/kwd-snapshot.json
+    {{- end }}
     {{- if .Values.grpcTLS.enabled }}
     {{- include "kwd.grpcTLS.proxyArgs" . | nindent 4 }}
     {{- end }}
@@ -365,4 +370,29 @@ patch on the two status subresources (merge patch), and its own Lease.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+runbook_url of an alert: its section in kwd's docs/troubleshooting.md (the
+heading is the alert's name, so the anchor is the name in lower case).
+prometheusRule.runbookBaseUrl is where that page is served; empty: the path
+in kwd's source tree.
+*/}}
+{{- define "kwd.runbookUrl" -}}
+{{- $base := .root.Values.prometheusRule.runbookBaseUrl | default "docs/troubleshooting.md" -}}
+{{- printf "%s#%s" $base (lower .alert) -}}
+{{- end }}
+
+{{/* The peers allowed to reach the admin ports (Prometheus): a list. */}}
+{{- define "kwd.networkPolicy.adminFrom" -}}
+{{- $np := .Values.networkPolicy -}}
+- namespaceSelector:
+    {{- toYaml $np.adminNamespaceSelector | nindent 4 }}
+  {{- with $np.adminPodSelector }}
+  podSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- with $np.adminExtraFrom }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}

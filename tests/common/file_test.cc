@@ -1,0 +1,52 @@
+#include "common/file.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+
+namespace kwd {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FileTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        fs::path(testing::TempDir()) /
+        ("kwd_file_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_;
+};
+
+TEST_F(FileTest, WriteFileAtomicallyReplacesTheFileAndLeavesNoTemporary) {
+  const std::string path = (dir_ / "snapshot.json").string();
+  std::string error;
+  ASSERT_TRUE(WriteFileAtomically(path, "first", &error)) << error;
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(1 << 20, 'x'), &error)) << error;
+  std::string text;
+  ASSERT_TRUE(ReadWholeFile(path, &text, &error)) << error;
+  EXPECT_EQ(text, std::string(1 << 20, 'x'));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(FileTest, WriteFileAtomicallySaysWhyItFailsAndKeepsTheOldFile) {
+  std::string error;
+  EXPECT_FALSE(WriteFileAtomically((dir_ / "missing" / "f").string(), "x", &error));
+  EXPECT_EQ(error.rfind("cannot write " + (dir_ / "missing" / "f").string() + ": open: ", 0), 0u)
+      << error;
+  // A directory where the file should be: the rename fails, nothing is left.
+  fs::create_directories(dir_ / "taken" / "inside");
+  EXPECT_FALSE(WriteFileAtomically((dir_ / "taken").string(), "x", &error));
+  EXPECT_NE(error.find(": rename: "), std::string::npos) << error;
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace kwd
