@@ -804,6 +804,9 @@ class Lint(unittest.TestCase):
         with tempfile.TemporaryDirectory() as out:
             result = helm("package", CHART, "--destination", out)
             self.assertEqual(result.returncode, 0, result.stderr)
+            # The chart folder is self-contained: helm warns about nothing.
+            self.assertNotIn("symbolic link", result.stdout + result.stderr)
+            self.assertNotIn("walk.go", result.stdout + result.stderr)
             (tgz,) = os.listdir(out)
             with tarfile.open(os.path.join(out, tgz)) as tar:
                 for name in os.listdir(os.path.join(SOURCE_DIR, "crds")):
@@ -838,9 +841,28 @@ class Lint(unittest.TestCase):
 
 
 class Crds(unittest.TestCase):
+    def test_chart_copies_are_the_top_level_files(self):
+        """crds/ and deploy/grafana/ are the one source; the chart holds byte-equal
+        copies (no symbolic links: helm would warn on every command)."""
+        for top, chart_dir, suffix in (("crds", "crds", ".yaml"),
+                                       (os.path.join("deploy", "grafana"), "dashboards", ".json")):
+            copy_dir = os.path.join(CHART, chart_dir)
+            self.assertFalse(os.path.islink(copy_dir), copy_dir)
+            sources = sorted(f for f in os.listdir(os.path.join(SOURCE_DIR, top))
+                             if f.endswith(suffix))
+            copies = sorted(f for f in os.listdir(copy_dir) if f.endswith(suffix))
+            self.assertEqual(copies, sources, "run scripts/sync-chart-files.sh")
+            for name in sources:
+                with open(os.path.join(SOURCE_DIR, top, name), "rb") as a, \
+                        open(os.path.join(copy_dir, name), "rb") as b:
+                    self.assertEqual(a.read(), b.read(),
+                                     f"{chart_dir}/{name} differs from {top}/{name}: "
+                                     "run scripts/sync-chart-files.sh")
+        check = subprocess.run([os.path.join(SOURCE_DIR, "scripts", "sync-chart-files.sh"),
+                                "--check"], capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stderr)
+
     def test_chart_crds_are_the_top_level_crds(self):
-        self.assertEqual(os.path.realpath(os.path.join(CHART, "crds")),
-                         os.path.realpath(os.path.join(SOURCE_DIR, "crds")))
         files = [f for f in os.listdir(os.path.join(SOURCE_DIR, "crds")) if f.endswith(".yaml")]
         self.assertGreaterEqual(len(files), 2)
         want = sorted(load_yaml(os.path.join(SOURCE_DIR, "crds", f))["metadata"]["name"]
@@ -878,6 +900,15 @@ class Notes(unittest.TestCase):
                      "watching all namespaces"):
             self.assertIn(text, notes)
         self.assertNotIn("<no value>", notes)
+        # Every README section the notes name exists in the chart's README
+        # (which `helm show readme` prints from the packaged chart).
+        sections = re.findall(r'section "([^"]+)"', notes)
+        self.assertTrue(sections)
+        with open(os.path.join(CHART, "README.md")) as f:
+            headings = {line.lstrip("#").strip() for line in f if line.startswith("#")}
+        for section in sections:
+            self.assertIn(section, headings)
+        self.assertNotIn('README "', notes, "a section of a README the chart does not carry")
         # The notes work from the packaged chart: no repository paths.
         self.assertNotIn("examples/", notes)
         self.assertNotIn("-f crds/", notes)
