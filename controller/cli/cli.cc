@@ -23,6 +23,9 @@ constexpr std::string_view kUsage =
     "  version                                      print the version and git revision\n"
     "  ensure-affinity-key --namespace NS --secret NAME\n"
     "                                               create the proxies' key Secret once\n"
+    "  ensure-grpc-certs --namespace NS --ca-secret NAME --controller-secret NAME\n"
+    "                    --proxy-secret NAME --dns-name NAME...\n"
+    "                                               make or renew the gRPC mTLS certificates\n"
     "\n"
     "Run 'kwd-controller <command> --help' for the flags of a command.\n";
 
@@ -247,6 +250,9 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   }
   if (command == "ensure-affinity-key") {
     return RunEnsureAffinityKey(rest, out, err);
+  }
+  if (command == "ensure-grpc-certs") {
+    return RunEnsureGrpcCerts(rest, out, err);
   }
   if (command == "compile") {
     return RunCompile(rest, out, err);

@@ -80,8 +80,15 @@ def listen_port(args, flag):
 
 def pod_specs(docs):
     """(owner name, pod spec) for every workload."""
-    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs
-            if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+    specs = [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs
+             if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+    specs += [(d["metadata"]["name"], d["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+              for d in docs if d["kind"] == "CronJob"]
+    return specs
+
+
+# Containers that run a command and exit (hook Jobs, CronJobs): no probes, no TLS flags.
+RUN_ONCE_COMMANDS = ("ensure-affinity-key", "ensure-grpc-certs")
 
 
 def container_port(container, port):
@@ -112,6 +119,8 @@ LEASE = ("coordination.k8s.io", "leases")
 EVENTS = ("events.k8s.io", "events")
 # The affinity-key hook Job: get on its one Secret, create (not limitable by name).
 AFFINITY_KEY_JOB_VERBS = {("", "secrets"): {"get", "create"}}
+# The grpc-certs Jobs: get and update on their three Secrets, create.
+GRPC_CERTS_JOB_VERBS = {("", "secrets"): {"get", "update", "create"}}
 
 
 def component_of(doc):
@@ -208,7 +217,7 @@ class RenderedChecks:
     def test_kwd_containers_probe_their_admin_port(self):
         seen = 0
         for owner, c in self.kwd_containers():
-            if c["args"][0] == "ensure-affinity-key":  # a hook Job: runs and exits
+            if c["args"][0] in RUN_ONCE_COMMANDS:  # a Job: runs and exits
                 continue
             seen += 1
             where = f"{owner}/{c['name']}"
@@ -391,6 +400,12 @@ class RenderedChecks:
                 (get,) = [r for r in role["rules"] if "get" in r["verbs"]]
                 self.assertEqual(get["resourceNames"], [f"{self.fullname()}-affinity-key"])
                 continue
+            if component_of(role) == "grpc-certs":
+                # get/update by name (GrpcTls.test_job_makes_and_renews_... checks the names).
+                self.assertEqual(granted(role["rules"]), GRPC_CERTS_JOB_VERBS)
+                for rule in role["rules"]:
+                    self.assertEqual(bool(rule.get("resourceNames")), rule["verbs"] != ["create"])
+                continue
             name = f"{role['kind']}/{role['metadata'].get('namespace')}/{role['metadata']['name']}"
             for rule in role["rules"]:
                 self.assertNotIn("nonResourceURLs", rule, name)
@@ -431,7 +446,8 @@ class RenderedChecks:
             self.assertEqual(granted(cluster_role["rules"]), needed)
             self.assertTrue(bound("ClusterRole", cluster_role["metadata"]["name"], None))
         lease_roles = [r for r in self.of_kind("Role") if LEASE in granted(r["rules"])]
-        roles = [r for r in self.of_kind("Role") if component_of(r) != "affinity-key"]
+        roles = [r for r in self.of_kind("Role")
+                 if component_of(r) not in ("affinity-key", "grpc-certs")]
         self.assertTrue(all(component_of(r) == "controller" for r in roles))
         self.assertEqual(len(lease_roles), 1)
         self.assertEqual(granted(lease_roles[0]["rules"]),
@@ -449,6 +465,13 @@ class RenderedChecks:
         for name in tls["existingSecrets"].values():
             if tls["provider"] == "existing" and name:
                 secrets[name] = {"tls.crt", "tls.key", "ca.crt"}
+        if tls["provider"] == "job":
+            # Made by the ensure-grpc-certs Job: the Secrets its args name.
+            for _, spec in pod_specs(self.docs):
+                for c in spec["containers"]:
+                    if c.get("args", [""])[0] == "ensure-grpc-certs":
+                        for flag in ("--controller-secret", "--proxy-secret"):
+                            secrets[arg_after(c["args"], flag)] = {"tls.crt", "tls.key", "ca.crt"}
         checked = 0
         for owner, spec in pod_specs(self.docs):
             volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -461,7 +484,7 @@ class RenderedChecks:
                 if c.get("command", [""])[0] not in ("/usr/local/bin/kwd-controller",
                                                      "/usr/local/bin/kwd-proxy"):
                     continue
-                if c["args"][0] == "ensure-affinity-key":
+                if c["args"][0] in RUN_ONCE_COMMANDS:
                     continue
                 want = CONTROLLER_TLS_FLAGS if "--grpc-listen" in args else PROXY_TLS_FLAGS
                 self.assertEqual(sorted(flags), sorted(want), f"{owner}/{c['name']}")
@@ -527,9 +550,9 @@ class RenderedChecks:
 class DefaultValues(RenderedChecks, unittest.TestCase):
     custom = False
     expected_kinds = {
-        "Deployment": 2, "Service": 3, "ServiceAccount": 2, "Secret": 2,
-        "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
-        "PodDisruptionBudget": 2, "NetworkPolicy": 2, "Job": 1,
+        "Deployment": 2, "Service": 3, "ServiceAccount": 4,
+        "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 4, "RoleBinding": 4,
+        "PodDisruptionBudget": 2, "NetworkPolicy": 2, "Job": 2, "CronJob": 1,
     }
 
     def test_defaults_from_interface(self):
@@ -653,11 +676,56 @@ CONTROLLER_TLS_FLAGS = GRPC_TLS_FLAGS[:3]
 PROXY_TLS_FLAGS = GRPC_TLS_FLAGS[3:]
 
 
+def job_made_secrets(docs, directory):
+    """What the ensure-grpc-certs Job of `docs` puts into its Secrets: the built
+    kwd-controller runs with the Job's arguments against the fake API server
+    (tests/fake_apiserver), as the hook Job would in the cluster.
+    Returns {secret name: {key: base64 data}}."""
+    import json
+    import urllib.request
+    made = {}
+    binary = os.path.join(os.environ.get("KWD_BINARY_DIR", os.path.join(SOURCE_DIR, "build")),
+                          "kwd-controller")
+    for _, spec in pod_specs(docs):
+        for c in spec["containers"]:
+            args = c.get("args", [""])
+            if args[0] != "ensure-grpc-certs" or made:
+                continue
+            fake = subprocess.Popen(
+                [sys.executable, os.path.join(SOURCE_DIR, "tests", "fake_apiserver",
+                                              "fake_apiserver.py")],
+                stdout=subprocess.PIPE, text=True)
+            try:
+                address = fake.stdout.readline().split()[1]
+                kubeconfig = os.path.join(directory, "kubeconfig")
+                with open(kubeconfig, "w") as f:
+                    f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n"
+                            f"  cluster: {{server: 'http://{address}'}}\nusers:\n- name: u\n"
+                            "  user: {}\ncontexts:\n- name: c\n  context: {cluster: fake, "
+                            "user: u}\ncurrent-context: c\n")
+                run = subprocess.run([binary, *args, "--kubeconfig", kubeconfig],
+                                     capture_output=True, text=True, timeout=60)
+                if run.returncode != 0:
+                    raise AssertionError(f"ensure-grpc-certs failed: {run.stdout}{run.stderr}")
+                namespace = arg_after(args, "--namespace")
+                for flag in ("--controller-secret", "--proxy-secret"):
+                    name = arg_after(args, flag)
+                    url = f"http://{address}/api/v1/namespaces/{namespace}/secrets/{name}"
+                    with urllib.request.urlopen(url, timeout=10) as reply:
+                        made[name] = json.load(reply)["data"]
+            finally:
+                fake.kill()
+                fake.wait()
+    return made
+
+
 def mounted_secret_files(docs, directory):
-    """Writes every key of every rendered Secret that a kwd container mounts into
-    `directory`; returns {path in the container: path on disk}."""
+    """Writes every key of every rendered Secret (or Secret the ensure-grpc-certs
+    Job makes) that a kwd container mounts into `directory`; returns {path in the
+    container: path on disk}."""
     import base64
     secrets = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "Secret"}
+    secrets.update(job_made_secrets(docs, directory))
     files = {}
     for owner, spec in pod_specs(docs):
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -686,8 +754,61 @@ class GrpcTls(unittest.TestCase):
         self.assertEqual(secret["type"], "kubernetes.io/tls")
         return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
 
-    def test_generated_certificates_chain_and_name_the_controller_service(self):
+    def test_job_makes_and_renews_the_certificates_by_default(self):
+        """provider job (the default): no key or certificate is rendered; a hook Job
+        and a CronJob run ensure-grpc-certs for the Secrets the pods mount, with
+        RBAC on exactly those Secrets."""
         docs = render()
+        self.assertEqual([d["metadata"]["name"] for d in docs if d["kind"] == "Secret"], [])
+        jobs = [d for d in docs if component_of(d) == "grpc-certs" and d["kind"] in ("Job", "CronJob")]
+        self.assertEqual(sorted(d["kind"] for d in jobs), ["CronJob", "Job"])
+        (hook,) = [d for d in jobs if d["kind"] == "Job"]
+        (cron,) = [d for d in jobs if d["kind"] == "CronJob"]
+        self.assertEqual(hook["metadata"]["annotations"]["helm.sh/hook"], "pre-install,pre-upgrade")
+        self.assertNotIn("annotations", cron["metadata"], "the CronJob lives with the release")
+        self.assertEqual(cron["spec"]["schedule"], "23 3 * * *")
+        self.assertEqual(cron["spec"]["concurrencyPolicy"], "Forbid")
+        hook_args = hook["spec"]["template"]["spec"]["containers"][0]["args"]
+        cron_args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertEqual(hook_args, cron_args)
+        self.assertEqual(hook_args[0], "ensure-grpc-certs")
+        self.assertEqual(arg_after(hook_args, "--namespace"), NAMESPACE)
+        self.assertEqual(arg_after(hook_args, "--renew-before"), "720h")
+        self.assertEqual(arg_after(hook_args, "--validity"), "8760h")
+        controller_secret = arg_after(hook_args, "--controller-secret")
+        proxy_secret = arg_after(hook_args, "--proxy-secret")
+        ca_secret = arg_after(hook_args, "--ca-secret")
+        dns = [hook_args[i + 1] for i, a in enumerate(hook_args) if a == "--dns-name"]
+        self.assertIn(f"{RELEASE}-kwd-controller.{NAMESPACE}.svc", dns)
+        # The pods mount the Secrets the Job writes; nobody mounts the CA's key.
+        mounted = {v["secret"]["secretName"] for _, spec in pod_specs(docs)
+                   for v in spec.get("volumes", []) if "secret" in v}
+        self.assertIn(controller_secret, mounted)
+        self.assertIn(proxy_secret, mounted)
+        self.assertNotIn(ca_secret, mounted)
+        # Each Job's ServiceAccount may get and update only these Secrets (create
+        # cannot be limited by name).
+        for job, spec in ((hook, hook["spec"]["template"]["spec"]),
+                          (cron, cron["spec"]["jobTemplate"]["spec"]["template"]["spec"])):
+            account = spec["serviceAccountName"]
+            (binding,) = [d for d in docs if d["kind"] == "RoleBinding" and
+                          d["subjects"][0]["name"] == account]
+            (role,) = [d for d in docs if d["kind"] == "Role" and
+                       d["metadata"]["name"] == binding["roleRef"]["name"]]
+            named = [r for r in role["rules"] if r.get("resourceNames")]
+            self.assertEqual(len(named), 1)
+            self.assertEqual(sorted(named[0]["resourceNames"]),
+                             sorted([ca_secret, controller_secret, proxy_secret]))
+            self.assertEqual(sorted(named[0]["verbs"]), ["get", "update"])
+            self.assertEqual(granted(role["rules"]), {("", "secrets"): {"get", "update", "create"}})
+        # Nothing generated while rendering.
+        for name in ("genCA", "genSignedCert", "lookup"):
+            with open(os.path.join(CHART, "templates", "grpc-tls-job.yaml")) as f:
+                code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", f.read(), flags=re.S)
+            self.assertNotIn(name, code)
+
+    def test_generated_certificates_chain_and_name_the_controller_service(self):
+        docs = render("--set", "grpcTLS.provider=helm")
         controller = self.secret_files(docs, f"{RELEASE}-kwd-grpc-controller-tls")
         proxy = self.secret_files(docs, f"{RELEASE}-kwd-grpc-proxy-tls")
         self.assertEqual(set(controller), {"tls.crt", "tls.key", "ca.crt"})
@@ -780,7 +901,7 @@ class GrpcTls(unittest.TestCase):
             self.assertIn(flag, sidecar["args"])
         volumes = {v["name"]: v for v in spec["volumes"]}
         self.assertEqual(volumes["kwd-controller-tls"]["secret"]["secretName"],
-                         f"{RELEASE}-kwd-grpc-proxy-tls")
+                         f"{RELEASE}-kwd-grpc-proxy-cert")
 
 
 class SidecarOnly(unittest.TestCase):
@@ -1003,10 +1124,9 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
                 f.write("a-test-key-of-some-length-0123456789\n")
             docs = render(*render_args)
             tls_files = mounted_secret_files(docs, tmp)
-            for d in docs:
-                if d["kind"] not in ("Deployment", "Job"):
-                    continue
-                for c in d["spec"]["template"]["spec"]["containers"]:
+            for name, spec in pod_specs(docs):
+                d = {"metadata": {"name": name}}
+                for c in spec["containers"]:
                     if not c.get("command", [""])[0].startswith("/usr/local/bin/kwd-"):
                         continue
                     binary = os.path.join(self.BINARY_DIR, os.path.basename(c["command"][0]))
@@ -1026,8 +1146,8 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
         return checked
 
     def test_default_values(self):
-        # controller, proxy and the affinity-key hook Job
-        self.assertEqual(self.check(), 3)
+        # controller, proxy, the affinity-key hook Job, the grpc-certs hook Job and CronJob
+        self.assertEqual(self.check(), 5)
 
     def test_chart_certificates_connect_a_proxy_to_the_controller(self):
         """The generated Secrets, mounted where the rendered flags say, make a working
@@ -1160,14 +1280,19 @@ class ChartHooks(unittest.TestCase):
                          self.values["proxy"]["affinityKey"]["gracePeriod"])
 
     def test_rendering_is_stable_for_gitops(self):
-        """Two renders are identical: no random key, no lookup-dependent output.
-        (grpcTLS.provider=helm generates certificates at render time, so the check
-        uses cert-manager; that provider has the same GitOps trap, see the README.)"""
-        args = ["--namespace", NAMESPACE, "--set", "grpcTLS.provider=cert-manager"]
-        first = helm("template", RELEASE, CHART, *args)
-        second = helm("template", RELEASE, CHART, *args)
-        self.assertEqual(first.returncode, 0, first.stderr)
-        self.assertEqual(first.stdout, second.stdout)
+        """Two renders with the default values are identical: no random key, no
+        generated certificate, no lookup-dependent output (issue 27). Only
+        grpcTLS.provider=helm generates at render time."""
+        for args in ([], ["--set", "grpcTLS.provider=cert-manager"], ["-f", CUSTOM_VALUES]):
+            args = ["--namespace", NAMESPACE, *args]
+            first = helm("template", RELEASE, CHART, *args)
+            second = helm("template", RELEASE, CHART, *args)
+            self.assertEqual(first.returncode, 0, first.stderr)
+            self.assertEqual(first.stdout, second.stdout, args)
+        helm_provider = ["--namespace", NAMESPACE, "--set", "grpcTLS.provider=helm"]
+        self.assertNotEqual(helm("template", RELEASE, CHART, *helm_provider).stdout,
+                            helm("template", RELEASE, CHART, *helm_provider).stdout,
+                            "provider helm generates keys (the test would prove nothing)")
         with open(os.path.join(CHART, "templates", "affinity-key-secret.yaml")) as f:
             code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", f.read(), flags=re.S)  # comments
             self.assertNotRegex(code, r"\{\{[^}]*(randAlphaNum|lookup)")

@@ -2,6 +2,11 @@
 // the fake API server (tests/fake_apiserver), which checks an Event's required
 // fields like the real API does.
 #include <gtest/gtest.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <signal.h>
 
 #include <filesystem>
@@ -191,6 +196,145 @@ TEST_F(ControllerAgainstFakeTest, EnsureAffinityKeyCreatesTheSecretOnce) {
   out.clear();
   EXPECT_EQ(run(&out), 1) << out;
   EXPECT_NE(out.find("exists without key affinity.key"), std::string::npos) << out;
+}
+
+// Runs the built kwd-controller with `args`; its output (both streams) goes to `out`.
+int RunController(const std::string& args, std::string* out) {
+  std::string command = testing::BinaryPath("kwd-controller") + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[1024];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
+    out->append(buffer, n);
+  }
+  int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string Unbase64(const std::string& text) {
+  std::string out(text.size(), '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  size_t padding = text.ends_with("==") ? 2 : text.ends_with("=") ? 1 : 0;
+  out.resize(n < 0 ? 0 : static_cast<size_t>(n) - padding);
+  return out;
+}
+
+// A certificate from PEM, freed with X509_free.
+std::shared_ptr<X509> Cert(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  return std::shared_ptr<X509>(cert, X509_free);
+}
+
+// `kwd-controller ensure-grpc-certs` (the chart's hook Job and CronJob):
+// makes the CA and both certificates once, keeps them on the next runs,
+// renews a leaf that expires soon with the same CA, and makes a controller
+// certificate anew when the Service's names change.
+TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsMakesKeepsAndRenews) {
+  const std::string base =
+      "ensure-grpc-certs --namespace kwd --ca-secret wd-grpc-ca --controller-secret "
+      "wd-grpc-controller --proxy-secret wd-grpc-proxy --dns-name wd-kwd-controller.kwd.svc "
+      "--kubeconfig " + kubeconfig_;
+  auto secret = [&](const std::string& name) {
+    return client_->Get("/api/v1/namespaces/kwd/secrets/" + name).body;
+  };
+  auto data = [&](const std::string& name, const std::string& key) {
+    return Unbase64(secret(name)["data"][key].get<std::string>());
+  };
+  std::string out;
+  ASSERT_EQ(RunController(base + " --validity 2h --renew-before 1h", &out), 0) << out;
+  EXPECT_NE(out.find("wd-grpc-ca: new CA (missing)"), std::string::npos) << out;
+  EXPECT_NE(out.find("wd-grpc-controller: new certificate (missing)"), std::string::npos) << out;
+  EXPECT_EQ(secret("wd-grpc-controller")["type"], "kubernetes.io/tls");
+  auto ca = Cert(data("wd-grpc-ca", "tls.crt"));
+  auto server = Cert(data("wd-grpc-controller", "tls.crt"));
+  auto client = Cert(data("wd-grpc-proxy", "tls.crt"));
+  ASSERT_TRUE(ca && server && client);
+  EVP_PKEY* ca_key = X509_get0_pubkey(ca.get());
+  EXPECT_EQ(X509_verify(server.get(), ca_key), 1);
+  EXPECT_EQ(X509_verify(client.get(), ca_key), 1);
+  EXPECT_EQ(X509_check_ca(ca.get()), 1);
+  EXPECT_EQ(X509_check_ca(server.get()), 0);
+  const std::string host = "wd-kwd-controller.kwd.svc";
+  EXPECT_EQ(X509_check_host(server.get(), host.data(), host.size(), 0, nullptr), 1);
+  EXPECT_EQ(X509_check_purpose(server.get(), X509_PURPOSE_SSL_SERVER, 0), 1);
+  EXPECT_EQ(X509_check_purpose(client.get(), X509_PURPOSE_SSL_CLIENT, 0), 1);
+  EXPECT_NE(X509_check_purpose(client.get(), X509_PURPOSE_SSL_SERVER, 0), 1);
+  EXPECT_EQ(data("wd-grpc-controller", "ca.crt"), data("wd-grpc-ca", "tls.crt"));
+  EXPECT_EQ(data("wd-grpc-proxy", "ca.crt"), data("wd-grpc-ca", "tls.crt"));
+  EXPECT_TRUE(secret("wd-grpc-controller")["data"].contains("tls.key"));
+  EXPECT_EQ(out.find("PRIVATE KEY"), std::string::npos) << "no key in the output";
+
+  // Again: everything kept, nothing written.
+  std::string versions = secret("wd-grpc-ca")["metadata"]["resourceVersion"].get<std::string>() +
+                         secret("wd-grpc-controller")["metadata"]["resourceVersion"].get<std::string>() +
+                         secret("wd-grpc-proxy")["metadata"]["resourceVersion"].get<std::string>();
+  out.clear();
+  ASSERT_EQ(RunController(base + " --validity 2h --renew-before 1h", &out), 0) << out;
+  EXPECT_NE(out.find("wd-grpc-ca: CA kept"), std::string::npos) << out;
+  EXPECT_NE(out.find("wd-grpc-proxy: certificate kept"), std::string::npos) << out;
+  EXPECT_EQ(secret("wd-grpc-ca")["metadata"]["resourceVersion"].get<std::string>() +
+                secret("wd-grpc-controller")["metadata"]["resourceVersion"].get<std::string>() +
+                secret("wd-grpc-proxy")["metadata"]["resourceVersion"].get<std::string>(),
+            versions);
+
+  // The leaves expire within 3h: renewed, with the same CA.
+  std::string old_server_pem = data("wd-grpc-controller", "tls.crt");
+  out.clear();
+  ASSERT_EQ(RunController(base + " --validity 4h --renew-before 3h", &out), 0) << out;
+  EXPECT_NE(out.find("wd-grpc-controller: new certificate (expires within --renew-before)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("wd-grpc-ca: CA kept"), std::string::npos) << out;
+  EXPECT_NE(data("wd-grpc-controller", "tls.crt"), old_server_pem);
+  auto renewed = Cert(data("wd-grpc-controller", "tls.crt"));
+  EXPECT_EQ(X509_verify(renewed.get(), ca_key), 1) << "signed by the same CA";
+
+  // A new Service name: the controller certificate is made anew, the proxy's kept.
+  out.clear();
+  ASSERT_EQ(RunController(base + " --validity 4h --renew-before 3h --dns-name "
+                                 "wd-kwd-controller.kwd.svc.cluster.local",
+                          &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("wd-grpc-controller: new certificate (does not name every --dns-name)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("wd-grpc-proxy: certificate kept"), std::string::npos) << out;
+
+  // A broken Secret is replaced, not trusted.
+  fake_->Upsert({{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "wd-grpc-proxy"}, {"namespace", "kwd"}}},
+                 {"data", {{"tls.crt", "bm90IGEgY2VydA=="}}}});
+  out.clear();
+  ASSERT_EQ(RunController(base, &out), 0) << out;
+  EXPECT_NE(out.find("wd-grpc-proxy: new certificate (unreadable or incomplete)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(X509_verify(Cert(data("wd-grpc-proxy", "tls.crt")).get(), ca_key), 1);
+}
+
+TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsRefusesBadFlags) {
+  std::string out;
+  EXPECT_EQ(RunController("ensure-grpc-certs --namespace kwd --ca-secret a --controller-secret b "
+                          "--proxy-secret c --kubeconfig " + kubeconfig_,
+                          &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--dns-name"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunController("ensure-grpc-certs --namespace kwd --ca-secret a --controller-secret b "
+                          "--proxy-secret c --dns-name x --validity 2h --renew-before 3h",
+                          &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--renew-before must be shorter"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunController("ensure-grpc-certs --validity 10", &out), 2) << out;
 }
 
 }  // namespace

@@ -64,6 +64,8 @@ client certificate with the CA of the controller's certificate.
 {{- define "kwd.grpcTLS.controllerSecretName" -}}
 {{- if eq .Values.grpcTLS.provider "existing" }}
 {{- required "grpcTLS.existingSecrets.controller is required with grpcTLS.provider=existing" .Values.grpcTLS.existingSecrets.controller }}
+{{- else if eq .Values.grpcTLS.provider "job" }}
+{{- printf "%s-grpc-controller-cert" (include "kwd.fullname" . | trunc 40 | trimSuffix "-") }}
 {{- else }}
 {{- printf "%s-grpc-controller-tls" (include "kwd.fullname" . | trunc 43 | trimSuffix "-") }}
 {{- end }}
@@ -72,9 +74,16 @@ client certificate with the CA of the controller's certificate.
 {{- define "kwd.grpcTLS.proxySecretName" -}}
 {{- if eq .Values.grpcTLS.provider "existing" }}
 {{- required "grpcTLS.existingSecrets.proxy is required with grpcTLS.provider=existing" .Values.grpcTLS.existingSecrets.proxy }}
+{{- else if eq .Values.grpcTLS.provider "job" }}
+{{- printf "%s-grpc-proxy-cert" (include "kwd.fullname" . | trunc 45 | trimSuffix "-") }}
 {{- else }}
 {{- printf "%s-grpc-proxy-tls" (include "kwd.fullname" . | trunc 48 | trimSuffix "-") }}
 {{- end }}
+{{- end }}
+
+{{/* provider job: the Secret holding the release's gRPC CA (certificate and key). */}}
+{{- define "kwd.grpcTLS.caSecretName" -}}
+{{- printf "%s-grpc-ca" (include "kwd.fullname" . | trunc 55 | trimSuffix "-") }}
 {{- end }}
 
 {{/* The names in the controller's certificate: its Service, as proxies and sidecars dial it. */}}
@@ -358,4 +367,66 @@ patch on the two status subresources (merge patch), and its own Lease.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+The pod template of the grpcTLS.provider=job Jobs (dict root, serviceAccount):
+kwd-controller ensure-grpc-certs for the release's three gRPC Secrets.
+*/}}
+{{- define "kwd.grpcTLS.jobPod" -}}
+{{- $root := .root }}
+{{- $job := $root.Values.grpcTLS.job }}
+metadata:
+  labels:
+    {{- include "kwd.componentLabels" (dict "root" $root "component" "grpc-certs") | nindent 4 }}
+spec:
+  serviceAccountName: {{ .serviceAccount }}
+  restartPolicy: Never
+  {{- with $root.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- include "kwd.podSecurityContext" $root | nindent 4 }}
+  containers:
+    - name: ensure-grpc-certs
+      image: {{ include "kwd.image" $root }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      command: ["/usr/local/bin/kwd-controller"]
+      args:
+        - ensure-grpc-certs
+        - --namespace
+        - {{ $root.Release.Namespace }}
+        - --ca-secret
+        - {{ include "kwd.grpcTLS.caSecretName" $root }}
+        - --controller-secret
+        - {{ include "kwd.grpcTLS.controllerSecretName" $root }}
+        - --proxy-secret
+        - {{ include "kwd.grpcTLS.proxySecretName" $root }}
+        {{- range include "kwd.grpcTLS.controllerDnsNames" $root | fromJsonArray }}
+        - --dns-name
+        - {{ . }}
+        {{- end }}
+        - --validity
+        - {{ $job.validity | quote }}
+        - --ca-validity
+        - {{ $job.caValidity | quote }}
+        - --renew-before
+        - {{ $job.renewBefore | quote }}
+      resources:
+        requests:
+          cpu: 10m
+          memory: 16Mi
+        limits:
+          memory: 64Mi
+      securityContext:
+        {{- include "kwd.containerSecurityContext" $root | nindent 8 }}
+  {{- with $root.Values.controller.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $root.Values.controller.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}
