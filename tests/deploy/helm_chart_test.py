@@ -20,6 +20,7 @@ SOURCE_DIR = os.environ.get(
     "KWD_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 CHART = os.path.join(SOURCE_DIR, "deploy", "helm", "kwd")
 CUSTOM_VALUES = os.path.join(SOURCE_DIR, "tests", "deploy", "values-custom.yaml")
+PROXY_CONFIG_VALUES = os.path.join(SOURCE_DIR, "tests", "deploy", "values-proxy-config.yaml")
 RELEASE = "wd"
 NAMESPACE = "sap-lb"
 
@@ -716,6 +717,7 @@ def job_made_secrets(docs, directory):
             finally:
                 fake.kill()
                 fake.wait()
+                fake.stdout.close()
     return made
 
 
@@ -1100,8 +1102,8 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
                 result.append("127.0.0.1:1")
                 i += 2
                 continue
-            if flag == "--affinity-key-file":
-                result.append(key_file)
+            if flag in ("--affinity-key-file", "--admin-token-file"):
+                result.append(key_file)  # a secret of some length either way
                 i += 2
                 continue
             if flag in GRPC_TLS_FLAGS and tls_files is not None:
@@ -1212,6 +1214,109 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
 
     def test_custom_values(self):
         self.assertEqual(self.check("-f", CUSTOM_VALUES), 3)
+
+    def test_proxy_config_values(self):
+        # controller, the proxy DaemonSet, the affinity-key Job, the grpc-certs Job and CronJob
+        self.assertEqual(self.check("-f", PROXY_CONFIG_VALUES), 5)
+
+
+class ProxyConfig(unittest.TestCase):
+    """ingress-nginx-style settings (issue 27 item 2): proxy.config as flags, the
+    admin token from a Secret, load-balancer and IP-family Service fields, a
+    DaemonSet with hostNetwork. FlagsAcceptedByBinaries runs the same values."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.docs = render("-f", PROXY_CONFIG_VALUES)
+        cls.values = load_yaml(PROXY_CONFIG_VALUES)["proxy"]
+
+    def proxy(self):
+        (workload,) = [d for d in self.docs if component_of(d) == "proxy" and
+                       d["kind"] in ("Deployment", "DaemonSet")]
+        return workload
+
+    def test_config_becomes_flags(self):
+        (c,) = self.proxy()["spec"]["template"]["spec"]["containers"]
+        args = c["args"]
+        config = self.values["config"]
+        for flag, key in (("--header-timeout", "headerTimeout"), ("--idle-timeout", "idleTimeout"),
+                          ("--connect-timeout", "connectTimeout"),
+                          ("--response-timeout", "responseTimeout"),
+                          ("--tls-handshake-timeout", "tlsHandshakeTimeout"),
+                          ("--max-body-size", "maxBodySize"),
+                          ("--max-header-size", "maxHeaderSize"), ("--log-format", "logFormat")):
+            self.assertEqual(arg_after(args, flag), str(config[key]), flag)
+        self.assertEqual(arg_after(args, "--trusted-proxies"), "10.0.0.0/8,fd00::/8")
+        self.assertEqual(arg_after(args, "--proxy-protocol"), "http,tls")
+        # Empty settings render no flag: the binary's defaults hold.
+        (default,) = [d for d in render() if component_of(d) == "proxy" and d["kind"] == "Deployment"]
+        default_args = default["spec"]["template"]["spec"]["containers"][0]["args"]
+        for flag in ("--header-timeout", "--max-body-size", "--trusted-proxies", "--proxy-protocol",
+                     "--log-format", "--admin-token-file"):
+            self.assertNotIn(flag, default_args)
+
+    def test_admin_token_from_a_secret(self):
+        spec = self.proxy()["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        path = arg_after(c["args"], "--admin-token-file")
+        (mount,) = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+        self.assertIs(mount["readOnly"], True)
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        self.assertEqual(volume["secret"]["secretName"], "kwd-admin-token")
+        self.assertEqual(path, mount["mountPath"] + "/bearer")
+        self.assertEqual(volume["secret"]["items"], [{"key": "bearer", "path": "bearer"}])
+
+    def test_service_fields(self):
+        (service,) = [d for d in self.docs if d["kind"] == "Service" and component_of(d) == "proxy"
+                      and d["metadata"]["name"].endswith("-proxy")]
+        spec = service["spec"]
+        self.assertEqual(spec["type"], "LoadBalancer")
+        self.assertEqual(spec["loadBalancerClass"], "service.k8s.aws/nlb")
+        self.assertEqual(spec["loadBalancerIP"], "203.0.113.10")
+        self.assertEqual(spec["ipFamilyPolicy"], "PreferDualStack")
+        self.assertEqual(spec["ipFamilies"], ["IPv4", "IPv6"])
+        self.assertEqual(spec["externalIPs"], ["198.51.100.7"])
+        # Not rendered unless asked for (and the load-balancer ones only for LoadBalancer).
+        for args in ([], ["--set", "proxy.service.loadBalancerClass=x"]):
+            (plain,) = [d for d in render(*args) if d["kind"] == "Service" and
+                        d["metadata"]["name"] == f"{RELEASE}-kwd-proxy"]
+            for field in ("loadBalancerClass", "loadBalancerIP", "ipFamilyPolicy", "ipFamilies",
+                          "externalIPs"):
+                self.assertNotIn(field, plain["spec"], (args, field))
+
+    def test_daemonset_with_host_network(self):
+        workload = self.proxy()
+        self.assertEqual(workload["kind"], "DaemonSet")
+        self.assertNotIn("replicas", workload["spec"])
+        self.assertNotIn("strategy", workload["spec"])
+        self.assertEqual(workload["spec"]["updateStrategy"]["rollingUpdate"], {"maxUnavailable": 1})
+        spec = workload["spec"]["template"]["spec"]
+        self.assertIs(spec["hostNetwork"], True)
+        self.assertEqual(spec["dnsPolicy"], "ClusterFirstWithHostNet")
+        # The Services and the PDB select the DaemonSet's pods.
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        for d in self.docs:
+            if d["kind"] in ("Service", "PodDisruptionBudget") and component_of(d) == "proxy":
+                selector = d["spec"]["selector"]
+                selector = selector.get("matchLabels", selector)
+                self.assertTrue(matches(selector, labels), d["metadata"]["name"])
+        # A DaemonSet without hostNetwork is a plain pod network DaemonSet.
+        (plain,) = [d for d in render("--set", "proxy.kind=DaemonSet") if d["kind"] == "DaemonSet"]
+        self.assertNotIn("hostNetwork", plain["spec"]["template"]["spec"])
+
+    def test_inconsistent_settings_are_refused(self):
+        for args, message in (
+                (["--set", "proxy.hostNetwork=true"], "proxy.hostNetwork needs proxy.kind=DaemonSet"),
+                (["--set", "proxy.kind=DaemonSet", "--set", "proxy.autoscaling.enabled=true"],
+                 "proxy.autoscaling needs proxy.kind=Deployment"),
+                (["--set", "proxy.config.proxyProtocol={smtp}"], "proxyProtocol"),
+                (["--set", "proxy.config.headerTimeout=10"], "headerTimeout"),
+                (["--set", "proxy.config.logFormat=xml"], "logFormat"),
+                (["--set", "proxy.service.ipFamilies={IPv5}"], "ipFamilies"),
+                (["--set", "proxy.kind=StatefulSet"], "kind")):
+            result = helm("template", RELEASE, CHART, *args)
+            self.assertNotEqual(result.returncode, 0, args)
+            self.assertIn(message, result.stderr, args)
 
 
 class ChartHooks(unittest.TestCase):

@@ -430,3 +430,40 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end }}
+
+{{/*
+kwd-proxy serve flags from proxy.config (ingress-nginx's ConfigMap settings as
+values): an empty or null setting renders no flag, so the binary's default holds.
+*/}}
+{{- define "kwd.proxy.configArgs" -}}
+{{- $c := .Values.proxy.config }}
+{{- $flags := list
+  (list "--header-timeout" $c.headerTimeout)
+  (list "--idle-timeout" $c.idleTimeout)
+  (list "--connect-timeout" $c.connectTimeout)
+  (list "--response-timeout" $c.responseTimeout)
+  (list "--tls-handshake-timeout" $c.tlsHandshakeTimeout)
+  (list "--log-format" $c.logFormat) }}
+{{- range $flags }}
+{{- $value := index . 1 }}
+{{- if $value }}
+- {{ index . 0 }}
+- {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+{{- /* Byte counts: YAML numbers reach templates as floats; print them whole. */}}
+{{- range list (list "--max-body-size" $c.maxBodySize) (list "--max-header-size" $c.maxHeaderSize) }}
+{{- if not (kindIs "invalid" (index . 1)) }}
+- {{ index . 0 }}
+- {{ index . 1 | int64 | toString | quote }}
+{{- end }}
+{{- end }}
+{{- with $c.trustedProxies }}
+- --trusted-proxies
+- {{ join "," . | quote }}
+{{- end }}
+{{- with $c.proxyProtocol }}
+- --proxy-protocol
+- {{ join "," . | quote }}
+{{- end }}
+{{- end }}
