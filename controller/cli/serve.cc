@@ -37,6 +37,16 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// A controller class: a DNS label (it ends up in the Lease's name).
+bool IsClassName(std::string_view name) {
+  if (name.empty() || name.size() > 63 || name.front() == '-' || name.back() == '-') {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
 constexpr std::string_view kServeUsage =
     "usage: kwd-controller serve --source=dir:DIR | --source=kube [flags]\n"
     "\n"
@@ -57,6 +67,10 @@ constexpr std::string_view kServeUsage =
     "  --admin-listen HOST:PORT         /metrics /healthz /readyz /debug/snapshot /debug/objects\n"
     "                                   /admin /admin/api/state\n"
     "                                   (default 0.0.0.0:9902)\n"
+    "  --class NAME                     program only the LogonGroups, UrlMappings and\n"
+    "                                   SapSystems whose spec.className is NAME, so that two\n"
+    "                                   installs share a cluster (default: those without a\n"
+    "                                   className); the Lease becomes kwd-controller-NAME\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
     "                                   (default false)\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
@@ -88,6 +102,7 @@ struct ServeFlags {
   std::string grpc_tls_key;
   std::string grpc_client_ca;
   std::string admin_listen = "0.0.0.0:9902";
+  std::string class_name;
   bool leader_elect = false;
   std::string lease_namespace;
   std::string identity;
@@ -149,6 +164,7 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
                                                        "--grpc-tls-key",
                                                        "--grpc-client-ca",
                                                        "--admin-listen",
+                                                       "--class",
                                                        "--leader-election-namespace",
                                                        "--leader-election-identity",
                                                        "--lease-duration",
@@ -197,6 +213,12 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       flags->grpc_client_ca = value;
     } else if (name == "--admin-listen") {
       flags->admin_listen = value;
+    } else if (name == "--class") {
+      if (!IsClassName(value)) {
+        return usage_error("--class: a name of 1 to 63 lowercase letters, digits and '-', "
+                           "starting and ending with a letter or digit (got \"" + value + "\")");
+      }
+      flags->class_name = value;
     } else if (name == "--leader-election-namespace") {
       flags->lease_namespace = value;
     } else if (name == "--leader-election-identity") {
@@ -425,8 +447,17 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     }
   }
   snapshot_server::FanOutSink sinks({&latest, &grpc_server});
-  pipeline::Pipeline pipeline(pipeline::PipelineOptions{flags.hold_off, flags.max_delay, nullptr},
-                              sinks, &metrics);
+  pipeline::PipelineOptions pipeline_options;
+  pipeline_options.hold_off = flags.hold_off;
+  pipeline_options.max_delay = flags.max_delay;
+  pipeline_options.class_name = flags.class_name;
+  pipeline::Pipeline pipeline(pipeline_options, sinks, &metrics);
+  Log(LogLevel::kInfo, "serve", "controller class",
+      {{"class", flags.class_name.empty() ? "(none)" : flags.class_name},
+       {"programs", flags.class_name.empty()
+                        ? "LogonGroups, UrlMappings and SapSystems without spec.className"
+                        : "LogonGroups, UrlMappings and SapSystems with spec.className " +
+                              flags.class_name}});
   // The gRPC server's callbacks reach the pipeline: stop it first on every return path.
   struct StopGrpcFirst {
     snapshot_server::SnapshotServer& server;
@@ -497,6 +528,11 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       kube::LeaderElectionConfig election;
       election.lease_namespace =
           flags.lease_namespace.empty() ? DefaultLeaseNamespace() : flags.lease_namespace;
+      if (!flags.class_name.empty()) {
+        // Each class elects its own leader: two installs in one namespace
+        // must not share a Lease (one of them would never write status).
+        election.lease_name += "-" + flags.class_name;
+      }
       election.identity = identity;
       election.lease_duration = flags.lease_duration;
       election.renew_deadline = flags.renew_deadline;

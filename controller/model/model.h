@@ -164,6 +164,10 @@ struct LogonGroupSpec {
   SessionAffinitySpec session_affinity;
   UpstreamTlsSpec upstream_tls;
 
+  // spec.className: the controller (`serve --class NAME`) that programs the
+  // object; empty: the controller without --class.
+  std::string class_name;
+
   bool operator==(const LogonGroupSpec&) const = default;
 };
 
@@ -213,6 +217,10 @@ struct UrlMappingSpec {
   // become rules of this mapping; the mapping's own rules win on a prefix.
   std::optional<std::string> from_sap_system;
 
+  // spec.className: the controller (`serve --class NAME`) that programs the
+  // object; empty: the controller without --class.
+  std::string class_name;
+
   bool operator==(const UrlMappingSpec&) const = default;
 };
 
@@ -244,6 +252,10 @@ struct SapSystemSpec {
   std::optional<std::string> group_info_path;
   std::optional<bool> url_map;  // fetch the ICF URL map (icr_urlprefix)
   std::optional<std::string> url_map_path;
+
+  // spec.className: the controller (`serve --class NAME`) that programs the
+  // object; empty: the controller without --class.
+  std::string class_name;
 
   bool operator==(const SapSystemSpec&) const = default;
 };
@@ -398,6 +410,10 @@ struct DecodeResult {
 DecodeResult DecodeObject(const nlohmann::json& json);
 // Decodes an item of a typed list (which carries no kind/apiVersion), e.g.
 // an EndpointSliceList item: `kind` is one of the kind constants above.
+// spec.className of a LogonGroup, UrlMapping or SapSystem; nullopt for
+// other kinds (EndpointSlices and Pods have no class: every controller reads them).
+std::optional<std::string_view> ClassNameOf(const Object& object);
+
 DecodeResult DecodeObjectOfKind(std::string_view kind, const nlohmann::json& json);
 
 // The compiler's input: every object by kind, keyed by (namespace, name), so

@@ -1319,6 +1319,24 @@ class ProxyConfig(unittest.TestCase):
             self.assertIn(message, result.stderr, args)
 
 
+class ControllerClass(unittest.TestCase):
+    """Two releases in one cluster (issue 27 item 4): controller.className becomes
+    --class; without it no flag (the objects without a className)."""
+
+    def controller_args(self, *args):
+        (deployment,) = [d for d in render(*args) if d["kind"] == "Deployment" and
+                         component_of(d) == "controller"]
+        return deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    def test_class_flag(self):
+        self.assertNotIn("--class", self.controller_args())
+        self.assertEqual(arg_after(self.controller_args("--set", "controller.className=erp-prod"),
+                                   "--class"), "erp-prod")
+        result = helm("template", RELEASE, CHART, "--set", "controller.className=Not_A_Label")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("className", result.stderr)
+
+
 class ChartHooks(unittest.TestCase):
     """The platform hooks (issue 14): every new value renders where it belongs."""
     VALUES = os.path.join(SOURCE_DIR, "tests", "deploy", "values-hooks.yaml")

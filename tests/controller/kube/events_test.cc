@@ -9,6 +9,7 @@
 #include <openssl/x509v3.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -227,6 +228,98 @@ std::shared_ptr<X509> Cert(const std::string& pem) {
   X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
   BIO_free(bio);
   return std::shared_ptr<X509>(cert, X509_free);
+}
+
+// Issue 27 item 4: two controllers with different classes on one API server
+// each program only their own LogonGroups (snapshot, status, Lease); an
+// object whose className changes moves from one to the other; an object
+// without className belongs to neither.
+TEST_F(ControllerAgainstFakeTest, TwoClassesEachProgramOnlyTheirOwnObjects) {
+  auto group = [](const std::string& name, const std::string& class_name) {
+    json object = LogonGroup(name, "weighted_round_robin");
+    if (!class_name.empty()) {
+      object["spec"]["className"] = class_name;
+    }
+    return object;
+  };
+  fake_->Upsert(group("alpha-group", "alpha"));
+  fake_->Upsert(group("beta-group", "beta"));
+  fake_->Upsert(group("classless", ""));
+  auto start = [&](const std::string& class_name) {
+    return std::make_unique<testing::Process>(
+        std::vector<std::string>{
+            testing::BinaryPath("kwd-controller"), "serve", "--source=kube", "--kubeconfig",
+            kubeconfig_, "--class", class_name, "--admin-listen",
+            "127.0.0.1:" + std::to_string(testing::ReserveFreePort()), "--grpc-listen",
+            "127.0.0.1:0", "--hold-off", "5ms", "--leader-elect", "--leader-election-namespace",
+            "kwd", "--leader-election-identity", "replica-" + class_name},
+        (dir_ / (class_name + ".log")).string());
+  };
+  auto alpha = start("alpha");
+  auto beta = start("beta");
+  ASSERT_TRUE(alpha->started()) << alpha->Log();
+  ASSERT_TRUE(beta->started()) << beta->Log();
+  auto groups_of = [](testing::Process& controller) {
+    std::vector<std::string> names;
+    testing::HttpReply reply = testing::HttpGet(controller.port(), "/debug/snapshot");
+    json snapshot = json::parse(reply.body, nullptr, false);
+    if (snapshot.is_object() && snapshot.contains("groups")) {
+      for (const json& g : snapshot["groups"]) {
+        names.push_back(g.value("key", ""));
+      }
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  auto status_of = [&](const std::string& name) {
+    return client_->Get("/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/logongroups/" + name)
+        .body.value("status", json());
+  };
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return groups_of(*alpha) == std::vector<std::string>{"erp/alpha-group"} &&
+               groups_of(*beta) == std::vector<std::string>{"erp/beta-group"};
+      },
+      std::chrono::seconds(15)))
+      << "alpha: " << json(groups_of(*alpha)).dump() << " beta: " << json(groups_of(*beta)).dump()
+      << "\n" << alpha->Log() << beta->Log();
+  // Each class elects its own leader, which writes its own objects' status.
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return status_of("alpha-group").contains("conditions") &&
+           status_of("beta-group").contains("conditions");
+  }, std::chrono::seconds(15)))
+      << alpha->Log() << beta->Log();
+  json alpha_lease = client_->Get(kube::LeasesPath("kwd") + "/kwd-controller-alpha").body;
+  json beta_lease = client_->Get(kube::LeasesPath("kwd") + "/kwd-controller-beta").body;
+  EXPECT_EQ(alpha_lease["spec"]["holderIdentity"], "replica-alpha");
+  EXPECT_EQ(beta_lease["spec"]["holderIdentity"], "replica-beta");
+  EXPECT_TRUE(status_of("classless").is_null()) << "no controller of its class: untouched";
+  EXPECT_TRUE(Events(*client_, "erp").empty() ||
+              std::none_of(Events(*client_, "erp").begin(), Events(*client_, "erp").end(),
+                           [](const json& e) { return e["regarding"]["name"] == "classless"; }));
+
+  // beta-group moves to class alpha: alpha programs it, beta drops it.
+  fake_->Upsert(group("beta-group", "alpha"));
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        return groups_of(*alpha) ==
+                   std::vector<std::string>{"erp/alpha-group", "erp/beta-group"} &&
+               groups_of(*beta).empty();
+      },
+      std::chrono::seconds(15)))
+      << "alpha: " << json(groups_of(*alpha)).dump() << " beta: " << json(groups_of(*beta)).dump();
+  EXPECT_EQ(alpha->Stop(), 0);
+  EXPECT_EQ(beta->Stop(), 0);
+}
+
+TEST_F(ControllerAgainstFakeTest, ClassNameMustBeADnsLabel) {
+  std::string out;
+  for (const char* bad : {"Alpha", "-a", "a_b", "a/b"}) {
+    out.clear();
+    EXPECT_EQ(RunController(std::string("serve --source=kube --class '") + bad + "'", &out), 2)
+        << bad << ": " << out;
+    EXPECT_NE(out.find("--class"), std::string::npos) << out;
+  }
 }
 
 // `kwd-controller ensure-grpc-certs` (the chart's hook Job and CronJob):

@@ -72,7 +72,7 @@ struct Running {
   std::jthread thread;
 
   explicit Running(milliseconds hold_off, int sources = 1) {
-    pipeline = std::make_unique<Pipeline>(PipelineOptions{hold_off, milliseconds(100), nullptr},
+    pipeline = std::make_unique<Pipeline>(PipelineOptions{hold_off, milliseconds(100), nullptr, ""},
                                           sink, &metrics);
     for (int i = 0; i < sources; ++i) {
       pipeline->AddSource("s" + std::to_string(i));
@@ -149,7 +149,7 @@ TEST(DirWatcherTest, PicksUpChangesAndKeepsTheLastGoodObjectsOnErrors) {
   };
   write(group_yaml("first"));
   RecordingSink sink;
-  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr}, sink, nullptr);
+  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr, ""}, sink, nullptr);
   DirWatcher watcher(dir, pipeline, milliseconds(20));
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
   EXPECT_TRUE(watcher.PollOnce());
@@ -203,7 +203,7 @@ TEST(DirWatcherTest, WaitsForAFileRewrittenInPlaceToSettle) {
   };
   std::ofstream(dir / "groups.yaml") << group_yaml("first");
   RecordingSink sink;
-  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr}, sink, nullptr);
+  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr, ""}, sink, nullptr);
   DirWatcher watcher(dir, pipeline, milliseconds(20), milliseconds(300));
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
   auto has_group = [&](const std::string& key) {
