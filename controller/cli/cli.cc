@@ -278,4 +278,25 @@ int ControllerMain(int argc, char** argv) {
   return code;
 }
 
+bool SplitFlags(const std::vector<std::string>& args, std::vector<FlagValue>* out,
+                std::string* error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      out->push_back({"--help", ""});
+      continue;
+    }
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      out->push_back({arg.substr(0, eq), arg.substr(eq + 1)});
+    } else if (i + 1 < args.size()) {
+      out->push_back({arg, args[i + 1]});
+      ++i;
+    } else {
+      *error = arg + " needs a value";
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace kwd::cli

@@ -37,6 +37,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -46,6 +47,7 @@
 #include <vector>
 
 #include "common/duration.h"
+#include "common/openssl_ptr.h"
 #include "controller/cli/cli.h"
 #include "controller/kube/kube_client.h"
 #include "controller/kube/kube_config.h"
@@ -77,18 +79,6 @@ constexpr std::string_view kUsage =
 
 constexpr std::string_view kCommand = "kwd-controller ensure-grpc-certs";
 
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
-using BioPtr = std::unique_ptr<BIO, BioFree>;
 
 struct KeyPair {
   X509Ptr cert;
@@ -169,10 +159,12 @@ std::optional<KeyPair> MakeCertificate(Role role, const std::string& common_name
   X509_gmtime_adj(X509_getm_notBefore(cert), -60);
   X509_gmtime_adj(X509_getm_notAfter(cert), static_cast<long>(validity.count()));
   X509_NAME* name = X509_get_subject_name(cert);
+  // X.509 allows at most 64 characters in a common name (RFC 5280 ub-common-name).
+  const std::string cn = common_name.substr(0, 64);
   X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
                              reinterpret_cast<const unsigned char*>("kwd"), -1, -1, 0);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                             reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1,
+                             reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1,
                              0);
   X509* issuer_cert = issuer != nullptr ? issuer->cert.get() : cert;
   X509_set_issuer_name(cert, X509_get_subject_name(issuer_cert));
@@ -254,6 +246,9 @@ std::optional<std::string> Unbase64(const std::string& text) {
   size_t padding = 0;
   if (!text.empty() && text.back() == '=') {
     padding = text.size() >= 2 && text[text.size() - 2] == '=' ? 2 : 1;
+  }
+  if (padding > static_cast<size_t>(n)) {
+    return std::nullopt;
   }
   out.resize(static_cast<size_t>(n) - padding);
   return out;
@@ -382,21 +377,15 @@ int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
         << "Run 'kwd-controller ensure-grpc-certs --help' for usage.\n";
     return 2;
   };
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (arg == "-h" || arg == "--help") {
+  std::vector<FlagValue> flags;
+  std::string flag_error;
+  if (!SplitFlags(args, &flags, &flag_error)) {
+    return usage_error(flag_error);
+  }
+  for (const auto& [name, value] : flags) {
+    if (name == "--help") {
       out << kUsage;
       return 0;
-    }
-    std::string name = arg;
-    std::string value;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return usage_error(name + " needs a value");
     }
     auto duration = [&](int64_t* ms) {
       std::string error;
@@ -414,8 +403,17 @@ int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
     } else if (name == "--proxy-secret") {
       proxy_secret = value;
     } else if (name == "--dns-name") {
-      if (value.empty() || value.size() > 253) {
-        return usage_error("--dns-name needs a name of 1 to 253 characters");
+      // Letters, digits, '-' and '.': the name goes into the certificate's
+      // subjectAltName as is (a ',' would add entries of its own).
+      bool valid = !value.empty() && value.size() <= 253 && value.front() != '.' &&
+                   value.front() != '-' &&
+                   std::all_of(value.begin(), value.end(), [](char c) {
+                     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                            c == '.';
+                   });
+      if (!valid) {
+        return usage_error("--dns-name: a DNS name of 1 to 253 lowercase letters, digits, '-' "
+                           "and '.' (got \"" + value + "\")");
       }
       dns_names.push_back(value);
     } else if (name == "--kubeconfig") {

@@ -807,7 +807,14 @@ class LogonGroupCompiler {
 
     std::vector<Candidate> candidates;
     std::vector<std::string> unmatched_slices;
+    std::size_t empty_slices = 0;
     for (const EndpointSlice* slice : *slices) {
+      if (slice->endpoints.empty()) {
+        // No endpoint at all (a Deployment scaled to 0 leaves "endpoints":
+        // null and "ports": null): nothing to serve, and no port to judge.
+        ++empty_slices;
+        continue;
+      }
       auto port = SelectPort(service.port, *slice);
       if (!port) {
         unmatched_slices.push_back(slice->metadata.name);
@@ -872,7 +879,13 @@ class LogonGroupCompiler {
       }
     }
 
-    if (unmatched_slices.size() == slices->size()) {
+    if (empty_slices == slices->size()) {
+      findings.Unresolved(kReasonNoEndpoints,
+                          service_ref +
+                              " has no endpoints (its EndpointSlices are empty: scaled to 0?)");
+      return;
+    }
+    if (unmatched_slices.size() == slices->size() - empty_slices) {
       std::string wanted = !service.port ? std::string(
                                                "(none given; a slice must "
                                                "list exactly one port)")
@@ -887,7 +900,7 @@ class LogonGroupCompiler {
       findings.Note("EndpointSlices without the service port ignored: " +
                     JoinStrings(unmatched_slices, ", "));
     }
-    std::size_t slice_count = slices->size() - unmatched_slices.size();
+    std::size_t slice_count = slices->size() - unmatched_slices.size() - empty_slices;
     *resolved_summary = service_ref + ": " + std::to_string(slice_count) +
                         (slice_count == 1 ? " EndpointSlice" : " EndpointSlices");
   }
@@ -1278,6 +1291,9 @@ class UrlMappingCompiler {
     status.namespace_ = ns;
     status.name = um.metadata.name;
     status.generation = um.metadata.generation;
+    // For the printer columns (a JSONPath column shows one value of a list).
+    status.rules = static_cast<std::int32_t>(rules.size());
+    status.hosts = spec.hosts.empty() ? "*" : JoinStrings(hosts, ",");
     status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
     if (serve_last_good) {
       MarkServingLastGood(last_good->metadata.generation, &status);

@@ -141,7 +141,8 @@ void Reflector::Run(std::stop_token stop) {
 }
 
 int Reflector::WatchTimeoutSeconds() {
-  int minimum = std::max(1, options_.watch_timeout_seconds);
+  // At most a day, so that twice the minimum cannot overflow.
+  int minimum = std::clamp(options_.watch_timeout_seconds, 1, 86400);
   double spread = std::clamp(random_(), 0.0, 1.0);
   return std::min(2 * minimum - 1, minimum + static_cast<int>(spread * minimum));
 }

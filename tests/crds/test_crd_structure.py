@@ -28,8 +28,10 @@ EXPECTED_COLUMNS = {
         ("Age", "date", ".metadata.creationTimestamp"),
     ],
     "UrlMapping": [
-        ("Hosts", "string", ".spec.hosts"),
-        ("Rules", "string", ".spec.rules[*].prefix"),
+        # From status (issue 27): a JSONPath column shows only the first value
+        # of a list, and an empty hosts list printed as [].
+        ("Hosts", "string", ".status.hosts"),
+        ("Rules", "integer", ".status.rules"),
         ("Accepted", "string", '.status.conditions[?(@.type=="Accepted")].status'),
         ("Age", "date", ".metadata.creationTimestamp"),
     ],

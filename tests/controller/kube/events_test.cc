@@ -161,22 +161,26 @@ TEST_F(ControllerAgainstFakeTest, RejectedObjectsAndLeadershipBecomeEvents) {
   EXPECT_FALSE(find("kwd", "LeadershipLost").is_null()) << Events(*client_, "kwd").dump();
 }
 
+// Runs the built kwd-controller with `args`; its output (both streams) goes to `out`.
+int RunController(const std::string& args, std::string* out) {
+  std::string command = testing::BinaryPath("kwd-controller") + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[1024];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
+    out->append(buffer, n);
+  }
+  int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 // `kwd-controller ensure-affinity-key` (the chart's hook Job) creates the
 // Secret once and never changes it.
 TEST_F(ControllerAgainstFakeTest, EnsureAffinityKeyCreatesTheSecretOnce) {
-  std::string command = testing::BinaryPath("kwd-controller") +
-                        " ensure-affinity-key --namespace kwd --secret wd-kwd-affinity-key "
-                        "--key affinity.key --kubeconfig " +
-                        kubeconfig_ + " 2>&1";
   auto run = [&](std::string* out) {
-    FILE* pipe = popen(command.c_str(), "r");
-    char buffer[1024];
-    size_t n = 0;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
-      out->append(buffer, n);
-    }
-    int status = pclose(pipe);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return RunController("ensure-affinity-key --namespace kwd --secret wd-kwd-affinity-key "
+                         "--key affinity.key --kubeconfig " + kubeconfig_,
+                         out);
   };
   std::string out;
   ASSERT_EQ(run(&out), 0) << out;
@@ -197,19 +201,6 @@ TEST_F(ControllerAgainstFakeTest, EnsureAffinityKeyCreatesTheSecretOnce) {
   out.clear();
   EXPECT_EQ(run(&out), 1) << out;
   EXPECT_NE(out.find("exists without key affinity.key"), std::string::npos) << out;
-}
-
-// Runs the built kwd-controller with `args`; its output (both streams) goes to `out`.
-int RunController(const std::string& args, std::string* out) {
-  std::string command = testing::BinaryPath("kwd-controller") + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[1024];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
-    out->append(buffer, n);
-  }
-  int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 std::string Unbase64(const std::string& text) {
@@ -310,6 +301,62 @@ TEST_F(ControllerAgainstFakeTest, TwoClassesEachProgramOnlyTheirOwnObjects) {
       << "alpha: " << json(groups_of(*alpha)).dump() << " beta: " << json(groups_of(*beta)).dump();
   EXPECT_EQ(alpha->Stop(), 0);
   EXPECT_EQ(beta->Stop(), 0);
+}
+
+// Issue 27: a Deployment scaled to 0 leaves its EndpointSlice with
+// "endpoints": null and "ports": null (the fake's scale-to-zero does what the
+// EndpointSlice controller does). The LogonGroup says NoEndpoints, not
+// PortNotFound, and comes back when the pods do.
+TEST_F(ControllerAgainstFakeTest, ScaledToZeroServiceIsNoEndpoints) {
+  json lg = {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+             {"kind", "LogonGroup"},
+             {"metadata", {{"name", "public"}, {"namespace", "erp"}}},
+             {"spec",
+              {{"kind", "abap"},
+               {"backend", {{"service", {{"name", "erp-java"}, {"port", "http"}}}}}}}};
+  json slice = {{"apiVersion", "discovery.k8s.io/v1"},
+                {"kind", "EndpointSlice"},
+                {"metadata",
+                 {{"name", "erp-java-x7k2p"},
+                  {"namespace", "erp"},
+                  {"labels", {{"kubernetes.io/service-name", "erp-java"}}}}},
+                {"addressType", "IPv4"},
+                {"endpoints", json::array({{{"addresses", {"127.0.0.1"}},
+                                            {"conditions", {{"ready", true}}}}})},
+                {"ports", json::array({{{"name", "http"}, {"port", 8000}}})}};
+  fake_->Upsert(lg);
+  fake_->Upsert(slice);
+  testing::Process controller(
+      {testing::BinaryPath("kwd-controller"), "serve", "--source=kube", "--kubeconfig", kubeconfig_,
+       "--admin-listen", "127.0.0.1:" + std::to_string(testing::ReserveFreePort()), "--grpc-listen",
+       "127.0.0.1:0", "--hold-off", "5ms"},
+      (dir_ / "controller.log").string());
+  ASSERT_TRUE(controller.started()) << controller.Log();
+  auto resolved = [&]() -> json {
+    json status =
+        client_->Get("/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/logongroups/public").body.value(
+            "status", json());
+    for (const json& condition : status.value("conditions", json::array())) {
+      if (condition.value("type", "") == "ResolvedRefs") {
+        return condition;
+      }
+    }
+    return nullptr;
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return resolved().value("status", "") == "True"; },
+                               std::chrono::seconds(15)))
+      << resolved().dump() << controller.Log();
+  fake_->Control("scale-to-zero", {{"namespace", "erp"}, {"service", "erp-java"}});
+  ASSERT_TRUE(testing::WaitFor([&] { return resolved().value("status", "") == "False"; },
+                               std::chrono::seconds(15)))
+      << resolved().dump() << controller.Log();
+  EXPECT_EQ(resolved()["reason"], "NoEndpoints") << resolved().dump();
+  EXPECT_NE(resolved()["message"].get<std::string>().find("scaled to 0"), std::string::npos);
+  fake_->Upsert(slice);  // scaled up again
+  EXPECT_TRUE(testing::WaitFor([&] { return resolved().value("status", "") == "True"; },
+                               std::chrono::seconds(15)))
+      << resolved().dump();
+  EXPECT_EQ(controller.Stop(), 0);
 }
 
 TEST_F(ControllerAgainstFakeTest, ClassNameMustBeADnsLabel) {
@@ -428,6 +475,35 @@ TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsRefusesBadFlags) {
   EXPECT_NE(out.find("--renew-before must be shorter"), std::string::npos) << out;
   out.clear();
   EXPECT_EQ(RunController("ensure-grpc-certs --validity 10", &out), 2) << out;
+  // A name that would smuggle another subjectAltName entry in.
+  out.clear();
+  EXPECT_EQ(RunController("ensure-grpc-certs --namespace kwd --ca-secret a --controller-secret b "
+                          "--proxy-secret c --dns-name 'x.svc,IP:10.0.0.1'",
+                          &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--dns-name: a DNS name"), std::string::npos) << out;
+}
+
+// Long names: the common name is cut to X.509's 64 characters, the
+// subjectAltName keeps the whole DNS name.
+TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsTakesLongNames) {
+  std::string long_name(60, 'a');
+  std::string dns = long_name + ".some-namespace-with-a-long-name.svc.cluster.local";
+  std::string out;
+  ASSERT_EQ(RunController("ensure-grpc-certs --namespace kwd --ca-secret " + long_name +
+                              "-ca --controller-secret " + long_name + "-controller --proxy-secret " +
+                              long_name + "-proxy --dns-name " + dns + " --kubeconfig " + kubeconfig_,
+                          &out),
+            0)
+      << out;
+  std::string pem = Unbase64(client_->Get("/api/v1/namespaces/kwd/secrets/" + long_name +
+                                          "-controller")
+                                 .body["data"]["tls.crt"]
+                                 .get<std::string>());
+  auto cert = Cert(pem);
+  ASSERT_TRUE(cert);
+  EXPECT_EQ(X509_check_host(cert.get(), dns.data(), dns.size(), 0, nullptr), 1);
 }
 
 }  // namespace
