@@ -148,7 +148,7 @@ class CrdStructureTest(unittest.TestCase):
 
     def test_status_has_the_fields_the_controller_writes(self):
         # controller/pipeline/status.cc: observedGeneration, readyServers
-        # (LogonGroup), conditions with metav1.Condition's fields.
+        # (LogonGroup), rules and hosts (UrlMapping), conditions with metav1.Condition's fields.
         for kind, crd in self.crds.items():
             with self.subTest(kind=kind):
                 status = s.schema_of(crd)["properties"]["status"]["properties"]
@@ -157,6 +157,8 @@ class CrdStructureTest(unittest.TestCase):
                     want.add("readyServers")
                 if kind == "SapSystem":
                     want |= {"servers", "lastRefreshTime"}
+                if kind == "UrlMapping":
+                    want |= {"rules", "hosts"}  # the Rules and Hosts columns
                 self.assertEqual(set(status), want)
                 conditions = status["conditions"]
                 self.assertEqual(conditions["x-kubernetes-list-type"], "map")
