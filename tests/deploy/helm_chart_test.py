@@ -1300,6 +1300,12 @@ class ProxyConfig(unittest.TestCase):
                 selector = d["spec"]["selector"]
                 selector = selector.get("matchLabels", selector)
                 self.assertTrue(matches(selector, labels), d["metadata"]["name"])
+        # Host-network proxies reach the controller from the nodes' addresses.
+        (policy,) = [d for d in self.docs if d["kind"] == "NetworkPolicy" and
+                     component_of(d) == "controller"]
+        grpc_from = [rule["from"] for rule in policy["spec"]["ingress"]
+                     if rule["ports"][0]["port"] == "grpc"][0]
+        self.assertIn({"ipBlock": {"cidr": "10.0.0.0/16"}}, grpc_from)
         # A DaemonSet without hostNetwork is a plain pod network DaemonSet.
         (plain,) = [d for d in render("--set", "proxy.kind=DaemonSet") if d["kind"] == "DaemonSet"]
         self.assertNotIn("hostNetwork", plain["spec"]["template"]["spec"])
@@ -1307,6 +1313,8 @@ class ProxyConfig(unittest.TestCase):
     def test_inconsistent_settings_are_refused(self):
         for args, message in (
                 (["--set", "proxy.hostNetwork=true"], "proxy.hostNetwork needs proxy.kind=DaemonSet"),
+                (["--set", "proxy.kind=DaemonSet", "--set", "proxy.hostNetwork=true"],
+                 "needs networkPolicy.grpcClientCIDRs"),
                 (["--set", "proxy.kind=DaemonSet", "--set", "proxy.autoscaling.enabled=true"],
                  "proxy.autoscaling needs proxy.kind=Deployment"),
                 (["--set", "proxy.config.proxyProtocol={smtp}"], "proxyProtocol"),
