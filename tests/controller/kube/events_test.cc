@@ -329,19 +329,19 @@ TEST_F(ControllerAgainstFakeTest, ScaledToZeroServiceIsNoEndpoints) {
   testing::Process controller(
       {testing::BinaryPath("kwd-controller"), "serve", "--source=kube", "--kubeconfig", kubeconfig_,
        "--admin-listen", "127.0.0.1:" + std::to_string(testing::ReserveFreePort()), "--grpc-listen",
-       "127.0.0.1:0", "--hold-off", "5ms"},
+       "127.0.0.1:0", "--hold-off", "5ms", "--leader-elect", "--leader-election-namespace", "kwd"},
       (dir_ / "controller.log").string());
   ASSERT_TRUE(controller.started()) << controller.Log();
   auto resolved = [&]() -> json {
-    json status =
-        client_->Get("/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/logongroups/public").body.value(
-            "status", json());
+    json object = client_->Get("/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/logongroups/public")
+                      .body;
+    json status = object.is_object() ? object.value("status", json::object()) : json::object();
     for (const json& condition : status.value("conditions", json::array())) {
       if (condition.value("type", "") == "ResolvedRefs") {
         return condition;
       }
     }
-    return nullptr;
+    return json::object();
   };
   ASSERT_TRUE(testing::WaitFor([&] { return resolved().value("status", "") == "True"; },
                                std::chrono::seconds(15)))
@@ -456,6 +456,35 @@ TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsMakesKeepsAndRenews) {
             std::string::npos)
       << out;
   EXPECT_EQ(X509_verify(Cert(data("wd-grpc-proxy", "tls.crt")).get(), ca_key), 1);
+}
+
+// A CA near its expiry is replaced; both leaves are made anew with the new
+// CA, and ca.crt trusts the new CA and, while it is valid, the old one (peers
+// that have not reloaded yet still present certificates of the old CA).
+TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsReplacesAnExpiringCaAndTrustsBoth) {
+  const std::string base =
+      "ensure-grpc-certs --namespace kwd --ca-secret ca --controller-secret ctl "
+      "--proxy-secret px --dns-name ctl.kwd.svc --kubeconfig " + kubeconfig_;
+  auto data = [&](const std::string& name, const std::string& key) {
+    return Unbase64(client_->Get("/api/v1/namespaces/kwd/secrets/" + name)
+                        .body["data"][key]
+                        .get<std::string>());
+  };
+  std::string out;
+  ASSERT_EQ(RunController(base + " --ca-validity 2h --validity 90m --renew-before 1h", &out), 0)
+      << out;
+  std::string old_ca = data("ca", "tls.crt");
+  out.clear();
+  ASSERT_EQ(RunController(base + " --ca-validity 5h --validity 4h --renew-before 3h", &out), 0)
+      << out;
+  EXPECT_NE(out.find("ca: new CA (expires within --renew-before)"), std::string::npos) << out;
+  EXPECT_NE(out.find("ctl: new certificate (not signed by the CA)"), std::string::npos) << out;
+  std::string new_ca = data("ca", "tls.crt");
+  EXPECT_NE(new_ca, old_ca);
+  EXPECT_EQ(data("ctl", "ca.crt"), new_ca + old_ca);
+  EXPECT_EQ(data("px", "ca.crt"), new_ca + old_ca);
+  EXPECT_EQ(X509_verify(Cert(data("px", "tls.crt")).get(), X509_get0_pubkey(Cert(new_ca).get())),
+            1);
 }
 
 TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsRefusesBadFlags) {
