@@ -14,7 +14,6 @@
 namespace kwd {
 namespace {
 
-
 std::string Where(std::string_view flag, const std::string& path) {
   return std::string(flag) + " " + path;
 }

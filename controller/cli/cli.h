@@ -42,7 +42,6 @@ int RunEnsureAffinityKey(const std::vector<std::string>& args, std::ostream& out
                          std::ostream& err);
 
 // `kwd-controller ensure-grpc-certs` (args without the command name).
-int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
-                       std::ostream& err);
+int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace kwd::cli

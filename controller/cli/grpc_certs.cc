@@ -79,7 +79,6 @@ constexpr std::string_view kUsage =
 
 constexpr std::string_view kCommand = "kwd-controller ensure-grpc-certs";
 
-
 struct KeyPair {
   X509Ptr cert;
   KeyPtr key;
@@ -161,11 +160,10 @@ std::optional<KeyPair> MakeCertificate(Role role, const std::string& common_name
   X509_NAME* name = X509_get_subject_name(cert);
   // X.509 allows at most 64 characters in a common name (RFC 5280 ub-common-name).
   const std::string cn = common_name.substr(0, 64);
-  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>("kwd"), -1, -1, 0);
+  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("kwd"),
+                             -1, -1, 0);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                             reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1,
-                             0);
+                             reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
   X509* issuer_cert = issuer != nullptr ? issuer->cert.get() : cert;
   X509_set_issuer_name(cert, X509_get_subject_name(issuer_cert));
   X509_set_pubkey(cert, out.key.get());
@@ -175,7 +173,8 @@ std::optional<KeyPair> MakeCertificate(Role role, const std::string& common_name
   }
   switch (role) {
     case Role::kCa:
-      ok = ok && AddExtension(cert, issuer_cert, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") &&
+      ok = ok &&
+           AddExtension(cert, issuer_cert, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") &&
            AddExtension(cert, issuer_cert, NID_key_usage, "critical,keyCertSign,cRLSign");
       break;
     case Role::kServer: {
@@ -217,8 +216,7 @@ int64_t SecondsLeft(X509* cert) {
 
 bool NamesEveryDnsName(X509* cert, const std::vector<std::string>& dns_names) {
   for (const std::string& dns : dns_names) {
-    if (X509_check_host(cert, dns.data(), dns.size(), X509_CHECK_FLAG_NO_WILDCARDS, nullptr) !=
-        1) {
+    if (X509_check_host(cert, dns.data(), dns.size(), X509_CHECK_FLAG_NO_WILDCARDS, nullptr) != 1) {
       return false;
     }
   }
@@ -278,8 +276,8 @@ class Run {
       return true;
     }
     if (!got.status.ok()) {
-      err_ << kCommand << ": get Secret " << ns_ << "/" << name << ": "
-           << got.status.ToString() << "\n";
+      err_ << kCommand << ": get Secret " << ns_ << "/" << name << ": " << got.status.ToString()
+           << "\n";
       return false;
     }
     state->exists = true;
@@ -330,9 +328,9 @@ class Run {
           {"app.kubernetes.io/managed-by", "kwd"},
           {"app.kubernetes.io/component", component}}},
         {"annotations",
-         {{"dispatch.kwd.io/description",
-           "gRPC mutual-TLS " + what + " of kwd; made and renewed by kwd-controller "
-           "ensure-grpc-certs"}}}};
+         {{"dispatch.kwd.io/description", "gRPC mutual-TLS " + what +
+                                              " of kwd; made and renewed by kwd-controller "
+                                              "ensure-grpc-certs"}}}};
     if (state.exists) {
       metadata["resourceVersion"] = state.resource_version;
     }
@@ -344,8 +342,8 @@ class Run {
     kube::ApiResult result =
         state.exists ? client_.Put(Path(state.name), body) : client_.Post(Path(""), body);
     if (!result.status.ok()) {
-      err_ << kCommand << ": " << (state.exists ? "update" : "create") << " Secret " << ns_
-           << "/" << state.name << ": " << result.status.ToString()
+      err_ << kCommand << ": " << (state.exists ? "update" : "create") << " Secret " << ns_ << "/"
+           << state.name << ": " << result.status.ToString()
            << (result.status.IsConflict() ? " (another run wrote it first; run again)" : "")
            << "\n";
       return false;
@@ -361,8 +359,7 @@ class Run {
 
 }  // namespace
 
-int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
-                       std::ostream& err) {
+int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string ns;
   std::string ca_secret;
   std::string controller_secret;
@@ -405,15 +402,16 @@ int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
     } else if (name == "--dns-name") {
       // Letters, digits, '-' and '.': the name goes into the certificate's
       // subjectAltName as is (a ',' would add entries of its own).
-      bool valid = !value.empty() && value.size() <= 253 && value.front() != '.' &&
-                   value.front() != '-' &&
-                   std::all_of(value.begin(), value.end(), [](char c) {
-                     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-                            c == '.';
-                   });
+      bool valid =
+          !value.empty() && value.size() <= 253 && value.front() != '.' && value.front() != '-' &&
+          std::all_of(value.begin(), value.end(), [](char c) {
+            return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+          });
       if (!valid) {
-        return usage_error("--dns-name: a DNS name of 1 to 253 lowercase letters, digits, '-' "
-                           "and '.' (got \"" + value + "\")");
+        return usage_error(
+            "--dns-name: a DNS name of 1 to 253 lowercase letters, digits, '-' "
+            "and '.' (got \"" +
+            value + "\")");
       }
       dns_names.push_back(value);
     } else if (name == "--kubeconfig") {
@@ -435,7 +433,8 @@ int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
     }
   }
   if (ns.empty() || ca_secret.empty() || controller_secret.empty() || proxy_secret.empty()) {
-    return usage_error("--namespace, --ca-secret, --controller-secret and --proxy-secret need values");
+    return usage_error(
+        "--namespace, --ca-secret, --controller-secret and --proxy-secret need values");
   }
   if (dns_names.empty()) {
     return usage_error("--dns-name: the controller Service's DNS names (at least one)");
@@ -478,8 +477,8 @@ int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
     if (ca && SecondsLeft(ca->cert.get()) > 0) {
       previous_ca_pem = ca->cert_pem;
     }
-    ca = MakeCertificate(Role::kCa, ns + "/" + ca_secret + " kwd gRPC CA", {}, ca_validity,
-                         nullptr);
+    ca =
+        MakeCertificate(Role::kCa, ns + "/" + ca_secret + " kwd gRPC CA", {}, ca_validity, nullptr);
     if (!ca) {
       err << kCommand << ": cannot make a CA certificate (OpenSSL)\n";
       return 1;
@@ -517,8 +516,8 @@ int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
         return true;
       }
       // Only the trust bundle changes (the old CA expired or was replaced).
-      if (!run.Write(state, {{"tls.crt", held->cert_pem}, {"tls.key", held->key_pem},
-                             {"ca.crt", trust}},
+      if (!run.Write(state,
+                     {{"tls.crt", held->cert_pem}, {"tls.key", held->key_pem}, {"ca.crt", trust}},
                      component, "certificate")) {
         return false;
       }
@@ -531,8 +530,8 @@ int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out,
       err << kCommand << ": cannot make a certificate (OpenSSL)\n";
       return false;
     }
-    if (!run.Write(state, {{"tls.crt", made->cert_pem}, {"tls.key", made->key_pem},
-                           {"ca.crt", trust}},
+    if (!run.Write(state,
+                   {{"tls.crt", made->cert_pem}, {"tls.key", made->key_pem}, {"ca.crt", trust}},
                    component, "certificate")) {
       return false;
     }

@@ -215,8 +215,10 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       flags->admin_listen = value;
     } else if (name == "--class") {
       if (!IsClassName(value)) {
-        return usage_error("--class: a name of 1 to 63 lowercase letters, digits and '-', "
-                           "starting and ending with a letter or digit (got \"" + value + "\")");
+        return usage_error(
+            "--class: a name of 1 to 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (got \"" +
+            value + "\")");
       }
       flags->class_name = value;
     } else if (name == "--leader-election-namespace") {
@@ -454,10 +456,10 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
   pipeline::Pipeline pipeline(pipeline_options, sinks, &metrics);
   Log(LogLevel::kInfo, "serve", "controller class",
       {{"class", flags.class_name.empty() ? "(none)" : flags.class_name},
-       {"programs", flags.class_name.empty()
-                        ? "LogonGroups, UrlMappings and SapSystems without spec.className"
-                        : "LogonGroups, UrlMappings and SapSystems with spec.className " +
-                              flags.class_name}});
+       {"programs",
+        flags.class_name.empty()
+            ? "LogonGroups, UrlMappings and SapSystems without spec.className"
+            : "LogonGroups, UrlMappings and SapSystems with spec.className " + flags.class_name}});
   // The gRPC server's callbacks reach the pipeline: stop it first on every return path.
   struct StopGrpcFirst {
     snapshot_server::SnapshotServer& server;

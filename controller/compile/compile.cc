@@ -880,9 +880,9 @@ class LogonGroupCompiler {
     }
 
     if (empty_slices == slices->size()) {
-      findings.Unresolved(kReasonNoEndpoints,
-                          service_ref +
-                              " has no endpoints (its EndpointSlices are empty: scaled to 0?)");
+      findings.Unresolved(
+          kReasonNoEndpoints,
+          service_ref + " has no endpoints (its EndpointSlices are empty: scaled to 0?)");
       return;
     }
     if (unmatched_slices.size() == slices->size() - empty_slices) {

@@ -580,8 +580,7 @@ std::vector<CompileCase> Cases() {
       {"ScaledToZeroSliceIsNoEndpointsNotPortNotFound",
        {ServiceLg("erp", "a", {{"name", "svc"}, {"port", "http"}}),
         ServiceLg("erp", "b", {{"name", "svc"}, {"port", 8000}}),
-        ServiceLg("erp", "c", {{"name", "svc"}}),
-        Slice("erp", "svc-1", "svc", nullptr, nullptr),
+        ServiceLg("erp", "c", {{"name", "svc"}}), Slice("erp", "svc-1", "svc", nullptr, nullptr),
         Slice("erp", "svc-2", "svc", json::array(), json::array())},
        {"servers erp/a 0", "LogonGroup erp/a ResolvedRefs=False NoEndpoints",
         "LogonGroup erp/b ResolvedRefs=False NoEndpoints",
@@ -877,11 +876,13 @@ TEST(CompileTest, UrlMappingStatusCountsRulesAndListsHosts) {
   CompileResult result = Compile(Objects(
       {StaticLg("erp", "public"),
        Um("erp", "any", "2026-01-01T00:00:00Z",
-          {{"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}, {"logonGroup", "public"}},
-                                  {{"prefix", "/irj/"}, {"kind", "abap"}, {"logonGroup", "public"}}})}}),
+          {{"rules",
+            json::array({{{"prefix", "/sap/"}, {"kind", "abap"}, {"logonGroup", "public"}},
+                         {{"prefix", "/irj/"}, {"kind", "abap"}, {"logonGroup", "public"}}})}}),
        Um("erp", "named", "2026-01-01T00:00:00Z",
           {{"hosts", json::array({"b.example.com", "a.example.com"})},
-           {"rules", json::array({{{"prefix", "/x/"}, {"kind", "abap"}, {"logonGroup", "public"}}})}})}));
+           {"rules",
+            json::array({{{"prefix", "/x/"}, {"kind", "abap"}, {"logonGroup", "public"}}})}})}));
   std::map<std::string, const ObjectStatus*> by_name;
   for (const ObjectStatus& status : result.statuses) {
     if (status.kind == "UrlMapping") {

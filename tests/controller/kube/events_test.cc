@@ -178,9 +178,11 @@ int RunController(const std::string& args, std::string* out) {
 // Secret once and never changes it.
 TEST_F(ControllerAgainstFakeTest, EnsureAffinityKeyCreatesTheSecretOnce) {
   auto run = [&](std::string* out) {
-    return RunController("ensure-affinity-key --namespace kwd --secret wd-kwd-affinity-key "
-                         "--key affinity.key --kubeconfig " + kubeconfig_,
-                         out);
+    return RunController(
+        "ensure-affinity-key --namespace kwd --secret wd-kwd-affinity-key "
+        "--key affinity.key --kubeconfig " +
+            kubeconfig_,
+        out);
   };
   std::string out;
   ASSERT_EQ(run(&out), 0) << out;
@@ -273,12 +275,15 @@ TEST_F(ControllerAgainstFakeTest, TwoClassesEachProgramOnlyTheirOwnObjects) {
       },
       std::chrono::seconds(15)))
       << "alpha: " << json(groups_of(*alpha)).dump() << " beta: " << json(groups_of(*beta)).dump()
-      << "\n" << alpha->Log() << beta->Log();
+      << "\n"
+      << alpha->Log() << beta->Log();
   // Each class elects its own leader, which writes its own objects' status.
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return status_of("alpha-group").contains("conditions") &&
-           status_of("beta-group").contains("conditions");
-  }, std::chrono::seconds(15)))
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return status_of("alpha-group").contains("conditions") &&
+               status_of("beta-group").contains("conditions");
+      },
+      std::chrono::seconds(15)))
       << alpha->Log() << beta->Log();
   json alpha_lease = client_->Get(kube::LeasesPath("kwd") + "/kwd-controller-alpha").body;
   json beta_lease = client_->Get(kube::LeasesPath("kwd") + "/kwd-controller-beta").body;
@@ -293,8 +298,7 @@ TEST_F(ControllerAgainstFakeTest, TwoClassesEachProgramOnlyTheirOwnObjects) {
   fake_->Upsert(group("beta-group", "alpha"));
   EXPECT_TRUE(testing::WaitFor(
       [&] {
-        return groups_of(*alpha) ==
-                   std::vector<std::string>{"erp/alpha-group", "erp/beta-group"} &&
+        return groups_of(*alpha) == std::vector<std::string>{"erp/alpha-group", "erp/beta-group"} &&
                groups_of(*beta).empty();
       },
       std::chrono::seconds(15)))
@@ -308,12 +312,12 @@ TEST_F(ControllerAgainstFakeTest, TwoClassesEachProgramOnlyTheirOwnObjects) {
 // EndpointSlice controller does). The LogonGroup says NoEndpoints, not
 // PortNotFound, and comes back when the pods do.
 TEST_F(ControllerAgainstFakeTest, ScaledToZeroServiceIsNoEndpoints) {
-  json lg = {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
-             {"kind", "LogonGroup"},
-             {"metadata", {{"name", "public"}, {"namespace", "erp"}}},
-             {"spec",
-              {{"kind", "abap"},
-               {"backend", {{"service", {{"name", "erp-java"}, {"port", "http"}}}}}}}};
+  json lg = {
+      {"apiVersion", "dispatch.kwd.io/v1alpha1"},
+      {"kind", "LogonGroup"},
+      {"metadata", {{"name", "public"}, {"namespace", "erp"}}},
+      {"spec",
+       {{"kind", "abap"}, {"backend", {{"service", {{"name", "erp-java"}, {"port", "http"}}}}}}}};
   json slice = {{"apiVersion", "discovery.k8s.io/v1"},
                 {"kind", "EndpointSlice"},
                 {"metadata",
@@ -321,8 +325,8 @@ TEST_F(ControllerAgainstFakeTest, ScaledToZeroServiceIsNoEndpoints) {
                   {"namespace", "erp"},
                   {"labels", {{"kubernetes.io/service-name", "erp-java"}}}}},
                 {"addressType", "IPv4"},
-                {"endpoints", json::array({{{"addresses", {"127.0.0.1"}},
-                                            {"conditions", {{"ready", true}}}}})},
+                {"endpoints",
+                 json::array({{{"addresses", {"127.0.0.1"}}, {"conditions", {{"ready", true}}}}})},
                 {"ports", json::array({{{"name", "http"}, {"port", 8000}}})}};
   fake_->Upsert(lg);
   fake_->Upsert(slice);
@@ -333,8 +337,8 @@ TEST_F(ControllerAgainstFakeTest, ScaledToZeroServiceIsNoEndpoints) {
       (dir_ / "controller.log").string());
   ASSERT_TRUE(controller.started()) << controller.Log();
   auto resolved = [&]() -> json {
-    json object = client_->Get("/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/logongroups/public")
-                      .body;
+    json object =
+        client_->Get("/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/logongroups/public").body;
     json status = object.is_object() ? object.value("status", json::object()) : json::object();
     for (const json& condition : status.value("conditions", json::array())) {
       if (condition.value("type", "") == "ResolvedRefs") {
@@ -377,7 +381,8 @@ TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsMakesKeepsAndRenews) {
   const std::string base =
       "ensure-grpc-certs --namespace kwd --ca-secret wd-grpc-ca --controller-secret "
       "wd-grpc-controller --proxy-secret wd-grpc-proxy --dns-name wd-kwd-controller.kwd.svc "
-      "--kubeconfig " + kubeconfig_;
+      "--kubeconfig " +
+      kubeconfig_;
   auto secret = [&](const std::string& name) {
     return client_->Get("/api/v1/namespaces/kwd/secrets/" + name).body;
   };
@@ -409,9 +414,10 @@ TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsMakesKeepsAndRenews) {
   EXPECT_EQ(out.find("PRIVATE KEY"), std::string::npos) << "no key in the output";
 
   // Again: everything kept, nothing written.
-  std::string versions = secret("wd-grpc-ca")["metadata"]["resourceVersion"].get<std::string>() +
-                         secret("wd-grpc-controller")["metadata"]["resourceVersion"].get<std::string>() +
-                         secret("wd-grpc-proxy")["metadata"]["resourceVersion"].get<std::string>();
+  std::string versions =
+      secret("wd-grpc-ca")["metadata"]["resourceVersion"].get<std::string>() +
+      secret("wd-grpc-controller")["metadata"]["resourceVersion"].get<std::string>() +
+      secret("wd-grpc-proxy")["metadata"]["resourceVersion"].get<std::string>();
   out.clear();
   ASSERT_EQ(RunController(base + " --validity 2h --renew-before 1h", &out), 0) << out;
   EXPECT_NE(out.find("wd-grpc-ca: CA kept"), std::string::npos) << out;
@@ -464,7 +470,8 @@ TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsMakesKeepsAndRenews) {
 TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsReplacesAnExpiringCaAndTrustsBoth) {
   const std::string base =
       "ensure-grpc-certs --namespace kwd --ca-secret ca --controller-secret ctl "
-      "--proxy-secret px --dns-name ctl.kwd.svc --kubeconfig " + kubeconfig_;
+      "--proxy-secret px --dns-name ctl.kwd.svc --kubeconfig " +
+      kubeconfig_;
   auto data = [&](const std::string& name, const std::string& key) {
     return Unbase64(client_->Get("/api/v1/namespaces/kwd/secrets/" + name)
                         .body["data"][key]
@@ -490,7 +497,8 @@ TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsReplacesAnExpiringCaAndTrustsBo
 TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsRefusesBadFlags) {
   std::string out;
   EXPECT_EQ(RunController("ensure-grpc-certs --namespace kwd --ca-secret a --controller-secret b "
-                          "--proxy-secret c --kubeconfig " + kubeconfig_,
+                          "--proxy-secret c --kubeconfig " +
+                              kubeconfig_,
                           &out),
             2)
       << out;
@@ -520,16 +528,17 @@ TEST_F(ControllerAgainstFakeTest, EnsureGrpcCertsTakesLongNames) {
   std::string long_name(60, 'a');
   std::string dns = long_name + ".some-namespace-with-a-long-name.svc.cluster.local";
   std::string out;
-  ASSERT_EQ(RunController("ensure-grpc-certs --namespace kwd --ca-secret " + long_name +
-                              "-ca --controller-secret " + long_name + "-controller --proxy-secret " +
-                              long_name + "-proxy --dns-name " + dns + " --kubeconfig " + kubeconfig_,
-                          &out),
-            0)
+  ASSERT_EQ(
+      RunController("ensure-grpc-certs --namespace kwd --ca-secret " + long_name +
+                        "-ca --controller-secret " + long_name + "-controller --proxy-secret " +
+                        long_name + "-proxy --dns-name " + dns + " --kubeconfig " + kubeconfig_,
+                    &out),
+      0)
       << out;
-  std::string pem = Unbase64(client_->Get("/api/v1/namespaces/kwd/secrets/" + long_name +
-                                          "-controller")
-                                 .body["data"]["tls.crt"]
-                                 .get<std::string>());
+  std::string pem =
+      Unbase64(client_->Get("/api/v1/namespaces/kwd/secrets/" + long_name + "-controller")
+                   .body["data"]["tls.crt"]
+                   .get<std::string>());
   auto cert = Cert(pem);
   ASSERT_TRUE(cert);
   EXPECT_EQ(X509_check_host(cert.get(), dns.data(), dns.size(), 0, nullptr), 1);

@@ -171,8 +171,9 @@ TEST(PipelineTest, OnlyObjectsOfItsClassEnterTheStore) {
   ASSERT_TRUE(testing::WaitFor([&] { return keys() == std::vector<std::string>{"erp/mine"}; }));
   ASSERT_EQ(sink.last()->statuses.size(), 1u) << "no status for other classes";
   pipeline.Upsert(classed("theirs", "prod"));  // moved to this class
-  ASSERT_TRUE(testing::WaitFor(
-      [&] { return keys() == std::vector<std::string>{"erp/mine", "erp/theirs"}; }));
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return keys() == std::vector<std::string>{"erp/mine", "erp/theirs"};
+  }));
   pipeline.Upsert(classed("mine", "qa"));  // moved away
   ASSERT_TRUE(testing::WaitFor([&] { return keys() == std::vector<std::string>{"erp/theirs"}; }));
 }
