@@ -9,19 +9,10 @@
 #include <memory>
 
 #include "common/file.h"
+#include "common/openssl_ptr.h"
 
 namespace kwd {
 namespace {
-
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
 
 std::string Where(std::string_view flag, const std::string& path) {
   return std::string(flag) + " " + path;

@@ -40,21 +40,15 @@ int RunEnsureAffinityKey(const std::vector<std::string>& args, std::ostream& out
         << "Run 'kwd-controller ensure-affinity-key --help' for usage.\n";
     return 2;
   };
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (arg == "-h" || arg == "--help") {
+  std::vector<FlagValue> flags;
+  std::string flag_error;
+  if (!SplitFlags(args, &flags, &flag_error)) {
+    return usage_error(flag_error);
+  }
+  for (const auto& [name, value] : flags) {
+    if (name == "--help") {
       out << kUsage;
       return 0;
-    }
-    std::string name = arg;
-    std::string value;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return usage_error(name + " needs a value");
     }
     if (name == "--namespace") {
       ns = value;

@@ -28,6 +28,9 @@ constexpr std::string_view kUsage =
     "  version                                      print the version and git revision\n"
     "  ensure-affinity-key --namespace NS --secret NAME\n"
     "                                               create the proxies' key Secret once\n"
+    "  ensure-grpc-certs --namespace NS --ca-secret NAME --controller-secret NAME\n"
+    "                    --proxy-secret NAME --dns-name NAME...\n"
+    "                                               make or renew the gRPC mTLS certificates\n"
     "\n"
     "Run 'kwd-controller <command> --help' for the flags of a command.\n";
 
@@ -444,6 +447,9 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   if (command == "ensure-affinity-key") {
     return RunEnsureAffinityKey(rest, out, err);
   }
+  if (command == "ensure-grpc-certs") {
+    return RunEnsureGrpcCerts(rest, out, err);
+  }
   if (command == "compile") {
     return RunCompile(rest, out, err);
   }
@@ -466,6 +472,27 @@ int ControllerMain(int argc, char** argv) {
   int code = RunController(args, std::cout, std::cerr);
   std::cout.flush();
   return code;
+}
+
+bool SplitFlags(const std::vector<std::string>& args, std::vector<FlagValue>* out,
+                std::string* error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      out->push_back({"--help", ""});
+      continue;
+    }
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      out->push_back({arg.substr(0, eq), arg.substr(eq + 1)});
+    } else if (i + 1 < args.size()) {
+      out->push_back({arg, args[i + 1]});
+      ++i;
+    } else {
+      *error = arg + " needs a value";
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace kwd::cli

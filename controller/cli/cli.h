@@ -26,8 +26,22 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
 
 int ControllerMain(int argc, char** argv);
 
+// One flag of a command line: "--name value" or "--name=value" ("-h" and
+// "--help" come as name "--help" without a value).
+struct FlagValue {
+  std::string name;
+  std::string value;
+};
+// Splits `args` into flags that all take a value (the ensure-* commands');
+// false with `error` ("--x needs a value") when the last one has none.
+bool SplitFlags(const std::vector<std::string>& args, std::vector<FlagValue>* out,
+                std::string* error);
+
 // `kwd-controller ensure-affinity-key` (args without the command name).
 int RunEnsureAffinityKey(const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err);
+
+// `kwd-controller ensure-grpc-certs` (args without the command name).
+int RunEnsureGrpcCerts(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace kwd::cli

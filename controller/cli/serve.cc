@@ -38,6 +38,16 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// A controller class: a DNS label (it ends up in the Lease's name).
+bool IsClassName(std::string_view name) {
+  if (name.empty() || name.size() > 63 || name.front() == '-' || name.back() == '-') {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
 constexpr std::string_view kServeUsage =
     "usage: kwd-controller serve --source=dir:DIR | --source=kube [flags]\n"
     "\n"
@@ -62,6 +72,10 @@ constexpr std::string_view kServeUsage =
     // clang-format off
     KWD_ADMIN_ALLOWED_HOSTS_HELP
     // clang-format on
+    "  --class NAME                     program only the LogonGroups, UrlMappings and\n"
+    "                                   SapSystems whose spec.className is NAME, so that two\n"
+    "                                   installs share a cluster (default: those without a\n"
+    "                                   className); the Lease becomes kwd-controller-NAME\n"
     "  --leader-elect                   only the holder of Lease kwd-controller writes status\n"
     "                                   (default false)\n"
     "  --leader-election-namespace NS   the Lease's namespace (default: the service account's,\n"
@@ -100,6 +114,7 @@ struct ServeFlags {
   std::string grpc_client_ca;
   std::string admin_listen = "127.0.0.1:9902";
   std::vector<std::string> admin_allowed_hosts;
+  std::string class_name;
   bool leader_elect = false;
   std::string lease_namespace;
   std::string identity;
@@ -164,6 +179,7 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
                                                        "--grpc-client-ca",
                                                        "--admin-listen",
                                                        "--admin-allowed-hosts",
+                                                       "--class",
                                                        "--leader-election-namespace",
                                                        "--leader-election-identity",
                                                        "--lease-duration",
@@ -219,6 +235,14 @@ std::optional<int> ParseServeFlags(const std::vector<std::string>& args, std::os
       if (!ParseAdminAllowedHosts(value, &flags->admin_allowed_hosts, &error)) {
         return usage_error("--admin-allowed-hosts: " + error);
       }
+    } else if (name == "--class") {
+      if (!IsClassName(value)) {
+        return usage_error(
+            "--class: a name of 1 to 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (got \"" +
+            value + "\")");
+      }
+      flags->class_name = value;
     } else if (name == "--leader-election-namespace") {
       flags->lease_namespace = value;
     } else if (name == "--leader-election-identity") {
@@ -460,8 +484,17 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
     }
   }
   snapshot_server::FanOutSink sinks({&latest, &grpc_server});
-  pipeline::Pipeline pipeline(pipeline::PipelineOptions{flags.hold_off, flags.max_delay, nullptr},
-                              sinks, &metrics);
+  pipeline::PipelineOptions pipeline_options;
+  pipeline_options.hold_off = flags.hold_off;
+  pipeline_options.max_delay = flags.max_delay;
+  pipeline_options.class_name = flags.class_name;
+  pipeline::Pipeline pipeline(pipeline_options, sinks, &metrics);
+  Log(LogLevel::kInfo, "serve", "controller class",
+      {{"class", flags.class_name.empty() ? "(none)" : flags.class_name},
+       {"programs",
+        flags.class_name.empty()
+            ? "LogonGroups, UrlMappings and SapSystems without spec.className"
+            : "LogonGroups, UrlMappings and SapSystems with spec.className " + flags.class_name}});
   // The gRPC server's callbacks reach the pipeline: stop it first on every return path.
   struct StopGrpcFirst {
     snapshot_server::SnapshotServer& server;
@@ -545,6 +578,11 @@ int Serve(const ServeFlags& flags, std::ostream& out, std::ostream& err) {
       kube::LeaderElectionConfig election;
       election.lease_namespace =
           flags.lease_namespace.empty() ? DefaultLeaseNamespace() : flags.lease_namespace;
+      if (!flags.class_name.empty()) {
+        // Each class elects its own leader: two installs in one namespace
+        // must not share a Lease (one of them would never write status).
+        election.lease_name += "-" + flags.class_name;
+      }
       election.identity = identity;
       election.lease_duration = flags.lease_duration;
       election.renew_deadline = flags.renew_deadline;

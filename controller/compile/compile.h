@@ -77,6 +77,8 @@ struct ObjectStatus {
   std::int64_t generation = 0;        // becomes status.observedGeneration
   std::int32_t ready_servers = 0;     // LogonGroup only
   std::int32_t servers = 0;           // SapSystem only: instances in the last good list
+  std::int32_t rules = 0;             // UrlMapping only: the rules it serves
+  std::string hosts;                  // UrlMapping only: "*" (any) or "a.example,b.example"
   std::string last_refresh_time;      // SapSystem only, RFC 3339 (not compiled: the poller's)
   std::vector<Condition> conditions;  // Accepted, then ResolvedRefs
   // Rejected, and the snapshot serves the object's last accepted version

@@ -194,7 +194,14 @@ void CompileServiceBackend(GroupInputs& inputs, const LogonGroup& lg,
 
   std::vector<Candidate> candidates;
   std::vector<std::string> unmatched_slices;
+  std::size_t empty_slices = 0;
   for (const EndpointSlice* slice : *slices) {
+    if (slice->endpoints.empty()) {
+      // No endpoint at all (a Deployment scaled to 0 leaves "endpoints":
+      // null and "ports": null): nothing to serve, and no port to judge.
+      ++empty_slices;
+      continue;
+    }
     auto port = SelectPort(service.port, *slice);
     if (!port) {
       unmatched_slices.push_back(slice->metadata.name);
@@ -259,7 +266,13 @@ void CompileServiceBackend(GroupInputs& inputs, const LogonGroup& lg,
     }
   }
 
-  if (unmatched_slices.size() == slices->size()) {
+  if (empty_slices == slices->size()) {
+    findings.Unresolved(
+        kReasonNoEndpoints,
+        service_ref + " has no endpoints (its EndpointSlices are empty: scaled to 0?)");
+    return;
+  }
+  if (unmatched_slices.size() == slices->size() - empty_slices) {
     std::string wanted = !service.port ? std::string(
                                              "(none given; a slice must "
                                              "list exactly one port)")
@@ -274,7 +287,7 @@ void CompileServiceBackend(GroupInputs& inputs, const LogonGroup& lg,
     findings.Note("EndpointSlices without the service port ignored: " +
                   JoinStrings(unmatched_slices, ", "));
   }
-  std::size_t slice_count = slices->size() - unmatched_slices.size();
+  std::size_t slice_count = slices->size() - unmatched_slices.size() - empty_slices;
   *resolved_summary = service_ref + ": " + std::to_string(slice_count) +
                       (slice_count == 1 ? " EndpointSlice" : " EndpointSlices");
 }

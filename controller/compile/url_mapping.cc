@@ -237,6 +237,9 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   status.namespace_ = ns;
   status.name = um.metadata.name;
   status.generation = um.metadata.generation;
+  // For the printer columns (a JSONPath column shows one value of a list).
+  status.rules = static_cast<std::int32_t>(rules.size());
+  status.hosts = spec.hosts.empty() ? "*" : JoinStrings(hosts, ",");
   status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
   if (serve_last_good) {
     MarkServingLastGood(last_good->metadata.generation, &status);

@@ -47,9 +47,14 @@ struct WatchOptions {
   std::string resource_version;  // opaque; empty or "0" asks for synthetic ADDED events first
   std::string label_selector;
   int timeout_seconds = 300;  // the server ends the stream after this long
-  // No byte at all for this long means a dead stream (libcurl low-speed limit,
-  // whole seconds). Bookmarks keep a healthy idle stream alive.
-  std::chrono::seconds stall_timeout{90};
+  // A quiet stream is healthy: an API server (1.28) sends no bookmark to a
+  // watch until its resource type moves past the watch's starting version,
+  // which on a quiet cluster can take ten minutes and more. So silence is
+  // never a failure; a stream the server has not ended timeout_seconds +
+  // deadline_grace after the request is abandoned as stalled (a hung server
+  // that keeps its TCP connection; a dead peer is found earlier by TCP
+  // keepalive).
+  std::chrono::seconds deadline_grace{30};
   bool allow_bookmarks = true;
 };
 

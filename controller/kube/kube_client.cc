@@ -139,8 +139,7 @@ struct KubeClient::Transfer {
   std::string body;
   std::string content_type;
   bool streaming = false;
-  std::chrono::milliseconds timeout{0};  // 0: ClientOptions::request_timeout
-  std::chrono::seconds stall_timeout{0};
+  std::chrono::milliseconds timeout{0};  // 0: ClientOptions::request_timeout; streams: none
   // Streaming: receives the 200 body as it arrives; false aborts the transfer.
   std::function<bool(std::string_view)> on_data;
   std::stop_token stop;
@@ -308,9 +307,14 @@ void KubeClient::Execute(Transfer& transfer) {
     curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, OnProgress);
     curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &transfer);
     if (transfer.streaming) {
-      curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-      curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME,
-                       static_cast<long>(std::max<int64_t>(1, transfer.stall_timeout.count())));
+      // A stream may be silent for as long as it lasts (a quiet watch); a
+      // dead peer is found by TCP keepalive, a hung server by the deadline.
+      curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+      curl_easy_setopt(easy, CURLOPT_TCP_KEEPIDLE, 30L);
+      curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 10L);
+      if (transfer.timeout.count() > 0) {
+        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(transfer.timeout.count()));
+      }
     } else {
       auto timeout = transfer.timeout.count() > 0 ? transfer.timeout : options_.request_timeout;
       curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS,
@@ -602,7 +606,8 @@ WatchResult KubeClient::Watch(std::string_view path, const WatchOptions& options
   Transfer transfer;
   transfer.path_and_query = query;
   transfer.streaming = true;
-  transfer.stall_timeout = options.stall_timeout;
+  transfer.timeout = std::chrono::seconds(std::max(1, options.timeout_seconds)) +
+                     std::max(std::chrono::seconds(1), options.deadline_grace);
   transfer.stop = stop;
   transfer.on_data = [&](std::string_view chunk) -> bool {
     pending.append(chunk);
@@ -630,6 +635,11 @@ WatchResult KubeClient::Watch(std::string_view path, const WatchOptions& options
     result.status = {0, "BadResponse", "malformed watch event"};
   } else {
     result.status = transfer.Status();
+    if (result.status.reason == "Stalled") {
+      result.status.message = "the server did not end the watch within timeoutSeconds=" +
+                              std::to_string(options.timeout_seconds) + " + " +
+                              std::to_string(options.deadline_grace.count()) + "s";
+    }
     if (result.status.IsGone()) {
       result.end = WatchEnd::kRelistNeeded;
     } else if (result.status.ok()) {

@@ -1,5 +1,7 @@
 #include "controller/kube/reflector.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace kwd::kube {
@@ -16,7 +18,8 @@ Reflector::Reflector(KubeApi& client, ReflectorOptions options, ReflectorSink& s
       options_(std::move(options)),
       sink_(sink),
       sleeper_(options_.sleeper ? options_.sleeper : std::make_shared<RealSleeper>()),
-      clock_(options_.clock ? options_.clock : std::make_shared<RealClock>()) {}
+      clock_(options_.clock ? options_.clock : std::make_shared<RealClock>()),
+      random_(options_.random ? options_.random : DefaultRandom()) {}
 
 void Reflector::OnEvent(WatchEventType type, const nlohmann::json& object) {
   if (auto metadata = object.find("metadata"); metadata != object.end() && metadata->is_object()) {
@@ -45,7 +48,7 @@ void Reflector::OnEvent(WatchEventType type, const nlohmann::json& object) {
 }
 
 void Reflector::Run(std::stop_token stop) {
-  Backoff backoff(options_.backoff, options_.random);
+  Backoff backoff(options_.backoff, random_);
   bool need_list = true;
   std::string rv;
   auto set_rv = [&](const std::string& value) {
@@ -88,8 +91,8 @@ void Reflector::Run(std::stop_token stop) {
     WatchOptions watch_options;
     watch_options.resource_version = rv;
     watch_options.label_selector = options_.label_selector;
-    watch_options.timeout_seconds = options_.watch_timeout_seconds;
-    watch_options.stall_timeout = options_.stall_timeout;
+    watch_options.timeout_seconds = WatchTimeoutSeconds();
+    watch_options.deadline_grace = options_.deadline_grace;
     ++watches_;
     auto started = clock_->Now();
     WatchResult watch = client_.Watch(
@@ -135,6 +138,13 @@ void Reflector::Run(std::stop_token stop) {
       return;
     }
   }
+}
+
+int Reflector::WatchTimeoutSeconds() {
+  // At most a day, so that twice the minimum cannot overflow.
+  int minimum = std::clamp(options_.watch_timeout_seconds, 1, 86400);
+  double spread = std::clamp(random_(), 0.0, 1.0);
+  return std::min(2 * minimum - 1, minimum + static_cast<int>(spread * minimum));
 }
 
 ReflectorStats Reflector::Stats() const {

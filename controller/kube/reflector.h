@@ -38,8 +38,12 @@ struct ReflectorOptions {
   // as an empty list, so the controller does not wait for it forever; the
   // list is retried with backoff until the resource is served.
   bool empty_when_not_found = false;
+  // Each watch asks the server to end it after a random time from
+  // watch_timeout_seconds to twice that (client-go: 5 to 10 minutes), so that
+  // the watches of many controllers do not all restart together. A quiet
+  // watch is healthy until then; see WatchOptions::deadline_grace.
   int watch_timeout_seconds = 300;
-  std::chrono::seconds stall_timeout{90};
+  std::chrono::seconds deadline_grace{30};
   BackoffPolicy backoff;
   std::function<double()> random;      // default: DefaultRandom()
   std::shared_ptr<Sleeper> sleeper;    // default: RealSleeper
@@ -75,12 +79,15 @@ class Reflector {
 
  private:
   void OnEvent(WatchEventType type, const nlohmann::json& object);
+  // The timeoutSeconds of the next watch: watch_timeout_seconds to twice that.
+  int WatchTimeoutSeconds();
 
   KubeApi& client_;
   const ReflectorOptions options_;
   ReflectorSink& sink_;
   std::shared_ptr<Sleeper> sleeper_;
   std::shared_ptr<const Clock> clock_;
+  std::function<double()> random_;
   std::atomic<bool> synced_{false};
 
   std::atomic<uint64_t> added_{0}, modified_{0}, deleted_{0}, bookmarks_{0};

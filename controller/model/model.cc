@@ -301,7 +301,8 @@ void ReadIntOrString(Reader& r, const json& parent, std::string_view key, std::s
 void ReadLogonGroupSpec(Reader& r, const json& spec, LogonGroupSpec* out) {
   r.Known(&spec, "spec",
           {"kind", "strategy", "defaultCapacity", "loadResetIntervalSeconds", "backend",
-           "healthCheck", "sessionAffinity", "upstreamTLS"});
+           "healthCheck", "sessionAffinity", "upstreamTLS", "className"});
+  r.String(spec, "className", "spec.className", &out->class_name);
   r.OptString(spec, "kind", "spec.kind", &out->kind);
   r.OptString(spec, "strategy", "spec.strategy", &out->strategy);
   r.OptInt(spec, "defaultCapacity", "spec.defaultCapacity", &out->default_capacity);
@@ -406,7 +407,8 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
            "permissions", "fromSapSystem", "fromSapSystemRefines", "modifications",
-           "sapHeaders"});
+           "sapHeaders", "className"});
+  r.String(spec, "className", "spec.className", &out->class_name);
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
   if (const json* groups = r.ObjectField(spec, "defaultGroups", "spec.defaultGroups")) {
@@ -466,7 +468,8 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
 void ReadSapSystemSpec(Reader& r, const json& spec, SapSystemSpec* out) {
   r.Known(&spec, "spec",
           {"sid", "messageServer", "serverListPath", "refreshIntervalSeconds", "logonGroups",
-           "groupInfoPath", "urlMap", "urlMapPath", "allowedNetworks"});
+           "groupInfoPath", "urlMap", "urlMapPath", "allowedNetworks", "className"});
+  r.String(spec, "className", "spec.className", &out->class_name);
   r.OptString(spec, "sid", "spec.sid", &out->sid);
   if (const json* ms = r.ObjectField(spec, "messageServer", "spec.messageServer")) {
     r.Known(ms, "spec.messageServer", {"host", "httpPort", "httpsPort", "caBundle"});
@@ -774,6 +777,19 @@ std::optional<Object> ObjectSet::Find(const ObjectKey& key) const {
 std::size_t ObjectSet::size() const {
   return logon_groups_.size() + url_mappings_.size() + endpoint_slices_.size() + pods_.size() +
          sap_systems_.size() + sap_server_lists_.size();
+}
+
+std::optional<std::string_view> ClassNameOf(const Object& object) {
+  if (const auto* lg = std::get_if<LogonGroup>(&object)) {
+    return lg->spec.class_name;
+  }
+  if (const auto* um = std::get_if<UrlMapping>(&object)) {
+    return um->spec.class_name;
+  }
+  if (const auto* sap = std::get_if<SapSystem>(&object)) {
+    return sap->spec.class_name;
+  }
+  return std::nullopt;
 }
 
 }  // namespace kwd::model

@@ -168,6 +168,10 @@ struct LogonGroupSpec {
   SessionAffinitySpec session_affinity;
   UpstreamTlsSpec upstream_tls;
 
+  // spec.className: the controller (`serve --class NAME`) that programs the
+  // object; empty: the controller without --class.
+  std::string class_name;
+
   bool operator==(const LogonGroupSpec&) const = default;
 };
 
@@ -255,6 +259,10 @@ struct UrlMappingSpec {
   // traffic it takes would lose its upstream TLS.
   std::optional<bool> from_sap_system_refines;
 
+  // spec.className: the controller (`serve --class NAME`) that programs the
+  // object; empty: the controller without --class.
+  std::string class_name;
+
   bool operator==(const UrlMappingSpec&) const = default;
 };
 
@@ -289,6 +297,10 @@ struct SapSystemSpec {
   // CIDRs the instances' addresses must be in (empty: any ordinary address);
   // loopback, link-local, unspecified and multicast only when listed.
   std::vector<std::string> allowed_networks;
+
+  // spec.className: the controller (`serve --class NAME`) that programs the
+  // object; empty: the controller without --class.
+  std::string class_name;
 
   bool operator==(const SapSystemSpec&) const = default;
 };
@@ -443,6 +455,10 @@ struct DecodeResult {
 DecodeResult DecodeObject(const nlohmann::json& json);
 // Decodes an item of a typed list (which carries no kind/apiVersion), e.g.
 // an EndpointSliceList item: `kind` is one of the kind constants above.
+// spec.className of a LogonGroup, UrlMapping or SapSystem; nullopt for
+// other kinds (EndpointSlices and Pods have no class: every controller reads them).
+std::optional<std::string_view> ClassNameOf(const Object& object);
+
 DecodeResult DecodeObjectOfKind(std::string_view kind, const nlohmann::json& json);
 
 // The compiler's input: every object by kind, keyed by (namespace, name), so

@@ -52,7 +52,27 @@ void Pipeline::Enqueue(Event event) {
   wake_.notify_one();
 }
 
+bool Pipeline::InClass(const ObservedObject& observed) const {
+  std::optional<std::string_view> class_name = model::ClassNameOf(observed.object);
+  return !class_name || *class_name == options_.class_name;
+}
+
+void Pipeline::KeepClass(std::vector<ObservedObject>* objects) {
+  objects->erase(std::remove_if(objects->begin(), objects->end(),
+                                [this](const ObservedObject& o) { return !InClass(o); }),
+                 objects->end());
+}
+
 void Pipeline::Upsert(ObservedObject observed) {
+  if (!InClass(observed)) {
+    // Another controller's object, or one whose class just changed away:
+    // gone from this controller's view (a no-op when it never was in it).
+    Log(LogLevel::kDebug, "pipeline", "object of another class ignored",
+        {{"object", model::KeyOf(observed.object).ToString()},
+         {"className", std::string(model::ClassNameOf(observed.object).value_or(""))}});
+    Enqueue(DeleteEvent{model::KeyOf(observed.object)});
+    return;
+  }
   Enqueue(UpsertEvent{std::move(observed)});
 }
 
@@ -62,10 +82,12 @@ void Pipeline::Delete(model::ObjectKey key) {
 
 void Pipeline::Replace(int source, std::string kind, std::string namespace_,
                        std::vector<ObservedObject> objects) {
+  KeepClass(&objects);
   Enqueue(ReplaceEvent{source, {std::move(kind)}, std::move(namespace_), std::move(objects)});
 }
 
 void Pipeline::ReplaceAll(int source, std::vector<ObservedObject> objects) {
+  KeepClass(&objects);
   ReplaceEvent event{source, {}, "", std::move(objects)};
   for (std::string_view kind : kAllKinds) {
     event.kinds.emplace_back(kind);

@@ -46,6 +46,11 @@ struct PipelineOptions {
   std::chrono::milliseconds hold_off{10};
   std::chrono::milliseconds max_delay{100};
   std::shared_ptr<const kube::Clock> clock;  // default: RealClock
+  // Only LogonGroups, UrlMappings and SapSystems whose spec.className is this
+  // enter the store (`serve --class`; "" keeps those without a className), so
+  // two controllers on one cluster each program and write status for their
+  // own objects. An object whose class changes away is deleted from the view.
+  std::string class_name;
 };
 
 class Pipeline {
@@ -116,6 +121,10 @@ class Pipeline {
   using Event = std::variant<UpsertEvent, DeleteEvent, ReplaceEvent, ResyncEvent>;
 
   void Enqueue(Event event);
+  // Whether an object belongs to this pipeline's class (kinds without a class do).
+  bool InClass(const ObservedObject& observed) const;
+  // Drops the objects of other classes.
+  void KeepClass(std::vector<ObservedObject>* objects);
   // Applies one event; returns whether the compile's view changed.
   bool Apply(Event& event, bool* resync);
   void Rebuild();

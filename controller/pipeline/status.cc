@@ -34,6 +34,10 @@ std::optional<json> StatusToWrite(const compile::ObjectStatus& desired, const js
   if (desired.kind == model::kLogonGroupKind) {
     status["readyServers"] = desired.ready_servers;
   }
+  if (desired.kind == model::kUrlMappingKind) {
+    status["rules"] = desired.rules;
+    status["hosts"] = desired.hosts;
+  }
   if (desired.kind == model::kSapSystemKind) {
     status["servers"] = desired.servers;
     if (!desired.last_refresh_time.empty()) {

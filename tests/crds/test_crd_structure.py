@@ -28,8 +28,10 @@ EXPECTED_COLUMNS = {
         ("Age", "date", ".metadata.creationTimestamp"),
     ],
     "UrlMapping": [
-        ("Hosts", "string", ".spec.hosts"),
-        ("Rules", "string", ".spec.rules[*].prefix"),
+        # From status (issue 27): a JSONPath column shows only the first value
+        # of a list, and an empty hosts list printed as [].
+        ("Hosts", "string", ".status.hosts"),
+        ("Rules", "integer", ".status.rules"),
         ("Accepted", "string", '.status.conditions[?(@.type=="Accepted")].status'),
         ("Age", "date", ".metadata.creationTimestamp"),
     ],
@@ -146,7 +148,7 @@ class CrdStructureTest(unittest.TestCase):
 
     def test_status_has_the_fields_the_controller_writes(self):
         # controller/pipeline/status.cc: observedGeneration, readyServers
-        # (LogonGroup), conditions with metav1.Condition's fields.
+        # (LogonGroup), rules and hosts (UrlMapping), conditions with metav1.Condition's fields.
         for kind, crd in self.crds.items():
             with self.subTest(kind=kind):
                 status = s.schema_of(crd)["properties"]["status"]["properties"]
@@ -155,6 +157,8 @@ class CrdStructureTest(unittest.TestCase):
                     want.add("readyServers")
                 if kind == "SapSystem":
                     want |= {"servers", "lastRefreshTime"}
+                if kind == "UrlMapping":
+                    want |= {"rules", "hosts"}  # the Rules and Hosts columns
                 self.assertEqual(set(status), want)
                 conditions = status["conditions"]
                 self.assertEqual(conditions["x-kubernetes-list-type"], "map")

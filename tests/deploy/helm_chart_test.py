@@ -20,6 +20,7 @@ SOURCE_DIR = os.environ.get(
     "KWD_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 CHART = os.path.join(SOURCE_DIR, "deploy", "helm", "kwd")
 CUSTOM_VALUES = os.path.join(SOURCE_DIR, "tests", "deploy", "values-custom.yaml")
+PROXY_CONFIG_VALUES = os.path.join(SOURCE_DIR, "tests", "deploy", "values-proxy-config.yaml")
 RELEASE = "wd"
 NAMESPACE = "sap-lb"
 
@@ -80,8 +81,15 @@ def listen_port(args, flag):
 
 def pod_specs(docs):
     """(owner name, pod spec) for every workload."""
-    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs
-            if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+    specs = [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs
+             if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+    specs += [(d["metadata"]["name"], d["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+              for d in docs if d["kind"] == "CronJob"]
+    return specs
+
+
+# Containers that run a command and exit (hook Jobs, CronJobs): no probes, no TLS flags.
+RUN_ONCE_COMMANDS = ("ensure-affinity-key", "ensure-grpc-certs")
 
 
 def container_port(container, port):
@@ -112,6 +120,8 @@ LEASE = ("coordination.k8s.io", "leases")
 EVENTS = ("events.k8s.io", "events")
 # The affinity-key hook Job: get on its one Secret, create (not limitable by name).
 AFFINITY_KEY_JOB_VERBS = {("", "secrets"): {"get", "create"}}
+# The grpc-certs Jobs: get and update on their three Secrets, create.
+GRPC_CERTS_JOB_VERBS = {("", "secrets"): {"get", "update", "create"}}
 
 
 def component_of(doc):
@@ -208,7 +218,7 @@ class RenderedChecks:
     def test_kwd_containers_probe_their_admin_port(self):
         seen = 0
         for owner, c in self.kwd_containers():
-            if c["args"][0] == "ensure-affinity-key":  # a hook Job: runs and exits
+            if c["args"][0] in RUN_ONCE_COMMANDS:  # a Job: runs and exits
                 continue
             seen += 1
             where = f"{owner}/{c['name']}"
@@ -414,6 +424,12 @@ class RenderedChecks:
                 (get,) = [r for r in role["rules"] if "get" in r["verbs"]]
                 self.assertEqual(get["resourceNames"], [f"{self.fullname()}-affinity-key"])
                 continue
+            if component_of(role) == "grpc-certs":
+                # get/update by name (GrpcTls.test_job_makes_and_renews_... checks the names).
+                self.assertEqual(granted(role["rules"]), GRPC_CERTS_JOB_VERBS)
+                for rule in role["rules"]:
+                    self.assertEqual(bool(rule.get("resourceNames")), rule["verbs"] != ["create"])
+                continue
             name = f"{role['kind']}/{role['metadata'].get('namespace')}/{role['metadata']['name']}"
             for rule in role["rules"]:
                 self.assertNotIn("nonResourceURLs", rule, name)
@@ -454,7 +470,8 @@ class RenderedChecks:
             self.assertEqual(granted(cluster_role["rules"]), needed)
             self.assertTrue(bound("ClusterRole", cluster_role["metadata"]["name"], None))
         lease_roles = [r for r in self.of_kind("Role") if LEASE in granted(r["rules"])]
-        roles = [r for r in self.of_kind("Role") if component_of(r) != "affinity-key"]
+        roles = [r for r in self.of_kind("Role")
+                 if component_of(r) not in ("affinity-key", "grpc-certs")]
         self.assertTrue(all(component_of(r) == "controller" for r in roles))
         self.assertEqual(len(lease_roles), 1)
         self.assertEqual(granted(lease_roles[0]["rules"]),
@@ -472,6 +489,13 @@ class RenderedChecks:
         for name in tls["existingSecrets"].values():
             if tls["provider"] == "existing" and name:
                 secrets[name] = {"tls.crt", "tls.key", "ca.crt"}
+        if tls["provider"] == "job":
+            # Made by the ensure-grpc-certs Job: the Secrets its args name.
+            for _, spec in pod_specs(self.docs):
+                for c in spec["containers"]:
+                    if c.get("args", [""])[0] == "ensure-grpc-certs":
+                        for flag in ("--controller-secret", "--proxy-secret"):
+                            secrets[arg_after(c["args"], flag)] = {"tls.crt", "tls.key", "ca.crt"}
         checked = 0
         for owner, spec in pod_specs(self.docs):
             volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -484,7 +508,7 @@ class RenderedChecks:
                 if c.get("command", [""])[0] not in ("/usr/local/bin/kwd-controller",
                                                      "/usr/local/bin/kwd-proxy"):
                     continue
-                if c["args"][0] == "ensure-affinity-key":
+                if c["args"][0] in RUN_ONCE_COMMANDS:
                     continue
                 want = CONTROLLER_TLS_FLAGS if "--grpc-listen" in args else PROXY_TLS_FLAGS
                 self.assertEqual(sorted(flags), sorted(want), f"{owner}/{c['name']}")
@@ -550,9 +574,9 @@ class RenderedChecks:
 class DefaultValues(RenderedChecks, unittest.TestCase):
     custom = False
     expected_kinds = {
-        "Deployment": 2, "Service": 3, "ServiceAccount": 2, "Secret": 2,
-        "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
-        "PodDisruptionBudget": 2, "NetworkPolicy": 2, "Job": 1,
+        "Deployment": 2, "Service": 3, "ServiceAccount": 4,
+        "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 4, "RoleBinding": 4,
+        "PodDisruptionBudget": 2, "NetworkPolicy": 2, "Job": 2, "CronJob": 1,
     }
 
     def test_defaults_from_interface(self):
@@ -683,11 +707,57 @@ CONTROLLER_TLS_FLAGS = GRPC_TLS_FLAGS[:3]
 PROXY_TLS_FLAGS = GRPC_TLS_FLAGS[3:]
 
 
+def job_made_secrets(docs, directory):
+    """What the ensure-grpc-certs Job of `docs` puts into its Secrets: the built
+    kwd-controller runs with the Job's arguments against the fake API server
+    (tests/fake_apiserver), as the hook Job would in the cluster.
+    Returns {secret name: {key: base64 data}}."""
+    import json
+    import urllib.request
+    made = {}
+    binary = os.path.join(os.environ.get("KWD_BINARY_DIR", os.path.join(SOURCE_DIR, "build")),
+                          "kwd-controller")
+    for _, spec in pod_specs(docs):
+        for c in spec["containers"]:
+            args = c.get("args", [""])
+            if args[0] != "ensure-grpc-certs" or made:
+                continue
+            fake = subprocess.Popen(
+                [sys.executable, os.path.join(SOURCE_DIR, "tests", "fake_apiserver",
+                                              "fake_apiserver.py")],
+                stdout=subprocess.PIPE, text=True)
+            try:
+                address = fake.stdout.readline().split()[1]
+                kubeconfig = os.path.join(directory, "kubeconfig")
+                with open(kubeconfig, "w") as f:
+                    f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n"
+                            f"  cluster: {{server: 'http://{address}'}}\nusers:\n- name: u\n"
+                            "  user: {}\ncontexts:\n- name: c\n  context: {cluster: fake, "
+                            "user: u}\ncurrent-context: c\n")
+                run = subprocess.run([binary, *args, "--kubeconfig", kubeconfig],
+                                     capture_output=True, text=True, timeout=60)
+                if run.returncode != 0:
+                    raise AssertionError(f"ensure-grpc-certs failed: {run.stdout}{run.stderr}")
+                namespace = arg_after(args, "--namespace")
+                for flag in ("--controller-secret", "--proxy-secret"):
+                    name = arg_after(args, flag)
+                    url = f"http://{address}/api/v1/namespaces/{namespace}/secrets/{name}"
+                    with urllib.request.urlopen(url, timeout=10) as reply:
+                        made[name] = json.load(reply)["data"]
+            finally:
+                fake.kill()
+                fake.wait()
+                fake.stdout.close()
+    return made
+
+
 def mounted_secret_files(docs, directory):
-    """Writes every key of every rendered Secret that a kwd container mounts into
-    `directory`; returns {path in the container: path on disk}."""
+    """Writes every key of every rendered Secret (or Secret the ensure-grpc-certs
+    Job makes) that a kwd container mounts into `directory`; returns {path in the
+    container: path on disk}."""
     import base64
     secrets = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "Secret"}
+    secrets.update(job_made_secrets(docs, directory))
     files = {}
     for owner, spec in pod_specs(docs):
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -716,8 +786,61 @@ class GrpcTls(unittest.TestCase):
         self.assertEqual(secret["type"], "kubernetes.io/tls")
         return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
 
-    def test_generated_certificates_chain_and_name_the_controller_service(self):
+    def test_job_makes_and_renews_the_certificates_by_default(self):
+        """provider job (the default): no key or certificate is rendered; a hook Job
+        and a CronJob run ensure-grpc-certs for the Secrets the pods mount, with
+        RBAC on exactly those Secrets."""
         docs = render()
+        self.assertEqual([d["metadata"]["name"] for d in docs if d["kind"] == "Secret"], [])
+        jobs = [d for d in docs if component_of(d) == "grpc-certs" and d["kind"] in ("Job", "CronJob")]
+        self.assertEqual(sorted(d["kind"] for d in jobs), ["CronJob", "Job"])
+        (hook,) = [d for d in jobs if d["kind"] == "Job"]
+        (cron,) = [d for d in jobs if d["kind"] == "CronJob"]
+        self.assertEqual(hook["metadata"]["annotations"]["helm.sh/hook"], "pre-install,pre-upgrade")
+        self.assertNotIn("annotations", cron["metadata"], "the CronJob lives with the release")
+        self.assertEqual(cron["spec"]["schedule"], "23 3 * * *")
+        self.assertEqual(cron["spec"]["concurrencyPolicy"], "Forbid")
+        hook_args = hook["spec"]["template"]["spec"]["containers"][0]["args"]
+        cron_args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertEqual(hook_args, cron_args)
+        self.assertEqual(hook_args[0], "ensure-grpc-certs")
+        self.assertEqual(arg_after(hook_args, "--namespace"), NAMESPACE)
+        self.assertEqual(arg_after(hook_args, "--renew-before"), "720h")
+        self.assertEqual(arg_after(hook_args, "--validity"), "8760h")
+        controller_secret = arg_after(hook_args, "--controller-secret")
+        proxy_secret = arg_after(hook_args, "--proxy-secret")
+        ca_secret = arg_after(hook_args, "--ca-secret")
+        dns = [hook_args[i + 1] for i, a in enumerate(hook_args) if a == "--dns-name"]
+        self.assertIn(f"{RELEASE}-kwd-controller.{NAMESPACE}.svc", dns)
+        # The pods mount the Secrets the Job writes; nobody mounts the CA's key.
+        mounted = {v["secret"]["secretName"] for _, spec in pod_specs(docs)
+                   for v in spec.get("volumes", []) if "secret" in v}
+        self.assertIn(controller_secret, mounted)
+        self.assertIn(proxy_secret, mounted)
+        self.assertNotIn(ca_secret, mounted)
+        # Each Job's ServiceAccount may get and update only these Secrets (create
+        # cannot be limited by name).
+        for job, spec in ((hook, hook["spec"]["template"]["spec"]),
+                          (cron, cron["spec"]["jobTemplate"]["spec"]["template"]["spec"])):
+            account = spec["serviceAccountName"]
+            (binding,) = [d for d in docs if d["kind"] == "RoleBinding" and
+                          d["subjects"][0]["name"] == account]
+            (role,) = [d for d in docs if d["kind"] == "Role" and
+                       d["metadata"]["name"] == binding["roleRef"]["name"]]
+            named = [r for r in role["rules"] if r.get("resourceNames")]
+            self.assertEqual(len(named), 1)
+            self.assertEqual(sorted(named[0]["resourceNames"]),
+                             sorted([ca_secret, controller_secret, proxy_secret]))
+            self.assertEqual(sorted(named[0]["verbs"]), ["get", "update"])
+            self.assertEqual(granted(role["rules"]), {("", "secrets"): {"get", "update", "create"}})
+        # Nothing generated while rendering.
+        for name in ("genCA", "genSignedCert", "lookup"):
+            with open(os.path.join(CHART, "templates", "grpc-tls-job.yaml")) as f:
+                code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", f.read(), flags=re.S)
+            self.assertNotIn(name, code)
+
+    def test_generated_certificates_chain_and_name_the_controller_service(self):
+        docs = render("--set", "grpcTLS.provider=helm")
         controller = self.secret_files(docs, f"{RELEASE}-kwd-grpc-controller-tls")
         proxy = self.secret_files(docs, f"{RELEASE}-kwd-grpc-proxy-tls")
         self.assertEqual(set(controller), {"tls.crt", "tls.key", "ca.crt"})
@@ -810,7 +933,7 @@ class GrpcTls(unittest.TestCase):
             self.assertIn(flag, sidecar["args"])
         volumes = {v["name"]: v for v in spec["volumes"]}
         self.assertEqual(volumes["kwd-controller-tls"]["secret"]["secretName"],
-                         f"{RELEASE}-kwd-grpc-proxy-tls")
+                         f"{RELEASE}-kwd-grpc-proxy-cert")
 
 
 class SidecarOnly(unittest.TestCase):
@@ -834,6 +957,9 @@ class Lint(unittest.TestCase):
         with tempfile.TemporaryDirectory() as out:
             result = helm("package", CHART, "--destination", out)
             self.assertEqual(result.returncode, 0, result.stderr)
+            # The chart folder is self-contained: helm warns about nothing.
+            self.assertNotIn("symbolic link", result.stdout + result.stderr)
+            self.assertNotIn("walk.go", result.stdout + result.stderr)
             (tgz,) = os.listdir(out)
             with tarfile.open(os.path.join(out, tgz)) as tar:
                 for name in os.listdir(os.path.join(SOURCE_DIR, "crds")):
@@ -868,9 +994,28 @@ class Lint(unittest.TestCase):
 
 
 class Crds(unittest.TestCase):
+    def test_chart_copies_are_the_top_level_files(self):
+        """crds/ and deploy/grafana/ are the one source; the chart holds byte-equal
+        copies (no symbolic links: helm would warn on every command)."""
+        for top, chart_dir, suffix in (("crds", "crds", ".yaml"),
+                                       (os.path.join("deploy", "grafana"), "dashboards", ".json")):
+            copy_dir = os.path.join(CHART, chart_dir)
+            self.assertFalse(os.path.islink(copy_dir), copy_dir)
+            sources = sorted(f for f in os.listdir(os.path.join(SOURCE_DIR, top))
+                             if f.endswith(suffix))
+            copies = sorted(f for f in os.listdir(copy_dir) if f.endswith(suffix))
+            self.assertEqual(copies, sources, "run scripts/sync-chart-files.sh")
+            for name in sources:
+                with open(os.path.join(SOURCE_DIR, top, name), "rb") as a, \
+                        open(os.path.join(copy_dir, name), "rb") as b:
+                    self.assertEqual(a.read(), b.read(),
+                                     f"{chart_dir}/{name} differs from {top}/{name}: "
+                                     "run scripts/sync-chart-files.sh")
+        check = subprocess.run([os.path.join(SOURCE_DIR, "scripts", "sync-chart-files.sh"),
+                                "--check"], capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stderr)
+
     def test_chart_crds_are_the_top_level_crds(self):
-        self.assertEqual(os.path.realpath(os.path.join(CHART, "crds")),
-                         os.path.realpath(os.path.join(SOURCE_DIR, "crds")))
         files = [f for f in os.listdir(os.path.join(SOURCE_DIR, "crds")) if f.endswith(".yaml")]
         self.assertGreaterEqual(len(files), 2)
         want = sorted(load_yaml(os.path.join(SOURCE_DIR, "crds", f))["metadata"]["name"]
@@ -908,6 +1053,15 @@ class Notes(unittest.TestCase):
                      "watching all namespaces"):
             self.assertIn(text, notes)
         self.assertNotIn("<no value>", notes)
+        # Every README section the notes name exists in the chart's README
+        # (which `helm show readme` prints from the packaged chart).
+        sections = re.findall(r'section "([^"]+)"', notes)
+        self.assertTrue(sections)
+        with open(os.path.join(CHART, "README.md")) as f:
+            headings = {line.lstrip("#").strip() for line in f if line.startswith("#")}
+        for section in sections:
+            self.assertIn(section, headings)
+        self.assertNotIn('README "', notes, "a section of a README the chart does not carry")
         # The notes work from the packaged chart: no repository paths.
         self.assertNotIn("examples/", notes)
         self.assertNotIn("-f crds/", notes)
@@ -978,8 +1132,8 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
                 result.append("127.0.0.1:1")
                 i += 2
                 continue
-            if flag == "--affinity-key-file":
-                result.append(key_file)
+            if flag in ("--affinity-key-file", "--admin-token-file"):
+                result.append(key_file)  # a secret of some length either way
                 i += 2
                 continue
             if flag == "--snapshot-cache":
@@ -1007,10 +1161,9 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
                 f.write("a-test-key-of-some-length-0123456789\n")
             docs = render(*render_args)
             tls_files = mounted_secret_files(docs, tmp)
-            for d in docs:
-                if d["kind"] not in ("Deployment", "Job"):
-                    continue
-                for c in d["spec"]["template"]["spec"]["containers"]:
+            for name, spec in pod_specs(docs):
+                d = {"metadata": {"name": name}}
+                for c in spec["containers"]:
                     if not c.get("command", [""])[0].startswith("/usr/local/bin/kwd-"):
                         continue
                     binary = os.path.join(self.BINARY_DIR, os.path.basename(c["command"][0]))
@@ -1030,8 +1183,8 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
         return checked
 
     def test_default_values(self):
-        # controller, proxy and the affinity-key hook Job
-        self.assertEqual(self.check(), 3)
+        # controller, proxy, the affinity-key hook Job, the grpc-certs hook Job and CronJob
+        self.assertEqual(self.check(), 5)
 
     def test_chart_certificates_connect_a_proxy_to_the_controller(self):
         """The generated Secrets, mounted where the rendered flags say, make a working
@@ -1096,6 +1249,135 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
 
     def test_custom_values(self):
         self.assertEqual(self.check("-f", CUSTOM_VALUES), 3)
+
+    def test_proxy_config_values(self):
+        # controller, the proxy DaemonSet, the affinity-key Job, the grpc-certs Job and CronJob
+        self.assertEqual(self.check("-f", PROXY_CONFIG_VALUES), 5)
+
+
+class ProxyConfig(unittest.TestCase):
+    """ingress-nginx-style settings (issue 27 item 2): proxy.config as flags, the
+    admin token from a Secret, load-balancer and IP-family Service fields, a
+    DaemonSet with hostNetwork. FlagsAcceptedByBinaries runs the same values."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.docs = render("-f", PROXY_CONFIG_VALUES)
+        cls.values = load_yaml(PROXY_CONFIG_VALUES)["proxy"]
+
+    def proxy(self):
+        (workload,) = [d for d in self.docs if component_of(d) == "proxy" and
+                       d["kind"] in ("Deployment", "DaemonSet")]
+        return workload
+
+    def test_config_becomes_flags(self):
+        (c,) = self.proxy()["spec"]["template"]["spec"]["containers"]
+        args = c["args"]
+        config = self.values["config"]
+        for flag, key in (("--header-timeout", "headerTimeout"), ("--idle-timeout", "idleTimeout"),
+                          ("--connect-timeout", "connectTimeout"),
+                          ("--response-timeout", "responseTimeout"),
+                          ("--tls-handshake-timeout", "tlsHandshakeTimeout"),
+                          ("--max-body-size", "maxBodySize"),
+                          ("--max-header-size", "maxHeaderSize"), ("--log-format", "logFormat")):
+            self.assertEqual(arg_after(args, flag), str(config[key]), flag)
+        self.assertEqual(arg_after(args, "--trusted-proxies"), "10.0.0.0/8,fd00::/8")
+        self.assertEqual(arg_after(args, "--proxy-protocol"), "http,tls")
+        # Empty settings render no flag: the binary's defaults hold.
+        (default,) = [d for d in render() if component_of(d) == "proxy" and d["kind"] == "Deployment"]
+        default_args = default["spec"]["template"]["spec"]["containers"][0]["args"]
+        for flag in ("--header-timeout", "--max-body-size", "--trusted-proxies", "--proxy-protocol",
+                     "--log-format", "--admin-token-file"):
+            self.assertNotIn(flag, default_args)
+
+    def test_admin_token_from_a_secret(self):
+        spec = self.proxy()["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        path = arg_after(c["args"], "--admin-token-file")
+        (mount,) = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+        self.assertIs(mount["readOnly"], True)
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        self.assertEqual(volume["secret"]["secretName"], "kwd-admin-token")
+        self.assertEqual(path, mount["mountPath"] + "/bearer")
+        self.assertEqual(volume["secret"]["items"], [{"key": "bearer", "path": "bearer"}])
+
+    def test_service_fields(self):
+        (service,) = [d for d in self.docs if d["kind"] == "Service" and component_of(d) == "proxy"
+                      and d["metadata"]["name"].endswith("-proxy")]
+        spec = service["spec"]
+        self.assertEqual(spec["type"], "LoadBalancer")
+        self.assertEqual(spec["loadBalancerClass"], "service.k8s.aws/nlb")
+        self.assertEqual(spec["loadBalancerIP"], "203.0.113.10")
+        self.assertEqual(spec["ipFamilyPolicy"], "PreferDualStack")
+        self.assertEqual(spec["ipFamilies"], ["IPv4", "IPv6"])
+        self.assertEqual(spec["externalIPs"], ["198.51.100.7"])
+        # Not rendered unless asked for (and the load-balancer ones only for LoadBalancer).
+        for args in ([], ["--set", "proxy.service.loadBalancerClass=x"]):
+            (plain,) = [d for d in render(*args) if d["kind"] == "Service" and
+                        d["metadata"]["name"] == f"{RELEASE}-kwd-proxy"]
+            for field in ("loadBalancerClass", "loadBalancerIP", "ipFamilyPolicy", "ipFamilies",
+                          "externalIPs"):
+                self.assertNotIn(field, plain["spec"], (args, field))
+
+    def test_daemonset_with_host_network(self):
+        workload = self.proxy()
+        self.assertEqual(workload["kind"], "DaemonSet")
+        self.assertNotIn("replicas", workload["spec"])
+        self.assertNotIn("strategy", workload["spec"])
+        self.assertEqual(workload["spec"]["updateStrategy"]["rollingUpdate"], {"maxUnavailable": 1})
+        spec = workload["spec"]["template"]["spec"]
+        self.assertIs(spec["hostNetwork"], True)
+        self.assertEqual(spec["dnsPolicy"], "ClusterFirstWithHostNet")
+        # The Services and the PDB select the DaemonSet's pods.
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        for d in self.docs:
+            if d["kind"] in ("Service", "PodDisruptionBudget") and component_of(d) == "proxy":
+                selector = d["spec"]["selector"]
+                selector = selector.get("matchLabels", selector)
+                self.assertTrue(matches(selector, labels), d["metadata"]["name"])
+        # Host-network proxies reach the controller from the nodes' addresses.
+        (policy,) = [d for d in self.docs if d["kind"] == "NetworkPolicy" and
+                     component_of(d) == "controller"]
+        grpc_from = [rule["from"] for rule in policy["spec"]["ingress"]
+                     if rule["ports"][0]["port"] == "grpc"][0]
+        self.assertIn({"ipBlock": {"cidr": "10.0.0.0/16"}}, grpc_from)
+        # A DaemonSet without hostNetwork is a plain pod network DaemonSet.
+        (plain,) = [d for d in render("--set", "proxy.kind=DaemonSet") if d["kind"] == "DaemonSet"]
+        self.assertNotIn("hostNetwork", plain["spec"]["template"]["spec"])
+
+    def test_inconsistent_settings_are_refused(self):
+        for args, message in (
+                (["--set", "proxy.hostNetwork=true"], "proxy.hostNetwork needs proxy.kind=DaemonSet"),
+                (["--set", "proxy.kind=DaemonSet", "--set", "proxy.hostNetwork=true"],
+                 "needs networkPolicy.grpcClientCIDRs"),
+                (["--set", "proxy.kind=DaemonSet", "--set", "proxy.autoscaling.enabled=true"],
+                 "proxy.autoscaling needs proxy.kind=Deployment"),
+                (["--set", "proxy.config.proxyProtocol={smtp}"], "proxyProtocol"),
+                (["--set", "proxy.config.headerTimeout=10"], "headerTimeout"),
+                (["--set", "proxy.config.logFormat=xml"], "logFormat"),
+                (["--set", "proxy.service.ipFamilies={IPv5}"], "ipFamilies"),
+                (["--set", "proxy.kind=StatefulSet"], "kind")):
+            result = helm("template", RELEASE, CHART, *args)
+            self.assertNotEqual(result.returncode, 0, args)
+            self.assertIn(message, result.stderr, args)
+
+
+class ControllerClass(unittest.TestCase):
+    """Two releases in one cluster (issue 27 item 4): controller.className becomes
+    --class; without it no flag (the objects without a className)."""
+
+    def controller_args(self, *args):
+        (deployment,) = [d for d in render(*args) if d["kind"] == "Deployment" and
+                         component_of(d) == "controller"]
+        return deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    def test_class_flag(self):
+        self.assertNotIn("--class", self.controller_args())
+        self.assertEqual(arg_after(self.controller_args("--set", "controller.className=erp-prod"),
+                                   "--class"), "erp-prod")
+        result = helm("template", RELEASE, CHART, "--set", "controller.className=Not_A_Label")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("className", result.stderr)
 
 
 class ChartHooks(unittest.TestCase):
@@ -1164,14 +1446,19 @@ class ChartHooks(unittest.TestCase):
                          self.values["proxy"]["affinityKey"]["gracePeriod"])
 
     def test_rendering_is_stable_for_gitops(self):
-        """Two renders are identical: no random key, no lookup-dependent output.
-        (grpcTLS.provider=helm generates certificates at render time, so the check
-        uses cert-manager; that provider has the same GitOps trap, see the README.)"""
-        args = ["--namespace", NAMESPACE, "--set", "grpcTLS.provider=cert-manager"]
-        first = helm("template", RELEASE, CHART, *args)
-        second = helm("template", RELEASE, CHART, *args)
-        self.assertEqual(first.returncode, 0, first.stderr)
-        self.assertEqual(first.stdout, second.stdout)
+        """Two renders with the default values are identical: no random key, no
+        generated certificate, no lookup-dependent output (issue 27). Only
+        grpcTLS.provider=helm generates at render time."""
+        for args in ([], ["--set", "grpcTLS.provider=cert-manager"], ["-f", CUSTOM_VALUES]):
+            args = ["--namespace", NAMESPACE, *args]
+            first = helm("template", RELEASE, CHART, *args)
+            second = helm("template", RELEASE, CHART, *args)
+            self.assertEqual(first.returncode, 0, first.stderr)
+            self.assertEqual(first.stdout, second.stdout, args)
+        helm_provider = ["--namespace", NAMESPACE, "--set", "grpcTLS.provider=helm"]
+        self.assertNotEqual(helm("template", RELEASE, CHART, *helm_provider).stdout,
+                            helm("template", RELEASE, CHART, *helm_provider).stdout,
+                            "provider helm generates keys (the test would prove nothing)")
         with open(os.path.join(CHART, "templates", "affinity-key-secret.yaml")) as f:
             code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", f.read(), flags=re.S)  # comments
             self.assertNotRegex(code, r"\{\{[^}]*(randAlphaNum|lookup)")

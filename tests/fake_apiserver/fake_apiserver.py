@@ -16,12 +16,24 @@ Control API for tests (never authenticated):
   POST /_fake/drop-watches   cut every open watch (socket closed, no terminating chunk).
   POST /_fake/stall-watches  {"stalled": bool}: open watches send no bytes while stalled.
   POST /_fake/bookmark       every open watch that asked for bookmarks gets one now.
+  POST /_fake/progress-notify  what etcd's progress notification does to a 1.28 watch cache:
+                             every resource type counts as having reached the current
+                             resourceVersion (see bookmarkMode "progress").
+  POST /_fake/scale-to-zero  {"namespace": NS, "service": NAME}: what the EndpointSlice controller
+                             does when a Service's pods are gone (Deployment scaled to 0): every
+                             slice of the Service is rewritten with "endpoints": null and
+                             "ports": null (a MODIFIED event each).
   POST /_fake/fail           {"count": N, "code": 429, "reason": "", "retryAfter": 1,
                              "match": "substr"}: answer the next N API requests whose
                              "METHOD /path?query" contains match with that error.
                              {"clear": true} forgets every injected failure.
   POST /_fake/config         {"token": "...", "watchGoneMode": "event"|"http",
-                             "bookmarkIntervalSeconds": S}
+                             "bookmarkIntervalSeconds": S, "bookmarkMode": "always"|"progress"}
+                             bookmarkMode "progress" is a Kubernetes 1.28 API server: a periodic
+                             bookmark goes to a watch only once its resource type has moved
+                             past the watch's starting resourceVersion (an event of that type,
+                             or a progress notification); a quiet type's watch gets no byte
+                             at all until timeoutSeconds ends it.
   GET  /_fake/requests       log of API requests (not control ones); DELETE /_fake/requests clears it.
   GET  /_fake/state          {"resourceVersion": "...", "compactedResourceVersion": "...",
                              "openWatches": N}
@@ -184,6 +196,7 @@ class Watch:
         self.expired = False
         self.gone_message = ""
         self.bookmark_now = False
+        self.start_rv = 0  # the resourceVersion the watch started from (0: current state)
 
     def matches(self, res, obj):
         if res is not self.res:
@@ -205,6 +218,8 @@ class State:
         self.token = token
         self.watch_gone_mode = "event"
         self.bookmark_interval = bookmark_interval
+        self.bookmark_mode = "always"
+        self.type_rv = {r.plural: 0 for r in RESOURCES}  # how far each type's watch cache got
         self.failures = []  # [remaining, code, retry_after, match]
         self.requests = []
         self.continue_snapshots = {}
@@ -217,6 +232,7 @@ class State:
 
     def record(self, res, event_type, obj):
         self.history.append((int(obj["metadata"]["resourceVersion"]), res, event_type, obj))
+        self.type_rv[res.plural] = int(obj["metadata"]["resourceVersion"])
         line = encode_event(event_type, obj)
         for watch in self.watches:
             if watch.matches(res, obj):
@@ -546,6 +562,7 @@ class Handler(BaseHTTPRequestHandler):
         timeout = float(query.get("timeoutSeconds") or 1800)
         watch = Watch(res, namespace, terms, bookmarks)
         with STATE.cond:
+            watch.start_rv = STATE.rv
             if rv_text in ("", "0"):
                 for key, obj in sorted(STATE.objects[res.plural].items()):
                     if watch.matches(res, obj):
@@ -555,6 +572,7 @@ class Handler(BaseHTTPRequestHandler):
                     rv = int(rv_text)
                 except ValueError:
                     raise ApiError(400, "BadRequest", f"invalid resourceVersion {rv_text!r}")
+                watch.start_rv = rv
                 if rv < STATE.compacted_rv:
                     message = f"too old resource version: {rv} ({STATE.compacted_rv})"
                     if STATE.watch_gone_mode == "http":
@@ -602,6 +620,8 @@ class Handler(BaseHTTPRequestHandler):
                         break
                     interval = STATE.bookmark_interval
                     due = interval > 0 and time.monotonic() - last_bookmark >= interval
+                    if due and STATE.bookmark_mode == "progress":
+                        due = STATE.type_rv[watch.res.plural] > watch.start_rv
                     if watch.bookmarks and (watch.bookmark_now or due):
                         # Only with an empty queue is every event up to STATE.rv delivered.
                         watch.bookmark_now = False
@@ -675,6 +695,22 @@ class Handler(BaseHTTPRequestHandler):
                     watch.bookmark_now = True
                 STATE.cond.notify_all()
                 self.send_json(200, {"resourceVersion": str(STATE.rv)})
+            elif path == "/_fake/progress-notify":
+                for plural in STATE.type_rv:
+                    STATE.type_rv[plural] = STATE.rv
+                STATE.cond.notify_all()
+                self.send_json(200, {"resourceVersion": str(STATE.rv)})
+            elif path == "/_fake/scale-to-zero":
+                res = BY_PATH[("discovery.k8s.io", "v1", "endpointslices")]
+                terms = [("eq", "kubernetes.io/service-name", payload["service"])]
+                changed = []
+                for key, current in sorted(STATE.objects[res.plural].items()):
+                    if key[0] == payload["namespace"] and selector_matches(terms, current):
+                        emptied = copy.deepcopy(current)
+                        emptied["endpoints"] = None
+                        emptied["ports"] = None
+                        changed.append(STATE.store(res, emptied, current))
+                self.send_json(200, changed)
             elif path == "/_fake/fail" and payload.get("clear"):
                 STATE.failures.clear()
                 self.send_json(200, {})
@@ -692,6 +728,10 @@ class Handler(BaseHTTPRequestHandler):
                     STATE.watch_gone_mode = payload["watchGoneMode"]
                 if "bookmarkIntervalSeconds" in payload:
                     STATE.bookmark_interval = float(payload["bookmarkIntervalSeconds"])
+                if "bookmarkMode" in payload:
+                    if payload["bookmarkMode"] not in ("always", "progress"):
+                        raise ApiError(400, "BadRequest", "bookmarkMode: always or progress")
+                    STATE.bookmark_mode = payload["bookmarkMode"]
                 STATE.cond.notify_all()
                 self.send_json(200, {})
             else:

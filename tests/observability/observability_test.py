@@ -36,7 +36,10 @@ DASHBOARD = os.path.join(SOURCE_DIR, "deploy", "grafana", "kwd.json")
 CHART = os.path.join(SOURCE_DIR, "deploy", "helm", "kwd")
 RULES_TEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules_test.yaml")
 # Labels Prometheus adds to every scraped series (target labels).
-TARGET_LABELS = {"job", "instance", "namespace", "pod", "container", "service", "endpoint"}
+# Labels Prometheus adds to every series of a target; "release" comes from the
+# chart's ServiceMonitor/PodMonitor relabeling.
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "container", "service", "endpoint",
+                 "release"}
 
 OBJECTS = """\
 apiVersion: dispatch.kwd.io/v1alpha1
@@ -423,6 +426,38 @@ class Rules(unittest.TestCase):
         self.assertEqual(rules[-1], {"alert": "SapLogonSlow", "expr": "vector(1)",
                                      "labels": {"severity": "info"}})
         self.assertIn("KwdGroupNoUsableServer", [r.get("alert") for r in rules])
+
+    def test_monitors_label_series_with_the_release(self):
+        docs = helm_render("--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true")
+        for kind, key in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+            (monitor,) = [d for d in docs if d["kind"] == kind]
+            for endpoint in monitor["spec"][key]:
+                self.assertIn({"targetLabel": "release", "replacement": "wd"},
+                              endpoint["relabelings"], kind)
+
+    def test_alerts_are_per_namespace_and_release(self):
+        """Every aggregation and match keeps namespace and release (an alert
+        without one, like increase(...) > 0, keeps every label anyway)."""
+        clauses = 0
+        for r in rendered_rules()["groups"][0]["rules"]:
+            for clause in re.findall(r"\b(?:by|on) \(([^)]*)\)", r["expr"]):
+                labels = [l.strip() for l in clause.split(",")]
+                self.assertLessEqual({"namespace", "release"}, set(labels), r["alert"])
+                clauses += 1
+            if re.search(r"\b(sum|max|min|count)\(", r["expr"].replace(" (", "(")):
+                self.assertRegex(r["expr"], r"\b(sum|max|min|count) by|or \(count\(", r["alert"])
+        self.assertGreaterEqual(clauses, 7)
+
+    def test_dashboard_filters_by_namespace_and_release(self):
+        with open(DASHBOARD) as f:
+            dashboard = json.load(f)
+        names = [v["name"] for v in dashboard["templating"]["list"]]
+        self.assertLess(names.index("namespace"), names.index("release"))
+        for title, expr in dashboard_queries(dashboard):
+            if title.startswith("variable "):
+                continue
+            for metric in re.findall(r"\b(?:kwd|process)_\w+(\{[^}]*\})?", expr):
+                self.assertIn('namespace=~"$namespace",release=~"$release"', metric, title)
 
     def test_thresholds_and_labels_from_values(self):
         docs = helm_render("--set", "prometheusRule.enabled=true",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -574,6 +575,29 @@ std::vector<CompileCase> Cases() {
         "LogonGroup erp/b ResolvedRefs=False PortNotFound"},
        {},
        {"no EndpointSlice of Service erp/svc has port \"https\""}},
+      // Issue 27: a Deployment scaled to 0 leaves its slice with "endpoints":
+      // null and "ports": null (the EndpointSlice controller's shape). That is
+      // a Service without endpoints, not one without the port.
+      {"ScaledToZeroSliceIsNoEndpointsNotPortNotFound",
+       {ServiceLg("erp", "a", {{"name", "svc"}, {"port", "http"}}),
+        ServiceLg("erp", "b", {{"name", "svc"}, {"port", 8000}}),
+        ServiceLg("erp", "c", {{"name", "svc"}}), Slice("erp", "svc-1", "svc", nullptr, nullptr),
+        Slice("erp", "svc-2", "svc", json::array(), json::array())},
+       {"servers erp/a 0", "LogonGroup erp/a ResolvedRefs=False NoEndpoints",
+        "LogonGroup erp/b ResolvedRefs=False NoEndpoints",
+        "LogonGroup erp/c ResolvedRefs=False NoEndpoints"},
+       {},
+       {"Service erp/svc has no endpoints (its EndpointSlices are empty: scaled to 0?)"}},
+      {"EmptySliceBesideAServingOneIsNotAPortProblem",
+       {ServiceLg("erp", "a", {{"name", "svc"}, {"port", "http"}}),
+        Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1")}),
+        Slice("erp", "svc-2", "svc", nullptr, nullptr)},
+       {"servers erp/a 1", "server erp/a p1 10.0.0.1:8000 c=1 SERVER_STATE_READY pod=erp/p1",
+        "LogonGroup erp/a ResolvedRefs=True ResolvedRefs"}},
+      {"SliceWithEndpointsButNoPortsIsStillPortNotFound",
+       {ServiceLg("erp", "a", {{"name", "svc"}, {"port", "http"}}),
+        Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1")}, nullptr)},
+       {"servers erp/a 0", "LogonGroup erp/a ResolvedRefs=False PortNotFound"}},
       {"DuplicateInstanceNamesKeepOne",
        {ServiceLg("erp", "a", {{"name", "svc"}}),
         Slice("erp", "svc-1", "svc", {Ep("10.0.0.1", "p1", kDraining), Ep("10.0.0.2", "p2")}),
@@ -846,6 +870,33 @@ std::vector<CompileCase> Cases() {
 
 INSTANTIATE_TEST_SUITE_P(All, CompileTableTest, testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
+
+// Issue 27: the UrlMapping printer columns read status.rules and
+// status.hosts ("*" for any host), not spec lists a column cannot show.
+TEST(CompileTest, UrlMappingStatusCountsRulesAndListsHosts) {
+  CompileResult result = Compile(Objects(
+      {StaticLg("erp", "public"),
+       Um("erp", "any", "2026-01-01T00:00:00Z",
+          {{"rules",
+            json::array({{{"prefix", "/sap/"}, {"kind", "abap"}, {"logonGroup", "public"}},
+                         {{"prefix", "/irj/"}, {"kind", "abap"}, {"logonGroup", "public"}}})}}),
+       Um("erp", "named", "2026-01-01T00:00:00Z",
+          {{"hosts", json::array({"b.example.com", "a.example.com"})},
+           {"rules",
+            json::array({{{"prefix", "/x/"}, {"kind", "abap"}, {"logonGroup", "public"}}})}})}));
+  std::map<std::string, const ObjectStatus*> by_name;
+  for (const ObjectStatus& status : result.statuses) {
+    if (status.kind == "UrlMapping") {
+      by_name[status.name] = &status;
+    }
+  }
+  ASSERT_EQ(by_name.size(), 2u);
+  EXPECT_EQ(by_name["any"]->rules, 2);
+  EXPECT_EQ(by_name["any"]->hosts, "*");
+  EXPECT_EQ(by_name["named"]->rules, 1);
+  EXPECT_NE(by_name["named"]->hosts.find("a.example.com"), std::string::npos);
+  EXPECT_NE(by_name["named"]->hosts.find("b.example.com"), std::string::npos);
+}
 
 // What the condition messages quote from objects is escaped: statuses go to
 // the API server, `kwd-controller validate` output and log lines.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "controller/kube/leader_elector.h"
@@ -233,21 +234,119 @@ TEST(KubeClientTest, TooOldVersionNeedsARelistAsErrorEventOrHttp410) {
   EXPECT_TRUE(events.empty());
 }
 
-TEST(KubeClientTest, StalledWatchIsDetected) {
+// A hung server (the connection stays, the stream never ends) is abandoned
+// once timeoutSeconds plus the grace have passed.
+TEST(KubeClientTest, StalledWatchIsDetectedAfterItsTimeoutAndGrace) {
   FakeApiServer server;
   KubeClient client(server.Config());
   server.Control("stall-watches", {{"stalled", true}});
   WatchOptions options;
   options.resource_version = "0";
-  options.stall_timeout = std::chrono::seconds(1);
+  options.timeout_seconds = 1;
+  options.deadline_grace = std::chrono::seconds(1);
   std::vector<std::pair<WatchEventType, json>> events;
   auto started = std::chrono::steady_clock::now();
   WatchResult result = WatchUntilEnd(client, options, &events);
   auto took = std::chrono::steady_clock::now() - started;
   EXPECT_EQ(result.end, WatchEnd::kFailed);
   EXPECT_EQ(result.status.reason, "Stalled") << result.status.ToString();
-  EXPECT_GE(took, std::chrono::milliseconds(900));
-  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_NE(result.status.message.find("timeoutSeconds=1"), std::string::npos)
+      << result.status.message;
+  EXPECT_GE(took, std::chrono::milliseconds(1900));
+  EXPECT_LT(took, std::chrono::seconds(6));
+}
+
+// Issue 27: a 1.28 API server sends a watch of a quiet resource type not a
+// single byte (no event, no bookmark) until timeoutSeconds ends it. That
+// silence, however much longer than the grace, is a healthy watch: it ends
+// closed, not stalled.
+TEST(KubeClientTest, QuietWatchIsHealthyUntilTheServerEndsIt) {
+  FakeApiServer server;
+  server.Upsert(LogonGroup("a"));
+  server.Control("config", {{"bookmarkMode", "progress"}, {"bookmarkIntervalSeconds", 0.2}});
+  KubeClient client(server.Config());
+  std::string rv = server.State()["resourceVersion"];
+  WatchOptions options;
+  options.resource_version = rv;
+  options.timeout_seconds = 3;
+  options.deadline_grace = std::chrono::seconds(1);
+  std::vector<std::pair<WatchEventType, json>> events;
+  auto started = std::chrono::steady_clock::now();
+  WatchResult result = WatchUntilEnd(client, options, &events);
+  auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(result.end, WatchEnd::kClosed) << result.status.ToString();
+  EXPECT_TRUE(result.status.ok()) << result.status.ToString();
+  EXPECT_TRUE(events.empty()) << "the fake sent something: not a quiet watch";
+  EXPECT_GE(took, std::chrono::milliseconds(2900)) << "silent for longer than the grace";
+  EXPECT_EQ(result.last_resource_version, rv);
+  json requests = server.Requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests.back()["query"]["timeoutSeconds"], "3");
+}
+
+// The fake's "progress" mode (a 1.28 API server): periodic bookmarks reach a
+// watch only after its resource type moved on, or after a progress
+// notification.
+TEST(KubeClientTest, FakeSendsBookmarksToAQuietWatchOnlyAfterProgress) {
+  FakeApiServer server;
+  server.Upsert(LogonGroup("a"));
+  server.Control("config", {{"bookmarkMode", "progress"}, {"bookmarkIntervalSeconds", 0.2}});
+  KubeClient client(server.Config());
+  std::string start_rv = server.State()["resourceVersion"];
+  server.Upsert(Slice("erp-abap-1", "erp-abap"));  // another type moves the global version
+  WatchOptions options;
+  options.resource_version = start_rv;
+  std::stop_source stop;
+  std::mutex mutex;
+  std::vector<std::pair<WatchEventType, json>> events;
+  std::thread watcher([&] {
+    client.Watch(
+        kLogonGroups, options,
+        [&](WatchEventType type, const json& object) {
+          std::lock_guard lock(mutex);
+          events.emplace_back(type, object);
+        },
+        stop.get_token());
+  });
+  for (int i = 0; i < 200 && server.State()["openWatches"] != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // 4 bookmark intervals pass
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_TRUE(events.empty()) << "a bookmark before the type moved";
+  }
+  server.Control("progress-notify");
+  bool bookmarked = false;
+  for (int i = 0; i < 300 && !bookmarked; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::lock_guard lock(mutex);
+    bookmarked = !events.empty();
+  }
+  stop.request_stop();
+  watcher.join();
+  ASSERT_TRUE(bookmarked);
+  EXPECT_EQ(events[0].first, WatchEventType::kBookmark);
+  EXPECT_NE(Rv(events[0].second), start_rv) << "the bookmark carries the progressed version";
+}
+
+// The fake's EndpointSlice controller shape for a Service scaled to 0.
+TEST(KubeClientTest, FakeScaleToZeroWritesNullEndpointsAndPorts) {
+  FakeApiServer server;
+  json slice = Slice("erp-abap-1", "erp-abap");
+  slice["endpoints"] = json::array({{{"addresses", {"10.0.0.1"}}}});
+  slice["ports"] = json::array({{{"name", "http"}, {"port", 8000}}});
+  server.Upsert(slice);
+  server.Upsert(Slice("other-1", "other"));
+  json changed = server.Control("scale-to-zero", {{"namespace", "erp"}, {"service", "erp-abap"}});
+  ASSERT_EQ(changed.size(), 1u);
+  KubeClient client(server.Config());
+  ListResult list = client.List(kSlices);
+  ASSERT_TRUE(list.status.ok());
+  ASSERT_EQ(list.items.size(), 2u);
+  EXPECT_TRUE(list.items[0]["endpoints"].is_null());
+  EXPECT_TRUE(list.items[0]["ports"].is_null());
+  EXPECT_TRUE(list.items[0].contains("ports")) << "present as null, not absent";
 }
 
 TEST(KubeClientTest, DroppedWatchIsReportedAsFailure) {

@@ -265,7 +265,8 @@ TEST(ReflectorTest, StalledWatchIsAbandonedAndResumed) {
   KubeClient client(server.Config());
   RecordingSink sink;
   ReflectorOptions options = FastOptions();
-  options.stall_timeout = std::chrono::seconds(1);
+  options.watch_timeout_seconds = 1;
+  options.deadline_grace = std::chrono::seconds(1);
   Reflector reflector(client, options, sink);
   std::jthread thread([&](std::stop_token stop) { reflector.Run(stop); });
   ASSERT_TRUE(sink.WaitUntil([](auto&, int replaces) { return replaces == 1; }));
@@ -283,6 +284,60 @@ TEST(ReflectorTest, StalledWatchIsAbandonedAndResumed) {
       sink.WaitUntil([](auto& objects, int) { return objects.count("during-stall") == 1; }));
   EXPECT_EQ(reflector.Stats().relists, 0u);
   thread.request_stop();
+}
+
+// Issue 27: on a real 1.28 cluster every quiet watch was torn down as
+// stalled after 90 s of silence, counted as an error and followed by a
+// backoff pause. Quiet watches that the server ends at timeoutSeconds are
+// healthy: no error, no pause, resumed from the same version.
+TEST(ReflectorTest, QuietWatchesEndByTheirTimeoutWithoutErrorsOrBackoff) {
+  FakeApiServer server;
+  server.Upsert(LogonGroup("a"));
+  server.Control("config", {{"bookmarkMode", "progress"}, {"bookmarkIntervalSeconds", 0.2}});
+  KubeClient client(server.Config());
+  RecordingSink sink;
+  auto sleeper = std::make_shared<RecordingSleeper>();
+  ReflectorOptions options = FastOptions();
+  options.watch_timeout_seconds = 1;
+  options.deadline_grace = std::chrono::seconds(1);
+  options.sleeper = sleeper;
+  Reflector reflector(client, options, sink);
+  std::jthread thread([&](std::stop_token stop) { reflector.Run(stop); });
+  ASSERT_TRUE(sink.WaitUntil([](auto&, int replaces) { return replaces == 1; }));
+  for (int i = 0; i < 600 && reflector.Stats().watches < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  thread.request_stop();
+  thread.join();
+  ReflectorStats stats = reflector.Stats();
+  EXPECT_GE(stats.watches, 3u);
+  EXPECT_EQ(stats.errors, 0u);
+  EXPECT_EQ(stats.bookmarks, 0u) << "the fake was not quiet";
+  EXPECT_EQ(stats.relists, 0u);
+  EXPECT_TRUE(sleeper->Delays().empty()) << "a healthy quiet watch must not back off";
+}
+
+// client-go asks for a timeout between 5 and 10 minutes at random, so that
+// watches do not all end together; so does the reflector.
+TEST(ReflectorTest, WatchTimeoutIsRandomisedBetweenOnceAndTwiceTheMinimum) {
+  FakeApiServer server;
+  KubeClient client(server.Config());
+  RecordingSink sink;
+  ReflectorOptions options = FastOptions();
+  options.watch_timeout_seconds = 300;
+  options.random = [] { return 0.5; };
+  Reflector reflector(client, options, sink);
+  std::jthread thread([&](std::stop_token stop) { reflector.Run(stop); });
+  ASSERT_TRUE(AwaitOpenWatches(server, 1));
+  thread.request_stop();
+  thread.join();
+  std::vector<std::string> timeouts;
+  for (const json& request : server.Requests()) {
+    if (request["query"].contains("watch")) {
+      timeouts.push_back(request["query"]["timeoutSeconds"]);
+    }
+  }
+  EXPECT_EQ(timeouts, std::vector<std::string>{"450"});
 }
 
 TEST(ReflectorTest, FailedListsBackOffWithJitter) {

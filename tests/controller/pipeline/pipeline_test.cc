@@ -72,7 +72,7 @@ struct Running {
   std::jthread thread;
 
   explicit Running(milliseconds hold_off, int sources = 1) {
-    pipeline = std::make_unique<Pipeline>(PipelineOptions{hold_off, milliseconds(100), nullptr},
+    pipeline = std::make_unique<Pipeline>(PipelineOptions{hold_off, milliseconds(100), nullptr, ""},
                                           sink, &metrics);
     for (int i = 0; i < sources; ++i) {
       pipeline->AddSource("s" + std::to_string(i));
@@ -136,6 +136,48 @@ TEST(PipelineTest, DeleteRemovesFromTheSnapshot) {
       [&] { return run.sink.last() && run.sink.last()->snapshot.groups_size() == 1; }));
 }
 
+// `serve --class`: only objects of the pipeline's class reach the snapshot,
+// from lists (Replace, ReplaceAll: the directory source) and from single
+// updates; an object whose className changes away leaves it; objects without
+// a class (EndpointSlices) are kept.
+TEST(PipelineTest, OnlyObjectsOfItsClassEnterTheStore) {
+  RecordingSink sink;
+  PipelineOptions options{milliseconds(0), milliseconds(0), nullptr, "prod"};
+  Pipeline pipeline(options, sink, nullptr);
+  pipeline.AddSource("dir");
+  std::jthread thread([&](std::stop_token stop) { pipeline.Run(stop); });
+  auto classed = [](const std::string& name, const std::string& class_name) {
+    json group = Group(name, 1);
+    if (!class_name.empty()) {
+      group["spec"]["className"] = class_name;
+    }
+    return Decode(group);
+  };
+  auto keys = [&] {
+    std::vector<std::string> out;
+    if (auto last = sink.last()) {
+      for (const auto& group : last->snapshot.groups()) {
+        out.push_back(group.key());
+      }
+    }
+    return out;
+  };
+  std::vector<ObservedObject> objects;
+  objects.push_back(classed("mine", "prod"));
+  objects.push_back(classed("theirs", "qa"));
+  objects.push_back(classed("classless", ""));
+  objects.push_back(Decode(UnrelatedSlice(1)));
+  pipeline.ReplaceAll(0, std::move(objects));
+  ASSERT_TRUE(testing::WaitFor([&] { return keys() == std::vector<std::string>{"erp/mine"}; }));
+  ASSERT_EQ(sink.last()->statuses.size(), 1u) << "no status for other classes";
+  pipeline.Upsert(classed("theirs", "prod"));  // moved to this class
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return keys() == std::vector<std::string>{"erp/mine", "erp/theirs"};
+  }));
+  pipeline.Upsert(classed("mine", "qa"));  // moved away
+  ASSERT_TRUE(testing::WaitFor([&] { return keys() == std::vector<std::string>{"erp/theirs"}; }));
+}
+
 TEST(DirWatcherTest, PicksUpChangesAndKeepsTheLastGoodObjectsOnErrors) {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("kwd-dirwatch-" + std::to_string(getpid()));
@@ -149,7 +191,7 @@ TEST(DirWatcherTest, PicksUpChangesAndKeepsTheLastGoodObjectsOnErrors) {
   };
   write(group_yaml("first"));
   RecordingSink sink;
-  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr}, sink, nullptr);
+  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr, ""}, sink, nullptr);
   DirWatcher watcher(dir, pipeline, milliseconds(20));
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
   EXPECT_TRUE(watcher.PollOnce());
@@ -203,7 +245,7 @@ TEST(DirWatcherTest, WaitsForAFileRewrittenInPlaceToSettle) {
   };
   std::ofstream(dir / "groups.yaml") << group_yaml("first");
   RecordingSink sink;
-  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr}, sink, nullptr);
+  Pipeline pipeline(PipelineOptions{milliseconds(0), milliseconds(0), nullptr, ""}, sink, nullptr);
   DirWatcher watcher(dir, pipeline, milliseconds(20), milliseconds(300));
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
   auto has_group = [&](const std::string& key) {

@@ -87,9 +87,14 @@ TEST(StatusToWriteTest, OtherConditionTypesAreKept) {
 TEST(StatusToWriteTest, UrlMappingHasNoReadyServers) {
   compile::ObjectStatus status = GroupStatus("True", "Accepted");
   status.kind = "UrlMapping";
+  status.rules = 3;
+  status.hosts = "*";
   auto write = StatusToWrite(status, nullptr, kT1);
   ASSERT_TRUE(write.has_value());
   EXPECT_FALSE(write->contains("readyServers"));
+  // The printer columns Rules and Hosts read these.
+  EXPECT_EQ((*write)["rules"], 3);
+  EXPECT_EQ((*write)["hosts"], "*");
   EXPECT_EQ(ObjectPath("UrlMapping", "erp", "m"),
             "/apis/dispatch.kwd.io/v1alpha1/namespaces/erp/urlmappings/m");
 }

@@ -64,6 +64,8 @@ client certificate with the CA of the controller's certificate.
 {{- define "kwd.grpcTLS.controllerSecretName" -}}
 {{- if eq .Values.grpcTLS.provider "existing" }}
 {{- required "grpcTLS.existingSecrets.controller is required with grpcTLS.provider=existing" .Values.grpcTLS.existingSecrets.controller }}
+{{- else if eq .Values.grpcTLS.provider "job" }}
+{{- printf "%s-grpc-controller-cert" (include "kwd.fullname" . | trunc 40 | trimSuffix "-") }}
 {{- else }}
 {{- printf "%s-grpc-controller-tls" (include "kwd.fullname" . | trunc 43 | trimSuffix "-") }}
 {{- end }}
@@ -72,9 +74,16 @@ client certificate with the CA of the controller's certificate.
 {{- define "kwd.grpcTLS.proxySecretName" -}}
 {{- if eq .Values.grpcTLS.provider "existing" }}
 {{- required "grpcTLS.existingSecrets.proxy is required with grpcTLS.provider=existing" .Values.grpcTLS.existingSecrets.proxy }}
+{{- else if eq .Values.grpcTLS.provider "job" }}
+{{- printf "%s-grpc-proxy-cert" (include "kwd.fullname" . | trunc 45 | trimSuffix "-") }}
 {{- else }}
 {{- printf "%s-grpc-proxy-tls" (include "kwd.fullname" . | trunc 48 | trimSuffix "-") }}
 {{- end }}
+{{- end }}
+
+{{/* provider job: the Secret holding the release's gRPC CA (certificate and key). */}}
+{{- define "kwd.grpcTLS.caSecretName" -}}
+{{- printf "%s-grpc-ca" (include "kwd.fullname" . | trunc 55 | trimSuffix "-") }}
 {{- end }}
 
 {{/* The names in the controller's certificate: its Service, as proxies and sidecars dial it. */}}
@@ -394,5 +403,104 @@ in kwd's source tree.
   {{- end }}
 {{- with $np.adminExtraFrom }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pod template of the grpcTLS.provider=job Jobs (dict root, serviceAccount):
+kwd-controller ensure-grpc-certs for the release's three gRPC Secrets.
+*/}}
+{{- define "kwd.grpcTLS.jobPod" -}}
+{{- $root := .root }}
+{{- $job := $root.Values.grpcTLS.job }}
+metadata:
+  labels:
+    {{- include "kwd.componentLabels" (dict "root" $root "component" "grpc-certs") | nindent 4 }}
+spec:
+  serviceAccountName: {{ .serviceAccount }}
+  restartPolicy: Never
+  {{- with $root.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- include "kwd.podSecurityContext" $root | nindent 4 }}
+  containers:
+    - name: ensure-grpc-certs
+      image: {{ include "kwd.image" $root }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      command: ["/usr/local/bin/kwd-controller"]
+      args:
+        - ensure-grpc-certs
+        - --namespace
+        - {{ $root.Release.Namespace }}
+        - --ca-secret
+        - {{ include "kwd.grpcTLS.caSecretName" $root }}
+        - --controller-secret
+        - {{ include "kwd.grpcTLS.controllerSecretName" $root }}
+        - --proxy-secret
+        - {{ include "kwd.grpcTLS.proxySecretName" $root }}
+        {{- range include "kwd.grpcTLS.controllerDnsNames" $root | fromJsonArray }}
+        - --dns-name
+        - {{ . }}
+        {{- end }}
+        - --validity
+        - {{ $job.validity | quote }}
+        - --ca-validity
+        - {{ $job.caValidity | quote }}
+        - --renew-before
+        - {{ $job.renewBefore | quote }}
+      resources:
+        requests:
+          cpu: 10m
+          memory: 16Mi
+        limits:
+          memory: 64Mi
+      securityContext:
+        {{- include "kwd.containerSecurityContext" $root | nindent 8 }}
+  {{- with $root.Values.controller.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $root.Values.controller.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/*
+kwd-proxy serve flags from proxy.config (ingress-nginx's ConfigMap settings as
+values): an empty or null setting renders no flag, so the binary's default holds.
+*/}}
+{{- define "kwd.proxy.configArgs" -}}
+{{- $c := .Values.proxy.config }}
+{{- $flags := list
+  (list "--header-timeout" $c.headerTimeout)
+  (list "--idle-timeout" $c.idleTimeout)
+  (list "--connect-timeout" $c.connectTimeout)
+  (list "--response-timeout" $c.responseTimeout)
+  (list "--tls-handshake-timeout" $c.tlsHandshakeTimeout)
+  (list "--log-format" $c.logFormat) }}
+{{- range $flags }}
+{{- $value := index . 1 }}
+{{- if $value }}
+- {{ index . 0 }}
+- {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+{{- /* Byte counts: YAML numbers reach templates as floats; print them whole. */}}
+{{- range list (list "--max-body-size" $c.maxBodySize) (list "--max-header-size" $c.maxHeaderSize) }}
+{{- if not (kindIs "invalid" (index . 1)) }}
+- {{ index . 0 }}
+- {{ index . 1 | int64 | toString | quote }}
+{{- end }}
+{{- end }}
+{{- with $c.trustedProxies }}
+- --trusted-proxies
+- {{ join "," . | quote }}
+{{- end }}
+{{- with $c.proxyProtocol }}
+- --proxy-protocol
+- {{ join "," . | quote }}
 {{- end }}
 {{- end }}
