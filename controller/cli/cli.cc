@@ -6,6 +6,7 @@
 #include "common/file.h"
 #include "common/snapshot_io.h"
 #include "common/build_info.h"
+#include "controller/cli/import.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
 #include "controller/source/dir_source.h"
@@ -20,6 +21,8 @@ constexpr std::string_view kUsage =
     "  serve     --source=dir:DIR | --source=kube   serve snapshots to proxies\n"
     "  compile   --source=dir:DIR | -f FILE         print the snapshot as JSON on stdout\n"
     "  validate  --source=dir:DIR | -f FILE|-       print problems per object; exit 1 if any\n"
+    "  import    --profile FILE [--files DIR] [-o DIR]\n"
+    "                                               translate an SAP Web Dispatcher profile\n"
     "  version                                      print the version and git revision\n"
     "  ensure-affinity-key --namespace NS --secret NAME\n"
     "                                               create the proxies' key Secret once\n"
@@ -253,6 +256,9 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   }
   if (command == "validate") {
     return RunValidate(rest, out, err);
+  }
+  if (command == "import") {
+    return RunImport(rest, out, err);
   }
   if (command == "serve") {
     return RunServe(rest, out, err);
