@@ -210,6 +210,10 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
   std::string profile_text;
   std::string error;
   std::error_code ec;
+  if (fs::exists(flags.profile, ec) && !fs::is_regular_file(flags.profile, ec)) {
+    err << "ERROR " << flags.profile << ": not a regular file\n";
+    return 1;
+  }
   if (fs::is_regular_file(flags.profile, ec) &&
       fs::file_size(flags.profile, ec) > importer::kMaxProfileBytes) {
     err << "ERROR " << flags.profile << ": larger than " << importer::kMaxProfileBytes

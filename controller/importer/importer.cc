@@ -506,10 +506,24 @@ class Importer {
     Warn(param, "unknown parameter, not translated" + Suggestion(key));
   }
 
-  static std::string Suggestion(const std::string& key) {
+  // The nearest known name within an edit distance of 2 (a length
+  // difference is a lower bound of the distance, so most names cost nothing);
+  // only for the first kMaxSuggestions unknown names, so a profile of
+  // thousands of junk lines stays fast.
+  std::string Suggestion(const std::string& key) {
+    constexpr int kMaxSuggestions = 200;
+    if (++suggestions_ > kMaxSuggestions) {
+      return "";
+    }
+    auto far = [](std::string_view a, std::string_view b) {
+      return (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > 2;
+    };
     std::string best;
     std::size_t best_distance = 3;
     for (const auto& [name, known] : KnownParameters()) {
+      if (far(key, name)) {
+        continue;
+      }
       std::size_t d = EditDistance(key, name);
       if (d < best_distance) {
         best_distance = d;
@@ -521,6 +535,9 @@ class Importer {
     bool leading_zero = false;
     if (SplitIndexed(key, &base, &index, &leading_zero)) {
       for (const auto& [name, known] : KnownVectors()) {
+        if (far(base, name)) {
+          continue;
+        }
         std::size_t d = EditDistance(base, name);
         if (d < best_distance) {
           best_distance = d;
@@ -827,6 +844,10 @@ class Importer {
             }
             if (!IsVirtualHost(lower)) {
               Warn(*param, "SRCVHOST " + Shown(host) + " is not a host name or *.suffix; left out");
+            } else if (auto [it, fresh] = vhost_owner_.try_emplace(lower, param->entry->name);
+                       !fresh) {
+              Warn(*param, "SRCVHOST " + Shown(host) + " already selects the system of " +
+                               it->second + "; left out here (kwd gives a host to one system)");
             } else {
               system.vhosts.push_back(lower);
             }
@@ -1444,7 +1465,7 @@ class Importer {
         spec["fromSapSystem"] = system.name;
       }
       AddShared(permissions, modifications, &spec);
-      if (!system.sid.empty()) {
+      if (!system.sid.empty() && systems_.size() > 1) {
         spec["system"] = Json{{"sid", system.sid}};
       }
       std::string name = system.name;
@@ -2067,6 +2088,8 @@ class Importer {
   std::string url_map_path_;
   std::vector<std::string> extra_args_;
   Json chart_proxy_ = Json::object();
+  int suggestions_ = 0;
+  std::map<std::string, std::string> vhost_owner_;  // host -> system name
 };
 
 }  // namespace

@@ -299,6 +299,10 @@ TEST_F(ImportCliTest, UnreadableInputExits1AndWritesNothing) {
   EXPECT_FALSE(fs::exists(out));
   EXPECT_EQ(r.out, "");
 
+  RunResult device = Controller("import --profile /dev/zero");
+  EXPECT_EQ(device.exit_code, 1);
+  EXPECT_EQ(device.err, "ERROR /dev/zero: not a regular file\n");
+
   // --files DIR is where the named files are.
   fs::path files = dir_ / "files";
   fs::create_directories(files);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -688,6 +689,30 @@ TEST(ImportTest, HostileBytesAreEscapedAndBounded) {
     EXPECT_EQ(line.find('\x01'), std::string::npos) << line;
     EXPECT_LT(line.size(), 1000u) << line;
   }
+}
+
+TEST(ImportTest, AMegabyteOfJunkStaysFast) {
+  std::string profile;
+  while (profile.size() + 32 < kMaxProfileBytes) {
+    profile += "wdisp/auto_refresx_" + std::to_string(profile.size() % 97) + " = 1\n";
+  }
+  auto start = std::chrono::steady_clock::now();
+  ImportResult r = ImportText(profile);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(r.ExitCode(), 3);
+  EXPECT_EQ(r.translated, 0);
+}
+
+TEST(ImportTest, AHostSelectsOneSystem) {
+  ImportResult r = ImportText(
+      "wdisp/system_0 = SID=AA1, MSHOST=a, MSPORT=1, SRCVHOST=erp.example.com\n"
+      "wdisp/system_1 = SID=BB1, MSHOST=b, MSPORT=1, SRCVHOST=ERP.example.com;bw.example.com\n");
+  EXPECT_EQ(Warnings(r),
+            std::vector<std::string>{
+                "WARN sapwebdisp.pfl:2 wdisp/system_1: SRCVHOST \"ERP.example.com\" already "
+                "selects the system of wdisp/system_0; left out here (kwd gives a host to one "
+                "system)"});
+  EXPECT_EQ(Find(r, "UrlMapping", "bb1")->at("spec")["hosts"], Json::array({"bw.example.com"}));
 }
 
 TEST(ImportTest, KubernetesNames) {
