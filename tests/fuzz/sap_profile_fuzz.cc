@@ -8,32 +8,16 @@
 // aside).
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "controller/importer/importer.h"
 #include "controller/importer/yaml_writer.h"
 #include "controller/model/model.h"
+#include "tests/fuzz/fuzz_check.h"
 
-namespace {
-
-void Check(bool condition) {
-  if (!condition) {
-    std::abort();
-  }
-}
-
-bool HasControl(std::string_view text) {
-  for (char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
+using kwd::fuzz::Check;
+using kwd::fuzz::HasControl;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);

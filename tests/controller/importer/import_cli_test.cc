@@ -11,10 +11,10 @@
 // its output. Once the fields land, the full output is validated.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
-#include <cstdlib>
+#include "tests/support/command.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,25 +26,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using RunResult = kwd::testing::CommandResult;
+using kwd::testing::ShellQuote;
 
 std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  return kwd::testing::ReadFileOrEmpty(path);
 }
 
 std::string Quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  }
-  return out + "'";
+  return ShellQuote(text);
 }
 
 std::vector<std::string> SplitLines(const std::string& text) {
@@ -66,16 +56,8 @@ class ImportCliTest : public testing::Test {
   }
 
   RunResult Run(const std::string& binary, const std::string& args) {
-    fs::path out = dir_ / "stdout";
-    fs::path err = dir_ / "stderr";
-    std::string command = "timeout 60 " + Quote(std::string(KWD_BINARY_DIR) + "/" + binary) + " " +
-                          args + " >" + Quote(out.string()) + " 2>" + Quote(err.string());
-    int status = std::system(command.c_str());
-    RunResult result;
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    result.out = ReadFile(out);
-    result.err = ReadFile(err);
-    return result;
+    return kwd::testing::RunCommand(
+        "timeout 60 " + Quote(std::string(KWD_BINARY_DIR) + "/" + binary) + " " + args, dir_);
   }
 
   RunResult Controller(const std::string& args) { return Run("kwd-controller", args); }
