@@ -280,10 +280,8 @@ const std::map<std::string, Known>& KnownVectors() {
       {"icm/http/mod", {Kind::kHandled, ""}},
       {"icm/http/logging", {Kind::kHandled, ""}},
       {"icm/http/admin", {Kind::kHandled, ""}},
-      {"icm/http/redirect",
-       {Kind::kUnsupported,
-        "no redirect handler: write the redirect as a rule (RegRedirectUrl) in "
-        "UrlMapping.spec.modifications"}},
+      {"icm/http/redirect", {Kind::kHandled, ""}},
+      {"icm/redirect", {Kind::kHandled, ""}},
       {"icm/http/auth",
        {Kind::kUnsupported,
         "no authentication filter (PERMFILE/AUTHFILE) in kwd: URL filtering is "
@@ -760,6 +758,12 @@ class Importer {
   // ---- vector parameters ----
 
   void HandleIndexed(Param& param, const std::string& base, int index) {
+    if (base == "icm/http/redirect" || base == "icm/redirect") {
+      if (Resolved(param)) {
+        redirects_.emplace_back(index, &param);
+      }
+      return;
+    }
     if (base == "icm/http/mod") {
       mods_.emplace_back(index, &param);
       return;  // resolved when read: only the FILE path may hold unknown $(...)
@@ -1265,6 +1269,9 @@ class Importer {
         }
       }
       for (auto& [index, param] : mods_) {
+        Warn(*param, "not translated: no system to apply it to");
+      }
+      for (auto& [index, param] : redirects_) {
         Warn(*param, "not translated: no system to apply it to");
       }
       return;
@@ -1828,9 +1835,94 @@ class Importer {
     return out;
   }
 
+  // icm/HTTP/redirect_<xx> = PREFIX=/p[, FROMPROT=http|https][, TO=/t][,
+  // PROT=, HOST=, PORT=]: SAP answers 301 when the path is exactly PREFIX
+  // (no FROM=), never reaching a server. Written as one rule per entry:
+  //   [if %{SERVER_PROTOCOL} stricmp "http"]
+  //   RegRedirectUrl ^/p$ TARGET [CODE=permanent]
+  std::string RedirectRules() {
+    std::string rules;
+    std::stable_sort(redirects_.begin(), redirects_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [index, param] : redirects_) {
+      OptionList options = ParseOptions(param->value);
+      const std::string* prefix = options.Find("PREFIX");
+      if (!options.malformed.empty() || !options.duplicates.empty() || prefix == nullptr ||
+          prefix->empty() || prefix->front() != '/' || !IsPathText(*prefix)) {
+        Warn(*param, "not a PREFIX=/path[, TO=...] redirect; not translated");
+        continue;
+      }
+      if (options.Find("FROM") != nullptr) {
+        Warn(*param, "FROM= (a wildcard pattern) is not translated: write the redirect as a "
+                     "RegRedirectUrl rule in UrlMapping.spec.modifications");
+        continue;
+      }
+      bool usable = true;
+      for (const auto& [key, value] : options.options) {
+        bool known = key == "PREFIX" || key == "TO" || key == "FROMPROT" || key == "PROT" ||
+                     key == "HOST" || key == "PORT";
+        bool blank = value.find_first_of(" \t") != std::string::npos;
+        if (!known || blank || value.empty() || HasControl(value)) {
+          Warn(*param, key + "=" + Shown(value) + (known ? " is not usable" : " is not known") +
+                           "; redirect not translated");
+          usable = false;
+        }
+      }
+      if (!usable) {
+        continue;
+      }
+      const std::string* to = options.Find("TO");
+      const std::string* prot = options.Find("PROT");
+      const std::string* host = options.Find("HOST");
+      const std::string* port = options.Find("PORT");
+      const std::string* from_prot = options.Find("FROMPROT");
+      if ((prot != nullptr || port != nullptr) && host == nullptr) {
+        Warn(*param, "PROT= and PORT= need HOST= (as in SAP); redirect not translated");
+        continue;
+      }
+      std::string target = to != nullptr ? *to : *prefix;
+      if (host != nullptr) {
+        std::string scheme = prot != nullptr ? Lower(*prot) : "http";
+        if (scheme != "http" && scheme != "https") {
+          Warn(*param, "PROT=" + Shown(*prot) + " is not http or https; not translated");
+          continue;
+        }
+        target = scheme + "://" + *host + (port != nullptr ? ":" + *port : "") + target;
+      }
+      if (from_prot != nullptr) {
+        std::string from = Lower(*from_prot);
+        if (from != "http" && from != "https") {
+          Warn(*param, "FROMPROT=" + Shown(*from_prot) + " is not http or https; not translated");
+          continue;
+        }
+        rules += "if %{SERVER_PROTOCOL} stricmp \"" + from + "\"\n";
+      }
+      std::string pattern = "^";
+      for (char c : *prefix) {
+        if (std::string_view("\\.^$|?*+()[]{}").find(c) != std::string_view::npos) {
+          pattern.push_back('\\');
+        }
+        pattern.push_back(c);
+      }
+      rules += "RegRedirectUrl " + pattern + "$ " + target + " [CODE=permanent]\n";
+      Note(*param, "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, "
+                   "before the rule files");
+    }
+    return rules;
+  }
+
+  static bool HasControl(std::string_view text) {
+    return std::any_of(text.begin(), text.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+    });
+  }
+
   // icm/HTTP/mod_<xx>: each rule file pasted as it is.
   Json Modifications() {
     Json out = Json::array();
+    if (std::string redirects = RedirectRules(); !redirects.empty()) {
+      out.push_back(Json{{"prefix", "/"}, {"rules", redirects}});
+    }
     std::sort(mods_.begin(), mods_.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [index, param] : mods_) {
@@ -2073,6 +2165,7 @@ class Importer {
   std::vector<std::pair<int, Param*>> system_params_;
   std::vector<std::pair<int, Param*>> port_params_;
   std::vector<std::pair<int, Param*>> mods_;
+  std::vector<std::pair<int, Param*>> redirects_;
   std::vector<std::pair<Param*, std::string>> srcsrv_;
   std::vector<Listener> listeners_;
   std::vector<System> systems_;

@@ -219,7 +219,7 @@ TEST_F(ImportCliTest, MultiSystemProfileSaysWhatIsLeftOutAndExits3) {
   ASSERT_EQ(r.exit_code, 3) << r.err;
   const std::string pfl = Example("fiori");
   std::vector<std::string> warnings = Diagnostics(r.err, "WARN");
-  ASSERT_EQ(warnings.size(), 4u) << r.err;
+  ASSERT_EQ(warnings.size(), 3u) << r.err;
   EXPECT_EQ(warnings[0].rfind("WARN " + pfl + ":8 ssl/server_pse: the server certificate and key "
                               "are in an SAP PSE, which kwd cannot read",
                               0),
@@ -229,11 +229,16 @@ TEST_F(ImportCliTest, MultiSystemProfileSaysWhatIsLeftOutAndExits3) {
                              ":19 wdisp/system_1: SRCSRV=\"*:433\" names no listener of this "
                              "profile (a typo?); kwd does not select systems by listener and "
                              "ignores it");
-  EXPECT_EQ(warnings[2], "WARN " + pfl +
-                             ":21 icm/HTTP/redirect_0: not translated: no redirect handler: write "
-                             "the redirect as a rule (RegRedirectUrl) in "
-                             "UrlMapping.spec.modifications");
-  EXPECT_EQ(warnings[3], "WARN " + pfl + ":22 wdisp/url_prefix_0: unknown parameter, not translated");
+  EXPECT_EQ(warnings[2], "WARN " + pfl + ":22 wdisp/url_prefix_0: unknown parameter, not translated");
+  // The root redirect is a rule now.
+  EXPECT_NE(r.err.find("NOTE " + pfl + ":21 icm/HTTP/redirect_0: written as a RegRedirectUrl rule"),
+            std::string::npos)
+      << r.err;
+  std::vector<YAML::Node> mappings =
+      YAML::LoadAllFromFile((out / "resources" / "urlmappings.yaml").string());
+  ASSERT_EQ(mappings.size(), 1u);
+  EXPECT_EQ(mappings[0]["spec"]["modifications"][0]["rules"].as<std::string>(),
+            "RegRedirectUrl ^/$ /sap/bc/ui2/flp [CODE=permanent]\n");
   EXPECT_EQ(ReadFile(out / "proxy-flags.txt"),
             "--tls-listen 0.0.0.0:443 --tls-cert-dir /etc/kwd/tls --idle-timeout 120s\n");
 

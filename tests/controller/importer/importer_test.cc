@@ -481,6 +481,39 @@ TEST(ImportTest, RuleFilesBecomeModificationsUnchanged) {
   ExpectLoadable(r);
 }
 
+TEST(ImportTest, RedirectsBecomeRulesBeforeTheRuleFiles) {
+  // icm/HTTP/redirect_<xx> as SAP's wiki shows it, the 6.40 icm/redirect_<xx>
+  // form, and forms kwd cannot take.
+  Files files = {{"rules.txt", "SetHeader x y\n"}};
+  ImportResult r = ImportText(
+      "rdisp/mshost = ms\nms/http_port = 1\n"
+      "icm/HTTP/mod_0 = PREFIX=/,FILE=rules.txt\n"
+      "icm/HTTP/redirect_1 = PREFIX=/old.app, FROMPROT=http, TO=/new, PROT=https, "
+      "HOST=erp.example.com, PORT=443\n"
+      "icm/HTTP/redirect_0 = PREFIX=/, TO=/sap/bc/webdynpro/sap/ags_workcenter\n"
+      "icm/redirect_0 = PREFIX=/legacy\n"
+      "icm/HTTP/redirect_2 = PREFIX=/x, FROM=*.htm, TO=/y\n"
+      "icm/HTTP/redirect_3 = PREFIX=/x, PORT=8443, TO=/y\n",
+      files);
+  EXPECT_EQ(r.ExitCode(), 3);
+  EXPECT_EQ(Warnings(r),
+            (std::vector<std::string>{
+                "WARN sapwebdisp.pfl:7 icm/HTTP/redirect_2: FROM= (a wildcard pattern) is not "
+                "translated: write the redirect as a RegRedirectUrl rule in "
+                "UrlMapping.spec.modifications",
+                "WARN sapwebdisp.pfl:8 icm/HTTP/redirect_3: PROT= and PORT= need HOST= (as in "
+                "SAP); redirect not translated"}));
+  const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
+  ASSERT_EQ(mods.size(), 2u);
+  EXPECT_EQ(mods[0]["prefix"], "/");
+  EXPECT_EQ(mods[0]["rules"],
+            "RegRedirectUrl ^/$ /sap/bc/webdynpro/sap/ags_workcenter [CODE=permanent]\n"
+            "RegRedirectUrl ^/legacy$ /legacy [CODE=permanent]\n"
+            "if %{SERVER_PROTOCOL} stricmp \"http\"\n"
+            "RegRedirectUrl ^/old\\.app$ https://erp.example.com:443/new [CODE=permanent]\n");
+  EXPECT_EQ(mods[1]["rules"], "SetHeader x y\n");
+}
+
 TEST(ImportTest, Latin1RuleFileIsConvertedWithANote) {
   Files files = {{"rules.txt", "# Regeln f\xfcr W01\nSetHeader x y\n"}};
   ImportResult r = ImportText("rdisp/mshost = ms\nms/http_port = 1\nicm/HTTP/mod_0 = PREFIX=/,FILE=rules.txt\n",
