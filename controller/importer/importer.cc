@@ -1367,6 +1367,19 @@ class Importer {
     // Files that apply to the primary system.
     GroupFile(*primary);
     Json primary_rules = UrlMapFile(*primary);
+    // A system whose servers come from a file and that has no URL map file:
+    // kwd reads the ICF URL map only through a SapSystem's message server.
+    for (System& system : systems_) {
+      bool has_url_map_file = &system == primary && url_map_ != nullptr &&
+                              IsFileLocation(url_map_->value);
+      if (system.ms_host.empty() && system_diag_.count(system.name) > 0 && !has_url_map_file) {
+        Warn(*system.param,
+             "no URL map for this system: kwd fetches the ICF URL map only through a message "
+             "server (MSHOST=, rdisp/mshost); without one every path but the root goes to the "
+             "Java group. Give wdisp/url_map_location = file://... or add "
+             "UrlMapping.spec.rules");
+      }
+    }
     Json permissions = PermissionTable();
     Json modifications = Modifications();
 
@@ -1632,7 +1645,7 @@ class Importer {
     }
   }
 
-  void FillStaticGroup(Group& group, const System& system) {
+  void FillStaticGroup(Group& group, const System& system) {  // NOLINT: reports on system.param
     group.is_static = true;
     std::set<std::string> members;
     if (!group.smlg.empty()) {
@@ -1644,8 +1657,15 @@ class Importer {
     for (const model::SapInstance& instance : system_instances_[system.name]) {
       bool stack = group.kind == "abap" ? instance.abap : instance.java;
       std::uint32_t port = group.reencrypt ? instance.https_port : instance.http_port;
-      if ((group.smlg.empty() && !stack) || (!group.smlg.empty() && members.count(instance.name) == 0) ||
-          port == 0) {
+      if ((group.smlg.empty() && !stack) ||
+          (!group.smlg.empty() && members.count(instance.name) == 0)) {
+        continue;
+      }
+      if (port == 0) {
+        Add(Level::kWarn, profile_name_, system.param->entry->line, system.param->entry->name,
+            "instance " + instance.name + " has no " + (group.reencrypt ? "HTTPS" : "HTTP") +
+                " port in the server info file: left out of LogonGroup " + group.name);
+        system.param->warned = true;
         continue;
       }
       Json server = {{"name", instance.name}, {"address", instance.address}, {"port", port}};
