@@ -460,6 +460,31 @@ TEST(ImportTest, ServerInfoFileGivesStaticServers) {
   ExpectLoadable(r);
 }
 
+TEST(ImportTest, SilocSystemReencryptsToTheHttpsPorts) {
+  Files files = {
+      {"info.icr",
+       "version 1.2\nappa_ERP_00\nDIAG\tappa.example.com\t3200\tLB=2\n"
+       "HTTPS\tappa.example.com\t44300\t\n\nappb_ERP_01\nDIAG\tappb.example.com\t3201\t\n"
+       "HTTP\tappb.example.com\t8001\t\n\n"},
+      {"urlinfo.txt", "version 1.0\nPREFIX=/sap/&GROUP=&STACK=ABAP\n"}};
+  ImportResult r = ImportText(
+      "wdisp/system_0 = SID=ERP, SILOC=file://info.icr, SSL_ENCRYPT=1\n"
+      "wdisp/url_map_location = file://urlinfo.txt\n"
+      "wdisp/ssl_certhost = erp.example.com\n",
+      files);
+  EXPECT_EQ(Warnings(r), std::vector<std::string>{
+                             "WARN sapwebdisp.pfl:1 wdisp/system_0: instance appb_ERP_01 has no "
+                             "HTTPS port in the server info file: left out of LogonGroup diag"});
+  const Json& diag = Find(r, "LogonGroup", "diag")->at("spec");
+  EXPECT_EQ(diag["backend"]["staticServers"],
+            (Json::array({{{"name", "appa_ERP_00"}, {"address", "appa.example.com"},
+                           {"port", 44300}, {"capacity", 2}}})));
+  EXPECT_EQ(diag["upstreamTLS"], (Json{{"mode", "reencrypt"}, {"serverName", "erp.example.com"}}));
+  EXPECT_EQ(Find(r, "UrlMapping", "erp")->at("spec")["rules"],
+            (Json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})));
+  ExpectLoadable(r);
+}
+
 TEST(ImportTest, RuleFilesBecomeModificationsUnchanged) {
   const std::string rules =
       "# SAP's reference rule file (shape)\n"
