@@ -926,7 +926,8 @@ class Importer {
                    "either then)");
         }
       }
-    } else if (ms_host_ != nullptr || server_info_ != nullptr) {
+    } else if (ms_host_ != nullptr ||
+               (server_info_ != nullptr && IsFileLocation(server_info_->value))) {
       System system;
       system.param = ms_host_ != nullptr ? ms_host_ : server_info_;
       system.name = KubernetesName(options_.system_name);
@@ -960,7 +961,7 @@ class Importer {
       }
       systems_.push_back(std::move(system));
     } else {
-      for (Param* p : {ms_http_, ms_https_}) {
+      for (Param* p : {ms_http_, ms_https_, server_info_}) {
         if (p != nullptr) {
           Warn(*p, "no rdisp/mshost: the message server host is unknown; not translated");
         }

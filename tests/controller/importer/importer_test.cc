@@ -779,6 +779,28 @@ TEST(ImportTest, AHostSelectsOneSystem) {
   EXPECT_EQ(Find(r, "UrlMapping", "bb1")->at("spec")["hosts"], Json::array({"bw.example.com"}));
 }
 
+TEST(ImportTest, NoBackEndIsSaid) {
+  ImportResult r = ImportText(
+      "ms/http_port = 8101\n"
+      "wdisp/server_info_location = /msgserver/text/logon\n"
+      "wdisp/permission_table = permtab.txt\n"
+      "icm/server_port_0 = PROT=HTTP,PORT=80\n",
+      {{"permtab.txt", "D *\n"}});
+  EXPECT_EQ(r.ExitCode(), 3);
+  EXPECT_EQ(Warnings(r),
+            (std::vector<std::string>{
+                "WARN sapwebdisp.pfl: no back end: the profile has neither rdisp/mshost nor "
+                "wdisp/system_<xx> nor a server info file; no LogonGroup or UrlMapping written",
+                "WARN sapwebdisp.pfl:1 ms/http_port: no rdisp/mshost: the message server host is "
+                "unknown; not translated",
+                "WARN sapwebdisp.pfl:2 wdisp/server_info_location: no rdisp/mshost: the message "
+                "server host is unknown; not translated",
+                "WARN sapwebdisp.pfl:3 wdisp/permission_table: not translated: no system to apply "
+                "it to"}));
+  EXPECT_TRUE(r.objects.empty());
+  EXPECT_EQ(r.proxy_flags, (std::vector<std::string>{"--listen", "0.0.0.0:80"}));
+}
+
 TEST(ImportTest, KubernetesNames) {
   EXPECT_EQ(KubernetesName("Z_FIORI"), "z-fiori");
   EXPECT_EQ(KubernetesName("__A__B__"), "a-b");
