@@ -94,8 +94,8 @@ bool ReadFromDir(const fs::path& dir, const std::string& reference, std::string*
     }
     return ReadWholeFile(candidate.string(), text, error);
   }
-  *error = "no such file in " + dir.string() + " (looked for " + candidates.back().filename().string() +
-           "; copy the file there or pass --files DIR)";
+  *error = "no such file in " + dir.string() + " (looked for " +
+           candidates.back().filename().string() + "; copy the file there or pass --files DIR)";
   return false;
 }
 
@@ -179,8 +179,7 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
     } else if (arg == "--var") {
       target = &var;
     } else {
-      return usage_error((arg.rfind("-", 0) == 0 ? "unknown flag " : "unexpected argument ") +
-                         arg);
+      return usage_error((arg.rfind("-", 0) == 0 ? "unknown flag " : "unexpected argument ") + arg);
     }
     if (!take(target) || target->empty()) {
       return usage_error(arg + " needs a value");
@@ -224,8 +223,8 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "ERROR " << flags.profile << ": " << error << "\n";
     return 1;
   }
-  fs::path files_dir = flags.files_dir.empty() ? fs::path(flags.profile).parent_path()
-                                               : fs::path(flags.files_dir);
+  fs::path files_dir =
+      flags.files_dir.empty() ? fs::path(flags.profile).parent_path() : fs::path(flags.files_dir);
   if (files_dir.empty()) {
     files_dir = ".";
   }
@@ -254,10 +253,10 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
     text += (text.empty() ? "" : "---\n") + importer::ToYaml(object);
   }
   std::string flag_line = FlagLine(result.proxy_flags);
-  std::string values = result.chart_values.empty() ? std::string("{}\n")
-                                                   : importer::ToYaml(result.chart_values);
-  std::string summary = std::to_string(result.parameters) + " parameters: " +
-                        std::to_string(result.translated) + " translated (" +
+  std::string values =
+      result.chart_values.empty() ? std::string("{}\n") : importer::ToYaml(result.chart_values);
+  std::string summary = std::to_string(result.parameters) +
+                        " parameters: " + std::to_string(result.translated) + " translated (" +
                         std::to_string(notes) + " NOTE lines), " +
                         std::to_string(result.parameters - result.translated) +
                         " with WARN lines; " + std::to_string(result.objects.size()) + " objects";
@@ -281,8 +280,7 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
       }
     }
     if (!WriteFile(dir / "values.yaml",
-                   "# Helm values for the kwd chart, from " + flags.profile + "\n" + values,
-                   err) ||
+                   "# Helm values for the kwd chart, from " + flags.profile + "\n" + values, err) ||
         !WriteFile(dir / "proxy-flags.txt", flag_line + "\n", err)) {
       return 1;
     }

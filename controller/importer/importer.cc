@@ -144,8 +144,8 @@ bool ToUtf8(std::string* text) {
 // ---- What each parameter is ----
 
 enum class Kind {
-  kNotNeeded,  // NOTE: kwd needs no equivalent
-  kHandled,    // translated by a handler below
+  kNotNeeded,    // NOTE: kwd needs no equivalent
+  kHandled,      // translated by a handler below
   kUnsupported,  // WARN: kwd cannot express it
 };
 
@@ -336,7 +336,7 @@ struct System {
   std::vector<std::string> urls;
   bool by_port = false;  // SRCSRV restricts to some listeners
   std::optional<int> ssl_encrypt;
-  std::string siloc;  // server info file reference
+  std::string siloc;   // server info file reference
   std::string prefix;  // of its LogonGroup names ("" for one system)
 };
 
@@ -359,8 +359,8 @@ class Importer {
 
   void Run(std::string_view text) {
     if (text.size() > kMaxProfileBytes) {
-      Error(profile_name_, 0, "", "larger than " + std::to_string(kMaxProfileBytes) +
-                                      " bytes: not an SAP profile");
+      Error(profile_name_, 0, "",
+            "larger than " + std::to_string(kMaxProfileBytes) + " bytes: not an SAP profile");
       return;
     }
     if (text.find('\0') != std::string_view::npos) {
@@ -552,9 +552,13 @@ class Importer {
     const std::string& key = param.key;
     // A file location may keep an unknown $(DIR_...): files are looked up
     // by name in --files DIR.
-    static const std::set<std::string> kFileParameters = {
-        "wdisp/permission_table", "wdisp/url_map_location", "wdisp/group_info_location",
-        "wdisp/server_info_location", "ssl/server_pse", "ssl/client_pse", "wdisp/ssl_cred"};
+    static const std::set<std::string> kFileParameters = {"wdisp/permission_table",
+                                                          "wdisp/url_map_location",
+                                                          "wdisp/group_info_location",
+                                                          "wdisp/server_info_location",
+                                                          "ssl/server_pse",
+                                                          "ssl/client_pse",
+                                                          "wdisp/ssl_cred"};
     if (kFileParameters.count(key) == 0 && !Resolved(param)) {
       return;
     }
@@ -793,10 +797,11 @@ class Importer {
            "the admin page is on kwd-proxy's admin port (--admin-listen, /admin), never on the "
            "traffic port; PREFIX, DOCROOT and AUTHFILE are not kept");
     } else if (base == "icm/ssl_config") {
-      Warn(param, "a TLS configuration with SAP PSE credentials: kwd takes certificates from "
-                  "--tls-cert-dir (chart proxy.service.https.certificateSecrets); export them "
-                  "from the PSE (see " +
-                      std::string("ssl/server_pse") + ")");
+      Warn(param,
+           "a TLS configuration with SAP PSE credentials: kwd takes certificates from "
+           "--tls-cert-dir (chart proxy.service.https.certificateSecrets); export them "
+           "from the PSE (see " +
+               std::string("ssl/server_pse") + ")");
     }
   }
 
@@ -888,10 +893,10 @@ class Importer {
           } else {
             Warn(*param, "SSL_CERTHOST=" + Shown(value) + " is not a DNS name; ignored");
           }
-        } else if (key == "NR" || key == "SCSHOST" || key == "CLIENT" ||
-                   key == "CONFIG_PROTOCOL") {
-          Note(*param, key + "= not needed: kwd reads the system's servers from its message "
-                             "server");
+        } else if (key == "NR" || key == "SCSHOST" || key == "CLIENT" || key == "CONFIG_PROTOCOL") {
+          Note(*param, key +
+                           "= not needed: kwd reads the system's servers from its message "
+                           "server");
         } else {
           Warn(*param, key + "= is not translated (kwd has no equivalent of it)");
         }
@@ -901,9 +906,10 @@ class Importer {
         continue;
       }
       if (system.ms_host.empty() && system.siloc.empty()) {
-        Warn(*param, "neither MSHOST= nor SILOC=: kwd reads a system's servers from its message "
-                     "server (or a server info file); system left out (XSSRV=/EXTSRV= are not "
-                     "supported)");
+        Warn(*param,
+             "neither MSHOST= nor SILOC=: kwd reads a system's servers from its message "
+             "server (or a server info file); system left out (XSSRV=/EXTSRV= are not "
+             "supported)");
         continue;
       }
       if (!system.ms_host.empty() && (system.http_port == 0) == (system.https_port == 0)) {
@@ -914,16 +920,17 @@ class Importer {
         Warn(*param, "MSHOST=" + Shown(system.ms_host) + " is not a host name; system left out");
         continue;
       }
-      system.name = UniqueName(system.sid.empty() ? "system-" + std::to_string(index)
-                                                  : KubernetesName(system.sid),
-                               &names);
+      system.name = UniqueName(
+          system.sid.empty() ? "system-" + std::to_string(index) : KubernetesName(system.sid),
+          &names);
       systems_.push_back(std::move(system));
     }
     if (!systems_.empty()) {
       for (Param* p : {ms_host_, ms_http_, ms_https_}) {
         if (p != nullptr) {
-          Note(*p, "not used: wdisp/system_<xx> defines the systems (SAP does not read it "
-                   "either then)");
+          Note(*p,
+               "not used: wdisp/system_<xx> defines the systems (SAP does not read it "
+               "either then)");
         }
       }
     } else if (ms_host_ != nullptr ||
@@ -944,8 +951,9 @@ class Importer {
                             : ms_http_ != nullptr                      ? ms_http_
                                                                        : ms_https_;
         if (port_param == nullptr) {
-          Warn(*ms_host_, "no ms/http_port or ms/https_port: the message server's port is "
-                          "unknown; no SapSystem");
+          Warn(*ms_host_,
+               "no ms/http_port or ms/https_port: the message server's port is "
+               "unknown; no SapSystem");
           system.ms_host.clear();
         } else if (auto port = ParsePort(port_param->value); !port) {
           Warn(*port_param, Shown(port_param->value) + " is not a port number; no SapSystem");
@@ -1029,20 +1037,24 @@ class Importer {
             (key == "TIMEOUT" ? listener.timeout : listener.proc_timeout) = *seconds;
           }
         } else if (key == "EXTBIND") {
-          Note(*param, "EXTBIND= not needed: in Kubernetes the Service maps the public port "
-                       "to the container's");
+          Note(*param,
+               "EXTBIND= not needed: in Kubernetes the Service maps the public port "
+               "to the container's");
         } else if (key == "VCLIENT") {
           listener.vclient = value;
         } else if (key == "SSLCONFIG") {
-          Warn(*param, "SSLCONFIG= names SAP PSE credentials: export the certificate into "
-                       "--tls-cert-dir (see ssl/server_pse)");
+          Warn(*param,
+               "SSLCONFIG= names SAP PSE credentials: export the certificate into "
+               "--tls-cert-dir (see ssl/server_pse)");
         } else if (key == "ACLFILE") {
-          Warn(*param, "ACLFILE= (client IP access list) is not translated: use a "
-                       "NetworkPolicy or proxy.service.loadBalancerSourceRanges");
+          Warn(*param,
+               "ACLFILE= (client IP access list) is not translated: use a "
+               "NetworkPolicy or proxy.service.loadBalancerSourceRanges");
         } else if (key == "MIN_RECEIVE_RATE" || key == "CHECK_RECEIVE_RATE_AFTER" ||
                    key == "MAX_RECEIVE_TIMEOUT") {
-          Note(*param, key + "= is not kept: kwd bounds slow clients with --header-timeout "
-                             "(whole request head) and --idle-timeout");
+          Note(*param, key +
+                           "= is not kept: kwd bounds slow clients with --header-timeout "
+                           "(whole request head) and --idle-timeout");
         } else {
           Warn(*param, key + "= is not translated (kwd has no equivalent of it)");
         }
@@ -1216,9 +1228,7 @@ class Importer {
     return true;
   }
 
-  static bool IsFileLocation(const std::string& value) {
-    return value.rfind("file://", 0) == 0;
-  }
+  static bool IsFileLocation(const std::string& value) { return value.rfind("file://", 0) == 0; }
 
   // Turns "line 4: reason" messages of the sapsystem parsers into WARNs.
   void SkipWarnings(Param& param, const std::string& file, const sapsystem::Skips& skips,
@@ -1371,8 +1381,8 @@ class Importer {
     // A system whose servers come from a file and that has no URL map file:
     // kwd reads the ICF URL map only through a SapSystem's message server.
     for (System& system : systems_) {
-      bool has_url_map_file = &system == primary && url_map_ != nullptr &&
-                              IsFileLocation(url_map_->value);
+      bool has_url_map_file =
+          &system == primary && url_map_ != nullptr && IsFileLocation(url_map_->value);
       if (system.ms_host.empty() && system_diag_.count(system.name) > 0 && !has_url_map_file) {
         Warn(*system.param,
              "no URL map for this system: kwd fetches the ICF URL map only through a message "
@@ -1391,8 +1401,9 @@ class Importer {
       if (dest_logon_group_ != nullptr) {
         smlg = dest_logon_group_->value;
       }
-      Group& group = AddGroup(primary->prefix + (smlg.empty() ? "diags" : KubernetesName(smlg) + "-https"),
-                              "abap", *primary, smlg);
+      Group& group =
+          AddGroup(primary->prefix + (smlg.empty() ? "diags" : KubernetesName(smlg) + "-https"),
+                   "abap", *primary, smlg);
       group.reencrypt = true;  // the HTTPS ports of the servers
       group.passthrough = true;
       if (system_instances_.count(primary->name) > 0) {
@@ -1471,8 +1482,9 @@ class Importer {
       if (vhost_system) {
         spec["hosts"] = system.vhosts;
         if (!system.urls.empty()) {
-          Warn(*system.param, "SRCURL= together with SRCVHOST=: kwd sends every request for "
-                              "these hosts to this system");
+          Warn(*system.param,
+               "SRCURL= together with SRCVHOST=: kwd sends every request for "
+               "these hosts to this system");
         }
       }
       if (root_handler_) {
@@ -1572,7 +1584,8 @@ class Importer {
     }
     bool matches_any = false;
     for (const auto& item : SplitList(value, ';')) {
-      std::string port = item.substr(item.rfind(':') == std::string::npos ? 0 : item.rfind(':') + 1);
+      std::string port =
+          item.substr(item.rfind(':') == std::string::npos ? 0 : item.rfind(':') + 1);
       if (port == "*") {
         matches_any = true;
         continue;
@@ -1759,8 +1772,8 @@ class Importer {
       if (!entry.logon_group.empty()) {
         auto it = smlg_groups_.find(entry.logon_group);
         if (it == smlg_groups_.end()) {
-          Group& group = AddGroup(primary.prefix + KubernetesName(entry.logon_group), kind,
-                                  primary, entry.logon_group);
+          Group& group = AddGroup(primary.prefix + KubernetesName(entry.logon_group), kind, primary,
+                                  entry.logon_group);
           it = smlg_groups_.emplace(entry.logon_group, group.name).first;
           if (is_static) {
             FillStaticGroup(group, primary);
@@ -1830,9 +1843,10 @@ class Importer {
         continue;
       }
       std::string action = Upper(words[0]);
-      std::string kwd_action = action == "P" ? "permit" : action == "D" ? "deny"
-                               : action == "S"                          ? "secure"
-                                                                        : "";
+      std::string kwd_action = action == "P"   ? "permit"
+                               : action == "D" ? "deny"
+                               : action == "S" ? "secure"
+                                               : "";
       if (kwd_action.empty() || words.size() != 2) {
         FileWarn(*permission_table_, shown, number,
                  "not a \"P|D|S pattern\" line; entry left out" +
@@ -1864,7 +1878,7 @@ class Importer {
   std::string RedirectRules() {
     std::string rules;
     std::stable_sort(redirects_.begin(), redirects_.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [index, param] : redirects_) {
       OptionList options = ParseOptions(param->value);
       const std::string* prefix = options.Find("PREFIX");
@@ -1874,8 +1888,9 @@ class Importer {
         continue;
       }
       if (options.Find("FROM") != nullptr) {
-        Warn(*param, "FROM= (a wildcard pattern) is not translated: write the redirect as a "
-                     "RegRedirectUrl rule in UrlMapping.spec.modifications");
+        Warn(*param,
+             "FROM= (a wildcard pattern) is not translated: write the redirect as a "
+             "RegRedirectUrl rule in UrlMapping.spec.modifications");
         continue;
       }
       bool usable = true;
@@ -1926,16 +1941,16 @@ class Importer {
         pattern.push_back(c);
       }
       rules += "RegRedirectUrl " + pattern + "$ " + target + " [CODE=permanent]\n";
-      Note(*param, "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, "
-                   "before the rule files");
+      Note(*param,
+           "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, "
+           "before the rule files");
     }
     return rules;
   }
 
   static bool HasControl(std::string_view text) {
-    return std::any_of(text.begin(), text.end(), [](char c) {
-      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-    });
+    return std::any_of(text.begin(), text.end(),
+                       [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
   }
 
   // icm/HTTP/mod_<xx>: each rule file pasted as it is.
@@ -1955,8 +1970,7 @@ class Importer {
           Warn(*param, key + "= is not translated");
         }
       }
-      if (prefix == nullptr || prefix->empty() || prefix->front() != '/' ||
-          !IsPathText(*prefix)) {
+      if (prefix == nullptr || prefix->empty() || prefix->front() != '/' || !IsPathText(*prefix)) {
         Warn(*param, "PREFIX= is missing or not a URL path; left out");
         continue;
       }

@@ -110,10 +110,9 @@ ParsedProfile ParseProfile(std::string_view text) {
     }
     std::size_t equals = content.find('=');
     if (equals == std::string_view::npos) {
-      out.problems.push_back(
-          {number, "not a \"name = value\" line: \"" +
-                       EscapeControlCharacters(content.substr(0, 80)) + "\"" +
-                       (content.size() > 80 ? "..." : "")});
+      out.problems.push_back({number, "not a \"name = value\" line: \"" +
+                                          EscapeControlCharacters(content.substr(0, 80)) + "\"" +
+                                          (content.size() > 80 ? "..." : "")});
       continue;
     }
     std::string_view name = Trim(content.substr(0, equals));
@@ -167,8 +166,8 @@ OptionList ParseOptions(std::string_view value) {
   std::size_t start = 0;
   while (start <= value.size()) {
     std::size_t comma = value.find(',', start);
-    std::string_view item = Trim(
-        value.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    std::string_view item = Trim(value.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     start = comma == std::string_view::npos ? value.size() + 1 : comma + 1;
     if (item.empty()) {
       continue;

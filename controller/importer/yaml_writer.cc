@@ -13,8 +13,8 @@ using Json = nlohmann::ordered_json;
 // Strings that YAML 1.1/1.2 readers would take as a boolean, null or number.
 bool LooksLikeOtherScalar(std::string_view text) {
   static constexpr std::array<std::string_view, 22> kWords = {
-      "true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", ".inf", "-.inf", "+.inf",
-      ".nan", "True", "False", "TRUE", "FALSE", "Yes", "No", "Null", "NULL"};
+      "true",  "false", "yes",  "no",   "on",    "off",  "y",     "n",   "null", "~",    ".inf",
+      "-.inf", "+.inf", ".nan", "True", "False", "TRUE", "FALSE", "Yes", "No",   "Null", "NULL"};
   for (std::string_view word : kWords) {
     if (text.size() == word.size() &&
         std::equal(text.begin(), text.end(), word.begin(), [](char a, char b) {

@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
   std::size_t nul = input.find('\0');
   std::string_view profile = input.substr(0, nul);
-  std::string file = nul == std::string_view::npos ? std::string() : std::string(input.substr(nul + 1));
+  std::string file =
+      nul == std::string_view::npos ? std::string() : std::string(input.substr(nul + 1));
   kwd::importer::FileReader reader = [&](const std::string& reference, std::string* text,
                                          std::string* shown, std::string* error) {
     if (nul == std::string_view::npos) {

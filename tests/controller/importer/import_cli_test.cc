@@ -13,14 +13,14 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include "tests/support/command.h"
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/support/command.h"
 
 namespace {
 
@@ -50,7 +50,8 @@ class ImportCliTest : public testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(testing::TempDir()) /
-           ("kwd_import_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("kwd_import_" +
+            std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -113,17 +114,19 @@ class ImportCliTest : public testing::Test {
   }
 
   // Compiles `resources` and explains each URL: "group kind status rule".
-  std::vector<std::string> Explain(const fs::path& resources, const std::vector<std::string>& urls) {
+  std::vector<std::string> Explain(const fs::path& resources,
+                                   const std::vector<std::string>& urls) {
     RunResult compiled = Controller("compile --source=dir:" + Quote(resources.string()));
     EXPECT_EQ(compiled.exit_code, 0) << compiled.err;
     fs::path snapshot = dir_ / "snapshot.json";
     std::ofstream(snapshot) << compiled.out;
     std::vector<std::string> decisions;
     for (const std::string& url : urls) {
-      RunResult r = Run("kwd-proxy", "explain --snapshot " + Quote(snapshot.string()) + " --url " +
-                                         Quote(url));
+      RunResult r = Run("kwd-proxy",
+                        "explain --snapshot " + Quote(snapshot.string()) + " --url " + Quote(url));
       EXPECT_EQ(r.exit_code, 0) << r.err;
-      nlohmann::json line = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')), nullptr, false);
+      nlohmann::json line =
+          nlohmann::json::parse(r.out.substr(0, r.out.find('\n')), nullptr, false);
       if (line.is_discarded()) {
         decisions.push_back("unparsable: " + r.out);
         continue;
@@ -180,10 +183,9 @@ TEST_F(ImportCliTest, CompleteProfileTranslatesValidatesAndRoutesAsSapWould) {
   EXPECT_EQ(validated.out, "ok: 5 objects\n");
 
   // The permission table, URL map, group file and servers of the profile.
-  EXPECT_EQ(Explain(out / "resources",
-                    {"/sap/bc/gui/sap/its/webgui/x", "/sap/public/bc/ur/x.js", "/sap/bc/ping",
-                     "/sap/bc/webdynpro/sap/app", "/irj/portal", "/index.html",
-                     "/cgi-bin/test.cgi", "/other/x", "/"}),
+  EXPECT_EQ(Explain(out / "resources", {"/sap/bc/gui/sap/its/webgui/x", "/sap/public/bc/ur/x.js",
+                                        "/sap/bc/ping", "/sap/bc/webdynpro/sap/app", "/irj/portal",
+                                        "/index.html", "/cgi-bin/test.cgi", "/other/x", "/"}),
             (std::vector<std::string>{
                 "/sap/bc/gui/sap/its/webgui/x -> default/webgui abap - "
                 "/sap/bc/gui/sap/its/webgui/ balance",
@@ -203,8 +205,8 @@ TEST_F(ImportCliTest, StdoutCarriesObjectsWithFlagsAndValuesAsComments) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("# kwd-controller import --profile ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("#   --listen 0.0.0.0:8000 --idle-timeout 120s"), std::string::npos);
-  std::vector<YAML::Node> docs = YAML::Load(r.out).IsNull() ? std::vector<YAML::Node>{}
-                                                            : YAML::LoadAll(r.out);
+  std::vector<YAML::Node> docs =
+      YAML::Load(r.out).IsNull() ? std::vector<YAML::Node>{} : YAML::LoadAll(r.out);
   ASSERT_EQ(docs.size(), 5u);
   EXPECT_EQ(docs[0]["kind"].as<std::string>(), "LogonGroup");
   EXPECT_EQ(docs[4]["kind"].as<std::string>(), "UrlMapping");
@@ -220,8 +222,9 @@ TEST_F(ImportCliTest, MultiSystemProfileSaysWhatIsLeftOutAndExits3) {
   const std::string pfl = Example("fiori");
   std::vector<std::string> warnings = Diagnostics(r.err, "WARN");
   ASSERT_EQ(warnings.size(), 3u) << r.err;
-  EXPECT_EQ(warnings[0].rfind("WARN " + pfl + ":8 ssl/server_pse: the server certificate and key "
-                              "are in an SAP PSE, which kwd cannot read",
+  EXPECT_EQ(warnings[0].rfind("WARN " + pfl +
+                                  ":8 ssl/server_pse: the server certificate and key "
+                                  "are in an SAP PSE, which kwd cannot read",
                               0),
             0u)
       << warnings[0];
@@ -229,7 +232,8 @@ TEST_F(ImportCliTest, MultiSystemProfileSaysWhatIsLeftOutAndExits3) {
                              ":19 wdisp/system_1: SRCSRV=\"*:433\" names no listener of this "
                              "profile (a typo?); kwd does not select systems by listener and "
                              "ignores it");
-  EXPECT_EQ(warnings[2], "WARN " + pfl + ":22 wdisp/url_prefix_0: unknown parameter, not translated");
+  EXPECT_EQ(warnings[2],
+            "WARN " + pfl + ":22 wdisp/url_prefix_0: unknown parameter, not translated");
   // The root redirect is a rule now.
   EXPECT_NE(r.err.find("NOTE " + pfl + ":21 icm/HTTP/redirect_0: written as a RegRedirectUrl rule"),
             std::string::npos)
@@ -252,9 +256,8 @@ TEST_F(ImportCliTest, MultiSystemProfileSaysWhatIsLeftOutAndExits3) {
     }
     EXPECT_NE(line.find("ResolvedRefs=False NoServerList"), std::string::npos) << line;
   }
-  EXPECT_EQ(Explain(out / "resources",
-                    {"/sap/opu/odata/sap/api/x", "/sap/bc/ui2/flp", "/sap/public/bc/ui5/x",
-                     "/index.html"}),
+  EXPECT_EQ(Explain(out / "resources", {"/sap/opu/odata/sap/api/x", "/sap/bc/ui2/flp",
+                                        "/sap/public/bc/ui5/x", "/index.html"}),
             (std::vector<std::string>{
                 "/sap/opu/odata/sap/api/x -> default/gw1-diag abap 503 /sap/opu/odata/ no-server",
                 "/sap/bc/ui2/flp -> default/fe1-diag abap 503 /sap/bc/ no-server",
@@ -274,8 +277,8 @@ TEST_F(ImportCliTest, UnreadableInputExits1AndWritesNothing) {
   fs::path profile = dir_ / "sapwebdisp.pfl";
   std::ofstream(profile) << "rdisp/mshost = ms\nms/http_port = 8101\n"
                             "wdisp/permission_table = $(DIR_INSTANCE)/sec/permtab.txt\n";
-  RunResult r = Controller("import --profile " + Quote(profile.string()) + " -o " +
-                           Quote(out.string()));
+  RunResult r =
+      Controller("import --profile " + Quote(profile.string()) + " -o " + Quote(out.string()));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("ERROR " + profile.string() +
                        ":3 wdisp/permission_table: cannot read \"/sec/permtab.txt\": no such file "

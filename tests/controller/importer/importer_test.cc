@@ -2,6 +2,8 @@
 // `$(...)` substitution, the YAML writer and the translation of every
 // parameter and file kind (real-shaped profiles from SAP's documentation).
 
+#include "controller/importer/importer.h"
+
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "controller/importer/importer.h"
 #include "controller/importer/profile.h"
 #include "controller/importer/yaml_writer.h"
 #include "controller/source/dir_source.h"
@@ -138,8 +139,8 @@ TEST(YamlWriterTest, StringsReadBackUnchanged) {
       "cr\r\nlf\n",
   };
   for (const std::string& text : texts) {
-    Json doc = {{"spec", {{"rules", Json::array({{{"prefix", "/"}, {"rules", text}}})},
-                          {"value", text}}}};
+    Json doc = {
+        {"spec", {{"rules", Json::array({{{"prefix", "/"}, {"rules", text}}})}, {"value", text}}}};
     std::string yaml = ToYaml(doc);
     YAML::Node node;
     ASSERT_NO_THROW(node = YAML::Load(yaml)) << yaml;
@@ -150,7 +151,10 @@ TEST(YamlWriterTest, StringsReadBackUnchanged) {
 }
 
 TEST(YamlWriterTest, NumbersBooleansAndEmptyContainers) {
-  Json doc = {{"a", 1}, {"b", true}, {"c", Json::array()}, {"d", Json::object()},
+  Json doc = {{"a", 1},
+              {"b", true},
+              {"c", Json::array()},
+              {"d", Json::object()},
               {"e", Json::array({1, "x", Json::array({2})})}};
   YAML::Node node = YAML::Load(ToYaml(doc));
   EXPECT_EQ(node["a"].as<int>(), 1);
@@ -183,7 +187,7 @@ FileReader MapReader(const Files& files) {
 }
 
 ImportResult ImportText(const std::string& profile, const Files& files = {},
-                 const ImportOptions& options = {}) {
+                        const ImportOptions& options = {}) {
   return Import(profile, "sapwebdisp.pfl", MapReader(files), options);
 }
 
@@ -299,16 +303,16 @@ TEST(ImportTest, SingleSystemOverHttpsAndNames) {
 TEST(ImportTest, MultipleSystemsByHostAndUrl) {
   ImportResult r = ImportText(
       "rdisp/mshost = ignored\n"
-      "wdisp/system_0 = SID=ERP, MSHOST=ms-erp, MSPORT=8101, SRCVHOST=erp.example.com;ERP2.example.com\n"
+      "wdisp/system_0 = SID=ERP, MSHOST=ms-erp, MSPORT=8101, "
+      "SRCVHOST=erp.example.com;ERP2.example.com\n"
       "wdisp/system_2 = SID=CE1, MSHOST=ms-ce1, MSSPORT=44327, SRCURL=/irj/;/nwa\n"
       "wdisp/system_1 = SID=BW1, MSHOST=ms-bw1, MSPORT=8102\n");
   EXPECT_EQ(r.ExitCode(), 0) << testing::PrintToString(Warnings(r));
   EXPECT_EQ(Names(r),
-            (std::vector<std::string>{"SapSystem/bw1", "SapSystem/ce1", "SapSystem/erp",
-                                      "LogonGroup/bw1-diag", "LogonGroup/bw1-j2ee",
-                                      "LogonGroup/ce1-diag", "LogonGroup/ce1-j2ee",
-                                      "LogonGroup/erp-diag", "LogonGroup/erp-j2ee",
-                                      "UrlMapping/bw1", "UrlMapping/erp"}));
+            (std::vector<std::string>{
+                "SapSystem/bw1", "SapSystem/ce1", "SapSystem/erp", "LogonGroup/bw1-diag",
+                "LogonGroup/bw1-j2ee", "LogonGroup/ce1-diag", "LogonGroup/ce1-j2ee",
+                "LogonGroup/erp-diag", "LogonGroup/erp-j2ee", "UrlMapping/bw1", "UrlMapping/erp"}));
   // BW1 has no selector: it takes every other request.
   const Json& catch_all = Find(r, "UrlMapping", "bw1")->at("spec");
   EXPECT_FALSE(catch_all.contains("hosts"));
@@ -394,16 +398,15 @@ TEST(ImportTest, EmptyPermissionTableSwitchesItOff) {
 }
 
 TEST(ImportTest, UrlMapAndGroupFiles) {
-  Files files = {
-      {"urlinfo.txt",
-       "version 1.0\n"
-       "PREFIX=/sap/bc/gui/sap/its/webgui/&GROUP=WEBGUI&CASE=&VHOST=*.*;&STACK=ABAP\n"
-       "PREFIX=/irj~PORTAL/&GROUP=PORTAL&CASE=&VHOST=*.*;&STACK=J2EE\n"
-       "PREFIX=/sap/&GROUP=&CASE=&VHOST=*.*;\n"
-       "PREFIX=/bad path/&GROUP=X\n"},
-      {"icrgroups.txt",
-       "version 1.0\nappa_PRD_00\nappb_PRD_01\n\nPUBLIC:appa_PRD_00,appb_PRD_01\n"
-       "WEBGUI:appb_PRD_01\n"}};
+  Files files = {{"urlinfo.txt",
+                  "version 1.0\n"
+                  "PREFIX=/sap/bc/gui/sap/its/webgui/&GROUP=WEBGUI&CASE=&VHOST=*.*;&STACK=ABAP\n"
+                  "PREFIX=/irj~PORTAL/&GROUP=PORTAL&CASE=&VHOST=*.*;&STACK=J2EE\n"
+                  "PREFIX=/sap/&GROUP=&CASE=&VHOST=*.*;\n"
+                  "PREFIX=/bad path/&GROUP=X\n"},
+                 {"icrgroups.txt",
+                  "version 1.0\nappa_PRD_00\nappb_PRD_01\n\nPUBLIC:appa_PRD_00,appb_PRD_01\n"
+                  "WEBGUI:appb_PRD_01\n"}};
   ImportResult r = ImportText(
       "rdisp/mshost = ms\n"
       "ms/http_port = 8101\n"
@@ -411,10 +414,11 @@ TEST(ImportTest, UrlMapAndGroupFiles) {
       "wdisp/group_info_location = file://icrgroups.txt\n",
       files);
   EXPECT_EQ(r.ExitCode(), 3);
-  EXPECT_EQ(Warnings(r), (std::vector<std::string>{
-                             "WARN urlinfo.txt:5 wdisp/url_map_location: URL map entry left "
-                             "out: prefix \"/bad path/\" is not a path prefix (starts with /, not / "
-                             "alone, at most 256 RFC 3986 path characters)"}))
+  EXPECT_EQ(Warnings(r),
+            (std::vector<std::string>{
+                "WARN urlinfo.txt:5 wdisp/url_map_location: URL map entry left "
+                "out: prefix \"/bad path/\" is not a path prefix (starts with /, not / "
+                "alone, at most 256 RFC 3986 path characters)"}))
       << testing::PrintToString(Warnings(r));
   const Json& mapping = Find(r, "UrlMapping", "sap")->at("spec");
   EXPECT_EQ(mapping["rules"],
@@ -436,7 +440,8 @@ TEST(ImportTest, UrlMapAndGroupFiles) {
 TEST(ImportTest, ServerInfoFileGivesStaticServers) {
   Files files = {
       {"info.icr",
-       "version 1.2\nappa_PRD_00\nDIAG\tappa\t3200\tLB=10\nHTTP\tappa\t8000\t\nHTTPS\tappa\t44300\t\n\n"
+       "version "
+       "1.2\nappa_PRD_00\nDIAG\tappa\t3200\tLB=10\nHTTP\tappa\t8000\t\nHTTPS\tappa\t44300\t\n\n"
        "appb_PRD_01\nDIAG\tappb\t3201\tLB=4\nHTTP\tappb\t8001\t\n\n"},
       {"icrgroups.txt", "version 1.0\nappa_PRD_00\n\nPUBLIC:appb_PRD_01\n"}};
   ImportResult r = ImportText(
@@ -450,11 +455,11 @@ TEST(ImportTest, ServerInfoFileGivesStaticServers) {
                 "kwd fetches the ICF URL map only through a message server (MSHOST=, "
                 "rdisp/mshost); without one every path but the root goes to the Java group. Give "
                 "wdisp/url_map_location = file://... or add UrlMapping.spec.rules"});
-  EXPECT_EQ(Find(r, "LogonGroup", "diag")->at("spec")["backend"]["staticServers"],
-            (Json::array({{{"name", "appa_PRD_00"}, {"address", "appa"}, {"port", 8000},
-                           {"capacity", 10}},
-                          {{"name", "appb_PRD_01"}, {"address", "appb"}, {"port", 8001},
-                           {"capacity", 4}}})));
+  EXPECT_EQ(
+      Find(r, "LogonGroup", "diag")->at("spec")["backend"]["staticServers"],
+      (Json::array(
+          {{{"name", "appa_PRD_00"}, {"address", "appa"}, {"port", 8000}, {"capacity", 10}},
+           {{"name", "appb_PRD_01"}, {"address", "appb"}, {"port", 8001}, {"capacity", 4}}})));
   EXPECT_EQ(Find(r, "LogonGroup", "public")->at("spec")["backend"]["staticServers"].size(), 1u);
   EXPECT_EQ(Find(r, "SapSystem", "sap"), nullptr);  // no message server to poll
   ExpectLoadable(r);
@@ -476,9 +481,10 @@ TEST(ImportTest, SilocSystemReencryptsToTheHttpsPorts) {
                              "WARN sapwebdisp.pfl:1 wdisp/system_0: instance appb_ERP_01 has no "
                              "HTTPS port in the server info file: left out of LogonGroup diag"});
   const Json& diag = Find(r, "LogonGroup", "diag")->at("spec");
-  EXPECT_EQ(diag["backend"]["staticServers"],
-            (Json::array({{{"name", "appa_ERP_00"}, {"address", "appa.example.com"},
-                           {"port", 44300}, {"capacity", 2}}})));
+  EXPECT_EQ(diag["backend"]["staticServers"], (Json::array({{{"name", "appa_ERP_00"},
+                                                             {"address", "appa.example.com"},
+                                                             {"port", 44300},
+                                                             {"capacity", 2}}})));
   EXPECT_EQ(diag["upstreamTLS"], (Json{{"mode", "reencrypt"}, {"serverName", "erp.example.com"}}));
   EXPECT_EQ(Find(r, "UrlMapping", "erp")->at("spec")["rules"],
             (Json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})));
@@ -547,14 +553,15 @@ TEST(ImportTest, RedirectsBecomeRulesBeforeTheRuleFiles) {
 
 TEST(ImportTest, Latin1RuleFileIsConvertedWithANote) {
   Files files = {{"rules.txt", "# Regeln f\xfcr W01\nSetHeader x y\n"}};
-  ImportResult r = ImportText("rdisp/mshost = ms\nms/http_port = 1\nicm/HTTP/mod_0 = PREFIX=/,FILE=rules.txt\n",
-                       files);
+  ImportResult r = ImportText(
+      "rdisp/mshost = ms\nms/http_port = 1\nicm/HTTP/mod_0 = PREFIX=/,FILE=rules.txt\n", files);
   EXPECT_EQ(r.ExitCode(), 0);
   EXPECT_EQ(Find(r, "UrlMapping", "sap")->at("spec")["modifications"][0]["rules"],
             "# Regeln f\xc3\xbcr W01\nSetHeader x y\n");
-  EXPECT_EQ(Lines(r, Diagnostic::Level::kNote),
-            std::vector<std::string>{
-                "NOTE sapwebdisp.pfl:3 icm/HTTP/mod_0: rules.txt is not UTF-8; read as ISO-8859-1"});
+  EXPECT_EQ(
+      Lines(r, Diagnostic::Level::kNote),
+      std::vector<std::string>{
+          "NOTE sapwebdisp.pfl:3 icm/HTTP/mod_0: rules.txt is not UTF-8; read as ISO-8859-1"});
 }
 
 TEST(ImportTest, UnreadableFilesAreErrors) {
@@ -734,8 +741,8 @@ TEST(ImportTest, UnknownDuplicateAndUnresolvedParameters) {
   // --var fills in what the profile does not define.
   ImportOptions options;
   options.variables["UNDEFINED"] = "9";
-  ImportResult with_var = ImportText("rdisp/mshost = ms\nms/http_port = 1\nwdisp/info_timeout = $(UNDEFINED)\n",
-                              {}, options);
+  ImportResult with_var = ImportText(
+      "rdisp/mshost = ms\nms/http_port = 1\nwdisp/info_timeout = $(UNDEFINED)\n", {}, options);
   EXPECT_EQ(with_var.ExitCode(), 0);
   EXPECT_EQ(Find(with_var, "LogonGroup", "diag")->at("spec")["healthCheck"]["timeoutSeconds"], 9);
 }
