@@ -47,7 +47,7 @@ constexpr std::string_view kImportUsage =
     "\n"
     "Exit 0 when every parameter was translated, 3 when something was left out (the\n"
     "WARN lines say what), 1 when the profile or a file it names cannot be read\n"
-    "(nothing is written), 2 on a usage error.\n";
+    "(nothing is written) or -o DIR cannot be written, 2 on a usage error.\n";
 
 bool IsHelp(std::string_view arg) {
   return arg == "-h" || arg == "--help";

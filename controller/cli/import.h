@@ -11,7 +11,7 @@ namespace kwd::cli {
 
 // `args` without the command name. Exit 0: everything translated; 3: some
 // parameters left out (WARN lines on `err`); 1: unreadable input (nothing
-// written); 2: usage error.
+// written) or an output directory that cannot be written; 2: usage error.
 int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace kwd::cli

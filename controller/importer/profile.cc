@@ -90,6 +90,11 @@ struct Expander {
 
 ParsedProfile ParseProfile(std::string_view text) {
   ParsedProfile out;
+  // A UTF-8 byte order mark, as Windows editors write it, is not part of
+  // the first name.
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") {
+    text.remove_prefix(3);
+  }
   int number = 0;
   std::size_t start = 0;
   while (start <= text.size()) {

@@ -9,8 +9,8 @@
 // - `#` at the start of a line, or after a space or TAB, starts a comment
 //   that runs to the end of the line (so `PORT=80 # main` is `PORT=80`, and
 //   a `#` inside a word such as `a#b` stays);
-// - blank lines are ignored; CRLF and LF both end a line; a line without `=`
-//   is reported and skipped;
+// - blank lines are ignored; CRLF and LF both end a line; a UTF-8 byte order
+//   mark at the start is dropped; a line without `=` is reported and skipped;
 // - a name defined twice: the later definition wins (as SAP reads the file
 //   top to bottom), the earlier one is reported as left out.
 

@@ -51,6 +51,12 @@ TEST(ProfileTest, NameValueLinesCommentsAndBlanks) {
   EXPECT_EQ(p.problems[1].line, 9);
 }
 
+TEST(ProfileTest, ByteOrderMarkIsDropped) {
+  ParsedProfile p = ParseProfile("\xEF\xBB\xBFSAPSYSTEM = 00\r\n");
+  ASSERT_EQ(p.entries.size(), 1u);
+  EXPECT_EQ(p.entries[0].name, "SAPSYSTEM");
+}
+
 TEST(ProfileTest, ExpandsNestedReferences) {
   std::map<std::string, std::string> vars = {{"DIR_INSTANCE", "/usr/sap/W01/W00"},
                                              {"DIR_SEC", "$(DIR_INSTANCE)$(DIR_SEP)sec"},
