@@ -2278,6 +2278,21 @@ ImportResult Import(std::string_view profile_text, const std::string& profile_na
   ImportResult result;
   Importer importer(profile_name, read_file, options, &result);
   importer.Run(profile_text);
+  // The API server refuses objects much over 1 MiB (etcd's request limit is
+  // 1.5 MiB); a huge rule file or permission table would only fail at apply.
+  constexpr std::size_t kMaxObjectBytes = 1024 * 1024;
+  for (const auto& object : result.objects) {
+    std::size_t bytes =
+        object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).size();
+    if (bytes > kMaxObjectBytes) {
+      result.diagnostics.push_back(
+          {Diagnostic::Level::kWarn, profile_name, 0, "",
+           object["kind"].get<std::string>() + " " + object["metadata"]["name"].get<std::string>() +
+               " is " + std::to_string(bytes) +
+               " bytes: the API server refuses objects over about 1 MiB; split the rule files "
+               "or the permission table"});
+    }
+  }
   // The profile's lines in order, then each named file's.
   std::stable_sort(result.diagnostics.begin(), result.diagnostics.end(),
                    [&](const Diagnostic& a, const Diagnostic& b) {

@@ -814,6 +814,19 @@ TEST(ImportTest, NoBackEndIsSaid) {
   EXPECT_EQ(r.proxy_flags, (std::vector<std::string>{"--listen", "0.0.0.0:80"}));
 }
 
+TEST(ImportTest, ObjectsTooLargeForTheApiServerAreSaid) {
+  std::string rules;
+  while (rules.size() < 1100 * 1024) {
+    rules += "SetHeader X-Filler 0123456789012345678901234567890123456789\n";
+  }
+  ImportResult r =
+      ImportText("rdisp/mshost = ms\nms/http_port = 1\nicm/HTTP/mod_0 = PREFIX=/,FILE=r.txt\n",
+                 {{"r.txt", rules}});
+  EXPECT_EQ(r.ExitCode(), 3);
+  ASSERT_EQ(Warnings(r).size(), 1u);
+  EXPECT_EQ(Warnings(r)[0].rfind("WARN sapwebdisp.pfl: UrlMapping sap is ", 0), 0u);
+}
+
 TEST(ImportTest, KubernetesNames) {
   EXPECT_EQ(KubernetesName("Z_FIORI"), "z-fiori");
   EXPECT_EQ(KubernetesName("__A__B__"), "a-b");
