@@ -3,9 +3,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/build_info.h"
 #include "common/file.h"
 #include "common/snapshot_io.h"
-#include "common/build_info.h"
 #include "controller/cli/import.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
@@ -48,10 +48,6 @@ constexpr std::string_view kValidateUsage =
     "key, a YAML anchor or alias and a misspelt dispatch.kwd.io kind are problems,\n"
     "each naming file:line of the field and its path. Exit 0 when clean, 1 on\n"
     "problems, 2 on a usage error.\n";
-
-bool IsHelp(std::string_view arg) {
-  return arg == "-h" || arg == "--help";
-}
 
 struct DirCommandFlags {
   std::string dir;
@@ -216,6 +212,10 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
 }
 
 }  // namespace
+
+bool IsHelp(std::string_view arg) {
+  return arg == "-h" || arg == "--help";
+}
 
 std::optional<SourceSpec> ParseSource(std::string_view value, std::string* error) {
   if (value == "kube") {

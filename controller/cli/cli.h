@@ -26,6 +26,9 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
 
 int ControllerMain(int argc, char** argv);
 
+// "-h" or "--help", for every subcommand.
+bool IsHelp(std::string_view arg);
+
 // `kwd-controller ensure-affinity-key` (args without the command name).
 int RunEnsureAffinityKey(const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err);

@@ -7,6 +7,7 @@
 
 #include "common/file.h"
 #include "common/snapshot_io.h"
+#include "controller/cli/cli.h"
 #include "controller/importer/importer.h"
 #include "controller/importer/profile.h"
 #include "controller/importer/yaml_writer.h"
@@ -48,10 +49,6 @@ constexpr std::string_view kImportUsage =
     "Exit 0 when every parameter was translated, 3 when something was left out (the\n"
     "WARN lines say what), 1 when the profile or a file it names cannot be read\n"
     "(nothing is written) or -o DIR cannot be written, 2 on a usage error.\n";
-
-bool IsHelp(std::string_view arg) {
-  return arg == "-h" || arg == "--help";
-}
 
 struct ImportFlags {
   std::string profile;

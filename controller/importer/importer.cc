@@ -644,6 +644,18 @@ class Importer {
     }
   }
 
+  // The KEY=VALUE options of `param`, with what is wrong in them reported.
+  OptionList Options(Param& param) {
+    OptionList options = ParseOptions(param.value);
+    for (const auto& item : options.malformed) {
+      Warn(param, "option " + Shown(item) + " is not KEY=VALUE; ignored");
+    }
+    for (const auto& key : options.duplicates) {
+      Warn(param, key + "= given twice; the first value is used");
+    }
+    return options;
+  }
+
   // ---- systems ----
 
   void BuildSystems() {
@@ -654,13 +666,7 @@ class Importer {
       System system;
       system.param = param;
       system.index = index;
-      OptionList options = ParseOptions(param->value);
-      for (const auto& item : options.malformed) {
-        Warn(*param, "option " + Shown(item) + " is not KEY=VALUE; ignored");
-      }
-      for (const auto& key : options.duplicates) {
-        Warn(*param, key + "= given twice; the first value is used");
-      }
+      OptionList options = Options(*param);
       bool usable = true;
       for (const auto& [key, value] : options.options) {
         if (key == "SID") {
@@ -838,15 +844,9 @@ class Importer {
     std::sort(port_params_.begin(), port_params_.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [index, param] : port_params_) {
-      OptionList options = ParseOptions(param->value);
+      OptionList options = Options(*param);
       Listener listener;
       listener.param = param;
-      for (const auto& item : options.malformed) {
-        Warn(*param, "option " + Shown(item) + " is not KEY=VALUE; ignored");
-      }
-      for (const auto& key : options.duplicates) {
-        Warn(*param, key + "= given twice; the first value is used");
-      }
       bool usable = true;
       for (const auto& [key, value] : options.options) {
         if (key == "PROT") {
