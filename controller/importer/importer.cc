@@ -206,7 +206,12 @@ class Importer {
       Error(profile_name_, 0, "", "holds NUL bytes: not an SAP profile");
       return;
     }
-    parsed_ = ParseProfile(text);
+    // Every value may end up in an object: UTF-8 only (Kubernetes' rule).
+    std::string utf8(text);
+    if (ToUtf8(&utf8)) {
+      Add(Level::kNote, profile_name_, 0, "", "not UTF-8; read as ISO-8859-1");
+    }
+    parsed_ = ParseProfile(utf8);
     for (const auto& problem : parsed_.problems) {
       Add(Level::kWarn, profile_name_, problem.line, "", problem.message + "; line left out");
     }

@@ -43,10 +43,44 @@ bool IsPlainSafe(std::string_view text) {
   return true;
 }
 
+// The length of a UTF-8 sequence at `i` that YAML does not allow unescaped
+// (C1 controls but NEL, U+FFFE, U+FFFF), else 0.
+std::size_t NonPrintableAt(std::string_view text, std::size_t i) {
+  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  if (byte(i) == 0xC2 && i + 1 < text.size() && byte(i + 1) >= 0x80 && byte(i + 1) <= 0x9F &&
+      byte(i + 1) != 0x85) {
+    return 2;
+  }
+  if (byte(i) == 0xEF && i + 2 < text.size() && byte(i + 1) == 0xBF &&
+      (byte(i + 2) == 0xBE || byte(i + 2) == 0xBF)) {
+    return 3;
+  }
+  return 0;
+}
+
 std::string Quoted(const std::string& text) {
-  // A JSON string is a valid YAML double-quoted scalar. Invalid UTF-8 is
-  // replaced rather than thrown on (the importer converts files first).
-  return Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  // A JSON string is a valid YAML double-quoted scalar, once the characters
+  // YAML does not print are escaped too. Invalid UTF-8 is replaced rather
+  // than thrown on (the importer converts files first).
+  std::string json = Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  out.reserve(json.size());
+  for (std::size_t i = 0; i < json.size();) {
+    std::size_t n = NonPrintableAt(json, i);
+    if (n == 0) {
+      out.push_back(json[i++]);
+      continue;
+    }
+    unsigned code = n == 2 ? static_cast<unsigned char>(json[i + 1])
+                           : 0xFF00u | (static_cast<unsigned char>(json[i + 2]) - 0x80u + 0xC0u);
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    out += "\\u";
+    for (int shift = 12; shift >= 0; shift -= 4) {
+      out.push_back(kHex[(code >> shift) & 0xF]);
+    }
+    i += n;
+  }
+  return out;
 }
 
 bool IsValidUtf8(std::string_view text) {
@@ -64,8 +98,9 @@ bool FitsLiteralBlock(const std::string& text) {
   if (text.find('\n') == std::string::npos || !IsValidUtf8(text)) {
     return false;
   }
-  for (unsigned char c : text) {
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f || NonPrintableAt(text, i) > 0) {
       return false;
     }
   }

@@ -143,6 +143,9 @@ TEST(YamlWriterTest, StringsReadBackUnchanged) {
       "\nblank first\n",
       "rule with \\ backslash and %{HTTP_HOST}\n  indented\n\n# comment\n",
       "cr\r\nlf\n",
+      "c1 \xc2\x97 control",
+      "c1 in a block\n\xc2\x80\n",
+      "nel \xc2\x85 and \xef\xbf\xbe noncharacter",
   };
   for (const std::string& text : texts) {
     Json doc = {
@@ -568,6 +571,23 @@ TEST(ImportTest, Latin1RuleFileIsConvertedWithANote) {
       Lines(r, Diagnostic::Level::kNote),
       std::vector<std::string>{
           "NOTE sapwebdisp.pfl:3 icm/HTTP/mod_0: rules.txt is not UTF-8; read as ISO-8859-1"});
+}
+
+TEST(ImportTest, Latin1ProfileValuesBecomeUtf8) {
+  // Found by the sap_profile fuzzer: a Latin-1 byte in a redirect target.
+  ImportResult r = ImportText(
+      "# Web Dispatcher f\xfcr ERP\nrdisp/mshost = ms\nms/http_port = 1\n"
+      "icm/HTTP/redirect_0 = PREFIX=/, TO=/\x97"
+      "ap/bc\n");
+  EXPECT_EQ(Lines(r, Diagnostic::Level::kNote).front(),
+            "NOTE sapwebdisp.pfl: not UTF-8; read as ISO-8859-1");
+  const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
+  EXPECT_EQ(mods[0]["rules"],
+            "RegRedirectUrl ^/$ /\xc2\x97"
+            "ap/bc [CODE=permanent]\n");
+  for (const auto& object : r.objects) {
+    EXPECT_NO_THROW((void)object.dump());
+  }
 }
 
 TEST(ImportTest, UnreadableFilesAreErrors) {
