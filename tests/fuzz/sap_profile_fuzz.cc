@@ -5,11 +5,13 @@
 // is one printable line, that the exit code matches the diagnostics, and
 // that every object written is valid YAML text that kwd's decoder reads
 // with the right kind (fields of the wave-3 contract it may not know yet
-// aside).
+// aside), and that yaml-cpp reads the YAML written back.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include <yaml-cpp/yaml.h>
 
 #include "controller/importer/importer.h"
 #include "controller/importer/yaml_writer.h"
@@ -49,6 +51,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& object : result.objects) {
     std::string yaml = kwd::importer::ToYaml(object);
     Check(!yaml.empty() && yaml.back() == '\n');
+    // What is written reads back as YAML with the same kind and name.
+    try {
+      YAML::Node node = YAML::Load(yaml);
+      Check(node["kind"].as<std::string>() == object["kind"].get<std::string>());
+      Check(node["metadata"]["name"].as<std::string>() ==
+            object["metadata"]["name"].get<std::string>());
+    } catch (const YAML::Exception&) {
+      Check(false);
+    }
     kwd::model::DecodeResult decoded =
         kwd::model::DecodeObject(nlohmann::json::parse(object.dump()));
     if (!decoded.ok()) {
