@@ -1139,11 +1139,16 @@ class Importer {
         if (primary == nullptr) {
           primary = &system;
         } else if (systems_.size() > 1) {
-          Note(*system.param,
-               "no SRCURL= or SRCVHOST= selects this system (SRCSRV= is not used by kwd): only "
-               "requests with x-sap-webdisp-target-sid: " +
+          // A second mapping without hosts would take the catch-all's host:
+          // kwd cannot tell two mappings for every host apart by the SID
+          // header alone, so none is written for it.
+          Warn(*system.param,
+               "no SRCURL= or SRCVHOST= selects this system (SRCSRV= is not used by kwd), and "
+               "the first such system takes every other request: its SapSystem and LogonGroups "
+               "are written, no UrlMapping; give it hosts (SRCVHOST=, UrlMapping.spec.hosts "
+               "with spec.system.sid: " +
                    (system.sid.empty() ? std::string("<SID>") : system.sid) +
-                   " reach it (UrlMapping.spec.system)");
+                   ") or prefixes (SRCURL=)");
         }
       }
     }
@@ -1318,8 +1323,7 @@ class Importer {
     for (System& system : systems_) {
       bool has_groups = system_diag_.count(system.name) > 0;
       bool vhost_system = !system.vhosts.empty();
-      bool sid_only = system.vhosts.empty() && system.urls.empty() && &system != primary;
-      if (!has_groups || !(vhost_system || (sid_only && catch_all_has_default))) {
+      if (!has_groups || !vhost_system) {
         continue;
       }
       Json spec = Json::object();

@@ -340,6 +340,22 @@ TEST(ImportTest, MultipleSystemsByHostAndUrl) {
   ExpectLoadable(r);
 }
 
+TEST(ImportTest, ASecondSystemWithoutSelectorGetsNoMapping) {
+  ImportResult r = ImportText(
+      "wdisp/system_0 = SID=AA1, MSHOST=a, MSPORT=1\n"
+      "wdisp/system_1 = SID=BB1, MSHOST=b, MSPORT=1\n");
+  EXPECT_EQ(r.ExitCode(), 3);
+  ASSERT_EQ(Warnings(r).size(), 1u);
+  EXPECT_EQ(Warnings(r)[0].rfind("WARN sapwebdisp.pfl:2 wdisp/system_1: no SRCURL= or SRCVHOST= "
+                                 "selects this system",
+                                 0),
+            0u);
+  EXPECT_EQ(Names(r),
+            (std::vector<std::string>{"SapSystem/aa1", "SapSystem/bb1", "LogonGroup/aa1-diag",
+                                      "LogonGroup/aa1-j2ee", "LogonGroup/bb1-diag",
+                                      "LogonGroup/bb1-j2ee", "UrlMapping/aa1"}));
+}
+
 TEST(ImportTest, BrokenSystemsAreLeftOutWithReasons) {
   ImportResult r = ImportText(
       "icm/server_port_0 = PROT=HTTP,PORT=8000\n"
