@@ -9,6 +9,7 @@
 #include "common/build_info.h"
 #include "common/file.h"
 #include "common/snapshot_io.h"
+#include "controller/cli/import.h"
 #include "controller/cli/serve.h"
 #include "controller/compile/compile.h"
 #include "controller/schema/schema.h"
@@ -25,6 +26,8 @@ constexpr std::string_view kUsage =
     "  compile   --source=dir:DIR | -f FILE         print the snapshot as JSON on stdout\n"
     "  validate  --source=dir:DIR | -f FILE|-       print every problem, one line each; exit 1\n"
     "            [--live] [--quiet]                 if any\n"
+    "  import    --profile FILE [--files DIR] [-o DIR]\n"
+    "                                               translate an SAP Web Dispatcher profile\n"
     "  version                                      print the version and git revision\n"
     "  ensure-affinity-key --namespace NS --secret NAME\n"
     "                                               create the proxies' key Secret once\n"
@@ -66,10 +69,6 @@ constexpr std::string_view kValidateUsage =
     "            note otherwise, e.g. the Deployments of `helm template`)\n"
     "\n"
     "Exit 0 when clean, 1 on problems, 2 on a usage error.\n";
-
-bool IsHelp(std::string_view arg) {
-  return arg == "-h" || arg == "--help";
-}
 
 struct DirCommandFlags {
   std::string dir;
@@ -413,6 +412,10 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
 
 }  // namespace
 
+bool IsHelp(std::string_view arg) {
+  return arg == "-h" || arg == "--help";
+}
+
 std::optional<SourceSpec> ParseSource(std::string_view value, std::string* error) {
   if (value == "kube") {
     return SourceSpec{SourceSpec::Type::kKube, ""};
@@ -455,6 +458,9 @@ int RunController(const std::vector<std::string>& args, std::ostream& out, std::
   }
   if (command == "validate") {
     return RunValidate(rest, out, err);
+  }
+  if (command == "import") {
+    return RunImport(rest, out, err);
   }
   if (command == "serve") {
     return RunServe(rest, out, err);

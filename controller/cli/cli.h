@@ -37,6 +37,9 @@ struct FlagValue {
 bool SplitFlags(const std::vector<std::string>& args, std::vector<FlagValue>* out,
                 std::string* error);
 
+// "-h" or "--help", for every subcommand.
+bool IsHelp(std::string_view arg);
+
 // `kwd-controller ensure-affinity-key` (args without the command name).
 int RunEnsureAffinityKey(const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err);

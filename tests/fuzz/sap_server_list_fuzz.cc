@@ -11,23 +11,12 @@
 
 #include "common/snapshot_io.h"
 #include "controller/sapsystem/server_list.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-void Check(bool condition) {
-  if (!condition) {
-    std::abort();
-  }
-}
-
-bool HasControl(std::string_view text) {
-  for (char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      return true;
-    }
-  }
-  return false;
-}
+using kwd::fuzz::Check;
+using kwd::fuzz::HasControl;
 
 void CheckSkips(const kwd::sapsystem::Skips& skips) {
   Check(skips.messages.size() <= kwd::sapsystem::kMaxSkipMessages);

@@ -2,7 +2,6 @@
 // and output.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -13,56 +12,31 @@
 #include <vector>
 
 #include "common/snapshot_io.h"
+#include "tests/support/command.h"
 
 namespace kwd {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-std::string ShellQuote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  }
-  return out + "'";
-}
+using RunResult = kwd::testing::CommandResult;
+using kwd::testing::ShellQuote;
 
 RunResult RunController(const std::string& args, const std::string& cwd = "") {
   fs::path tmp =
-      fs::path(testing::TempDir()) /
-      ("kwd_cli_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
-  fs::create_directories(tmp);
-  fs::path out = tmp / "stdout";
-  fs::path err = tmp / "stderr";
-  std::string command = (cwd.empty() ? "" : "cd " + ShellQuote(cwd) + " && ") +
-                        ShellQuote(KWD_CONTROLLER_BINARY) + " " + args + " >" +
-                        ShellQuote(out.string()) + " 2>" + ShellQuote(err.string());
-  int status = std::system(command.c_str());
-  RunResult result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = ReadFile(out);
-  result.err = ReadFile(err);
-  return result;
+      fs::path(::testing::TempDir()) /
+      ("kwd_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  return kwd::testing::RunCommand(
+      (cwd.empty() ? "" : "cd " + ShellQuote(cwd) + " && ") + ShellQuote(KWD_CONTROLLER_BINARY) +
+          " " + args,
+      tmp);
 }
 
 std::string Example(const std::string& name) {
   return std::string(KWD_SOURCE_DIR) + "/examples/" + name;
 }
 
-class ExampleTest : public testing::TestWithParam<std::string> {};
+class ExampleTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExampleTest, ValidatesClean) {
   RunResult r = RunController("validate --source=dir:" + Example(GetParam()));
@@ -84,7 +58,7 @@ TEST_P(ExampleTest, CompilesToACheckedSnapshot) {
   EXPECT_EQ(RunController("compile --source dir:" + Example(GetParam())).out, r.out);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ExampleTest, testing::Values("quickstart", "seed-002", "k8s"),
+INSTANTIATE_TEST_SUITE_P(All, ExampleTest, ::testing::Values("quickstart", "seed-002", "k8s"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::erase(name, '-');
@@ -123,12 +97,12 @@ TEST(CliTest, QuickstartContent) {
   EXPECT_GT(vhost.permissions_size(), 0);
 }
 
-class CliTempDirTest : public testing::Test {
+class CliTempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
+    dir_ = fs::path(::testing::TempDir()) /
            ("kwd_cli_in_" +
-            std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -383,12 +357,12 @@ TEST_F(CliTempDirTest, ValidateReadsFilesAndStandardInput) {
 // Issue 26 item 1: golden outputs of `validate` for files with several
 // mistakes each. Every problem of every object in one run, one line each,
 // "file:line:column: Kind ns/name: field.path: message", in file order.
-class ValidateGoldenTest : public testing::TestWithParam<std::string> {};
+class ValidateGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ValidateGoldenTest, PrintsEveryProblemOnItsOwnLine) {
   const fs::path dir = fs::path(KWD_SOURCE_DIR) / "tests/controller/cli/validate_golden";
   const std::string name = GetParam();
-  const std::string want = ReadFile(dir / (name + ".want"));
+  const std::string want = kwd::testing::ReadFileOrEmpty(dir / (name + ".want"));
   ASSERT_FALSE(want.empty()) << name;
   RunResult r = RunController("validate -f " + name + ".yaml", /*cwd=*/dir.string());
   EXPECT_EQ(r.out, want) << r.err;
@@ -396,7 +370,7 @@ TEST_P(ValidateGoldenTest, PrintsEveryProblemOnItsOwnLine) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ValidateGoldenTest,
-                         testing::Values("several_mistakes", "wrong_types", "helm_template"));
+                         ::testing::Values("several_mistakes", "wrong_types", "helm_template"));
 
 // A misspelt field no longer hides a bad capacity: both in one run, with
 // file:line:column, and the field's closest name.
@@ -477,7 +451,7 @@ TEST(CliTest, ServeDurationsNeedAUnit) {
   }
 }
 
-class UsageTest : public testing::TestWithParam<UsageCase> {};
+class UsageTest : public ::testing::TestWithParam<UsageCase> {};
 
 TEST_P(UsageTest, ExitCodeAndMessage) {
   const UsageCase& c = GetParam();
@@ -489,7 +463,7 @@ TEST_P(UsageTest, ExitCodeAndMessage) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, UsageTest,
-    testing::Values(
+    ::testing::Values(
         UsageCase{"Help", "--help", 0, "usage: kwd-controller <command>", ""},
         UsageCase{"ShortHelp", "-h", 0, "validate", ""},
         UsageCase{"CompileHelp", "compile --help", 0, "usage: kwd-controller compile", ""},
