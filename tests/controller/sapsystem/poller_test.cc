@@ -337,9 +337,10 @@ std::size_t FastPollsBesideSlowOnes(int workers) {
   FakeMessageServer fast(
       json{{"instances", {{{"name", "f_FAK_00"}, {"host", "10.0.0.1"}, {"http", 8000}}}}});
   NullSink sink;
-  pipeline::Pipeline pipeline(pipeline::PipelineOptions{std::chrono::milliseconds(0),
-                                                        std::chrono::milliseconds(0), nullptr},
-                              sink, nullptr);
+  pipeline::PipelineOptions pipeline_options;
+  pipeline_options.hold_off = std::chrono::milliseconds(0);
+  pipeline_options.max_delay = std::chrono::milliseconds(0);
+  pipeline::Pipeline pipeline(pipeline_options, sink, nullptr);
   PollerOptions options;
   options.timeout = std::chrono::seconds(5);
   options.resolve = [](const std::string& host) { return std::vector<std::string>{host}; };
