@@ -324,6 +324,12 @@ bool IsCookieName(std::string_view name) {
   });
 }
 
+bool IsSapSid(std::string_view sid) {
+  auto upper_or_digit = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  return sid.size() == 3 && sid[0] >= 'A' && sid[0] <= 'Z' &&
+         std::all_of(sid.begin(), sid.end(), upper_or_digit);
+}
+
 bool IsVirtualHost(std::string_view host) {
   if (host.size() > 255) {
     return false;
@@ -493,6 +499,25 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
         problems.push_back(where + ": rule " + p + " has no kind");
       }
       check_ref([&] { return where + " rule " + p; }, rule.group());
+    }
+    const std::string* previous_sid = nullptr;
+    for (const auto& system : vhost.systems()) {
+      const std::string& sid = system.sid();
+      if (!IsSapSid(sid)) {
+        problems.push_back(where + ": system \"" + sid + "\" is not a SAP system ID");
+      }
+      if (previous_sid != nullptr && !(*previous_sid < sid)) {
+        problems.push_back(where + ": systems not sorted by unique SID at " + sid);
+      }
+      previous_sid = &sid;
+      check_ref([&] { return where + " system " + sid + " default abap group"; },
+                system.default_abap_group());
+      check_ref([&] { return where + " system " + sid + " default java group"; },
+                system.default_java_group());
+      for (const auto& rule : system.rules()) {
+        check_ref([&] { return where + " system " + sid + " rule " + rule.prefix(); },
+                  rule.group());
+      }
     }
     for (const auto& permission : vhost.permissions()) {
       const std::string& pattern = permission.pattern();

@@ -60,6 +60,8 @@ bool IsServerName(std::string_view name);
 bool IsServerAddress(std::string_view address);
 // An RFC 6265 cookie name (an RFC 9110 token).
 bool IsCookieName(std::string_view name);
+// A SAP system ID: three upper-case letters or digits, a letter first (ERP).
+bool IsSapSid(std::string_view sid);
 // A virtual host: a lowercase DNS name or "*." and one (a-z 0-9 . -), at most 255.
 bool IsVirtualHost(std::string_view host);
 // RFC 3986 path characters (unreserved, sub-delims, ':', '@', '/', and '%'

@@ -21,6 +21,9 @@ constexpr size_t kMaxPathBytes = 8192;
 // per-pattern memory bound would otherwise take gigabytes.
 constexpr int64_t kMaxProgramInstructions = 1000000;
 constexpr int kMaxReferences = 10;  // $0..$9
+// The longest header value a rule may make: AppendHeader of a header to
+// itself under [restart] would otherwise double it 16 times.
+constexpr size_t kMaxHeaderValueBytes = 65536;
 constexpr std::string_view kTargetSidHeader = "x-sap-webdisp-target-sid";
 constexpr std::string_view kTargetSidPseudoHeader = "~webdisp_target_sid";
 
@@ -609,6 +612,38 @@ class Evaluator {
     }
   }
 
+  // A header the action made longer than kMaxHeaderValueBytes: kError.
+  bool TooLong(const Action& action) {
+    size_t longest = 0;
+    switch (action.op) {
+      case Op::kSetHeader:
+      case Op::kSetHeaderIfEmpty:
+      case Op::kAppendHeader:
+      case Op::kRegRewriteHeader:
+        longest = Header(action.header).size();
+        break;
+      case Op::kSetResponseHeader:
+      case Op::kSetResponseHeaderIfEmpty:
+      case Op::kAppendResponseHeader:
+      case Op::kRegRewriteResponseHeader: {
+        size_t total = 0;
+        for (const ResponseEdit& edit : state_.response_edits) {
+          total += edit.value.size();
+        }
+        longest = total;
+        break;
+      }
+      default:
+        return false;
+    }
+    if (longest <= kMaxHeaderValueBytes) {
+      return false;
+    }
+    Error("line " + std::to_string(action.line) + ": header " + action.header +
+          " would be longer than " + std::to_string(kMaxHeaderValueBytes) + " bytes");
+    return true;
+  }
+
   void Error(std::string message) {
     state_.outcome = Outcome::kError;
     state_.error = std::move(message);
@@ -861,6 +896,9 @@ class Evaluator {
     }
     if (!fired) {
       return Control::kNext;
+    }
+    if (TooLong(action)) {
+      return Control::kStop;
     }
     ++state_.fired;
     if (state_.tracing) {

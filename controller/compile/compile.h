@@ -45,9 +45,6 @@ inline constexpr std::string_view kReasonInvalidEndpoint = "InvalidEndpoint";
 inline constexpr std::string_view kReasonSapSystemNotFound = "SapSystemNotFound";
 inline constexpr std::string_view kReasonNoServerList = "NoServerList";
 inline constexpr std::string_view kReasonNoUrlMap = "NoUrlMap";
-// UrlMapping.spec.modifications: valid, but kwd-proxy does not apply
-// modification rules yet, so the mapping is not served with them ignored.
-inline constexpr std::string_view kReasonUnsupported = "Unsupported";
 inline constexpr std::string_view kReasonPending = "Pending";
 
 // One problem behind a False condition (`kwd-controller validate` prints

@@ -244,12 +244,6 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
 
 // ---- Modification rules (modifications.cc) ----
 
-// Whether kwd-proxy applies VirtualHost.modifications. Until it does, a
-// mapping with modification rules is rejected (Unsupported) after they are
-// validated: serving it with its rules ignored could open paths its rules
-// forbid.
-inline constexpr bool kProxyAppliesModifications = false;
-
 // spec.modifications of `um`: each validated (parsed, patterns compiled) into
 // `out`. Returns false, with InvalidRule findings naming the field and the
 // rule's line and column, when any is invalid (that entry is left out).
@@ -300,6 +294,8 @@ class UrlMappingCompiler {
     std::string intended_abap;
     std::string intended_java;
     std::map<std::string, v1::Rule> rules;  // by prefix
+    std::string owner_sid;  // the owner's spec.system.sid ("" none)
+    std::map<std::string, v1::SystemRoute> systems;  // by SID
   };
 
   std::string ResolveGroupRef(const std::string& ns, const std::string& name,
@@ -312,7 +308,9 @@ class UrlMappingCompiler {
                    const std::string& passthrough, const std::vector<v1::Rule>& rules,
                    const std::set<std::string>& derived,
                    const std::vector<v1::Permission>& permissions,
-                   const std::vector<v1::Modification>& modifications, Findings& findings);
+                   const std::vector<v1::Modification>& modifications,
+                   const std::string& sid, const v1::SapHeaders& sap_headers,
+                   Findings& findings);
 
   const ObjectSet& objects_;
   const std::set<std::string>& accepted_groups_;

@@ -81,6 +81,20 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   ResolvedDefault java = ResolveDefault(ns, spec.default_groups.java, kImplicitJavaDefaultGroup,
                                         "spec.defaultGroups.java", findings);
 
+  // spec.system.sid: the SAP system a modification rule can send requests to.
+  std::string sid;
+  if (spec.system_sid) {
+    if (IsSapSid(*spec.system_sid)) {
+      sid = *spec.system_sid;
+    } else {
+      findings.Reject(kReasonInvalidField,
+                      "spec.system.sid: " + Quote(*spec.system_sid) +
+                          " is not a SAP system ID (an uppercase letter, then two uppercase "
+                          "letters or digits, e.g. ERP)");
+      valid_spec = false;
+    }
+  }
+
   std::string passthrough;
   if (spec.passthrough_group) {
     passthrough = ResolveGroupRef(ns, *spec.passthrough_group, "spec.passthroughGroup", findings);
@@ -182,17 +196,9 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
 
   // A rule file that does not compile: the mapping is never served without
   // it (its rules may be what keeps paths forbidden), only its last accepted
-  // version, if any.
+  // version, if any. kwd-proxy applies the rules (docs/modification-rules.md).
   std::vector<v1::Modification> modifications;
   if (!CompileModifications(um, source, &modifications, findings, modification_cache_)) {
-    valid_spec = false;
-  } else if (!modifications.empty() && !kProxyAppliesModifications) {
-    findings.Reject(kReasonUnsupported,
-                    "spec.modifications: the rules are valid (" +
-                        std::to_string(modifications.size()) +
-                        (modifications.size() == 1 ? " file" : " files") +
-                        "), but this kwd-proxy does not apply modification rules yet; the "
-                        "mapping is not served with them ignored");
     valid_spec = false;
   }
 
@@ -202,7 +208,8 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   } else if (valid_spec) {
     for (const auto& host : hosts) {
       ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
-                  passthrough, rules, derived, permissions, modifications, findings);
+                  passthrough, rules, derived, permissions, modifications, sid, sap_headers,
+                  findings);
       // The root rule and the default groups follow the mapping that set
       // the defaults; a newer one asking otherwise is told so.
       HostEntry& entry = hosts_.at(host);
@@ -232,6 +239,9 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
                                    (modifications.size() == 1 ? " modification rule file"
                                                               : " modification rule files")) +
       " on " + where;
+  if (!sid.empty()) {
+    summary += ", system " + sid;
+  }
   ObjectStatus status;
   status.kind = std::string(model::kUrlMappingKind);
   status.namespace_ = ns;
@@ -251,6 +261,9 @@ void UrlMappingCompiler::AppendVirtualHosts(v1::Snapshot* snapshot) {
   for (auto& [host, entry] : hosts_) {
     for (auto& [prefix, rule] : entry.rules) {
       *entry.vhost.add_rules() = std::move(rule);
+    }
+    for (auto& [sid, system] : entry.systems) {
+      *entry.vhost.add_systems() = std::move(system);
     }
     *snapshot->add_virtual_hosts() = std::move(entry.vhost);
   }
@@ -298,11 +311,43 @@ void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string&
                                      const std::set<std::string>& derived,
                                      const std::vector<v1::Permission>& permissions,
                                      const std::vector<v1::Modification>& modifications,
+                                     const std::string& sid, const v1::SapHeaders& sap_headers,
                                      Findings& findings) {
   std::string host_label = host.empty() ? "any host" : "host " + host;
   auto [it, created] = hosts_.try_emplace(host);
   HostEntry& entry = it->second;
+  if (!sid.empty()) {
+    // Its own routing, for the requests a rule sends to its SID.
+    auto [system_it, new_system] = entry.systems.try_emplace(sid);
+    if (new_system) {
+      v1::SystemRoute& system = system_it->second;
+      system.set_sid(sid);
+      system.set_source(source);
+      system.set_default_root_handler(root);
+      system.set_default_abap_group(abap.resolved);
+      system.set_default_java_group(java.resolved);
+      std::vector<const v1::Rule*> sorted;
+      for (const auto& rule : rules) {
+        sorted.push_back(&rule);
+      }
+      std::sort(sorted.begin(), sorted.end(),
+                [](const v1::Rule* a, const v1::Rule* b) { return a->prefix() < b->prefix(); });
+      for (const v1::Rule* rule : sorted) {
+        *system.add_rules() = *rule;
+      }
+      *system.mutable_sap_headers() = sap_headers;
+    } else {
+      findings.Reject(kReasonConflicted, "spec.system.sid " + sid + " ignored on " + host_label +
+                                             ": UrlMapping " + system_it->second.source() +
+                                             " (older) is system " + sid + " there");
+    }
+  }
+  // A mapping for another SAP system than the host's owner's is reached by
+  // its SID only: its rules and defaults stay out of the host's shared table
+  // (no conflict with the owner's), its permissions and rules files join.
+  const bool sid_only = !created && !sid.empty() && sid != entry.owner_sid;
   if (created) {
+    entry.owner_sid = sid;
     entry.owner = source;
     entry.vhost.set_host(host);
     entry.vhost.set_default_root_handler(root);
@@ -312,7 +357,7 @@ void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string&
     entry.vhost.set_source(source);
     entry.intended_abap = abap.intended;
     entry.intended_java = java.intended;
-  } else {
+  } else if (!sid_only) {
     std::vector<std::string> differing;
     if (explicit_root && root != entry.vhost.default_root_handler()) {
       differing.push_back("defaultRootHandler " + std::string(KindName(root)));
@@ -336,7 +381,7 @@ void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string&
                                              " (older) sets the defaults there");
     }
   }
-  for (const auto& rule : rules) {
+  for (const auto& rule : sid_only ? std::vector<v1::Rule>() : rules) {
     auto [rule_it, inserted] = entry.rules.try_emplace(rule.prefix(), rule);
     if (!inserted && derived.count(rule.prefix()) > 0) {
       // A rule from the SapSystem's URL map is no error of this object.

@@ -407,7 +407,7 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
            "permissions", "fromSapSystem", "fromSapSystemRefines", "modifications",
-           "sapHeaders", "className"});
+           "sapHeaders", "system", "className"});
   r.String(spec, "className", "spec.className", &out->class_name);
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
@@ -427,6 +427,10 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   }
   r.OptBool(spec, "fromSapSystemRefines", "spec.fromSapSystemRefines",
             &out->from_sap_system_refines);
+  if (const json* system = r.ObjectField(spec, "system", "spec.system")) {
+    r.Known(system, "spec.system", {"sid"});
+    r.OptString(*system, "sid", "spec.system.sid", &out->system_sid);
+  }
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
                  r.Known(&entry, path, {"prefix", "kind", "logonGroup"});

@@ -254,6 +254,9 @@ struct UrlMappingSpec {
   // Modification rules, in order (SAP: icm/HTTP/mod_<xx>).
   std::vector<Modification> modifications;
   SapHeadersSpec sap_headers;
+  // spec.system.sid: the SAP system this mapping is, for the requests a
+  // modification rule sends to a SID (x-sap-webdisp-target-sid).
+  std::optional<std::string> system_sid;
   // Whether a discovered prefix may take a subtree of one of this mapping's
   // own rules (a longer prefix under it); default false. Never when the
   // traffic it takes would lose its upstream TLS.

@@ -8,13 +8,6 @@
 namespace kwd::sapsystem {
 namespace {
 
-bool IsSid(std::string_view sid) {
-  // SAP system IDs: three characters, upper-case letters and digits, a letter first.
-  auto upper_or_digit = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
-  return sid.size() == 3 && sid[0] >= 'A' && sid[0] <= 'Z' &&
-         std::all_of(sid.begin(), sid.end(), upper_or_digit);
-}
-
 std::string HostForUrl(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
@@ -29,7 +22,7 @@ SpecCheck CheckSapSystem(const model::SapSystem& system) {
   const model::SapSystemSpec& spec = system.spec;
   SapSystemConfig config;
   if (spec.sid) {
-    if (!IsSid(*spec.sid)) {
+    if (!IsSapSid(*spec.sid)) {
       check.errors.push_back("spec.sid: \"" + *spec.sid +
                              "\" is not a SAP system ID (3 upper-case letters or digits, a "
                              "letter first)");

@@ -576,6 +576,7 @@ AdminServer::AdminServer(proxy::Proxy* proxy, AdminOptions options)
       clock_(std::make_shared<routing::SteadyClock>()),
       explain_router_(proxy->affinity_codec(), clock_) {
   explain_router_.set_read_only_sessions(true);
+  explain_router_.set_trace_modifications(true);
 }
 
 AdminServer::~AdminServer() {

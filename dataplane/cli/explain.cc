@@ -26,14 +26,19 @@ constexpr const char kExplainUsage[] =
     "Routes N simulated sequential requests (each answered before the next) with\n"
     "the snapshot FILE (what 'kwd-controller compile' prints) and prints one JSON\n"
     "object per request: group, server, address, rule, kind, reason, status, lost,\n"
-    "set_cookie, path, host. Session tables persist across the N requests; the\n"
-    "requests carry only what the flags give (add cookies with --header 'Cookie: ...').\n"
+    "set_cookie, path, host; when SAP modification rules changed or answered the\n"
+    "request also modifications (every rule that fired: source, line, command, and\n"
+    "the URL and headers after it), url (the target forwarded), system (the SID a\n"
+    "rule chose) and location (a redirect's). Session tables persist across the N\n"
+    "requests; the requests carry only what the flags give (add cookies with\n"
+    "--header 'Cookie: ...').\n"
     "\n"
     "  --snapshot FILE           snapshot JSON\n"
     "  --url URL                 http(s)://host/path?query (scheme sets https, host is\n"
     "                            the Host unless --host) or /path?query\n"
     "  --host HOST               Host header\n"
-    "  --header 'Name: value'    a request header; Cookie and Host are used (repeatable)\n"
+    "  --header 'Name: value'    a request header (repeatable): Cookie and Host route,\n"
+    "                            modification rules see every one\n"
     "  --count N                 number of requests (default 1)\n"
     "  --affinity-key-file FILE  affinity-cookie signing key; else $KWD_AFFINITY_KEY,\n"
     "                            else the development key \"kwd-development-affinity-key\"\n";
@@ -175,6 +180,7 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   auto clock = std::make_shared<routing::ManualClock>(0);
   routing::Router router(std::make_shared<session::AffinityCookieCodec>(affinity_key), clock);
   router.Apply(table);
+  router.set_trace_modifications(true);
 
   for (int i = 0; i < flags.count; ++i) {
     routing::Decision decision = router.Route(request.View());

@@ -28,6 +28,10 @@ ErrorInfo ErrorInfoFor(ErrorCode code) {
       return {503, "Service Unavailable", "EDISPATCHERR"};
     case ErrorCode::kGatewayTimeout:
       return {504, "Gateway Timeout", "ETIMEOUT"};
+    case ErrorCode::kGone:
+      return {410, "Gone", "ENOTFOUND"};
+    case ErrorCode::kRuleFailed:
+      return {500, "Internal Server Error", "EINTERN"};
     case ErrorCode::kVersion:
       return {505, "HTTP Version Not Supported", "EPROTERROR"};
   }
@@ -42,6 +46,8 @@ ErrorCode ErrorCodeForStatus(int status) {
       return ErrorCode::kNotFound;
     case 408:
       return ErrorCode::kRequestTimeout;
+    case 410:
+      return ErrorCode::kGone;
     case 413:
       return ErrorCode::kBodyTooLarge;
     case 414:
@@ -85,6 +91,44 @@ void AppendEscaped(std::string_view text, bool json, std::string* out) {
 }
 
 }  // namespace
+
+void AppendRedirectResponse(int status, std::string_view location, std::string* out) {
+  std::string_view phrase = "Redirect";
+  switch (status) {
+    case 300:
+      phrase = "Multiple Choices";
+      break;
+    case 301:
+      phrase = "Moved Permanently";
+      break;
+    case 302:
+      phrase = "Found";
+      break;
+    case 303:
+      phrase = "See Other";
+      break;
+    case 307:
+      phrase = "Temporary Redirect";
+      break;
+    case 308:
+      phrase = "Permanent Redirect";
+      break;
+    default:
+      break;
+  }
+  *out += "HTTP/1.1 ";
+  *out += std::to_string(status);
+  *out += ' ';
+  *out += phrase;
+  *out += "\r\nLocation: ";
+  for (char c : location) {
+    // Defence: the engine escapes these already; a field never carries them.
+    if (c != '\r' && c != '\n' && c != '\0') {
+      *out += c;
+    }
+  }
+  *out += "\r\nContent-Length: 0\r\n\r\n";
+}
 
 void AppendErrorResponse(ErrorCode code, std::string_view detail, bool json, bool close,
                          bool head_request, std::string* out) {

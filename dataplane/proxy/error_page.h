@@ -24,6 +24,8 @@ enum class ErrorCode {
   kNoServer,         // 503 EDISPATCHERR
   kRequestTimeout,   // 408 ETIMEOUT (client too slow)
   kGatewayTimeout,   // 504 ETIMEOUT (upstream too slow)
+  kGone,             // 410 ENOTFOUND: a modification rule (RegGoneUrl)
+  kRuleFailed,       // 500 EINTERN: the modification rules failed on the request
   kVersion,          // 505 EPROTERROR
 };
 // The number of ErrorCode values (kVersion is the last).
@@ -38,6 +40,11 @@ struct ErrorInfo {
 ErrorInfo ErrorInfoFor(ErrorCode code);
 // Maps a parser's HTTP status to the matching error code.
 ErrorCode ErrorCodeForStatus(int status);
+
+// Appends a redirect a modification rule answered: `status` (3xx) with
+// `location` (the rule engine made it free of controls and spaces), and an
+// empty body.
+void AppendRedirectResponse(int status, std::string_view location, std::string* out);
 
 // Appends a complete HTTP/1.1 response to `out`. `detail` is a one-line
 // explanation safe to show to clients (no request data is echoed).

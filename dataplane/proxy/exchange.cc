@@ -396,6 +396,9 @@ void Exchange::Recycle(ClientContext client) {
   request_done_ = false;
   request_trailers_.clear();
   request_body_bytes_ = 0;
+  forward_head_ = nullptr;
+  forward_host_ = {};
+  response_edits_.clear();
   upstream_readable_ = {};
   upstream_reused_ = false;
   upstream_eof_ = false;
@@ -460,7 +463,9 @@ void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& inf
   request_end_ = request_done_;
   Route();
   if (decision_.server == nullptr) {
-    if (decision_.status == 403) {
+    if (decision_.reason >= routing::Reason::kRuleRedirect) {
+      AnswerByRule();
+    } else if (decision_.status == 403) {
       AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted", false);
     } else if (decision_.status == 400) {
       worker_->metrics().bad_requests.Inc();
@@ -490,9 +495,167 @@ void Exchange::Route() {
     }
   }
   request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
-  decision_ = worker_->router().Route(request);
+  request.headers = &rule_headers_;
+  request.remote_addr =
+      request_client_ip_.empty() ? client_.client_ip : std::string_view(request_client_ip_);
+  routing::Router& router = worker_->router();
+  decision_ = router.Route(request);
+  forward_head_ = head_;
+  forward_host_ = {};
+  response_edits_.clear();
+  if (decision_.modified) {
+    if (decision_.server != nullptr) {
+      worker_->metrics().modification_requests[0]->Inc();
+      if (!TakeModifications()) {
+        // Not forwarded after all: the decision is given back.
+        router.Complete(decision_);
+        decision_.counted = false;
+        decision_.server = nullptr;
+        decision_.reason = routing::Reason::kRuleError;
+        decision_.status = 500;
+      }
+    } else if (decision_.reason == routing::Reason::kRuleRedirect) {
+      rule_location_.swap(router.modification_state().location);
+    }
+  }
   rewrite_target_ = routing::UpstreamTarget(decision_, request.target, &upstream_target_);
   decided_ = true;
+}
+
+void Exchange::RuleHeaders::Collect(std::vector<modification::HeaderView>* out) const {
+  bool host = false;
+  for (const http::Header& field : exchange_->head_->fields()) {
+    out->emplace_back(field.name, field.value);
+    host = host || field.Id() == http::FieldId::kHost;
+  }
+  if (!host && !exchange_->info_.host.empty()) {
+    // HTTP/2's :authority, an absolute-form target's authority.
+    out->emplace_back("Host", exchange_->info_.host);
+  }
+}
+
+std::string_view Exchange::RuleHeaders::ServerPort() const {
+  const ProxyOptions& options = exchange_->worker_->options();
+  const uint16_t port =
+      exchange_->client_.tls != nullptr ? options.public_https_port : options.public_http_port;
+  if (port == 0) {
+    return {};
+  }
+  char* end = std::to_chars(port_.data(), port_.data() + port_.size(), port).ptr;
+  return std::string_view(port_.data(), static_cast<size_t>(end - port_.data()));
+}
+
+bool Exchange::TakeModifications() {
+  modification::State& state = worker_->router().modification_state();
+  // Swapped, not copied: the router's state gets our old storage to reuse.
+  response_edits_.swap(state.response_edits);
+  if (!state.headers_changed) {
+    return true;
+  }
+  mod_fields_.swap(state.headers);
+  // SAP's pseudo header only chooses the system: it is never sent on.
+  std::erase_if(mod_fields_, [](const modification::Header& field) {
+    return http::EqualsIgnoreCase(field.first, "~webdisp_target_sid");
+  });
+  size_t bytes = 0;
+  for (const auto& [name, value] : mod_fields_) {
+    bytes += name.size() + value.size() + 4;
+  }
+  if (mod_fields_.size() > http::kMaxHeaders || bytes > 2 * worker_->options().max_header_bytes) {
+    WarnRuleFailure("the rules made the request head too large to forward (more than " +
+                    std::to_string(http::kMaxHeaders) + " fields or twice --max-header-size)");
+    return false;
+  }
+  if (mod_head_ == nullptr) {
+    mod_head_ = std::make_unique<http::RequestHead>();
+  }
+  http::RequestHead& head = *mod_head_;
+  head.method = head_->method;
+  head.target = head_->target;
+  head.target_form = head_->target_form;
+  head.version_minor = head_->version_minor;
+  head.scheme = head_->scheme;
+  head.authority = head_->authority;
+  head.path_and_query = head_->path_and_query;
+  head.header_count = 0;
+  for (const auto& [name, value] : mod_fields_) {
+    head.headers[head.header_count++] = http::Header{name, value};
+    if (http::EqualsIgnoreCase(name, "host")) {
+      forward_host_ = value;  // a rule set Host: the server is sent that one
+    }
+  }
+  forward_head_ = mod_head_.get();
+  return true;
+}
+
+void Exchange::AnswerByRule() {
+  auto& outcomes = worker_->metrics().modification_requests;
+  switch (decision_.reason) {
+    case routing::Reason::kRuleRedirect:
+      outcomes[1]->Inc();
+      scratch_.clear();
+      AppendRedirectResponse(decision_.status, rule_location_, &scratch_);
+      SendLocalAnswer(decision_.status, "", "redirected by a modification rule", false);
+      return;
+    case routing::Reason::kRuleForbidden:
+      outcomes[2]->Inc();
+      AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted", false);
+      return;
+    case routing::Reason::kRuleGone:
+      outcomes[3]->Inc();
+      AnswerLocally(ErrorCode::kGone, "this URL is no longer available", false);
+      return;
+    case routing::Reason::kUnknownSystem:
+      outcomes[5]->Inc();
+      AnswerLocally(ErrorCode::kNoServer,
+                    "no UrlMapping on this host serves the SAP system the modification rules "
+                    "chose",
+                    false);
+      return;
+    default:
+      break;
+  }
+  outcomes[4]->Inc();
+  const std::string& error = worker_->router().modification_state().error;
+  if (!error.empty()) {
+    WarnRuleFailure(error);
+  }
+  AnswerLocally(ErrorCode::kRuleFailed, "the modification rules failed on this request", false);
+}
+
+void Exchange::WarnRuleFailure(std::string_view why) {
+  // A rule that fails on some requests would log one line per request:
+  // one line per worker per 10 s, with the count of the others.
+  thread_local int64_t rule_warned_us = 0;
+  thread_local uint64_t rule_failures = 0;
+  const int64_t now_us = MonotonicUs();
+  ++rule_failures;
+  if (rule_warned_us != 0 && now_us - rule_warned_us < 10'000'000) {
+    return;
+  }
+  ::kwd::Log(LogLevel::kWarn, "proxy", "modification rules failed on a request: answered 500",
+      {{"error", std::string(why)},
+       {"host", decision_.virtual_host != nullptr ? decision_.virtual_host->host : ""},
+       {"failures", std::to_string(rule_failures)}});
+  rule_warned_us = now_us;
+  rule_failures = 0;
+}
+
+bool Exchange::EditResponseHead() {
+  mod_response_fields_.clear();
+  for (const http::Header& field : response_head_->fields()) {
+    mod_response_fields_.emplace_back(field.name, field.value);
+  }
+  modification::ApplyResponseEdits(response_edits_, &mod_response_fields_);
+  if (mod_response_fields_.size() > http::kMaxHeaders) {
+    Abort(ErrorCode::kBadGateway, "the modification rules made too many response header fields");
+    return false;
+  }
+  response_head_->header_count = 0;
+  for (const auto& [name, value] : mod_response_fields_) {
+    response_head_->headers[response_head_->header_count++] = http::Header{name, value};
+  }
+  return true;
 }
 
 void Exchange::Reject(ErrorCode code, std::string_view detail, const http::RequestHead* head) {
@@ -614,7 +777,7 @@ void Exchange::OnConnected() {
   phase_ = Phase::kForward;
   std::array<http::Header, 6 + kMaxForwardedChain> extra{};
   size_t extra_count = 0;
-  if (const http::Header* te = head_->Find("te");
+  if (const http::Header* te = forward_head_->Find("te");
       te != nullptr && http::HasToken(te->value, "trailers")) {
     // The client takes trailers (gRPC asks so; RFC 9113 8.2.2 allows HTTP/2
     // clients no other TE): the server is told, as some send trailers only
@@ -648,8 +811,14 @@ void Exchange::OnConnected() {
                                     std::span<http::Header>(extra).subspan(extra_count));
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
-  IdleHeads::Take(ReceivedHeadBytes(*head_), sent_head_);
-  http::SerializeRequestHead(*head_, info_, options, sent_head_);
+  IdleHeads::Take(ReceivedHeadBytes(*forward_head_), sent_head_);
+  if (forward_host_.empty()) {
+    http::SerializeRequestHead(*forward_head_, info_, options, sent_head_);
+  } else {
+    http::RequestInfo info = info_;
+    info.host = forward_host_;
+    http::SerializeRequestHead(*forward_head_, info, options, sent_head_);
+  }
   head_unsent_ = sent_head_.size();  // written from sent_head_ itself: no copy
   upstream_out_.clear();
   upstream_sent_ = 0;
@@ -1079,6 +1248,9 @@ bool Exchange::HandleResponseHead(size_t head_bytes) {
     default:
       break;
   }
+  if (!response_edits_.empty() && !EditResponseHead()) {
+    return false;
+  }
   response_head_done_ = true;
   sink_->OnResponseHead(head, response_info_, scratch_, response_done_);
   return true;
@@ -1141,13 +1313,18 @@ void Exchange::AnswerLocally(ErrorCode code, std::string_view detail, bool must_
   // fields for HTTP/2.
   scratch_.clear();
   AppendErrorResponse(code, detail, wants_json_, false, method_ == "HEAD", &scratch_);
-  ReleaseUpstream(false);
-  response_status_ = ErrorInfoFor(code).status;
   worker_->metrics().local_responses[static_cast<size_t>(code)]->Inc();
+  SendLocalAnswer(ErrorInfoFor(code).status, ErrorInfoFor(code).sap_code, detail, must_close);
+}
+
+void Exchange::SendLocalAnswer(int status, std::string_view sap_code, std::string_view detail,
+                               bool must_close) {
+  ReleaseUpstream(false);
+  response_status_ = status;
   std::string_view reason =
       decided_ ? routing::ReasonName(decision_.reason) : std::string_view("bad-request");
-  worker_->stats().RecordLocalAnswer(decided_ ? &decision_ : nullptr, response_status_,
-                                     ErrorInfoFor(code).sap_code, reason, detail, UnixNowMs());
+  worker_->stats().RecordLocalAnswer(decided_ ? &decision_ : nullptr, response_status_, sap_code,
+                                     reason, detail, UnixNowMs());
   if (response_head_ == nullptr) {
     response_head_ = PerThreadFreeList<http::ResponseHead>::Take();
   }

@@ -17,7 +17,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "common/modification/program.h"
 #include "dataplane/http/chunked.h"
 #include "dataplane/http/framing.h"
 #include "dataplane/http/parser.h"
@@ -267,6 +269,31 @@ class Exchange final : public UpstreamOwner {
   void ArmTimer(TimerKind kind, int64_t delay_ms);
   void OnTimer();
   void Route();
+  // Takes what the modification rules made of the request (Decision::modified)
+  // from the router: the request head to forward and the response edits.
+  // False when the changed head cannot be sent (too many fields).
+  bool TakeModifications();
+  // A modification rule answered the request itself (redirect, 403, 410, 500).
+  void AnswerByRule();
+  // The rules' response header edits on the server's response head.
+  bool EditResponseHead();
+  // The proxy's own answer in scratch_ (an HTTP/1.1 response): sent.
+  void SendLocalAnswer(int status, std::string_view sap_code, std::string_view detail,
+                       bool must_close);
+  // Logs why the rules failed on a request (at most once per 10 s per thread).
+  void WarnRuleFailure(std::string_view why);
+
+  // The request's fields for modification rules (routing::Request::headers).
+  class RuleHeaders final : public routing::RequestHeaderSource {
+   public:
+    explicit RuleHeaders(Exchange* exchange) : exchange_(exchange) {}
+    void Collect(std::vector<modification::HeaderView>* out) const override;
+    std::string_view ServerPort() const override;
+
+   private:
+    Exchange* exchange_;
+    mutable std::array<char, 8> port_{};
+  };
 
   Worker* worker_;
   ExchangeSink* sink_;
@@ -274,8 +301,23 @@ class Exchange final : public UpstreamOwner {
   Phase phase_ = Phase::kIdle;
   bool finished_ = false;  // logged and counted; the upstream is released
 
-  const http::RequestHead* head_ = nullptr;
+  const http::RequestHead* head_ = nullptr;  // as received
+  // What is forwarded: head_, or mod_head_ when modification rules changed
+  // the request's fields.
+  const http::RequestHead* forward_head_ = nullptr;
   http::RequestInfo info_;
+  // Modification rules (docs/modification-rules.md): the fields they left
+  // (owned here; mod_head_ views them), the response edits to apply, the
+  // redirect target. Swapped with the router's state: no copy, and the
+  // storage is reused from request to request.
+  RuleHeaders rule_headers_{this};
+  std::unique_ptr<http::RequestHead> mod_head_;
+  std::vector<modification::Header> mod_fields_;
+  std::vector<modification::ResponseEdit> response_edits_;
+  std::vector<modification::Header> mod_response_fields_;
+  std::string rule_location_;
+  std::string_view forward_host_;  // a rule set Host: forwarded instead of info_.host
+
   std::string method_;
   std::string target_;
   int version_minor_ = 1;

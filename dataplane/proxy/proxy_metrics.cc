@@ -76,6 +76,14 @@ ProxyMetrics::ProxyMetrics()
         {{"reason", kHttp2ErrorNames[i]}});
   }
   RegisterStandardMetrics(registry_);
+  for (size_t i = 0; i < kModificationOutcomeNames.size(); ++i) {
+    modification_requests[i] = &registry_.GetCounter(
+        "kwd_proxy_modification_requests_total",
+        "Requests on which SAP modification rules fired, by outcome: forwarded (with the "
+        "rules' changes), redirect, forbidden, gone, error (the rules failed: 500), "
+        "unknown-system (a rule chose a SID no UrlMapping on the host is: 503).",
+        {{"outcome", std::string(kModificationOutcomeNames[i])}});
+  }
   for (size_t i = 0; i < kErrorCodeCount; ++i) {
     ErrorInfo info = ErrorInfoFor(static_cast<ErrorCode>(i));
     local_responses[i] = &registry_.GetCounter(

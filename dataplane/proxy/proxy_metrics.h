@@ -10,6 +10,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/metrics.h"
@@ -97,6 +98,12 @@ inline constexpr const char* kHttp2ErrorNames[] = {
 // 20, 30 and 60 s (the default --response-timeout).
 std::vector<double> RequestDurationBuckets();
 
+// kwd_proxy_modification_requests_total{outcome}: forwarded with the
+// rules' changes, or answered by a rule (redirect, forbidden, gone), the
+// rules failed (error) or named a SAP system the host does not have.
+inline constexpr std::array<std::string_view, 6> kModificationOutcomeNames = {
+    "forwarded", "redirect", "forbidden", "gone", "error", "unknown-system"};
+
 class ProxyMetrics {
   // Declared first: the references below are initialised from it.
   MetricsRegistry registry_;
@@ -124,6 +131,9 @@ class ProxyMetrics {
   std::array<Counter*, 6> sticky_routed{};
   std::array<Counter*, 6> sticky_lost{};
   Counter& sessions_learned;
+  // Requests on which modification rules fired, by what came of them
+  // (kModificationOutcomeNames).
+  std::array<Counter*, 6> modification_requests{};
   // Responses the proxy made itself (error pages), by ErrorCode.
   std::array<Counter*, kErrorCodeCount> local_responses{};
   std::array<Counter*, kPassthroughRejectCount> passthrough_rejected{};

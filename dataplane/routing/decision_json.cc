@@ -37,7 +37,26 @@ std::string_view Trim(std::string_view s) {
 }  // namespace
 
 Request ExplainRequest::View() const {
-  return Request{"GET", target, host, https, cookie_views};
+  Request request;
+  request.method = "GET";
+  request.target = target;
+  request.host = host;
+  request.https = https;
+  request.cookie_headers = cookie_views;
+  request.headers = this;
+  request.remote_addr = "127.0.0.1";
+  return request;
+}
+
+void ExplainRequest::Collect(std::vector<modification::HeaderView>* out) const {
+  bool has_host = false;
+  for (const auto& [name, value] : fields) {
+    out->emplace_back(name, value);
+    has_host = has_host || EqualsIgnoreCase(name, "host");
+  }
+  if (!has_host && !host.empty()) {
+    out->emplace_back("Host", host);
+  }
 }
 
 ExplainRequest MakeExplainRequest(std::string_view url, std::span<const std::string> headers,
@@ -62,6 +81,7 @@ ExplainRequest MakeExplainRequest(std::string_view url, std::span<const std::str
     }
     std::string_view name = Trim(std::string_view(header).substr(0, colon));
     std::string_view value = Trim(std::string_view(header).substr(colon + 1));
+    request.fields.emplace_back(name, value);
     if (EqualsIgnoreCase(name, "cookie")) {
       request.cookies.emplace_back(value);
     } else if (EqualsIgnoreCase(name, "host") && request.host.empty()) {
@@ -100,6 +120,38 @@ nlohmann::ordered_json DecisionJson(const Router& router, const Decision& decisi
   line["path"] = decision.status == 400 ? ordered_json() : ordered_json(std::string(decision.path));
   line["host"] =
       decision.virtual_host != nullptr ? ordered_json(decision.virtual_host->host) : ordered_json();
+  if (decision.modified) {
+    const modification::State& state = router.modification_state();
+    const std::vector<const ModificationEntry*>& sources = router.modification_trace_sources();
+    ordered_json steps = ordered_json::array();
+    for (size_t i = 0; i < state.trace.size(); ++i) {
+      const modification::TraceStep& step = state.trace[i];
+      ordered_json entry;
+      const ModificationEntry* file = i < sources.size() ? sources[i] : nullptr;
+      entry["source"] = file != nullptr ? ordered_json(file->source + " spec.modifications[" +
+                                                       std::to_string(file->index) + "]")
+                                        : ordered_json();
+      entry["line"] = step.line;
+      entry["command"] = step.command;
+      entry["url"] = step.url;
+      if (!step.headers.empty()) {
+        ordered_json headers = ordered_json::array();
+        for (const auto& [name, value] : step.headers) {
+          headers.push_back(name + ": " + value);
+        }
+        entry["headers"] = std::move(headers);
+      }
+      steps.push_back(std::move(entry));
+    }
+    line["modifications"] = std::move(steps);
+    line["url"] = decision.rewritten_target.empty()
+                      ? ordered_json()
+                      : ordered_json(std::string(decision.rewritten_target));
+    line["system"] =
+        decision.system.empty() ? ordered_json() : ordered_json(std::string(decision.system));
+    line["location"] = decision.reason == Reason::kRuleRedirect ? ordered_json(state.location)
+                                                                : ordered_json();
+  }
   return line;
 }
 

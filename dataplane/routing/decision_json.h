@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dataplane/routing/router.h"
@@ -16,16 +17,22 @@
 namespace kwd::routing {
 
 // A simulated request described the way `explain` takes it, owning its strings.
-struct ExplainRequest {
+struct ExplainRequest final : RequestHeaderSource {
   std::string target;  // origin-form "/path?query"
   std::string host;
   bool https = false;
   std::vector<std::string> cookies;            // every Cookie header value
   std::vector<std::string_view> cookie_views;  // views into `cookies`
+  // Every header given, in order, for the modification rules.
+  std::vector<std::pair<std::string, std::string>> fields;
 
   // The routing::Request over this object's strings (valid while it lives
   // and is not moved).
   Request View() const;
+  // The fields (a Host field from `host` when none was given).
+  void Collect(std::vector<modification::HeaderView>* out) const override;
+  // 443 for https, else 80 (the usual public ports).
+  std::string_view ServerPort() const override { return https ? "443" : "80"; }
 };
 
 // `url` is "http(s)://host/path?query" (the scheme sets https, the authority
@@ -36,7 +43,13 @@ ExplainRequest MakeExplainRequest(std::string_view url, std::span<const std::str
                                   std::optional<std::string_view> host_override);
 
 // group, server, address, rule, kind, reason, status, lost, set_cookie, path,
-// host: in this order, null where a field does not apply.
+// host: in this order, null where a field does not apply. When modification
+// rules changed or answered the request (Decision::modified) also
+// "modifications": every rule that fired, in order, as {source, line,
+// command, url, headers} (headers: the request's after the rule, when the
+// rules changed any), then "url" (the target forwarded, when rewritten),
+// "system" (the SID a rule chose) and "location" (a redirect's).
+// The router must trace (Router::set_trace_modifications) for the steps.
 nlohmann::ordered_json DecisionJson(const Router& router, const Decision& decision, bool https);
 
 }  // namespace kwd::routing

@@ -69,8 +69,9 @@ struct Classification {
   }
 };
 
-Classification Classify(const VirtualHostEntry& vhost, std::string_view path,
-                        std::string_view lower_path) {
+// `vhost`'s routes (the host's, or a system's on it) and `permissions` (the host's).
+Classification Classify(const VirtualHostEntry& vhost, const PermissionTable& permissions,
+                        std::string_view path, std::string_view lower_path) {
   Classification c;
   if (IsRootPath(path)) {
     c.kind = vhost.default_root_handler;
@@ -88,7 +89,7 @@ Classification Classify(const VirtualHostEntry& vhost, std::string_view path,
     c.group_index = vhost.default_java_group;
     c.sap_headers = vhost.sap_headers;
   }
-  c.action = vhost.permissions.Evaluate(lower_path);
+  c.action = permissions.Evaluate(lower_path);
   return c;
 }
 
@@ -140,6 +141,16 @@ std::string_view ReasonName(Reason reason) {
       return "no-server";
     case Reason::kBadRequest:
       return "bad-request";
+    case Reason::kRuleRedirect:
+      return "rule:redirect";
+    case Reason::kRuleForbidden:
+      return "rule:forbidden";
+    case Reason::kRuleGone:
+      return "rule:gone";
+    case Reason::kRuleError:
+      return "rule:error";
+    case Reason::kUnknownSystem:
+      return "unknown-system";
   }
   return "unknown";
 }
@@ -163,6 +174,10 @@ std::string_view IdentifierName(Identifier identifier) {
 }
 
 bool UpstreamTarget(const Decision& decision, std::string_view received_target, std::string* out) {
+  if (!decision.rewritten_target.empty()) {
+    out->assign(decision.rewritten_target);
+    return true;
+  }
   if (decision.upstream_path.empty()) {
     return false;
   }
@@ -183,7 +198,122 @@ Router::Router(std::shared_ptr<const session::AffinityCookieCodec> affinity_code
       path_scratch_(2 * kPathScratchBytes),
       lower_scratch_(kPathScratchBytes),
       decoded_path_scratch_(2 * kPathScratchBytes),
-      decoded_lower_scratch_(kPathScratchBytes) {}
+      decoded_lower_scratch_(kPathScratchBytes),
+      mod_state_(std::make_unique<modification::State>()),
+      mod_previous_(std::make_unique<modification::State>()) {}
+
+namespace {
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+// The path with every %XX escape decoded: what SAP's rules match (%{PATH}).
+void PercentDecode(std::string_view in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '%' && i + 2 < in.size() + 0 && HexDigit(in[i + 1]) >= 0 &&
+        HexDigit(in[i + 2]) >= 0) {
+      out->push_back(static_cast<char>(HexDigit(in[i + 1]) * 16 + HexDigit(in[i + 2])));
+      i += 2;
+    } else {
+      out->push_back(in[i]);
+    }
+  }
+}
+
+}  // namespace
+
+bool Router::RunModifications(const VirtualHostEntry& vhost, const Request& request,
+                              std::string_view lower_path, std::string_view forward_path,
+                              std::string_view query, bool has_query) {
+  bool ran = false;
+  mod_trace_sources_.clear();
+  modification::RequestView view;
+  view.method = request.method;
+  view.https = request.https;
+  view.remote_addr = request.remote_addr;
+  if (request.headers != nullptr) {
+    view.server_port = request.headers->ServerPort();
+  }
+  for (const ModificationEntry& entry : vhost.modifications) {
+    // A later file's prefix meets the path as the files before it left it.
+    if (!(ran ? StartsWithIgnoreCase(mod_state_->path, entry.prefix)
+              : lower_path.starts_with(entry.prefix))) {
+      continue;
+    }
+    if (!ran) {
+      // The first file sees the request as received (dot segments resolved).
+      ran = true;
+      PercentDecode(forward_path, &mod_decoded_path_);
+      mod_headers_.clear();
+      if (request.headers != nullptr) {
+        request.headers->Collect(&mod_headers_);
+      }
+      view.path = mod_decoded_path_;
+      view.raw_path = forward_path;
+      view.query = query;
+      view.has_query = has_query;
+      view.headers = mod_headers_;
+      mod_state_->tracing = trace_modifications_;
+      entry.program->Evaluate(view, mod_state_.get());
+    } else {
+      // The next file sees what the files before it made.
+      std::swap(mod_state_, mod_previous_);
+      modification::State& previous = *mod_previous_;
+      if (previous.headers_changed) {
+        mod_headers_.clear();
+        for (const auto& [name, value] : previous.headers) {
+          mod_headers_.emplace_back(name, value);
+        }
+      }
+      view.path = previous.path;
+      view.raw_path = previous.raw_path;
+      view.query = previous.query;
+      view.has_query = previous.has_query;
+      view.headers = mod_headers_;
+      mod_state_->tracing = trace_modifications_;
+      entry.program->Evaluate(view, mod_state_.get());
+      modification::State& current = *mod_state_;
+      if (!current.headers_changed && previous.headers_changed) {
+        std::swap(current.headers, previous.headers);
+        current.headers_changed = true;
+      }
+      if (!previous.response_edits.empty()) {
+        current.response_edits.insert(current.response_edits.begin(),
+                                      std::make_move_iterator(previous.response_edits.begin()),
+                                      std::make_move_iterator(previous.response_edits.end()));
+      }
+      if (!previous.trace.empty()) {
+        current.trace.insert(current.trace.begin(),
+                             std::make_move_iterator(previous.trace.begin()),
+                             std::make_move_iterator(previous.trace.end()));
+      }
+      if (current.target_sid.empty()) {
+        std::swap(current.target_sid, previous.target_sid);
+      }
+      current.fired += previous.fired;
+      current.url_changed = current.url_changed || previous.url_changed;
+    }
+    if (trace_modifications_) {
+      // This file's steps are the last ones of the trace.
+      mod_trace_sources_.resize(mod_state_->trace.size(), &entry);
+    }
+    if (mod_state_->outcome != modification::Outcome::kContinue) {
+      break;
+    }
+  }
+  return ran;
+}
 
 void Router::Apply(std::shared_ptr<const RoutingTable> table) {
   std::vector<std::unique_ptr<balancer::Balancer>> balancers;
@@ -396,6 +526,7 @@ Decision Router::Route(const Request& request) {
 
   // "http://host?q" has an empty path, which is "/" (RFC 9112 3.2.2).
   std::string_view query_only;
+  const bool has_query = target.find('?') != std::string_view::npos;
   if (!target.empty() && target.front() == '?') {
     query_only = target.substr(1);
     target = "/";
@@ -425,9 +556,75 @@ Decision Router::Route(const Request& request) {
     return decision;
   }
 
+  // SAP's modification handler runs first: permissions, URL mapping,
+  // stickiness and balancing see the request as its rules leave it. A host
+  // without rule files (most) pays one empty() check.
+  const VirtualHostEntry* routes = vhost;
+  if (!vhost->modifications.empty() &&
+      RunModifications(*vhost, request, lower_path, normalized.forward_path, normalized.query,
+                       has_query) &&
+      (mod_state_->fired > 0 || mod_state_->outcome != modification::Outcome::kContinue)) {
+    const modification::State& state = *mod_state_;
+    decision.modified = true;
+    switch (state.outcome) {
+      case modification::Outcome::kContinue:
+        break;
+      case modification::Outcome::kRedirect:
+        decision.reason = Reason::kRuleRedirect;
+        decision.status = state.status;
+        return decision;
+      case modification::Outcome::kForbidden:
+        decision.reason = Reason::kRuleForbidden;
+        decision.status = 403;
+        return decision;
+      case modification::Outcome::kGone:
+        decision.reason = Reason::kRuleGone;
+        decision.status = 410;
+        return decision;
+      case modification::Outcome::kError:
+        decision.reason = Reason::kRuleError;
+        decision.status = 500;
+        return decision;
+    }
+    if (state.url_changed) {
+      // The rewritten target is routed and forwarded like a received one:
+      // normalised again (a rewrite that climbs above "/" or makes a
+      // malformed escape is a 400, as the same target received would be).
+      mod_target_.assign(state.raw_path);
+      if (state.has_query) {
+        mod_target_ += '?';
+        mod_target_ += state.query;
+      }
+      if (!NormalizeTargetLower(mod_target_, path_scratch_, lower_scratch_, &normalized,
+                                &lower_path)) {
+        decision.reason = Reason::kBadRequest;
+        decision.status = 400;
+        return decision;
+      }
+      decision.path = normalized.path;
+      decision.upstream_path = normalized.forward_path;
+      mod_forward_.assign(normalized.forward_path);
+      if (state.has_query) {
+        mod_forward_ += '?';
+        mod_forward_ += normalized.query;
+      }
+      decision.rewritten_target = mod_forward_;
+    }
+    if (!state.target_sid.empty()) {
+      decision.system = state.target_sid;
+      routes = vhost->FindSystem(state.target_sid);
+      if (routes == nullptr) {
+        decision.reason = Reason::kUnknownSystem;
+        decision.status = 503;
+        return decision;
+      }
+    }
+  }
+
   // Classification first so that a denied request still shows where it
   // would have gone; permissions decide before any server is chosen.
-  const Classification classification = Classify(*vhost, normalized.path, lower_path);
+  const Classification classification =
+      Classify(*routes, vhost->permissions, normalized.path, lower_path);
   if (normalized.encoded_separator) {
     // A backend that decodes "%2F" or "%5C" into "/" sees other segments in
     // what we forward: route only when its reading reaches the same rule and
@@ -438,7 +635,7 @@ Decision Router::Route(const Request& request) {
                 decoded.path.size() <= decoded_lower_scratch_.size();
     if (same) {
       AsciiLowerInto(decoded.path, decoded_lower_scratch_.data());
-      same = Classify(*vhost, decoded.path,
+      same = Classify(*routes, vhost->permissions, decoded.path,
                       std::string_view(decoded_lower_scratch_.data(), decoded.path.size())) ==
              classification;
     }

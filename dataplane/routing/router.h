@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/modification/program.h"
 #include "dataplane/balancer/balancer.h"
 #include "dataplane/routing/clock.h"
 #include "dataplane/routing/path.h"
@@ -26,6 +27,18 @@
 
 namespace kwd::routing {
 
+// The request's header fields for modification rules, collected only when
+// a rule file applies to the request (the others pay nothing).
+class RequestHeaderSource {
+ public:
+  virtual void Collect(std::vector<modification::HeaderView>* out) const = 0;
+  // %{SERVER_PORT}: the port the client reached (the public one).
+  virtual std::string_view ServerPort() const = 0;
+
+ protected:
+  ~RequestHeaderSource() = default;
+};
+
 // A request as the proxy sees it: views into its buffers.
 struct Request {
   std::string_view method;
@@ -33,6 +46,9 @@ struct Request {
   std::string_view host;    // Host header value (absolute-form authority wins)
   bool https = false;
   std::span<const std::string_view> cookie_headers;  // every Cookie header value
+  // For modification rules (%{REMOTE_ADDR} ...); headers null: none.
+  const RequestHeaderSource* headers = nullptr;
+  std::string_view remote_addr = {};
 };
 
 enum class Reason : uint8_t {
@@ -45,8 +61,15 @@ enum class Reason : uint8_t {
   kDenied,
   kNoServer,
   kBadRequest,
+  // A modification rule answered (SAP's modification handler).
+  kRuleRedirect,   // "rule:redirect": status 3xx with Location
+  kRuleForbidden,  // "rule:forbidden": 403
+  kRuleGone,       // "rule:gone": 410
+  kRuleError,      // "rule:error": 500 (a restart loop, a rewrite to no path)
+  kUnknownSystem,  // "unknown-system": a rule named a SID no mapping on the host is: 503
 };
-// "balance", "sticky:sap-contextid", ..., "denied", "no-server", "bad-request".
+// "balance", "sticky:sap-contextid", ..., "denied", "no-server", "bad-request",
+// "rule:redirect", "rule:forbidden", "rule:gone", "rule:error", "unknown-system".
 std::string_view ReasonName(Reason reason);
 
 enum class Identifier : uint8_t {
@@ -87,6 +110,15 @@ struct Decision {
   // resolved); empty: the received target goes as it is. Valid like `path`:
   // use UpstreamTarget() right after Route().
   std::string_view upstream_path;
+  // Modification rules ran on the request and changed or answered it; what
+  // they made is the router's modification_state() until the next Route():
+  // take it right after Route(). `rewritten_target`: the origin-form target
+  // to forward instead of the received one (path and query), when a rule
+  // rewrote the URL.
+  bool modified = false;
+  std::string_view rewritten_target;
+  // The SAP system a rule chose (x-sap-webdisp-target-sid), "" none.
+  std::string_view system;
 
   // Bookkeeping for Complete().
   int group_index = -1;
@@ -135,6 +167,17 @@ class Router {
   // when that request reached a group past the permission table.
   const session::SessionIds& session_ids() const { return ids_; }
 
+  // What the modification rules of the last Route() made (Decision::modified).
+  // The caller may move its headers and response edits out.
+  modification::State& modification_state() { return *mod_state_; }
+  const modification::State& modification_state() const { return *mod_state_; }
+  // While tracing: the rule file of each step of modification_state().trace.
+  const std::vector<const ModificationEntry*>& modification_trace_sources() const {
+    return mod_trace_sources_;
+  }
+  // Explaining: record every rule that fired (State::trace).
+  void set_trace_modifications(bool trace) { trace_modifications_ = trace; }
+
   // Balancer state of group `group_index` of the current table (admin pages).
   const balancer::Balancer* BalancerFor(size_t group_index) const;
 
@@ -158,6 +201,12 @@ class Router {
   // One identifier's server for `group`, -1 when it names none that is usable.
   int StickyBy(Identifier identifier, const GroupEntry& group, Identifier* lost,
                bool* record_ext_sid, int64_t now_ms);
+
+  // Runs the rule files of `vhost` whose prefix `lower_path` starts with, in
+  // order. False when none applies (nothing was done).
+  bool RunModifications(const VirtualHostEntry& vhost, const Request& request,
+                        std::string_view lower_path, std::string_view forward_path,
+                        std::string_view query, bool has_query);
 
   std::shared_ptr<const session::AffinityCookieCodec> affinity_codec_;
   std::shared_ptr<const Clock> clock_;
@@ -190,6 +239,16 @@ class Router {
   std::array<char, 256> host_scratch_{};
   std::array<char, 256> server_scratch_{};
   session::SessionIds ids_;
+  // Modification rules: two states, the result of one file feeding the next
+  // (mod_state_ holds the latest); reused, so steady state allocates nothing.
+  std::unique_ptr<modification::State> mod_state_;
+  std::unique_ptr<modification::State> mod_previous_;
+  std::vector<modification::HeaderView> mod_headers_;
+  std::string mod_decoded_path_;
+  std::string mod_target_;
+  std::string mod_forward_;
+  bool trace_modifications_ = false;
+  std::vector<const ModificationEntry*> mod_trace_sources_;
 };
 
 }  // namespace kwd::routing

@@ -25,7 +25,68 @@ std::string_view TrimSpaces(std::string_view s) {
   return s;
 }
 
+// A virtual host's or a system's routes: defaults, rules and their index.
+void FillRoutes(VirtualHostEntry* entry, const RoutingTable& table, v1::Kind root,
+                const std::string& abap, const std::string& java,
+                const google::protobuf::RepeatedPtrField<v1::Rule>& rules,
+                const v1::SapHeaders& sap_headers) {
+  entry->default_root_handler = root == v1::KIND_ABAP ? v1::KIND_ABAP : v1::KIND_JAVA;
+  entry->default_abap_group = table.FindGroup(abap);
+  entry->default_java_group = table.FindGroup(java);
+  std::vector<std::string> lowercase_prefixes;
+  for (const v1::Rule& rule : rules) {
+    entry->rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table.FindGroup(rule.group()),
+                                     SapHeaderSwitches::From(rule.sap_headers())});
+    lowercase_prefixes.push_back(Lowercase(rule.prefix()));
+  }
+  entry->prefixes = PrefixIndex(std::move(lowercase_prefixes));
+  entry->sap_headers = SapHeaderSwitches::From(sap_headers);
+}
+
 }  // namespace
+
+std::shared_ptr<const modification::Program> ModificationPrograms::Get(
+    const std::string& text, modification::ParseError* error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = programs_.find(text); it != programs_.end()) {
+      return it->second;
+    }
+  }
+  std::shared_ptr<const modification::Program> program =
+      modification::Program::CompileText(text, error);
+  if (program != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    programs_.emplace(text, program);
+  }
+  return program;
+}
+
+void ModificationPrograms::Retain(const std::vector<const std::string*>& texts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = programs_.begin(); it != programs_.end();) {
+    bool used = std::any_of(texts.begin(), texts.end(),
+                            [&](const std::string* text) { return *text == it->first; });
+    it = used ? std::next(it) : programs_.erase(it);
+  }
+}
+
+size_t ModificationPrograms::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return programs_.size();
+}
+
+const VirtualHostEntry* VirtualHostEntry::FindSystem(std::string_view sid) const {
+  for (const VirtualHostEntry& system : systems) {
+    if (system.sid.size() == sid.size() &&
+        std::equal(sid.begin(), sid.end(), system.sid.begin(), [](char a, char b) {
+          return (a >= 'a' && a <= 'z' ? static_cast<char>(a - 'a' + 'A') : a) == b;
+        })) {
+      return &system;
+    }
+  }
+  return nullptr;
+}
 
 std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snapshot,
                                                         const TableContext& context,
@@ -117,24 +178,44 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     table->groups_.push_back(std::move(entry));
   }
 
+  std::vector<const std::string*> rule_texts;
   for (const v1::VirtualHost& vhost : snapshot.virtual_hosts()) {
     VirtualHostEntry entry;
     entry.host = vhost.host();
     entry.source = vhost.source();
-    entry.default_root_handler =
-        vhost.default_root_handler() == v1::KIND_ABAP ? v1::KIND_ABAP : v1::KIND_JAVA;
-    entry.default_abap_group = table->FindGroup(vhost.default_abap_group());
-    entry.default_java_group = table->FindGroup(vhost.default_java_group());
-    std::vector<std::string> lowercase_prefixes;
-    for (const v1::Rule& rule : vhost.rules()) {
-      entry.rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table->FindGroup(rule.group()),
-                                      SapHeaderSwitches::From(rule.sap_headers())});
-      lowercase_prefixes.push_back(Lowercase(rule.prefix()));
-    }
-    entry.prefixes = PrefixIndex(std::move(lowercase_prefixes));
+    FillRoutes(&entry, *table, vhost.default_root_handler(), vhost.default_abap_group(),
+               vhost.default_java_group(), vhost.rules(), vhost.sap_headers());
     entry.permissions = PermissionTable(vhost.permissions());
     entry.passthrough_group = table->FindGroup(vhost.passthrough_group());
-    entry.sap_headers = SapHeaderSwitches::From(vhost.sap_headers());
+    for (const v1::SystemRoute& system : vhost.systems()) {
+      VirtualHostEntry& sub = entry.systems.emplace_back();
+      sub.host = entry.host;
+      sub.source = system.source();
+      sub.sid = system.sid();
+      FillRoutes(&sub, *table, system.default_root_handler(), system.default_abap_group(),
+                 system.default_java_group(), system.rules(), system.sap_headers());
+    }
+    // Rule files: compiled here, off the request path. The controller
+    // checked them; one that fails here refuses the whole snapshot (NACK),
+    // so the proxy never serves a host with its rules missing.
+    for (const v1::Modification& modification : vhost.modifications()) {
+      modification::ParseError parse_error;
+      std::shared_ptr<const modification::Program> program =
+          context.programs != nullptr
+              ? context.programs->Get(modification.rules(), &parse_error)
+              : std::shared_ptr<const modification::Program>(
+                    modification::Program::CompileText(modification.rules(), &parse_error));
+      if (program == nullptr) {
+        *error = "virtual host \"" + vhost.host() + "\": modification rules " +
+                 modification.source() + " spec.modifications[" +
+                 std::to_string(modification.index()) + "]: " + parse_error.ToString();
+        return nullptr;
+      }
+      rule_texts.push_back(&modification.rules());
+      entry.modifications.push_back(ModificationEntry{Lowercase(modification.prefix()),
+                                                      modification.source(),
+                                                      modification.index(), std::move(program)});
+    }
     table->has_passthrough_ = table->has_passthrough_ || entry.passthrough_group >= 0;
     const int index = static_cast<int>(table->virtual_hosts_.size());
     std::string host = Lowercase(entry.host);
@@ -148,6 +229,9 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     table->virtual_hosts_.push_back(std::move(entry));
   }
 
+  if (context.programs != nullptr) {
+    context.programs->Retain(rule_texts);
+  }
   std::sort(live_groups.begin(), live_groups.end());
   context.sessions->Retain(live_groups);
   // Health state: kept for servers that stay, new for new ones, forgotten

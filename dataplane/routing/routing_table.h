@@ -9,12 +9,15 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/modification/program.h"
 #include "dataplane/balancer/balancer.h"
 #include "dataplane/routing/name_index.h"
 #include "dataplane/routing/permissions.h"
@@ -90,6 +93,14 @@ struct RuleEntry {
   SapHeaderSwitches sap_headers;
 };
 
+// One modification rule file (SAP's icm/HTTP/mod_<xx>), compiled once.
+struct ModificationEntry {
+  std::string prefix;  // lowercase; the request's path starts with it (any case)
+  std::string source;  // "namespace/name" of the UrlMapping
+  int index = 0;       // its position in the mapping's spec.modifications
+  std::shared_ptr<const modification::Program> program;
+};
+
 struct VirtualHostEntry {
   std::string host;    // "" = any host
   std::string source;  // the UrlMapping ("namespace/name") that set the defaults
@@ -101,6 +112,17 @@ struct VirtualHostEntry {
   PermissionTable permissions;
   int passthrough_group = -1;  // TLS passthrough connections with this SNI, -1: none
   SapHeaderSwitches sap_headers;  // for the root rule and the default groups
+  // Modification rules in evaluation order; empty for most hosts (nothing
+  // to do per request).
+  std::vector<ModificationEntry> modifications;
+  // The mappings on the host that name a SAP system (spec.system.sid), by
+  // SID: each an entry of its own (its defaults, rules and prefixes; `sid`
+  // set, no permissions, modifications or systems of its own).
+  std::string sid;
+  std::vector<VirtualHostEntry> systems;
+
+  // The system entry for `sid` (any case), or null.
+  const VirtualHostEntry* FindSystem(std::string_view sid) const;
 
   int DefaultGroup(v1::Kind kind) const {
     return kind == v1::KIND_ABAP ? default_abap_group : default_java_group;
@@ -113,6 +135,26 @@ struct TableContext {
   ServerHealthRegistry* health = nullptr;
   // Builds the TLS settings of a REENCRYPT group (unset: none are built).
   std::function<std::shared_ptr<const tls::UpstreamTls>(const v1::Group&)> upstream_tls = {};
+  // Compiled modification rule files kept from table to table (a 10,000-rule
+  // file takes a third of a second to compile; endpoint changes rebuild the
+  // table often). Null: every table compiles its own.
+  class ModificationPrograms* programs = nullptr;
+};
+
+// Rule files compiled by earlier tables, by text. Build takes a file from
+// here when it has it and keeps only the files of the newest table.
+class ModificationPrograms {
+ public:
+  // The compiled `text`, or null with `error`.
+  std::shared_ptr<const modification::Program> Get(const std::string& text,
+                                                   modification::ParseError* error);
+  // Forgets every file not in `texts`.
+  void Retain(const std::vector<const std::string*>& texts);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const modification::Program>, std::less<>> programs_;
 };
 
 inline constexpr std::string_view kDefaultAffinityCookieName = "kwd_affinity";

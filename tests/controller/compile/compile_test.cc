@@ -1498,38 +1498,96 @@ TEST(ModificationsCompileTest, TextAndStructuredFormsCompileToOneForm) {
             "RegIRewriteUrl ^/legacy/(.*) /sap/bc/$1 [break]\nSetHeader X-Note \"a b\"\n");
 }
 
-// Until kwd-proxy applies them, valid rules reject the mapping
-// (Unsupported): it is never served with its rules ignored. Its last
-// accepted version (without rules) keeps serving.
-TEST(ModificationsCompileTest, ValidRulesAreNotServedIgnored) {
-  json good = Um("erp", "m", "", {{"rules", {{{"prefix", "/sap/"}}}}});
-  model::ObjectSet objects = Objects({StaticLg("erp", "diag"), good});
-  LastGood last_good;
-  CompileResult first = Compile(objects, &last_good);
-  UpdateLastGood(objects, first, &last_good);
-  ASSERT_EQ(first.snapshot.virtual_hosts_size(), 1);
+// kwd-proxy applies modification rules: valid rules are accepted and reach
+// the snapshot on every host of the mapping, oldest mapping first.
+TEST(ModificationsCompileTest, ValidRulesAreAcceptedAndReachTheSnapshot) {
+  json older = Um("erp", "a", "2026-01-01T00:00:00Z",
+                  {{"hosts", {"erp.example.com"}},
+                   {"rules", {{{"prefix", "/sap/"}}}},
+                   {"modifications", {{{"rules", "RegIForbiddenUrl !^/sap/(.*) -\n"}}}}});
+  json newer = Um("erp", "b", "2026-02-01T00:00:00Z",
+                  {{"hosts", {"erp.example.com"}},
+                   {"modifications", {{{"prefix", "/SAP/"}, {"rules", "SetHeader X-B 1\n"}}}}});
+  CompileResult result = Compile(Objects({StaticLg("erp", "diag"), newer, older}));
+  for (const char* name : {"a", "b"}) {
+    const Condition* accepted = StatusOf(result, "UrlMapping", name).Find(kAccepted);
+    ASSERT_NE(accepted, nullptr);
+    EXPECT_EQ(accepted->status, "True") << name << ": " << accepted->message;
+    EXPECT_EQ(accepted->reason, kReasonAccepted);
+    EXPECT_NE(accepted->message.find("1 modification rule file"), std::string::npos)
+        << accepted->message;
+  }
+  ASSERT_EQ(result.snapshot.virtual_hosts_size(), 1);
+  const v1::VirtualHost& vhost = result.snapshot.virtual_hosts(0);
+  ASSERT_EQ(vhost.modifications_size(), 2);
+  EXPECT_EQ(vhost.modifications(0).source(), "erp/a");
+  EXPECT_EQ(vhost.modifications(0).prefix(), "/");
+  EXPECT_EQ(vhost.modifications(0).rules(), "RegIForbiddenUrl !^/sap/(.*) -\n");
+  EXPECT_EQ(vhost.modifications(1).source(), "erp/b");
+  EXPECT_EQ(vhost.modifications(1).prefix(), "/sap/");
+  EXPECT_TRUE(CheckSnapshot(result.snapshot).empty());
+}
 
-  json with_rules = WithGeneration(
-      Um("erp", "m", "",
-         {{"rules", {{{"prefix", "/sap/"}}}},
-          {"modifications", {{{"rules", "RegIForbiddenUrl !^/sap/(.*) -\n"}}}}}),
-      2);
-  objects.Upsert(Decoded(with_rules));
-  CompileResult without = Compile(objects);
-  EXPECT_EQ(without.snapshot.virtual_hosts_size(), 0);
-  const Condition* accepted = StatusOf(without, "UrlMapping", "m").Find(kAccepted);
-  ASSERT_NE(accepted, nullptr);
-  EXPECT_EQ(accepted->status, "False");
-  EXPECT_EQ(accepted->reason, kReasonUnsupported);
-  EXPECT_NE(accepted->message.find("the rules are valid (1 file), but this kwd-proxy does not "
-                                   "apply modification rules yet"),
+// spec.system.sid: each mapping on a host naming a SID gets its own routes
+// there (its defaults and rules), without conflicting with the host's owner;
+// the owner (oldest) also serves the requests no rule gives a SID.
+TEST(SystemSelectionCompileTest, MappingsNamingSidsGetTheirOwnRoutes) {
+  json erp = Um("erp", "erp", "2026-01-01T00:00:00Z",
+                {{"hosts", {"sap.example.com"}},
+                 {"system", {{"sid", "ERP"}}},
+                 {"defaultGroups", {{"abap", "erp"}}},
+                 {"rules", {{{"prefix", "/sap/"}, {"logonGroup", "erp"}}}}});
+  json qas = Um("erp", "qas", "2026-02-01T00:00:00Z",
+                {{"hosts", {"sap.example.com"}},
+                 {"system", {{"sid", "QAS"}}},
+                 {"defaultGroups", {{"abap", "qas"}}},
+                 {"rules", {{{"prefix", "/sap/"}, {"logonGroup", "qas"}},
+                            {{"prefix", "/irj/"}, {"kind", "java"}, {"logonGroup", "qas"}}}}});
+  CompileResult result =
+      Compile(Objects({StaticLg("erp", "erp"), StaticLg("erp", "qas"), qas, erp}));
+  for (const char* name : {"erp", "qas"}) {
+    const Condition* accepted = StatusOf(result, "UrlMapping", name).Find(kAccepted);
+    ASSERT_NE(accepted, nullptr);
+    EXPECT_EQ(accepted->status, "True") << name << ": " << accepted->message;
+  }
+  ASSERT_EQ(result.snapshot.virtual_hosts_size(), 1);
+  const v1::VirtualHost& vhost = result.snapshot.virtual_hosts(0);
+  // The shared table is the owner's: QAS's /irj/ is reached by its SID only.
+  EXPECT_EQ(vhost.default_abap_group(), "erp/erp");
+  ASSERT_EQ(vhost.rules_size(), 1);
+  EXPECT_EQ(vhost.rules(0).group(), "erp/erp");
+  ASSERT_EQ(vhost.systems_size(), 2);
+  EXPECT_EQ(vhost.systems(0).sid(), "ERP");
+  EXPECT_EQ(vhost.systems(0).source(), "erp/erp");
+  EXPECT_EQ(vhost.systems(1).sid(), "QAS");
+  EXPECT_EQ(vhost.systems(1).default_abap_group(), "erp/qas");
+  ASSERT_EQ(vhost.systems(1).rules_size(), 2);
+  EXPECT_EQ(vhost.systems(1).rules(0).prefix(), "/irj/");
+  EXPECT_EQ(vhost.systems(1).rules(1).prefix(), "/sap/");
+  EXPECT_TRUE(CheckSnapshot(result.snapshot).empty());
+}
+
+TEST(SystemSelectionCompileTest, BadAndDuplicateSidsAreReported) {
+  json bad = Um("erp", "bad", "2026-01-01T00:00:00Z",
+                {{"hosts", {"a.example.com"}}, {"system", {{"sid", "erp"}}}});
+  json first = Um("erp", "first", "2026-01-01T00:00:00Z",
+                  {{"hosts", {"b.example.com"}}, {"system", {{"sid", "ERP"}}}});
+  json second = Um("erp", "second", "2026-02-01T00:00:00Z",
+                   {{"hosts", {"b.example.com"}}, {"system", {{"sid", "ERP"}}}});
+  CompileResult result = Compile(Objects({StaticLg("erp", "diag"), bad, first, second}));
+  const Condition* invalid = StatusOf(result, "UrlMapping", "bad").Find(kAccepted);
+  ASSERT_NE(invalid, nullptr);
+  EXPECT_EQ(invalid->reason, kReasonInvalidField);
+  EXPECT_NE(invalid->message.find("spec.system.sid: \"erp\" is not a SAP system ID"),
             std::string::npos)
-      << accepted->message;
-
-  CompileResult kept = Compile(objects, &last_good);
-  ASSERT_EQ(kept.snapshot.virtual_hosts_size(), 1);
-  EXPECT_EQ(kept.snapshot.virtual_hosts(0).modifications_size(), 0);
-  EXPECT_TRUE(StatusOf(kept, "UrlMapping", "m").serving_last_good);
+      << invalid->message;
+  const Condition* conflicted = StatusOf(result, "UrlMapping", "second").Find(kAccepted);
+  ASSERT_NE(conflicted, nullptr);
+  EXPECT_EQ(conflicted->reason, kReasonConflicted);
+  EXPECT_NE(conflicted->message.find("spec.system.sid ERP ignored on host b.example.com: "
+                                     "UrlMapping erp/first (older) is system ERP there"),
+            std::string::npos)
+      << conflicted->message;
 }
 
 // A rule file that does not compile: Accepted=False with InvalidRule naming
@@ -1601,7 +1659,7 @@ TEST(ModificationsCompileTest, MemoGivesTheSameVerdicts) {
     EXPECT_EQ(memoized.statuses, plain.statuses) << "round " << round;
     EXPECT_EQ(SnapshotToJson(memoized.snapshot), SnapshotToJson(plain.snapshot));
   }
-  EXPECT_EQ(StatusOf(plain, "UrlMapping", "good").Find(kAccepted)->reason, kReasonUnsupported);
+  EXPECT_EQ(StatusOf(plain, "UrlMapping", "good").Find(kAccepted)->reason, kReasonAccepted);
   EXPECT_NE(StatusOf(plain, "UrlMapping", "bad")
                 .Find(kAccepted)
                 ->message.find("spec.modifications[0].actions[0]: pattern \"^/(x\""),

@@ -94,5 +94,42 @@ TEST(RouterAllocationTest, SteadyStateDecisionsDoNotAllocate) {
   }
 }
 
+// Modification rules on the host: a request outside their prefix pays
+// nothing (no allocation); one the rules rewrite, after the first, neither
+// (the router's states keep their storage).
+TEST(RouterAllocationTest, ModificationRulesAllocateNothingInSteadyState) {
+  v1::Snapshot snapshot = testing::StandardSnapshot();
+  v1::Modification* modification = snapshot.mutable_virtual_hosts(0)->add_modifications();
+  modification->set_prefix("/legacy/");
+  modification->set_rules("RegIRewriteUrl ^/legacy/(.*) /sap/bc/$1 [break]\n");
+  modification->set_source("erp/m");
+  StampSnapshotVersion(&snapshot);
+  session::SessionRegistry sessions;
+  ServerHealthRegistry health;
+  std::string error;
+  auto table = RoutingTable::Build(snapshot, {&sessions, &health}, &error);
+  ASSERT_NE(table, nullptr) << error;
+  Router router(std::make_shared<session::AffinityCookieCodec>("alloc-key"),
+                std::make_shared<ManualClock>(5000));
+  router.Apply(table);
+  for (const char* target : {"/sap/bc/x?a=1", "/legacy/x?a=1"}) {
+    SCOPED_TRACE(target);
+    Request request{"GET", target, "erp.example.org", false, {}};
+    router.Complete(router.Route(request));  // warm up
+    g_allocations = 0;
+    g_counting = true;
+    Decision d;
+    for (int i = 0; i < 100; ++i) {
+      d = router.Route(request);
+      router.Complete(d);
+    }
+    g_counting = false;
+    EXPECT_EQ(d.reason, Reason::kBalance);
+    EXPECT_EQ(d.path, "/sap/bc/x");
+    EXPECT_EQ(d.modified, std::string_view(target).starts_with("/legacy/"));
+    EXPECT_EQ(g_allocations.load(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace kwd::routing
