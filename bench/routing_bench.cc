@@ -75,7 +75,23 @@ std::string ServerName(int g, int s) {
   return "host" + std::to_string(g) + "_ERP_" + std::to_string(s);
 }
 
-v1::Snapshot BenchSnapshot() {
+// 100 modification rules of the usual kinds (bench/modification_bench.cc's),
+// none of which matches the benchmark's requests.
+std::string HundredRules() {
+  std::string text;
+  for (int i = 0; i < 25; ++i) {
+    std::string n = std::to_string(i);
+    text += "RegIRewriteUrl ^/legacy" + n + "/(.*) /sap/bc/app" + n + "/$1 [break]\n";
+    text += "RegIRedirectUrl ^/old" + n + "$ /sap/bc/ui2/flp?app=" + n + " [CODE=permanent]\n";
+    text += "RegIForbiddenUrl ^/sap/bc/private" + n + "/ -\n";
+    text += "if %{HTTP_HOST} regimatch ^host" + n + "\\.example\\.com$\n";
+    text += "SetHeader x-sap-webdisp-target-sid S" + n + "\n";
+  }
+  return text;
+}
+
+// `modification_prefix`: when set, the host has the 100 rules under it.
+v1::Snapshot BenchSnapshot(const std::string& modification_prefix = "") {
   v1::Snapshot snapshot;
   for (int g = 0; g < kGroups; ++g) {
     v1::Group* group = snapshot.add_groups();
@@ -124,6 +140,12 @@ v1::Snapshot BenchSnapshot() {
     permission->set_action(v1::PERMISSION_ACTION_DENY);
     permission->set_pattern(deny);
   }
+  if (!modification_prefix.empty()) {
+    v1::Modification* modification = vhost->add_modifications();
+    modification->set_prefix(modification_prefix);
+    modification->set_rules(HundredRules());
+    modification->set_source("default/bench");
+  }
   StampSnapshotVersion(&snapshot);
   return snapshot;
 }
@@ -134,9 +156,10 @@ struct Fixture {
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(1);
   std::unique_ptr<Router> router;
 
-  Fixture() {
+  explicit Fixture(const std::string& modification_prefix = "") {
     std::string error;
-    auto table = RoutingTable::Build(BenchSnapshot(), {&sessions, &health}, &error);
+    auto table =
+        RoutingTable::Build(BenchSnapshot(modification_prefix), {&sessions, &health}, &error);
     if (table == nullptr) {
       std::abort();
     }
@@ -211,8 +234,9 @@ std::vector<BenchRequest> MakeRequests(const std::string& kind) {
   return requests;
 }
 
-void RunDecisions(benchmark::State& state, const std::string& kind) {
-  Fixture fixture;
+void RunDecisions(benchmark::State& state, const std::string& kind,
+                  const std::string& modification_prefix = "") {
+  Fixture fixture(modification_prefix);
   std::vector<BenchRequest> requests = MakeRequests(kind);
   // Warm-up: first use of each request (sessions recorded by ext-sid misses).
   for (const BenchRequest& r : requests) {
@@ -259,7 +283,19 @@ void BM_RouteStickyAffinityCookie(benchmark::State& state) {
   RunDecisions(state, "affinity");
 }
 
+// SAP modification rules on the host: under another prefix (the request
+// pays one prefix comparison), and under "/" with none matching (the rule
+// engine's cost: 100 rules evaluated, nothing changed).
+void BM_RouteBalancedRulesElsewhere(benchmark::State& state) {
+  RunDecisions(state, "balanced", "/legacy/");
+}
+void BM_RouteBalancedHundredRulesNoMatch(benchmark::State& state) {
+  RunDecisions(state, "balanced", "/");
+}
+
 BENCHMARK(BM_RouteBalanced);
+BENCHMARK(BM_RouteBalancedRulesElsewhere);
+BENCHMARK(BM_RouteBalancedHundredRulesNoMatch);
 BENCHMARK(BM_RouteStickyContextId);
 BENCHMARK(BM_RouteStickyJSessionIdTable);
 BENCHMARK(BM_RouteStickySapExtSidTable);

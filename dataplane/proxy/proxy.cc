@@ -98,6 +98,7 @@ bool Proxy::Start(std::string* error) {
 bool Proxy::ApplySnapshot(const v1::Snapshot& snapshot, std::string* error) {
   auto start = std::chrono::steady_clock::now();
   routing::TableContext context{&sessions_, &health_};
+  context.programs = &programs_;
   // Each re-encrypting group's TLS settings (SSL_CTX, client certificate)
   // are built here, once per snapshot, and swapped in with the table.
   context.upstream_tls = [this](const v1::Group& group) {

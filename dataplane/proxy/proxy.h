@@ -66,6 +66,9 @@ class Proxy {
   ProxyMetrics metrics_;
   routing::ServerHealthRegistry health_;
   session::SessionRegistry sessions_;
+  // Modification rule files compiled by the last table, kept for the next
+  // (an endpoint change rebuilds the table; the rules rarely change).
+  routing::ModificationPrograms programs_;
   std::shared_ptr<session::AffinityCookieCodec> codec_;
   std::shared_ptr<const routing::Clock> clock_;
   std::unique_ptr<tls::ServerTls> server_tls_;  // outlives the workers (declared first)

@@ -639,6 +639,118 @@ TEST(RoutingTableTest, RejectsAnInvalidSnapshotWithTheProblem) {
   EXPECT_NE(error.find("unknown group erp/missing"), std::string::npos) << error;
 }
 
+// ---- SAP modification rules (docs/modification-rules.md) ----
+
+v1::Modification* AddModification(v1::VirtualHost* vhost, const std::string& prefix,
+                                  const std::string& rules) {
+  v1::Modification* m = vhost->add_modifications();
+  m->set_prefix(prefix);
+  m->set_rules(rules);
+  m->set_source("erp/m");
+  m->set_index(vhost->modifications_size() - 1);
+  return m;
+}
+
+TEST(RoutingTableTest, RuleFileThatDoesNotCompileRefusesTheSnapshot) {
+  v1::Snapshot s = StandardSnapshot();
+  AddModification(s.mutable_virtual_hosts(0), "/", "SetHeader x 1\nRegRewriteUrl ^/(a /b\n");
+  StampSnapshotVersion(&s);
+  session::SessionRegistry sessions;
+  ServerHealthRegistry health;
+  std::string error;
+  EXPECT_EQ(RoutingTable::Build(s, TableContext{&sessions, &health}, &error), nullptr);
+  EXPECT_NE(error.find("modification rules erp/m spec.modifications[0]: line 2"),
+            std::string::npos)
+      << error;
+}
+
+TEST(RoutingTableTest, CompiledRuleFilesAreKeptFromTableToTable) {
+  v1::Snapshot s = StandardSnapshot();
+  AddModification(s.mutable_virtual_hosts(0), "/", "SetHeader x 1\n");
+  StampSnapshotVersion(&s);
+  session::SessionRegistry sessions;
+  ServerHealthRegistry health;
+  ModificationPrograms programs;
+  TableContext context{&sessions, &health};
+  context.programs = &programs;
+  std::string error;
+  auto first = RoutingTable::Build(s, context, &error);
+  auto second = RoutingTable::Build(s, context, &error);
+  ASSERT_NE(first, nullptr) << error;
+  ASSERT_NE(second, nullptr) << error;
+  EXPECT_EQ(first->virtual_hosts()[0].modifications[0].program.get(),
+            second->virtual_hosts()[0].modifications[0].program.get());
+  EXPECT_EQ(programs.size(), 1u);
+  ASSERT_NE(RoutingTable::Build(StandardSnapshot(), context, &error), nullptr);
+  EXPECT_EQ(programs.size(), 0u);  // the files of the newest table only
+}
+
+TEST_F(RouterTest, RulesRunBeforePermissionsAndUrlMapping) {
+  v1::Snapshot s = StandardSnapshot();
+  v1::VirtualHost* any = s.mutable_virtual_hosts(0);
+  AddModification(any, "/",
+                  "RegIRewriteUrl ^/alias/(.*) /sap/admin/$1\n"
+                  "RegIRewriteUrl ^/gui/(.*) /sap/bc/gui/$1?from=rule [qsappend]\n"
+                  "RegIRedirectUrl ^/old$ /sap/new [CODE=308]\n"
+                  "RegIGoneUrl ^/gone -\n"
+                  "RegIForbiddenUrl ^/no -\n"
+                  "RegIRewriteUrl ^/abs/(.*) http://x/$1\n");
+  // A later file meets the path as the first left it.
+  AddModification(any, "/sap/bc/gui/", "SetHeader x-second yes\n");
+  StampSnapshotVersion(&s);
+  Apply(s);
+  EXPECT_EQ(Go("/alias/x").reason, Reason::kDenied);  // the rewritten path is denied
+  Decision gui = Go("/gui/x?a=1", {}, "erp.internal", /*https=*/true);
+  EXPECT_EQ(GroupOf(gui), "erp/public");
+  EXPECT_EQ(gui.rule, "/sap/bc/gui/");
+  EXPECT_EQ(gui.rewritten_target, "/sap/bc/gui/x?from=rule&a=1");
+  std::string target;
+  ASSERT_TRUE(UpstreamTarget(gui, "/gui/x?a=1", &target));
+  EXPECT_EQ(target, "/sap/bc/gui/x?from=rule&a=1");
+  Decision old = Go("/old");
+  EXPECT_EQ(old.reason, Reason::kRuleRedirect);
+  EXPECT_EQ(old.status, 308);
+  EXPECT_EQ(router_.modification_state().location, "/sap/new");
+  EXPECT_EQ(Go("/gone").status, 410);
+  EXPECT_EQ(Go("/no").reason, Reason::kRuleForbidden);
+  EXPECT_EQ(Go("/abs/x").reason, Reason::kRuleError);
+  // Nothing fired: not modified, routed as received.
+  Decision plain = Go("/sap/bc/x");
+  EXPECT_FALSE(plain.modified);
+  EXPECT_EQ(GroupOf(plain), "erp/diag");
+}
+
+TEST_F(RouterTest, TargetSidChoosesTheSystemsRoutes) {
+  v1::Snapshot s = StandardSnapshot();
+  v1::VirtualHost* any = s.mutable_virtual_hosts(0);
+  AddModification(any, "/",
+                  "if %{PATH} regimatch ;o=QAS\n"
+                  "SetHeader x-sap-webdisp-target-sid QAS [break]\n"
+                  "if %{PATH} regimatch ;o=ZZZ\n"
+                  "SetHeader ~webdisp_target_sid zzz [break]\n");
+  v1::SystemRoute* qas = any->add_systems();
+  qas->set_sid("QAS");
+  qas->set_source("erp/qas");
+  qas->set_default_root_handler(v1::KIND_ABAP);
+  qas->set_default_abap_group("erp/public");
+  v1::Rule* rule = qas->add_rules();
+  rule->set_prefix("/sap/");
+  rule->set_kind(v1::KIND_ABAP);
+  rule->set_group("erp/public");
+  StampSnapshotVersion(&s);
+  Apply(s);
+  EXPECT_EQ(GroupOf(Go("/sap/opu/odata/x;o=GW1/y")), "erp/diag");  // the host's routes
+  Decision chosen = Go("/sap/opu/odata/x;o=QAS/y");
+  EXPECT_EQ(GroupOf(chosen), "erp/public");
+  EXPECT_EQ(chosen.system, "QAS");
+  EXPECT_EQ(chosen.rule, "/sap/");
+  // The host's permissions still apply to the system's routes.
+  EXPECT_EQ(Go("/sap/admin;o=QAS/x").reason, Reason::kDenied);
+  Decision unknown = Go("/sap/x;o=ZZZ/y");
+  EXPECT_EQ(unknown.reason, Reason::kUnknownSystem);
+  EXPECT_EQ(unknown.status, 503);
+}
+
 TEST(RoutingTableTest, RegistriesForgetRemovedGroupsAndServers) {
   session::SessionRegistry sessions;
   ServerHealthRegistry health;
