@@ -10,24 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/hundred_rules.h"
 #include "common/modification/program.h"
 
 namespace {
 
 using namespace kwd::modification;
-
-std::string HundredRules() {
-  std::string text;
-  for (int i = 0; i < 25; ++i) {
-    std::string n = std::to_string(i);
-    text += "RegIRewriteUrl ^/legacy" + n + "/(.*) /sap/bc/app" + n + "/$1 [break]\n";
-    text += "RegIRedirectUrl ^/old" + n + "$ /sap/bc/ui2/flp?app=" + n + " [CODE=permanent]\n";
-    text += "RegIForbiddenUrl ^/sap/bc/private" + n + "/ -\n";
-    text += "if %{HTTP_HOST} regimatch ^host" + n + "\\.example\\.com$\n";
-    text += "SetHeader x-sap-webdisp-target-sid S" + n + "\n";
-  }
-  return text;
-}
 
 struct Fixture {
   std::unique_ptr<const Program> program;
@@ -55,7 +43,7 @@ struct Fixture {
 };
 
 void BM_HundredRulesNoneMatches(benchmark::State& bench) {
-  Fixture f(HundredRules(), "/sap/bc/gui/sap/its/webgui");
+  Fixture f(kwd::bench::HundredRules(), "/sap/bc/gui/sap/its/webgui");
   for (auto _ : bench) {
     f.program->Evaluate(f.request, &f.state);
     benchmark::DoNotOptimize(f.state.fired);
@@ -67,7 +55,7 @@ void BM_HundredRulesNoneMatches(benchmark::State& bench) {
 BENCHMARK(BM_HundredRulesNoneMatches);
 
 void BM_HundredRulesRewriteAtTheEnd(benchmark::State& bench) {
-  Fixture f(HundredRules() +
+  Fixture f(kwd::bench::HundredRules() +
                 "RegIRewriteUrl ^/sap/bc/gui/(.*) /sap/bc/gui2/$1\n"
                 "SetHeader clientProtocol %{SERVER_PROTOCOL}\n",
             "/sap/bc/gui/sap/its/webgui");

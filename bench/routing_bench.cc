@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/hundred_rules.h"
 #include "common/snapshot_io.h"
 #include "dataplane/routing/router.h"
 #include "dataplane/routing/routing_table.h"
@@ -75,21 +76,6 @@ std::string ServerName(int g, int s) {
   return "host" + std::to_string(g) + "_ERP_" + std::to_string(s);
 }
 
-// 100 modification rules of the usual kinds (bench/modification_bench.cc's),
-// none of which matches the benchmark's requests.
-std::string HundredRules() {
-  std::string text;
-  for (int i = 0; i < 25; ++i) {
-    std::string n = std::to_string(i);
-    text += "RegIRewriteUrl ^/legacy" + n + "/(.*) /sap/bc/app" + n + "/$1 [break]\n";
-    text += "RegIRedirectUrl ^/old" + n + "$ /sap/bc/ui2/flp?app=" + n + " [CODE=permanent]\n";
-    text += "RegIForbiddenUrl ^/sap/bc/private" + n + "/ -\n";
-    text += "if %{HTTP_HOST} regimatch ^host" + n + "\\.example\\.com$\n";
-    text += "SetHeader x-sap-webdisp-target-sid S" + n + "\n";
-  }
-  return text;
-}
-
 // `modification_prefix`: when set, the host has the 100 rules under it.
 v1::Snapshot BenchSnapshot(const std::string& modification_prefix = "") {
   v1::Snapshot snapshot;
@@ -143,7 +129,7 @@ v1::Snapshot BenchSnapshot(const std::string& modification_prefix = "") {
   if (!modification_prefix.empty()) {
     v1::Modification* modification = vhost->add_modifications();
     modification->set_prefix(modification_prefix);
-    modification->set_rules(HundredRules());
+    modification->set_rules(kwd::bench::HundredRules());
     modification->set_source("default/bench");
   }
   StampSnapshotVersion(&snapshot);

@@ -274,6 +274,31 @@ ordered_json ExplainSteps(const routing::Router& router, const routing::Decision
     return steps;
   }
 
+  // SAP's modification rules (before permissions and URL mapping).
+  if (decision.modified) {
+    const modification::State& state = router.modification_state();
+    std::string text = std::to_string(state.trace.size()) +
+                       (state.trace.size() == 1 ? " modification rule fired" :
+                                                  " modification rules fired");
+    if (!decision.rewritten_target.empty()) {
+      text += "; the request goes on as " + std::string(decision.rewritten_target);
+    }
+    if (!decision.system.empty()) {
+      text += "; SAP system " + std::string(decision.system);
+    }
+    if (decision.reason >= routing::Reason::kRuleRedirect) {
+      text += "; the proxy answers " + std::to_string(decision.status) + " (" +
+              std::string(routing::ReasonName(decision.reason)) + ")";
+      if (decision.reason == routing::Reason::kRuleRedirect) {
+        text += " to " + state.location;
+      }
+    }
+    steps.push_back(Step("modification rules", std::move(text)));
+    if (decision.reason >= routing::Reason::kRuleRedirect) {
+      return steps;
+    }
+  }
+
   // Permission table (first match wins).
   {
     std::string lower(decision.path.size(), '\0');

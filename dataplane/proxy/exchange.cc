@@ -505,8 +505,9 @@ void Exchange::Route() {
   response_edits_.clear();
   if (decision_.modified) {
     if (decision_.server != nullptr) {
-      worker_->metrics().modification_requests[0]->Inc();
-      if (!TakeModifications()) {
+      if (TakeModifications()) {
+        worker_->metrics().modification_requests[0]->Inc();
+      } else {
         // Not forwarded after all: the decision is given back.
         router.Complete(decision_);
         decision_.counted = false;
@@ -608,8 +609,7 @@ void Exchange::AnswerByRule() {
     case routing::Reason::kUnknownSystem:
       outcomes[5]->Inc();
       AnswerLocally(ErrorCode::kNoServer,
-                    "no UrlMapping on this host serves the SAP system the modification rules "
-                    "chose",
+                    "no UrlMapping serves the SAP system the modification rules chose",
                     false);
       return;
     default:

@@ -81,7 +81,7 @@ ProxyMetrics::ProxyMetrics()
         "kwd_proxy_modification_requests_total",
         "Requests on which SAP modification rules fired, by outcome: forwarded (with the "
         "rules' changes), redirect, forbidden, gone, error (the rules failed: 500), "
-        "unknown-system (a rule chose a SID no UrlMapping on the host is: 503).",
+        "unknown-system (a rule chose a SID no UrlMapping names: 503).",
         {{"outcome", std::string(kModificationOutcomeNames[i])}});
   }
   for (size_t i = 0; i < kErrorCodeCount; ++i) {

@@ -202,37 +202,6 @@ Router::Router(std::shared_ptr<const session::AffinityCookieCodec> affinity_code
       mod_state_(std::make_unique<modification::State>()),
       mod_previous_(std::make_unique<modification::State>()) {}
 
-namespace {
-
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
-
-// The path with every %XX escape decoded: what SAP's rules match (%{PATH}).
-void PercentDecode(std::string_view in, std::string* out) {
-  out->clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == '%' && i + 2 < in.size() + 0 && HexDigit(in[i + 1]) >= 0 &&
-        HexDigit(in[i + 2]) >= 0) {
-      out->push_back(static_cast<char>(HexDigit(in[i + 1]) * 16 + HexDigit(in[i + 2])));
-      i += 2;
-    } else {
-      out->push_back(in[i]);
-    }
-  }
-}
-
-}  // namespace
-
 bool Router::RunModifications(const VirtualHostEntry& vhost, const Request& request,
                               std::string_view lower_path, std::string_view forward_path,
                               std::string_view query, bool has_query) {
@@ -254,7 +223,15 @@ bool Router::RunModifications(const VirtualHostEntry& vhost, const Request& requ
     if (!ran) {
       // The first file sees the request as received (dot segments resolved).
       ran = true;
-      PercentDecode(forward_path, &mod_decoded_path_);
+      // %{PATH}: every escape decoded (the normaliser checked them all).
+      mod_decoded_path_.resize(forward_path.size());
+      const int decoded = session::PercentDecode(forward_path, mod_decoded_path_.data(),
+                                                 mod_decoded_path_.size(), false);
+      if (decoded >= 0) {
+        mod_decoded_path_.resize(static_cast<size_t>(decoded));
+      } else {
+        mod_decoded_path_.assign(forward_path);
+      }
       mod_headers_.clear();
       if (request.headers != nullptr) {
         request.headers->Collect(&mod_headers_);
@@ -612,7 +589,12 @@ Decision Router::Route(const Request& request) {
     }
     if (!state.target_sid.empty()) {
       decision.system = state.target_sid;
+      // The mapping with that SID on the request's host, else on any host
+      // (SAP chooses among all its systems).
       routes = vhost->FindSystem(state.target_sid);
+      if (routes == nullptr) {
+        routes = table->FindSystemAnywhere(state.target_sid);
+      }
       if (routes == nullptr) {
         decision.reason = Reason::kUnknownSystem;
         decision.status = 503;

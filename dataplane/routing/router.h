@@ -66,7 +66,7 @@ enum class Reason : uint8_t {
   kRuleForbidden,  // "rule:forbidden": 403
   kRuleGone,       // "rule:gone": 410
   kRuleError,      // "rule:error": 500 (a restart loop, a rewrite to no path)
-  kUnknownSystem,  // "unknown-system": a rule named a SID no mapping on the host is: 503
+  kUnknownSystem,  // "unknown-system": a rule named a SID no mapping is: 503
 };
 // "balance", "sticky:sap-contextid", ..., "denied", "no-server", "bad-request",
 // "rule:redirect", "rule:forbidden", "rule:gone", "rule:error", "unknown-system".

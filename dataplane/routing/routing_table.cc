@@ -76,12 +76,16 @@ size_t ModificationPrograms::size() const {
   return programs_.size();
 }
 
-const VirtualHostEntry* VirtualHostEntry::FindSystem(std::string_view sid) const {
+bool VirtualHostEntry::IsSystem(std::string_view wanted) const {
+  return sid.size() == wanted.size() &&
+         std::equal(wanted.begin(), wanted.end(), sid.begin(), [](char a, char b) {
+           return (a >= 'a' && a <= 'z' ? static_cast<char>(a - 'a' + 'A') : a) == b;
+         });
+}
+
+const VirtualHostEntry* VirtualHostEntry::FindSystem(std::string_view wanted) const {
   for (const VirtualHostEntry& system : systems) {
-    if (system.sid.size() == sid.size() &&
-        std::equal(sid.begin(), sid.end(), system.sid.begin(), [](char a, char b) {
-          return (a >= 'a' && a <= 'z' ? static_cast<char>(a - 'a' + 'A') : a) == b;
-        })) {
+    if (system.IsSystem(wanted)) {
       return &system;
     }
   }
@@ -232,6 +236,11 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
   if (context.programs != nullptr) {
     context.programs->Retain(rule_texts);
   }
+  for (const VirtualHostEntry& vhost : table->virtual_hosts_) {
+    for (const VirtualHostEntry& system : vhost.systems) {
+      table->systems_.push_back(&system);
+    }
+  }
   std::sort(live_groups.begin(), live_groups.end());
   context.sessions->Retain(live_groups);
   // Health state: kept for servers that stay, new for new ones, forgotten
@@ -248,6 +257,15 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     }
   }
   return table;
+}
+
+const VirtualHostEntry* RoutingTable::FindSystemAnywhere(std::string_view sid) const {
+  for (const VirtualHostEntry* system : systems_) {
+    if (system->IsSystem(sid)) {
+      return system;
+    }
+  }
+  return nullptr;
 }
 
 int RoutingTable::FindGroup(std::string_view key) const {

@@ -121,8 +121,10 @@ struct VirtualHostEntry {
   std::string sid;
   std::vector<VirtualHostEntry> systems;
 
-  // The system entry for `sid` (any case), or null.
+  // The system entry for `sid` (any case) on this host, or null.
   const VirtualHostEntry* FindSystem(std::string_view sid) const;
+  // Whether this is the system entry of `sid` (any case).
+  bool IsSystem(std::string_view sid) const;
 
   int DefaultGroup(v1::Kind kind) const {
     return kind == v1::KIND_ABAP ? default_abap_group : default_java_group;
@@ -187,6 +189,10 @@ class RoutingTable {
   // one's, else the "" host's (the default); -1 when none applies.
   int FindPassthroughGroup(std::string_view sni) const;
   bool has_passthrough() const { return has_passthrough_; }
+  // The system entry (VirtualHostEntry::systems) for `sid` (any case) on any
+  // host, the first by host order ("" first), or null: for a SID no mapping
+  // on the request's own host names.
+  const VirtualHostEntry* FindSystemAnywhere(std::string_view sid) const;
 
  private:
   RoutingTable() = default;
@@ -199,6 +205,7 @@ class RoutingTable {
   NameIndex wildcard_hosts_;  // ".suffix" -> virtual host index
   int any_host_ = -1;
   bool has_passthrough_ = false;
+  std::vector<const VirtualHostEntry*> systems_;  // every host's, in host order
 };
 
 }  // namespace kwd::routing

@@ -1,7 +1,9 @@
 // Arbitrary bytes through Router::Route on a fixed table. Input: the first
 // line is the request target, the second the Host header, every further line a
 // Cookie header value; a first byte of 'S' makes the request https. Must never
-// crash; every decision must be self-consistent.
+// crash; every decision must be self-consistent. Host shop.example.com has
+// SAP modification rules that copy the path and query into the URL and into
+// headers: what they forward stays a valid target and valid field values.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -24,8 +26,22 @@ struct Engine {
 
   Engine() {
     std::string error;
-    auto table = kwd::routing::RoutingTable::Build(kwd::routing::testing::StandardSnapshot(),
-                                                   {&sessions, &health}, &error);
+    kwd::v1::Snapshot snapshot = kwd::routing::testing::StandardSnapshot();
+    kwd::v1::Modification* rules = snapshot.mutable_virtual_hosts(2)->add_modifications();
+    rules->set_prefix("/");
+    rules->set_rules(
+        "SetHeader x-path %{PATH}\n"
+        "AppendHeader x-query %{QUERY_STRING}\n"
+        "AppendHeader x-query %{FORMFIELD:a}\n"
+        "RegIRewriteUrl ^/r/(.*)$ /shop/$1/../x?$1 [qsappend]\n"
+        "RegIRewriteRawUrl ^/raw/(.*)$ /sap/$1 [noescape]\n"
+        "RegIRedirectUrl ^/go/(.*)$ https://%{HTTP_HOST}/$1 [noescape]\n"
+        "if %{PATH} regmatch ^/sid/(...)\n"
+        "SetHeader x-sap-webdisp-target-sid %{FORMFIELD:sid}\n"
+        "RegIRewriteUrl ^/loop/(.*)$ /loop/$1 [restart]\n");
+    rules->set_source("erp/fuzz");
+    kwd::StampSnapshotVersion(&snapshot);
+    auto table = kwd::routing::RoutingTable::Build(snapshot, {&sessions, &health}, &error);
     if (table == nullptr) {
       std::abort();
     }
@@ -68,6 +84,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kwd::routing::NormalizedTarget again;
     if (!kwd::routing::NormalizeTarget(upstream, scratch, &again) || again.path != decision.path ||
         again.forward_path.data() != again.raw_path.data()) {
+      std::abort();
+    }
+  }
+  // Rules never make a field value with a control character, nor a
+  // redirect target with one.
+  if (decision.modified) {
+    const kwd::modification::State& state = engine.router->modification_state();
+    auto clean = [](std::string_view value) {
+      for (char c : value) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          return false;
+        }
+      }
+      return true;
+    };
+    for (const auto& [name, value] : state.headers) {
+      if (!clean(name) || !clean(value)) {
+        std::abort();
+      }
+    }
+    if (!clean(state.location)) {
       std::abort();
     }
   }

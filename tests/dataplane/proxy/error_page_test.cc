@@ -37,5 +37,22 @@ TEST(ErrorPageTest, StatusMapping) {
   EXPECT_EQ(ErrorInfoFor(ErrorCodeForStatus(400)).sap_code, "EPROTERROR");
 }
 
+// A modification rule's redirect: the status and its phrase, the Location,
+// an empty body; a CR, LF or NUL never reaches the head (defence: the rule
+// engine escapes them already).
+TEST(ErrorPageTest, RedirectResponse) {
+  std::string out;
+  AppendRedirectResponse(308, "https://h.example/p?q=1", &out);
+  EXPECT_EQ(out,
+            "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://h.example/p?q=1\r\n"
+            "Content-Length: 0\r\n\r\n");
+  out.clear();
+  AppendRedirectResponse(399, std::string("/a\r\nSet-Cookie: x=1\0", 20), &out);
+  EXPECT_EQ(out, "HTTP/1.1 399 Redirect\r\nLocation: /aSet-Cookie: x=1\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(ErrorInfoFor(ErrorCode::kGone).status, 410);
+  EXPECT_EQ(ErrorInfoFor(ErrorCodeForStatus(410)).sap_code, "ENOTFOUND");
+  EXPECT_EQ(ErrorInfoFor(ErrorCode::kRuleFailed).sap_code, "EINTERN");
+}
+
 }  // namespace
 }  // namespace kwd::proxy

@@ -409,5 +409,58 @@ class ModificationRules(unittest.TestCase):
         self.assertEqual(body["group"], "default/erp")
 
 
+class ImportWritesSystems(unittest.TestCase):
+    """`kwd-controller import` writes spec.system.sid when a profile has
+    several systems: the output validates, and a rule file that sets the
+    target SID routes to the other system's groups (explain)."""
+
+    def test_import_with_two_systems_validates_and_routes_by_sid(self):
+        if not PROXY or not CONTROLLER:
+            self.skipTest("set KWD_PROXY and KWD_CONTROLLER")
+        directory = tempfile.mkdtemp(prefix="kwd-import-sid-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        with open(os.path.join(directory, "sapwebdisp.pfl"), "w") as f:
+            f.write("icm/server_port_0 = PROT=HTTP,PORT=8000\n"
+                    "wdisp/system_0 = SID=ERP, MSHOST=erpms.example.com, MSPORT=8101, "
+                    "SRCVHOST=erp.example.com\n"
+                    "wdisp/system_1 = SID=QAS, MSHOST=qasms.example.com, MSPORT=8102, "
+                    "SRCVHOST=qas.example.com\n"
+                    "icm/HTTP/mod_0 = PREFIX=/, FILE=rules.txt\n")
+        with open(os.path.join(directory, "rules.txt"), "w") as f:
+            f.write("if %{HTTP_HOST} regimatch ^alias\\.example\\.com\n"
+                    "SetHeader x-sap-webdisp-target-sid QAS [break]\n")
+        out = os.path.join(directory, "out")
+        imported = subprocess.run([CONTROLLER, "import", "--profile",
+                                   os.path.join(directory, "sapwebdisp.pfl"), "--files",
+                                   directory, "-o", out],
+                                  capture_output=True, text=True, timeout=60)
+        self.assertIn(imported.returncode, (0, 3), imported.stderr)
+        resources = os.path.join(out, "resources")
+        with open(os.path.join(resources, "urlmappings.yaml")) as f:
+            mappings = f.read()
+        self.assertIn("sid: ERP", mappings)
+        self.assertIn("sid: QAS", mappings)
+        validated = subprocess.run([CONTROLLER, "validate", "--source=dir:" + resources],
+                                   capture_output=True, text=True, timeout=60)
+        self.assertEqual(validated.returncode, 0, validated.stdout + validated.stderr)
+        self.assertNotIn("Unsupported", validated.stdout + validated.stderr)
+        # A host of no system: the rule's SID chooses QAS's mapping (on its own host).
+        compiled = subprocess.run([CONTROLLER, "compile", "--source=dir:" + resources],
+                                  capture_output=True, text=True, timeout=60)
+        self.assertEqual(compiled.returncode, 0, compiled.stderr)
+        snapshot = os.path.join(directory, "snapshot.json")
+        with open(snapshot, "w") as f:
+            f.write(compiled.stdout)
+        explained = subprocess.run(
+            [PROXY, "explain", "--snapshot", snapshot, "--url",
+             "http://alias.example.com/sap/bc/gui/x"],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(explained.returncode, 0, explained.stderr)
+        line = json.loads(explained.stdout.splitlines()[0])
+        self.assertEqual(line["system"], "QAS", line)
+        # QAS's groups (its URL map is not polled yet: the default java group).
+        self.assertEqual(line["group"], "default/qas-j2ee", line)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

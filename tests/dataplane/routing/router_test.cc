@@ -727,7 +727,15 @@ TEST_F(RouterTest, TargetSidChoosesTheSystemsRoutes) {
                   "if %{PATH} regimatch ;o=QAS\n"
                   "SetHeader x-sap-webdisp-target-sid QAS [break]\n"
                   "if %{PATH} regimatch ;o=ZZZ\n"
-                  "SetHeader ~webdisp_target_sid zzz [break]\n");
+                  "SetHeader ~webdisp_target_sid zzz [break]\n"
+                  "if %{PATH} regimatch ;o=GW1\n"
+                  "SetHeader x-sap-webdisp-target-sid GW1 [break]\n");
+  // GW1's mapping is on another host: chosen too (SAP chooses among all systems).
+  v1::SystemRoute* gw1 = s.mutable_virtual_hosts(2)->add_systems();
+  gw1->set_sid("GW1");
+  gw1->set_source("erp/gw1");
+  gw1->set_default_root_handler(v1::KIND_JAVA);
+  gw1->set_default_java_group("erp/j2ee");
   v1::SystemRoute* qas = any->add_systems();
   qas->set_sid("QAS");
   qas->set_source("erp/qas");
@@ -739,7 +747,10 @@ TEST_F(RouterTest, TargetSidChoosesTheSystemsRoutes) {
   rule->set_group("erp/public");
   StampSnapshotVersion(&s);
   Apply(s);
-  EXPECT_EQ(GroupOf(Go("/sap/opu/odata/x;o=GW1/y")), "erp/diag");  // the host's routes
+  EXPECT_EQ(GroupOf(Go("/sap/opu/odata/x;o=GW2/y")), "erp/diag");  // the host's routes
+  Decision elsewhere = Go("/sap/opu/odata/x;o=GW1/y");
+  EXPECT_EQ(GroupOf(elsewhere), "erp/j2ee");
+  EXPECT_EQ(elsewhere.system, "GW1");
   Decision chosen = Go("/sap/opu/odata/x;o=QAS/y");
   EXPECT_EQ(GroupOf(chosen), "erp/public");
   EXPECT_EQ(chosen.system, "QAS");
