@@ -205,6 +205,16 @@ Router::Router(std::shared_ptr<const session::AffinityCookieCodec> affinity_code
 bool Router::RunModifications(const VirtualHostEntry& vhost, const Request& request,
                               std::string_view lower_path, std::string_view forward_path,
                               std::string_view query, bool has_query) {
+  // Most requests on a host with rules are under none of their prefixes:
+  // they leave here, having compared the prefixes only.
+  const std::vector<ModificationEntry>& entries = vhost.modifications;
+  size_t first = 0;
+  while (first < entries.size() && !lower_path.starts_with(entries[first].prefix)) {
+    ++first;
+  }
+  if (first == entries.size()) {
+    return false;
+  }
   bool ran = false;
   mod_trace_sources_.clear();
   modification::RequestView view;
@@ -214,7 +224,8 @@ bool Router::RunModifications(const VirtualHostEntry& vhost, const Request& requ
   if (request.headers != nullptr) {
     view.server_port = request.headers->ServerPort();
   }
-  for (const ModificationEntry& entry : vhost.modifications) {
+  for (size_t i = first; i < entries.size(); ++i) {
+    const ModificationEntry& entry = entries[i];
     // A later file's prefix meets the path as the files before it left it.
     if (!(ran ? StartsWithIgnoreCase(mod_state_->path, entry.prefix)
               : lower_path.starts_with(entry.prefix))) {
@@ -503,7 +514,7 @@ Decision Router::Route(const Request& request) {
 
   // "http://host?q" has an empty path, which is "/" (RFC 9112 3.2.2).
   std::string_view query_only;
-  const bool has_query = target.find('?') != std::string_view::npos;
+  const std::string_view origin_target = target;  // for the rules: whether it has a query
   if (!target.empty() && target.front() == '?') {
     query_only = target.substr(1);
     target = "/";
@@ -539,7 +550,7 @@ Decision Router::Route(const Request& request) {
   const VirtualHostEntry* routes = vhost;
   if (!vhost->modifications.empty() &&
       RunModifications(*vhost, request, lower_path, normalized.forward_path, normalized.query,
-                       has_query) &&
+                       origin_target.find('?') != std::string_view::npos) &&
       (mod_state_->fired > 0 || mod_state_->outcome != modification::Outcome::kContinue)) {
     const modification::State& state = *mod_state_;
     decision.modified = true;
