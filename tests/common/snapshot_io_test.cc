@@ -346,6 +346,22 @@ TEST(SnapshotIoTest, CheckFindsBrokenInvariants) {
          source->set_name("public\n");
        },
        "invalid source object"},
+      {"system with a lowercase SID",
+       [](v1::Snapshot* s) { s->mutable_virtual_hosts(0)->add_systems()->set_sid("erp"); },
+       "is not a SAP system ID"},
+      {"systems out of order",
+       [](v1::Snapshot* s) {
+         s->mutable_virtual_hosts(0)->add_systems()->set_sid("QAS");
+         s->mutable_virtual_hosts(0)->add_systems()->set_sid("ERP");
+       },
+       "systems not sorted by unique SID"},
+      {"system naming an unknown group",
+       [](v1::Snapshot* s) {
+         auto* system = s->mutable_virtual_hosts(0)->add_systems();
+         system->set_sid("QAS");
+         system->set_default_abap_group("erp/missing");
+       },
+       "system QAS default abap group names unknown group erp/missing"},
   };
   for (const auto& c : cases) {
     v1::Snapshot s = ValidSnapshot();
