@@ -351,11 +351,15 @@ class ModificationRules(unittest.TestCase):
         received, _ = self.forwarded("/sap/a%20b%22c")
         self.assertEqual(values(received["fields"], "X-Path"), ['/sap/a b"c'])
         self.assertEqual([n for n, _ in received["fields"] if n.lower() == "x-evil"], [])
+        # A request of 99 fields to which the rules add three: more than the
+        # 100 a head may have: 500, not a field silently dropped.
+        status, _, _ = self.send("/sap/bc/x", headers=[f"X-F{i}: v" for i in range(98)])
+        self.assertEqual(status, 500)
         # Still serving.
         received, _ = self.forwarded("/short/ok")
         self.assertEqual(received["line"], "GET /sap/bc/long/ok?rewritten=1 HTTP/1.1")
         self.assertGreaterEqual(
-            self.proxy.metric("kwd_proxy_modification_requests_total", outcome="error"), 3)
+            self.proxy.metric("kwd_proxy_modification_requests_total", outcome="error"), 4)
 
     # ---- explain ----
 
