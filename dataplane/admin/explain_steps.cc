@@ -286,7 +286,7 @@ ordered_json ExplainSteps(const routing::Router& router, const routing::Decision
     if (!decision.system.empty()) {
       text += "; SAP system " + std::string(decision.system);
     }
-    if (decision.reason >= routing::Reason::kRuleRedirect) {
+    if (routing::IsRuleAnswer(decision.reason)) {
       text += "; the proxy answers " + std::to_string(decision.status) + " (" +
               std::string(routing::ReasonName(decision.reason)) + ")";
       if (decision.reason == routing::Reason::kRuleRedirect) {
@@ -294,7 +294,7 @@ ordered_json ExplainSteps(const routing::Router& router, const routing::Decision
       }
     }
     steps.push_back(Step("modification rules", std::move(text)));
-    if (decision.reason >= routing::Reason::kRuleRedirect) {
+    if (routing::IsRuleAnswer(decision.reason)) {
       return steps;
     }
   }

@@ -92,44 +92,6 @@ void AppendEscaped(std::string_view text, bool json, std::string* out) {
 
 }  // namespace
 
-void AppendRedirectResponse(int status, std::string_view location, std::string* out) {
-  std::string_view phrase = "Redirect";
-  switch (status) {
-    case 300:
-      phrase = "Multiple Choices";
-      break;
-    case 301:
-      phrase = "Moved Permanently";
-      break;
-    case 302:
-      phrase = "Found";
-      break;
-    case 303:
-      phrase = "See Other";
-      break;
-    case 307:
-      phrase = "Temporary Redirect";
-      break;
-    case 308:
-      phrase = "Permanent Redirect";
-      break;
-    default:
-      break;
-  }
-  *out += "HTTP/1.1 ";
-  *out += std::to_string(status);
-  *out += ' ';
-  *out += phrase;
-  *out += "\r\nLocation: ";
-  for (char c : location) {
-    // Defence: the engine escapes these already; a field never carries them.
-    if (c != '\r' && c != '\n' && c != '\0') {
-      *out += c;
-    }
-  }
-  *out += "\r\nContent-Length: 0\r\n\r\n";
-}
-
 void AppendErrorResponse(ErrorCode code, std::string_view detail, bool json, bool close,
                          bool head_request, std::string* out) {
   ErrorInfo info = ErrorInfoFor(code);
@@ -175,6 +137,44 @@ void AppendErrorResponse(ErrorCode code, std::string_view detail, bool json, boo
   if (!head_request) {
     *out += body;
   }
+}
+
+void AppendRedirectResponse(int status, std::string_view location, std::string* out) {
+  std::string_view phrase = "Redirect";
+  switch (status) {
+    case 300:
+      phrase = "Multiple Choices";
+      break;
+    case 301:
+      phrase = "Moved Permanently";
+      break;
+    case 302:
+      phrase = "Found";
+      break;
+    case 303:
+      phrase = "See Other";
+      break;
+    case 307:
+      phrase = "Temporary Redirect";
+      break;
+    case 308:
+      phrase = "Permanent Redirect";
+      break;
+    default:
+      break;
+  }
+  *out += "HTTP/1.1 ";
+  *out += std::to_string(status);
+  *out += ' ';
+  *out += phrase;
+  *out += "\r\nLocation: ";
+  for (char c : location) {
+    // Defence: the engine escapes these already; a field never carries them.
+    if (c != '\r' && c != '\n' && c != '\0') {
+      *out += c;
+    }
+  }
+  *out += "\r\nContent-Length: 0\r\n\r\n";
 }
 
 }  // namespace kwd::proxy

@@ -41,15 +41,15 @@ ErrorInfo ErrorInfoFor(ErrorCode code);
 // Maps a parser's HTTP status to the matching error code.
 ErrorCode ErrorCodeForStatus(int status);
 
-// Appends a redirect a modification rule answered: `status` (3xx) with
-// `location` (the rule engine made it free of controls and spaces), and an
-// empty body.
-void AppendRedirectResponse(int status, std::string_view location, std::string* out);
-
 // Appends a complete HTTP/1.1 response to `out`. `detail` is a one-line
 // explanation safe to show to clients (no request data is echoed).
 // `close` adds "Connection: close".
 void AppendErrorResponse(ErrorCode code, std::string_view detail, bool json, bool close,
                          bool head_request, std::string* out);
+
+// Appends a redirect (301 Moved Permanently, 308 Permanent Redirect, ...)
+// to `location`, which the caller made safe to send (routing/
+// secure_redirect.h). No body: nothing of the request is echoed.
+void AppendRedirectResponse(int status, std::string_view location, std::string* out);
 
 }  // namespace kwd::proxy

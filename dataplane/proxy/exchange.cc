@@ -463,7 +463,7 @@ void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& inf
   request_end_ = request_done_;
   Route();
   if (decision_.server == nullptr) {
-    if (decision_.reason >= routing::Reason::kRuleRedirect) {
+    if (routing::IsRuleAnswer(decision_.reason)) {
       AnswerByRule();
     } else if (decision_.status == 403) {
       AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted", false);

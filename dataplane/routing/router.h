@@ -71,6 +71,12 @@ enum class Reason : uint8_t {
 // "balance", "sticky:sap-contextid", ..., "denied", "no-server", "bad-request",
 // "rule:redirect", "rule:forbidden", "rule:gone", "rule:error", "unknown-system".
 std::string_view ReasonName(Reason reason);
+// Whether a modification rule answered the request (or named an unknown SID).
+inline bool IsRuleAnswer(Reason reason) {
+  return reason == Reason::kRuleRedirect || reason == Reason::kRuleForbidden ||
+         reason == Reason::kRuleGone || reason == Reason::kRuleError ||
+         reason == Reason::kUnknownSystem;
+}
 
 enum class Identifier : uint8_t {
   kNone,
