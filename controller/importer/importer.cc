@@ -215,7 +215,9 @@ class Importer {
     for (const auto& problem : parsed_.problems) {
       Add(Level::kWarn, profile_name_, problem.line, "", problem.message + "; line left out");
     }
-    CollectParameters();
+    if (!CollectParameters()) {
+      return;
+    }
     for (Param& param : params_) {
       Dispatch(param);
     }
@@ -252,7 +254,8 @@ class Importer {
 
   // ---- reading the profile ----
 
-  void CollectParameters() {
+  // False (with an ERROR) when the `$(...)` expansion budget is spent.
+  bool CollectParameters() {
     std::map<std::string, std::size_t> last;  // key -> index in entries
     const auto& entries = parsed_.entries;
     std::vector<std::string> keys(entries.size());
@@ -273,11 +276,20 @@ class Importer {
       variables[entries[i].name] = entries[i].raw_value;
     }
     params_.reserve(entries.size());
+    ValueExpander expander(std::move(variables));
     for (std::size_t i = 0; i < entries.size(); ++i) {
       Param param;
       param.entry = &entries[i];
       param.key = keys[i];
-      param.value = ExpandValue(entries[i].raw_value, variables, &param.unresolved);
+      param.value = expander.Expand(entries[i].raw_value, &param.unresolved);
+      if (expander.exhausted()) {
+        Error(profile_name_, entries[i].line, entries[i].name,
+              "expanding its $(...) references takes more than " +
+                  std::to_string(kMaxExpansionSteps) + " references or " +
+                  std::to_string(kMaxExpandedTotalBytes) +
+                  " bytes (for the whole profile): not an SAP profile");
+        return false;
+      }
       params_.push_back(std::move(param));
       if (last[keys[i]] != i) {
         Warn(params_.back(), "defined again at line " +
@@ -287,6 +299,7 @@ class Importer {
       }
     }
     result_.parameters = static_cast<int>(params_.size());
+    return true;
   }
 
   // True when the value is usable; else the parameter is reported.

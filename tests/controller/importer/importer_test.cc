@@ -89,6 +89,75 @@ TEST(ProfileTest, CyclesUnclosedAndExplosionsAreBounded) {
   EXPECT_FALSE(unresolved.empty());
 }
 
+// The shape of an expansion bomb: A0 empty, A<k> = $(A<k-1>) x fan. Nothing
+// grows, so the byte bound never stops it: fan^depth references unless each
+// name is expanded once.
+std::map<std::string, std::string> ExpansionBomb(int fan, int depth, const std::string& a0) {
+  std::map<std::string, std::string> vars = {{"A0", a0}};
+  for (int k = 1; k <= depth; ++k) {
+    std::string value;
+    for (int i = 0; i < fan; ++i) {
+      value += "$(A" + std::to_string(k - 1) + ")";
+    }
+    vars["A" + std::to_string(k)] = value;
+  }
+  return vars;
+}
+
+TEST(ProfileTest, EachNameIsExpandedOnce) {
+  // 10^8 references without memoisation; 8 levels of 10 with it.
+  ValueExpander expander(ExpansionBomb(10, 8, ""));
+  std::vector<std::string> unresolved;
+  EXPECT_EQ(expander.Expand("ms$(A8).example", &unresolved), "ms.example");
+  EXPECT_TRUE(unresolved.empty());
+  EXPECT_FALSE(expander.exhausted());
+  EXPECT_LE(expander.steps(), 100u);
+  // The memo serves the next value too, with what it could not resolve.
+  ValueExpander unknown(ExpansionBomb(10, 8, "$(NOPE)"));
+  EXPECT_EQ(unknown.Expand("$(A8)", &unresolved), "");
+  EXPECT_EQ(unresolved, std::vector<std::string>{"$(NOPE)"});
+  unresolved.clear();
+  EXPECT_EQ(unknown.Expand("x$(A8)", &unresolved), "x");
+  EXPECT_EQ(unresolved, std::vector<std::string>{"$(NOPE)"});
+  EXPECT_LE(unknown.steps(), 200u);
+}
+
+TEST(ProfileTest, ExpansionWorkIsBoundedWhenTheMemoCannotHelp) {
+  // A cycle at the bottom (A0 refers to A8) is context-dependent, hence not
+  // memoised: the total budget stops it.
+  ValueExpander expander(ExpansionBomb(10, 8, "$(A8)"));
+  std::vector<std::string> unresolved;
+  auto start = std::chrono::steady_clock::now();
+  expander.Expand("$(A8)", &unresolved);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(expander.exhausted());
+  EXPECT_LE(expander.steps(), kMaxExpansionSteps + 1);
+  // Once spent, the budget stays spent for the rest of the profile.
+  EXPECT_EQ(expander.Expand("$(A1)", &unresolved), "");
+  EXPECT_LE(expander.steps(), kMaxExpansionSteps + 1);
+  // The one-value interface says so too.
+  unresolved.clear();
+  ExpandValue("$(A8)", ExpansionBomb(10, 8, "$(A8)"), &unresolved);
+  ASSERT_FALSE(unresolved.empty());
+  EXPECT_NE(unresolved.back().find("references"), std::string::npos) << unresolved.back();
+}
+
+TEST(ProfileTest, ExpandedBytesAreBoundedAcrossAProfile) {
+  // Every value stays under kMaxExpandedBytes, but many of them would not.
+  std::map<std::string, std::string> vars = ExpansionBomb(2, 15, "x");  // A15: 32 KiB
+  ValueExpander expander(vars);
+  std::vector<std::string> unresolved;
+  std::size_t total = 0;
+  int values = 0;
+  while (!expander.exhausted() && values < 100000) {
+    total += expander.Expand("$(A15)", &unresolved).size();
+    ++values;
+  }
+  EXPECT_TRUE(expander.exhausted());
+  EXPECT_LE(total, kMaxExpandedTotalBytes);
+  EXPECT_LE(expander.bytes(), kMaxExpandedTotalBytes + kMaxExpandedBytes + 1);
+}
+
 TEST(ProfileTest, IndexedNamesAndOptions) {
   std::string base;
   int index = -1;
@@ -604,6 +673,42 @@ TEST(ImportTest, Latin1ProfileValuesBecomeUtf8) {
   for (const auto& object : r.objects) {
     EXPECT_NO_THROW((void)object.dump());
   }
+}
+
+// The profile of /tmp/attack's gen_expansion_bomb.py: fan 10, depth 8.
+std::string ExpansionBombProfile(const std::string& a0) {
+  std::string profile = "SAPSYSTEMNAME = W01\nA0 = " + a0 + "\n";
+  for (int k = 1; k <= 8; ++k) {
+    profile += "A" + std::to_string(k) + " = ";
+    for (int i = 0; i < 10; ++i) {
+      profile += "$(A" + std::to_string(k - 1) + ")";
+    }
+    profile += "\n";
+  }
+  return profile + "wdisp/system_0 = SID=W01, MSHOST=ms$(A8).example, MSPORT=8101\n";
+}
+
+TEST(ImportTest, EmptyExpansionBombIsExpandedOnce) {
+  auto start = std::chrono::steady_clock::now();
+  ImportResult r = ImportText(ExpansionBombProfile(""));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_FALSE(r.HasErrors()) << testing::PrintToString(Lines(r, Diagnostic::Level::kError));
+  const Json* system = Find(r, "SapSystem", "w01");
+  ASSERT_NE(system, nullptr) << testing::PrintToString(Names(r));
+  EXPECT_EQ(system->at("spec")["messageServer"]["host"], "ms.example");
+}
+
+TEST(ImportTest, ExpansionBeyondTheBudgetIsAnErrorNamingTheParameter) {
+  // A0 refers back to A8: nothing can be memoised, the budget stops it.
+  auto start = std::chrono::steady_clock::now();
+  ImportResult r = ImportText(ExpansionBombProfile("$(A8)"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(r.ExitCode(), 1);
+  std::vector<std::string> errors = Lines(r, Diagnostic::Level::kError);
+  ASSERT_EQ(errors.size(), 1u) << testing::PrintToString(errors);
+  EXPECT_EQ(errors[0].rfind("ERROR sapwebdisp.pfl:2 A0: ", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find(std::to_string(kMaxExpansionSteps)), std::string::npos) << errors[0];
+  EXPECT_TRUE(r.objects.empty());
 }
 
 TEST(ImportTest, UnreadableFilesAreErrors) {
