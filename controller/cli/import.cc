@@ -47,8 +47,9 @@ constexpr std::string_view kImportUsage =
     "                         values (default kwd-tls)\n"
     "\n"
     "Exit 0 when every parameter was translated, 3 when something was left out (the\n"
-    "WARN lines say what), 1 when the profile or a file it names cannot be read\n"
-    "(nothing is written) or -o DIR cannot be written, 2 on a usage error.\n";
+    "WARN lines say what), 1 when the profile or a file it names cannot be read, or\n"
+    "the objects would pass the size bounds (nothing is written) or -o DIR cannot be\n"
+    "written, 2 on a usage error.\n";
 
 struct ImportFlags {
   std::string profile;
@@ -240,7 +241,7 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
   int code = result.ExitCode();
   if (code == 1) {
-    err << "import: nothing written: input could not be read (ERROR lines above)\n";
+    err << "import: nothing written (ERROR lines above)\n";
     return 1;
   }
 

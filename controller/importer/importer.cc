@@ -224,6 +224,10 @@ class Importer {
     BuildSystems();
     BuildListeners();
     BuildGroupsAndMappings();
+    if (over_output_bound_) {
+      result_.objects.clear();
+      return;
+    }
     Finish();
   }
 
@@ -1066,18 +1070,32 @@ class Importer {
     if (reference.rfind("file://", 0) == 0) {
       reference = reference.substr(7);
     }
-    std::string error;
-    if (!read_file_(reference, text, shown, &error)) {
-      param.warned = true;
-      Error(profile_name_, param.entry->line, param.entry->name,
-            "cannot read " + Shown(reference) + ": " + error);
-      return false;
-    }
-    if (text->size() > kMaxReferencedFileBytes) {
-      param.warned = true;
-      Error(*shown, 0, param.entry->name,
-            "larger than " + std::to_string(kMaxReferencedFileBytes) + " bytes");
-      return false;
+    if (auto cached = files_read_.find(reference); cached != files_read_.end()) {
+      *text = cached->second.first;
+      *shown = cached->second.second;
+    } else {
+      std::string error;
+      if (!read_file_(reference, text, shown, &error)) {
+        param.warned = true;
+        Error(profile_name_, param.entry->line, param.entry->name,
+              "cannot read " + Shown(reference) + ": " + error);
+        return false;
+      }
+      if (text->size() > kMaxReferencedFileBytes) {
+        param.warned = true;
+        Error(*shown, 0, param.entry->name,
+              "larger than " + std::to_string(kMaxReferencedFileBytes) + " bytes");
+        return false;
+      }
+      referenced_bytes_ += text->size();
+      if (referenced_bytes_ > kMaxReferencedTotalBytes) {
+        param.warned = true;
+        Error(*shown, 0, param.entry->name,
+              "the files named by the profile are together larger than " +
+                  std::to_string(kMaxReferencedTotalBytes) + " bytes");
+        return false;
+      }
+      files_read_.emplace(reference, std::make_pair(*text, *shown));
     }
     if (ToUtf8(text)) {
       Note(param, *shown + " is not UTF-8; read as ISO-8859-1");
@@ -1288,8 +1306,15 @@ class Importer {
     std::sort(sorted.begin(), sorted.end(),
               [](const Group* a, const Group* b) { return a->name < b->name; });
     for (const Group* group : sorted) {
-      result_.objects.push_back(Object("LogonGroup", group->name, GroupSpec(*group)));
+      Json object = Object("LogonGroup", group->name, GroupSpec(*group));
+      if (!Charge(JsonBytes(object), "LogonGroup " + group->name)) {
+        return;
+      }
+      result_.objects.push_back(std::move(object));
     }
+    // Every UrlMapping carries these (SAP applies them to every request):
+    // with many SRCVHOST systems, the bulk of the output.
+    std::size_t shared_bytes = JsonBytes(permissions) + JsonBytes(modifications);
 
     // UrlMappings: the catch-all (no hosts), then one per SRCVHOST system.
     std::vector<std::pair<std::string, Json>> mappings;
@@ -1329,12 +1354,18 @@ class Importer {
       if (!passthrough_group.empty()) {
         spec["passthroughGroup"] = passthrough_group;
       }
+      std::string name = catch_all_has_default ? primary->name : "dispatcher";
+      if (!Fits(JsonBytes(spec) + shared_bytes, "UrlMapping " + name)) {
+        return;
+      }
       AddShared(permissions, modifications, &spec);
       if (catch_all_has_default && !primary->sid.empty() && systems_.size() > 1) {
         spec["system"] = Json{{"sid", primary->sid}};
       }
-      std::string name = catch_all_has_default ? primary->name : "dispatcher";
-      mappings.emplace_back(name, spec);
+      if (!Charge(ObjectBytes("UrlMapping", name, spec), "UrlMapping " + name)) {
+        return;
+      }
+      mappings.emplace_back(name, std::move(spec));
     }
     for (System& system : systems_) {
       bool has_groups = system_diag_.count(system.name) > 0;
@@ -1361,15 +1392,22 @@ class Importer {
       if (UsesUrlMapFromSystem(system, *primary)) {
         spec["fromSapSystem"] = system.name;
       }
-      AddShared(permissions, modifications, &spec);
-      if (!system.sid.empty() && systems_.size() > 1) {
-        spec["system"] = Json{{"sid", system.sid}};
-      }
       std::string name = system.name;
       if (name == mappings.front().first) {
         name += "-vhost";
       }
-      mappings.emplace_back(name, spec);
+      // Checked before the copy: S systems x M rule files is quadratic.
+      if (!Fits(JsonBytes(spec) + shared_bytes, "UrlMapping " + name)) {
+        return;
+      }
+      AddShared(permissions, modifications, &spec);
+      if (!system.sid.empty() && systems_.size() > 1) {
+        spec["system"] = Json{{"sid", system.sid}};
+      }
+      if (!Charge(ObjectBytes("UrlMapping", name, spec), "UrlMapping " + name)) {
+        return;
+      }
+      mappings.emplace_back(name, std::move(spec));
     }
     std::set<std::string> url_map_users;
     for (const auto& [name, spec] : mappings) {
@@ -1422,14 +1460,18 @@ class Importer {
           spec["urlMapPath"] = url_map_path_;
         }
       }
-      sap_systems.push_back(Object("SapSystem", system.name, spec));
+      Json object = Object("SapSystem", system.name, spec);
+      if (!Charge(JsonBytes(object), "SapSystem " + system.name)) {
+        return;
+      }
+      sap_systems.push_back(std::move(object));
     }
 
     result_.objects.insert(result_.objects.begin(), sap_systems.begin(), sap_systems.end());
     std::sort(mappings.begin() + 1, mappings.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [name, spec] : mappings) {
-      result_.objects.push_back(Object("UrlMapping", name, spec));
+      result_.objects.push_back(Object("UrlMapping", name, spec));  // charged above
     }
   }
 
@@ -1934,6 +1976,35 @@ class Importer {
     return spec;
   }
 
+  // ---- the bound on the output ----
+
+  static std::size_t JsonBytes(const Json& json) {
+    return json.dump(-1, ' ', false, Json::error_handler_t::replace).size();
+  }
+  // The compact JSON size of Object(kind, name, spec), without building it.
+  std::size_t ObjectBytes(std::string_view kind, const std::string& name, const Json& spec) const {
+    return JsonBytes(Object(kind, name, Json::object())) - 2 + JsonBytes(spec);
+  }
+  // False (with one ERROR) once the objects would pass kMaxOutputBytes.
+  bool Fits(std::size_t bytes, const std::string& what) {
+    if (result_.output_bytes + bytes <= kMaxOutputBytes) {
+      return !over_output_bound_;
+    }
+    return Charge(bytes, what);
+  }
+  bool Charge(std::size_t bytes, const std::string& what) {
+    result_.output_bytes += bytes;
+    if (result_.output_bytes > kMaxOutputBytes && !over_output_bound_) {
+      over_output_bound_ = true;
+      Error(profile_name_, 0, "",
+            what + " takes the objects past " + std::to_string(kMaxOutputBytes) +
+                " bytes; nothing is written. Every UrlMapping (one per SRCVHOST system) carries "
+                "all icm/HTTP/mod_<xx> rule files, icm/HTTP/redirect_<xx> rules and the "
+                "permission table: import fewer systems or rule files at a time");
+    }
+    return !over_output_bound_;
+  }
+
   Json Object(std::string_view kind, const std::string& name, const Json& spec) const {
     return Json{{"apiVersion", kApiVersion},
                 {"kind", kind},
@@ -2020,6 +2091,11 @@ class Importer {
 
   ParsedProfile parsed_;
   std::vector<Param> params_;
+  bool over_output_bound_ = false;
+  // Named files by reference, as read (before ToUtf8): a file that many
+  // parameters name is read once.
+  std::map<std::string, std::pair<std::string, std::string>> files_read_;
+  std::size_t referenced_bytes_ = 0;
 
   Param* ms_host_ = nullptr;
   Param* ms_http_ = nullptr;

@@ -23,6 +23,13 @@ namespace kwd::importer {
 
 // A file named by the profile larger than this is refused.
 inline constexpr std::size_t kMaxReferencedFileBytes = 4 * 1024 * 1024;
+// All files named by the profile together (a file named twice is read once).
+inline constexpr std::size_t kMaxReferencedTotalBytes = 64 * 1024 * 1024;
+// All objects together, as compact JSON: charged as each object is built, so
+// that a profile whose rule files and permission table are copied into
+// every SRCVHOST system's UrlMapping (systems x rules) is refused before it
+// takes the memory, not after.
+inline constexpr std::size_t kMaxOutputBytes = 16 * 1024 * 1024;
 
 struct Diagnostic {
   enum class Level { kNote, kWarn, kError };
@@ -65,10 +72,14 @@ struct ImportResult {
   std::vector<Diagnostic> diagnostics;  // profile order, then named files
   int parameters = 0;                   // profile parameters read
   int translated = 0;                   // of which translated (with or without NOTE)
+  // Bytes of the objects built (compact JSON); past kMaxOutputBytes the
+  // import stops with an ERROR and `objects` is empty.
+  std::size_t output_bytes = 0;
 
   bool HasErrors() const;
   bool HasWarnings() const;
-  // 1 on unreadable input, 3 when something was left out, else 0.
+  // 1 on unreadable input or output over the bounds, 3 when something was
+  // left out, else 0.
   int ExitCode() const;
 };
 

@@ -711,6 +711,70 @@ TEST(ImportTest, ExpansionBeyondTheBudgetIsAnErrorNamingTheParameter) {
   EXPECT_TRUE(r.objects.empty());
 }
 
+// gen_quadratic.py's shape: S systems with their own SRCVHOST (one
+// UrlMapping each) and M rule files and redirects, which every UrlMapping
+// carries: S x M rules in the output.
+std::string QuadraticProfile(int systems, int mods) {
+  std::string profile = "SAPSYSTEMNAME = W01\n";
+  for (int i = 0; i < systems; ++i) {
+    profile += "wdisp/system_" + std::to_string(i) + " = SID=S" + (i % 100 < 10 ? "0" : "") + std::to_string(i % 100) +
+               ", MSHOST=ms" + std::to_string(i) + ".example, MSPORT=8101, SRCVHOST=h" +
+               std::to_string(i) + ".example\n";
+  }
+  for (int j = 0; j < mods; ++j) {
+    profile += "icm/HTTP/mod_" + std::to_string(j) + " = PREFIX=/p" + std::to_string(j) +
+               "/, FILE=rules.txt\n";
+  }
+  for (int j = 0; j < mods; ++j) {
+    profile += "icm/HTTP/redirect_" + std::to_string(j) + " = PREFIX=/r" + std::to_string(j) +
+               ", TO=/q" + std::to_string(j) + "\n";
+  }
+  return profile;
+}
+
+TEST(ImportTest, TotalOutputIsBoundedWhileItIsBuilt) {
+  int reads = 0;
+  FileReader reader = [&reads](const std::string&, std::string* text, std::string* shown,
+                               std::string*) {
+    ++reads;
+    *text = "SetHeader X-A v\n";
+    *shown = "rules.txt";
+    return true;
+  };
+  // 1000 x 1000: 115 MB of YAML and 790 MB of memory before the bound.
+  auto start = std::chrono::steady_clock::now();
+  ImportResult r = Import(QuadraticProfile(1000, 1000), "sapwebdisp.pfl", reader, {});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(r.ExitCode(), 1);
+  std::vector<std::string> errors = Lines(r, Diagnostic::Level::kError);
+  ASSERT_EQ(errors.size(), 1u) << testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find(std::to_string(kMaxOutputBytes)), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("UrlMapping"), std::string::npos) << errors[0];
+  EXPECT_TRUE(r.objects.empty());
+  // Charged before each object is built: at most one object past the bound.
+  EXPECT_GT(r.output_bytes, kMaxOutputBytes);
+  EXPECT_LT(r.output_bytes, kMaxOutputBytes + 1024 * 1024);
+  // The same file named 1000 times is read once.
+  EXPECT_EQ(reads, 1);
+}
+
+TEST(ImportTest, OutputUnderTheBoundIsCountedAndKept) {
+  ImportResult r = ImportText(QuadraticProfile(3, 4), {{"rules.txt", "SetHeader X-A v\n"}});
+  EXPECT_FALSE(r.HasErrors()) << testing::PrintToString(Lines(r, Diagnostic::Level::kError));
+  ASSERT_EQ(r.objects.size(), 3u + 6u + 4u) << testing::PrintToString(Names(r));
+  std::size_t bytes = 0;
+  for (const auto& object : r.objects) {
+    bytes += object.dump().size();
+  }
+  EXPECT_EQ(r.output_bytes, bytes);
+  // Every SRCVHOST mapping carries the 4 rule files after the redirects.
+  for (const char* name : {"s00", "s01", "s02"}) {
+    const Json* mapping = Find(r, "UrlMapping", name);
+    ASSERT_NE(mapping, nullptr) << name << testing::PrintToString(Names(r));
+    EXPECT_EQ(mapping->at("spec")["modifications"].size(), 5u);
+  }
+}
+
 TEST(ImportTest, UnreadableFilesAreErrors) {
   ImportResult r = ImportText(
       "rdisp/mshost = ms\nms/http_port = 1\n"
