@@ -8,6 +8,8 @@
 #include <tuple>
 
 #include "common/log.h"
+#include "common/modification/program.h"
+#include "common/modification/rules.h"
 #include "common/snapshot_io.h"
 #include "controller/importer/parameters.h"
 #include "controller/importer/profile.h"
@@ -236,7 +238,7 @@ class Importer {
 
   void Add(Level level, const std::string& file, int line, const std::string& parameter,
            const std::string& message) {
-    result_.diagnostics.push_back({level, file, line, parameter, message});
+    result_.diagnostics.push_back({level, file, line, 0, parameter, message});
   }
   void Error(const std::string& file, int line, const std::string& parameter,
              const std::string& message) {
@@ -1075,7 +1077,12 @@ class Importer {
       *shown = cached->second.second;
     } else {
       std::string error;
-      if (!read_file_(reference, text, shown, &error)) {
+      ReadStatus status = read_file_(reference, text, shown, &error);
+      if (status == ReadStatus::kRefused) {
+        Warn(param, "cannot read " + Shown(reference) + ": " + error + "; left out");
+        return false;
+      }
+      if (status != ReadStatus::kRead) {
         param.warned = true;
         Error(profile_name_, param.entry->line, param.entry->name,
               "cannot read " + Shown(reference) + ": " + error);
@@ -1892,6 +1899,23 @@ class Importer {
         Note(*param, shown + " is empty: nothing to translate");
         continue;
       }
+      // Pasted as it is, but read as the controller will: a file kwd's rule
+      // parser refuses (or whose patterns RE2 does not compile) makes the
+      // UrlMapping rejected, which the import must say. Once per file.
+      auto verdict = rule_file_errors_.find(shown);
+      if (verdict == rule_file_errors_.end()) {
+        modification::ParseError error;
+        bool ok = modification::Program::CompileText(text, &error) != nullptr;
+        verdict = rule_file_errors_.emplace(shown, ok ? std::nullopt : std::optional(error)).first;
+      }
+      if (verdict->second) {
+        const modification::ParseError& error = *verdict->second;
+        param->warned = true;
+        result_.diagnostics.push_back(
+            {Level::kWarn, shown, error.line, error.column, param->entry->name,
+             "not a rule file kwd reads: " + error.message +
+                 "; the controller rejects the UrlMapping until it is fixed"});
+      }
       out.push_back(Json{{"prefix", *prefix}, {"rules", text}});
     }
     return out;
@@ -2092,6 +2116,8 @@ class Importer {
   ParsedProfile parsed_;
   std::vector<Param> params_;
   bool over_output_bound_ = false;
+  // Rule files checked with kwd's rule parser, by shown name: the first error.
+  std::map<std::string, std::optional<modification::ParseError>> rule_file_errors_;
   // Named files by reference, as read (before ToUtf8): a file that many
   // parameters name is read once.
   std::map<std::string, std::pair<std::string, std::string>> files_read_;
@@ -2167,6 +2193,9 @@ std::string Diagnostic::ToString() const {
   out += EscapeControlCharacters(file);
   if (line > 0) {
     out += ":" + std::to_string(line);
+    if (column > 0) {
+      out += ":" + std::to_string(column);
+    }
   }
   if (!parameter.empty()) {
     out += " " + EscapeControlCharacters(parameter);
@@ -2226,7 +2255,7 @@ ImportResult Import(std::string_view profile_text, const std::string& profile_na
         object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).size();
     if (bytes > kMaxObjectBytes) {
       result.diagnostics.push_back(
-          {Diagnostic::Level::kWarn, profile_name, 0, "",
+          {Diagnostic::Level::kWarn, profile_name, 0, 0, "",
            object["kind"].get<std::string>() + " " + object["metadata"]["name"].get<std::string>() +
                " is " + std::to_string(bytes) +
                " bytes: the API server refuses objects over about 1 MiB; split the rule files "

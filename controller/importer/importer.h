@@ -36,10 +36,11 @@ struct Diagnostic {
   Level level = Level::kWarn;
   std::string file;       // the file the line is in (profile or a named file)
   int line = 0;           // 1-based; 0: the file as a whole
+  int column = 0;         // 1-based; 0: the line as a whole
   std::string parameter;  // the profile parameter concerned ("" for none)
   std::string message;
 
-  // "WARN file:line parameter: message" (control characters escaped).
+  // "WARN file:line[:column] parameter: message" (control characters escaped).
   std::string ToString() const;
 };
 
@@ -48,8 +49,15 @@ struct Diagnostic {
 // "/usr/sap/W01/sec/permtab.txt", or "file://urlinfo.txt" without the
 // scheme). Returns false with `error` set when it cannot; `shown_name` is
 // how diagnostics name the file.
-using FileReader = std::function<bool(const std::string& reference, std::string* text,
-                                      std::string* shown_name, std::string* error)>;
+//   kRead:       `text` holds the file;
+//   kUnreadable: it cannot be read (missing, too large): an ERROR, nothing
+//                is written;
+//   kRefused:    the reader will not read it (a link out of the files
+//                directory, not a regular file): a WARN, the parameter is
+//                left out and the rest is translated.
+enum class ReadStatus { kRead, kUnreadable, kRefused };
+using FileReader = std::function<ReadStatus(const std::string& reference, std::string* text,
+                                            std::string* shown_name, std::string* error)>;
 
 struct ImportOptions {
   std::string namespace_ = "default";

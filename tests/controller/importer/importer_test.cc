@@ -256,11 +256,11 @@ FileReader MapReader(const Files& files) {
     auto it = files.find(name);
     if (it == files.end()) {
       *error = "no such file";
-      return false;
+      return ReadStatus::kUnreadable;
     }
     *text = it->second;
     *shown = name;
-    return true;
+    return ReadStatus::kRead;
   };
 }
 
@@ -612,6 +612,29 @@ TEST(ImportTest, RuleFilesBecomeModificationsUnchanged) {
   ExpectLoadable(r);
 }
 
+TEST(ImportTest, RuleFileThatDoesNotParseIsAWarnWithLineAndColumn) {
+  // A pattern RE2 does not compile, and a command kwd does not know.
+  Files files = {{"rules.txt", "SetHeader X-A v\nRegRewriteUrl ^/(a /b\n"},
+                 {"other.txt", "# fine so far\nNoSuchCommand x\n"}};
+  ImportResult r = ImportText(
+      "rdisp/mshost = ms\nms/http_port = 1\n"
+      "icm/HTTP/mod_0 = PREFIX=/, FILE=rules.txt\n"
+      "icm/HTTP/mod_1 = PREFIX=/o/, FILE=other.txt\n"
+      "icm/HTTP/mod_2 = PREFIX=/again/, FILE=rules.txt\n",
+      files);
+  EXPECT_EQ(r.ExitCode(), 3);
+  std::vector<std::string> warnings = Warnings(r);
+  ASSERT_EQ(warnings.size(), 3u) << testing::PrintToString(warnings);
+  EXPECT_EQ(warnings[0].rfind("WARN other.txt:2:1 icm/HTTP/mod_1: ", 0), 0u) << warnings[0];
+  EXPECT_EQ(warnings[1].rfind("WARN rules.txt:2:15 icm/HTTP/mod_0: ", 0), 0u) << warnings[1];
+  EXPECT_EQ(warnings[2].rfind("WARN rules.txt:2:15 icm/HTTP/mod_2: ", 0), 0u) << warnings[2];
+  EXPECT_NE(warnings[1].find("the controller rejects"), std::string::npos) << warnings[1];
+  // Still written as it is, for the operator to fix.
+  const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
+  ASSERT_EQ(mods.size(), 3u);
+  EXPECT_EQ(mods[0]["rules"], files["rules.txt"]);
+}
+
 TEST(ImportTest, RedirectsBecomeRulesBeforeTheRuleFiles) {
   // icm/HTTP/redirect_<xx> as SAP's wiki shows it, the 6.40 icm/redirect_<xx>
   // form, and forms kwd cannot take.
@@ -739,7 +762,7 @@ TEST(ImportTest, TotalOutputIsBoundedWhileItIsBuilt) {
     ++reads;
     *text = "SetHeader X-A v\n";
     *shown = "rules.txt";
-    return true;
+    return ReadStatus::kRead;
   };
   // 1000 x 1000: 115 MB of YAML and 790 MB of memory before the bound.
   auto start = std::chrono::steady_clock::now();
@@ -1028,8 +1051,11 @@ TEST(ImportTest, ObjectsTooLargeForTheApiServerAreSaid) {
       ImportText("rdisp/mshost = ms\nms/http_port = 1\nicm/HTTP/mod_0 = PREFIX=/,FILE=r.txt\n",
                  {{"r.txt", rules}});
   EXPECT_EQ(r.ExitCode(), 3);
-  ASSERT_EQ(Warnings(r).size(), 1u);
+  // And kwd's rule parser, which the controller runs, refuses the file.
+  ASSERT_EQ(Warnings(r).size(), 2u) << testing::PrintToString(Warnings(r));
   EXPECT_EQ(Warnings(r)[0].rfind("WARN sapwebdisp.pfl: UrlMapping sap is ", 0), 0u);
+  EXPECT_EQ(Warnings(r)[1].rfind("WARN r.txt icm/HTTP/mod_0: not a rule file kwd reads: ", 0), 0u)
+      << Warnings(r)[1];
 }
 
 TEST(ImportTest, KubernetesNames) {
