@@ -13,6 +13,7 @@
 #include "common/snapshot_io.h"
 #include "controller/importer/parameters.h"
 #include "controller/importer/profile.h"
+#include "controller/sapsystem/address_policy.h"
 #include "controller/sapsystem/server_list.h"
 
 namespace kwd::importer {
@@ -1231,6 +1232,23 @@ class Importer {
                 parsed, [](const std::string& host) { return std::vector<std::string>{host}; },
                 nullptr, nullptr, &skips);
             SkipWarnings(*info_param, shown, skips, "instance");
+            // Kept as written, but what kwd refuses from a message server
+            // (loopback, link-local/cloud metadata, unspecified, multicast)
+            // is said, instance by instance.
+            for (const model::SapInstance& instance : instances) {
+              if (!sapsystem::ParseIpAddress(instance.address)) {
+                continue;  // a host name: resolved by the proxies at run time
+              }
+              std::string reason = sapsystem::RefusalReason(sapsystem::AddressPolicy{},
+                                                            instance.address);
+              if (!reason.empty()) {
+                FileWarn(*info_param, shown, 0,
+                         "instance " + instance.name + " at " + instance.address + ": " + reason +
+                             ": kept in LogonGroup.spec.backend.staticServers as the file says "
+                             "(kwd refuses such an address from a message server); check that "
+                             "it is meant");
+              }
+            }
             system_instances_[system.name] = instances;
             Note(*info_param, "the servers of " + shown +
                                   " become LogonGroup.spec.backend.staticServers (" +

@@ -559,6 +559,50 @@ TEST(ImportTest, ServerInfoFileGivesStaticServers) {
   ExpectLoadable(r);
 }
 
+TEST(ImportTest, SpecialAddressesInAServerInfoFileAreWarnedAndKept) {
+  // The operator's own file is taken as written, but an address kwd would
+  // refuse from a message server (cloud metadata, loopback, ...) is said.
+  std::string info = "version 1.2\n";
+  const std::vector<std::pair<std::string, std::string>> servers = {
+      {"meta_ERP_00", "169.254.169.254"}, {"lo_ERP_01", "127.0.0.1"},
+      {"mapped_ERP_02", "::ffff:127.0.0.1"}, {"any_ERP_03", "0.0.0.0"},
+      {"mc_ERP_04", "224.0.0.1"},         {"fine_ERP_05", "10.0.0.5"},
+      {"named_ERP_06", "app.example.com"}};
+  for (const auto& [name, address] : servers) {
+    info += name + "\nDIAG\t" + address + "\t3200\t\nHTTP\t" + address + "\t8000\t\n\n";
+  }
+  ImportResult r = ImportText("wdisp/server_info_location = file://info.icr\n"
+                              "wdisp/url_map_location = file://urlinfo.txt\n",
+                              {{"info.icr", info}, {"urlinfo.txt", "version 1.0\n"}});
+  EXPECT_EQ(r.ExitCode(), 3);
+  std::vector<std::string> warnings = Warnings(r);
+  EXPECT_EQ(warnings,
+            (std::vector<std::string>{
+                "WARN info.icr wdisp/server_info_location: instance any_ERP_03 at 0.0.0.0: "
+                "unspecified address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance lo_ERP_01 at 127.0.0.1: "
+                "loopback address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance mapped_ERP_02 at "
+                "::ffff:127.0.0.1: loopback address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance mc_ERP_04 at 224.0.0.1: "
+                "multicast address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance meta_ERP_00 at "
+                "169.254.169.254: link-local address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant"}))
+      << testing::PrintToString(warnings);
+  // All seven stay, as written.
+  EXPECT_EQ(Find(r, "LogonGroup", "diag")->at("spec")["backend"]["staticServers"].size(), 7u);
+}
+
 TEST(ImportTest, SilocSystemReencryptsToTheHttpsPorts) {
   Files files = {
       {"info.icr",
