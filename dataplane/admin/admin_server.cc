@@ -857,6 +857,7 @@ ordered_json AdminServer::Explain(std::string_view url, std::optional<std::strin
   if (explain_router_.table() == nullptr) {
     return ordered_json{{"error", "no routing table"}};
   }
+  explain_router_.set_https_port(proxy_->options().public_https_port);
   routing::Decision decision = explain_router_.Route(request.View());
   ordered_json body = routing::DecisionJson(explain_router_, decision, request.https);
   ExplainContext context;
