@@ -37,7 +37,15 @@ bool WriteFileAtomically(const std::string& path, std::string_view content, std:
     *error = "cannot write " + path + ": " + step + ": " + std::strerror(saved);
     return false;
   };
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Created afresh, never through what is already there: a symbolic link
+  // planted at the temporary name (it is predictable) would otherwise have
+  // the content written to its target. A leftover (a crash, or a plant) is
+  // removed first; unlink removes a link, not its target.
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = open(temporary.c_str(), kFlags, 0600);
+  if (fd < 0 && errno == EEXIST && unlink(temporary.c_str()) == 0) {
+    fd = open(temporary.c_str(), kFlags, 0600);
+  }
   if (fd < 0) {
     return fail("open", -1);
   }

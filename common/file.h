@@ -11,7 +11,9 @@ bool ReadWholeFile(const std::string& path, std::string* out, std::string* error
 
 // Replaces `path` with `content` so that a reader (or a restart after a
 // crash) sees the old file or the new one, never a part: writes PATH.tmp.PID in
-// the same directory, syncs it to disk and renames it over PATH. On failure
+// the same directory (created afresh, mode 0600, never through a symbolic
+// link someone left at that name), syncs it to disk and renames it over PATH.
+// On failure
 // returns false, sets `error` to "cannot write PATH: <reason>" and leaves no
 // temporary file behind.
 bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error);

@@ -31,6 +31,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'cleanup; exit 0' INT TERM
 
+# Every external command of the start-up runs through `run`: in the
+# background, then `wait`. A command bash waits for in the foreground can
+# swallow the SIGINT: when it exits normally just as the signal arrives, bash
+# concludes the command handled it and drops it (no trap runs; the script
+# would go on starting everything and then wait forever). `wait` returns at
+# once on a trapped signal and the trap runs. Loops use builtins only.
+run() {
+  "$@" &
+  wait $!
+}
+
 # On a terminal, Ctrl-C sends SIGINT to the whole foreground process group:
 # `make run` included, and make then reports "Interrupt" and fails however
 # cleanly this script stops. So the script runs itself as a job of its own
@@ -46,7 +57,7 @@ trap 'cleanup; exit 0' INT TERM
 foreground_on_terminal() {
   [[ -t 0 && -t 2 ]] || return 1
   local stat fields
-  stat=$(</proc/$$/stat) || return 1
+  read -r stat </proc/$$/stat || return 1
   read -r -a fields <<<"${stat##*) }"  # state ppid pgrp session tty_nr tpgid ...
   [[ ${fields[5]:-0} -gt 0 && ${fields[5]} == "${fields[2]}" ]]
 }
@@ -64,7 +75,7 @@ examples=${KWD_EXAMPLES:-examples/quickstart}
 listen=${KWD_LISTEN:-127.0.0.1:8080}
 admin=${KWD_ADMIN:-127.0.0.1:9901}
 run_dir=$build/quickstart
-mkdir -p "$run_dir"
+run mkdir -p "$run_dir"
 snapshot=$run_dir/snapshot.json
 
 start_backend() {  # port instance kind
@@ -79,11 +90,14 @@ controller_admin=${KWD_CONTROLLER_ADMIN:-127.0.0.1:9902}
 grpc=${KWD_GRPC_LISTEN:-127.0.0.1:18000}
 
 wait_listening() {  # file log
-  for _ in $(seq 1 100); do
-    grep -q '^listening' "$1" 2>/dev/null && return 0
-    sleep 0.1
+  local line i
+  for ((i = 0; i < 100; i++)); do
+    if [[ -f $1 ]] && read -r line <"$1" && [[ $line == listening* ]]; then
+      return 0
+    fi
+    run sleep 0.1
   done
-  cat "$2" >&2
+  run cat "$2" >&2
   return 1
 }
 
@@ -107,18 +121,23 @@ KWD_AFFINITY_KEY=${KWD_AFFINITY_KEY:-quickstart-key} "$build/kwd-proxy" serve --
   >"$run_dir/proxy.out" 2>"$run_dir/proxy.log" &
 proxy_pid=$!
 wait_listening "$run_dir/proxy.out" "$run_dir/proxy.log" || exit 1
-for _ in $(seq 1 100); do
-  curl -sf "http://$admin/readyz" >/dev/null 2>&1 && break
-  sleep 0.1
+ready=false
+for ((i = 0; i < 100; i++)); do
+  if run curl -sf "http://$admin/readyz" >/dev/null 2>&1; then
+    ready=true
+    break
+  fi
+  run sleep 0.1
 done
-curl -sf "http://$admin/readyz" >/dev/null 2>&1 || { echo "the proxy got no snapshot; see $run_dir/" >&2; exit 1; }
+$ready || { echo "the proxy got no snapshot; see $run_dir/" >&2; exit 1; }
 # For the explain hint: the snapshot the controller serves, as JSON.
-curl -s "http://$controller_admin/debug/snapshot" >"$snapshot"
+run curl -s "http://$controller_admin/debug/snapshot" >"$snapshot"
 
 # What to try, for the example that runs: every hint line that is not a
 # comment is a command that works against it (tests/deploy/run_quickstart_test.py
 # runs them).
-case $(basename "$examples") in
+example_name=${examples%/}
+case ${example_name##*/} in
   quickstart)
     what="  backends: demo1_QS_00 (127.0.0.1:18001, abap, capacity 2), demo2_QS_01 (:18002, abap, capacity 1),
             demo3_QS_02 (:18003, java)"
@@ -157,7 +176,8 @@ case $(basename "$examples") in
     ;;
 esac
 
-cat <<HINTS
+# Printed by builtins (see `run` above).
+IFS= read -r -d '' hints <<HINTS || true
 
 kwd quickstart is running: proxy http://$listen, admin http://$admin
 $what
@@ -173,6 +193,7 @@ over gRPC ($grpc); an invalid change is reported and the proxy keeps the previou
 (logs in $run_dir/).
 Ctrl-C stops everything.
 HINTS
+printf '%s' "$hints"
 
 # Signals interrupt `wait` at once, so Ctrl-C is handled without delay.
 wait -n "$proxy_pid" "$controller_pid" || true

@@ -19,7 +19,6 @@ constexpr size_t kMaxPathBytes = 8192;
 // The compiled size of every pattern of one file together (RE2 program
 // instructions, about 16 bytes each): 20,000 patterns each near RE2's
 // per-pattern memory bound would otherwise take gigabytes.
-constexpr int64_t kMaxProgramInstructions = 1000000;
 constexpr int kMaxReferences = 10;  // $0..$9
 constexpr std::string_view kTargetSidHeader = "x-sap-webdisp-target-sid";
 constexpr std::string_view kTargetSidPseudoHeader = "~webdisp_target_sid";
@@ -919,6 +918,7 @@ std::unique_ptr<const Program> Program::Compile(const RuleFile& file, ParseError
     return nullptr;
   }
   program->command_count_ = file.action_count;
+  program->regex_instructions_ = kMaxProgramInstructions - budget;
   return program;
 }
 

@@ -19,6 +19,7 @@
 // compile.h.
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -254,22 +255,38 @@ inline constexpr bool kProxyAppliesModifications = false;
 // `out`. Returns false, with InvalidRule findings naming the field and the
 // rule's line and column, when any is invalid (that entry is left out).
 //
-// `cache` (may be null): earlier verdicts by rule text. A 10,000-rule file
-// takes a third of a second to check, and UrlMappings are compiled on every
-// compile; the memo keeps the verdicts, the output is the same.
+// What checking rule files may cost: each file's patterns at most
+// modification::kMaxProgramInstructions RE2 instructions (about a
+// microsecond each to compile), one UrlMapping's files together at most
+// kMaxMappingRegexInstructions, and all UrlMappings of one compile together
+// at most kMaxClusterRegexInstructions, counted in age order (`cluster_left`
+// is what is left of it). Beyond a bound the file is refused without being
+// compiled, so a compile costs at most a few seconds even with nothing
+// cached, whatever the objects hold. The outcome depends only on the
+// objects, never on what the cache holds.
+inline constexpr std::int64_t kMaxMappingRegexInstructions = 250000;
+inline constexpr std::int64_t kMaxClusterRegexInstructions = 1000000;
+
+// `cache` (may be null): earlier verdicts by the SHA-256 of the rule text
+// (checked against the per-file bound only). UrlMappings are compiled on
+// every compile; the memo keeps the verdicts, the output is the same. The
+// oldest verdicts go first once it holds kMaxEntries.
 struct ModificationCache {
   struct Verdict {
     bool ok = false;
     int line = 0;
     int column = 0;
     std::string message;
+    std::int64_t instructions = 0;  // ok: the file's RE2 instructions
   };
-  std::map<std::string, Verdict, std::less<>> verdicts;
-  static constexpr std::size_t kMaxEntries = 256;  // then it starts over
+  std::map<Sha256Digest, Verdict> verdicts;
+  std::deque<Sha256Digest> order;  // insertion order, for eviction
+  static constexpr std::size_t kMaxEntries = 8192;
 };
 bool CompileModifications(const UrlMapping& um, const std::string& source,
                           std::vector<v1::Modification>* out, Findings& findings,
-                          ModificationCache* cache = nullptr);
+                          ModificationCache* cache = nullptr,
+                          std::int64_t* cluster_left = nullptr);
 
 // ---- UrlMapping (url_mapping.cc) ----
 
@@ -318,6 +335,8 @@ class UrlMappingCompiler {
   const std::set<std::string>& accepted_groups_;
   const std::set<std::string>& existing_groups_;
   ModificationCache* modification_cache_;
+  // What is left of kMaxClusterRegexInstructions in this compile.
+  std::int64_t modification_budget_ = kMaxClusterRegexInstructions;
   std::map<std::string, HostEntry> hosts_;
 };
 

@@ -4,6 +4,7 @@
 // which is parsed and whose patterns are compiled here to validate it; the
 // proxy compiles the same text again when it applies the snapshot.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,8 +17,13 @@ namespace kwd::compile::internal {
 
 bool CompileModifications(const UrlMapping& um, const std::string& source,
                           std::vector<v1::Modification>* out, Findings& findings,
-                          ModificationCache* cache) {
+                          ModificationCache* cache, std::int64_t* cluster_left) {
   bool all_valid = true;
+  std::int64_t mapping_left = kMaxMappingRegexInstructions;
+  std::int64_t cluster_alone = kMaxClusterRegexInstructions;  // without a compile around it
+  if (cluster_left == nullptr) {
+    cluster_left = &cluster_alone;
+  }
   const auto& modifications = um.spec.modifications;
   for (std::size_t i = 0; i < modifications.size(); ++i) {
     const model::Modification& in = modifications[i];
@@ -72,23 +78,54 @@ bool CompileModifications(const UrlMapping& um, const std::string& source,
     } else {
       text = *in.rules;
     }
+    // Nothing left to check it with: refused without compiling (what the
+    // files before it cost decides, not what the cache holds).
+    if (mapping_left <= 0 || *cluster_left <= 0) {
+      reject(field + ": not checked: " +
+             (mapping_left <= 0
+                  ? "the rule files before it in this UrlMapping use up its " +
+                        std::to_string(kMaxMappingRegexInstructions) + " regex instructions"
+                  : "the UrlMappings compiled before it (oldest first) use up the " +
+                        std::to_string(kMaxClusterRegexInstructions) +
+                        " regex instructions all rule files may take together"));
+      continue;
+    }
     ModificationCache::Verdict verdict;
-    auto known =
-        cache != nullptr ? cache->verdicts.find(text) : decltype(cache->verdicts)::iterator{};
+    const Sha256Digest key = Sha256(text);
+    auto known = cache != nullptr ? cache->verdicts.find(key) : decltype(cache->verdicts)::iterator{};
     if (cache != nullptr && known != cache->verdicts.end()) {
       verdict = known->second;
     } else {
       modification::ParseError error;
-      verdict.ok = modification::Program::CompileText(text, &error) != nullptr;
+      auto program = modification::Program::CompileText(text, &error);
+      verdict.ok = program != nullptr;
+      verdict.instructions = program != nullptr ? program->regex_instructions() : 0;
       verdict.line = error.line;
       verdict.column = error.column;
       verdict.message = error.message;
       if (cache != nullptr) {
-        if (cache->verdicts.size() >= ModificationCache::kMaxEntries) {
-          cache->verdicts.clear();
+        while (cache->verdicts.size() >= ModificationCache::kMaxEntries) {
+          cache->verdicts.erase(cache->order.front());
+          cache->order.pop_front();
         }
-        cache->verdicts.emplace(text, verdict);
+        cache->verdicts.emplace(key, verdict);
+        cache->order.push_back(key);
       }
+    }
+    // A file that failed counts what it may have cost, the per-file bound.
+    const std::int64_t cost =
+        verdict.ok ? verdict.instructions : modification::kMaxProgramInstructions;
+    mapping_left -= cost;
+    *cluster_left -= cost;
+    if (verdict.ok && (mapping_left < 0 || *cluster_left < 0)) {
+      reject(field + ".rules: its patterns (" + std::to_string(verdict.instructions) +
+             " regex instructions) go past what " +
+             (mapping_left < 0 ? "one UrlMapping's rule files may take together (" +
+                                     std::to_string(kMaxMappingRegexInstructions) + ")"
+                               : "all UrlMappings' rule files may take together (" +
+                                     std::to_string(kMaxClusterRegexInstructions) +
+                                     ", oldest mappings first)"));
+      continue;
     }
     if (!verdict.ok) {
       modification::ParseError error{verdict.line, verdict.column, verdict.message};

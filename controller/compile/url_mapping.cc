@@ -260,7 +260,8 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   // it (its rules may be what keeps paths forbidden), only its last accepted
   // version, if any.
   std::vector<v1::Modification> modifications;
-  if (!CompileModifications(um, source, &modifications, findings, modification_cache_)) {
+  if (!CompileModifications(um, source, &modifications, findings, modification_cache_,
+                            &modification_budget_)) {
     valid_spec = false;
   } else if (!modifications.empty() && !kProxyAppliesModifications) {
     findings.Reject(kReasonUnsupported,

@@ -1187,17 +1187,11 @@ class Importer {
             SkipWarnings(*info_param, shown, parsed.skips, "entry");
             sapsystem::Skips skips;
             // The operator's own file becomes staticServers, which the
-            // operator writes anyway: every address is taken as written
-            // (the discovery trust boundary is for what a message server
-            // says at run time).
-            sapsystem::AddressPolicy any;
-            for (const char* cidr : {"0.0.0.0/0", "::/0"}) {
-              std::string error;
-              any.allowed.push_back(*sapsystem::ParseCidr(cidr, &error));
-            }
+            // operator writes anyway: no address policy (the discovery trust
+            // boundary is for what a message server says at run time).
             instances = sapsystem::BuildInstances(
                 parsed, [](const std::string& host) { return std::vector<std::string>{host}; },
-                any, nullptr, &skips);
+                nullptr, nullptr, &skips);
             SkipWarnings(*info_param, shown, skips, "instance");
             system_instances_[system.name] = instances;
             Note(*info_param, "the servers of " + shown +

@@ -230,7 +230,7 @@ PollOutcome ApplyServerList(std::string_view body, const std::string& source,
   PollOutcome outcome;
   outcome.skips = parsed.skips;
   std::vector<model::SapInstance> instances =
-      BuildInstances(parsed, resolve, policy, previous.has_list ? &previous.instances : nullptr,
+      BuildInstances(parsed, resolve, &policy, previous.has_list ? &previous.instances : nullptr,
                      &outcome.skips);
   if (instances.empty() && previous.has_list && !previous.instances.empty()) {
     std::string why = parsed.instances.empty() ? "the list is empty"

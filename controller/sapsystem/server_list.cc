@@ -603,9 +603,12 @@ ParsedUrlMap ParseUrlMap(std::string_view body) {
 
 std::vector<model::SapInstance> BuildInstances(const ParsedServerList& parsed,
                                                const Resolver& resolve,
-                                               const AddressPolicy& policy,
+                                               const AddressPolicy* policy,
                                                const std::vector<model::SapInstance>* previous,
                                                Skips* skips) {
+  auto refusal = [policy](std::string_view address) {
+    return policy == nullptr ? std::string() : RefusalReason(*policy, address);
+  };
   std::map<std::string_view, const model::SapInstance*> before;
   if (previous != nullptr) {
     for (const model::SapInstance& instance : *previous) {
@@ -664,7 +667,7 @@ std::vector<model::SapInstance> BuildInstances(const ParsedServerList& parsed,
         if (!IsServerAddress(candidate)) {
           continue;
         }
-        if (std::string why = RefusalReason(policy, candidate); !why.empty()) {
+        if (std::string why = refusal(candidate); !why.empty()) {
           if (refused.empty()) {
             refused = "address " + Shown(candidate) + " refused: " + why;
           }
@@ -681,7 +684,7 @@ std::vector<model::SapInstance> BuildInstances(const ParsedServerList& parsed,
       if (address.empty()) {
         auto old = before.find(instance.name);
         if (old != before.end() && old->second->host == instance.host &&
-            !old->second->address.empty() && RefusalReason(policy, old->second->address).empty()) {
+            !old->second->address.empty() && refusal(old->second->address).empty()) {
           address = old->second->address;  // DNS hiccup: keep what it resolved to before
         } else {
           skips->Add(SkipReason::kUnknownHost, "instance " + Shown(instance.name) + ": host " +

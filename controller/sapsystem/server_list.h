@@ -140,10 +140,12 @@ using Resolver = std::function<std::vector<std::string>(const std::string& host)
 // and host; without one the instance is skipped. The address is the first
 // one `policy` accepts; when it refuses every address of the host the
 // instance is skipped (kRefusedAddress) with the address and why, never
-// falling back to an address from before. Sorted by name.
+// falling back to an address from before. Without a policy (nullptr: the
+// importer reading the operator's own server info file) every address is
+// taken as written. Sorted by name.
 std::vector<model::SapInstance> BuildInstances(const ParsedServerList& parsed,
                                                const Resolver& resolve,
-                                               const AddressPolicy& policy,
+                                               const AddressPolicy* policy,
                                                const std::vector<model::SapInstance>* previous,
                                                Skips* skips);
 

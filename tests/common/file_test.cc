@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace kwd {
@@ -46,6 +49,26 @@ TEST_F(FileTest, WriteFileAtomicallySaysWhyItFailsAndKeepsTheOldFile) {
   EXPECT_FALSE(WriteFileAtomically((dir_ / "taken").string(), "x", &error));
   EXPECT_NE(error.find(": rename: "), std::string::npos) << error;
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+// The temporary name is predictable: a symbolic link planted there must not
+// have the content written to its target, nor end up as PATH.
+TEST_F(FileTest, WriteFileAtomicallyNeverWritesThroughAPlantedLink) {
+  const std::string path = (dir_ / "cache.json").string();
+  const fs::path victim = dir_ / "victim.txt";
+  { std::ofstream(victim) << "precious"; }
+  fs::create_symlink(victim, path + ".tmp." + std::to_string(getpid()));
+  std::string error;
+  ASSERT_TRUE(WriteFileAtomically(path, "snapshot", &error)) << error;
+  std::string text;
+  ASSERT_TRUE(ReadWholeFile(victim.string(), &text, &error)) << error;
+  EXPECT_EQ(text, "precious");
+  EXPECT_FALSE(fs::is_symlink(path));
+  ASSERT_TRUE(ReadWholeFile(path, &text, &error)) << error;
+  EXPECT_EQ(text, "snapshot");
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ COMMAND_KINDS = ("", "illustrative", "quickstart")
 OTHER_TOOLS_FLAGS = {"--build", "--create-namespace", "--field-selector", "--gtest_filter",
                      "--http2", "--output-on-failure", "--print-labels", "--reuse-values",
                      "--server-side", "--set", "--show-only", "--target", "--version", "--help",
-                     "--cookie"}
+                     "--cookie", "--from", "--cert", "--key"}
 
 
 def read(path):

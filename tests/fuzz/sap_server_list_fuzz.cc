@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       *kwd::sapsystem::ParseCidr("127.0.0.0/8", &cidr_error)};
     policy.own = {*kwd::sapsystem::ParseIpAddress("10.0.0.9")};
     auto instances = kwd::sapsystem::BuildInstances(
-        parsed, [](const std::string& host) { return std::vector<std::string>{host}; }, policy,
+        parsed, [](const std::string& host) { return std::vector<std::string>{host}; }, &policy,
         nullptr, &skips);
     CheckSkips(skips);
     for (const auto& instance : instances) {

@@ -370,7 +370,10 @@ TEST_P(ValidateGoldenTest, PrintsEveryProblemOnItsOwnLine) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ValidateGoldenTest,
-                         ::testing::Values("several_mistakes", "wrong_types", "helm_template"));
+                         ::testing::Values("several_mistakes", "wrong_types", "helm_template"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;  // the name of the golden file
+                         });
 
 // A misspelt field no longer hides a bad capacity: both in one run, with
 // file:line:column, and the field's closest name.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/modification/program.h"
 #include "common/snapshot_io.h"
 #include "controller/compile/internal.h"
 
@@ -1747,6 +1748,84 @@ TEST(ModificationsCompileTest, MemoGivesTheSameVerdicts) {
                 .Find(kAccepted)
                 ->message.find("spec.modifications[0].actions[0]: pattern \"^/(x\""),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwd::compile
+
+namespace kwd::compile {
+namespace {
+
+// What checking rule files may cost is bounded per file, per UrlMapping and
+// per compile (oldest mappings first): a hostile mapping cannot hold up the
+// snapshot for everyone. A file past a bound is refused (InvalidRule), the
+// ones after it are not even compiled, and the outcome is the same with and
+// without the memo.
+TEST(ModificationsCompileTest, RegexCostIsBoundedPerMappingAndPerCompile) {
+  // A rule file of about 240,000 RE2 instructions (each mapping may take
+  // 250,000, a compile 1,000,000).
+  auto file_of = [](int seed) {
+    std::string one = "RegForbiddenUrl ^/x" + std::to_string(seed) + "[a-z]{1000} -\n";
+    modification::ParseError error;
+    auto program = modification::Program::CompileText(one, &error);
+    EXPECT_NE(program, nullptr) << error.ToString();
+    const std::int64_t each = program->regex_instructions();
+    std::string text;
+    std::int64_t total = 0;
+    for (int i = 0; total + each <= 240000; ++i) {
+      text += "RegForbiddenUrl ^/x" + std::to_string(seed) + "_" + std::to_string(i) +
+              "[a-z]{1000} -\n";
+      total += each;
+    }
+    EXPECT_GT(total, 200000);
+    return text;
+  };
+  // Two such files in one mapping: the second goes past the mapping's bound.
+  {
+    CompileResult result = Compile(Objects(
+        {StaticLg("erp", "diag"),
+         Um("erp", "two", "", {{"modifications", {{{"rules", file_of(1)}}, {{"rules", file_of(2)}}}}})}));
+    const Condition* accepted = StatusOf(result, "UrlMapping", "two").Find(kAccepted);
+    ASSERT_NE(accepted, nullptr);
+    EXPECT_EQ(accepted->reason, kReasonInvalidRule);
+    EXPECT_NE(accepted->message.find("spec.modifications[1].rules: its patterns"),
+              std::string::npos)
+        << accepted->message;
+    EXPECT_NE(accepted->message.find("one UrlMapping's rule files may take together (250000)"),
+              std::string::npos)
+        << accepted->message;
+  }
+  // Six mappings of one such file each: four fit the compile's bound, the
+  // fifth goes past it, the sixth is not checked at all.
+  std::vector<json> objects = {StaticLg("erp", "diag")};
+  for (int i = 0; i < 6; ++i) {
+    objects.push_back(Um("erp", "m" + std::to_string(i),
+                         "2026-01-01T00:00:0" + std::to_string(i) + "Z",
+                         {{"hosts", {"h" + std::to_string(i) + ".example.com"}},
+                          {"modifications", {{{"rules", file_of(10 + i)}}}}}));
+  }
+  model::ObjectSet set = Objects(objects);
+  CompileResult plain = Compile(set);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NE(StatusOf(plain, "UrlMapping", "m" + std::to_string(i)).Find(kAccepted)->reason,
+              kReasonInvalidRule)
+        << i;
+  }
+  EXPECT_NE(StatusOf(plain, "UrlMapping", "m4")
+                .Find(kAccepted)
+                ->message.find("all UrlMappings' rule files may take together (1000000"),
+            std::string::npos)
+      << StatusOf(plain, "UrlMapping", "m4").Find(kAccepted)->message;
+  EXPECT_NE(StatusOf(plain, "UrlMapping", "m5")
+                .Find(kAccepted)
+                ->message.find("spec.modifications[0]: not checked: the UrlMappings compiled "
+                               "before it (oldest first)"),
+            std::string::npos)
+      << StatusOf(plain, "UrlMapping", "m5").Find(kAccepted)->message;
+  CompileMemo memo;
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(Compile(set, memo).statuses, plain.statuses) << "round " << round;
+  }
 }
 
 }  // namespace

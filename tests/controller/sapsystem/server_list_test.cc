@@ -54,7 +54,7 @@ std::vector<model::SapInstance> Build(std::string_view body, Skips* skips,
                                {"twofaced", {"127.0.0.1", "10.0.0.7"}},
                                {"mapped", {"::ffff:127.0.0.1"}},
                                {"me", {"10.0.0.9"}}}),
-                        policy, previous, skips);
+                        &policy, previous, skips);
 }
 
 TEST(ServerListTest, CapturedShape) {
@@ -333,7 +333,7 @@ TEST(ServerListTest, SpecialAndOwnAddressesAreRefusedByDefault) {
     auto it = table.find(host);
     return it != table.end() ? it->second : std::vector<std::string>{host};
   };
-  auto instances = BuildInstances(parsed, resolve, policy, nullptr, &skips);
+  auto instances = BuildInstances(parsed, resolve, &policy, nullptr, &skips);
   // Only the ordinary address is used; a host with a loopback and an
   // ordinary address gets the ordinary one.
   ASSERT_EQ(instances.size(), 2u);

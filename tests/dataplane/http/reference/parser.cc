@@ -166,7 +166,9 @@ bool IsValidHost(std::string_view host) {
       i += 2;
       continue;
     }
-    if (!chars::IsHostChar(c)) {
+    // One deliberate change since the freeze (hardening round 3): a reg-name
+    // takes RFC 3986's sub-delims too, as the codec does.
+    if (!chars::IsHostChar(c) && std::string_view("!$&'()*+,;=").find(c) == std::string_view::npos) {
       return false;
     }
   }
