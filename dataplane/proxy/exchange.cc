@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -1189,9 +1190,9 @@ void Exchange::CountSecureRedirect() {
                "https port (--tls-listen, or --public-ports https=PORT behind a TLS-terminating "
                "load balancer): such requests are answered 403 "
                "(kwd_proxy_secure_redirects_total{outcome=\"no-https-port\"})",
-               {{"mapping", decision_.virtual_host != nullptr
-                                ? std::string_view(decision_.virtual_host->source)
-                                : std::string_view()}});
+               {{"host", decision_.virtual_host == nullptr        ? std::string_view()
+                         : decision_.virtual_host->host.empty() ? std::string_view("*")
+                                                                : decision_.virtual_host->host}});
     }
   }
 }
