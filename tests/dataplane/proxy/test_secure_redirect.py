@@ -341,6 +341,16 @@ class SecureRedirectTest(unittest.TestCase):
                 self.assertIn(status, (400, 403), (host, status, fields))
                 self.assertEqual(values(fields, "Location"), [], host)
                 refused += status == 403
+        # HTTP/2 :authority the same way (h2c on the plain listener).
+        h2 = H2Client(self.proxy.port, tls=False)
+        self.addCleanup(h2.close)
+        for host in ("evil.example@erp.example.test", "evil.example%2Ferp", "evil.example;x"):
+            response = h2.get("/sap/bc/gui/x", authority=host)
+            if response["reset"] is not None:
+                continue  # refused as a malformed stream
+            self.assertIn(response["headers"][":status"], ("400", "403"), host)
+            self.assertNotIn("location", response["headers"], host)
+            refused += response["headers"][":status"] == "403"
         # CR/LF in a Host: refused by the parser, never in a Location.
         sock = self.connect(self.proxy.port)
         sock.sendall(b"GET /sap/bc/gui/x HTTP/1.1\r\nHost: evil.example\rLocation: x\r\n\r\n")
