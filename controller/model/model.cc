@@ -407,7 +407,9 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
            "permissions", "fromSapSystem", "fromSapSystemRefines", "modifications",
-           "sapHeaders", "className"});
+           "sapHeaders", "className",
+           // Redirect to https and HSTS (issue 24 item 3).
+           "secureAction", "hsts"});
   r.String(spec, "className", "spec.className", &out->class_name);
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
@@ -427,6 +429,14 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   }
   r.OptBool(spec, "fromSapSystemRefines", "spec.fromSapSystemRefines",
             &out->from_sap_system_refines);
+  r.OptString(spec, "secureAction", "spec.secureAction", &out->secure_action);
+  if (const json* hsts = r.ObjectField(spec, "hsts", "spec.hsts")) {
+    r.Known(hsts, "spec.hsts", {"maxAgeSeconds", "includeSubDomains", "preload"});
+    auto& h = out->hsts.emplace();
+    r.OptInt(*hsts, "maxAgeSeconds", "spec.hsts.maxAgeSeconds", &h.max_age_seconds);
+    r.OptBool(*hsts, "includeSubDomains", "spec.hsts.includeSubDomains", &h.include_subdomains);
+    r.OptBool(*hsts, "preload", "spec.hsts.preload", &h.preload);
+  }
   r.ObjectList(spec, "rules", "spec.rules", &out->rules,
                [&r](const json& entry, const std::string& path, UrlRule* rule) {
                  r.Known(&entry, path, {"prefix", "kind", "logonGroup"});

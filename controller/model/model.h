@@ -241,6 +241,16 @@ struct SapHeadersSpec {
   bool operator==(const SapHeadersSpec&) const = default;
 };
 
+// spec.hsts: the Strict-Transport-Security field of the mapping's https
+// responses (RFC 6797).
+struct HstsSpec {
+  std::optional<std::int64_t> max_age_seconds;  // default 31536000 (a year)
+  std::optional<bool> include_subdomains;       // default false
+  std::optional<bool> preload;                  // default false
+
+  bool operator==(const HstsSpec&) const = default;
+};
+
 struct UrlMappingSpec {
   std::vector<std::string> hosts;  // empty: any host
   std::optional<std::string> default_root_handler;
@@ -254,6 +264,11 @@ struct UrlMappingSpec {
   // Modification rules, in order (SAP: icm/HTTP/mod_<xx>).
   std::vector<Modification> modifications;
   SapHeadersSpec sap_headers;
+  // spec.secureAction: what a `secure` permission entry does with a plain
+  // http request: "forbid" (403, SAP's behaviour; the default) or "redirect"
+  // (to https). spec.hsts: absent, no Strict-Transport-Security field.
+  std::optional<std::string> secure_action;
+  std::optional<HstsSpec> hsts;
   // Whether a discovered prefix may take a subtree of one of this mapping's
   // own rules (a longer prefix under it); default false. Never when the
   // traffic it takes would lose its upstream TLS.

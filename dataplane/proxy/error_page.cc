@@ -133,4 +133,18 @@ void AppendErrorResponse(ErrorCode code, std::string_view detail, bool json, boo
   }
 }
 
+void AppendRedirectResponse(int status, std::string_view location, std::string* out) {
+  std::string_view phrase = status == 301   ? "Moved Permanently"
+                            : status == 302 ? "Found"
+                            : status == 307 ? "Temporary Redirect"
+                                            : "Permanent Redirect";
+  *out += "HTTP/1.1 ";
+  *out += std::to_string(status);
+  *out += ' ';
+  *out += phrase;
+  *out += "\r\nLocation: ";
+  *out += location;
+  *out += "\r\nContent-Length: 0\r\n\r\n";
+}
+
 }  // namespace kwd::proxy

@@ -45,4 +45,9 @@ ErrorCode ErrorCodeForStatus(int status);
 void AppendErrorResponse(ErrorCode code, std::string_view detail, bool json, bool close,
                          bool head_request, std::string* out);
 
+// Appends a redirect (301 Moved Permanently, 308 Permanent Redirect, ...)
+// to `location`, which the caller made safe to send (routing/
+// secure_redirect.h). No body: nothing of the request is echoed.
+void AppendRedirectResponse(int status, std::string_view location, std::string* out);
+
 }  // namespace kwd::proxy

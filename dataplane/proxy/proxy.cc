@@ -89,6 +89,10 @@ bool Proxy::Start(std::string* error) {
       if (server_tls_ != nullptr) {
         options_.tls_listen = tls_bound_;
       }
+      // The public ports as the first worker resolved them (the bound ones
+      // unless --public-ports): what the admin port's explain redirects to.
+      options_.public_http_port = worker->options().public_http_port;
+      options_.public_https_port = worker->options().public_https_port;
     }
     workers_.push_back(std::move(worker));
   }

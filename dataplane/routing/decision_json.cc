@@ -37,7 +37,7 @@ std::string_view Trim(std::string_view s) {
 }  // namespace
 
 Request ExplainRequest::View() const {
-  return Request{"GET", target, host, https, cookie_views};
+  return Request{method, target, host, https, cookie_views};
 }
 
 ExplainRequest MakeExplainRequest(std::string_view url, std::span<const std::string> headers,
@@ -100,6 +100,13 @@ nlohmann::ordered_json DecisionJson(const Router& router, const Decision& decisi
   line["path"] = decision.status == 400 ? ordered_json() : ordered_json(std::string(decision.path));
   line["host"] =
       decision.virtual_host != nullptr ? ordered_json(decision.virtual_host->host) : ordered_json();
+  // A secure redirect's target; the Strict-Transport-Security an https
+  // response to the request carries.
+  line["location"] = decision.secure_redirect == SecureRedirect::kRedirected
+                         ? ordered_json(std::string(decision.location))
+                         : ordered_json();
+  line["hsts"] = https && !decision.hsts.empty() ? ordered_json(std::string(decision.hsts))
+                                                  : ordered_json();
   return line;
 }
 

@@ -17,6 +17,7 @@ namespace kwd::routing {
 
 // A simulated request described the way `explain` takes it, owning its strings.
 struct ExplainRequest {
+  std::string method = "GET";
   std::string target;  // origin-form "/path?query"
   std::string host;
   bool https = false;
@@ -36,7 +37,8 @@ ExplainRequest MakeExplainRequest(std::string_view url, std::span<const std::str
                                   std::optional<std::string_view> host_override);
 
 // group, server, address, rule, kind, reason, status, lost, set_cookie, path,
-// host: in this order, null where a field does not apply.
+// host, location (a secure redirect's), hsts (the Strict-Transport-Security
+// of an https response): in this order, null where a field does not apply.
 nlohmann::ordered_json DecisionJson(const Router& router, const Decision& decision, bool https);
 
 }  // namespace kwd::routing

@@ -27,6 +27,17 @@ std::string_view TrimSpaces(std::string_view s) {
 
 }  // namespace
 
+std::string HstsFieldValue(const v1::Hsts& hsts) {
+  std::string value = "max-age=" + std::to_string(hsts.max_age_seconds());
+  if (hsts.include_subdomains()) {
+    value += "; includeSubDomains";
+  }
+  if (hsts.preload()) {
+    value += "; preload";
+  }
+  return value;
+}
+
 std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snapshot,
                                                         const TableContext& context,
                                                         std::string* error) {
@@ -128,13 +139,15 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     std::vector<std::string> lowercase_prefixes;
     for (const v1::Rule& rule : vhost.rules()) {
       entry.rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table->FindGroup(rule.group()),
-                                      SapHeaderSwitches::From(rule.sap_headers())});
+                                      SapHeaderSwitches::From(rule.sap_headers()),
+                                      rule.has_hsts() ? HstsFieldValue(rule.hsts()) : ""});
       lowercase_prefixes.push_back(Lowercase(rule.prefix()));
     }
     entry.prefixes = PrefixIndex(std::move(lowercase_prefixes));
     entry.permissions = PermissionTable(vhost.permissions());
     entry.passthrough_group = table->FindGroup(vhost.passthrough_group());
     entry.sap_headers = SapHeaderSwitches::From(vhost.sap_headers());
+    entry.hsts = vhost.has_hsts() ? HstsFieldValue(vhost.hsts()) : "";
     table->has_passthrough_ = table->has_passthrough_ || entry.passthrough_group >= 0;
     const int index = static_cast<int>(table->virtual_hosts_.size());
     std::string host = Lowercase(entry.host);

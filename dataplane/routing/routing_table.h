@@ -83,11 +83,16 @@ struct SapHeaderSwitches {
   }
 };
 
+// The Strict-Transport-Security value of a compiled UrlMapping.spec.hsts
+// ("max-age=31536000; includeSubDomains; preload"); "" when it has none.
+std::string HstsFieldValue(const v1::Hsts& hsts);
+
 struct RuleEntry {
   std::string prefix;
   v1::Kind kind = v1::KIND_UNSPECIFIED;
   int group = -1;  // index into RoutingTable::groups(), -1: none
   SapHeaderSwitches sap_headers;
+  std::string hsts;  // Strict-Transport-Security for https responses; "": none
 };
 
 struct VirtualHostEntry {
@@ -101,6 +106,7 @@ struct VirtualHostEntry {
   PermissionTable permissions;
   int passthrough_group = -1;  // TLS passthrough connections with this SNI, -1: none
   SapHeaderSwitches sap_headers;  // for the root rule and the default groups
+  std::string hsts;               // likewise (HstsFieldValue); "": none
 
   int DefaultGroup(v1::Kind kind) const {
     return kind == v1::KIND_ABAP ? default_abap_group : default_java_group;

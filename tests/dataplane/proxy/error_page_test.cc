@@ -37,5 +37,17 @@ TEST(ErrorPageTest, StatusMapping) {
   EXPECT_EQ(ErrorInfoFor(ErrorCodeForStatus(400)).sap_code, "EPROTERROR");
 }
 
+// The redirect to https: status line, Location, an empty body.
+TEST(ErrorPageTest, RedirectResponse) {
+  std::string out;
+  AppendRedirectResponse(301, "https://erp.example.com:8443/sap/x?a=%41", &out);
+  EXPECT_EQ(out,
+            "HTTP/1.1 301 Moved Permanently\r\nLocation: https://erp.example.com:8443/sap/x?a=%41"
+            "\r\nContent-Length: 0\r\n\r\n");
+  out.clear();
+  AppendRedirectResponse(308, "https://h/", &out);
+  EXPECT_EQ(out.rfind("HTTP/1.1 308 Permanent Redirect\r\nLocation: https://h/\r\n", 0), 0u);
+}
+
 }  // namespace
 }  // namespace kwd::proxy
