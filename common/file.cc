@@ -1,6 +1,7 @@
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,7 +26,8 @@ bool ReadWholeFile(const std::string& path, std::string* out, std::string* error
   return true;
 }
 
-bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error) {
+bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error,
+                         mode_t mode) {
   // Unique per process: two writers of one path never share a half-written file.
   const std::string temporary = path + ".tmp." + std::to_string(getpid());
   auto fail = [&](const char* step, int fd) {
@@ -37,9 +39,14 @@ bool WriteFileAtomically(const std::string& path, std::string_view content, std:
     *error = "cannot write " + path + ": " + step + ": " + std::strerror(saved);
     return false;
   };
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) {
     return fail("open", -1);
+  }
+  // The mode asked for, not narrowed by the umask (0644 files) nor widened
+  // by a temporary file left from before.
+  if (fchmod(fd, mode) != 0) {
+    return fail("fchmod", fd);
   }
   for (size_t done = 0; done < content.size();) {
     const ssize_t n = write(fd, content.data() + done, content.size() - done);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 
@@ -14,6 +16,7 @@ bool ReadWholeFile(const std::string& path, std::string* out, std::string* error
 // the same directory, syncs it to disk and renames it over PATH. On failure
 // returns false, sets `error` to "cannot write PATH: <reason>" and leaves no
 // temporary file behind.
-bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error);
+bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error,
+                         mode_t mode = 0644);
 
 }  // namespace kwd

@@ -111,6 +111,7 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
     mapping_statuses.push_back(mapping_compiler.Compile(*um, previous));
   }
   mapping_compiler.AppendVirtualHosts(&snapshot);
+  result.certificates_expire = mapping_compiler.AppendCertificates(&snapshot);
   std::sort(mapping_statuses.begin(), mapping_statuses.end(),
             [](const ObjectStatus& a, const ObjectStatus& b) {
               return std::tie(a.namespace_, a.name) < std::tie(b.namespace_, b.name);

@@ -11,6 +11,7 @@
 //   upstream_tls.cc     TLS material: LogonGroup.spec.upstreamTLS
 //   url_mapping.cc      UrlMapping: virtual hosts, rules, permissions
 //   modifications.cc    UrlMapping.spec.modifications: SAP rule files
+//   tls_secrets.cc      UrlMapping.spec.tls and its Secrets: certificates
 //   assemble.cc         the snapshot, statuses and version; LastGood
 //   memo.cc             CompileMemo: recompiles only the groups a change touches
 //   helpers.cc          the helpers below
@@ -30,6 +31,7 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/pem_files.h"
 #include "common/snapshot_io.h"
 #include "common/string_hash.h"
 #include "controller/compile/compile.h"
@@ -271,6 +273,62 @@ bool CompileModifications(const UrlMapping& um, const std::string& source,
                           std::vector<v1::Modification>* out, Findings& findings,
                           ModificationCache* cache = nullptr);
 
+// ---- TLS certificates from Secrets (tls_secrets.cc) ----
+
+// Whether `pattern` (a host or "*.suffix") covers `host` (a host or
+// "*.suffix"): equal, or one label in front of the suffix.
+bool HostCovers(std::string_view pattern, std::string_view host);
+
+// A Secret as the compile judged it (once per compile).
+struct CheckedSecret {
+  const model::Secret* secret = nullptr;  // null: not found
+  std::string reason;                     // "": usable; else SecretNotFound | InvalidCertificate
+  std::string error;                      // why not, naming the Secret
+  CertificateInfo info;
+};
+
+// One spec.tls[] entry that may be served: its Secret checked and usable.
+struct TlsEntry {
+  std::string secret;              // "namespace/name"
+  std::vector<std::string> hosts;  // lowercase, unique
+  const CheckedSecret* checked = nullptr;
+};
+
+class TlsCertificates {
+ public:
+  static constexpr std::size_t kMaxTlsEntries = 16;  // as the CRD's maxItems
+
+  explicit TlsCertificates(const ObjectSet& objects);
+
+  // spec.tls of `um` (whose normalized spec.hosts are `hosts`): a bad entry
+  // rejects the mapping (InvalidField, *valid_spec = false); a Secret that
+  // is missing or unusable is ResolvedRefs=False (SecretNotFound,
+  // InvalidCertificate) and that entry is left out; a certificate that does
+  // not name a listed host is a note. Returns the entries to serve.
+  std::vector<TlsEntry> Check(const UrlMapping& um, const std::vector<std::string>& hosts,
+                              Findings& findings, bool* valid_spec);
+  // Serves `entries` of the mapping `source`; call in age order: a host
+  // already served another certificate (of an older mapping) keeps it, and
+  // this mapping gets a note.
+  void Serve(const std::string& source, const std::vector<TlsEntry>& entries, Findings& findings);
+  // Moves the certificates into the snapshot, sorted by name with sorted
+  // hosts. Returns the earliest notAfter (0: none).
+  std::int64_t AppendCertificates(v1::Snapshot* snapshot);
+
+ private:
+  const CheckedSecret& CheckSecret(const std::string& ns, const std::string& name);
+
+  struct HostOwner {
+    std::string secret;
+    std::string source;
+  };
+
+  const ObjectSet& objects_;
+  std::map<std::string, CheckedSecret> checked_;  // by "ns/name", this compile
+  std::map<std::string, v1::Certificate> certificates_;           // by "ns/name"
+  std::map<std::string, HostOwner> host_owner_;
+};
+
 // ---- UrlMapping (url_mapping.cc) ----
 
 class UrlMappingCompiler {
@@ -282,7 +340,8 @@ class UrlMappingCompiler {
       : objects_(objects),
         accepted_groups_(accepted_groups),
         existing_groups_(existing_groups),
-        modification_cache_(modification_cache) {}
+        modification_cache_(modification_cache),
+        tls_(objects) {}
 
   // Call in age order (older mappings win conflicts). `last_good`: the
   // version to serve instead when this one's spec is rejected.
@@ -290,6 +349,10 @@ class UrlMappingCompiler {
 
   // Virtual hosts sorted by host ("" first), rules sorted by prefix.
   void AppendVirtualHosts(v1::Snapshot* snapshot);
+  // The certificates of spec.tls; returns the earliest notAfter (0: none).
+  std::int64_t AppendCertificates(v1::Snapshot* snapshot) {
+    return tls_.AppendCertificates(snapshot);
+  }
 
  private:
   struct HostEntry {
@@ -318,6 +381,7 @@ class UrlMappingCompiler {
   const std::set<std::string>& accepted_groups_;
   const std::set<std::string>& existing_groups_;
   ModificationCache* modification_cache_;
+  TlsCertificates tls_;
   std::map<std::string, HostEntry> hosts_;
 };
 

@@ -72,6 +72,7 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
       hosts.push_back(host);
     }
   }
+  std::vector<TlsEntry> tls_entries = tls_.Check(um, hosts, findings, &valid_spec);
   if (spec.hosts.empty()) {
     hosts.push_back("");
   }
@@ -200,6 +201,7 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   if (serve_last_good) {
     Compile(*last_good);  // its rules and permissions; its status is not this object's
   } else if (valid_spec) {
+    tls_.Serve(source, tls_entries, findings);
     for (const auto& host : hosts) {
       ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
                   passthrough, rules, derived, permissions, modifications, findings);
@@ -240,7 +242,14 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   // For the printer columns (a JSONPath column shows one value of a list).
   status.rules = static_cast<std::int32_t>(rules.size());
   status.hosts = spec.hosts.empty() ? "*" : JoinStrings(hosts, ",");
-  status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
+  if (!spec.tls.empty()) {
+    summary += ", " + std::to_string(tls_entries.size()) + " of " +
+               std::to_string(spec.tls.size()) +
+               (spec.tls.size() == 1 ? " TLS certificate" : " TLS certificates") + " usable";
+  }
+  status.conditions = findings.Conditions(
+      summary, spec.tls.empty() ? "all LogonGroups resolved"
+                                : "all LogonGroups and Secrets resolved");
   if (serve_last_good) {
     MarkServingLastGood(last_good->metadata.generation, &status);
   }

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "common/pem_files.h"
 #include "dataplane/tls/tls_transport.h"
 
 namespace kwd::tls {
@@ -73,50 +74,6 @@ std::string FileStamp(const std::string& path) {
 bool IsFile(const std::filesystem::path& path) {
   std::error_code ec;
   return std::filesystem::is_regular_file(path, ec);
-}
-
-// The names a server certificate is valid for: SAN DNS entries, else the CN.
-std::vector<std::string> CertificateNames(X509* cert) {
-  std::vector<std::string> names;
-  auto* sans =
-      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
-  if (sans != nullptr) {
-    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
-      const GENERAL_NAME* name = sk_GENERAL_NAME_value(sans, i);
-      if (name->type == GEN_DNS) {
-        const unsigned char* data = ASN1_STRING_get0_data(name->d.dNSName);
-        int length = ASN1_STRING_length(name->d.dNSName);
-        if (data != nullptr && length > 0) {
-          names.push_back(Lower(
-              std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(length))));
-        }
-      }
-    }
-    GENERAL_NAMES_free(sans);
-  }
-  if (names.empty()) {
-    X509_NAME* subject = X509_get_subject_name(cert);
-    int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
-    if (index >= 0) {
-      ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index));
-      unsigned char* utf8 = nullptr;
-      int length = ASN1_STRING_to_UTF8(&utf8, cn);
-      if (length > 0) {
-        names.push_back(
-            Lower(std::string_view(reinterpret_cast<char*>(utf8), static_cast<size_t>(length))));
-      }
-      OPENSSL_free(utf8);
-    }
-  }
-  return names;
-}
-
-int64_t NotAfter(X509* cert) {
-  std::tm tm{};
-  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) {
-    return 0;
-  }
-  return static_cast<int64_t>(timegm(&tm));
 }
 
 int AcceptAnyClientCertificate(int /*preverify_ok*/, X509_STORE_CTX* /*ctx*/) {
@@ -325,7 +282,7 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
   }
   X509* leaf = SSL_CTX_get0_certificate(ctx);
   pair->names = CertificateNames(leaf);
-  pair->not_after = NotAfter(leaf);
+  pair->not_after = CertificateNotAfter(leaf);
   if (pair->not_after != 0 && pair->not_after < time(nullptr)) {
     Log(LogLevel::kWarn, "tls", "certificate has expired; serving it anyway",
         {{"pair", candidate.name}, {"file", candidate.cert_path}});

@@ -19,4 +19,10 @@ inline constexpr const char kTestServerName[] = "kwd-controller.kwd.svc";
 // False (and `error` holds the command's output) when openssl failed.
 bool MakeTestPki(const std::string& dir, std::string* error);
 
+// A self-signed server certificate DIR/NAME.pem with key DIR/NAME.key whose
+// SAN lists `dns_names` (comma-separated, e.g. "a.example,*.b.example"),
+// valid for `days` (EC P-256).
+bool MakeSelfSignedPair(const std::string& dir, const std::string& name,
+                        const std::string& dns_names, std::string* error, int days = 2);
+
 }  // namespace kwd::testing
