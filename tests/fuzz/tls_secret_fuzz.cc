@@ -1,0 +1,65 @@
+// Fuzzes what the controller does with a Secret's bytes (UrlMapping.spec.tls):
+// the v1 Secret decoder (base64 data, stringData) and the key-pair check
+// (common/pem_files.h CheckKeyPairPem). Input: a JSON Secret when it starts
+// with '{', else the certificate and the key separated by the first NUL.
+// Arbitrary bytes must give a verdict, never a crash, and a refusal's
+// message never quotes the key.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "common/pem_files.h"
+#include "controller/model/model.h"
+
+namespace {
+
+void Check(std::string_view cert, std::string_view key) {
+  kwd::CertificateInfo info;
+  std::string error;
+  if (kwd::CheckKeyPairPem(cert, key, &info, &error)) {
+    if (!error.empty()) {
+      std::abort();
+    }
+    for (const std::string& name : info.names) {
+      for (char c : name) {
+        if (c >= 'A' && c <= 'Z') {
+          std::abort();  // names are lower-cased
+        }
+      }
+    }
+    return;
+  }
+  if (error.empty() || (key.size() >= 16 && error.find(key) != std::string::npos)) {
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (!text.empty() && text.front() == '{') {
+    nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded()) {
+      return 0;
+    }
+    kwd::model::DecodeResult decoded = kwd::model::DecodeObjectOfKind("Secret", json);
+    if (decoded.ok()) {
+      const auto& secret = std::get<kwd::model::Secret>(*decoded.object);
+      Check(secret.tls_crt, secret.tls_key);
+    } else if (decoded.error.empty()) {
+      std::abort();
+    }
+    return 0;
+  }
+  const size_t nul = text.find('\0');
+  if (nul == std::string_view::npos) {
+    Check(text, {});
+    return 0;
+  }
+  Check(text.substr(0, nul), text.substr(nul + 1));
+  return 0;
+}
