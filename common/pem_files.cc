@@ -7,6 +7,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <algorithm>
 #include <ctime>
 #include <memory>
 
@@ -52,6 +53,24 @@ std::string Lower(std::string_view text) {
   return out;
 }
 
+bool IsVisibleAscii(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+// Appends `write`'s PEM output to `out`; false when OpenSSL fails.
+template <typename Write>
+bool AppendPem(std::string* out, Write write) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (!bio || write(bio.get()) != 1) {
+    ERR_clear_error();
+    return false;
+  }
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio.get(), &data);
+  out->append(data, static_cast<size_t>(size));
+  return true;
+}
+
 std::int64_t AsUnixSeconds(const ASN1_TIME* time) {
   std::tm tm{};
   if (time == nullptr || ASN1_TIME_to_tm(time, &tm) != 1) {
@@ -72,9 +91,10 @@ std::vector<std::string> CertificateNames(X509* cert) {
       if (name->type == GEN_DNS) {
         const unsigned char* data = ASN1_STRING_get0_data(name->d.dNSName);
         int length = ASN1_STRING_length(name->d.dNSName);
-        if (data != nullptr && length > 0) {
-          names.push_back(Lower(
-              std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(length))));
+        std::string_view text(reinterpret_cast<const char*>(data),
+                              static_cast<size_t>(std::max(length, 0)));
+        if (data != nullptr && length > 0 && IsVisibleAscii(text)) {
+          names.push_back(Lower(text));
         }
       }
     }
@@ -87,9 +107,9 @@ std::vector<std::string> CertificateNames(X509* cert) {
       ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index));
       unsigned char* utf8 = nullptr;
       int length = ASN1_STRING_to_UTF8(&utf8, cn);
-      if (length > 0) {
-        names.push_back(
-            Lower(std::string_view(reinterpret_cast<char*>(utf8), static_cast<size_t>(length))));
+      std::string_view text(reinterpret_cast<char*>(utf8), static_cast<size_t>(std::max(length, 0)));
+      if (length > 0 && IsVisibleAscii(text)) {
+        names.push_back(Lower(text));
       }
       OPENSSL_free(utf8);
     }
@@ -129,6 +149,11 @@ bool CheckKeyPairPem(std::string_view cert_pem, std::string_view key_pem, Certif
     *error = "tls.crt holds no PEM certificate (-----BEGIN CERTIFICATE-----)";
     return false;
   }
+  std::string cert_out;
+  if (!AppendPem(&cert_out, [&](BIO* bio) { return PEM_write_bio_X509(bio, leaf.get()); })) {
+    *error = "tls.crt: the certificate cannot be written out again";
+    return false;
+  }
   // The rest of the chain must read too: the proxy loads all of it.
   for (int count = 1;; ++count) {
     std::unique_ptr<X509, X509Free> next(
@@ -137,6 +162,11 @@ bool CheckKeyPairPem(std::string_view cert_pem, std::string_view key_pem, Certif
       if (count >= 100) {
         ERR_clear_error();
         *error = "tls.crt holds more than 100 certificates";
+        return false;
+      }
+      if (!AppendPem(&cert_out, [&](BIO* bio) { return PEM_write_bio_X509(bio, next.get()); })) {
+        *error = "tls.crt: certificate " + std::to_string(count + 1) +
+                 " of the chain cannot be written out again";
         return false;
       }
       continue;
@@ -165,9 +195,18 @@ bool CheckKeyPairPem(std::string_view cert_pem, std::string_view key_pem, Certif
     *error = "tls.key does not belong to the certificate in tls.crt";
     return false;
   }
+  std::string key_out;
+  if (!AppendPem(&key_out, [&](BIO* bio) {
+        return PEM_write_bio_PrivateKey(bio, key.get(), nullptr, nullptr, 0, nullptr, nullptr);
+      })) {
+    *error = "tls.key: the key cannot be written out again";
+    return false;
+  }
   info->names = CertificateNames(leaf.get());
   info->not_before = CertificateNotBefore(leaf.get());
   info->not_after = CertificateNotAfter(leaf.get());
+  info->cert_pem = std::move(cert_out);
+  info->key_pem = std::move(key_out);
   return true;
 }
 

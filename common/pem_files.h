@@ -30,10 +30,17 @@ struct CertificateInfo {
   std::vector<std::string> names;  // lower-case SAN DNS names ("*.rest" kept), else the CN
   std::int64_t not_before = 0;     // Unix seconds; 0: unreadable
   std::int64_t not_after = 0;
+  // CheckKeyPairPem: the pair written out again by OpenSSL (the certificates
+  // in order, the key as PKCS#8), plain ASCII PEM without whatever else the
+  // input held around the blocks (comments, "Bag Attributes", stray bytes):
+  // what may travel in a snapshot's string fields and JSON.
+  std::string cert_pem;
+  std::string key_pem;
 };
 
 // The names a server certificate is valid for: SAN DNS entries, else the
-// CN, lower-cased.
+// CN, lower-cased; names with bytes other than visible ASCII are left out
+// (no SNI host name can match them).
 std::vector<std::string> CertificateNames(X509* cert);
 // notBefore / notAfter as Unix seconds (0 when unreadable).
 std::int64_t CertificateNotBefore(X509* cert);

@@ -20,6 +20,7 @@
 // compile.h.
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -307,10 +308,14 @@ class TlsCertificates {
   // not name a listed host is a note. Returns the entries to serve.
   std::vector<TlsEntry> Check(const UrlMapping& um, const std::vector<std::string>& hosts,
                               Findings& findings, bool* valid_spec);
-  // Serves `entries` of the mapping `source`; call in age order: a host
-  // already served another certificate (of an older mapping) keeps it, and
-  // this mapping gets a note.
-  void Serve(const std::string& source, const std::vector<TlsEntry>& entries, Findings& findings);
+  // Serves `entries` of the mapping `source`, after its virtual hosts are
+  // applied. Only the mapping that owns a host's virtual host (`owner_of`:
+  // the oldest mapping on it, see UrlMappingCompiler) sets its certificate:
+  // a newer mapping naming a host another serves gets a note, so it cannot
+  // put its certificate in front of that host's traffic.
+  void Serve(const std::string& source, const std::vector<TlsEntry>& entries,
+             const std::function<const std::string*(const std::string&)>& owner_of,
+             Findings& findings);
   // Moves the certificates into the snapshot, sorted by name with sorted
   // hosts. Returns the earliest notAfter (0: none).
   std::int64_t AppendCertificates(v1::Snapshot* snapshot);
@@ -349,6 +354,10 @@ class UrlMappingCompiler {
 
   // Virtual hosts sorted by host ("" first), rules sorted by prefix.
   void AppendVirtualHosts(v1::Snapshot* snapshot);
+  // The UrlMapping ("ns/name") whose virtual host serves SNI `host`: the
+  // exact entry, else the "*.suffix" one covering it, else the "" (any
+  // host) one; null when none.
+  const std::string* VirtualHostOwner(const std::string& host) const;
   // The certificates of spec.tls; returns the earliest notAfter (0: none).
   std::int64_t AppendCertificates(v1::Snapshot* snapshot) {
     return tls_.AppendCertificates(snapshot);

@@ -178,22 +178,33 @@ std::vector<TlsEntry> TlsCertificates::Check(const UrlMapping& um,
   return entries;
 }
 
-void TlsCertificates::Serve(const std::string& source, const std::vector<TlsEntry>& entries,
-                            Findings& findings) {
+void TlsCertificates::Serve(
+    const std::string& source, const std::vector<TlsEntry>& entries,
+    const std::function<const std::string*(const std::string&)>& owner_of, Findings& findings) {
   for (const TlsEntry& entry : entries) {
     for (const std::string& host : entry.hosts) {
-      auto [owner, inserted] = host_owner_.emplace(host, HostOwner{entry.secret, source});
-      if (!inserted && owner->second.secret != entry.secret) {
+      const std::string* owner = owner_of(host);
+      if (owner != nullptr && *owner != source) {
+        findings.Note("spec.tls: host " + host + " is served by UrlMapping " + *owner +
+                      " (older), which sets its certificate; Secret " + entry.secret +
+                      " is not used for it");
+        continue;
+      }
+      auto [taken, inserted] = host_owner_.emplace(host, HostOwner{entry.secret, source});
+      if (!inserted && taken->second.secret != entry.secret) {
         findings.Note("spec.tls: host " + host + " is served the certificate of Secret " +
-                      owner->second.secret + " (UrlMapping " + owner->second.source +
-                      ", older), not of Secret " + entry.secret);
+                      taken->second.secret + " (the entry before), not of Secret " +
+                      entry.secret);
         continue;
       }
       v1::Certificate& certificate = certificates_[entry.secret];
       if (certificate.name().empty()) {
         certificate.set_name(entry.secret);
-        certificate.set_cert_pem(entry.checked->secret->tls_crt);
-        certificate.set_key_pem(entry.checked->secret->tls_key);
+        // As OpenSSL wrote them out again: ASCII PEM only (a proto3 string
+        // and JSON need valid UTF-8; the Secret's bytes may hold anything
+        // around the PEM blocks).
+        certificate.set_cert_pem(entry.checked->info.cert_pem);
+        certificate.set_key_pem(entry.checked->info.key_pem);
         certificate.set_not_after(entry.checked->info.not_after);
       }
       if (std::find(certificate.hosts().begin(), certificate.hosts().end(), host) ==

@@ -201,7 +201,6 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   if (serve_last_good) {
     Compile(*last_good);  // its rules and permissions; its status is not this object's
   } else if (valid_spec) {
-    tls_.Serve(source, tls_entries, findings);
     for (const auto& host : hosts) {
       ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
                   passthrough, rules, derived, permissions, modifications, findings);
@@ -219,6 +218,8 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
                             " (older) sets the defaults there (its rules keep it)");
       }
     }
+    tls_.Serve(source, tls_entries,
+               [this](const std::string& host) { return VirtualHostOwner(host); }, findings);
   }
 
   std::string where = spec.hosts.empty() ? "any host" : "hosts " + JoinStrings(hosts, ", ");
@@ -254,6 +255,21 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
     MarkServingLastGood(last_good->metadata.generation, &status);
   }
   return status;
+}
+
+const std::string* UrlMappingCompiler::VirtualHostOwner(const std::string& host) const {
+  if (auto it = hosts_.find(host); it != hosts_.end()) {
+    return &it->second.owner;
+  }
+  if (std::size_t dot = host.find('.'); dot != std::string::npos && !host.starts_with("*.")) {
+    if (auto it = hosts_.find("*" + host.substr(dot)); it != hosts_.end()) {
+      return &it->second.owner;
+    }
+  }
+  if (auto it = hosts_.find(""); it != hosts_.end()) {
+    return &it->second.owner;
+  }
+  return nullptr;
 }
 
 void UrlMappingCompiler::AppendVirtualHosts(v1::Snapshot* snapshot) {

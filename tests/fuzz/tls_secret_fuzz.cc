@@ -25,8 +25,18 @@ void Check(std::string_view cert, std::string_view key) {
     }
     for (const std::string& name : info.names) {
       for (char c : name) {
-        if (c >= 'A' && c <= 'Z') {
-          std::abort();  // names are lower-cased
+        if ((c >= 'A' && c <= 'Z') || c <= 0x20 || c >= 0x7f) {
+          std::abort();  // names are lower-cased visible ASCII
+        }
+      }
+    }
+    for (const std::string* pem : {&info.cert_pem, &info.key_pem}) {
+      if (pem->empty()) {
+        std::abort();
+      }
+      for (char c : *pem) {
+        if (c != '\n' && (c < 0x20 || c >= 0x7f)) {
+          std::abort();  // what goes into the snapshot is plain ASCII PEM
         }
       }
     }

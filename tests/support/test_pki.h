@@ -25,4 +25,10 @@ bool MakeTestPki(const std::string& dir, std::string* error);
 bool MakeSelfSignedPair(const std::string& dir, const std::string& name,
                         const std::string& dns_names, std::string* error, int days = 2);
 
+// A self-signed EC P-256 certificate for DNS name `dns_name` valid from a
+// minute ago until `valid_seconds` from now (the openssl command line counts
+// in days), as PEM.
+bool MakeShortLivedPair(const std::string& dns_name, long valid_seconds, std::string* cert_pem,
+                        std::string* key_pem);
+
 }  // namespace kwd::testing

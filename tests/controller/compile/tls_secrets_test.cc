@@ -2,12 +2,12 @@
 // into the snapshot's certificates and the mapping's conditions.
 
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "common/crypto.h"
 #include "common/file.h"
 #include "common/pem_files.h"
 #include "common/snapshot_io.h"
@@ -20,15 +20,6 @@ namespace kwd::compile {
 namespace {
 
 using nlohmann::json;
-
-std::string Base64(const std::string& data) {
-  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(data.data()),
-                          static_cast<int>(data.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
 
 struct Pair {
   std::string cert;
@@ -62,7 +53,7 @@ class TlsSecretsTest : public ::testing::Test {
             {"kind", "Secret"},
             {"metadata", {{"name", name}, {"namespace", ns}, {"resourceVersion", "7"}}},
             {"type", type},
-            {"data", {{"tls.crt", Base64(cert)}, {"tls.key", Base64(key)}}}};
+            {"data", {{"tls.crt", Base64Encode(cert)}, {"tls.key", Base64Encode(key)}}}};
   }
 
   static json Mapping(const std::string& name, const std::string& created, json hosts, json tls) {
@@ -269,12 +260,39 @@ TEST_F(TlsSecretsTest, OlderMappingKeepsAHostTwoCertificatesWouldServe) {
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   EXPECT_EQ(result.snapshot.certificates(0).name(), "erp/old-tls");
   EXPECT_NE(Status(result, "newer")->Find(kAccepted)->message.find(
-                "host a.example is served the certificate of Secret erp/old-tls (UrlMapping "
-                "erp/older, older)"),
-            std::string::npos);
+                "host a.example is served by UrlMapping erp/older (older), which sets its "
+                "certificate; Secret erp/new-tls is not used for it"),
+            std::string::npos)
+      << Status(result, "newer")->Find(kAccepted)->message;
   // The same bytes whatever the insertion order.
   std::reverse(objects.begin(), objects.end());
   EXPECT_EQ(Compile(Objects(objects)).snapshot.version(), result.snapshot.version());
+}
+
+// A newer mapping cannot put its certificate in front of a host an older
+// mapping serves, even when the older one names no certificate (another
+// namespace's mapping claiming a host is not enough to take its TLS).
+TEST_F(TlsSecretsTest, OnlyTheMappingThatServesAHostSetsItsCertificate) {
+  Pair other = Load("other");
+  json older = Mapping("older", "2026-01-01T00:00:00Z", {"a.example", "*.wild.example"},
+                       json::array());
+  // y.wild.example has no virtual host of its own: the older mapping's
+  // *.wild.example serves it. n.example is the newer mapping's own.
+  json newer = Mapping("newer", "2026-02-01T00:00:00Z", {"a.example", "*.wild.example", "n.example"},
+                       json::array({{{"hosts", {"a.example", "y.wild.example", "n.example"}},
+                                     {"secretName", "new-tls"}}}));
+  newer["metadata"]["namespace"] = "evil";
+  CompileResult result = Compile(Objects({older, newer, Secret("evil", "new-tls", other.cert, other.key)}));
+  ASSERT_EQ(result.snapshot.certificates_size(), 1);
+  EXPECT_EQ(std::vector<std::string>(result.snapshot.certificates(0).hosts().begin(),
+                                     result.snapshot.certificates(0).hosts().end()),
+            (std::vector<std::string>{"n.example"}));
+  std::string message = Status(result, "newer")->Find(kAccepted)->message;
+  EXPECT_NE(message.find("host a.example is served by UrlMapping erp/older"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("host y.wild.example is served by UrlMapping erp/older"),
+            std::string::npos)
+      << message;
 }
 
 TEST_F(TlsSecretsTest, TwoMappingsSharingOneSecretGiveOneCertificate) {
@@ -288,6 +306,22 @@ TEST_F(TlsSecretsTest, TwoMappingsSharingOneSecretGiveOneCertificate) {
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   EXPECT_EQ(result.snapshot.certificates(0).hosts_size(), 2);
   EXPECT_TRUE(CheckSnapshot(result.snapshot).empty());
+}
+
+// Bytes around the PEM blocks (openssl pkcs12's "Bag Attributes", Latin-1
+// comments) would make the snapshot's string fields invalid UTF-8: only the
+// blocks, as OpenSSL writes them, go into the snapshot.
+TEST_F(TlsSecretsTest, OnlyThePemBlocksReachTheSnapshot) {
+  Pair a = Load("a");
+  const std::string junk = "Bag Attributes\n    friendlyName: caf\xe9 \xff\xfe\n";
+  CompileResult result = Compile(Objects(
+      {Secret("erp", "erp-tls", junk + a.cert + junk, junk + a.key),
+       Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
+               json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}))}));
+  ASSERT_EQ(result.snapshot.certificates_size(), 1);
+  EXPECT_EQ(result.snapshot.certificates(0).cert_pem(), a.cert);
+  EXPECT_EQ(result.snapshot.certificates(0).key_pem(), a.key);
+  EXPECT_NE(SnapshotToJson(result.snapshot).find("erp/erp-tls"), std::string::npos);
 }
 
 TEST_F(TlsSecretsTest, SnapshotJsonNeverHoldsThePrivateKey) {

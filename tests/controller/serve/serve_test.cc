@@ -14,8 +14,8 @@
 #include <optional>
 #include <regex>
 
-#include <openssl/evp.h>
 
+#include "common/crypto.h"
 #include "common/file.h"
 #include "controller/cli/cli.h"
 #include "controller/kube/kube_client.h"
@@ -616,22 +616,13 @@ TEST_F(ServeTest, DirSourceKeepsTheLastGoodVersionOfAnInvalidFile) {
   EXPECT_EQ(controller.Stop(), 0);
 }
 
-std::string Base64(const std::string& data) {
-  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(data.data()),
-                          static_cast<int>(data.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
 json TlsSecret(const std::string& name, const std::string& cert, const std::string& key,
                const std::string& type = "kubernetes.io/tls") {
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"metadata", {{"name", name}, {"namespace", "erp"}}},
           {"type", type},
-          {"data", {{"tls.crt", Base64(cert)}, {"tls.key", Base64(key)}}}};
+          {"data", {{"tls.crt", Base64Encode(cert)}, {"tls.key", Base64Encode(key)}}}};
 }
 
 // The certPem the snapshot carries for certificate `name`, "" when absent.
