@@ -33,6 +33,19 @@ std::string Rfc3339(std::int64_t unix_seconds) {
 
 constexpr std::int64_t kNotBeforeSlackSeconds = 300;
 
+// "a, b, c, d, e and 7 more": condition messages stay short (the API
+// server refuses a message over 32768 bytes) whatever a certificate holds.
+std::string FirstFew(const std::vector<std::string>& items) {
+  constexpr std::size_t kShown = 5;
+  std::vector<std::string> shown(items.begin(),
+                                 items.begin() + static_cast<long>(std::min(items.size(), kShown)));
+  std::string text = JoinStrings(shown, ", ");
+  if (items.size() > kShown) {
+    text += " and " + std::to_string(items.size() - kShown) + " more";
+  }
+  return text;
+}
+
 }  // namespace
 
 bool HostCovers(std::string_view pattern, std::string_view host) {
@@ -161,16 +174,20 @@ std::vector<TlsEntry> TlsCertificates::Check(const UrlMapping& um,
                                               "; its hosts get the --tls-cert-dir certificates");
       continue;
     }
+    std::vector<std::string> not_named;
     for (const std::string& host : entry.hosts) {
       bool named = std::any_of(checked.info.names.begin(), checked.info.names.end(),
                                [&](const std::string& name) { return HostCovers(name, host); });
       if (!named) {
-        findings.Note(field + ": the certificate of Secret " + entry.secret + " does not name " +
-                      host + " (it names " +
-                      (checked.info.names.empty() ? std::string("nothing")
-                                                  : JoinStrings(checked.info.names, ", ")) +
-                      "); clients will not accept it for that host");
+        not_named.push_back(host);
       }
+    }
+    if (!not_named.empty()) {
+      findings.Note(field + ": the certificate of Secret " + entry.secret + " does not name " +
+                    FirstFew(not_named) + " (it names " +
+                    (checked.info.names.empty() ? std::string("nothing")
+                                                : FirstFew(checked.info.names)) +
+                    "); clients will not accept it there");
     }
     entry.checked = &checked;
     entries.push_back(std::move(entry));
@@ -182,12 +199,11 @@ void TlsCertificates::Serve(
     const std::string& source, const std::vector<TlsEntry>& entries,
     const std::function<const std::string*(const std::string&)>& owner_of, Findings& findings) {
   for (const TlsEntry& entry : entries) {
+    std::map<std::string, std::vector<std::string>> others;  // owner -> hosts it keeps
     for (const std::string& host : entry.hosts) {
       const std::string* owner = owner_of(host);
       if (owner != nullptr && *owner != source) {
-        findings.Note("spec.tls: host " + host + " is served by UrlMapping " + *owner +
-                      " (older), which sets its certificate; Secret " + entry.secret +
-                      " is not used for it");
+        others[*owner].push_back(host);
         continue;
       }
       auto [taken, inserted] = host_owner_.emplace(host, HostOwner{entry.secret, source});
@@ -211,6 +227,13 @@ void TlsCertificates::Serve(
           certificate.hosts().end()) {
         certificate.add_hosts(host);
       }
+    }
+    for (const auto& [owner, hosts] : others) {
+      findings.Note("spec.tls: " + std::string(hosts.size() == 1 ? "host " : "hosts ") +
+                    FirstFew(hosts) + (hosts.size() == 1 ? " is" : " are") +
+                    " served by UrlMapping " + owner +
+                    " (older), which sets the certificate; Secret " + entry.secret +
+                    " is not used there");
     }
   }
 }
