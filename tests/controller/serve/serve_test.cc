@@ -727,6 +727,28 @@ TEST_F(ServeTest, TlsSecretsResolveUpdateAndDeleteThroughTheWatch) {
   EXPECT_EQ(controller.Stop(), 0);
 }
 
+// RBAC without Secrets (controller.rbac.readSecrets=false, or an older
+// chart): the controller still becomes ready and serves the routes; the
+// mapping says SecretNotFound.
+TEST_F(ServeTest, ForbiddenSecretsDoNotStallTheController) {
+  Seed();
+  json mapping = UrlMapping("/sap/", "public");
+  mapping["spec"]["hosts"] = {"a.example"};
+  mapping["spec"]["tls"] = {{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}};
+  fake_->Upsert(mapping);
+  fake_->Control("fail", {{"count", 100000}, {"code", 403}, {"match", "/secrets"}});
+  Process& controller = Start();
+  uint16_t port = controller.port();
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(port, "/readyz").status == 200; })) << controller.Log();
+  EXPECT_EQ(Servers(port, "erp/public"), "erp0_ERP_00:6,erp1_ERP_00:3");
+  EXPECT_TRUE(WaitFor([&] {
+    json resolved = Condition("UrlMapping", "erp", "ResolvedRefs");
+    return resolved.is_object() && resolved.value("reason", "") == "SecretNotFound";
+  })) << controller.Log();
+  EXPECT_NE(controller.Log().find("not allowed to list this resource (RBAC)"), std::string::npos);
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
 TEST(ServeFlagsTest, UsageErrorsExitTwo) {
   std::vector<std::vector<std::string>> cases = {
       {"serve"},
