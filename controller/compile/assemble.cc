@@ -53,7 +53,8 @@ namespace internal {
 
 CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
                        bool take, const LastGood* last_good,
-                       ModificationCache* modification_cache) {
+                       ModificationCache* modification_cache,
+                       CertificateCache* certificate_cache) {
   CompileResult result;
   v1::Snapshot& snapshot = result.snapshot;
   std::set<std::string> accepted_groups;
@@ -98,7 +99,7 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
     return a->metadata.creation_timestamp < b->metadata.creation_timestamp;
   });
   UrlMappingCompiler mapping_compiler(objects, accepted_groups, existing_groups,
-                                      modification_cache);
+                                      modification_cache, certificate_cache);
   std::vector<ObjectStatus> mapping_statuses;
   for (const UrlMapping* um : by_age) {
     const UrlMapping* previous = nullptr;

@@ -295,11 +295,26 @@ struct TlsEntry {
   const CheckedSecret* checked = nullptr;
 };
 
+// Earlier key-pair checks by content, as ModificationCache keeps rule
+// verdicts: UrlMappings are compiled on every compile (an endpoint change
+// included) and checking a pair costs about half a millisecond; the memo
+// keeps this between compiles, the output is the same. The validity period
+// is judged every compile from the kept dates.
+struct CertificateCache {
+  struct Verdict {
+    std::string error;  // "": the pair is good
+    CertificateInfo info;
+  };
+  std::map<Sha256Digest, Verdict> verdicts;  // by SHA-256 of tls.crt, NUL, tls.key
+  static constexpr std::size_t kMaxEntries = 4096;  // then it starts over
+};
+
 class TlsCertificates {
  public:
   static constexpr std::size_t kMaxTlsEntries = 16;  // as the CRD's maxItems
 
-  explicit TlsCertificates(const ObjectSet& objects);
+  // `cache` may be null.
+  TlsCertificates(const ObjectSet& objects, CertificateCache* cache);
 
   // spec.tls of `um` (whose normalized spec.hosts are `hosts`): a bad entry
   // rejects the mapping (InvalidField, *valid_spec = false); a Secret that
@@ -329,6 +344,7 @@ class TlsCertificates {
   };
 
   const ObjectSet& objects_;
+  CertificateCache* cache_;
   std::map<std::string, CheckedSecret> checked_;  // by "ns/name", this compile
   std::map<std::string, v1::Certificate> certificates_;           // by "ns/name"
   std::map<std::string, HostOwner> host_owner_;
@@ -341,12 +357,13 @@ class UrlMappingCompiler {
   // `accepted_groups` and `existing_groups`: LogonGroup keys.
   UrlMappingCompiler(const ObjectSet& objects, const std::set<std::string>& accepted_groups,
                      const std::set<std::string>& existing_groups,
-                     ModificationCache* modification_cache = nullptr)
+                     ModificationCache* modification_cache = nullptr,
+                     CertificateCache* certificate_cache = nullptr)
       : objects_(objects),
         accepted_groups_(accepted_groups),
         existing_groups_(existing_groups),
         modification_cache_(modification_cache),
-        tls_(objects) {}
+        tls_(objects, certificate_cache) {}
 
   // Call in age order (older mappings win conflicts). `last_good`: the
   // version to serve instead when this one's spec is rejected.
@@ -408,6 +425,7 @@ struct CompiledGroup {
 // `take`, else copies them.
 CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
                        bool take, const LastGood* last_good,
-                       ModificationCache* modification_cache = nullptr);
+                       ModificationCache* modification_cache = nullptr,
+                       CertificateCache* certificate_cache = nullptr);
 
 }  // namespace kwd::compile::internal

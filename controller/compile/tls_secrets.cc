@@ -65,7 +65,8 @@ bool HostCovers(std::string_view pattern, std::string_view host) {
   return label.find('.') == std::string_view::npos && label != "*";
 }
 
-TlsCertificates::TlsCertificates(const ObjectSet& objects) : objects_(objects) {}
+TlsCertificates::TlsCertificates(const ObjectSet& objects, CertificateCache* cache)
+    : objects_(objects), cache_(cache) {}
 
 const CheckedSecret& TlsCertificates::CheckSecret(const std::string& ns,
                                                                    const std::string& name) {
@@ -94,9 +95,33 @@ const CheckedSecret& TlsCertificates::CheckSecret(const std::string& ns,
     return checked;
   }
   std::string error;
-  if (!CheckKeyPairPem(secret.tls_crt, secret.tls_key, &checked.info, &error)) {
-    checked.error = "Secret " + key + ": " + error;
-    return checked;
+  if (cache_ == nullptr) {
+    if (!CheckKeyPairPem(secret.tls_crt, secret.tls_key, &checked.info, &error)) {
+      checked.error = "Secret " + key + ": " + error;
+      return checked;
+    }
+  } else {
+    std::string material = secret.tls_crt;
+    material += '\0';
+    material += secret.tls_key;
+    const Sha256Digest digest = Sha256(material);
+    auto verdict = cache_->verdicts.find(digest);
+    if (verdict == cache_->verdicts.end()) {
+      if (cache_->verdicts.size() >= CertificateCache::kMaxEntries) {
+        cache_->verdicts.clear();
+      }
+      CertificateCache::Verdict fresh;
+      if (!CheckKeyPairPem(secret.tls_crt, secret.tls_key, &fresh.info, &fresh.error) &&
+          fresh.error.empty()) {
+        fresh.error = "unusable";  // CheckKeyPairPem always says why; never treat it as good
+      }
+      verdict = cache_->verdicts.emplace(digest, std::move(fresh)).first;
+    }
+    if (!verdict->second.error.empty()) {
+      checked.error = "Secret " + key + ": " + verdict->second.error;
+      return checked;
+    }
+    checked.info = verdict->second.info;
   }
   const std::int64_t now = objects_.now_unix_seconds();
   if (now != 0 && checked.info.not_after != 0 && checked.info.not_after <= now) {

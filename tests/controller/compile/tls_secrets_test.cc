@@ -360,6 +360,37 @@ TEST_F(TlsSecretsTest, SnapshotJsonNeverHoldsThePrivateKey) {
   EXPECT_EQ(result.snapshot.certificates(0).key_pem(), a.key);
 }
 
+// The memo keeps key-pair verdicts by content: the same output as the plain
+// compile, expiry still judged at each compile's now, a changed Secret
+// checked anew.
+TEST_F(TlsSecretsTest, MemoCompileCachesVerdictsAndGivesTheSameOutput) {
+  Pair a = Load("a");
+  Pair other = Load("other");
+  const std::int64_t not_after = NotAfter(a.cert);
+  json mapping = Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
+                         json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}));
+  model::ObjectSet objects = Objects({Secret("erp", "erp-tls", a.cert, a.key), mapping},
+                                     not_after - 10);
+  CompileMemo memo;
+  CompileResult first = Compile(objects, memo);
+  CompileResult second = Compile(objects, memo);
+  CompileResult plain = Compile(objects);
+  EXPECT_EQ(first.snapshot.version(), plain.snapshot.version());
+  EXPECT_EQ(second.snapshot.version(), plain.snapshot.version());
+  ASSERT_EQ(second.snapshot.certificates_size(), 1);
+  objects.set_now_unix_seconds(not_after + 1);
+  EXPECT_EQ(Compile(objects, memo).snapshot.certificates_size(), 0);
+  objects.set_now_unix_seconds(not_after - 10);
+  model::DecodeResult mismatched =
+      model::DecodeObject(Secret("erp", "erp-tls", a.cert, other.key));
+  ASSERT_TRUE(mismatched.ok());
+  objects.Upsert(std::move(*mismatched.object));
+  memo.Changed({"Secret", "erp", "erp-tls"});
+  CompileResult changed = Compile(objects, memo);
+  EXPECT_EQ(changed.snapshot.certificates_size(), 0);
+  EXPECT_EQ(Status(changed, "erp")->Find(kResolvedRefs)->reason, "InvalidCertificate");
+}
+
 TEST(HostCoversTest, OneLabelInFrontOfTheSuffix) {
   using internal::HostCovers;
   EXPECT_TRUE(HostCovers("a.example", "a.example"));
