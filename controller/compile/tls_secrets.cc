@@ -68,8 +68,7 @@ bool HostCovers(std::string_view pattern, std::string_view host) {
 TlsCertificates::TlsCertificates(const ObjectSet& objects, CertificateCache* cache)
     : objects_(objects), cache_(cache) {}
 
-const CheckedSecret& TlsCertificates::CheckSecret(const std::string& ns,
-                                                                   const std::string& name) {
+const CheckedSecret& TlsCertificates::CheckSecret(const std::string& ns, const std::string& name) {
   const std::string key = GroupKey(ns, name);
   auto found = checked_.find(key);
   if (found != checked_.end()) {
@@ -125,8 +124,8 @@ const CheckedSecret& TlsCertificates::CheckSecret(const std::string& ns,
   }
   const std::int64_t now = objects_.now_unix_seconds();
   if (now != 0 && checked.info.not_after != 0 && checked.info.not_after <= now) {
-    checked.error = "Secret " + key + ": the certificate expired at " +
-                    Rfc3339(checked.info.not_after);
+    checked.error =
+        "Secret " + key + ": the certificate expired at " + Rfc3339(checked.info.not_after);
     return checked;
   }
   // Some slack for a certificate issued a moment ago by a clock that runs ahead.
@@ -147,8 +146,7 @@ std::vector<TlsEntry> TlsCertificates::Check(const UrlMapping& um,
   const bool any_host = um.spec.hosts.empty();
   if (um.spec.tls.size() > kMaxTlsEntries) {
     findings.Reject(kReasonInvalidField, "spec.tls: at most " + std::to_string(kMaxTlsEntries) +
-                                             " entries, got " +
-                                             std::to_string(um.spec.tls.size()));
+                                             " entries, got " + std::to_string(um.spec.tls.size()));
     *valid_spec = false;
     return entries;
   }
@@ -175,9 +173,8 @@ std::vector<TlsEntry> TlsCertificates::Check(const UrlMapping& um,
         entry_ok = false;
         continue;
       }
-      bool covered = any_host || std::any_of(hosts.begin(), hosts.end(), [&](const auto& h) {
-                       return HostCovers(h, host);
-                     });
+      bool covered = any_host || std::any_of(hosts.begin(), hosts.end(),
+                                             [&](const auto& h) { return HostCovers(h, host); });
       if (!covered) {
         findings.Reject(kReasonInvalidField,
                         field + ".hosts: " + Quote(raw) +
@@ -208,11 +205,11 @@ std::vector<TlsEntry> TlsCertificates::Check(const UrlMapping& um,
       }
     }
     if (!not_named.empty()) {
-      findings.Note(field + ": the certificate of Secret " + entry.secret + " does not name " +
-                    FirstFew(not_named) + " (it names " +
-                    (checked.info.names.empty() ? std::string("nothing")
-                                                : FirstFew(checked.info.names)) +
-                    "); clients will not accept it there");
+      findings.Note(
+          field + ": the certificate of Secret " + entry.secret + " does not name " +
+          FirstFew(not_named) + " (it names " +
+          (checked.info.names.empty() ? std::string("nothing") : FirstFew(checked.info.names)) +
+          "); clients will not accept it there");
     }
     entry.checked = &checked;
     entries.push_back(std::move(entry));
@@ -220,9 +217,9 @@ std::vector<TlsEntry> TlsCertificates::Check(const UrlMapping& um,
   return entries;
 }
 
-void TlsCertificates::Serve(
-    const std::string& source, const std::vector<TlsEntry>& entries,
-    const std::function<const std::string*(const std::string&)>& owner_of, Findings& findings) {
+void TlsCertificates::Serve(const std::string& source, const std::vector<TlsEntry>& entries,
+                            const std::function<const std::string*(const std::string&)>& owner_of,
+                            Findings& findings) {
   for (const TlsEntry& entry : entries) {
     std::map<std::string, std::vector<std::string>> others;  // owner -> hosts it keeps
     for (const std::string& host : entry.hosts) {
@@ -234,8 +231,7 @@ void TlsCertificates::Serve(
       auto [taken, inserted] = host_owner_.emplace(host, HostOwner{entry.secret, source});
       if (!inserted && taken->second.secret != entry.secret) {
         findings.Note("spec.tls: host " + host + " is served the certificate of Secret " +
-                      taken->second.secret + " (the entry before), not of Secret " +
-                      entry.secret);
+                      taken->second.secret + " (the entry before), not of Secret " + entry.secret);
         continue;
       }
       v1::Certificate& certificate = certificates_[entry.secret];
@@ -254,11 +250,10 @@ void TlsCertificates::Serve(
       }
     }
     for (const auto& [owner, hosts] : others) {
-      findings.Note("spec.tls: " + std::string(hosts.size() == 1 ? "host " : "hosts ") +
-                    FirstFew(hosts) + (hosts.size() == 1 ? " is" : " are") +
-                    " served by UrlMapping " + owner +
-                    " (older), which sets the certificate; Secret " + entry.secret +
-                    " is not used there");
+      findings.Note(
+          "spec.tls: " + std::string(hosts.size() == 1 ? "host " : "hosts ") + FirstFew(hosts) +
+          (hosts.size() == 1 ? " is" : " are") + " served by UrlMapping " + owner +
+          " (older), which sets the certificate; Secret " + entry.secret + " is not used there");
     }
   }
 }
@@ -267,8 +262,7 @@ std::int64_t TlsCertificates::AppendCertificates(v1::Snapshot* snapshot) {
   std::int64_t earliest = 0;
   for (auto& [name, certificate] : certificates_) {
     std::sort(certificate.mutable_hosts()->begin(), certificate.mutable_hosts()->end());
-    if (certificate.not_after() != 0 &&
-        (earliest == 0 || certificate.not_after() < earliest)) {
+    if (certificate.not_after() != 0 && (earliest == 0 || certificate.not_after() < earliest)) {
       earliest = certificate.not_after();
     }
     *snapshot->add_certificates() = std::move(certificate);

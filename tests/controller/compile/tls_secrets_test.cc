@@ -57,12 +57,12 @@ class TlsSecretsTest : public ::testing::Test {
   }
 
   static json Mapping(const std::string& name, const std::string& created, json hosts, json tls) {
-    return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
-            {"kind", "UrlMapping"},
-            {"metadata",
-             {{"name", name}, {"namespace", "erp"}, {"generation", 1},
-              {"creationTimestamp", created}}},
-            {"spec", {{"hosts", std::move(hosts)}, {"tls", std::move(tls)}}}};
+    return {
+        {"apiVersion", "dispatch.kwd.io/v1alpha1"},
+        {"kind", "UrlMapping"},
+        {"metadata",
+         {{"name", name}, {"namespace", "erp"}, {"generation", 1}, {"creationTimestamp", created}}},
+        {"spec", {{"hosts", std::move(hosts)}, {"tls", std::move(tls)}}}};
   }
 
   static model::ObjectSet Objects(const std::vector<json>& objects, std::int64_t now = 0) {
@@ -104,9 +104,9 @@ TEST_F(TlsSecretsTest, ValidSecretBecomesACertificateServingOnlyItsListedHosts) 
   Pair a = Load("a");
   CompileResult result = Compile(Objects(
       {Secret("erp", "erp-tls", a.cert, a.key),
-       Mapping("erp", "2026-01-01T00:00:00Z", {"a.example", "*.b.example", "c.example"},
-               json::array({{{"hosts", {"A.example", "x.b.example"}},
-                             {"secretName", "erp-tls"}}}))},
+       Mapping(
+           "erp", "2026-01-01T00:00:00Z", {"a.example", "*.b.example", "c.example"},
+           json::array({{{"hosts", {"A.example", "x.b.example"}}, {"secretName", "erp-tls"}}}))},
       NotAfter(a.cert) - 3600));
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   const v1::Certificate& certificate = result.snapshot.certificates(0);
@@ -126,9 +126,9 @@ TEST_F(TlsSecretsTest, ValidSecretBecomesACertificateServingOnlyItsListedHosts) 
 }
 
 TEST_F(TlsSecretsTest, MissingSecretIsSecretNotFoundAndTheRoutesStillServe) {
-  CompileResult result = Compile(Objects({Mapping(
-      "erp", "2026-01-01T00:00:00Z", {"a.example"},
-      json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}))}));
+  CompileResult result = Compile(
+      Objects({Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
+                       json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}))}));
   EXPECT_EQ(result.snapshot.certificates_size(), 0);
   EXPECT_EQ(result.snapshot.virtual_hosts_size(), 1);
   const ObjectStatus* status = Status(result, "erp");
@@ -203,11 +203,11 @@ TEST_F(TlsSecretsTest, ExpiryIsJudgedAtTheObjectSetsNowNotTheClock) {
 
 TEST_F(TlsSecretsTest, HostNotInSpecHostsRejectsTheMapping) {
   Pair a = Load("a");
-  CompileResult result = Compile(Objects(
-      {Secret("erp", "erp-tls", a.cert, a.key),
-       Mapping("erp", "2026-01-01T00:00:00Z", {"a.example", "*.b.example"},
-               json::array({{{"hosts", {"x.b.example", "y.z.b.example", "c.example"}},
-                             {"secretName", "erp-tls"}}}))}));
+  CompileResult result = Compile(
+      Objects({Secret("erp", "erp-tls", a.cert, a.key),
+               Mapping("erp", "2026-01-01T00:00:00Z", {"a.example", "*.b.example"},
+                       json::array({{{"hosts", {"x.b.example", "y.z.b.example", "c.example"}},
+                                     {"secretName", "erp-tls"}}}))}));
   const Condition* accepted = Status(result, "erp")->Find(kAccepted);
   EXPECT_EQ(accepted->status, "False");
   EXPECT_EQ(accepted->reason, "InvalidField");
@@ -221,9 +221,9 @@ TEST_F(TlsSecretsTest, HostNotInSpecHostsRejectsTheMapping) {
 }
 
 TEST_F(TlsSecretsTest, BadSecretNameAndEmptyHostsAreRejected) {
-  CompileResult result = Compile(Objects({Mapping(
-      "erp", "2026-01-01T00:00:00Z", json::array(),
-      json::array({{{"hosts", json::array()}, {"secretName", "Bad_Name"}}}))}));
+  CompileResult result = Compile(
+      Objects({Mapping("erp", "2026-01-01T00:00:00Z", json::array(),
+                       json::array({{{"hosts", json::array()}, {"secretName", "Bad_Name"}}}))}));
   const Condition* accepted = Status(result, "erp")->Find(kAccepted);
   EXPECT_EQ(accepted->status, "False");
   EXPECT_NE(accepted->message.find("spec.tls[0].secretName: \"Bad_Name\" is not a Secret name"),
@@ -236,8 +236,9 @@ TEST_F(TlsSecretsTest, CertificateNotNamingAHostIsANote) {
   Pair a = Load("a");
   CompileResult result = Compile(Objects(
       {Secret("erp", "erp-tls", a.cert, a.key),
-       Mapping("erp", "2026-01-01T00:00:00Z", json::array(),
-               json::array({{{"hosts", {"a.example", "z.example"}}, {"secretName", "erp-tls"}}}))}));
+       Mapping(
+           "erp", "2026-01-01T00:00:00Z", json::array(),
+           json::array({{{"hosts", {"a.example", "z.example"}}, {"secretName", "erp-tls"}}}))}));
   const Condition* accepted = Status(result, "erp")->Find(kAccepted);
   EXPECT_EQ(accepted->status, "True");
   EXPECT_NE(accepted->message.find("does not name z.example (it names a.example, *.b.example)"),
@@ -254,10 +255,10 @@ TEST_F(TlsSecretsTest, NotesStayShortWhateverTheHostCount) {
   for (int i = 0; i < 64; ++i) {
     hosts.push_back("h" + std::to_string(i) + ".example");
   }
-  CompileResult result = Compile(
-      Objects({Secret("erp", "erp-tls", other.cert, other.key),
-               Mapping("erp", "2026-01-01T00:00:00Z", json::array(),
-                       json::array({{{"hosts", hosts}, {"secretName", "erp-tls"}}}))}));
+  CompileResult result =
+      Compile(Objects({Secret("erp", "erp-tls", other.cert, other.key),
+                       Mapping("erp", "2026-01-01T00:00:00Z", json::array(),
+                               json::array({{{"hosts", hosts}, {"secretName", "erp-tls"}}}))}));
   const std::string& message = Status(result, "erp")->Find(kAccepted)->message;
   EXPECT_NE(message.find("does not name h0.example, h1.example, h2.example, h3.example, "
                          "h4.example and 59 more (it names other.example)"),
@@ -278,10 +279,12 @@ TEST_F(TlsSecretsTest, OlderMappingKeepsAHostTwoCertificatesWouldServe) {
   CompileResult result = Compile(Objects(objects));
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   EXPECT_EQ(result.snapshot.certificates(0).name(), "erp/old-tls");
-  EXPECT_NE(Status(result, "newer")->Find(kAccepted)->message.find(
-                "host a.example is served by UrlMapping erp/older (older), which sets the "
-                "certificate; Secret erp/new-tls is not used there"),
-            std::string::npos)
+  EXPECT_NE(
+      Status(result, "newer")
+          ->Find(kAccepted)
+          ->message.find("host a.example is served by UrlMapping erp/older (older), which sets the "
+                         "certificate; Secret erp/new-tls is not used there"),
+      std::string::npos)
       << Status(result, "newer")->Find(kAccepted)->message;
   // The same bytes whatever the insertion order.
   std::reverse(objects.begin(), objects.end());
@@ -293,15 +296,17 @@ TEST_F(TlsSecretsTest, OlderMappingKeepsAHostTwoCertificatesWouldServe) {
 // namespace's mapping claiming a host is not enough to take its TLS).
 TEST_F(TlsSecretsTest, OnlyTheMappingThatServesAHostSetsItsCertificate) {
   Pair other = Load("other");
-  json older = Mapping("older", "2026-01-01T00:00:00Z", {"a.example", "*.wild.example"},
-                       json::array());
+  json older =
+      Mapping("older", "2026-01-01T00:00:00Z", {"a.example", "*.wild.example"}, json::array());
   // y.wild.example has no virtual host of its own: the older mapping's
   // *.wild.example serves it. n.example is the newer mapping's own.
-  json newer = Mapping("newer", "2026-02-01T00:00:00Z", {"a.example", "*.wild.example", "n.example"},
-                       json::array({{{"hosts", {"a.example", "y.wild.example", "n.example"}},
-                                     {"secretName", "new-tls"}}}));
+  json newer = Mapping(
+      "newer", "2026-02-01T00:00:00Z", {"a.example", "*.wild.example", "n.example"},
+      json::array(
+          {{{"hosts", {"a.example", "y.wild.example", "n.example"}}, {"secretName", "new-tls"}}}));
   newer["metadata"]["namespace"] = "evil";
-  CompileResult result = Compile(Objects({older, newer, Secret("evil", "new-tls", other.cert, other.key)}));
+  CompileResult result =
+      Compile(Objects({older, newer, Secret("evil", "new-tls", other.cert, other.key)}));
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   EXPECT_EQ(std::vector<std::string>(result.snapshot.certificates(0).hosts().begin(),
                                      result.snapshot.certificates(0).hosts().end()),
@@ -314,12 +319,12 @@ TEST_F(TlsSecretsTest, OnlyTheMappingThatServesAHostSetsItsCertificate) {
 
 TEST_F(TlsSecretsTest, TwoMappingsSharingOneSecretGiveOneCertificate) {
   Pair a = Load("a");
-  CompileResult result = Compile(Objects(
-      {Secret("erp", "erp-tls", a.cert, a.key),
-       Mapping("one", "2026-01-01T00:00:00Z", {"a.example"},
-               json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}})),
-       Mapping("two", "2026-01-02T00:00:00Z", {"x.b.example"},
-               json::array({{{"hosts", {"x.b.example"}}, {"secretName", "erp-tls"}}}))}));
+  CompileResult result = Compile(
+      Objects({Secret("erp", "erp-tls", a.cert, a.key),
+               Mapping("one", "2026-01-01T00:00:00Z", {"a.example"},
+                       json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}})),
+               Mapping("two", "2026-01-02T00:00:00Z", {"x.b.example"},
+                       json::array({{{"hosts", {"x.b.example"}}, {"secretName", "erp-tls"}}}))}));
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   EXPECT_EQ(result.snapshot.certificates(0).hosts_size(), 2);
   EXPECT_TRUE(CheckSnapshot(result.snapshot).empty());
@@ -331,10 +336,10 @@ TEST_F(TlsSecretsTest, TwoMappingsSharingOneSecretGiveOneCertificate) {
 TEST_F(TlsSecretsTest, OnlyThePemBlocksReachTheSnapshot) {
   Pair a = Load("a");
   const std::string junk = "Bag Attributes\n    friendlyName: caf\xe9 \xff\xfe\n";
-  CompileResult result = Compile(Objects(
-      {Secret("erp", "erp-tls", junk + a.cert + junk, junk + a.key),
-       Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
-               json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}))}));
+  CompileResult result = Compile(
+      Objects({Secret("erp", "erp-tls", junk + a.cert + junk, junk + a.key),
+               Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
+                       json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}))}));
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   EXPECT_EQ(result.snapshot.certificates(0).cert_pem(), a.cert);
   EXPECT_EQ(result.snapshot.certificates(0).key_pem(), a.key);
@@ -343,10 +348,10 @@ TEST_F(TlsSecretsTest, OnlyThePemBlocksReachTheSnapshot) {
 
 TEST_F(TlsSecretsTest, SnapshotJsonNeverHoldsThePrivateKey) {
   Pair a = Load("a");
-  CompileResult result = Compile(Objects(
-      {Secret("erp", "erp-tls", a.cert, a.key),
-       Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
-               json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}))}));
+  CompileResult result = Compile(
+      Objects({Secret("erp", "erp-tls", a.cert, a.key),
+               Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
+                       json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}))}));
   ASSERT_EQ(result.snapshot.certificates_size(), 1);
   std::string rendered = SnapshotToJson(result.snapshot);
   // The key's base64 body, line by line, is nowhere in the output.
@@ -354,8 +359,7 @@ TEST_F(TlsSecretsTest, SnapshotJsonNeverHoldsThePrivateKey) {
   EXPECT_EQ(rendered.find(body), std::string::npos);
   EXPECT_EQ(rendered.find("PRIVATE KEY"), std::string::npos);
   EXPECT_NE(rendered.find(std::string(kRedactedPrivateKey)), std::string::npos);
-  EXPECT_NE(SnapshotToJsonWithPrivateKeys(result.snapshot).find("PRIVATE KEY"),
-            std::string::npos);
+  EXPECT_NE(SnapshotToJsonWithPrivateKeys(result.snapshot).find("PRIVATE KEY"), std::string::npos);
   // The redacted copy leaves the snapshot itself alone.
   EXPECT_EQ(result.snapshot.certificates(0).key_pem(), a.key);
 }
@@ -369,8 +373,8 @@ TEST_F(TlsSecretsTest, MemoCompileCachesVerdictsAndGivesTheSameOutput) {
   const std::int64_t not_after = NotAfter(a.cert);
   json mapping = Mapping("erp", "2026-01-01T00:00:00Z", {"a.example"},
                          json::array({{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}));
-  model::ObjectSet objects = Objects({Secret("erp", "erp-tls", a.cert, a.key), mapping},
-                                     not_after - 10);
+  model::ObjectSet objects =
+      Objects({Secret("erp", "erp-tls", a.cert, a.key), mapping}, not_after - 10);
   CompileMemo memo;
   CompileResult first = Compile(objects, memo);
   CompileResult second = Compile(objects, memo);
@@ -381,8 +385,7 @@ TEST_F(TlsSecretsTest, MemoCompileCachesVerdictsAndGivesTheSameOutput) {
   objects.set_now_unix_seconds(not_after + 1);
   EXPECT_EQ(Compile(objects, memo).snapshot.certificates_size(), 0);
   objects.set_now_unix_seconds(not_after - 10);
-  model::DecodeResult mismatched =
-      model::DecodeObject(Secret("erp", "erp-tls", a.cert, other.key));
+  model::DecodeResult mismatched = model::DecodeObject(Secret("erp", "erp-tls", a.cert, other.key));
   ASSERT_TRUE(mismatched.ok());
   objects.Upsert(std::move(*mismatched.object));
   memo.Changed({"Secret", "erp", "erp-tls"});
