@@ -116,6 +116,7 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
       hosts.push_back(host);
     }
   }
+  std::vector<TlsEntry> tls_entries = tls_.Check(um, hosts, findings, &valid_spec);
   if (spec.hosts.empty()) {
     hosts.push_back("");
   }
@@ -305,6 +306,8 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
                             " (older) sets the defaults there (its rules keep it)");
       }
     }
+    tls_.Serve(source, tls_entries,
+               [this](const std::string& host) { return VirtualHostOwner(host); }, findings);
   }
 
   std::string where = spec.hosts.empty() ? "any host" : "hosts " + JoinStrings(hosts, ", ");
@@ -334,11 +337,33 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   // For the printer columns (a JSONPath column shows one value of a list).
   status.rules = static_cast<std::int32_t>(rules.size());
   status.hosts = spec.hosts.empty() ? "*" : JoinStrings(hosts, ",");
-  status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
+  if (!spec.tls.empty()) {
+    summary += ", " + std::to_string(tls_entries.size()) + " of " +
+               std::to_string(spec.tls.size()) +
+               (spec.tls.size() == 1 ? " TLS certificate" : " TLS certificates") + " usable";
+  }
+  status.conditions = findings.Conditions(
+      summary, spec.tls.empty() ? "all LogonGroups resolved"
+                                : "all LogonGroups and Secrets resolved");
   if (serve_last_good) {
     MarkServingLastGood(last_good->metadata.generation, &status);
   }
   return status;
+}
+
+const std::string* UrlMappingCompiler::VirtualHostOwner(const std::string& host) const {
+  if (auto it = hosts_.find(host); it != hosts_.end()) {
+    return &it->second.owner;
+  }
+  if (std::size_t dot = host.find('.'); dot != std::string::npos && !host.starts_with("*.")) {
+    if (auto it = hosts_.find("*" + host.substr(dot)); it != hosts_.end()) {
+      return &it->second.owner;
+    }
+  }
+  if (auto it = hosts_.find(""); it != hosts_.end()) {
+    return &it->second.owner;
+  }
+  return nullptr;
 }
 
 void UrlMappingCompiler::AppendVirtualHosts(v1::Snapshot* snapshot) {

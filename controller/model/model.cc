@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/crypto.h"
+
 namespace kwd::model {
 
 std::string_view JsonTypeName(const nlohmann::json& value) {
@@ -409,7 +411,9 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
            "permissions", "fromSapSystem", "fromSapSystemRefines", "modifications",
            "sapHeaders", "className",
            // Redirect to https and HSTS (issue 24 item 3).
-           "secureAction", "hsts"});
+           "secureAction", "hsts",
+           // Certificates per host from Secrets (issue 27 item 3).
+           "tls"});
   r.String(spec, "className", "spec.className", &out->class_name);
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
@@ -443,6 +447,12 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
                  r.String(entry, "prefix", Join(path, "prefix"), &rule->prefix);
                  r.OptString(entry, "kind", Join(path, "kind"), &rule->kind);
                  r.OptString(entry, "logonGroup", Join(path, "logonGroup"), &rule->logon_group);
+               });
+  r.ObjectList(spec, "tls", "spec.tls", &out->tls,
+               [&r](const json& entry, const std::string& path, UrlMappingTls* tls) {
+                 r.Known(&entry, path, {"hosts", "secretName"});
+                 r.StringList(entry, "hosts", Join(path, "hosts"), &tls->hosts);
+                 r.String(entry, "secretName", Join(path, "secretName"), &tls->secret_name);
                });
   r.ObjectList(spec, "permissions", "spec.permissions", &out->permissions,
                [&r](const json& entry, const std::string& path, PermissionEntry* permission) {
@@ -532,6 +542,39 @@ void ReadEndpointSlice(Reader& r, const json& object, EndpointSlice* out) {
                });
 }
 
+// Secret data values are base64; stringData (what files may carry; the API
+// never returns it) is plain text and wins, as the API server merges it.
+void ReadSecret(Reader& r, const json& value, Secret* out) {
+  r.String(value, "type", "type", &out->type);
+  auto take = [&](std::string_view key, std::string* field) {
+    if (const json* data = r.ObjectField(value, "data", "data")) {
+      std::optional<std::string> encoded;
+      r.OptString(*data, key, Join("data", key), &encoded);
+      if (encoded) {
+        field->assign(encoded->size(), '\0');
+        const int n = Base64Decode(*encoded, field->data(), field->size());
+        if (n < 0) {
+          field->clear();
+          if (out->data_error.empty()) {
+            out->data_error = "data." + std::string(key) + " is not base64";
+          }
+        } else {
+          field->resize(static_cast<std::size_t>(n));
+        }
+      }
+    }
+    if (const json* data = r.ObjectField(value, "stringData", "stringData")) {
+      std::optional<std::string> plain;
+      r.OptString(*data, key, Join("stringData", key), &plain);
+      if (plain) {
+        *field = std::move(*plain);
+      }
+    }
+  };
+  take("tls.crt", &out->tls_crt);
+  take("tls.key", &out->tls_key);
+}
+
 DecodeResult Finish(Reader& r, Object object) {
   DecodeResult result;
   if (r.ok()) {
@@ -603,6 +646,12 @@ DecodeResult DecodeKnownKind(std::string_view kind, const json& value) {
     ReadMetadata(r, value, &pod.metadata);
     return Finish(r, std::move(pod));
   }
+  if (kind == kSecretKind) {
+    Secret secret;
+    ReadMetadata(r, value, &secret.metadata);
+    ReadSecret(r, value, &secret);
+    return Finish(r, std::move(secret));
+  }
   DecodeResult result;
   result.unsupported_kind = true;
   result.error = "unsupported kind " + std::string(kind);
@@ -616,7 +665,7 @@ std::string_view ApiVersionOf(std::string_view kind) {
   if (kind == kEndpointSliceKind) {
     return kDiscoveryApiVersion;
   }
-  if (kind == kPodKind) {
+  if (kind == kPodKind || kind == kSecretKind) {
     return kCoreApiVersion;
   }
   return {};
@@ -644,8 +693,10 @@ std::string_view KindOf(const Object& object) {
       return kPodKind;
     case 4:
       return kSapSystemKind;
-    default:
+    case 5:
       return kSapServerListKind;
+    default:
+      return kSecretKind;
   }
 }
 
@@ -718,6 +769,8 @@ bool ObjectSet::Upsert(Object object) {
           map = &pods_;
         } else if constexpr (std::is_same_v<T, SapSystem>) {
           map = &sap_systems_;
+        } else if constexpr (std::is_same_v<T, Secret>) {
+          map = &secrets_;
         } else {
           map = &sap_server_lists_;
         }
@@ -751,6 +804,9 @@ bool ObjectSet::Remove(const ObjectKey& key) {
   if (key.kind == kSapServerListKind) {
     return sap_server_lists_.erase(name) > 0;
   }
+  if (key.kind == kSecretKind) {
+    return secrets_.erase(name) > 0;
+  }
   return false;
 }
 
@@ -781,12 +837,15 @@ std::optional<Object> ObjectSet::Find(const ObjectKey& key) const {
   if (key.kind == kSapServerListKind) {
     return lookup(sap_server_lists_);
   }
+  if (key.kind == kSecretKind) {
+    return lookup(secrets_);
+  }
   return std::nullopt;
 }
 
 std::size_t ObjectSet::size() const {
   return logon_groups_.size() + url_mappings_.size() + endpoint_slices_.size() + pods_.size() +
-         sap_systems_.size() + sap_server_lists_.size();
+         sap_systems_.size() + sap_server_lists_.size() + secrets_.size();
 }
 
 std::optional<std::string_view> ClassNameOf(const Object& object) {
