@@ -234,6 +234,17 @@ bool SameAddress(std::string_view a, std::string_view b) {
 // "Name"; "" when there is none.
 std::string_view HostOfField(std::string_view field) {
   std::string_view host = HostWithoutPort(field);
+  // What follows the host must be nothing or ":" and a port number
+  // ("localhost:evil", "[::1]evil.com" name no host of ours).
+  std::string_view rest = field.substr(host.size());
+  if (!rest.empty() && rest.front() == '.') {
+    rest.remove_prefix(1);  // the trailing dot HostWithoutPort took off
+  }
+  if (!rest.empty() &&
+      (rest.size() < 2 || rest.size() > 6 || rest.front() != ':' ||
+       !std::all_of(rest.begin() + 1, rest.end(), [](char c) { return c >= '0' && c <= '9'; }))) {
+    return {};
+  }
   if (!host.empty() && host.front() == '[') {
     if (host.size() < 2 || host.back() != ']') {
       return {};

@@ -32,6 +32,9 @@ inline int HexDigitValue(char c) {
 
 // Base64url without padding (RFC 4648 section 5), as cookie values need.
 std::string Base64UrlEncode(std::string_view data);
+// Standard Base64 with padding (RFC 4648 section 4), as Kubernetes Secret
+// data carries it.
+std::string Base64Encode(std::string_view data);
 
 // Decodes standard or URL-safe Base64, padding optional. Writes at most
 // `out_capacity` bytes to `out`; returns the decoded length, or -1 when the

@@ -1,6 +1,7 @@
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,7 +26,8 @@ bool ReadWholeFile(const std::string& path, std::string* out, std::string* error
   return true;
 }
 
-bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error) {
+bool WriteFileAtomically(const std::string& path, std::string_view content, std::string* error,
+                         mode_t mode) {
   // Unique per process: two writers of one path never share a half-written file.
   const std::string temporary = path + ".tmp." + std::to_string(getpid());
   auto fail = [&](const char* step, int fd) {
@@ -42,12 +44,17 @@ bool WriteFileAtomically(const std::string& path, std::string_view content, std:
   // the content written to its target. A leftover (a crash, or a plant) is
   // removed first; unlink removes a link, not its target.
   constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = open(temporary.c_str(), kFlags, 0600);
+  int fd = open(temporary.c_str(), kFlags, mode);
   if (fd < 0 && errno == EEXIST && unlink(temporary.c_str()) == 0) {
-    fd = open(temporary.c_str(), kFlags, 0600);
+    fd = open(temporary.c_str(), kFlags, mode);
   }
   if (fd < 0) {
     return fail("open", -1);
+  }
+  // The mode asked for, not narrowed by the umask (0644 files) nor widened
+  // by a temporary file left from before.
+  if (fchmod(fd, mode) != 0) {
+    return fail("fchmod", fd);
   }
   for (size_t done = 0; done < content.size();) {
     const ssize_t n = write(fd, content.data() + done, content.size() - done);

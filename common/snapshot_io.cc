@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -124,6 +125,10 @@ Sha256Digest RestDigest(const v1::Snapshot& snapshot, Sha256OutputStream* stream
       source.ByteSizeLong();
       WireFormatLite::WriteMessage(v1::Snapshot::kSourcesFieldNumber, source, &coded);
     }
+    for (const auto& certificate : snapshot.certificates()) {
+      certificate.ByteSizeLong();
+      WireFormatLite::WriteMessage(v1::Snapshot::kCertificatesFieldNumber, certificate, &coded);
+    }
   }
   return stream->Finish();
 }
@@ -173,6 +178,19 @@ void StampSnapshotVersion(v1::Snapshot* snapshot) {
 }
 
 std::string SnapshotToJson(const v1::Snapshot& snapshot) {
+  if (snapshot.certificates().empty()) {
+    return SnapshotToJsonWithPrivateKeys(snapshot);
+  }
+  v1::Snapshot redacted = snapshot;
+  for (auto& certificate : *redacted.mutable_certificates()) {
+    if (!certificate.key_pem().empty()) {
+      certificate.set_key_pem(std::string(kRedactedPrivateKey));
+    }
+  }
+  return SnapshotToJsonWithPrivateKeys(redacted);
+}
+
+std::string SnapshotToJsonWithPrivateKeys(const v1::Snapshot& snapshot) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   std::string out;
@@ -540,6 +558,39 @@ std::vector<std::string> CheckSnapshot(const v1::Snapshot& snapshot) {
     if (!kind_ok || !IsNamespaceName(source.namespace_()) || !IsObjectName(source.name())) {
       problems.push_back("invalid source object \"" + source.kind() + " " + source.namespace_() +
                          "/" + source.name() + "\"");
+    }
+  }
+  const std::string* previous_certificate = nullptr;
+  std::map<std::string_view, const std::string*> certificate_of_host;
+  for (const auto& certificate : snapshot.certificates()) {
+    std::string where = "certificate \"" + certificate.name() + "\"";
+    if (!IsObjectKey(certificate.name())) {
+      problems.push_back(where + " has an invalid name (namespace/secret)");
+    }
+    if (previous_certificate != nullptr && !(*previous_certificate < certificate.name())) {
+      problems.push_back("certificates are not sorted by unique name at " + where);
+    }
+    previous_certificate = &certificate.name();
+    if (certificate.cert_pem().empty() || certificate.key_pem().empty()) {
+      problems.push_back(where + " has no certificate or no key");
+    }
+    if (certificate.hosts().empty()) {
+      problems.push_back(where + " serves no host");
+    }
+    const std::string* previous = nullptr;
+    for (const std::string& host : certificate.hosts()) {
+      if (!IsVirtualHost(host)) {
+        problems.push_back(where + ": \"" + host + "\" is an invalid host");
+      }
+      if (previous != nullptr && !(*previous < host)) {
+        problems.push_back(where + ": hosts not sorted and unique at " + host);
+      }
+      previous = &host;
+      auto [it, inserted] = certificate_of_host.emplace(host, &certificate.name());
+      if (!inserted && *it->second != certificate.name()) {
+        problems.push_back(where + ": host " + host + " is also served by certificate \"" +
+                           *it->second + "\"");
+      }
     }
   }
   // The problems quote names from the snapshot; they go to logs and back to

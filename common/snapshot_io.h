@@ -31,8 +31,14 @@ void StampSnapshotVersion(v1::Snapshot* snapshot);
 // Run where a snapshot enters a process (file, gRPC), not by CheckSnapshot.
 bool VerifySnapshotVersion(const v1::Snapshot& snapshot, std::string* error);
 
-// Proto3 JSON mapping (lowerCamelCase fields, enum names), indented.
+// Proto3 JSON mapping (lowerCamelCase fields, enum names), indented, with
+// every certificate's private key (keyPem) replaced by kRedactedPrivateKey:
+// what debug pages, `kwd-controller compile` and logs may show.
 std::string SnapshotToJson(const v1::Snapshot& snapshot);
+inline constexpr std::string_view kRedactedPrivateKey = "(private key not shown)";
+// The same with the private keys: only for the proxy's --snapshot-cache
+// file (written 0600), which must restore the certificates.
+std::string SnapshotToJsonWithPrivateKeys(const v1::Snapshot& snapshot);
 bool SnapshotFromJson(std::string_view json, v1::Snapshot* out, std::string* error);
 enum class SnapshotVersionCheck { kRequired, kIfSet };
 // Parses and verifies the version (when set).

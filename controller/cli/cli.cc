@@ -1,6 +1,7 @@
 #include "controller/cli/cli.h"
 
 #include <algorithm>
+#include <ctime>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -40,7 +41,7 @@ constexpr std::string_view kUsage =
 constexpr std::string_view kCompileUsage =
     "usage: kwd-controller compile --source=dir:DIR | -f FILE [-f FILE...]\n"
     "\n"
-    "Reads every *.yaml/*.yml under DIR (LogonGroup, UrlMapping, EndpointSlice, Pod),\n"
+    "Reads every *.yaml/*.yml under DIR (LogonGroup, UrlMapping, EndpointSlice, Pod, Secret),\n"
     "or the files given with -f (\"-f -\" reads standard input),\n"
     "compiles them and prints the routing snapshot as JSON on stdout. Invalid objects\n"
     "are reported on stderr and left out. Exit 0 on success, 1 when a file cannot be\n"
@@ -64,7 +65,8 @@ constexpr std::string_view kValidateUsage =
     "flags:\n"
     "  --live    also report what depends on the cluster's live state and is only\n"
     "            noted otherwise: NoEndpoints (no EndpointSlice for a Service),\n"
-    "            NoServerList, NoUrlMap (a SapSystem not polled yet)\n"
+    "            NoServerList, NoUrlMap (a SapSystem not polled yet), SecretNotFound\n"
+    "            (a UrlMapping's spec.tls Secret, usually made in the cluster)\n"
     "  --quiet   print no notes on stderr (objects of other kinds are counted in one\n"
     "            note otherwise, e.g. the Deployments of `helm template`)\n"
     "\n"
@@ -201,6 +203,8 @@ int RunCompile(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (!Load(flags, &loaded, err, "error: ", err)) {
     return 1;
   }
+  // Certificates (UrlMapping.spec.tls Secrets) are judged valid or expired now.
+  loaded.objects.set_now_unix_seconds(static_cast<std::int64_t>(std::time(nullptr)));
   compile::CompileResult compiled = compile::Compile(loaded.objects);
   for (const auto& status : compiled.statuses) {
     for (const auto& condition : status.conditions) {
@@ -220,7 +224,7 @@ int RunCompile(const std::vector<std::string>& args, std::ostream& out, std::ost
 // show: notes unless `validate --live`.
 bool IsLiveStateReason(std::string_view reason) {
   return reason == compile::kReasonNoEndpoints || reason == compile::kReasonNoServerList ||
-         reason == compile::kReasonNoUrlMap;
+         reason == compile::kReasonNoUrlMap || reason == compile::kReasonSecretNotFound;
 }
 
 // "spec.rules[0].prefix" when `message` starts with a field path and ": ".
@@ -290,6 +294,8 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
   options.locate = true;
   source::LoadResult loaded;
   Load(flags, &loaded, out, "", err, options);
+  // Certificates (UrlMapping.spec.tls Secrets) are judged valid or expired now.
+  loaded.objects.set_now_unix_seconds(static_cast<std::int64_t>(std::time(nullptr)));
   compile::CompileResult compiled = compile::Compile(loaded.objects);
 
   // Files in the order they were read; lines sort by file, line, column.

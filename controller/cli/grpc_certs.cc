@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crypto.h"
 #include "common/duration.h"
 #include "common/openssl_ptr.h"
 #include "controller/cli/cli.h"
@@ -223,16 +224,8 @@ bool NamesEveryDnsName(X509* cert, const std::vector<std::string>& dns_names) {
   return true;
 }
 
-// Base64 both ways for Secret data (the API server's encoding).
-std::string Base64(const std::string& raw) {
-  std::string out(4 * ((raw.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(raw.data()),
-                          static_cast<int>(raw.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
+// Base64 back from Secret data (the API server's encoding; Base64Encode
+// the other way).
 std::optional<std::string> Unbase64(const std::string& text) {
   std::string out(3 * (text.size() / 4) + 3, '\0');
   int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -318,7 +311,7 @@ class Run {
              const std::string& component, const std::string& what) {
     nlohmann::json encoded = nlohmann::json::object();
     for (const auto& [key, value] : data) {
-      encoded[key] = Base64(value);
+      encoded[key] = Base64Encode(value);
     }
     nlohmann::json metadata = {
         {"name", state.name},

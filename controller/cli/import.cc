@@ -33,7 +33,9 @@ constexpr std::string_view kImportUsage =
     "  --profile FILE         the profile to translate (required)\n"
     "  --files DIR            where the files the profile names are: a name is looked up\n"
     "                         as DIR/<path as written> (relative paths), then as\n"
-    "                         DIR/<file name> (default: the profile's directory)\n"
+    "                         DIR/<file name> (default: the profile's directory); a\n"
+    "                         name that resolves outside DIR (a link out of it) or is\n"
+    "                         not a regular file is not read (WARN)\n"
     "  -o, --output DIR       write DIR/resources/{sapsystems,logongroups,urlmappings}.yaml,\n"
     "                         DIR/values.yaml (chart values) and DIR/proxy-flags.txt\n"
     "                         (default: the objects on stdout, flags and values as\n"
@@ -47,8 +49,9 @@ constexpr std::string_view kImportUsage =
     "                         values (default kwd-tls)\n"
     "\n"
     "Exit 0 when every parameter was translated, 3 when something was left out (the\n"
-    "WARN lines say what), 1 when the profile or a file it names cannot be read\n"
-    "(nothing is written) or -o DIR cannot be written, 2 on a usage error.\n";
+    "WARN lines say what), 1 when the profile or a file it names cannot be read, or\n"
+    "the objects would pass the size bounds (nothing is written) or -o DIR cannot be\n"
+    "written, 2 on a usage error.\n";
 
 struct ImportFlags {
   std::string profile;
@@ -57,10 +60,18 @@ struct ImportFlags {
   importer::ImportOptions options;
 };
 
-// Looks a named file up in `dir`: the path as written when it is relative
-// and stays inside, then the file name alone.
-bool ReadFromDir(const fs::path& dir, const std::string& reference, std::string* text,
-                 std::string* shown, std::string* error) {
+// Whether canonical `path` is inside canonical `dir`.
+bool Inside(const fs::path& path, const fs::path& dir) {
+  fs::path relative = path.lexically_relative(dir);
+  return !relative.empty() && *relative.begin() != ".." && relative.is_relative();
+}
+
+// Looks a named file up in `dir` (canonical): the path as written when it is
+// relative and stays inside, then the file name alone. What resolves outside
+// `dir` (a link out of it) or is not a regular file is refused, not read:
+// the bundle is not trusted to name the operator's other files.
+importer::ReadStatus ReadFromDir(const fs::path& dir, const std::string& reference,
+                                 std::string* text, std::string* shown, std::string* error) {
   fs::path written(reference);
   std::vector<fs::path> candidates;
   bool escapes = false;
@@ -75,25 +86,45 @@ bool ReadFromDir(const fs::path& dir, const std::string& reference, std::string*
   }
   if (candidates.empty()) {
     *error = "not a file name";
-    return false;
+    return importer::ReadStatus::kUnreadable;
   }
+  std::string refused;
   for (const fs::path& candidate : candidates) {
     std::error_code ec;
-    if (!fs::is_regular_file(candidate, ec)) {
+    if (!fs::exists(fs::symlink_status(candidate, ec))) {
+      continue;
+    }
+    fs::path real = fs::canonical(candidate, ec);
+    if (ec) {
+      refused = candidate.string() + " cannot be resolved (" + ec.message() + "); not read";
+      continue;
+    }
+    if (!Inside(real, dir)) {
+      refused = candidate.string() + " is a link to " + real.string() + ", outside " +
+                dir.string() + " (the --files directory); not read";
+      continue;
+    }
+    if (!fs::is_regular_file(real, ec)) {
+      refused = candidate.string() + " is not a regular file; not read";
       continue;
     }
     *shown = candidate.string();
-    auto size = fs::file_size(candidate, ec);
+    auto size = fs::file_size(real, ec);
     if (!ec && size > importer::kMaxReferencedFileBytes) {
       *error = candidate.string() + " is larger than " +
                std::to_string(importer::kMaxReferencedFileBytes) + " bytes";
-      return false;
+      return importer::ReadStatus::kUnreadable;
     }
-    return ReadWholeFile(candidate.string(), text, error);
+    return ReadWholeFile(real.string(), text, error) ? importer::ReadStatus::kRead
+                                                     : importer::ReadStatus::kUnreadable;
+  }
+  if (!refused.empty()) {
+    *error = refused;
+    return importer::ReadStatus::kRefused;
   }
   *error = "no such file in " + dir.string() + " (looked for " +
            candidates.back().filename().string() + "; copy the file there or pass --files DIR)";
-  return false;
+  return importer::ReadStatus::kUnreadable;
 }
 
 std::string FlagLine(const std::vector<std::string>& flags) {
@@ -225,6 +256,10 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (files_dir.empty()) {
     files_dir = ".";
   }
+  // Named files must resolve inside this directory (links included).
+  if (fs::path canonical = fs::canonical(files_dir, ec); !ec) {
+    files_dir = canonical;
+  }
   importer::FileReader reader = [&](const std::string& reference, std::string* text,
                                     std::string* shown, std::string* read_error) {
     return ReadFromDir(files_dir, reference, text, shown, read_error);
@@ -240,7 +275,7 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
   int code = result.ExitCode();
   if (code == 1) {
-    err << "import: nothing written: input could not be read (ERROR lines above)\n";
+    err << "import: nothing written (ERROR lines above)\n";
     return 1;
   }
 

@@ -53,7 +53,8 @@ namespace internal {
 
 CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
                        bool take, const LastGood* last_good,
-                       ModificationCache* modification_cache) {
+                       ModificationCache* modification_cache,
+                       CertificateCache* certificate_cache) {
   CompileResult result;
   v1::Snapshot& snapshot = result.snapshot;
   std::set<std::string> accepted_groups;
@@ -98,7 +99,7 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
     return a->metadata.creation_timestamp < b->metadata.creation_timestamp;
   });
   UrlMappingCompiler mapping_compiler(objects, accepted_groups, existing_groups,
-                                      modification_cache);
+                                      modification_cache, certificate_cache);
   std::vector<ObjectStatus> mapping_statuses;
   for (const UrlMapping* um : by_age) {
     const UrlMapping* previous = nullptr;
@@ -111,6 +112,7 @@ CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup
     mapping_statuses.push_back(mapping_compiler.Compile(*um, previous));
   }
   mapping_compiler.AppendVirtualHosts(&snapshot);
+  result.certificates_expire = mapping_compiler.AppendCertificates(&snapshot);
   std::sort(mapping_statuses.begin(), mapping_statuses.end(),
             [](const ObjectStatus& a, const ObjectStatus& b) {
               return std::tie(a.namespace_, a.name) < std::tie(b.namespace_, b.name);

@@ -45,6 +45,11 @@ inline constexpr std::string_view kReasonInvalidEndpoint = "InvalidEndpoint";
 inline constexpr std::string_view kReasonSapSystemNotFound = "SapSystemNotFound";
 inline constexpr std::string_view kReasonNoServerList = "NoServerList";
 inline constexpr std::string_view kReasonNoUrlMap = "NoUrlMap";
+// UrlMapping.spec.tls[].secretName: the Secret does not exist (or the
+// controller cannot read it), or it holds no usable certificate and key
+// (wrong type, bad PEM, key not matching, expired, not yet valid).
+inline constexpr std::string_view kReasonSecretNotFound = "SecretNotFound";
+inline constexpr std::string_view kReasonInvalidCertificate = "InvalidCertificate";
 inline constexpr std::string_view kReasonPending = "Pending";
 
 // One problem behind a False condition (`kwd-controller validate` prints
@@ -100,6 +105,9 @@ struct CompileResult {
   v1::Snapshot& snapshot;              // version stamped; passes CheckSnapshot
   std::vector<ObjectStatus> statuses;  // sorted by kind, namespace, name
   SnapshotDigests digests;             // the snapshot's, as its version was built from
+  // The earliest notAfter (Unix seconds) of the snapshot's certificates, 0
+  // when none: the compile's verdict changes then, so compile again.
+  std::int64_t certificates_expire = 0;
 };
 
 // The last accepted version of each LogonGroup and UrlMapping, which the

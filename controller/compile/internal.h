@@ -11,6 +11,7 @@
 //   upstream_tls.cc     TLS material: LogonGroup.spec.upstreamTLS
 //   url_mapping.cc      UrlMapping: virtual hosts, rules, permissions
 //   modifications.cc    UrlMapping.spec.modifications: SAP rule files
+//   tls_secrets.cc      UrlMapping.spec.tls and its Secrets: certificates
 //   assemble.cc         the snapshot, statuses and version; LastGood
 //   memo.cc             CompileMemo: recompiles only the groups a change touches
 //   helpers.cc          the helpers below
@@ -20,6 +21,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -31,6 +33,7 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/pem_files.h"
 #include "common/snapshot_io.h"
 #include "common/string_hash.h"
 #include "controller/compile/compile.h"
@@ -282,6 +285,82 @@ bool CompileModifications(const UrlMapping& um, const std::string& source,
                           ModificationCache* cache = nullptr,
                           std::int64_t* cluster_left = nullptr);
 
+// ---- TLS certificates from Secrets (tls_secrets.cc) ----
+
+// Whether `pattern` (a host or "*.suffix") covers `host` (a host or
+// "*.suffix"): equal, or one label in front of the suffix.
+bool HostCovers(std::string_view pattern, std::string_view host);
+
+// A Secret as the compile judged it (once per compile).
+struct CheckedSecret {
+  const model::Secret* secret = nullptr;  // null: not found
+  std::string reason;                     // "": usable; else SecretNotFound | InvalidCertificate
+  std::string error;                      // why not, naming the Secret
+  CertificateInfo info;
+};
+
+// One spec.tls[] entry that may be served: its Secret checked and usable.
+struct TlsEntry {
+  std::string secret;              // "namespace/name"
+  std::vector<std::string> hosts;  // lowercase, unique
+  const CheckedSecret* checked = nullptr;
+};
+
+// Earlier key-pair checks by content, as ModificationCache keeps rule
+// verdicts: UrlMappings are compiled on every compile (an endpoint change
+// included) and checking a pair costs about half a millisecond; the memo
+// keeps this between compiles, the output is the same. The validity period
+// is judged every compile from the kept dates.
+struct CertificateCache {
+  struct Verdict {
+    std::string error;  // "": the pair is good
+    CertificateInfo info;
+  };
+  std::map<Sha256Digest, Verdict> verdicts;  // by SHA-256 of tls.crt, NUL, tls.key
+  static constexpr std::size_t kMaxEntries = 4096;  // then it starts over
+};
+
+class TlsCertificates {
+ public:
+  static constexpr std::size_t kMaxTlsEntries = 16;  // as the CRD's maxItems
+
+  // `cache` may be null.
+  TlsCertificates(const ObjectSet& objects, CertificateCache* cache);
+
+  // spec.tls of `um` (whose normalized spec.hosts are `hosts`): a bad entry
+  // rejects the mapping (InvalidField, *valid_spec = false); a Secret that
+  // is missing or unusable is ResolvedRefs=False (SecretNotFound,
+  // InvalidCertificate) and that entry is left out; a certificate that does
+  // not name a listed host is a note. Returns the entries to serve.
+  std::vector<TlsEntry> Check(const UrlMapping& um, const std::vector<std::string>& hosts,
+                              Findings& findings, bool* valid_spec);
+  // Serves `entries` of the mapping `source`, after its virtual hosts are
+  // applied. Only the mapping that owns a host's virtual host (`owner_of`:
+  // the oldest mapping on it, see UrlMappingCompiler) sets its certificate:
+  // a newer mapping naming a host another serves gets a note, so it cannot
+  // put its certificate in front of that host's traffic.
+  void Serve(const std::string& source, const std::vector<TlsEntry>& entries,
+             const std::function<const std::string*(const std::string&)>& owner_of,
+             Findings& findings);
+  // Moves the certificates into the snapshot, sorted by name with sorted
+  // hosts. Returns the earliest notAfter (0: none).
+  std::int64_t AppendCertificates(v1::Snapshot* snapshot);
+
+ private:
+  const CheckedSecret& CheckSecret(const std::string& ns, const std::string& name);
+
+  struct HostOwner {
+    std::string secret;
+    std::string source;
+  };
+
+  const ObjectSet& objects_;
+  CertificateCache* cache_;
+  std::map<std::string, CheckedSecret> checked_;  // by "ns/name", this compile
+  std::map<std::string, v1::Certificate> certificates_;           // by "ns/name"
+  std::map<std::string, HostOwner> host_owner_;
+};
+
 // ---- UrlMapping (url_mapping.cc) ----
 
 class UrlMappingCompiler {
@@ -289,11 +368,13 @@ class UrlMappingCompiler {
   // `accepted_groups` and `existing_groups`: LogonGroup keys.
   UrlMappingCompiler(const ObjectSet& objects, const std::set<std::string>& accepted_groups,
                      const std::set<std::string>& existing_groups,
-                     ModificationCache* modification_cache = nullptr)
+                     ModificationCache* modification_cache = nullptr,
+                     CertificateCache* certificate_cache = nullptr)
       : objects_(objects),
         accepted_groups_(accepted_groups),
         existing_groups_(existing_groups),
-        modification_cache_(modification_cache) {}
+        modification_cache_(modification_cache),
+        tls_(objects, certificate_cache) {}
 
   // Call in age order (older mappings win conflicts). `last_good`: the
   // version to serve instead when this one's spec is rejected.
@@ -301,6 +382,14 @@ class UrlMappingCompiler {
 
   // Virtual hosts sorted by host ("" first), rules sorted by prefix.
   void AppendVirtualHosts(v1::Snapshot* snapshot);
+  // The UrlMapping ("ns/name") whose virtual host serves SNI `host`: the
+  // exact entry, else the "*.suffix" one covering it, else the "" (any
+  // host) one; null when none.
+  const std::string* VirtualHostOwner(const std::string& host) const;
+  // The certificates of spec.tls; returns the earliest notAfter (0: none).
+  std::int64_t AppendCertificates(v1::Snapshot* snapshot) {
+    return tls_.AppendCertificates(snapshot);
+  }
 
  private:
   struct HostEntry {
@@ -335,6 +424,7 @@ class UrlMappingCompiler {
   ModificationCache* modification_cache_;
   // What is left of kMaxClusterRegexInstructions in this compile.
   std::int64_t modification_budget_ = kMaxClusterRegexInstructions;
+  TlsCertificates tls_;
   std::map<std::string, HostEntry> hosts_;
 };
 
@@ -352,6 +442,7 @@ struct CompiledGroup {
 // `take`, else copies them.
 CompileResult Assemble(const ObjectSet& objects, const std::vector<CompiledGroup>& compiled,
                        bool take, const LastGood* last_good,
-                       ModificationCache* modification_cache = nullptr);
+                       ModificationCache* modification_cache = nullptr,
+                       CertificateCache* certificate_cache = nullptr);
 
 }  // namespace kwd::compile::internal

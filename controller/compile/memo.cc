@@ -54,6 +54,7 @@ struct CompileMemo::State {
   std::map<NamespacedName, std::set<std::string>> slices_of_service;
   std::map<NamespacedName, std::string> service_of_slice;
   internal::ModificationCache modification_cache;
+  internal::CertificateCache certificate_cache;
   std::uint64_t groups_compiled = 0;
   std::uint64_t groups_reused = 0;
 
@@ -287,7 +288,8 @@ CompileResult Compile(const ObjectSet& objects, CompileMemo& memo, const LastGoo
     compiled.push_back({&entry.result, &entry.digest});
   }
   CompileResult result =
-      Assemble(objects, compiled, /*take=*/false, last_good, &state.modification_cache);
+      Assemble(objects, compiled, /*take=*/false, last_good, &state.modification_cache,
+               &state.certificate_cache);
   state.all_changed = false;
   return result;
 }

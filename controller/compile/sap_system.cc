@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -166,18 +167,18 @@ ObjectStatus SapSystemStatus(const model::SapSystem& system, const SapServerList
 
 namespace {
 
-// 1 for a LogonGroup that re-encrypts to its servers, 0 for plain HTTP; 2
-// for no group ("" : nothing is sent anywhere, so nothing is lowered).
-int UpstreamTlsRank(const ObjectSet& objects, const std::string& group_key) {
+// Whether a LogonGroup re-encrypts to its servers; nullopt for no group
+// ("" or unknown: nothing is sent anywhere).
+std::optional<bool> Reencrypts(const ObjectSet& objects, const std::string& group_key) {
   std::size_t slash = group_key.find('/');
   if (group_key.empty() || slash == std::string::npos) {
-    return 2;
+    return std::nullopt;
   }
   auto it = objects.logon_groups().find({group_key.substr(0, slash), group_key.substr(slash + 1)});
   if (it == objects.logon_groups().end()) {
-    return 2;
+    return std::nullopt;
   }
-  return it->second.spec.upstream_tls.mode.value_or("none") == "reencrypt" ? 1 : 0;
+  return it->second.spec.upstream_tls.mode.value_or("none") == "reencrypt";
 }
 
 }  // namespace
@@ -271,7 +272,10 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
       continue;
     }
     const std::string& before = under != nullptr ? under->group() : java.resolved;
-    if (UpstreamTlsRank(objects, group) < UpstreamTlsRank(objects, before)) {
+    // Lowered: traffic that went to a re-encrypting group would go in clear.
+    // Traffic that went nowhere (no group: 503) or to a plain group loses
+    // nothing.
+    if (Reencrypts(objects, before) == true && Reencrypts(objects, group) == false) {
       lowered.push_back(prefix + " (" + group + ", plain HTTP, instead of " + before +
                         ", re-encrypted)");
       continue;

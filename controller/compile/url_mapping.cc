@@ -37,6 +37,50 @@ bool SameSapHeaders(const v1::SapHeaders& a, const v1::SapHeaders& b) {
   return a.client_protocol() == b.client_protocol() && a.access_points() == b.access_points();
 }
 
+// RFC 6797 6.1.1 lets max-age be any number; two years is what the HSTS
+// preload list asks for at most and browsers cap at, one year what it asks
+// for at least (with includeSubDomains) before it takes a host.
+constexpr std::int64_t kHstsMaxAgeLimit = 63072000;
+constexpr std::int64_t kHstsPreloadMinAge = 31536000;
+constexpr std::int64_t kHstsDefaultMaxAge = 31536000;
+
+// UrlMapping.spec.hsts; false (with InvalidField findings) when it is invalid.
+bool CompileHsts(const model::HstsSpec& spec, v1::Hsts* out, Findings& findings) {
+  const std::int64_t max_age = spec.max_age_seconds.value_or(kHstsDefaultMaxAge);
+  bool ok = true;
+  if (max_age < 0 || max_age > kHstsMaxAgeLimit) {
+    findings.Reject(kReasonInvalidField,
+                    "spec.hsts.maxAgeSeconds: must be an integer from 0 to " +
+                        std::to_string(kHstsMaxAgeLimit) + " (two years; 0 tells browsers to "
+                        "forget the host), got " + std::to_string(max_age));
+    ok = false;
+  }
+  const bool include_subdomains = spec.include_subdomains.value_or(false);
+  const bool preload = spec.preload.value_or(false);
+  if (preload && (!include_subdomains || max_age < kHstsPreloadMinAge)) {
+    findings.Reject(kReasonInvalidField,
+                    "spec.hsts.preload: true requires includeSubDomains: true and "
+                    "maxAgeSeconds >= " + std::to_string(kHstsPreloadMinAge) +
+                        " (the HSTS preload list's rules), got includeSubDomains: " +
+                        (include_subdomains ? "true" : "false") +
+                        ", maxAgeSeconds: " + std::to_string(max_age));
+    ok = false;
+  }
+  out->set_max_age_seconds(static_cast<std::uint32_t>(ok ? max_age : 0));
+  out->set_include_subdomains(include_subdomains);
+  out->set_preload(preload);
+  return ok;
+}
+
+bool SameHsts(const v1::VirtualHost& vhost, const std::optional<v1::Hsts>& hsts) {
+  if (!vhost.has_hsts() || !hsts) {
+    return vhost.has_hsts() == hsts.has_value();
+  }
+  return vhost.hsts().max_age_seconds() == hsts->max_age_seconds() &&
+         vhost.hsts().include_subdomains() == hsts->include_subdomains() &&
+         vhost.hsts().preload() == hsts->preload();
+}
+
 }  // namespace
 
 ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping* last_good) {
@@ -72,6 +116,7 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
       hosts.push_back(host);
     }
   }
+  std::vector<TlsEntry> tls_entries = tls_.Check(um, hosts, findings, &valid_spec);
   if (spec.hosts.empty()) {
     hosts.push_back("");
   }
@@ -91,6 +136,24 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
                       "spec.system.sid: " + Quote(*spec.system_sid) +
                           " is not a SAP system ID (an uppercase letter, then two uppercase "
                           "letters or digits, e.g. ERP)");
+      valid_spec = false;
+    }
+  }
+
+  // spec.secureAction and spec.hsts (redirect to https, HSTS).
+  bool secure_redirect = false;
+  if (spec.secure_action) {
+    if (*spec.secure_action == "redirect") {
+      secure_redirect = true;
+    } else if (*spec.secure_action != "forbid") {
+      findings.Reject(kReasonInvalidField, "spec.secureAction: " + Quote(*spec.secure_action) +
+                                               " is not one of forbid, redirect");
+      valid_spec = false;
+    }
+  }
+  std::optional<v1::Hsts> hsts;
+  if (spec.hsts) {
+    if (!CompileHsts(*spec.hsts, &hsts.emplace(), findings)) {
       valid_spec = false;
     }
   }
@@ -156,6 +219,13 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   for (v1::Rule& rule : rules) {
     *rule.mutable_sap_headers() = sap_headers;
   }
+  // HSTS likewise: the mapping's rules carry it, the host's root rule and
+  // default groups take the defaults' owner's (below).
+  if (hsts) {
+    for (v1::Rule& rule : rules) {
+      *rule.mutable_hsts() = *hsts;
+    }
+  }
 
   std::vector<v1::Permission> permissions;
   for (std::size_t i = 0; i < spec.permissions.size(); ++i) {
@@ -168,6 +238,7 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
       permission.set_action(v1::PERMISSION_ACTION_DENY);
     } else if (in.action == "secure") {
       permission.set_action(v1::PERMISSION_ACTION_SECURE);
+      permission.set_redirect_to_https(secure_redirect);
     } else {
       findings.Reject(kReasonInvalidPermission, field + ".action: " + Quote(in.action) +
                                                     " is not one of permit, deny, secure; "
@@ -193,6 +264,12 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
     permission.set_pattern(pattern);
     permissions.push_back(std::move(permission));
   }
+  if (secure_redirect &&
+      std::none_of(permissions.begin(), permissions.end(), [](const v1::Permission& p) {
+        return p.action() == v1::PERMISSION_ACTION_SECURE;
+      })) {
+    findings.Note("spec.secureAction: redirect has no effect: spec.permissions has no secure entry");
+  }
 
   // A rule file that does not compile: the mapping is never served without
   // it (its rules may be what keeps paths forbidden), only its last accepted
@@ -215,6 +292,17 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
       // the defaults; a newer one asking otherwise is told so.
       HostEntry& entry = hosts_.at(host);
       if (entry.owner == source) {
+        if (hsts) {
+          *entry.vhost.mutable_hsts() = *hsts;
+        }
+      } else if (hsts && !SameHsts(entry.vhost, hsts)) {
+        findings.Reject(kReasonConflicted,
+                        "spec.hsts ignored for the root rule and default groups on " +
+                            (host.empty() ? std::string("any host") : "host " + host) +
+                            ": UrlMapping " + entry.owner +
+                            " (older) sets the defaults there (its rules keep it)");
+      }
+      if (entry.owner == source) {
         *entry.vhost.mutable_sap_headers() = sap_headers;
       } else if ((spec.sap_headers.client_protocol || spec.sap_headers.access_points) &&
                  !SameSapHeaders(entry.vhost.sap_headers(), sap_headers)) {
@@ -225,6 +313,8 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
                             " (older) sets the defaults there (its rules keep it)");
       }
     }
+    tls_.Serve(source, tls_entries,
+               [this](const std::string& host) { return VirtualHostOwner(host); }, findings);
   }
 
   std::string where = spec.hosts.empty() ? "any host" : "hosts " + JoinStrings(hosts, ", ");
@@ -243,6 +333,12 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   if (!sid.empty()) {
     summary += ", system " + sid;
   }
+  if (secure_redirect) {
+    summary += "; secure entries redirect plain http to https";
+  }
+  if (hsts) {
+    summary += "; HSTS max-age=" + std::to_string(hsts->max_age_seconds());
+  }
   ObjectStatus status;
   status.kind = std::string(model::kUrlMappingKind);
   status.namespace_ = ns;
@@ -251,11 +347,33 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
   // For the printer columns (a JSONPath column shows one value of a list).
   status.rules = static_cast<std::int32_t>(rules.size());
   status.hosts = spec.hosts.empty() ? "*" : JoinStrings(hosts, ",");
-  status.conditions = findings.Conditions(summary, "all LogonGroups resolved");
+  if (!spec.tls.empty()) {
+    summary += ", " + std::to_string(tls_entries.size()) + " of " +
+               std::to_string(spec.tls.size()) +
+               (spec.tls.size() == 1 ? " TLS certificate" : " TLS certificates") + " usable";
+  }
+  status.conditions = findings.Conditions(
+      summary, spec.tls.empty() ? "all LogonGroups resolved"
+                                : "all LogonGroups and Secrets resolved");
   if (serve_last_good) {
     MarkServingLastGood(last_good->metadata.generation, &status);
   }
   return status;
+}
+
+const std::string* UrlMappingCompiler::VirtualHostOwner(const std::string& host) const {
+  if (auto it = hosts_.find(host); it != hosts_.end()) {
+    return &it->second.owner;
+  }
+  if (std::size_t dot = host.find('.'); dot != std::string::npos && !host.starts_with("*.")) {
+    if (auto it = hosts_.find("*" + host.substr(dot)); it != hosts_.end()) {
+      return &it->second.owner;
+    }
+  }
+  if (auto it = hosts_.find(""); it != hosts_.end()) {
+    return &it->second.owner;
+  }
+  return nullptr;
 }
 
 void UrlMappingCompiler::AppendVirtualHosts(v1::Snapshot* snapshot) {

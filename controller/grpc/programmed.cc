@@ -6,6 +6,33 @@
 #include "common/metrics.h"
 
 namespace kwd::snapshot_server {
+namespace {
+
+// The code point of one well-formed UTF-8 sequence.
+char32_t CodePoint(std::string_view sequence) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(sequence[i]); };
+  switch (sequence.size()) {
+    case 2:
+      return ((byte(0) & 0x1fu) << 6) | (byte(1) & 0x3fu);
+    case 3:
+      return ((byte(0) & 0x0fu) << 12) | ((byte(1) & 0x3fu) << 6) | (byte(2) & 0x3fu);
+    case 4:
+      return ((byte(0) & 0x07u) << 18) | ((byte(1) & 0x3fu) << 12) | ((byte(2) & 0x3fu) << 6) |
+             (byte(3) & 0x3fu);
+    default:
+      return byte(0);
+  }
+}
+
+// C1 controls, and the format characters that reorder or hide what follows
+// them on a terminal: bidirectional marks, embeddings, overrides and
+// isolates, line and paragraph separators.
+bool HidesText(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
 
 std::string PrintableText(std::string_view text, std::size_t max_bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -25,6 +52,13 @@ std::string PrintableText(std::string_view text, std::size_t max_bytes) {
         out += kHex[byte >> 4];
         out += kHex[byte & 0xf];
         length = 1;
+      } else if (const char32_t cp = CodePoint(text.substr(i, length)); HidesText(cp)) {
+        // Shown, not obeyed: a right-to-left override in a condition would
+        // reorder what kubectl prints after it.
+        out += "\\u";
+        for (int shift = 12; shift >= 0; shift -= 4) {
+          out += kHex[(cp >> shift) & 0xf];
+        }
       } else {
         out.append(text.substr(i, length));
       }

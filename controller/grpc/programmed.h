@@ -39,8 +39,9 @@ inline constexpr std::size_t kMaxNackMessageBytes = 1024;
 inline constexpr std::size_t kMaxProgrammedMessageBytes = 4096;
 
 // `text` with control characters escaped (\n, \xNN), bytes that are not
-// UTF-8 written as \xNN, and at most `max_bytes` long (cut on a character
-// boundary, "..." added).
+// UTF-8 written as \xNN, C1 controls and the bidirectional and separator
+// format characters (U+202E...) as \uNNNN, and at most `max_bytes` long (cut
+// on a character boundary, "..." added).
 std::string PrintableText(std::string_view text, std::size_t max_bytes);
 
 // What one connected proxy runs and what it rejected last.

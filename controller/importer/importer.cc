@@ -8,9 +8,12 @@
 #include <tuple>
 
 #include "common/log.h"
+#include "common/modification/program.h"
+#include "common/modification/rules.h"
 #include "common/snapshot_io.h"
 #include "controller/importer/parameters.h"
 #include "controller/importer/profile.h"
+#include "controller/sapsystem/address_policy.h"
 #include "controller/sapsystem/server_list.h"
 
 namespace kwd::importer {
@@ -215,13 +218,19 @@ class Importer {
     for (const auto& problem : parsed_.problems) {
       Add(Level::kWarn, profile_name_, problem.line, "", problem.message + "; line left out");
     }
-    CollectParameters();
+    if (!CollectParameters()) {
+      return;
+    }
     for (Param& param : params_) {
       Dispatch(param);
     }
     BuildSystems();
     BuildListeners();
     BuildGroupsAndMappings();
+    if (over_output_bound_) {
+      result_.objects.clear();
+      return;
+    }
     Finish();
   }
 
@@ -230,7 +239,7 @@ class Importer {
 
   void Add(Level level, const std::string& file, int line, const std::string& parameter,
            const std::string& message) {
-    result_.diagnostics.push_back({level, file, line, parameter, message});
+    result_.diagnostics.push_back({level, file, line, 0, parameter, message});
   }
   void Error(const std::string& file, int line, const std::string& parameter,
              const std::string& message) {
@@ -252,7 +261,8 @@ class Importer {
 
   // ---- reading the profile ----
 
-  void CollectParameters() {
+  // False (with an ERROR) when the `$(...)` expansion budget is spent.
+  bool CollectParameters() {
     std::map<std::string, std::size_t> last;  // key -> index in entries
     const auto& entries = parsed_.entries;
     std::vector<std::string> keys(entries.size());
@@ -273,11 +283,20 @@ class Importer {
       variables[entries[i].name] = entries[i].raw_value;
     }
     params_.reserve(entries.size());
+    ValueExpander expander(std::move(variables));
     for (std::size_t i = 0; i < entries.size(); ++i) {
       Param param;
       param.entry = &entries[i];
       param.key = keys[i];
-      param.value = ExpandValue(entries[i].raw_value, variables, &param.unresolved);
+      param.value = expander.Expand(entries[i].raw_value, &param.unresolved);
+      if (expander.exhausted()) {
+        Error(profile_name_, entries[i].line, entries[i].name,
+              "expanding its $(...) references takes more than " +
+                  std::to_string(kMaxExpansionSteps) + " references or " +
+                  std::to_string(kMaxExpandedTotalBytes) +
+                  " bytes (for the whole profile): not an SAP profile");
+        return false;
+      }
       params_.push_back(std::move(param));
       if (last[keys[i]] != i) {
         Warn(params_.back(), "defined again at line " +
@@ -287,6 +306,7 @@ class Importer {
       }
     }
     result_.parameters = static_cast<int>(params_.size());
+    return true;
   }
 
   // True when the value is usable; else the parameter is reported.
@@ -1053,18 +1073,37 @@ class Importer {
     if (reference.rfind("file://", 0) == 0) {
       reference = reference.substr(7);
     }
-    std::string error;
-    if (!read_file_(reference, text, shown, &error)) {
-      param.warned = true;
-      Error(profile_name_, param.entry->line, param.entry->name,
-            "cannot read " + Shown(reference) + ": " + error);
-      return false;
-    }
-    if (text->size() > kMaxReferencedFileBytes) {
-      param.warned = true;
-      Error(*shown, 0, param.entry->name,
-            "larger than " + std::to_string(kMaxReferencedFileBytes) + " bytes");
-      return false;
+    if (auto cached = files_read_.find(reference); cached != files_read_.end()) {
+      *text = cached->second.first;
+      *shown = cached->second.second;
+    } else {
+      std::string error;
+      ReadStatus status = read_file_(reference, text, shown, &error);
+      if (status == ReadStatus::kRefused) {
+        Warn(param, "cannot read " + Shown(reference) + ": " + error + "; left out");
+        return false;
+      }
+      if (status != ReadStatus::kRead) {
+        param.warned = true;
+        Error(profile_name_, param.entry->line, param.entry->name,
+              "cannot read " + Shown(reference) + ": " + error);
+        return false;
+      }
+      if (text->size() > kMaxReferencedFileBytes) {
+        param.warned = true;
+        Error(*shown, 0, param.entry->name,
+              "larger than " + std::to_string(kMaxReferencedFileBytes) + " bytes");
+        return false;
+      }
+      referenced_bytes_ += text->size();
+      if (referenced_bytes_ > kMaxReferencedTotalBytes) {
+        param.warned = true;
+        Error(*shown, 0, param.entry->name,
+              "the files named by the profile are together larger than " +
+                  std::to_string(kMaxReferencedTotalBytes) + " bytes");
+        return false;
+      }
+      files_read_.emplace(reference, std::make_pair(*text, *shown));
     }
     if (ToUtf8(text)) {
       Note(param, *shown + " is not UTF-8; read as ISO-8859-1");
@@ -1193,6 +1232,23 @@ class Importer {
                 parsed, [](const std::string& host) { return std::vector<std::string>{host}; },
                 nullptr, nullptr, &skips);
             SkipWarnings(*info_param, shown, skips, "instance");
+            // Kept as written, but what kwd refuses from a message server
+            // (loopback, link-local/cloud metadata, unspecified, multicast)
+            // is said, instance by instance.
+            for (const model::SapInstance& instance : instances) {
+              if (!sapsystem::ParseIpAddress(instance.address)) {
+                continue;  // a host name: resolved by the proxies at run time
+              }
+              std::string reason = sapsystem::RefusalReason(sapsystem::AddressPolicy{},
+                                                            instance.address);
+              if (!reason.empty()) {
+                FileWarn(*info_param, shown, 0,
+                         "instance " + instance.name + " at " + instance.address + ": " + reason +
+                             ": kept in LogonGroup.spec.backend.staticServers as the file says "
+                             "(kwd refuses such an address from a message server); check that "
+                             "it is meant");
+              }
+            }
             system_instances_[system.name] = instances;
             Note(*info_param, "the servers of " + shown +
                                   " become LogonGroup.spec.backend.staticServers (" +
@@ -1275,8 +1331,15 @@ class Importer {
     std::sort(sorted.begin(), sorted.end(),
               [](const Group* a, const Group* b) { return a->name < b->name; });
     for (const Group* group : sorted) {
-      result_.objects.push_back(Object("LogonGroup", group->name, GroupSpec(*group)));
+      Json object = Object("LogonGroup", group->name, GroupSpec(*group));
+      if (!Charge(JsonBytes(object), "LogonGroup " + group->name)) {
+        return;
+      }
+      result_.objects.push_back(std::move(object));
     }
+    // Every UrlMapping carries these (SAP applies them to every request):
+    // with many SRCVHOST systems, the bulk of the output.
+    std::size_t shared_bytes = JsonBytes(permissions) + JsonBytes(modifications);
 
     // UrlMappings: the catch-all (no hosts), then one per SRCVHOST system.
     std::vector<std::pair<std::string, Json>> mappings;
@@ -1316,12 +1379,18 @@ class Importer {
       if (!passthrough_group.empty()) {
         spec["passthroughGroup"] = passthrough_group;
       }
+      std::string name = catch_all_has_default ? primary->name : "dispatcher";
+      if (!Fits(JsonBytes(spec) + shared_bytes, "UrlMapping " + name)) {
+        return;
+      }
       AddShared(permissions, modifications, &spec);
       if (catch_all_has_default && !primary->sid.empty() && systems_.size() > 1) {
         spec["system"] = Json{{"sid", primary->sid}};
       }
-      std::string name = catch_all_has_default ? primary->name : "dispatcher";
-      mappings.emplace_back(name, spec);
+      if (!Charge(ObjectBytes("UrlMapping", name, spec), "UrlMapping " + name)) {
+        return;
+      }
+      mappings.emplace_back(name, std::move(spec));
     }
     for (System& system : systems_) {
       bool has_groups = system_diag_.count(system.name) > 0;
@@ -1348,15 +1417,22 @@ class Importer {
       if (UsesUrlMapFromSystem(system, *primary)) {
         spec["fromSapSystem"] = system.name;
       }
-      AddShared(permissions, modifications, &spec);
-      if (!system.sid.empty() && systems_.size() > 1) {
-        spec["system"] = Json{{"sid", system.sid}};
-      }
       std::string name = system.name;
       if (name == mappings.front().first) {
         name += "-vhost";
       }
-      mappings.emplace_back(name, spec);
+      // Checked before the copy: S systems x M rule files is quadratic.
+      if (!Fits(JsonBytes(spec) + shared_bytes, "UrlMapping " + name)) {
+        return;
+      }
+      AddShared(permissions, modifications, &spec);
+      if (!system.sid.empty() && systems_.size() > 1) {
+        spec["system"] = Json{{"sid", system.sid}};
+      }
+      if (!Charge(ObjectBytes("UrlMapping", name, spec), "UrlMapping " + name)) {
+        return;
+      }
+      mappings.emplace_back(name, std::move(spec));
     }
     std::set<std::string> url_map_users;
     for (const auto& [name, spec] : mappings) {
@@ -1409,14 +1485,18 @@ class Importer {
           spec["urlMapPath"] = url_map_path_;
         }
       }
-      sap_systems.push_back(Object("SapSystem", system.name, spec));
+      Json object = Object("SapSystem", system.name, spec);
+      if (!Charge(JsonBytes(object), "SapSystem " + system.name)) {
+        return;
+      }
+      sap_systems.push_back(std::move(object));
     }
 
     result_.objects.insert(result_.objects.begin(), sap_systems.begin(), sap_systems.end());
     std::sort(mappings.begin() + 1, mappings.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [name, spec] : mappings) {
-      result_.objects.push_back(Object("UrlMapping", name, spec));
+      result_.objects.push_back(Object("UrlMapping", name, spec));  // charged above
     }
   }
 
@@ -1837,6 +1917,23 @@ class Importer {
         Note(*param, shown + " is empty: nothing to translate");
         continue;
       }
+      // Pasted as it is, but read as the controller will: a file kwd's rule
+      // parser refuses (or whose patterns RE2 does not compile) makes the
+      // UrlMapping rejected, which the import must say. Once per file.
+      auto verdict = rule_file_errors_.find(shown);
+      if (verdict == rule_file_errors_.end()) {
+        modification::ParseError error;
+        bool ok = modification::Program::CompileText(text, &error) != nullptr;
+        verdict = rule_file_errors_.emplace(shown, ok ? std::nullopt : std::optional(error)).first;
+      }
+      if (verdict->second) {
+        const modification::ParseError& error = *verdict->second;
+        param->warned = true;
+        result_.diagnostics.push_back(
+            {Level::kWarn, shown, error.line, error.column, param->entry->name,
+             "not a rule file kwd reads: " + error.message +
+                 "; the controller rejects the UrlMapping until it is fixed"});
+      }
       out.push_back(Json{{"prefix", *prefix}, {"rules", text}});
     }
     return out;
@@ -1919,6 +2016,35 @@ class Importer {
       spec["upstreamTLS"] = tls;
     }
     return spec;
+  }
+
+  // ---- the bound on the output ----
+
+  static std::size_t JsonBytes(const Json& json) {
+    return json.dump(-1, ' ', false, Json::error_handler_t::replace).size();
+  }
+  // The compact JSON size of Object(kind, name, spec), without building it.
+  std::size_t ObjectBytes(std::string_view kind, const std::string& name, const Json& spec) const {
+    return JsonBytes(Object(kind, name, Json::object())) - 2 + JsonBytes(spec);
+  }
+  // False (with one ERROR) once the objects would pass kMaxOutputBytes.
+  bool Fits(std::size_t bytes, const std::string& what) {
+    if (result_.output_bytes + bytes <= kMaxOutputBytes) {
+      return !over_output_bound_;
+    }
+    return Charge(bytes, what);
+  }
+  bool Charge(std::size_t bytes, const std::string& what) {
+    result_.output_bytes += bytes;
+    if (result_.output_bytes > kMaxOutputBytes && !over_output_bound_) {
+      over_output_bound_ = true;
+      Error(profile_name_, 0, "",
+            what + " takes the objects past " + std::to_string(kMaxOutputBytes) +
+                " bytes; nothing is written. Every UrlMapping (one per SRCVHOST system) carries "
+                "all icm/HTTP/mod_<xx> rule files, icm/HTTP/redirect_<xx> rules and the "
+                "permission table: import fewer systems or rule files at a time");
+    }
+    return !over_output_bound_;
   }
 
   Json Object(std::string_view kind, const std::string& name, const Json& spec) const {
@@ -2007,6 +2133,13 @@ class Importer {
 
   ParsedProfile parsed_;
   std::vector<Param> params_;
+  bool over_output_bound_ = false;
+  // Rule files checked with kwd's rule parser, by shown name: the first error.
+  std::map<std::string, std::optional<modification::ParseError>> rule_file_errors_;
+  // Named files by reference, as read (before ToUtf8): a file that many
+  // parameters name is read once.
+  std::map<std::string, std::pair<std::string, std::string>> files_read_;
+  std::size_t referenced_bytes_ = 0;
 
   Param* ms_host_ = nullptr;
   Param* ms_http_ = nullptr;
@@ -2078,6 +2211,9 @@ std::string Diagnostic::ToString() const {
   out += EscapeControlCharacters(file);
   if (line > 0) {
     out += ":" + std::to_string(line);
+    if (column > 0) {
+      out += ":" + std::to_string(column);
+    }
   }
   if (!parameter.empty()) {
     out += " " + EscapeControlCharacters(parameter);
@@ -2137,7 +2273,7 @@ ImportResult Import(std::string_view profile_text, const std::string& profile_na
         object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).size();
     if (bytes > kMaxObjectBytes) {
       result.diagnostics.push_back(
-          {Diagnostic::Level::kWarn, profile_name, 0, "",
+          {Diagnostic::Level::kWarn, profile_name, 0, 0, "",
            object["kind"].get<std::string>() + " " + object["metadata"]["name"].get<std::string>() +
                " is " + std::to_string(bytes) +
                " bytes: the API server refuses objects over about 1 MiB; split the rule files "

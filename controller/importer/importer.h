@@ -23,16 +23,24 @@ namespace kwd::importer {
 
 // A file named by the profile larger than this is refused.
 inline constexpr std::size_t kMaxReferencedFileBytes = 4 * 1024 * 1024;
+// All files named by the profile together (a file named twice is read once).
+inline constexpr std::size_t kMaxReferencedTotalBytes = 64 * 1024 * 1024;
+// All objects together, as compact JSON: charged as each object is built, so
+// that a profile whose rule files and permission table are copied into
+// every SRCVHOST system's UrlMapping (systems x rules) is refused before it
+// takes the memory, not after.
+inline constexpr std::size_t kMaxOutputBytes = 16 * 1024 * 1024;
 
 struct Diagnostic {
   enum class Level { kNote, kWarn, kError };
   Level level = Level::kWarn;
   std::string file;       // the file the line is in (profile or a named file)
   int line = 0;           // 1-based; 0: the file as a whole
+  int column = 0;         // 1-based; 0: the line as a whole
   std::string parameter;  // the profile parameter concerned ("" for none)
   std::string message;
 
-  // "WARN file:line parameter: message" (control characters escaped).
+  // "WARN file:line[:column] parameter: message" (control characters escaped).
   std::string ToString() const;
 };
 
@@ -41,8 +49,15 @@ struct Diagnostic {
 // "/usr/sap/W01/sec/permtab.txt", or "file://urlinfo.txt" without the
 // scheme). Returns false with `error` set when it cannot; `shown_name` is
 // how diagnostics name the file.
-using FileReader = std::function<bool(const std::string& reference, std::string* text,
-                                      std::string* shown_name, std::string* error)>;
+//   kRead:       `text` holds the file;
+//   kUnreadable: it cannot be read (missing, too large): an ERROR, nothing
+//                is written;
+//   kRefused:    the reader will not read it (a link out of the files
+//                directory, not a regular file): a WARN, the parameter is
+//                left out and the rest is translated.
+enum class ReadStatus { kRead, kUnreadable, kRefused };
+using FileReader = std::function<ReadStatus(const std::string& reference, std::string* text,
+                                            std::string* shown_name, std::string* error)>;
 
 struct ImportOptions {
   std::string namespace_ = "default";
@@ -65,10 +80,14 @@ struct ImportResult {
   std::vector<Diagnostic> diagnostics;  // profile order, then named files
   int parameters = 0;                   // profile parameters read
   int translated = 0;                   // of which translated (with or without NOTE)
+  // Bytes of the objects built (compact JSON); past kMaxOutputBytes the
+  // import stops with an ERROR and `objects` is empty.
+  std::size_t output_bytes = 0;
 
   bool HasErrors() const;
   bool HasWarnings() const;
-  // 1 on unreadable input, 3 when something was left out, else 0.
+  // 1 on unreadable input or output over the bounds, 3 when something was
+  // left out, else 0.
   int ExitCode() const;
 };
 

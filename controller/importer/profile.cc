@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <set>
 
 #include "common/log.h"
 
@@ -28,63 +27,6 @@ std::string_view StripComment(std::string_view line) {
   }
   return line;
 }
-
-struct Expander {
-  const std::map<std::string, std::string>& variables;
-  std::vector<std::string>* unresolved;
-  std::set<std::string> reported;
-  std::vector<std::string> stack;  // names being expanded, for cycles
-
-  void Report(const std::string& what) {
-    if (reported.insert(what).second) {
-      unresolved->push_back(what);
-    }
-  }
-
-  // Appends the expansion of `value` to `out`; false once the size bound is hit.
-  bool Expand(std::string_view value, std::string* out, int depth) {
-    std::size_t i = 0;
-    while (i < value.size()) {
-      if (out->size() > kMaxExpandedBytes) {
-        Report("value longer than " + std::to_string(kMaxExpandedBytes) + " bytes once expanded");
-        return false;
-      }
-      if (value[i] != '$' || i + 1 >= value.size() || value[i + 1] != '(') {
-        out->push_back(value[i]);
-        ++i;
-        continue;
-      }
-      std::size_t close = value.find(')', i + 2);
-      if (close == std::string_view::npos) {
-        Report("unclosed $(");
-        out->append(value.substr(i));
-        return true;
-      }
-      std::string name(Trim(value.substr(i + 2, close - i - 2)));
-      i = close + 1;
-      if (depth >= kMaxExpansionDepth) {
-        Report("$(" + EscapeControlCharacters(name) + ") nested too deeply");
-        continue;
-      }
-      if (std::find(stack.begin(), stack.end(), name) != stack.end()) {
-        Report("$(" + EscapeControlCharacters(name) + ") refers to itself");
-        continue;
-      }
-      auto it = variables.find(name);
-      if (it == variables.end()) {
-        Report("$(" + EscapeControlCharacters(name) + ")");
-        continue;
-      }
-      stack.push_back(name);
-      bool ok = Expand(it->second, out, depth + 1);
-      stack.pop_back();
-      if (!ok) {
-        return false;
-      }
-    }
-    return true;
-  }
-};
 
 }  // namespace
 
@@ -131,12 +73,136 @@ ParsedProfile ParseProfile(std::string_view text) {
   return out;
 }
 
+void ValueExpander::Report(const std::string& what, bool depends_on_context) {
+  if (depends_on_context) {
+    ++context_problems_;
+  } else {
+    trail_.push_back(what);
+  }
+  if (std::find(unresolved_->begin(), unresolved_->end(), what) == unresolved_->end()) {
+    unresolved_->push_back(what);
+  }
+}
+
+bool ValueExpander::Spend(std::size_t steps, std::size_t bytes) {
+  steps_ += steps;
+  bytes_ += bytes;
+  if (steps_ > kMaxExpansionSteps || bytes_ > kMaxExpandedTotalBytes) {
+    exhausted_ = true;
+  }
+  return !exhausted_;
+}
+
+// Appends the expansion of `value` to `out`; false once a bound is hit.
+// Bytes are charged to the budget before they are appended.
+bool ValueExpander::ExpandInto(std::string_view value, std::string* out, int depth) {
+  std::size_t i = 0;
+  while (i < value.size()) {
+    if (exhausted_) {
+      return false;
+    }
+    if (out->size() > kMaxExpandedBytes) {
+      Report("value longer than " + std::to_string(kMaxExpandedBytes) + " bytes once expanded",
+             true);
+      return false;
+    }
+    if (value[i] != '$' || i + 1 >= value.size() || value[i + 1] != '(') {
+      std::size_t next = value.find("$(", i + 1);
+      std::size_t end = std::min(next == std::string_view::npos ? value.size() : next,
+                                 i + kMaxExpandedBytes + 1 - std::min(out->size(), kMaxExpandedBytes));
+      if (!Spend(0, end - i)) {
+        return false;
+      }
+      out->append(value.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    std::size_t close = value.find(')', i + 2);
+    if (close == std::string_view::npos) {
+      Report("unclosed $(", false);
+      if (!Spend(0, value.size() - i)) {
+        return false;
+      }
+      out->append(value.substr(i));
+      return true;
+    }
+    std::string name(Trim(value.substr(i + 2, close - i - 2)));
+    i = close + 1;
+    if (!Spend(1, 0)) {
+      return false;
+    }
+    if (auto memo = memo_.find(name); memo != memo_.end()) {
+      std::size_t room = kMaxExpandedBytes + 1 - std::min(out->size(), kMaxExpandedBytes);
+      std::size_t take = std::min(room, memo->second.value.size());
+      if (!Spend(0, take)) {
+        return false;
+      }
+      out->append(memo->second.value, 0, take);
+      for (const std::string& problem : memo->second.problems) {
+        Report(problem, false);
+      }
+      if (take < memo->second.value.size()) {
+        Report("value longer than " + std::to_string(kMaxExpandedBytes) + " bytes once expanded",
+               true);
+        return false;
+      }
+      continue;
+    }
+    if (depth >= kMaxExpansionDepth) {
+      Report("$(" + EscapeControlCharacters(name) + ") nested too deeply", true);
+      continue;
+    }
+    if (std::find(stack_.begin(), stack_.end(), name) != stack_.end()) {
+      Report("$(" + EscapeControlCharacters(name) + ") refers to itself", true);
+      continue;
+    }
+    auto it = variables_.find(name);
+    if (it == variables_.end()) {
+      Report("$(" + EscapeControlCharacters(name) + ")", false);
+      continue;
+    }
+    std::size_t start = out->size();
+    std::size_t trail_start = trail_.size();
+    std::size_t context_before = context_problems_;
+    stack_.push_back(name);
+    bool ok = ExpandInto(it->second, out, depth + 1);
+    stack_.pop_back();
+    if (!ok) {
+      return false;
+    }
+    if (context_problems_ == context_before) {
+      Memo memo{out->substr(start), {}};
+      for (std::size_t t = trail_start; t < trail_.size(); ++t) {
+        if (std::find(memo.problems.begin(), memo.problems.end(), trail_[t]) ==
+            memo.problems.end()) {
+          memo.problems.push_back(trail_[t]);
+        }
+      }
+      memo_.emplace(name, std::move(memo));
+    }
+  }
+  return true;
+}
+
+std::string ValueExpander::Expand(std::string_view value, std::vector<std::string>* unresolved) {
+  unresolved_ = unresolved;
+  std::string out;
+  if (!ExpandInto(value, &out, 0)) {
+    out.resize(std::min(out.size(), kMaxExpandedBytes));
+  }
+  trail_.clear();
+  stack_.clear();
+  return out;
+}
+
 std::string ExpandValue(std::string_view value, const std::map<std::string, std::string>& variables,
                         std::vector<std::string>* unresolved) {
-  Expander expander{variables, unresolved, {}, {}};
-  std::string out;
-  if (!expander.Expand(value, &out, 0)) {
-    out.resize(std::min(out.size(), kMaxExpandedBytes));
+  ValueExpander expander(variables);
+  std::string out = expander.Expand(value, unresolved);
+  if (expander.exhausted()) {
+    unresolved->push_back("more than " + std::to_string(kMaxExpansionSteps) +
+                          " $(...) references or " + std::to_string(kMaxExpandedTotalBytes) +
+                          " bytes to expand");
   }
   return out;
 }

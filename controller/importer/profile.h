@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kwd::importer {
@@ -47,10 +48,55 @@ struct ParsedProfile {
 
 ParsedProfile ParseProfile(std::string_view text);
 
-// Substitutes every `$(NAME)` in `value` from `variables`, recursively
-// (a variable's value may name others). An unknown name, a cycle, an
-// unclosed `$(`, too deep a nesting or a result over kMaxExpandedBytes is
-// added to `unresolved` (once per name) and the reference becomes "".
+// For a whole profile: `$(NAME)` references resolved (each one counts, also
+// one served from the memo), and bytes produced by expansion. Beyond either
+// the expander stops: a profile of a few hundred bytes can otherwise name
+// 10^8 references whose expansion is empty, so that no byte bound trips.
+inline constexpr std::size_t kMaxExpansionSteps = 1000 * 1000;
+inline constexpr std::size_t kMaxExpandedTotalBytes = 16 * 1024 * 1024;
+
+// Substitutes every `$(NAME)` from `variables`, recursively (a variable's
+// value may name others). An unknown name, a cycle, an unclosed `$(`, too
+// deep a nesting or a result over kMaxExpandedBytes is added to
+// `unresolved` (once per name per value) and the reference becomes "".
+// Each name's expansion is memoised for the expander's life (unless it met
+// a cycle, the depth bound or the size bound, which depend on where it was
+// referenced from), so one profile costs one expansion per name. Once the
+// budget (kMaxExpansionSteps, kMaxExpandedTotalBytes) is spent, `exhausted()`
+// is true and every later value expands to what was produced so far, or "".
+class ValueExpander {
+ public:
+  explicit ValueExpander(std::map<std::string, std::string> variables)
+      : variables_(std::move(variables)) {}
+
+  std::string Expand(std::string_view value, std::vector<std::string>* unresolved);
+
+  bool exhausted() const { return exhausted_; }
+  std::size_t steps() const { return steps_; }  // references resolved so far
+  std::size_t bytes() const { return bytes_; }  // bytes produced so far
+
+ private:
+  struct Memo {
+    std::string value;
+    std::vector<std::string> problems;  // unknown names, unclosed `$(`
+  };
+  bool ExpandInto(std::string_view value, std::string* out, int depth);
+  void Report(const std::string& what, bool depends_on_context);
+  bool Spend(std::size_t steps, std::size_t bytes);
+
+  std::map<std::string, std::string> variables_;
+  std::map<std::string, Memo> memo_;
+  std::vector<std::string> stack_;     // names being expanded, for cycles
+  std::vector<std::string> trail_;     // every problem met, in order
+  std::size_t context_problems_ = 0;   // cycles, depth and size bounds met
+  std::vector<std::string>* unresolved_ = nullptr;
+  std::size_t steps_ = 0;
+  std::size_t bytes_ = 0;
+  bool exhausted_ = false;
+};
+
+// One value with a fresh ValueExpander; a spent budget is added to
+// `unresolved`.
 std::string ExpandValue(std::string_view value, const std::map<std::string, std::string>& variables,
                         std::vector<std::string>* unresolved);
 

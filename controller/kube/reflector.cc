@@ -74,6 +74,13 @@ void Reflector::Run(std::stop_token stop) {
           sink_.Replace({}, "");
           synced_ = true;
         }
+        if (options_.empty_when_forbidden && list.status.http_code == 403 && !synced_) {
+          Log(LogLevel::kError, kComponent,
+              "not allowed to list this resource (RBAC): empty until it is",
+              {{"path", options_.path}});
+          sink_.Replace({}, "");
+          synced_ = true;
+        }
         if (!sleeper_->SleepFor(backoff.Next(), stop)) {
           return;
         }

@@ -38,6 +38,9 @@ struct ReflectorOptions {
   // as an empty list, so the controller does not wait for it forever; the
   // list is retried with backoff until the resource is served.
   bool empty_when_not_found = false;
+  // Likewise for a 403 (RBAC does not grant the resource): logged as an
+  // error, empty until a list succeeds.
+  bool empty_when_forbidden = false;
   // Each watch asks the server to end it after a random time from
   // watch_timeout_seconds to twice that (client-go: 5 to 10 minutes), so that
   // the watches of many controllers do not all restart together. A quiet

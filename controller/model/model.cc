@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/crypto.h"
+
 namespace kwd::model {
 
 std::string_view JsonTypeName(const nlohmann::json& value) {
@@ -407,7 +409,11 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   r.Known(&spec, "spec",
           {"hosts", "defaultRootHandler", "defaultGroups", "passthroughGroup", "rules",
            "permissions", "fromSapSystem", "fromSapSystemRefines", "modifications",
-           "sapHeaders", "system", "className"});
+           "sapHeaders", "system", "className",
+           // Redirect to https and HSTS (issue 24 item 3).
+           "secureAction", "hsts",
+           // Certificates per host from Secrets (issue 27 item 3).
+           "tls"});
   r.String(spec, "className", "spec.className", &out->class_name);
   r.StringList(spec, "hosts", "spec.hosts", &out->hosts);
   r.OptString(spec, "defaultRootHandler", "spec.defaultRootHandler", &out->default_root_handler);
@@ -427,6 +433,14 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
   }
   r.OptBool(spec, "fromSapSystemRefines", "spec.fromSapSystemRefines",
             &out->from_sap_system_refines);
+  r.OptString(spec, "secureAction", "spec.secureAction", &out->secure_action);
+  if (const json* hsts = r.ObjectField(spec, "hsts", "spec.hsts")) {
+    r.Known(hsts, "spec.hsts", {"maxAgeSeconds", "includeSubDomains", "preload"});
+    auto& h = out->hsts.emplace();
+    r.OptInt(*hsts, "maxAgeSeconds", "spec.hsts.maxAgeSeconds", &h.max_age_seconds);
+    r.OptBool(*hsts, "includeSubDomains", "spec.hsts.includeSubDomains", &h.include_subdomains);
+    r.OptBool(*hsts, "preload", "spec.hsts.preload", &h.preload);
+  }
   if (const json* system = r.ObjectField(spec, "system", "spec.system")) {
     r.Known(system, "spec.system", {"sid"});
     r.OptString(*system, "sid", "spec.system.sid", &out->system_sid);
@@ -437,6 +451,12 @@ void ReadUrlMappingSpec(Reader& r, const json& spec, UrlMappingSpec* out) {
                  r.String(entry, "prefix", Join(path, "prefix"), &rule->prefix);
                  r.OptString(entry, "kind", Join(path, "kind"), &rule->kind);
                  r.OptString(entry, "logonGroup", Join(path, "logonGroup"), &rule->logon_group);
+               });
+  r.ObjectList(spec, "tls", "spec.tls", &out->tls,
+               [&r](const json& entry, const std::string& path, UrlMappingTls* tls) {
+                 r.Known(&entry, path, {"hosts", "secretName"});
+                 r.StringList(entry, "hosts", Join(path, "hosts"), &tls->hosts);
+                 r.String(entry, "secretName", Join(path, "secretName"), &tls->secret_name);
                });
   r.ObjectList(spec, "permissions", "spec.permissions", &out->permissions,
                [&r](const json& entry, const std::string& path, PermissionEntry* permission) {
@@ -526,6 +546,39 @@ void ReadEndpointSlice(Reader& r, const json& object, EndpointSlice* out) {
                });
 }
 
+// Secret data values are base64; stringData (what files may carry; the API
+// never returns it) is plain text and wins, as the API server merges it.
+void ReadSecret(Reader& r, const json& value, Secret* out) {
+  r.String(value, "type", "type", &out->type);
+  auto take = [&](std::string_view key, std::string* field) {
+    if (const json* data = r.ObjectField(value, "data", "data")) {
+      std::optional<std::string> encoded;
+      r.OptString(*data, key, Join("data", key), &encoded);
+      if (encoded) {
+        field->assign(encoded->size(), '\0');
+        const int n = Base64Decode(*encoded, field->data(), field->size());
+        if (n < 0) {
+          field->clear();
+          if (out->data_error.empty()) {
+            out->data_error = "data." + std::string(key) + " is not base64";
+          }
+        } else {
+          field->resize(static_cast<std::size_t>(n));
+        }
+      }
+    }
+    if (const json* data = r.ObjectField(value, "stringData", "stringData")) {
+      std::optional<std::string> plain;
+      r.OptString(*data, key, Join("stringData", key), &plain);
+      if (plain) {
+        *field = std::move(*plain);
+      }
+    }
+  };
+  take("tls.crt", &out->tls_crt);
+  take("tls.key", &out->tls_key);
+}
+
 DecodeResult Finish(Reader& r, Object object) {
   DecodeResult result;
   if (r.ok()) {
@@ -597,6 +650,12 @@ DecodeResult DecodeKnownKind(std::string_view kind, const json& value) {
     ReadMetadata(r, value, &pod.metadata);
     return Finish(r, std::move(pod));
   }
+  if (kind == kSecretKind) {
+    Secret secret;
+    ReadMetadata(r, value, &secret.metadata);
+    ReadSecret(r, value, &secret);
+    return Finish(r, std::move(secret));
+  }
   DecodeResult result;
   result.unsupported_kind = true;
   result.error = "unsupported kind " + std::string(kind);
@@ -610,7 +669,7 @@ std::string_view ApiVersionOf(std::string_view kind) {
   if (kind == kEndpointSliceKind) {
     return kDiscoveryApiVersion;
   }
-  if (kind == kPodKind) {
+  if (kind == kPodKind || kind == kSecretKind) {
     return kCoreApiVersion;
   }
   return {};
@@ -638,8 +697,10 @@ std::string_view KindOf(const Object& object) {
       return kPodKind;
     case 4:
       return kSapSystemKind;
-    default:
+    case 5:
       return kSapServerListKind;
+    default:
+      return kSecretKind;
   }
 }
 
@@ -712,6 +773,8 @@ bool ObjectSet::Upsert(Object object) {
           map = &pods_;
         } else if constexpr (std::is_same_v<T, SapSystem>) {
           map = &sap_systems_;
+        } else if constexpr (std::is_same_v<T, Secret>) {
+          map = &secrets_;
         } else {
           map = &sap_server_lists_;
         }
@@ -745,6 +808,9 @@ bool ObjectSet::Remove(const ObjectKey& key) {
   if (key.kind == kSapServerListKind) {
     return sap_server_lists_.erase(name) > 0;
   }
+  if (key.kind == kSecretKind) {
+    return secrets_.erase(name) > 0;
+  }
   return false;
 }
 
@@ -775,12 +841,15 @@ std::optional<Object> ObjectSet::Find(const ObjectKey& key) const {
   if (key.kind == kSapServerListKind) {
     return lookup(sap_server_lists_);
   }
+  if (key.kind == kSecretKind) {
+    return lookup(secrets_);
+  }
   return std::nullopt;
 }
 
 std::size_t ObjectSet::size() const {
   return logon_groups_.size() + url_mappings_.size() + endpoint_slices_.size() + pods_.size() +
-         sap_systems_.size() + sap_server_lists_.size();
+         sap_systems_.size() + sap_server_lists_.size() + secrets_.size();
 }
 
 std::optional<std::string_view> ClassNameOf(const Object& object) {

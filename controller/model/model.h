@@ -34,6 +34,9 @@ inline constexpr std::string_view kSapSystemKind = "SapSystem";
 // SapSystem's message server (one per SapSystem, same namespace/name), fed
 // to the compile like an EndpointSlice.
 inline constexpr std::string_view kSapServerListKind = "SapServerList";
+// A core v1 Secret of type kubernetes.io/tls, named by UrlMapping.spec.tls[].
+inline constexpr std::string_view kSecretKind = "Secret";
+inline constexpr std::string_view kTlsSecretType = "kubernetes.io/tls";
 
 inline constexpr std::string_view kServiceNameLabel = "kubernetes.io/service-name";
 inline constexpr std::string_view kCapacityAnnotation = "dispatch.kwd.io/capacity";
@@ -241,6 +244,25 @@ struct SapHeadersSpec {
   bool operator==(const SapHeadersSpec&) const = default;
 };
 
+// spec.hsts: the Strict-Transport-Security field of the mapping's https
+// responses (RFC 6797).
+struct HstsSpec {
+  std::optional<std::int64_t> max_age_seconds;  // default 31536000 (a year)
+  std::optional<bool> include_subdomains;       // default false
+  std::optional<bool> preload;                  // default false
+
+  bool operator==(const HstsSpec&) const = default;
+};
+
+// spec.tls[]: like Ingress TLS, the certificate of `secret_name` (a
+// kubernetes.io/tls Secret in the mapping's namespace) serves SNI `hosts`.
+struct UrlMappingTls {
+  std::vector<std::string> hosts;
+  std::string secret_name;
+
+  bool operator==(const UrlMappingTls&) const = default;
+};
+
 struct UrlMappingSpec {
   std::vector<std::string> hosts;  // empty: any host
   std::optional<std::string> default_root_handler;
@@ -257,10 +279,16 @@ struct UrlMappingSpec {
   // spec.system.sid: the SAP system this mapping is, for the requests a
   // modification rule sends to a SID (x-sap-webdisp-target-sid).
   std::optional<std::string> system_sid;
+  // spec.secureAction: what a `secure` permission entry does with a plain
+  // http request: "forbid" (403, SAP's behaviour; the default) or "redirect"
+  // (to https). spec.hsts: absent, no Strict-Transport-Security field.
+  std::optional<std::string> secure_action;
+  std::optional<HstsSpec> hsts;
   // Whether a discovered prefix may take a subtree of one of this mapping's
   // own rules (a longer prefix under it); default false. Never when the
   // traffic it takes would lose its upstream TLS.
   std::optional<bool> from_sap_system_refines;
+  std::vector<UrlMappingTls> tls;
 
   // spec.className: the controller (`serve --class NAME`) that programs the
   // object; empty: the controller without --class.
@@ -416,12 +444,29 @@ struct Pod {
   bool operator==(const Pod&) const = default;
 };
 
+// ---- Secret (v1): only a TLS Secret's certificate and key ----
+
+// The values of data["tls.crt"] and data["tls.key"] (base64 in the API,
+// decoded here; stringData too, as files may carry it). Other keys are
+// dropped on decode. A value that is not base64 is kept as `data_error`
+// for the compile to report, so the Secret's UrlMappings say why.
+struct Secret {
+  ObjectMeta metadata;
+  std::string type;
+  std::string tls_crt;
+  std::string tls_key;
+  std::string data_error;
+
+  bool operator==(const Secret&) const = default;
+};
+
 // ---- Objects, keys, sets ----
 
-using Object = std::variant<LogonGroup, UrlMapping, EndpointSlice, Pod, SapSystem, SapServerList>;
+using Object =
+    std::variant<LogonGroup, UrlMapping, EndpointSlice, Pod, SapSystem, SapServerList, Secret>;
 
 struct ObjectKey {
-  std::string kind;  // LogonGroup | UrlMapping | EndpointSlice | Pod | SapSystem | SapServerList
+  std::string kind;  // LogonGroup | UrlMapping | EndpointSlice | Pod | SapSystem | SapServerList | Secret
   std::string namespace_;
   std::string name;
 
@@ -488,6 +533,13 @@ class ObjectSet {
   const std::map<NamespacedName, SapServerList>& sap_server_lists() const {
     return sap_server_lists_;
   }
+  const std::map<NamespacedName, Secret>& secrets() const { return secrets_; }
+
+  // The wall-clock time (Unix seconds) the compile judges certificates
+  // against: an input like the objects, so the compile stays pure. 0: no
+  // validity-period check (tests and `compile` pass it explicitly).
+  std::int64_t now_unix_seconds() const { return now_unix_seconds_; }
+  void set_now_unix_seconds(std::int64_t now) { now_unix_seconds_ = now; }
 
  private:
   std::map<NamespacedName, LogonGroup> logon_groups_;
@@ -496,6 +548,8 @@ class ObjectSet {
   std::map<NamespacedName, Pod> pods_;
   std::map<NamespacedName, SapSystem> sap_systems_;
   std::map<NamespacedName, SapServerList> sap_server_lists_;
+  std::map<NamespacedName, Secret> secrets_;
+  std::int64_t now_unix_seconds_ = 0;
 };
 
 }  // namespace kwd::model

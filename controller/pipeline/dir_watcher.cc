@@ -130,6 +130,10 @@ bool DirWatcher::PollOnce() {
   for (const auto& [name, object] : set.sap_systems()) {
     add(object);
   }
+  // The pipeline keeps only those a UrlMapping's spec.tls names.
+  for (const auto& [name, object] : set.secrets()) {
+    add(object);
+  }
   for (const std::string& file : bad_files) {
     auto kept = files_.find(file);
     if (kept == files_.end()) {

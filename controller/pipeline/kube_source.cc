@@ -10,7 +10,7 @@ namespace {
 
 constexpr std::string_view kWatchedKinds[] = {model::kLogonGroupKind, model::kUrlMappingKind,
                                               model::kEndpointSliceKind, model::kPodKind,
-                                              model::kSapSystemKind};
+                                              model::kSapSystemKind, model::kSecretKind};
 
 bool IsCustomKind(std::string_view kind) {
   return kind == model::kLogonGroupKind || kind == model::kUrlMappingKind ||
@@ -47,7 +47,7 @@ std::string CollectionPath(std::string_view kind, std::string_view namespace_) {
     plural = "endpointslices";
   } else {
     prefix = "/api/v1";
-    plural = "pods";
+    plural = kind == model::kSecretKind ? "secrets" : "pods";
   }
   if (!namespace_.empty()) {
     prefix += "/namespaces/" + std::string(namespace_);
@@ -154,6 +154,8 @@ class KubeSource::Sink final : public kube::ReflectorSink {
 
 KubeSource::KubeSource(kube::KubeApi& api, Pipeline& pipeline, KubeSourceOptions options)
     : api_(api), pipeline_(pipeline) {
+  pipeline_.SetSecretFetcher(
+      [this](std::vector<model::ObjectKey> keys) { FetchSecrets(std::move(keys)); });
   std::vector<std::string> namespaces = options.namespaces;
   if (namespaces.empty()) {
     namespaces.emplace_back();
@@ -170,6 +172,9 @@ KubeSource::KubeSource(kube::KubeApi& api, Pipeline& pipeline, KubeSourceOptions
       }
       // Added after LogonGroup and UrlMapping: a cluster may not have its CRD yet.
       reflector_options.empty_when_not_found = kind == model::kSapSystemKind;
+      // RBAC not granting Secrets (an older chart's Role): serve everything
+      // else; UrlMapping.spec.tls then says SecretNotFound.
+      reflector_options.empty_when_forbidden = kind == model::kSecretKind;
       reflector_options.watch_timeout_seconds = options.watch_timeout_seconds;
       reflector_options.backoff = options.backoff;
       watch.reflector =
@@ -183,7 +188,49 @@ KubeSource::~KubeSource() {
   Stop();
 }
 
+void KubeSource::FetchSecrets(std::vector<model::ObjectKey> keys) {
+  {
+    std::lock_guard lock(fetch_mu_);
+    for (model::ObjectKey& key : keys) {
+      fetch_queue_.insert(std::move(key));
+    }
+  }
+  fetch_cv_.notify_one();
+}
+
+void KubeSource::RunFetcher(std::stop_token stop) {
+  while (true) {
+    model::ObjectKey key;
+    {
+      std::unique_lock lock(fetch_mu_);
+      if (!fetch_cv_.wait(lock, stop, [&] { return !fetch_queue_.empty(); })) {
+        return;  // stopped
+      }
+      key = *fetch_queue_.begin();
+      fetch_queue_.erase(fetch_queue_.begin());
+    }
+    kube::ApiResult got =
+        api_.Get(CollectionPath(model::kSecretKind, key.namespace_) + "/" + key.name);
+    if (got.status.IsNotFound()) {
+      continue;  // the watch delivers it when it is made
+    }
+    if (!got.status.ok()) {
+      Log(LogLevel::kWarn, "watch", "cannot read a Secret a UrlMapping names",
+          {{"object", key.ToString()}, {"error", got.status.ToString()}});
+      continue;
+    }
+    std::string error;
+    if (auto observed = DecodeObserved(model::kSecretKind, got.body, &error)) {
+      pipeline_.Upsert(std::move(*observed));
+    } else {
+      Log(LogLevel::kWarn, "watch", "cannot decode object; ignoring it",
+          {{"object", key.ToString()}, {"error", error}});
+    }
+  }
+}
+
 void KubeSource::Start() {
+  threads_.emplace_back([this](std::stop_token stop) { RunFetcher(stop); });
   for (Watch& watch : watches_) {
     kube::Reflector* reflector = watch.reflector.get();
     threads_.emplace_back([reflector](std::stop_token stop) { reflector->Run(stop); });

@@ -14,9 +14,15 @@
 //     GET per targetRef would miss those changes (or poll). Each pod is
 //     reduced to these dispatch.kwd.io annotations on arrival, and pod churn
 //     that does not touch them (status, labels) never triggers a rebuild.
+//   - Secrets: watched in the same namespaces (RBAC: get/list/watch on
+//     secrets there). Only tls.crt and tls.key are decoded, and the store
+//     keeps only Secrets a UrlMapping's spec.tls names; one named after it
+//     was dropped is fetched again with a GET (FetchSecrets).
 
 #include <memory>
+#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -59,6 +65,9 @@ class KubeSource {
   // Reflector counters summed per kind.
   std::vector<KindStats> Stats() const;
   bool HasSynced() const;
+  // GETs these Secrets (on a thread of the source) and upserts the ones that
+  // exist; the pipeline's SecretFetcher. Never blocks.
+  void FetchSecrets(std::vector<model::ObjectKey> keys);
 
  private:
   class Sink;
@@ -68,8 +77,13 @@ class KubeSource {
     std::unique_ptr<kube::Reflector> reflector;
   };
 
+  void RunFetcher(std::stop_token stop);
+
   kube::KubeApi& api_;
   Pipeline& pipeline_;
+  std::mutex fetch_mu_;
+  std::condition_variable_any fetch_cv_;
+  std::set<model::ObjectKey> fetch_queue_;
   std::vector<Watch> watches_;
   std::vector<std::jthread> threads_;
 };

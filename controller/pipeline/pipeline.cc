@@ -13,7 +13,7 @@ namespace {
 // system poller's SapServerLists are its own.
 constexpr std::string_view kAllKinds[] = {model::kLogonGroupKind, model::kUrlMappingKind,
                                           model::kEndpointSliceKind, model::kPodKind,
-                                          model::kSapSystemKind};
+                                          model::kSapSystemKind, model::kSecretKind};
 
 std::vector<double> CompileBuckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -141,7 +141,11 @@ void Pipeline::Run(std::stop_token stop) {
     {
       std::unique_lock lock(mu_);
       auto has_events = [&] { return !queue_.empty(); };
-      if (std::optional<Coalescer::TimePoint> deadline = coalescer_.Deadline()) {
+      std::optional<Coalescer::TimePoint> deadline = coalescer_.Deadline();
+      if (certificate_expiry_ && (!deadline || *certificate_expiry_ < *deadline)) {
+        deadline = certificate_expiry_;
+      }
+      if (deadline) {
         // RealClock's Now() is steady_clock::now(); a fake clock is only
         // used where no real wait is needed.
         wake_.wait_until(lock, stop, *deadline, has_events);
@@ -160,6 +164,15 @@ void Pipeline::Run(std::stop_token stop) {
     }
     if (!batch.empty()) {
       UpdateObjectGauges();
+      std::vector<model::ObjectKey> wanted = store_.TakeWantedSecrets();
+      if (!wanted.empty() && secret_fetcher_) {
+        secret_fetcher_(std::move(wanted));
+      }
+    }
+    if (certificate_expiry_ && clock_->Now() >= *certificate_expiry_) {
+      certificate_expiry_.reset();
+      changed = true;
+      Log(LogLevel::kInfo, "pipeline", "a certificate reached its expiry; compiling again");
     }
     if (sap_systems_touched_ && sap_system_observer_) {
       sap_systems_touched_ = false;
@@ -192,7 +205,16 @@ void Pipeline::Run(std::stop_token stop) {
 void Pipeline::Rebuild() {
   auto start = std::chrono::steady_clock::now();
   const std::uint64_t compiled_before = store_.memo().groups_compiled();
-  auto result = std::make_shared<compile::CompileResult>(store_.Compile());
+  const std::int64_t wall_now = std::chrono::duration_cast<std::chrono::seconds>(
+                                   clock_->WallNow().time_since_epoch())
+                                   .count();
+  auto result = std::make_shared<compile::CompileResult>(store_.Compile(wall_now));
+  certificate_expiry_.reset();
+  if (result->certificates_expire > 0) {
+    certificate_expiry_ =
+        clock_->Now() + std::chrono::seconds(std::max<std::int64_t>(
+                            1, result->certificates_expire - wall_now + 1));
+  }
   const std::uint64_t groups_compiled = store_.memo().groups_compiled() - compiled_before;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   compiles_.fetch_add(1);

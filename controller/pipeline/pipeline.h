@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <variant>
@@ -86,6 +87,12 @@ class Pipeline {
       std::function<void(const compile::ObjectStatus& desired, const nlohmann::json* observed,
                          const std::string& uid)>;
   void SetStatusObserver(StatusObserver observer) { status_observer_ = std::move(observer); }
+  // Told (on the pipeline thread) the Secrets a UrlMapping's spec.tls newly
+  // names that the store does not hold: the store drops Secrets no mapping
+  // names, so a source that delivered one before must fetch it again (the
+  // Kubernetes source GETs it). Set before Run; must not block.
+  using SecretFetcher = std::function<void(std::vector<model::ObjectKey>)>;
+  void SetSecretFetcher(SecretFetcher fetcher) { secret_fetcher_ = std::move(fetcher); }
 
   // Thread-safe; only enqueue.
   void Upsert(ObservedObject observed);
@@ -140,6 +147,7 @@ class Pipeline {
   StatusDecorator status_decorator_;
   SapSystemObserver sap_system_observer_;
   StatusObserver status_observer_;
+  SecretFetcher secret_fetcher_;
 
   mutable std::mutex mu_;
   std::condition_variable_any wake_;
@@ -155,6 +163,9 @@ class Pipeline {
   bool sap_systems_touched_ = false;
   std::string published_version_;
   std::map<model::ObjectKey, std::string> rejected_logged_;  // Accepted=False messages logged
+  // When the first certificate in the snapshot expires: compile again then
+  // (its UrlMappings get InvalidCertificate and the proxies stop serving it).
+  std::optional<std::chrono::steady_clock::time_point> certificate_expiry_;
 
   std::atomic<bool> ready_{false};
   std::atomic<std::uint64_t> compiles_{0};

@@ -47,6 +47,10 @@ void TrimForCompile(model::Object* object) {
           typed.metadata.annotations = std::move(kept);
           typed.metadata.generation = 0;
         }
+        if constexpr (std::is_same_v<T, model::Secret>) {
+          typed.metadata.labels.clear();
+          typed.metadata.annotations.clear();  // kubectl's last-applied copy holds the data
+        }
       },
       *object);
 }
@@ -60,6 +64,9 @@ bool ObjectStore::IsRelevant(const model::Object& object) const {
   if (const auto* pod = std::get_if<model::Pod>(&object)) {
     return referenced_pods_.contains({pod->metadata.namespace_, pod->metadata.name});
   }
+  if (const auto* secret = std::get_if<model::Secret>(&object)) {
+    return referenced_secrets_.contains({secret->metadata.namespace_, secret->metadata.name});
+  }
   return true;  // LogonGroups, UrlMappings, SapSystems and their lists are always compiled
 }
 
@@ -68,6 +75,25 @@ void ObjectStore::Index(const model::Object& object, int delta) {
     const auto& backend = group->spec.backend;
     if (backend && backend->service && !backend->service->name.empty()) {
       AddRef(&referenced_services_, {group->metadata.namespace_, backend->service->name}, delta);
+    }
+  } else if (const auto* mapping = std::get_if<model::UrlMapping>(&object)) {
+    std::set<std::string> names;  // one reference per mapping and Secret
+    for (const model::UrlMappingTls& tls : mapping->spec.tls) {
+      names.insert(tls.secret_name);
+    }
+    for (const std::string& name : names) {
+      NamespacedName key{mapping->metadata.namespace_, name};
+      AddRef(&referenced_secrets_, key, delta);
+      if (!referenced_secrets_.contains(key)) {
+        // No longer named: forget the Secret and its key.
+        wanted_secrets_.erase(key);
+        if (objects_.Remove(model::ObjectKey{std::string(model::kSecretKind), key.first,
+                                             key.second})) {
+          memo_.Changed({std::string(model::kSecretKind), key.first, key.second});
+        }
+      } else if (delta > 0 && !objects_.secrets().contains(key)) {
+        wanted_secrets_.insert(key);
+      }
     }
   } else if (const auto* slice = std::get_if<model::EndpointSlice>(&object)) {
     for (const model::Endpoint& endpoint : slice->endpoints) {
@@ -94,15 +120,24 @@ bool ObjectStore::Upsert(ObservedObject observed) {
       statuses_[key] = std::move(observed.status);
     }
   }
+  if (key.kind == model::kSecretKind &&
+      !referenced_secrets_.contains({key.namespace_, key.name})) {
+    // Named by no UrlMapping: dropped on arrival (and never logged).
+    return Remove(key);
+  }
+  if (key.kind == model::kSecretKind) {
+    wanted_secrets_.erase({key.namespace_, key.name});
+  }
   std::optional<model::Object> previous = objects_.Find(key);
   if (previous && *previous == observed.object) {
     return false;
   }
   bool was_relevant = previous && IsRelevant(*previous);
+  // New references first: a Secret both versions name never drops to zero.
+  Index(observed.object, +1);
   if (previous) {
     Index(*previous, -1);
   }
-  Index(observed.object, +1);
   bool is_relevant = IsRelevant(observed.object);
   memo_.Changed(key);
   objects_.Upsert(std::move(observed.object));
@@ -137,6 +172,8 @@ std::vector<model::ObjectKey> ObjectStore::KeysOf(std::string_view kind,
     CollectKeys(objects_.sap_systems(), kind, namespace_, &keys);
   } else if (kind == model::kSapServerListKind) {
     CollectKeys(objects_.sap_server_lists(), kind, namespace_, &keys);
+  } else if (kind == model::kSecretKind) {
+    CollectKeys(objects_.secrets(), kind, namespace_, &keys);
   }
   return keys;
 }
@@ -189,7 +226,21 @@ std::size_t ObjectStore::CountOf(std::string_view kind) const {
   if (kind == model::kSapServerListKind) {
     return objects_.sap_server_lists().size();
   }
+  if (kind == model::kSecretKind) {
+    return objects_.secrets().size();
+  }
   return 0;
+}
+
+std::vector<model::ObjectKey> ObjectStore::TakeWantedSecrets() {
+  std::vector<model::ObjectKey> keys;
+  for (const NamespacedName& key : wanted_secrets_) {
+    if (!objects_.secrets().contains(key)) {
+      keys.push_back({std::string(model::kSecretKind), key.first, key.second});
+    }
+  }
+  wanted_secrets_.clear();
+  return keys;
 }
 
 }  // namespace kwd::pipeline

@@ -8,10 +8,13 @@
 // Every write reports whether something the compile reads changed, so that
 // unrelated churn (pod status, status writes echoed back by the watch,
 // EndpointSlices of Services no LogonGroup names) never triggers a rebuild.
+// Secrets are kept only while a UrlMapping's spec.tls names them: others
+// are dropped on arrival, and one that stops being named is forgotten.
 
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,7 +51,11 @@ class ObjectStore {
   // compile::Compile(objects(), &last_good()), compiling again only the
   // LogonGroups that the writes since the last call touched (every write is
   // reported to the store's CompileMemo).
-  compile::CompileResult Compile() { return compile::Compile(objects_, memo_, &last_good_); }
+  // `now_unix_seconds`: the time certificates are judged against (0: not checked).
+  compile::CompileResult Compile(std::int64_t now_unix_seconds = 0) {
+    objects_.set_now_unix_seconds(now_unix_seconds);
+    return compile::Compile(objects_, memo_, &last_good_);
+  }
   const compile::CompileMemo& memo() const { return memo_; }
   // Remembers the objects `result` (a Compile() of the current objects that
   // is being served) accepted as their last good versions.
@@ -57,6 +64,10 @@ class ObjectStore {
   // The status the API server last reported for a LogonGroup/UrlMapping, or null.
   const nlohmann::json* ObservedStatus(const model::ObjectKey& key) const;
   std::size_t CountOf(std::string_view kind) const;
+  // Secrets some UrlMapping's spec.tls names that the store does not hold
+  // (dropped on arrival before the reference, or not delivered yet), each
+  // reported once until it arrives; a source may fetch them.
+  std::vector<model::ObjectKey> TakeWantedSecrets();
 
  private:
   using NamespacedName = model::ObjectSet::NamespacedName;
@@ -73,6 +84,10 @@ class ObjectStore {
   std::map<NamespacedName, int> referenced_services_;
   // (namespace, pod) named by EndpointSlice targetRefs, with reference counts.
   std::map<NamespacedName, int> referenced_pods_;
+  // (namespace, secret) named by UrlMapping spec.tls, with reference counts.
+  // Only these Secrets are kept (private keys stay out of memory otherwise).
+  std::map<NamespacedName, int> referenced_secrets_;
+  std::set<NamespacedName> wanted_secrets_;
 };
 
 }  // namespace kwd::pipeline

@@ -31,6 +31,40 @@ bool PrefixMatches(const std::array<std::uint8_t, 16>& a, const std::array<std::
   return (a[full] & mask) == (b[full] & mask);
 }
 
+// The IPv4 address an IPv6 address carries where it can reach it, as an
+// IPv4-mapped address: ::a.b.c.d (deprecated IPv4-compatible),
+// ::ffff:0:a.b.c.d (IPv4-translated, RFC 2765), 64:ff9b::a.b.c.d (NAT64,
+// RFC 6052) and 2002:aabb:ccdd::/48 (6to4, RFC 3056). None for others.
+std::optional<IpAddress> EmbeddedIpv4(const IpAddress& address) {
+  const auto& b = address.bytes;
+  if (IsMapped(address)) {
+    return std::nullopt;
+  }
+  auto zero = [](std::uint8_t x) { return x == 0; };
+  static constexpr std::array<std::uint8_t, 4> kNat64 = {0, 0x64, 0xff, 0x9b};
+  std::optional<std::size_t> at;  // where the four bytes are
+  if (std::all_of(b.begin(), b.begin() + 12, zero)) {
+    at = 12;
+  } else if (std::all_of(b.begin(), b.begin() + 8, zero) && b[8] == 0xff && b[9] == 0xff &&
+             b[10] == 0 && b[11] == 0) {
+    at = 12;
+  } else if (std::equal(kNat64.begin(), kNat64.end(), b.begin()) &&
+             std::all_of(b.begin() + 4, b.begin() + 12, zero)) {
+    at = 12;
+  } else if (b[0] == 0x20 && b[1] == 0x02) {
+    at = 2;
+  }
+  if (!at) {
+    return std::nullopt;
+  }
+  IpAddress inner;
+  inner.v4 = true;
+  std::copy(kMappedPrefix.begin(), kMappedPrefix.end(), inner.bytes.begin());
+  std::copy(b.begin() + static_cast<std::ptrdiff_t>(*at),
+            b.begin() + static_cast<std::ptrdiff_t>(*at) + 4, inner.bytes.begin() + 12);
+  return inner;
+}
+
 }  // namespace
 
 std::optional<IpAddress> ParseIpAddress(std::string_view text) {
@@ -135,6 +169,9 @@ std::string_view SpecialAddressKind(const IpAddress& address) {
     if (first == 169 && b[13] == 254) {
       return "link-local";
     }
+    if (first == 100 && b[13] == 100 && b[14] == 100 && b[15] == 200) {
+      return "cloud metadata";  // Alibaba Cloud's metadata service
+    }
     if (first >= 224 && first <= 239) {
       return "multicast";
     }
@@ -158,18 +195,15 @@ std::string_view SpecialAddressKind(const IpAddress& address) {
   if (b[0] == 0xff) {
     return "multicast";
   }
-  // ::a.b.c.d (deprecated IPv4-compatible) and 64:ff9b::/96 (NAT64) can
-  // reach an IPv4 address; judge them as the IPv4 address they carry.
-  static constexpr std::array<std::uint8_t, 12> kNat64 = {0, 0x64, 0xff, 0x9b};
-  auto zero = [](std::uint8_t x) { return x == 0; };
-  const bool compatible = std::all_of(b.begin(), b.begin() + 12, zero);
-  const bool nat64 = std::equal(kNat64.begin(), kNat64.end(), b.begin()) &&
-                     std::all_of(b.begin() + 4, b.begin() + 12, zero);
-  if (compatible || nat64) {
-    IpAddress inner;
-    std::copy(kMappedPrefix.begin(), kMappedPrefix.end(), inner.bytes.begin());
-    std::copy(b.begin() + 12, b.end(), inner.bytes.begin() + 12);
-    return SpecialAddressKind(inner);
+  // fd00:ec2::254: AWS's metadata service over IPv6.
+  static constexpr std::array<std::uint8_t, 16> kAwsMetadata = {0xfd, 0, 0x0e, 0xc2, 0, 0, 0, 0,
+                                                                0,    0, 0,    0,    0, 0, 0x02, 0x54};
+  if (b == kAwsMetadata) {
+    return "cloud metadata";
+  }
+  // Forms that can reach an IPv4 address: judged as the address they carry.
+  if (std::optional<IpAddress> inner = EmbeddedIpv4(address)) {
+    return SpecialAddressKind(*inner);
   }
   return "";
 }
@@ -187,8 +221,9 @@ std::string RefusalReason(const AddressPolicy& policy, std::string_view text) {
   if (!special.empty()) {
     return listed(*address) ? "" : std::string(special) + " address, not in spec.allowedNetworks";
   }
+  const std::optional<IpAddress> inner = EmbeddedIpv4(*address);
   bool own = std::any_of(policy.own.begin(), policy.own.end(), [&](const IpAddress& mine) {
-    return mine.bytes == address->bytes;
+    return mine.bytes == address->bytes || (inner && mine.bytes == inner->bytes);
   });
   if (own && std::none_of(policy.allowed.begin(), policy.allowed.end(), [&](const Cidr& cidr) {
         return cidr.IsSingleAddress() && cidr.Contains(*address);

@@ -507,7 +507,7 @@ void LoadYamlText(std::string_view yaml_text, const std::string& file, LoadResul
     if (decoded.unsupported_kind) {
       add_at(LoadProblem::Severity::kNote, document.position,
              "skipping " + Describe(object) + ": " + decoded.error +
-                 " (kwd reads LogonGroup, UrlMapping, SapSystem, EndpointSlice, Pod)")
+                 " (kwd reads LogonGroup, UrlMapping, SapSystem, EndpointSlice, Pod, Secret)")
           .skipped_kind = object.contains("kind") && object["kind"].is_string()
                               ? object["kind"].get<std::string>()
                               : "object";

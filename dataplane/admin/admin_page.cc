@@ -255,7 +255,8 @@ function renderMapping(state) {
     let j = 1;
     for (const p of h.permissions) {
       const tr = el("tr");
-      cell(tr, j++, "num"); cell(tr, p.action, p.action === "deny" ? "bad" : null); cell(tr, p.pattern);
+      const action = p.secure_action === "redirect" ? "secure (redirect to https)" : p.action;
+      cell(tr, j++, "num"); cell(tr, action, p.action === "deny" ? "bad" : null); cell(tr, p.pattern);
       ptable.appendChild(tr);
     }
     perms.appendChild(ptable);

@@ -225,6 +225,11 @@ ordered_json UrlMappingJson(const routing::RoutingTable& table) {
     for (size_t i = 0; i < vhost.permissions.size(); ++i) {
       permissions.push_back({{"action", ActionName(vhost.permissions.action(i))},
                              {"pattern", vhost.permissions.pattern(i)}});
+      if (vhost.permissions.action(i) == v1::PERMISSION_ACTION_SECURE) {
+        // UrlMapping.spec.secureAction of the entry's mapping.
+        permissions.back()["secure_action"] =
+            vhost.permissions.redirect_to_https(i) ? "redirect" : "forbid";
+      }
     }
     entry["permissions"] = std::move(permissions);
     hosts.push_back(std::move(entry));
@@ -858,6 +863,7 @@ ordered_json AdminServer::Explain(std::string_view url, std::optional<std::strin
   if (explain_router_.table() == nullptr) {
     return ordered_json{{"error", "no routing table"}};
   }
+  explain_router_.set_https_port(proxy_->options().public_https_port);
   routing::Decision decision = explain_router_.Route(request.View());
   ordered_json body = routing::DecisionJson(explain_router_, decision, request.https);
   ExplainContext context;

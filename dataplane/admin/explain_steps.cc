@@ -317,15 +317,36 @@ ordered_json ExplainSteps(const routing::Router& router, const routing::Decision
              vhost->permissions.pattern(match) + ") matched " + std::string(decision.path);
       if (action == v1::PERMISSION_ACTION_DENY) {
         text += ": denied, the proxy answers 403";
+      } else if (action == v1::PERMISSION_ACTION_SECURE && request.https) {
+        text += ": https only, and this request is https: permitted";
       } else if (action == v1::PERMISSION_ACTION_SECURE) {
-        text += request.https ? ": https only, and this request is https: permitted"
-                              : ": https only, and this request is plain http: 403";
+        text += ": https only, and this request is plain http: ";
+        switch (decision.secure_redirect) {
+          case routing::SecureRedirect::kRedirected:
+            text += "redirected (secureAction: redirect), the proxy answers " +
+                    std::to_string(decision.status) + " to " + std::string(decision.location);
+            break;
+          case routing::SecureRedirect::kNoHttpsPort:
+            text += "secureAction: redirect, but the proxy has no https port (--tls-listen or "
+                    "--public-ports https=PORT): 403";
+            break;
+          case routing::SecureRedirect::kBadHost:
+            text += "secureAction: redirect, but the Host is no name a redirect may carry: 403";
+            break;
+          case routing::SecureRedirect::kNone:
+            text += "403";
+            break;
+        }
       } else {
         text += ": permitted";
       }
       step["rule"] = {{"index", match + 1},
                       {"action", ActionText(action)},
                       {"pattern", vhost->permissions.pattern(match)}};
+      if (action == v1::PERMISSION_ACTION_SECURE) {
+        step["rule"]["secure_action"] =
+            vhost->permissions.redirect_to_https(match) ? "redirect" : "forbid";
+      }
     }
     step["text"] = std::move(text);
     steps.push_back(std::move(step));
@@ -350,6 +371,12 @@ ordered_json ExplainSteps(const routing::Router& router, const routing::Decision
     step["kind"] = std::string(KindText(decision.kind));
     step["group"] = decision.group != nullptr ? ordered_json(decision.group->key) : ordered_json();
     steps.push_back(std::move(step));
+  }
+  if (decision.reason == routing::Reason::kSecureRedirect) {
+    steps.push_back(Step("result", "the proxy answers " + std::to_string(decision.status) +
+                                       " itself (secure-redirect) to " +
+                                       std::string(decision.location)));
+    return steps;
   }
   if (decision.reason == routing::Reason::kDenied || decision.group == nullptr) {
     steps.push_back(Step("result", "the proxy answers " + std::to_string(decision.status) +

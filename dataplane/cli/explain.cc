@@ -21,15 +21,16 @@ namespace {
 constexpr const char kExplainUsage[] =
     "usage: kwd-proxy explain --snapshot FILE --url URL [--host HOST]\n"
     "                         [--header 'Name: value']... [--count N]\n"
-    "                         [--affinity-key-file FILE]\n"
+    "                         [--affinity-key-file FILE] [--method M]\n"
+    "                         [--https-port PORT]\n"
     "\n"
     "Routes N simulated sequential requests (each answered before the next) with\n"
     "the snapshot FILE (what 'kwd-controller compile' prints) and prints one JSON\n"
     "object per request: group, server, address, rule, kind, reason, status, lost,\n"
-    "set_cookie, path, host; when SAP modification rules changed or answered the\n"
-    "request also modifications (every rule that fired: source, line, command, and\n"
-    "the URL and headers after it), url (the target forwarded), system (the SID a\n"
-    "rule chose) and location (a redirect's). Session tables persist across the N\n"
+    "set_cookie, path, host, location (a redirect's), hsts; when SAP modification\n"
+    "rules changed or answered the request also modifications (every rule that\n"
+    "fired: source, line, command, and the URL and headers after it), url (the\n"
+    "target forwarded) and system (the SID a rule chose). Session tables persist across the N\n"
     "requests; the requests carry only what the flags give (add cookies with\n"
     "--header 'Cookie: ...').\n"
     "\n"
@@ -41,7 +42,11 @@ constexpr const char kExplainUsage[] =
     "                            modification rules see every one\n"
     "  --count N                 number of requests (default 1)\n"
     "  --affinity-key-file FILE  affinity-cookie signing key; else $KWD_AFFINITY_KEY,\n"
-    "                            else the development key \"kwd-development-affinity-key\"\n";
+    "                            else the development key \"kwd-development-affinity-key\"\n"
+    "  --method M                request method (default GET; a secure redirect is 301\n"
+    "                            for GET and HEAD, 308 for other methods)\n"
+    "  --https-port PORT         the proxy's public https port a secure redirect names\n"
+    "                            (default 443; 0: the proxy has none, so such URLs get 403)\n";
 
 struct ExplainFlags {
   std::string snapshot;
@@ -51,6 +56,8 @@ struct ExplainFlags {
   std::vector<std::string> headers;
   int count = 1;
   std::string affinity_key_file;
+  std::string method = "GET";
+  uint16_t https_port = 443;
 };
 
 
@@ -123,6 +130,29 @@ int ParseFlags(int argc, char** argv, ExplainFlags* flags, std::ostream& out, st
         return 2;
       }
       flags->affinity_key_file = value;
+    } else if (name == "--method") {
+      if (!take_value()) {
+        return 2;
+      }
+      if (value.empty() || value.size() > 32 ||
+          value.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ-") != std::string::npos) {
+        err << "kwd-proxy explain: --method wants an upper-case method such as GET or POST, got \""
+            << value << "\"\n";
+        return 2;
+      }
+      flags->method = value;
+    } else if (name == "--https-port") {
+      if (!take_value()) {
+        return 2;
+      }
+      unsigned port = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), port);
+      if (ec != std::errc() || end != value.data() + value.size() || port > 65535) {
+        err << "kwd-proxy explain: --https-port wants a port from 0 to 65535, got \"" << value
+            << "\"\n";
+        return 2;
+      }
+      flags->https_port = static_cast<uint16_t>(port);
     } else {
       err << "kwd-proxy explain: unknown flag \"" << arg << "\"\n\n" << kExplainUsage;
       return 2;
@@ -157,6 +187,7 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   routing::ExplainRequest request = routing::MakeExplainRequest(
       flags.url, flags.headers,
       flags.host_given ? std::optional<std::string_view>(flags.host) : std::nullopt);
+  request.method = flags.method;
 
   std::string affinity_key;
   if (!LoadExplainAffinityKey(flags, &affinity_key, err)) {
@@ -181,6 +212,7 @@ int ExplainMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   routing::Router router(std::make_shared<session::AffinityCookieCodec>(affinity_key), clock);
   router.Apply(table);
   router.set_trace_modifications(true);
+  router.set_https_port(flags.https_port);
 
   for (int i = 0; i < flags.count; ++i) {
     routing::Decision decision = router.Route(request.View());

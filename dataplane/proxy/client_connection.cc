@@ -504,13 +504,8 @@ void ClientConnection::OnInterimHead(const http::ResponseHead& head) {
 }
 
 void ClientConnection::OnResponseHead(const http::ResponseHead& head,
-                                      const http::ResponseInfo& info, std::string_view set_cookie,
-                                      bool /*end*/) {
-  http::Header extra[1];
-  size_t extra_count = 0;
-  if (!set_cookie.empty()) {
-    extra[extra_count++] = {"Set-Cookie", set_cookie};
-  }
+                                      const http::ResponseInfo& info,
+                                      std::span<const http::Header> added, bool /*end*/) {
   http::ForwardResponseOptions options;
   switch (info.body) {
     case http::BodyKind::kChunked:
@@ -544,7 +539,7 @@ void ClientConnection::OnResponseHead(const http::ResponseHead& head,
   if (version_minor_ == 0) {
     options.reframe_body = true;  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1)
   }
-  options.extra_headers = std::span<const http::Header>(extra, extra_count);
+  options.extra_headers = added;
   http::SerializeResponseHead(head, options, head_out_);
   out_.Append(head_out_);
   if (info.body == http::BodyKind::kTunnel) {

@@ -55,7 +55,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
 
   // ExchangeSink: the exchange's response, written in HTTP/1.x.
   void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& info,
-                      std::string_view set_cookie, bool end) override;
+                      std::span<const http::Header> added, bool end) override;
   void OnInterimHead(const http::ResponseHead& head) override;
   void OnLocalAnswer(const http::ResponseHead& head, std::string_view page_head,
                      std::string_view body, bool must_close) override;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -462,8 +463,13 @@ void Exchange::Start(const http::RequestHead* head, const http::RequestInfo& inf
                   (info_.body == http::BodyKind::kContentLength && info_.content_length == 0);
   request_end_ = request_done_;
   Route();
+  if (decision_.secure_redirect != routing::SecureRedirect::kNone) {
+    CountSecureRedirect();
+  }
   if (decision_.server == nullptr) {
-    if (routing::IsRuleAnswer(decision_.reason)) {
+    if (decision_.secure_redirect == routing::SecureRedirect::kRedirected) {
+      AnswerSecureRedirect();
+    } else if (routing::IsRuleAnswer(decision_.reason)) {
       AnswerByRule();
     } else if (decision_.status == 403) {
       AnswerLocally(ErrorCode::kDenied, "access to this URL is not permitted", false);
@@ -1225,6 +1231,16 @@ bool Exchange::HandleResponseHead(size_t head_bytes) {
   if (set_affinity) {
     scratch_ = worker_->router().AffinityCookieHeader(decision_, https_);
   }
+  std::array<http::Header, 2> added;
+  size_t added_count = 0;
+  if (!scratch_.empty()) {
+    added[added_count++] = {"Set-Cookie", scratch_};
+  }
+  // The mapping's HSTS, unless the server sent its own (kept, not doubled).
+  if (std::string_view hsts = HstsValue();
+      !hsts.empty() && head.Find("strict-transport-security") == nullptr) {
+    added[added_count++] = {"Strict-Transport-Security", hsts};
+  }
   switch (response_info_.body) {
     case http::BodyKind::kNone:
       response_done_ = true;
@@ -1252,7 +1268,8 @@ bool Exchange::HandleResponseHead(size_t head_bytes) {
     return false;
   }
   response_head_done_ = true;
-  sink_->OnResponseHead(head, response_info_, scratch_, response_done_);
+  sink_->OnResponseHead(head, response_info_,
+                        std::span<const http::Header>(added.data(), added_count), response_done_);
   return true;
 }
 
@@ -1325,6 +1342,52 @@ void Exchange::SendLocalAnswer(int status, std::string_view sap_code, std::strin
       decided_ ? routing::ReasonName(decision_.reason) : std::string_view("bad-request");
   worker_->stats().RecordLocalAnswer(decided_ ? &decision_ : nullptr, response_status_, sap_code,
                                      reason, detail, UnixNowMs());
+  DeliverLocalAnswer(reason, must_close);
+}
+
+void Exchange::AnswerSecureRedirect() {
+  scratch_.clear();
+  AppendRedirectResponse(decision_.status, decision_.location, &scratch_);
+  ReleaseUpstream(false);
+  response_status_ = decision_.status;
+  // The request's body, if any, is not read: HTTP/1.1 closes after the answer.
+  DeliverLocalAnswer(routing::ReasonName(decision_.reason), false);
+}
+
+void Exchange::CountSecureRedirect() {
+  const auto outcome = decision_.secure_redirect;
+  worker_->metrics().secure_redirects[static_cast<size_t>(outcome)]->Inc();
+  if (outcome == routing::SecureRedirect::kNoHttpsPort) {
+    // A configuration problem of this proxy, the same for every such
+    // request: said once, counted always.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true, std::memory_order_relaxed)) {
+      kwd::Log(LogLevel::kWarn, "proxy",
+               "a UrlMapping asks to redirect secure-only URLs to https, but this proxy has no "
+               "https port (--tls-listen, or --public-ports https=PORT behind a TLS-terminating "
+               "load balancer): such requests are answered 403 "
+               "(kwd_proxy_secure_redirects_total{outcome=\"no-https-port\"})",
+               {{"host", decision_.virtual_host == nullptr        ? std::string_view()
+                         : decision_.virtual_host->host.empty() ? std::string_view("*")
+                                                                : decision_.virtual_host->host}});
+    }
+  }
+}
+
+std::string_view Exchange::HstsValue() const {
+  return https_ && decided_ ? decision_.hsts : std::string_view();
+}
+
+void Exchange::DeliverLocalAnswer(std::string_view reason, bool must_close) {
+  if (std::string_view hsts = HstsValue(); !hsts.empty()) {
+    // Before the empty line that ends the head.
+    size_t head_end = scratch_.find("\r\n\r\n");
+    if (head_end != std::string::npos) {
+      std::string field = "Strict-Transport-Security: ";
+      field.append(hsts).append("\r\n");
+      scratch_.insert(head_end + 2, field);
+    }
+  }
   if (response_head_ == nullptr) {
     response_head_ = PerThreadFreeList<http::ResponseHead>::Take();
   }

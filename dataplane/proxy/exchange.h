@@ -129,10 +129,11 @@ class ExchangeSink {
   // The server's response head: `head` with its fields, of which the sink
   // drops the hop-by-hop ones, `info` its framing (the body the exchange
   // passes on decoded: kChunked bodies come without the chunking), and
-  // `set_cookie`, when not empty, an affinity cookie to add. `end`: no body
-  // follows. The views are valid during the call.
+  // `added`, fields the proxy adds after the server's (an affinity
+  // Set-Cookie, Strict-Transport-Security). `end`: no body follows. The
+  // views are valid during the call.
   virtual void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& info,
-                              std::string_view set_cookie, bool end) = 0;
+                              std::span<const http::Header> added, bool end) = 0;
   // An interim (1xx) response from the server, e.g. 100 Continue.
   virtual void OnInterimHead(const http::ResponseHead& head) = 0;
   // The proxy answers itself (error_page.h): `page_head` is the HTTP/1.1
@@ -260,6 +261,16 @@ class Exchange final : public UpstreamOwner {
   void Abort(ErrorCode code, std::string_view detail);
   // `must_close`: see ExchangeSink::OnLocalAnswer.
   void AnswerLocally(ErrorCode code, std::string_view detail, bool must_close = true);
+  // A secure-only URL over plain http: the redirect to https (or its
+  // counting when the redirect could not be made).
+  void AnswerSecureRedirect();
+  void CountSecureRedirect();
+  // The HTTP/1.1 response in scratch_ goes to the client: HSTS added when
+  // it applies, logged as `reason`.
+  void DeliverLocalAnswer(std::string_view reason, bool must_close);
+  // The Strict-Transport-Security value for this request's responses: its
+  // mapping's, over https only (RFC 6797 7.2); "" none.
+  std::string_view HstsValue() const;
   void Log(int status, std::string_view reason);
   void ReleaseUpstream(bool reusable);
   bool FlushUpstream();

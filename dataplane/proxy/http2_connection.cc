@@ -409,11 +409,11 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   std::string trailers;
 
   void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& /*info*/,
-                      std::string_view set_cookie, bool end) override {
-    SubmitResponse(head.status_code, head.fields(), set_cookie, end);
+                      std::span<const http::Header> added, bool end) override {
+    SubmitResponse(head.status_code, head.fields(), added, end);
   }
   void SubmitResponse(int status, std::span<const http::Header> response_fields,
-                      std::string_view set_cookie, bool end);
+                      std::span<const http::Header> added, bool end);
   void SubmitTrailers();
   void OnInterimHead(const http::ResponseHead& head) override {
     if (responded || connection->session_ == nullptr) {
@@ -426,10 +426,10 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
                            nva.size(), nullptr);
   }
   // The connection's scratch nva_ for a response head: :status (its digits
-  // in `status_text`, which must outlive the submit) and the fields, names
-  // lower case (names_), hop-by-hop ones left out.
+  // in `status_text`, which must outlive the submit), the fields, names
+  // lower case (names_), hop-by-hop ones left out, then the `added` ones.
   std::vector<nghttp2_nv>& HeadFields(int status, std::span<const http::Header> response_fields,
-                                      std::string_view set_cookie, char status_text[3]);
+                                      std::span<const http::Header> added, char status_text[3]);
   void OnLocalAnswer(const http::ResponseHead& head, std::string_view /*page_head*/,
                      std::string_view page, bool /*must_close*/) override {
     body.Append(page);
@@ -476,7 +476,7 @@ ssize_t ReadResponseBody(nghttp2_session* session, int32_t stream_id, uint8_t* b
 
 void Http2Connection::Stream::SubmitResponse(int status,
                                              std::span<const http::Header> response_fields,
-                                             std::string_view set_cookie, bool end) {
+                                             std::span<const http::Header> added, bool end) {
   if (responded || connection->session_ == nullptr) {
     return;
   }
@@ -484,7 +484,7 @@ void Http2Connection::Stream::SubmitResponse(int status,
   response_done = end;
   MarkSent();
   char status_text[3];
-  std::vector<nghttp2_nv>& nva = HeadFields(status, response_fields, set_cookie, status_text);
+  std::vector<nghttp2_nv>& nva = HeadFields(status, response_fields, added, status_text);
   nghttp2_data_provider provider{};
   provider.source.ptr = this;
   provider.read_callback = &ReadResponseBody;
@@ -493,8 +493,8 @@ void Http2Connection::Stream::SubmitResponse(int status,
 }
 
 std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
-    int status, std::span<const http::Header> response_fields, std::string_view set_cookie,
-    char status_text[3]) {
+    int status, std::span<const http::Header> response_fields,
+    std::span<const http::Header> added, char status_text[3]) {
   StatusDigits(status, status_text);
   // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
   // names and values when the response is submitted.
@@ -508,6 +508,9 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
   names.clear();
   size_t total = 0;
   for (const auto& f : response_fields) {
+    total += f.name.size();
+  }
+  for (const auto& f : added) {
     total += f.name.size();
   }
   names.resize(total);
@@ -542,9 +545,14 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
                    f.name.size(), value.size(), NGHTTP2_NV_FLAG_NONE});
     names_used += f.name.size();
   }
-  if (!set_cookie.empty()) {
-    nva.push_back(
-        {Bytes("set-cookie"), Bytes(set_cookie), 10, set_cookie.size(), NGHTTP2_NV_FLAG_NONE});
+  for (const auto& f : added) {
+    char* name = names.data() + names_used;
+    for (char c : f.name) {
+      *name++ = http::chars::Lower(c);
+    }
+    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + names_used), Bytes(f.value),
+                   f.name.size(), f.value.size(), NGHTTP2_NV_FLAG_NONE});
+    names_used += f.name.size();
   }
   return nva;
 }

@@ -62,6 +62,12 @@ bool Proxy::Start(std::string* error) {
     if (!server_tls_->Load(error)) {
       return false;
     }
+    {
+      std::lock_guard lock(mu_);
+      if (!certificates_.empty()) {
+        server_tls_->SetSnapshotCertificates(certificates_);
+      }
+    }
     server_tls_->StartWatching();
   }
   int count = std::max(1, options_.workers);
@@ -89,6 +95,10 @@ bool Proxy::Start(std::string* error) {
       if (server_tls_ != nullptr) {
         options_.tls_listen = tls_bound_;
       }
+      // The public ports as the first worker resolved them (the bound ones
+      // unless --public-ports): what the admin port's explain redirects to.
+      options_.public_http_port = worker->options().public_http_port;
+      options_.public_https_port = worker->options().public_https_port;
     }
     workers_.push_back(std::move(worker));
   }
@@ -113,6 +123,16 @@ bool Proxy::ApplySnapshot(const v1::Snapshot& snapshot, std::string* error) {
   for (auto& worker : workers_) {
     worker->Apply(table, table_metrics);
   }
+  // UrlMapping.spec.tls certificates join the SNI table of --tls-listen.
+  if (server_tls_ != nullptr) {
+    server_tls_->SetSnapshotCertificates(snapshot.certificates());
+  } else if (!snapshot.certificates().empty() && options_.tls_listen.len == 0 &&
+             !certificates_ignored_logged_.exchange(true)) {
+    Log(LogLevel::kWarn, "proxy",
+        "the snapshot carries TLS certificates (UrlMapping.spec.tls) but this proxy has no "
+        "--tls-listen; they are ignored",
+        {{"certificates", std::to_string(snapshot.certificates_size())}});
+  }
   std::string previous;
   {
     std::lock_guard lock(mu_);
@@ -120,6 +140,9 @@ bool Proxy::ApplySnapshot(const v1::Snapshot& snapshot, std::string* error) {
     table_ = table;
     table_metrics_ = table_metrics;
     ready_ = true;
+    if (server_tls_ == nullptr && options_.tls_listen.len != 0) {
+      certificates_ = snapshot.certificates();  // applied before Start
+    }
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

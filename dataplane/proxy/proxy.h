@@ -5,6 +5,7 @@
 // completely and builds the RoutingTable off the request path, then hands the
 // same immutable table to every worker; a worker switches between requests.
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -84,6 +85,9 @@ class Proxy {
   std::shared_ptr<const TableMetrics> table_metrics_;
   bool ready_ = false;
   Gauge* version_info_ = nullptr;
+  // The last snapshot's certificates, for a ServerTls made after it (Start).
+  google::protobuf::RepeatedPtrField<v1::Certificate> certificates_;
+  std::atomic<bool> certificates_ignored_logged_{false};
 };
 
 }  // namespace kwd::proxy

@@ -75,6 +75,21 @@ ProxyMetrics::ProxyMetrics()
         "oversized header lists and floods, by reason.",
         {{"reason", kHttp2ErrorNames[i]}});
   }
+  {
+    using routing::SecureRedirect;
+    constexpr std::pair<SecureRedirect, const char*> kOutcomes[] = {
+        {SecureRedirect::kRedirected, "redirected"},
+        {SecureRedirect::kNoHttpsPort, "no-https-port"},
+        {SecureRedirect::kBadHost, "bad-host"}};
+    for (const auto& [outcome, name] : kOutcomes) {
+      secure_redirects[static_cast<size_t>(outcome)] = &registry_.GetCounter(
+          "kwd_proxy_secure_redirects_total",
+          "Plain-http requests for secure-only URLs of a mapping with secureAction: redirect: "
+          "redirected to https, or answered 403 because the proxy has no https port "
+          "(no-https-port) or the Host is no name a redirect may carry (bad-host).",
+          {{"outcome", name}});
+    }
+  }
   RegisterStandardMetrics(registry_);
   for (size_t i = 0; i < kModificationOutcomeNames.size(); ++i) {
     modification_requests[i] = &registry_.GetCounter(

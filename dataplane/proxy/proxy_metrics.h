@@ -149,6 +149,9 @@ class ProxyMetrics {
   Gauge& http2_streams;
   Counter& http2_streams_total;
   std::array<Counter*, std::size(kHttp2ErrorNames)> http2_errors{};
+  // Secure-only URLs over plain http whose mapping asks for a redirect to
+  // https, by outcome; indexed by routing::SecureRedirect (kNone unused).
+  std::array<Counter*, 4> secure_redirects{};
 
  private:
   GroupMetrics MakeGroup(const std::string& group, const std::vector<std::string>& servers,

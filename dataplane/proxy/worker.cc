@@ -292,6 +292,9 @@ bool Worker::Start(std::string* error) {
   }
   options_.access_points =
       FormatAccessPoints(options_.public_http_port, options_.public_https_port);
+  // A secure-only URL over plain http is redirected to this port when its
+  // mapping asks so (0: no https anywhere, so 403).
+  router_.set_https_port(options_.public_https_port);
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
   loop_.Schedule(&flush_timer_, 100);
   thread_ = std::thread([this] { Run(); });

@@ -38,7 +38,7 @@ std::string_view Trim(std::string_view s) {
 
 Request ExplainRequest::View() const {
   Request request;
-  request.method = "GET";
+  request.method = method;
   request.target = target;
   request.host = host;
   request.https = https;
@@ -120,6 +120,15 @@ nlohmann::ordered_json DecisionJson(const Router& router, const Decision& decisi
   line["path"] = decision.status == 400 ? ordered_json() : ordered_json(std::string(decision.path));
   line["host"] =
       decision.virtual_host != nullptr ? ordered_json(decision.virtual_host->host) : ordered_json();
+  // A secure redirect's target; the Strict-Transport-Security an https
+  // response to the request carries.
+  line["location"] = decision.secure_redirect == SecureRedirect::kRedirected
+                         ? ordered_json(std::string(decision.location))
+                     : decision.reason == Reason::kRuleRedirect
+                         ? ordered_json(router.modification_state().location)
+                         : ordered_json();
+  line["hsts"] = https && !decision.hsts.empty() ? ordered_json(std::string(decision.hsts))
+                                                  : ordered_json();
   if (decision.modified) {
     const modification::State& state = router.modification_state();
     const std::vector<const ModificationEntry*>& sources = router.modification_trace_sources();
@@ -149,8 +158,6 @@ nlohmann::ordered_json DecisionJson(const Router& router, const Decision& decisi
                       : ordered_json(std::string(decision.rewritten_target));
     line["system"] =
         decision.system.empty() ? ordered_json() : ordered_json(std::string(decision.system));
-    line["location"] = decision.reason == Reason::kRuleRedirect ? ordered_json(state.location)
-                                                                : ordered_json();
   }
   return line;
 }

@@ -18,6 +18,7 @@ namespace kwd::routing {
 
 // A simulated request described the way `explain` takes it, owning its strings.
 struct ExplainRequest final : RequestHeaderSource {
+  std::string method = "GET";
   std::string target;  // origin-form "/path?query"
   std::string host;
   bool https = false;
@@ -43,13 +44,14 @@ ExplainRequest MakeExplainRequest(std::string_view url, std::span<const std::str
                                   std::optional<std::string_view> host_override);
 
 // group, server, address, rule, kind, reason, status, lost, set_cookie, path,
-// host: in this order, null where a field does not apply. When modification
-// rules changed or answered the request (Decision::modified) also
-// "modifications": every rule that fired, in order, as {source, line,
-// command, url, headers} (headers: the request's after the rule, when the
-// rules changed any), then "url" (the target forwarded, when rewritten),
-// "system" (the SID a rule chose) and "location" (a redirect's).
-// The router must trace (Router::set_trace_modifications) for the steps.
+// host, location (a secure redirect's, or a modification rule's), hsts (the
+// Strict-Transport-Security of an https response): in this order, null where
+// a field does not apply. When modification rules changed or answered the
+// request (Decision::modified) also "modifications": every rule that fired,
+// in order, as {source, line, command, url, headers} (headers: the request's
+// after the rule, when the rules changed any), then "url" (the target
+// forwarded, when rewritten) and "system" (the SID a rule chose). The router
+// must trace (Router::set_trace_modifications) for the steps.
 nlohmann::ordered_json DecisionJson(const Router& router, const Decision& decision, bool https);
 
 }  // namespace kwd::routing

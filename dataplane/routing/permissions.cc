@@ -9,7 +9,9 @@ PermissionTable::PermissionTable(
     const google::protobuf::RepeatedPtrField<v1::Permission>& permissions) {
   for (const v1::Permission& permission : permissions) {
     std::string_view pattern = permission.pattern();
-    Entry entry{permission.action(), permission.pattern(), {}, false, false};
+    Entry entry{permission.action(), permission.pattern(), {}, false, false,
+                permission.action() == v1::PERMISSION_ACTION_SECURE &&
+                    permission.redirect_to_https()};
     if (!pattern.empty() && pattern.front() == '*') {
       entry.any_start = true;
       pattern.remove_prefix(1);

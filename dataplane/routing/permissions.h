@@ -26,6 +26,9 @@ class PermissionTable {
   bool empty() const { return entries_.empty(); }
   size_t size() const { return entries_.size(); }
   v1::PermissionAction action(size_t index) const { return entries_[index].action; }
+  // A SECURE entry of a mapping with secureAction: redirect (plain http is
+  // redirected to https instead of answered 403).
+  bool redirect_to_https(size_t index) const { return entries_[index].redirect_to_https; }
   // The pattern as configured.
   const std::string& pattern(size_t index) const { return entries_[index].pattern; }
 
@@ -36,6 +39,7 @@ class PermissionTable {
     std::string text;     // lowercase, without the stars
     bool any_start;       // pattern began with "*"
     bool any_end;         // pattern ended with "*"
+    bool redirect_to_https;
   };
   static bool Matches(const Entry& entry, std::string_view path);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "dataplane/routing/secure_redirect.h"
+
 namespace kwd::routing {
 namespace {
 
@@ -61,11 +63,13 @@ struct Classification {
   std::string_view rule;
   int group_index = -1;
   v1::PermissionAction action = v1::PERMISSION_ACTION_UNSPECIFIED;
+  bool secure_redirect = false;   // the SECURE entry asks for a redirect to https
   SapHeaderSwitches sap_headers;  // follows the rule: not compared
+  std::string_view hsts;          // likewise
 
   bool operator==(const Classification& other) const {
     return kind == other.kind && rule == other.rule && group_index == other.group_index &&
-           action == other.action;
+           action == other.action && secure_redirect == other.secure_redirect;
   }
 };
 
@@ -78,18 +82,26 @@ Classification Classify(const VirtualHostEntry& vhost, const PermissionTable& pe
     c.rule = "root";
     c.group_index = vhost.DefaultGroup(c.kind);
     c.sap_headers = vhost.sap_headers;
+    c.hsts = vhost.hsts;
   } else if (int rule = vhost.prefixes.LongestMatch(lower_path); rule >= 0) {
     c.kind = vhost.rules[rule].kind;
     c.rule = vhost.rules[rule].prefix;
     c.group_index = vhost.rules[rule].group;
     c.sap_headers = vhost.rules[rule].sap_headers;
+    c.hsts = vhost.rules[rule].hsts;
   } else {
     c.kind = v1::KIND_JAVA;
     c.rule = "default";
     c.group_index = vhost.default_java_group;
     c.sap_headers = vhost.sap_headers;
+    c.hsts = vhost.hsts;
   }
-  c.action = permissions.Evaluate(lower_path);
+  if (int entry = permissions.Match(lower_path); entry >= 0) {
+    c.action = permissions.action(entry);
+    c.secure_redirect = permissions.redirect_to_https(entry);
+  } else {
+    c.action = v1::PERMISSION_ACTION_PERMIT;
+  }
   return c;
 }
 
@@ -141,6 +153,8 @@ std::string_view ReasonName(Reason reason) {
       return "no-server";
     case Reason::kBadRequest:
       return "bad-request";
+    case Reason::kSecureRedirect:
+      return "secure-redirect";
     case Reason::kRuleRedirect:
       return "rule:redirect";
     case Reason::kRuleForbidden:
@@ -510,6 +524,7 @@ Decision Router::Route(const Request& request) {
     target = origin_form;
     host = authority;
   }
+  const std::string_view received_target = target;  // for a redirect to https
   decision.virtual_host = table->FindVirtualHost(host, host_scratch_);
 
   // "http://host?q" has an empty path, which is "/" (RFC 9112 3.2.2).
@@ -640,6 +655,7 @@ Decision Router::Route(const Request& request) {
   }
   decision.kind = classification.kind;
   decision.rule = classification.rule;
+  decision.hsts = classification.hsts;
   const int group_index = classification.group_index;
   if (group_index >= 0) {
     decision.group_index = group_index;
@@ -652,6 +668,23 @@ Decision Router::Route(const Request& request) {
   }
 
   const v1::PermissionAction action = classification.action;
+  if (action == v1::PERMISSION_ACTION_SECURE && !https && classification.secure_redirect) {
+    // UrlMapping.spec.secureAction: redirect. Without a port to name, or
+    // for a Host no redirect may carry, the request is forbidden as SAP does.
+    decision.reason = Reason::kDenied;
+    decision.status = 403;
+    if (https_port_ == 0) {
+      decision.secure_redirect = SecureRedirect::kNoHttpsPort;
+    } else if (!BuildSecureRedirectLocation(host, received_target, https_port_, &location_)) {
+      decision.secure_redirect = SecureRedirect::kBadHost;
+    } else {
+      decision.secure_redirect = SecureRedirect::kRedirected;
+      decision.reason = Reason::kSecureRedirect;
+      decision.status = SecureRedirectStatus(request.method);
+      decision.location = location_;
+    }
+    return decision;
+  }
   if (action == v1::PERMISSION_ACTION_DENY || (action == v1::PERMISSION_ACTION_SECURE && !https)) {
     decision.reason = Reason::kDenied;
     decision.status = 403;

@@ -61,6 +61,7 @@ enum class Reason : uint8_t {
   kDenied,
   kNoServer,
   kBadRequest,
+  kSecureRedirect,  // a secure-only URL over plain http, redirected to https
   // A modification rule answered (SAP's modification handler).
   kRuleRedirect,   // "rule:redirect": status 3xx with Location
   kRuleForbidden,  // "rule:forbidden": 403
@@ -69,7 +70,8 @@ enum class Reason : uint8_t {
   kUnknownSystem,  // "unknown-system": a rule named a SID no mapping is: 503
 };
 // "balance", "sticky:sap-contextid", ..., "denied", "no-server", "bad-request",
-// "rule:redirect", "rule:forbidden", "rule:gone", "rule:error", "unknown-system".
+// "secure-redirect", "rule:redirect", "rule:forbidden", "rule:gone", "rule:error",
+// "unknown-system".
 std::string_view ReasonName(Reason reason);
 // Whether a modification rule answered the request (or named an unknown SID).
 inline bool IsRuleAnswer(Reason reason) {
@@ -89,6 +91,15 @@ enum class Identifier : uint8_t {
 // "sap-contextid", "saplb", "jsessionid", "sap-ext-sid", "affinity-cookie"; "" for none.
 std::string_view IdentifierName(Identifier identifier);
 
+// A secure-only URL over plain http whose permission entry asks for a
+// redirect (UrlMapping.spec.secureAction: redirect).
+enum class SecureRedirect : uint8_t {
+  kNone,         // no such request
+  kRedirected,   // answered with `location`
+  kNoHttpsPort,  // the proxy has no https port to name: 403 instead
+  kBadHost,      // the Host is no name a redirect may carry: 403 instead
+};
+
 struct Decision {
   // Views into the routing table: valid while the router keeps the table
   // (until Complete() for a forwarded request; until the next Apply() else).
@@ -99,7 +110,7 @@ struct Decision {
   const ServerEntry* server = nullptr;  // null: the proxy answers `status` itself
   int server_index = -1;
   Reason reason = Reason::kNoServer;
-  int status = 0;  // 403/503/400 when the proxy answers itself, else 0
+  int status = 0;  // 403/503/400 (301/308: a secure redirect) when the proxy answers itself, else 0
   // A sticky identifier that named a server which is gone or unhealthy: the
   // request was balanced anew (kwd_proxy_sticky_lost_total).
   Identifier lost = Identifier::kNone;
@@ -125,6 +136,14 @@ struct Decision {
   std::string_view rewritten_target;
   // The SAP system a rule chose (x-sap-webdisp-target-sid), "" none.
   std::string_view system;
+
+  // Redirect to https and HSTS (UrlMapping.spec.secureAction, spec.hsts).
+  // `location`: the https URL of a kRedirected request, valid like `path`.
+  // `hsts`: the Strict-Transport-Security value for an https response to
+  // this request ("" none); a view into the table, valid like `rule`.
+  SecureRedirect secure_redirect = SecureRedirect::kNone;
+  std::string_view location;
+  std::string_view hsts;
 
   // Bookkeeping for Complete().
   int group_index = -1;
@@ -163,6 +182,11 @@ class Router {
   // The Set-Cookie header value naming the decision's server (allocates; only
   // when a session starts).
   std::string AffinityCookieHeader(const Decision& decision, bool https) const;
+
+  // The port a secure redirect names (the proxy's public https port); 0:
+  // none, so such requests get 403.
+  void set_https_port(uint16_t port) { https_port_ = port; }
+  uint16_t https_port() const { return https_port_; }
 
   // Explaining (admin port): the session tables are read with Peek and never
   // written (no recording, refresh, expiry or erasure), so a decision can be
@@ -222,6 +246,8 @@ class Router {
   std::vector<std::unique_ptr<balancer::Balancer>> balancers_;  // per group
   std::vector<RetiredTable> retired_;
   bool read_only_sessions_ = false;
+  uint16_t https_port_ = 0;
+  std::string location_;  // the last secure redirect's Location
 
   // Per-request scratch, not zeroed when made: the 48 KiB are touched only
   // as far as targets reach (an idle proxy's Routers hold no resident pages

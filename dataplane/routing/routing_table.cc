@@ -29,18 +29,20 @@ std::string_view TrimSpaces(std::string_view s) {
 void FillRoutes(VirtualHostEntry* entry, const RoutingTable& table, v1::Kind root,
                 const std::string& abap, const std::string& java,
                 const google::protobuf::RepeatedPtrField<v1::Rule>& rules,
-                const v1::SapHeaders& sap_headers) {
+                const v1::SapHeaders& sap_headers, std::string hsts) {
   entry->default_root_handler = root == v1::KIND_ABAP ? v1::KIND_ABAP : v1::KIND_JAVA;
   entry->default_abap_group = table.FindGroup(abap);
   entry->default_java_group = table.FindGroup(java);
   std::vector<std::string> lowercase_prefixes;
   for (const v1::Rule& rule : rules) {
     entry->rules.push_back(RuleEntry{rule.prefix(), rule.kind(), table.FindGroup(rule.group()),
-                                     SapHeaderSwitches::From(rule.sap_headers())});
+                                     SapHeaderSwitches::From(rule.sap_headers()),
+                                     rule.has_hsts() ? HstsFieldValue(rule.hsts()) : ""});
     lowercase_prefixes.push_back(Lowercase(rule.prefix()));
   }
   entry->prefixes = PrefixIndex(std::move(lowercase_prefixes));
   entry->sap_headers = SapHeaderSwitches::From(sap_headers);
+  entry->hsts = std::move(hsts);
 }
 
 }  // namespace
@@ -90,6 +92,17 @@ const VirtualHostEntry* VirtualHostEntry::FindSystem(std::string_view wanted) co
     }
   }
   return nullptr;
+}
+
+std::string HstsFieldValue(const v1::Hsts& hsts) {
+  std::string value = "max-age=" + std::to_string(hsts.max_age_seconds());
+  if (hsts.include_subdomains()) {
+    value += "; includeSubDomains";
+  }
+  if (hsts.preload()) {
+    value += "; preload";
+  }
+  return value;
 }
 
 std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snapshot,
@@ -188,7 +201,8 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
     entry.host = vhost.host();
     entry.source = vhost.source();
     FillRoutes(&entry, *table, vhost.default_root_handler(), vhost.default_abap_group(),
-               vhost.default_java_group(), vhost.rules(), vhost.sap_headers());
+               vhost.default_java_group(), vhost.rules(), vhost.sap_headers(),
+               vhost.has_hsts() ? HstsFieldValue(vhost.hsts()) : "");
     entry.permissions = PermissionTable(vhost.permissions());
     entry.passthrough_group = table->FindGroup(vhost.passthrough_group());
     for (const v1::SystemRoute& system : vhost.systems()) {
@@ -197,7 +211,7 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
       sub.source = system.source();
       sub.sid = system.sid();
       FillRoutes(&sub, *table, system.default_root_handler(), system.default_abap_group(),
-                 system.default_java_group(), system.rules(), system.sap_headers());
+                 system.default_java_group(), system.rules(), system.sap_headers(), "");
     }
     // Rule files: compiled here, off the request path. The controller
     // checked them; one that fails here refuses the whole snapshot (NACK),

@@ -86,11 +86,16 @@ struct SapHeaderSwitches {
   }
 };
 
+// The Strict-Transport-Security value of a compiled UrlMapping.spec.hsts
+// ("max-age=31536000; includeSubDomains; preload"); "" when it has none.
+std::string HstsFieldValue(const v1::Hsts& hsts);
+
 struct RuleEntry {
   std::string prefix;
   v1::Kind kind = v1::KIND_UNSPECIFIED;
   int group = -1;  // index into RoutingTable::groups(), -1: none
   SapHeaderSwitches sap_headers;
+  std::string hsts;  // Strict-Transport-Security for https responses; "": none
 };
 
 // One modification rule file (SAP's icm/HTTP/mod_<xx>), compiled once.
@@ -125,6 +130,7 @@ struct VirtualHostEntry {
   const VirtualHostEntry* FindSystem(std::string_view sid) const;
   // Whether this is the system entry of `sid` (any case).
   bool IsSystem(std::string_view sid) const;
+  std::string hsts;               // likewise (HstsFieldValue); "": none
 
   int DefaultGroup(v1::Kind kind) const {
     return kind == v1::KIND_ABAP ? default_abap_group : default_java_group;

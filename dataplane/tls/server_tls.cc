@@ -3,6 +3,7 @@
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
@@ -12,7 +13,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/crypto.h"
 #include "common/log.h"
+#include "common/openssl_ptr.h"
+#include "common/pem_files.h"
 #include "dataplane/tls/tls_transport.h"
 
 namespace kwd::tls {
@@ -75,50 +79,6 @@ bool IsFile(const std::filesystem::path& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
-// The names a server certificate is valid for: SAN DNS entries, else the CN.
-std::vector<std::string> CertificateNames(X509* cert) {
-  std::vector<std::string> names;
-  auto* sans =
-      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
-  if (sans != nullptr) {
-    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
-      const GENERAL_NAME* name = sk_GENERAL_NAME_value(sans, i);
-      if (name->type == GEN_DNS) {
-        const unsigned char* data = ASN1_STRING_get0_data(name->d.dNSName);
-        int length = ASN1_STRING_length(name->d.dNSName);
-        if (data != nullptr && length > 0) {
-          names.push_back(Lower(
-              std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(length))));
-        }
-      }
-    }
-    GENERAL_NAMES_free(sans);
-  }
-  if (names.empty()) {
-    X509_NAME* subject = X509_get_subject_name(cert);
-    int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
-    if (index >= 0) {
-      ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index));
-      unsigned char* utf8 = nullptr;
-      int length = ASN1_STRING_to_UTF8(&utf8, cn);
-      if (length > 0) {
-        names.push_back(
-            Lower(std::string_view(reinterpret_cast<char*>(utf8), static_cast<size_t>(length))));
-      }
-      OPENSSL_free(utf8);
-    }
-  }
-  return names;
-}
-
-int64_t NotAfter(X509* cert) {
-  std::tm tm{};
-  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) {
-    return 0;
-  }
-  return static_cast<int64_t>(timegm(&tm));
-}
-
 int AcceptAnyClientCertificate(int /*preverify_ok*/, X509_STORE_CTX* /*ctx*/) {
   // Optional verification: the handshake goes on; the result is read after
   // it (SSL_get_verify_result) and only a verified certificate is forwarded.
@@ -155,13 +115,15 @@ TlsMetrics::TlsMetrics(MetricsRegistry& registry)
                                              {{"resumed", "true"}})),
       certificate_reloads(registry.GetCounter(
           "kwd_proxy_tls_certificate_reloads_total",
-          "Certificate pairs loaded from --tls-cert-dir after a change on disk.")),
+          "Certificate pairs loaded after a change: in --tls-cert-dir, or in the snapshot "
+          "(UrlMapping.spec.tls Secrets).")),
       certificate_errors(registry.GetCounter(
           "kwd_proxy_tls_certificate_errors_total",
-          "Certificate pairs in --tls-cert-dir refused (unreadable, bad PEM, key not "
-          "matching); the pair they would replace keeps serving.")),
+          "Certificate pairs in --tls-cert-dir or the snapshot refused (unreadable, bad PEM, "
+          "key not matching); the pair they would replace keeps serving.")),
       certificates(registry.GetGauge("kwd_proxy_tls_certificates",
-                                     "Certificate pairs serving --tls-listen.")),
+                                     "Certificate pairs serving --tls-listen (files and "
+                                     "snapshot).")),
       earliest_expiry(registry.GetGauge(
           "kwd_proxy_tls_certificate_expiry_timestamp_seconds",
           "Unix time the serving certificate that expires first stops being valid (alert "
@@ -259,18 +221,12 @@ std::vector<ServerTls::Candidate> ServerTls::ScanDirectory(std::string* error) c
   return found;
 }
 
-std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
-                                                    std::string* error) {
+bool ServerTls::NewContext(CertPair* pair, std::string* error) {
   ERR_clear_error();
-  auto pair = std::make_shared<CertPair>();
-  pair->name = candidate.name;
-  pair->fingerprint = candidate.fingerprint;
-  pair->cert_path = candidate.cert_path;
-  pair->key_path = candidate.key_path;
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   if (ctx == nullptr) {
     *error = OpenSslErrors();
-    return nullptr;
+    return false;
   }
   pair->ctx = ctx;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -286,7 +242,7 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
       SSL_CTX_set_ciphersuites(ctx, kCiphers13) != 1 ||
       SSL_CTX_set1_groups_list(ctx, kGroups) != 1) {
     *error = "cipher configuration: " + OpenSslErrors();
-    return nullptr;
+    return false;
   }
   // Stateless tickets only: no per-worker session cache to share.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
@@ -298,7 +254,7 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
   if (options_.verify_client != VerifyClient::kNone) {
     if (SSL_CTX_load_verify_locations(ctx, options_.client_ca_file.c_str(), nullptr) != 1) {
       *error = "--tls-client-ca " + options_.client_ca_file + ": " + OpenSslErrors();
-      return nullptr;
+      return false;
     }
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(options_.client_ca_file.c_str());
     if (names != nullptr) {
@@ -311,6 +267,20 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
     }
     SSL_CTX_set_verify_depth(ctx, 8);
   }
+  return true;
+}
+
+std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
+                                                    std::string* error) {
+  auto pair = std::make_shared<CertPair>();
+  pair->name = candidate.name;
+  pair->fingerprint = candidate.fingerprint;
+  pair->cert_path = candidate.cert_path;
+  pair->key_path = candidate.key_path;
+  if (!NewContext(pair.get(), error)) {
+    return nullptr;
+  }
+  SSL_CTX* ctx = pair->ctx;
   if (SSL_CTX_use_certificate_chain_file(ctx, candidate.cert_path.c_str()) != 1) {
     *error = candidate.cert_path + ": " + OpenSslErrors();
     return nullptr;
@@ -325,7 +295,7 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
   }
   X509* leaf = SSL_CTX_get0_certificate(ctx);
   pair->names = CertificateNames(leaf);
-  pair->not_after = NotAfter(leaf);
+  pair->not_after = CertificateNotAfter(leaf);
   if (pair->not_after != 0 && pair->not_after < time(nullptr)) {
     Log(LogLevel::kWarn, "tls", "certificate has expired; serving it anyway",
         {{"pair", candidate.name}, {"file", candidate.cert_path}});
@@ -333,12 +303,163 @@ std::shared_ptr<const CertPair> ServerTls::LoadPair(const Candidate& candidate,
   return pair;
 }
 
+std::shared_ptr<const CertPair> ServerTls::LoadSnapshotPair(const v1::Certificate& certificate,
+                                                            const std::string& fingerprint,
+                                                            std::string* error) {
+  auto pair = std::make_shared<CertPair>();
+  pair->name = certificate.name();
+  pair->from_snapshot = true;
+  pair->fingerprint = fingerprint;
+  if (!NewContext(pair.get(), error)) {
+    return nullptr;
+  }
+  SSL_CTX* ctx = pair->ctx;
+  const std::string& cert_pem = certificate.cert_pem();
+  const std::string& key_pem = certificate.key_pem();
+  BioPtr cert_bio(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
+  X509Ptr leaf(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+  if (!leaf || SSL_CTX_use_certificate(ctx, leaf.get()) != 1) {
+    *error = "certificate: " + OpenSslErrors();
+    return nullptr;
+  }
+  // The rest is the chain.
+  while (X509* chain = PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr)) {
+    if (SSL_CTX_add0_chain_cert(ctx, chain) != 1) {
+      X509_free(chain);
+      *error = "certificate chain: " + OpenSslErrors();
+      return nullptr;
+    }
+  }
+  ERR_clear_error();  // the end of the chain
+  BioPtr key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  KeyPtr key(PEM_read_bio_PrivateKey(
+      key_bio.get(), nullptr, [](char*, int, int, void*) { return 0; }, nullptr));
+  if (!key || SSL_CTX_use_PrivateKey(ctx, key.get()) != 1) {
+    ERR_clear_error();
+    *error = "no usable PEM private key";  // never the key's bytes
+    return nullptr;
+  }
+  if (SSL_CTX_check_private_key(ctx) != 1) {
+    ERR_clear_error();
+    *error = "the private key does not match the certificate";
+    return nullptr;
+  }
+  pair->names.assign(certificate.hosts().begin(), certificate.hosts().end());
+  pair->not_after = CertificateNotAfter(leaf.get());
+  return pair;
+}
+
+void ServerTls::SetSnapshotCertificates(
+    const google::protobuf::RepeatedPtrField<v1::Certificate>& certs) {
+  std::lock_guard lock(publish_mu_);
+  std::map<std::string, std::shared_ptr<const CertPair>> old_by_name;
+  for (const auto& pair : snapshot_pairs_) {
+    old_by_name[pair->name] = pair;
+  }
+  std::vector<std::shared_ptr<const CertPair>> pairs;
+  std::map<std::string, std::string> refused;
+  bool changed = certs.size() != static_cast<int>(snapshot_pairs_.size());
+  for (const v1::Certificate& certificate : certs) {
+    std::string material = certificate.cert_pem();
+    material += '\0';
+    material += certificate.key_pem();
+    for (const std::string& host : certificate.hosts()) {
+      material += '\0';
+      material += host;
+    }
+    std::string fingerprint = HexEncode(Sha256(material));
+    auto previous = old_by_name.find(certificate.name());
+    if (previous != old_by_name.end() && previous->second->fingerprint == fingerprint) {
+      pairs.push_back(previous->second);
+      continue;
+    }
+    auto tried = snapshot_refused_.find(certificate.name());
+    const bool retry = tried == snapshot_refused_.end() || tried->second != fingerprint;
+    std::string error;
+    std::shared_ptr<const CertPair> loaded =
+        retry ? LoadSnapshotPair(certificate, fingerprint, &error) : nullptr;
+    if (loaded != nullptr) {
+      changed = true;
+      pairs.push_back(std::move(loaded));
+      metrics_.certificate_reloads.Inc();
+      std::string hosts;
+      for (const auto& host : certificate.hosts()) {
+        hosts += hosts.empty() ? host : "," + host;
+      }
+      Log(LogLevel::kInfo, "tls",
+          previous != old_by_name.end() ? "certificate from the snapshot replaced"
+                                        : "certificate from the snapshot loaded",
+          {{"secret", certificate.name()}, {"hosts", hosts}});
+      continue;
+    }
+    refused[certificate.name()] = fingerprint;
+    if (retry) {
+      metrics_.certificate_errors.Inc();
+      Log(LogLevel::kError, "tls",
+          previous != old_by_name.end()
+              ? "certificate from the snapshot refused; the previous one keeps serving"
+              : "certificate from the snapshot refused",
+          {{"secret", certificate.name()}, {"error", error}});
+    }
+    if (previous != old_by_name.end()) {
+      pairs.push_back(previous->second);
+    }
+  }
+  for (const auto& [name, pair] : old_by_name) {
+    bool kept = std::any_of(pairs.begin(), pairs.end(),
+                            [&](const auto& p) { return p->name == name; });
+    if (!kept) {
+      changed = true;
+      Log(LogLevel::kInfo, "tls", "certificate from the snapshot removed", {{"secret", name}});
+    }
+  }
+  snapshot_refused_ = std::move(refused);
+  if (!changed) {
+    return;
+  }
+  snapshot_pairs_ = std::move(pairs);
+  PublishLocked();
+}
+
+void ServerTls::PublishLocked() {
+  auto set = std::make_shared<CertSet>();
+  set->pairs = file_pairs_;
+  set->pairs.insert(set->pairs.end(), snapshot_pairs_.begin(), snapshot_pairs_.end());
+  // Snapshot certificates first: the first entry for a name wins.
+  auto index = [&](const std::vector<std::shared_ptr<const CertPair>>& pairs) {
+    for (const auto& pair : pairs) {
+      for (const std::string& name : pair->names) {
+        if (name.starts_with("*.")) {
+          set->wildcard.emplace(name.substr(2), pair.get());
+        } else {
+          set->exact.emplace(name, pair.get());
+        }
+      }
+    }
+  };
+  index(snapshot_pairs_);
+  index(file_pairs_);
+  metrics_.certificates.Set(static_cast<double>(set->pairs.size()));
+  int64_t earliest = 0;
+  for (const auto& pair : set->pairs) {
+    if (pair->not_after != 0 && (earliest == 0 || pair->not_after < earliest)) {
+      earliest = pair->not_after;
+    }
+  }
+  metrics_.earliest_expiry.Set(static_cast<double>(earliest));
+  certs_.store(std::move(set));
+}
+
 bool ServerTls::Refresh(bool initial, std::string* error) {
   std::string scan_error;
   std::vector<Candidate> candidates = ScanDirectory(&scan_error);
-  std::shared_ptr<const CertSet> old = certs_.load();
+  std::vector<std::shared_ptr<const CertPair>> old_pairs;
+  {
+    std::lock_guard lock(publish_mu_);
+    old_pairs = file_pairs_;
+  }
   std::map<std::string, std::shared_ptr<const CertPair>> old_by_name;
-  for (const auto& pair : old->pairs) {
+  for (const auto& pair : old_pairs) {
     old_by_name[pair->name] = pair;
   }
   if (!scan_error.empty() || candidates.empty()) {
@@ -361,8 +482,8 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
   }
   tried_.erase("");
 
-  bool changed = candidates.size() != old->pairs.size();
-  auto set = std::make_shared<CertSet>();
+  bool changed = candidates.size() != old_pairs.size();
+  auto set = std::make_shared<CertSet>();  // the file pairs only
   std::map<std::string, std::string> tried;
   for (const Candidate& c : candidates) {
     tried[c.name] = c.fingerprint;
@@ -433,24 +554,9 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
   if (!changed) {
     return false;
   }
-  for (const auto& pair : set->pairs) {
-    for (const std::string& name : pair->names) {
-      if (name.starts_with("*.")) {
-        set->wildcard.emplace(name.substr(2), pair.get());
-      } else {
-        set->exact.emplace(name, pair.get());
-      }
-    }
-  }
-  metrics_.certificates.Set(static_cast<double>(set->pairs.size()));
-  int64_t earliest = 0;
-  for (const auto& pair : set->pairs) {
-    if (pair->not_after != 0 && (earliest == 0 || pair->not_after < earliest)) {
-      earliest = pair->not_after;
-    }
-  }
-  metrics_.earliest_expiry.Set(static_cast<double>(earliest));
-  certs_.store(std::move(set));
+  std::lock_guard lock(publish_mu_);
+  file_pairs_ = std::move(set->pairs);
+  PublishLocked();
   return true;
 }
 

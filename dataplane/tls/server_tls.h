@@ -21,6 +21,12 @@
 //   a pair that does not load (bad PEM, key not matching) is refused with a log
 //   line and kwd_proxy_tls_certificate_errors_total while the pair it would
 //   have replaced keeps serving.
+// - Certificates from the snapshot (UrlMapping.spec.tls, from Secrets; see
+//   SetSnapshotCertificates) join the files' pairs. Each serves only the
+//   hosts its UrlMappings list, not every name it holds. For one host a
+//   snapshot certificate wins over a file pair (exact names first, then
+//   wildcards, in both); a server name nothing matches gets the first file
+//   pair, as before.
 
 #include <openssl/ssl.h>
 
@@ -37,6 +43,7 @@
 
 #include "common/metrics.h"
 #include "dataplane/net/transport.h"
+#include "kwd/v1/snapshot.pb.h"
 
 namespace kwd::tls {
 
@@ -80,18 +87,22 @@ struct TlsMetrics {
 // One certificate pair, loaded and checked.
 struct CertPair {
   ~CertPair();
-  std::string name;
-  std::string fingerprint;  // of the files it was loaded from
+  std::string name;         // file pairs: NAME; snapshot ones: "namespace/secret"
+  bool from_snapshot = false;
+  std::string fingerprint;  // of the files (or the snapshot's bytes and hosts) it was loaded from
   std::string cert_path;
   std::string key_path;
   SSL_CTX* ctx = nullptr;
-  std::vector<std::string> names;  // lower-case DNS names, wildcards as "*.rest"
+  // Lower-case DNS names, wildcards as "*.rest": what SNI selects it by (a
+  // snapshot certificate: its listed hosts, not the certificate's names).
+  std::vector<std::string> names;
   int64_t not_after = 0;           // seconds since the epoch
 };
 
 // The pairs serving new handshakes; immutable once published.
 struct CertSet {
-  std::vector<std::shared_ptr<const CertPair>> pairs;  // in name order
+  // File pairs in name order, then snapshot ones in name order.
+  std::vector<std::shared_ptr<const CertPair>> pairs;
   std::unordered_map<std::string, const CertPair*> exact;
   std::unordered_map<std::string, const CertPair*> wildcard;  // by "rest"
   const CertPair* Select(std::string_view server_name) const;
@@ -112,6 +123,13 @@ class ServerTls {
   void Stop();
   // Looks at the files once (the reload thread's step); for tests.
   void CheckForChanges();
+  // The snapshot's certificates, replacing the previous snapshot's: an
+  // unchanged one keeps its loaded pair; one that does not load (which the
+  // controller checked, so rare) is logged and counted, and its previous
+  // version, if any, keeps serving. Called where a snapshot is applied (not
+  // on the request path); new handshakes see the result, open connections
+  // keep theirs.
+  void SetSnapshotCertificates(const google::protobuf::RepeatedPtrField<v1::Certificate>& certs);
 
   // A server-side TLS transport over an accepted socket, with the
   // certificates current now. Thread-safe.
@@ -136,7 +154,15 @@ class ServerTls {
   };
 
   std::vector<Candidate> ScanDirectory(std::string* error) const;
+  // An SSL_CTX with kwd's settings (versions, ciphers, callbacks, client
+  // verification) and no certificate yet; owned by `pair`.
+  bool NewContext(CertPair* pair, std::string* error);
   std::shared_ptr<const CertPair> LoadPair(const Candidate& candidate, std::string* error);
+  std::shared_ptr<const CertPair> LoadSnapshotPair(const v1::Certificate& certificate,
+                                                   const std::string& fingerprint,
+                                                   std::string* error);
+  // Publishes file_pairs_ + snapshot_pairs_ as the serving set (publish_mu_ held).
+  void PublishLocked();
   // Loads what changed; returns whether a new set was published.
   bool Refresh(bool initial, std::string* error);
   void RotateTicketKeyIfDue(int64_t now_ms);
@@ -151,6 +177,11 @@ class ServerTls {
   ServerTlsOptions options_;
   TlsMetrics metrics_;
   std::atomic<std::shared_ptr<const CertSet>> certs_;
+  std::mutex publish_mu_;
+  std::vector<std::shared_ptr<const CertPair>> file_pairs_;      // in name order
+  std::vector<std::shared_ptr<const CertPair>> snapshot_pairs_;  // in name order
+  // Snapshot certificates refused, by name: the fingerprint tried (logged once).
+  std::map<std::string, std::string> snapshot_refused_;
   // Reload thread only: the fingerprint last tried per pair name (a refused
   // pair is not tried again until its files change).
   std::map<std::string, std::string> tried_;

@@ -286,7 +286,11 @@ void SnapshotClient::WriteCache() {
     return;
   }
   std::string error;
-  if (WriteFileAtomically(options_.cache_path, SnapshotToJson(running_snapshot_) + "\n", &error)) {
+  // With the certificates' private keys (UrlMapping.spec.tls), so that a
+  // proxy started from the cache serves them: owner-only.
+  if (WriteFileAtomically(options_.cache_path,
+                          SnapshotToJsonWithPrivateKeys(running_snapshot_) + "\n", &error,
+                          0600)) {
     cache_written_version_ = running_snapshot_.version();
   } else {
     if (cache_errors_ != nullptr) {

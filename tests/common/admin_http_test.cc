@@ -34,7 +34,10 @@ TEST(AdminHostAllowed, OwnAddressLoopbackLocalhostAndConfiguredNames) {
   // A rebinding page's Host: its own name.
   for (const char* host :
        {"evil.example", "evil.example:9901", "localhost.evil.example", "kwd-admin.kwd.svc",
-        "admin.example", "10.1.2.3.evil.example", "[::1", ":9901", "127.0.0.1.nip.io"}) {
+        "admin.example", "10.1.2.3.evil.example", "[::1", ":9901", "127.0.0.1.nip.io",
+        // Only a port may follow the host (attack review).
+        "localhost:evil", "[::1]evil.com", "127.0.0.1:27191.evil.com", "localhost:27191@evil.com",
+        "localhost:", "localhost:1234567", "[::1]:", "localhost.:x"}) {
     EXPECT_FALSE(AdminHostAllowed(host, "10.1.2.3", none)) << host;
   }
   EXPECT_TRUE(AdminHostAllowed("kwd-admin.kwd.svc:9901", "10.1.2.3", names));

@@ -15,6 +15,19 @@ TEST(CryptoTest, HmacSha256MatchesRfc4231Case2) {
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 }
 
+TEST(CryptoTest, Base64EncodeIsStandardAndPadded) {
+  EXPECT_EQ(Base64Encode(""), "");
+  EXPECT_EQ(Base64Encode("f"), "Zg==");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(Base64Encode("\xfb\xff"), "+/8=");  // not the URL alphabet
+  const std::string binary("\0\x01\xfe\xff tls.key", 12);
+  std::string back(binary.size(), '\0');
+  EXPECT_EQ(Base64Decode(Base64Encode(binary), back.data(), back.size()),
+            static_cast<int>(binary.size()));
+  EXPECT_EQ(back, binary);
+}
+
 TEST(CryptoTest, Base64UrlRoundTrip) {
   for (std::string s : {"", "f", "fo", "foo", "foob", "fooba", "foobar", "\xff\xfe\xfd"}) {
     std::string enc = Base64UrlEncode(s);

@@ -39,6 +39,19 @@ TEST_F(FileTest, WriteFileAtomicallyReplacesTheFileAndLeavesNoTemporary) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }
 
+TEST_F(FileTest, WriteFileAtomicallyGivesTheModeAskedFor) {
+  const std::string path = (dir_ / "cache.json").string();
+  std::string error;
+  ASSERT_TRUE(WriteFileAtomically(path, "public", &error)) << error;
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                fs::perms::others_read);
+  // Replacing a 0644 file with a 0600 one: the new file is owner-only.
+  ASSERT_TRUE(WriteFileAtomically(path, "private key", &error, 0600)) << error;
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+}
+
 TEST_F(FileTest, WriteFileAtomicallySaysWhyItFailsAndKeepsTheOldFile) {
   std::string error;
   EXPECT_FALSE(WriteFileAtomically((dir_ / "missing" / "f").string(), "x", &error));
@@ -59,7 +72,7 @@ TEST_F(FileTest, WriteFileAtomicallyNeverWritesThroughAPlantedLink) {
   { std::ofstream(victim) << "precious"; }
   fs::create_symlink(victim, path + ".tmp." + std::to_string(getpid()));
   std::string error;
-  ASSERT_TRUE(WriteFileAtomically(path, "snapshot", &error)) << error;
+  ASSERT_TRUE(WriteFileAtomically(path, "snapshot", &error, 0600)) << error;
   std::string text;
   ASSERT_TRUE(ReadWholeFile(victim.string(), &text, &error)) << error;
   EXPECT_EQ(text, "precious");

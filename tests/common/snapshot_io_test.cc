@@ -84,7 +84,8 @@ TEST(SnapshotIoTest, DigestsCoverEveryField) {
   for (int i = 0; i < descriptor->field_count(); ++i) {
     names.push_back(descriptor->field(i)->name());
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"version", "groups", "virtual_hosts", "sources"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"version", "groups", "virtual_hosts", "sources",
+                                             "certificates"}));
   v1::Snapshot s = ValidSnapshot();
   const std::string before = ComputeSnapshotVersion(s);
   s.mutable_virtual_hosts(0)->set_default_java_group("erp/another");
@@ -92,6 +93,69 @@ TEST(SnapshotIoTest, DigestsCoverEveryField) {
   const std::string with_vhost_change = ComputeSnapshotVersion(s);
   s.add_sources()->set_name("another");
   EXPECT_NE(ComputeSnapshotVersion(s), with_vhost_change);
+  const std::string with_source = ComputeSnapshotVersion(s);
+  v1::Certificate* certificate = s.add_certificates();
+  certificate->set_name("erp/erp-tls");
+  certificate->add_hosts("a.example");
+  certificate->set_cert_pem("cert");
+  certificate->set_key_pem("key");
+  EXPECT_NE(ComputeSnapshotVersion(s), with_source);
+  EXPECT_EQ(ComputeSnapshotVersion(s), ReferenceVersion(s));
+  const std::string with_certificate = ComputeSnapshotVersion(s);
+  certificate->set_key_pem("another key");  // a rotated key alone is a new version
+  EXPECT_NE(ComputeSnapshotVersion(s), with_certificate);
+}
+
+TEST(SnapshotIoTest, CheckSnapshotChecksCertificates) {
+  v1::Snapshot s = ValidSnapshot();
+  auto add = [&](const std::string& name, std::vector<std::string> hosts) {
+    v1::Certificate* certificate = s.add_certificates();
+    certificate->set_name(name);
+    for (const auto& host : hosts) {
+      certificate->add_hosts(host);
+    }
+    certificate->set_cert_pem("cert");
+    certificate->set_key_pem("key");
+    return certificate;
+  };
+  add("erp/a-tls", {"a.example", "b.example"});
+  add("erp/b-tls", {"*.c.example"});
+  EXPECT_TRUE(CheckSnapshot(s).empty());
+  add("erp/b-tls", {"d.example"});  // not unique
+  add("erp/c-tls", {"a.example"})->clear_key_pem();  // host twice, no key
+  add("bad name", {});
+  add("erp/d-tls", {"Upper.example", "a b"});
+  std::string all;
+  for (const std::string& problem : CheckSnapshot(s)) {
+    all += problem + "\n";
+  }
+  EXPECT_NE(all.find("certificates are not sorted by unique name at certificate \"erp/b-tls\""),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("certificate \"erp/c-tls\" has no certificate or no key"), std::string::npos);
+  EXPECT_NE(all.find("host a.example is also served by certificate \"erp/a-tls\""),
+            std::string::npos);
+  EXPECT_NE(all.find("certificate \"bad name\" has an invalid name"), std::string::npos);
+  EXPECT_NE(all.find("certificate \"bad name\" serves no host"), std::string::npos);
+  EXPECT_NE(all.find("\"Upper.example\" is an invalid host"), std::string::npos);
+}
+
+TEST(SnapshotIoTest, SnapshotToJsonRedactsPrivateKeysAndTheCacheFormKeepsThem) {
+  v1::Snapshot s = ValidSnapshot();
+  v1::Certificate* certificate = s.add_certificates();
+  certificate->set_name("erp/erp-tls");
+  certificate->add_hosts("a.example");
+  certificate->set_cert_pem("-----BEGIN CERTIFICATE-----\nCERTBYTES\n");
+  certificate->set_key_pem("-----BEGIN PRIVATE KEY-----\nSECRETKEYBYTES\n");
+  const std::string shown = SnapshotToJson(s);
+  EXPECT_EQ(shown.find("SECRETKEYBYTES"), std::string::npos);
+  EXPECT_NE(shown.find("CERTBYTES"), std::string::npos);
+  EXPECT_NE(shown.find(std::string(kRedactedPrivateKey)), std::string::npos);
+  v1::Snapshot back;
+  std::string error;
+  ASSERT_TRUE(SnapshotFromJson(SnapshotToJsonWithPrivateKeys(s), &back, &error)) << error;
+  EXPECT_EQ(back.certificates(0).key_pem(), certificate->key_pem());
+  EXPECT_EQ(ComputeSnapshotVersion(back), ComputeSnapshotVersion(s));
 }
 
 TEST(SnapshotIoTest, UpdatingOneGroupDigestGivesTheNewVersion) {

@@ -71,6 +71,8 @@ CAPACITY = "capacity must be at least 1"
 DEFAULT_CAPACITY = "defaultCapacity must be at least 1"
 PREFIX = "prefix must start and end with / and not be / alone"
 STAR = "* may appear only at the start or the end of a pattern"
+HSTS_PRELOAD = ("preload requires includeSubDomains true and maxAgeSeconds of at least "
+                "31536000")
 REENCRYPT_NAME = ("upstreamTLS mode reencrypt needs serverName unless every server address is a "
                   "host name")
 NEEDS_REENCRYPT = "caBundle, serverName and clientCertSecret need mode reencrypt"
@@ -357,6 +359,24 @@ CASES = [
     dict(name="empty_pattern", kind="UrlMapping", change=_set("permissions.1.pattern", ""),
          crd={("schema", "spec.permissions.1.pattern", "minLength")},
          compiler="InvalidPermission"),
+    dict(name="unknown_secure_action", kind="UrlMapping", change=_set("secureAction", "allow"),
+         crd={("schema", "spec.secureAction", "enum"), SKIPPED},
+         compiler="spec.secureAction: \"allow\" is not one of forbid, redirect"),
+    dict(name="hsts_preload_without_subdomains", kind="UrlMapping",
+         change=_set("hsts", {"preload": True}),
+         crd={("cel", "spec.hsts", HSTS_PRELOAD)},
+         compiler="spec.hsts.preload: true requires includeSubDomains: true"),
+    dict(name="hsts_preload_with_a_short_max_age", kind="UrlMapping",
+         change=_set("hsts", {"preload": True, "includeSubDomains": True, "maxAgeSeconds": 600}),
+         crd={("cel", "spec.hsts", HSTS_PRELOAD)},
+         compiler="got includeSubDomains: true, maxAgeSeconds: 600"),
+    dict(name="hsts_max_age_over_two_years", kind="UrlMapping",
+         change=_set("hsts.maxAgeSeconds", 63072001),
+         crd={("schema", "spec.hsts.maxAgeSeconds", "maximum")},
+         compiler="spec.hsts.maxAgeSeconds: must be an integer from 0 to 63072000"),
+    dict(name="hsts_negative_max_age", kind="UrlMapping", change=_set("hsts.maxAgeSeconds", -1),
+         crd={("schema", "spec.hsts.maxAgeSeconds", "minimum")},
+         compiler="spec.hsts.maxAgeSeconds: must be an integer from 0 to 63072000"),
     dict(name="unknown_action", kind="UrlMapping", change=_set("permissions.0.action", "allow"),
          crd={("schema", "spec.permissions.0.action", "enum"), SKIPPED},
          compiler="action: \"allow\" is not one of permit, deny, secure"),

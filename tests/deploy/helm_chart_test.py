@@ -113,6 +113,8 @@ ALLOWED_VERBS = {
     ("dispatch.kwd.io", "sapsystems/status"): {"patch"},
     ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
+    # UrlMapping.spec.tls certificates (controller.rbac.readSecrets).
+    ("", "secrets"): {"get", "list", "watch"},
     ("coordination.k8s.io", "leases"): {"get", "list", "create", "update", "delete"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
@@ -1253,6 +1255,38 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
     def test_proxy_config_values(self):
         # controller, the proxy DaemonSet, the affinity-key Job, the grpc-certs Job and CronJob
         self.assertEqual(self.check("-f", PROXY_CONFIG_VALUES), 5)
+
+
+class SecretsRbac(unittest.TestCase):
+    """controller.rbac.readSecrets: Secrets only where the controller watches."""
+
+    @staticmethod
+    def secret_grants(docs):
+        out = {}
+        for doc in docs:
+            if doc["kind"] not in ("Role", "ClusterRole") or component_of(doc) != "controller":
+                continue
+            verbs = granted(doc["rules"]).get(("", "secrets"))
+            if verbs:
+                out[(doc["kind"], doc["metadata"].get("namespace"))] = verbs
+        return out
+
+    def test_namespaced_roles_when_namespaces_are_listed(self):
+        docs = render("--set", "controller.watchNamespaces={erp,crm}")
+        self.assertEqual(self.secret_grants(docs), {
+            ("Role", "erp"): {"get", "list", "watch"},
+            ("Role", "crm"): {"get", "list", "watch"}})
+
+    def test_cluster_role_when_all_namespaces_are_watched(self):
+        self.assertEqual(self.secret_grants(render()),
+                         {("ClusterRole", None): {"get", "list", "watch"}})
+
+    def test_turned_off(self):
+        self.assertEqual(self.secret_grants(render("--set", "controller.rbac.readSecrets=false")),
+                         {})
+        self.assertEqual(self.secret_grants(render(
+            "--set", "controller.rbac.readSecrets=false",
+            "--set", "controller.watchNamespaces={erp}")), {})
 
 
 class ProxyConfig(unittest.TestCase):

@@ -106,6 +106,32 @@ def validate_event(obj):
         raise ApiError(422, "Invalid", "Event.events.k8s.io is invalid: " + "; ".join(problems))
 
 
+def normalize_secret(obj):
+    """What the real API server does with a v1 Secret on write: `data` values
+    must be base64 (400 otherwise), `stringData` is merged into `data` as
+    base64 and never returned, `type` defaults to Opaque, and a
+    kubernetes.io/tls Secret needs both tls.crt and tls.key keys (422)."""
+    data = obj.get("data") or {}
+    for key, value in data.items():
+        try:
+            base64.b64decode(value, validate=True)
+        except (ValueError, TypeError):
+            raise ApiError(400, "BadRequest",
+                           f"Secret in version \"v1\" cannot be handled as a Secret: "
+                           f"illegal base64 data in data[{key}]")
+    for key, value in (obj.pop("stringData", None) or {}).items():
+        data[key] = base64.b64encode(value.encode()).decode()
+    if data:
+        obj["data"] = data
+    obj.setdefault("type", "Opaque")
+    if obj["type"] == "kubernetes.io/tls":
+        missing = [k for k in ("tls.crt", "tls.key") if k not in data]
+        if missing:
+            raise ApiError(422, "Invalid", "Secret \"%s\" is invalid: %s" % (
+                obj["metadata"].get("name", ""),
+                "; ".join(f"data[{k}]: Required value" for k in missing)))
+
+
 def now_rfc3339():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -241,6 +267,8 @@ class State:
 
     def store(self, res, obj, previous):
         """Stores obj (already validated), bumping resourceVersion and generation."""
+        if res.kind == "Secret":
+            normalize_secret(obj)
         meta = obj.setdefault("metadata", {})
         obj["apiVersion"] = res.api_version
         obj["kind"] = res.kind

@@ -313,6 +313,70 @@ spec:
   EXPECT_TRUE(unresolved);
 }
 
+// Issue 24 item 3 from the YAML a user writes: the secure entry that matched
+// decides with its own mapping's secureAction (two mappings share a host's
+// permission table); HSTS follows the rule's mapping, the root URL and the
+// default group the mapping that set the host's defaults.
+TEST(RoutingFeatureTest, SecureActionOfTheMatchedEntryAndHstsOfTheRoutingMapping) {
+  Pipeline p(Group("public", "weighted_round_robin",
+                   "      - {name: A, address: 10.0.0.1, port: 8000}\n") +
+             R"(
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: erp, namespace: erp, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  hosts: [erp.example.com]
+  defaultRootHandler: abap
+  defaultGroups: {abap: public, java: public}
+  secureAction: redirect
+  hsts: {maxAgeSeconds: 600}
+  rules:
+    - {prefix: /sap/, kind: abap, logonGroup: public}
+  permissions:
+    - {action: secure, pattern: /sap/bc/gui/*}
+    - {action: secure, pattern: /irj/portal/*}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: portal, namespace: erp, creationTimestamp: "2026-06-01T00:00:00Z"}
+spec:
+  hosts: [erp.example.com]
+  hsts: {maxAgeSeconds: 31536000, includeSubDomains: true}
+  rules:
+    - {prefix: /irj/, kind: java, logonGroup: public}
+  permissions:
+    - {action: secure, pattern: /irj/*}
+    - {action: secure, pattern: /sap/bc/webdynpro/*}
+)");
+  p.router().set_https_port(443);
+  routing::Decision d = p.Route("/sap/bc/gui/x?a=%41");
+  EXPECT_EQ(d.status, 301);
+  EXPECT_EQ(d.location, "https://erp.example.com/sap/bc/gui/x?a=%41");
+  // erp's entry matches first (its table comes first): redirect, though the
+  // rule that routes /irj/ is portal's.
+  EXPECT_EQ(p.Route("/irj/portal/x").status, 301);
+  // portal's entries: forbid (its default), also for a path erp routes.
+  EXPECT_EQ(p.Route("/irj/other").status, 403);
+  EXPECT_EQ(p.Route("/sap/bc/webdynpro/x").status, 403);
+  // HSTS: the routing rule's mapping; root and default group: erp's.
+  EXPECT_EQ(p.Route("/sap/x", {}, "erp.example.com", true).hsts, "max-age=600");
+  EXPECT_EQ(p.Route("/irj/x", {}, "erp.example.com", true).hsts,
+            "max-age=31536000; includeSubDomains");
+  EXPECT_EQ(p.Route("/", {}, "erp.example.com", true).hsts, "max-age=600");
+  EXPECT_EQ(p.Route("/nothing/x", {}, "erp.example.com", true).hsts, "max-age=600");
+  bool conflicted = false;
+  for (const auto& status : p.result().statuses) {
+    const auto* accepted = status.Find(compile::kAccepted);
+    if (status.name == "portal" && accepted != nullptr) {
+      conflicted = accepted->reason == "Conflicted" &&
+                   accepted->message.find("spec.hsts ignored for the root rule") !=
+                       std::string::npos;
+    }
+  }
+  EXPECT_TRUE(conflicted);
+}
+
 // Issue 10 item 1 from the YAML a user writes: the permissions hold against
 // every spelling that some backend reads as a denied path.
 TEST(RoutingFeatureTest, PermissionsHoldAgainstPathTricks) {

@@ -31,11 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                          std::string* shown, std::string* error) {
     if (nul == std::string_view::npos) {
       *error = "no such file";
-      return false;
+      return kwd::importer::ReadStatus::kUnreadable;
     }
     *text = file;
     *shown = "file.txt";
-    return true;
+    return kwd::importer::ReadStatus::kRead;
   };
   kwd::importer::ImportResult result =
       kwd::importer::Import(profile, "fuzz.pfl", reader, kwd::importer::ImportOptions{});

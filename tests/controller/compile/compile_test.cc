@@ -1462,6 +1462,147 @@ TEST(CompileTest, SapHeadersFollowTheirMapping) {
   EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
 }
 
+// UrlMapping.spec.secureAction and spec.hsts reach the snapshot: the secure
+// entries of a redirect mapping carry the flag (others not), every rule of
+// the mapping its HSTS, the host's defaults the owner's; a newer mapping on
+// the host asking for another HSTS is told that its own rules keep it.
+TEST(CompileTest, SecureActionAndHstsReachTheSnapshot) {
+  CompileResult result = Compile(Objects(
+      {StaticLg("erp", "abap"), StaticLg("erp", "java", "java"),
+       Um("erp", "a", "2026-01-01T00:00:00Z",
+          {{"defaultGroups", {{"abap", "abap"}, {"java", "java"}}},
+           {"secureAction", "redirect"},
+           {"hsts", {{"maxAgeSeconds", 600}, {"includeSubDomains", true}}},
+           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})},
+           {"permissions", json::array({{{"action", "secure"}, {"pattern", "/sap/bc/gui/*"}},
+                                        {{"action", "permit"}, {"pattern", "/sap/*"}}})}}),
+       Um("erp", "b", "2026-01-02T00:00:00Z",
+          {{"hsts", {{"maxAgeSeconds", 0}}},
+           {"rules", json::array({{{"prefix", "/irj/"}, {"kind", "java"}}})},
+           {"permissions", json::array({{{"action", "secure"}, {"pattern", "/irj/*"}}})}}),
+       Um("erp", "c", "2026-01-03T00:00:00Z",
+          {{"hosts", {"c.example.com"}},
+           {"secureAction", "forbid"},
+           {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})},
+           {"permissions", json::array({{{"action", "secure"}, {"pattern", "/*"}}})}})}));
+  std::map<std::string, const v1::Rule*> rules;
+  std::map<std::string, const v1::VirtualHost*> hosts;
+  for (const auto& vhost : result.snapshot.virtual_hosts()) {
+    hosts[vhost.host()] = &vhost;
+    for (const auto& rule : vhost.rules()) {
+      rules[vhost.host() + rule.prefix()] = &rule;
+    }
+  }
+  ASSERT_EQ(hosts.size(), 2u);
+  ASSERT_TRUE(rules["/sap/"]->has_hsts());
+  EXPECT_EQ(rules["/sap/"]->hsts().max_age_seconds(), 600u);
+  EXPECT_TRUE(rules["/sap/"]->hsts().include_subdomains());
+  EXPECT_FALSE(rules["/sap/"]->hsts().preload());
+  ASSERT_TRUE(rules["/irj/"]->has_hsts());  // b's own rule keeps b's
+  EXPECT_EQ(rules["/irj/"]->hsts().max_age_seconds(), 0u);
+  EXPECT_FALSE(rules["c.example.com/sap/"]->has_hsts());
+  ASSERT_TRUE(hosts[""]->has_hsts());  // the defaults' owner's: a
+  EXPECT_EQ(hosts[""]->hsts().max_age_seconds(), 600u);
+  EXPECT_FALSE(hosts["c.example.com"]->has_hsts());
+
+  const auto& any_permissions = hosts[""]->permissions();
+  ASSERT_EQ(any_permissions.size(), 3);
+  EXPECT_EQ(any_permissions[0].pattern(), "/sap/bc/gui/*");
+  EXPECT_TRUE(any_permissions[0].redirect_to_https());   // a: redirect
+  EXPECT_FALSE(any_permissions[1].redirect_to_https());  // a permit entry
+  EXPECT_EQ(any_permissions[2].pattern(), "/irj/*");
+  EXPECT_FALSE(any_permissions[2].redirect_to_https());  // b: forbid by default
+  ASSERT_EQ(hosts["c.example.com"]->permissions().size(), 1);
+  EXPECT_FALSE(hosts["c.example.com"]->permissions(0).redirect_to_https());
+
+  std::string messages = AllMessages(result);
+  EXPECT_NE(messages.find("UrlMapping erp/b Accepted: spec.hsts ignored for the root rule and "
+                          "default groups on any host: UrlMapping erp/a (older)"),
+            std::string::npos)
+      << messages;
+  EXPECT_NE(messages.find("UrlMapping erp/a Accepted: 1 rule, 2 permissions on any host; secure "
+                          "entries redirect plain http to https; HSTS max-age=600"),
+            std::string::npos)
+      << messages;
+  EXPECT_EQ(CheckSnapshot(result.snapshot), std::vector<std::string>{});
+}
+
+// Invalid values reject the mapping (nothing of it is served) with a message
+// naming the field and the allowed values; the edges pass.
+TEST(CompileTest, SecureActionAndHstsAreChecked) {
+  struct Case {
+    json extra;
+    std::string message;  // empty: accepted
+  };
+  const Case cases[] = {
+      {{{"secureAction", "https"}},
+       "spec.secureAction: \"https\" is not one of forbid, redirect"},
+      {{{"secureAction", "Redirect"}},
+       "spec.secureAction: \"Redirect\" is not one of forbid, redirect"},
+      {{{"hsts", {{"maxAgeSeconds", -1}}}},
+       "spec.hsts.maxAgeSeconds: must be an integer from 0 to 63072000 (two years; 0 tells "
+       "browsers to forget the host), got -1"},
+      {{{"hsts", {{"maxAgeSeconds", 63072001}}}}, "got 63072001"},
+      {{{"hsts", {{"preload", true}, {"includeSubDomains", false}}}},
+       "spec.hsts.preload: true requires includeSubDomains: true and maxAgeSeconds >= 31536000 "
+       "(the HSTS preload list's rules), got includeSubDomains: false, maxAgeSeconds: 31536000"},
+      {{{"hsts", {{"preload", true}, {"includeSubDomains", true}, {"maxAgeSeconds", 31535999}}}},
+       "got includeSubDomains: true, maxAgeSeconds: 31535999"},
+      {{{"hsts", {{"max-age", 5}}}}, "spec.hsts"},
+      {{{"hsts", {{"preload", true}, {"includeSubDomains", true}, {"maxAgeSeconds", 31536000}}}},
+       ""},
+      {{{"hsts", {{"maxAgeSeconds", 63072000}}}}, ""},
+      {{{"hsts", {{"maxAgeSeconds", 0}}}}, ""},
+      {{{"hsts", json::object()}}, ""},  // a year by default
+      {{{"secureAction", "forbid"}}, ""},
+  };
+  for (const Case& c : cases) {
+    json spec = {{"defaultGroups", {{"abap", "abap"}}},
+                 {"rules", json::array({{{"prefix", "/sap/"}, {"kind", "abap"}}})}};
+    spec.update(c.extra);
+    CompileResult result =
+        Compile(Objects({StaticLg("erp", "abap"), Um("erp", "m", "2026-01-01T00:00:00Z", spec)}));
+    std::string messages = AllMessages(result);
+    const ObjectStatus* status = nullptr;
+    for (const auto& st : result.statuses) {
+      if (st.kind == "UrlMapping") {
+        status = &st;
+      }
+    }
+    ASSERT_NE(status, nullptr);
+    if (c.message.empty()) {
+      EXPECT_EQ(status->Find(kAccepted)->status, "True") << c.extra.dump() << "\n" << messages;
+      ASSERT_EQ(result.snapshot.virtual_hosts_size(), 1) << c.extra.dump();
+      if (c.extra.contains("hsts")) {
+        const v1::Rule& rule = result.snapshot.virtual_hosts(0).rules(0);
+        ASSERT_TRUE(rule.has_hsts());
+        EXPECT_EQ(rule.hsts().max_age_seconds(),
+                  c.extra["hsts"].value("maxAgeSeconds", 31536000)) << c.extra.dump();
+      }
+    } else {
+      EXPECT_EQ(status->Find(kAccepted)->status, "False") << c.extra.dump();
+      EXPECT_NE(messages.find(c.message), std::string::npos)
+          << c.extra.dump() << "\nmessages:\n" << messages;
+      EXPECT_EQ(result.snapshot.virtual_hosts_size(), 0) << c.extra.dump();
+    }
+  }
+}
+
+// secureAction: redirect without a secure entry does nothing: said, not rejected.
+TEST(CompileTest, SecureRedirectWithoutSecureEntriesIsNoted) {
+  CompileResult result = Compile(Objects(
+      {StaticLg("erp", "abap"),
+       Um("erp", "m", "", {{"secureAction", "redirect"},
+                           {"defaultGroups", {{"abap", "abap"}}},
+                           {"permissions", json::array({{{"action", "deny"}, {"pattern", "*.cgi"}}})}})}));
+  std::string messages = AllMessages(result);
+  EXPECT_NE(messages.find("spec.secureAction: redirect has no effect: spec.permissions has no "
+                          "secure entry"),
+            std::string::npos)
+      << messages;
+  EXPECT_EQ(result.snapshot.virtual_hosts_size(), 1);
+}
+
 }  // namespace
 }  // namespace kwd::compile
 

@@ -625,6 +625,9 @@ TEST(PrintableTextTest, EscapesAndCutsOnCharacterBoundaries) {
   EXPECT_EQ(PrintableText("a\nb\x01", 100), "a\\nb\\x01");
   EXPECT_EQ(PrintableText("caf\xc3\xa9", 100), "caf\xc3\xa9");    // UTF-8 kept
   EXPECT_EQ(PrintableText("bad\xc3(", 100), "bad\\xc3(");         // not UTF-8
+  // Right-to-left override, isolate, line separator, C1 NEL: shown, not obeyed.
+  EXPECT_EQ(PrintableText("a\xe2\x80\xae" "b\xe2\x81\xa6" "c\xe2\x80\xa8" "d\xc2\x85", 100),
+            "a\\u202eb\\u2066c\\u2028d\\u0085");
   EXPECT_EQ(PrintableText("abcdefghij", 10), "abcdefghij");         // exactly fits
   EXPECT_EQ(PrintableText("abcdefghijk", 10), "abcdefg...");
   EXPECT_EQ(PrintableText("abcdef\xc3\xa9zzz", 9), "abcdef...");   // never half a character

@@ -306,6 +306,56 @@ TEST_F(ImportCliTest, UnreadableInputExits1AndWritesNothing) {
             std::string::npos);
 }
 
+// A bundle whose rule file is a link out of the --files directory (here to
+// a stand-in for ~/.kube/config): not read, said, and nothing of it written.
+TEST_F(ImportCliTest, LinksOutOfTheFilesDirectoryAreRefused) {
+  fs::path bundle = dir_ / "bundle";
+  fs::create_directories(bundle);
+  std::ofstream(dir_ / "secret.txt") << "SECRET-TOKEN-abc123\n";
+  fs::create_symlink(dir_ / "secret.txt", bundle / "rules.txt");
+  std::ofstream(bundle / "real.txt") << "SetHeader X-Inside yes\n";
+  fs::create_symlink("real.txt", bundle / "inside.txt");
+  fs::create_directories(bundle / "adir.txt");
+  fs::path profile = bundle / "sapwebdisp.pfl";
+  std::ofstream(profile) << "wdisp/system_0 = SID=ABC, MSHOST=ms.example, MSPORT=8101\n"
+                            "icm/HTTP/mod_0 = PREFIX=/, FILE=rules.txt\n"
+                            "icm/HTTP/mod_1 = PREFIX=/in/, FILE=inside.txt\n"
+                            "icm/HTTP/mod_2 = PREFIX=/dir/, FILE=adir.txt\n";
+  fs::path out = dir_ / "out";
+  // --files defaults to the profile's directory; given as a link to it, too.
+  fs::create_symlink(bundle, dir_ / "bundle-link");
+  for (const std::string& files : {std::string(), " --files " + Quote((dir_ / "bundle-link").string())}) {
+    RunResult r = Controller("import --profile " + Quote(profile.string()) + files + " -o " +
+                             Quote(out.string()));
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find(":2 icm/HTTP/mod_0: cannot read \"rules.txt\": "), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("outside"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(":4 icm/HTTP/mod_2: cannot read \"adir.txt\": "), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("ERROR"), std::string::npos) << r.err;
+    std::string mappings = ReadFile(out / "resources" / "urlmappings.yaml");
+    EXPECT_EQ(mappings.find("SECRET"), std::string::npos) << mappings;
+    // A link that stays inside is followed.
+    EXPECT_NE(mappings.find("SetHeader X-Inside yes"), std::string::npos) << mappings;
+  }
+}
+
+// A rule file kwd's rule parser does not read: the controller would reject
+// the UrlMapping, so the import says where and exits 3.
+TEST_F(ImportCliTest, RuleFileThatDoesNotParseIsAWarnWithLineAndColumn) {
+  fs::path profile = dir_ / "sapwebdisp.pfl";
+  std::ofstream(profile) << "rdisp/mshost = ms\nms/http_port = 8101\n"
+                            "icm/HTTP/mod_0 = PREFIX=/, FILE=rules.txt\n";
+  std::ofstream(dir_ / "rules.txt") << "SetHeader X-A v\nRegRewriteUrl ^/(a /b\n";
+  RunResult r = Controller("import --profile " + Quote(profile.string()) + " -o " +
+                           Quote((dir_ / "out").string()));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("WARN " + (dir_ / "rules.txt").string() + ":2:15 icm/HTTP/mod_0: "),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(ImportCliTest, UsageAndHelp) {
   RunResult help = Controller("import --help");
   EXPECT_EQ(help.exit_code, 0);

@@ -89,6 +89,75 @@ TEST(ProfileTest, CyclesUnclosedAndExplosionsAreBounded) {
   EXPECT_FALSE(unresolved.empty());
 }
 
+// The shape of an expansion bomb: A0 empty, A<k> = $(A<k-1>) x fan. Nothing
+// grows, so the byte bound never stops it: fan^depth references unless each
+// name is expanded once.
+std::map<std::string, std::string> ExpansionBomb(int fan, int depth, const std::string& a0) {
+  std::map<std::string, std::string> vars = {{"A0", a0}};
+  for (int k = 1; k <= depth; ++k) {
+    std::string value;
+    for (int i = 0; i < fan; ++i) {
+      value += "$(A" + std::to_string(k - 1) + ")";
+    }
+    vars["A" + std::to_string(k)] = value;
+  }
+  return vars;
+}
+
+TEST(ProfileTest, EachNameIsExpandedOnce) {
+  // 10^8 references without memoisation; 8 levels of 10 with it.
+  ValueExpander expander(ExpansionBomb(10, 8, ""));
+  std::vector<std::string> unresolved;
+  EXPECT_EQ(expander.Expand("ms$(A8).example", &unresolved), "ms.example");
+  EXPECT_TRUE(unresolved.empty());
+  EXPECT_FALSE(expander.exhausted());
+  EXPECT_LE(expander.steps(), 100u);
+  // The memo serves the next value too, with what it could not resolve.
+  ValueExpander unknown(ExpansionBomb(10, 8, "$(NOPE)"));
+  EXPECT_EQ(unknown.Expand("$(A8)", &unresolved), "");
+  EXPECT_EQ(unresolved, std::vector<std::string>{"$(NOPE)"});
+  unresolved.clear();
+  EXPECT_EQ(unknown.Expand("x$(A8)", &unresolved), "x");
+  EXPECT_EQ(unresolved, std::vector<std::string>{"$(NOPE)"});
+  EXPECT_LE(unknown.steps(), 200u);
+}
+
+TEST(ProfileTest, ExpansionWorkIsBoundedWhenTheMemoCannotHelp) {
+  // A cycle at the bottom (A0 refers to A8) is context-dependent, hence not
+  // memoised: the total budget stops it.
+  ValueExpander expander(ExpansionBomb(10, 8, "$(A8)"));
+  std::vector<std::string> unresolved;
+  auto start = std::chrono::steady_clock::now();
+  expander.Expand("$(A8)", &unresolved);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(expander.exhausted());
+  EXPECT_LE(expander.steps(), kMaxExpansionSteps + 1);
+  // Once spent, the budget stays spent for the rest of the profile.
+  EXPECT_EQ(expander.Expand("$(A1)", &unresolved), "");
+  EXPECT_LE(expander.steps(), kMaxExpansionSteps + 1);
+  // The one-value interface says so too.
+  unresolved.clear();
+  ExpandValue("$(A8)", ExpansionBomb(10, 8, "$(A8)"), &unresolved);
+  ASSERT_FALSE(unresolved.empty());
+  EXPECT_NE(unresolved.back().find("references"), std::string::npos) << unresolved.back();
+}
+
+TEST(ProfileTest, ExpandedBytesAreBoundedAcrossAProfile) {
+  // Every value stays under kMaxExpandedBytes, but many of them would not.
+  std::map<std::string, std::string> vars = ExpansionBomb(2, 15, "x");  // A15: 32 KiB
+  ValueExpander expander(vars);
+  std::vector<std::string> unresolved;
+  std::size_t total = 0;
+  int values = 0;
+  while (!expander.exhausted() && values < 100000) {
+    total += expander.Expand("$(A15)", &unresolved).size();
+    ++values;
+  }
+  EXPECT_TRUE(expander.exhausted());
+  EXPECT_LE(total, kMaxExpandedTotalBytes);
+  EXPECT_LE(expander.bytes(), kMaxExpandedTotalBytes + kMaxExpandedBytes + 1);
+}
+
 TEST(ProfileTest, IndexedNamesAndOptions) {
   std::string base;
   int index = -1;
@@ -187,11 +256,11 @@ FileReader MapReader(const Files& files) {
     auto it = files.find(name);
     if (it == files.end()) {
       *error = "no such file";
-      return false;
+      return ReadStatus::kUnreadable;
     }
     *text = it->second;
     *shown = name;
-    return true;
+    return ReadStatus::kRead;
   };
 }
 
@@ -490,6 +559,50 @@ TEST(ImportTest, ServerInfoFileGivesStaticServers) {
   ExpectLoadable(r);
 }
 
+TEST(ImportTest, SpecialAddressesInAServerInfoFileAreWarnedAndKept) {
+  // The operator's own file is taken as written, but an address kwd would
+  // refuse from a message server (cloud metadata, loopback, ...) is said.
+  std::string info = "version 1.2\n";
+  const std::vector<std::pair<std::string, std::string>> servers = {
+      {"meta_ERP_00", "169.254.169.254"}, {"lo_ERP_01", "127.0.0.1"},
+      {"mapped_ERP_02", "::ffff:127.0.0.1"}, {"any_ERP_03", "0.0.0.0"},
+      {"mc_ERP_04", "224.0.0.1"},         {"fine_ERP_05", "10.0.0.5"},
+      {"named_ERP_06", "app.example.com"}};
+  for (const auto& [name, address] : servers) {
+    info += name + "\nDIAG\t" + address + "\t3200\t\nHTTP\t" + address + "\t8000\t\n\n";
+  }
+  ImportResult r = ImportText("wdisp/server_info_location = file://info.icr\n"
+                              "wdisp/url_map_location = file://urlinfo.txt\n",
+                              {{"info.icr", info}, {"urlinfo.txt", "version 1.0\n"}});
+  EXPECT_EQ(r.ExitCode(), 3);
+  std::vector<std::string> warnings = Warnings(r);
+  EXPECT_EQ(warnings,
+            (std::vector<std::string>{
+                "WARN info.icr wdisp/server_info_location: instance any_ERP_03 at 0.0.0.0: "
+                "unspecified address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance lo_ERP_01 at 127.0.0.1: "
+                "loopback address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance mapped_ERP_02 at "
+                "::ffff:127.0.0.1: loopback address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance mc_ERP_04 at 224.0.0.1: "
+                "multicast address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant",
+                "WARN info.icr wdisp/server_info_location: instance meta_ERP_00 at "
+                "169.254.169.254: link-local address, not in spec.allowedNetworks: kept in "
+                "LogonGroup.spec.backend.staticServers as the file says (kwd refuses such an "
+                "address from a message server); check that it is meant"}))
+      << testing::PrintToString(warnings);
+  // All seven stay, as written.
+  EXPECT_EQ(Find(r, "LogonGroup", "diag")->at("spec")["backend"]["staticServers"].size(), 7u);
+}
+
 TEST(ImportTest, SilocSystemReencryptsToTheHttpsPorts) {
   Files files = {
       {"info.icr",
@@ -541,6 +654,29 @@ TEST(ImportTest, RuleFilesBecomeModificationsUnchanged) {
   YAML::Node node = YAML::Load(ToYaml(*Find(r, "UrlMapping", "sap")));
   EXPECT_EQ(node["spec"]["modifications"][0]["rules"].as<std::string>(), rules);
   ExpectLoadable(r);
+}
+
+TEST(ImportTest, RuleFileThatDoesNotParseIsAWarnWithLineAndColumn) {
+  // A pattern RE2 does not compile, and a command kwd does not know.
+  Files files = {{"rules.txt", "SetHeader X-A v\nRegRewriteUrl ^/(a /b\n"},
+                 {"other.txt", "# fine so far\nNoSuchCommand x\n"}};
+  ImportResult r = ImportText(
+      "rdisp/mshost = ms\nms/http_port = 1\n"
+      "icm/HTTP/mod_0 = PREFIX=/, FILE=rules.txt\n"
+      "icm/HTTP/mod_1 = PREFIX=/o/, FILE=other.txt\n"
+      "icm/HTTP/mod_2 = PREFIX=/again/, FILE=rules.txt\n",
+      files);
+  EXPECT_EQ(r.ExitCode(), 3);
+  std::vector<std::string> warnings = Warnings(r);
+  ASSERT_EQ(warnings.size(), 3u) << testing::PrintToString(warnings);
+  EXPECT_EQ(warnings[0].rfind("WARN other.txt:2:1 icm/HTTP/mod_1: ", 0), 0u) << warnings[0];
+  EXPECT_EQ(warnings[1].rfind("WARN rules.txt:2:15 icm/HTTP/mod_0: ", 0), 0u) << warnings[1];
+  EXPECT_EQ(warnings[2].rfind("WARN rules.txt:2:15 icm/HTTP/mod_2: ", 0), 0u) << warnings[2];
+  EXPECT_NE(warnings[1].find("the controller rejects"), std::string::npos) << warnings[1];
+  // Still written as it is, for the operator to fix.
+  const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
+  ASSERT_EQ(mods.size(), 3u);
+  EXPECT_EQ(mods[0]["rules"], files["rules.txt"]);
 }
 
 TEST(ImportTest, RedirectsBecomeRulesBeforeTheRuleFiles) {
@@ -603,6 +739,106 @@ TEST(ImportTest, Latin1ProfileValuesBecomeUtf8) {
             "ap/bc [CODE=permanent]\n");
   for (const auto& object : r.objects) {
     EXPECT_NO_THROW((void)object.dump());
+  }
+}
+
+// The profile of /tmp/attack's gen_expansion_bomb.py: fan 10, depth 8.
+std::string ExpansionBombProfile(const std::string& a0) {
+  std::string profile = "SAPSYSTEMNAME = W01\nA0 = " + a0 + "\n";
+  for (int k = 1; k <= 8; ++k) {
+    profile += "A" + std::to_string(k) + " = ";
+    for (int i = 0; i < 10; ++i) {
+      profile += "$(A" + std::to_string(k - 1) + ")";
+    }
+    profile += "\n";
+  }
+  return profile + "wdisp/system_0 = SID=W01, MSHOST=ms$(A8).example, MSPORT=8101\n";
+}
+
+TEST(ImportTest, EmptyExpansionBombIsExpandedOnce) {
+  auto start = std::chrono::steady_clock::now();
+  ImportResult r = ImportText(ExpansionBombProfile(""));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_FALSE(r.HasErrors()) << testing::PrintToString(Lines(r, Diagnostic::Level::kError));
+  const Json* system = Find(r, "SapSystem", "w01");
+  ASSERT_NE(system, nullptr) << testing::PrintToString(Names(r));
+  EXPECT_EQ(system->at("spec")["messageServer"]["host"], "ms.example");
+}
+
+TEST(ImportTest, ExpansionBeyondTheBudgetIsAnErrorNamingTheParameter) {
+  // A0 refers back to A8: nothing can be memoised, the budget stops it.
+  auto start = std::chrono::steady_clock::now();
+  ImportResult r = ImportText(ExpansionBombProfile("$(A8)"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(r.ExitCode(), 1);
+  std::vector<std::string> errors = Lines(r, Diagnostic::Level::kError);
+  ASSERT_EQ(errors.size(), 1u) << testing::PrintToString(errors);
+  EXPECT_EQ(errors[0].rfind("ERROR sapwebdisp.pfl:2 A0: ", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find(std::to_string(kMaxExpansionSteps)), std::string::npos) << errors[0];
+  EXPECT_TRUE(r.objects.empty());
+}
+
+// gen_quadratic.py's shape: S systems with their own SRCVHOST (one
+// UrlMapping each) and M rule files and redirects, which every UrlMapping
+// carries: S x M rules in the output.
+std::string QuadraticProfile(int systems, int mods) {
+  std::string profile = "SAPSYSTEMNAME = W01\n";
+  for (int i = 0; i < systems; ++i) {
+    profile += "wdisp/system_" + std::to_string(i) + " = SID=S" + (i % 100 < 10 ? "0" : "") + std::to_string(i % 100) +
+               ", MSHOST=ms" + std::to_string(i) + ".example, MSPORT=8101, SRCVHOST=h" +
+               std::to_string(i) + ".example\n";
+  }
+  for (int j = 0; j < mods; ++j) {
+    profile += "icm/HTTP/mod_" + std::to_string(j) + " = PREFIX=/p" + std::to_string(j) +
+               "/, FILE=rules.txt\n";
+  }
+  for (int j = 0; j < mods; ++j) {
+    profile += "icm/HTTP/redirect_" + std::to_string(j) + " = PREFIX=/r" + std::to_string(j) +
+               ", TO=/q" + std::to_string(j) + "\n";
+  }
+  return profile;
+}
+
+TEST(ImportTest, TotalOutputIsBoundedWhileItIsBuilt) {
+  int reads = 0;
+  FileReader reader = [&reads](const std::string&, std::string* text, std::string* shown,
+                               std::string*) {
+    ++reads;
+    *text = "SetHeader X-A v\n";
+    *shown = "rules.txt";
+    return ReadStatus::kRead;
+  };
+  // 1000 x 1000: 115 MB of YAML and 790 MB of memory before the bound.
+  auto start = std::chrono::steady_clock::now();
+  ImportResult r = Import(QuadraticProfile(1000, 1000), "sapwebdisp.pfl", reader, {});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(r.ExitCode(), 1);
+  std::vector<std::string> errors = Lines(r, Diagnostic::Level::kError);
+  ASSERT_EQ(errors.size(), 1u) << testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find(std::to_string(kMaxOutputBytes)), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("UrlMapping"), std::string::npos) << errors[0];
+  EXPECT_TRUE(r.objects.empty());
+  // Charged before each object is built: at most one object past the bound.
+  EXPECT_GT(r.output_bytes, kMaxOutputBytes);
+  EXPECT_LT(r.output_bytes, kMaxOutputBytes + 1024 * 1024);
+  // The same file named 1000 times is read once.
+  EXPECT_EQ(reads, 1);
+}
+
+TEST(ImportTest, OutputUnderTheBoundIsCountedAndKept) {
+  ImportResult r = ImportText(QuadraticProfile(3, 4), {{"rules.txt", "SetHeader X-A v\n"}});
+  EXPECT_FALSE(r.HasErrors()) << testing::PrintToString(Lines(r, Diagnostic::Level::kError));
+  ASSERT_EQ(r.objects.size(), 3u + 6u + 4u) << testing::PrintToString(Names(r));
+  std::size_t bytes = 0;
+  for (const auto& object : r.objects) {
+    bytes += object.dump().size();
+  }
+  EXPECT_EQ(r.output_bytes, bytes);
+  // Every SRCVHOST mapping carries the 4 rule files after the redirects.
+  for (const char* name : {"s00", "s01", "s02"}) {
+    const Json* mapping = Find(r, "UrlMapping", name);
+    ASSERT_NE(mapping, nullptr) << name << testing::PrintToString(Names(r));
+    EXPECT_EQ(mapping->at("spec")["modifications"].size(), 5u);
   }
 }
 
@@ -859,8 +1095,11 @@ TEST(ImportTest, ObjectsTooLargeForTheApiServerAreSaid) {
       ImportText("rdisp/mshost = ms\nms/http_port = 1\nicm/HTTP/mod_0 = PREFIX=/,FILE=r.txt\n",
                  {{"r.txt", rules}});
   EXPECT_EQ(r.ExitCode(), 3);
-  ASSERT_EQ(Warnings(r).size(), 1u);
+  // And kwd's rule parser, which the controller runs, refuses the file.
+  ASSERT_EQ(Warnings(r).size(), 2u) << testing::PrintToString(Warnings(r));
   EXPECT_EQ(Warnings(r)[0].rfind("WARN sapwebdisp.pfl: UrlMapping sap is ", 0), 0u);
+  EXPECT_EQ(Warnings(r)[1].rfind("WARN r.txt icm/HTTP/mod_0: not a rule file kwd reads: ", 0), 0u)
+      << Warnings(r)[1];
 }
 
 TEST(ImportTest, KubernetesNames) {

@@ -86,6 +86,27 @@ TEST(DecodeObjectTest, UrlMappingSapHeadersUnsetOrSwitched) {
   EXPECT_EQ(std::get<UrlMapping>(*result.object).spec.sap_headers, SapHeadersSpec{});
 }
 
+TEST(DecodeObjectTest, UrlMappingSecureActionAndHsts) {
+  json in = R"({"apiVersion": "dispatch.kwd.io/v1alpha1", "kind": "UrlMapping",
+    "metadata": {"name": "erp"}, "spec": {"secureAction": "redirect",
+    "hsts": {"maxAgeSeconds": 600, "includeSubDomains": true}}})"_json;
+  DecodeResult result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  const auto& um = std::get<UrlMapping>(*result.object);
+  EXPECT_EQ(um.spec.secure_action, std::optional<std::string>("redirect"));
+  ASSERT_TRUE(um.spec.hsts.has_value());
+  EXPECT_EQ(um.spec.hsts->max_age_seconds, std::optional<std::int64_t>(600));
+  EXPECT_EQ(um.spec.hsts->include_subdomains, std::optional<bool>(true));
+  EXPECT_EQ(um.spec.hsts->preload, std::nullopt);
+  EXPECT_TRUE(um.field_errors.empty());
+  in["spec"].erase("hsts");
+  in["spec"].erase("secureAction");
+  result = DecodeObject(in);
+  ASSERT_TRUE(result.ok()) << result.error;
+  EXPECT_FALSE(std::get<UrlMapping>(*result.object).spec.hsts.has_value());
+  EXPECT_FALSE(std::get<UrlMapping>(*result.object).spec.secure_action.has_value());
+}
+
 struct ShapeErrorCase {
   std::string name;
   std::string json_text;
@@ -123,6 +144,14 @@ INSTANTIATE_TEST_SUITE_P(
                        R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"UrlMapping",
                            "metadata":{"name":"a"},"spec":{"sapHeaders":{"accessPoints":"no"}}})",
                        "spec.sapHeaders.accessPoints: expected a boolean, got a string"},
+        ShapeErrorCase{"HstsMaxAgeString",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"UrlMapping",
+                           "metadata":{"name":"a"},"spec":{"hsts":{"maxAgeSeconds":"1y"}}})",
+                       "spec.hsts.maxAgeSeconds: expected an integer, got a string"},
+        ShapeErrorCase{"SecureActionBoolean",
+                       R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"UrlMapping",
+                           "metadata":{"name":"a"},"spec":{"secureAction":true}})",
+                       "spec.secureAction: expected a string, got a boolean"},
         ShapeErrorCase{"SapSystemUrlMapString",
                        R"({"apiVersion":"dispatch.kwd.io/v1alpha1","kind":"SapSystem",
                            "metadata":{"name":"a"},"spec":{"messageServer":{"host":"h"},

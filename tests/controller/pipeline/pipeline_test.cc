@@ -6,8 +6,10 @@
 #include <fstream>
 #include <thread>
 
+#include "common/crypto.h"
 #include "controller/pipeline/dir_watcher.h"
 #include "tests/support/process.h"
+#include "tests/support/test_pki.h"
 
 namespace kwd::pipeline {
 namespace {
@@ -270,6 +272,47 @@ TEST(DirWatcherTest, WaitsForAFileRewrittenInPlaceToSettle) {
   EXPECT_EQ(watcher.reloads(), 2u);
   EXPECT_FALSE(watcher.PollOnce());
   fs::remove_all(dir);
+}
+
+// A certificate in the snapshot that expires is taken out by a compile at
+// its expiry, with no object changing (the compile takes "now" as an input).
+TEST(PipelineTest, ACertificateLeavesTheSnapshotWhenItExpires) {
+  std::string cert;
+  std::string key;
+  ASSERT_TRUE(testing::MakeShortLivedPair("a.example", 2, &cert, &key));
+  Running running(milliseconds(1));
+  json mapping = {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+                  {"kind", "UrlMapping"},
+                  {"metadata", {{"name", "erp"}, {"namespace", "erp"}, {"generation", 1}}},
+                  {"spec",
+                   {{"hosts", {"a.example"}},
+                    {"tls", {{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}}}}}};
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "erp-tls"}, {"namespace", "erp"}}},
+                 {"type", "kubernetes.io/tls"},
+                 {"data", {{"tls.crt", Base64Encode(cert)}, {"tls.key", Base64Encode(key)}}}};
+  std::vector<ObservedObject> objects;
+  objects.push_back(Decode(mapping));
+  objects.push_back(Decode(secret));
+  running.pipeline->ReplaceAll(0, std::move(objects));
+  ASSERT_TRUE(testing::WaitFor([&] {
+    auto last = running.sink.last();
+    return last != nullptr && last->snapshot.certificates_size() == 1;
+  }));
+  EXPECT_GT(running.sink.last()->certificates_expire, 0);
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto last = running.sink.last();
+        return last != nullptr && last->snapshot.certificates_size() == 0;
+      },
+      milliseconds(10'000)));
+  const compile::ObjectStatus* status = nullptr;
+  for (const auto& s : running.sink.last()->statuses) {
+    status = s.kind == "UrlMapping" ? &s : status;
+  }
+  ASSERT_NE(status, nullptr);
+  EXPECT_EQ(status->Find(compile::kResolvedRefs)->reason, "InvalidCertificate");
 }
 
 }  // namespace

@@ -51,6 +51,61 @@ json Pod(const std::string& name, json annotations, json labels = json::object()
             {"annotations", annotations}}}};
 }
 
+json TlsSecret(const std::string& name, const std::string& crt = "Y2VydA==") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "erp"},
+            {"annotations", {{"kubectl.kubernetes.io/last-applied-configuration", "{...}"}}}}},
+          {"type", "kubernetes.io/tls"},
+          {"data", {{"tls.crt", crt}, {"tls.key", "a2V5"}}}};
+}
+
+json Mapping(std::vector<std::string> secrets) {
+  json tls = json::array();
+  for (const auto& secret : secrets) {
+    tls.push_back({{"hosts", {"a.example"}}, {"secretName", secret}});
+  }
+  return {{"apiVersion", "dispatch.kwd.io/v1alpha1"},
+          {"kind", "UrlMapping"},
+          {"metadata", {{"name", "m"}, {"namespace", "erp"}, {"generation", 1}}},
+          {"spec", {{"hosts", {"a.example"}}, {"tls", tls}}}};
+}
+
+// Secrets are kept only while a UrlMapping names them.
+TEST(ObjectStoreTest, SecretsAreKeptOnlyWhileAMappingNamesThem) {
+  ObjectStore store;
+  // Named by nobody: dropped on arrival, no rebuild.
+  EXPECT_FALSE(store.Upsert(Decode(TlsSecret("a-tls"))));
+  EXPECT_EQ(store.CountOf(model::kSecretKind), 0u);
+  // A mapping names it: it is wanted (the source fetches it), once.
+  EXPECT_TRUE(store.Upsert(Decode(Mapping({"a-tls"}))));
+  EXPECT_EQ(store.TakeWantedSecrets(),
+            (std::vector<model::ObjectKey>{{"Secret", "erp", "a-tls"}}));
+  EXPECT_TRUE(store.TakeWantedSecrets().empty());
+  EXPECT_TRUE(store.Upsert(Decode(TlsSecret("a-tls"))));
+  EXPECT_EQ(store.CountOf(model::kSecretKind), 1u);
+  // Kept without what the compile does not read.
+  auto kept = store.objects().secrets().at({"erp", "a-tls"});
+  EXPECT_TRUE(kept.metadata.annotations.empty());
+  EXPECT_EQ(kept.tls_crt, "cert");
+  EXPECT_EQ(kept.tls_key, "key");
+  EXPECT_FALSE(store.Upsert(Decode(TlsSecret("a-tls"))));  // unchanged
+  EXPECT_TRUE(store.Upsert(Decode(TlsSecret("a-tls", "Y2VydDI="))));
+  // The mapping edited but still naming it: kept (no drop and refetch).
+  EXPECT_TRUE(store.Upsert(Decode(Mapping({"a-tls", "b-tls"}))));
+  EXPECT_EQ(store.CountOf(model::kSecretKind), 1u);
+  EXPECT_EQ(store.TakeWantedSecrets(),
+            (std::vector<model::ObjectKey>{{"Secret", "erp", "b-tls"}}));
+  // No longer named: forgotten.
+  EXPECT_TRUE(store.Upsert(Decode(Mapping({"b-tls"}))));
+  EXPECT_EQ(store.CountOf(model::kSecretKind), 0u);
+  EXPECT_TRUE(store.Remove({"UrlMapping", "erp", "m"}));
+  EXPECT_FALSE(store.Upsert(Decode(TlsSecret("b-tls"))));
+  EXPECT_EQ(store.CountOf(model::kSecretKind), 0u);
+}
+
 TEST(ObjectStoreTest, LogonGroupChangesAreRelevantAndEqualWritesAreNot) {
   ObjectStore store;
   EXPECT_TRUE(store.Upsert(Decode(Group("g", "svc"))));

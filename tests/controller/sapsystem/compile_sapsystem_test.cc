@@ -425,6 +425,17 @@ TEST(CompileSapSystemTest, DiscoveredPrefixesDoNotTakeOverTheOperatorsRules) {
   // discovered plain prefix outside every rule does not take its traffic.
   objects.Upsert(mapping(false, "secure"));
   EXPECT_EQ(Rules(Compile(objects)), "/sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag");
+
+  // No java default group (unmatched paths get 503): a discovered prefix
+  // outside every rule takes traffic that went nowhere and lowers nothing
+  // (attack review: such prefixes were left out "instead of , re-encrypted").
+  objects.Upsert(mapping(false, "nosuch"));
+  CompileResult nowhere = Compile(objects);
+  EXPECT_EQ(Rules(nowhere),
+            "/newapp/ abap erp/public, /sap/bc/gui/ abap erp/secure, /sap/bc/plain/ abap erp/diag, "
+            "/sap/opu/odata/ abap erp/diag");
+  EXPECT_EQ(Find(nowhere, "UrlMapping", "erp", kAccepted)->message.find("would lower"),
+            std::string::npos);
 }
 
 // Issue 23 item 2, in the compile too: a list polled before allowedNetworks

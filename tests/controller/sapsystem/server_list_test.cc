@@ -411,13 +411,22 @@ TEST(AddressPolicyTest, CidrsAndKinds) {
            {"224.0.0.1", "multicast"},      {"ff02::1", "multicast"},
            {"255.255.255.255", "broadcast"}, {"10.0.0.1", ""},
            {"fd00::1", ""},                 {"2001:db8::1", ""},
-           {"fec0::1", ""}}) {
+           {"fec0::1", ""},
+           // Found by the attack review: metadata services outside
+           // link-local, and every IPv6 form that carries an IPv4 address.
+           {"100.100.100.200", "cloud metadata"}, {"fd00:ec2::254", "cloud metadata"},
+           {"::ffff:0:7f00:1", "loopback"},       {"2002:7f00:1::1", "loopback"},
+           {"2002:a9fe:a9fe::", "link-local"},    {"64:ff9b::100.100.100.200", "cloud metadata"},
+           {"2002:a00:1::1", ""},                 {"100.100.100.201", ""}}) {
     EXPECT_EQ(SpecialAddressKind(*ParseIpAddress(text)), kind) << text;
   }
   AddressPolicy own;
   own.own = {*ParseIpAddress("10.0.0.9")};
   EXPECT_NE(RefusalReason(own, "10.0.0.9"), "");
   EXPECT_NE(RefusalReason(own, "::ffff:10.0.0.9"), "");
+  for (const char* carried : {"::10.0.0.9", "64:ff9b::a00:9", "::ffff:0:a00:9", "2002:a00:9::1"}) {
+    EXPECT_NE(RefusalReason(own, carried), "") << carried << " carries the own address";
+  }
   own.allowed = {MustCidr("10.0.0.0/8")};
   EXPECT_NE(RefusalReason(own, "10.0.0.9"), "") << "a network does not name the own address";
   own.allowed.push_back(MustCidr("10.0.0.9/32"));

@@ -14,11 +14,15 @@
 #include <optional>
 #include <regex>
 
+
+#include "common/crypto.h"
+#include "common/file.h"
 #include "controller/cli/cli.h"
 #include "controller/kube/kube_client.h"
 #include "tests/fake_apiserver/fake_apiserver_process.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
+#include "tests/support/test_pki.h"
 
 namespace kwd::testing {
 namespace {
@@ -609,6 +613,139 @@ TEST_F(ServeTest, DirSourceKeepsTheLastGoodVersionOfAnInvalidFile) {
            std::string::npos;
   })) << controller.Log();
   EXPECT_EQ(Servers(port, "default/diag"), "s1:2");
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+json TlsSecret(const std::string& name, const std::string& cert, const std::string& key,
+               const std::string& type = "kubernetes.io/tls") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", {{"name", name}, {"namespace", "erp"}}},
+          {"type", type},
+          {"data", {{"tls.crt", Base64Encode(cert)}, {"tls.key", Base64Encode(key)}}}};
+}
+
+// The certPem the snapshot carries for certificate `name`, "" when absent.
+std::string SnapshotCertificate(uint16_t port, const std::string& name) {
+  auto snapshot = Snapshot(port);
+  if (!snapshot || !snapshot->contains("certificates")) {
+    return "";
+  }
+  for (const json& certificate : (*snapshot)["certificates"]) {
+    if (certificate.value("name", "") == name) {
+      return certificate.value("certPem", "");
+    }
+  }
+  return "";
+}
+
+// Issue 27 item 3: UrlMapping.spec.tls Secrets through the Kubernetes
+// source: created later, updated, deleted; dropped on arrival when no
+// mapping names them, fetched when one starts to; keys never shown.
+TEST_F(ServeTest, TlsSecretsResolveUpdateAndDeleteThroughTheWatch) {
+  std::string error;
+  ASSERT_TRUE(MakeSelfSignedPair(dir_.string(), "one", "a.example", &error)) << error;
+  ASSERT_TRUE(MakeSelfSignedPair(dir_.string(), "two", "a.example", &error)) << error;
+  auto read = [&](const std::string& file) {
+    std::string text;
+    EXPECT_TRUE(ReadWholeFile((dir_ / file).string(), &text));
+    return text;
+  };
+  const std::string one_cert = read("one.pem"), one_key = read("one.key");
+  const std::string two_cert = read("two.pem"), two_key = read("two.key");
+  Seed();
+  json mapping = UrlMapping("/sap/", "public");
+  mapping["spec"]["hosts"] = {"a.example"};
+  mapping["spec"]["tls"] = {{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}};
+  fake_->Upsert(mapping);
+  // Secrets no mapping names: dropped on arrival.
+  fake_->Upsert(TlsSecret("late-tls", two_cert, two_key));
+  fake_->Upsert({{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "db-password"}, {"namespace", "erp"}}},
+                 {"stringData", {{"password", "hunter2"}}}});
+  Process& controller = Start();
+  uint16_t port = controller.port();
+  ASSERT_TRUE(WaitFor([&] {
+    json resolved = Condition("UrlMapping", "erp", "ResolvedRefs");
+    return resolved.is_object() && resolved.value("reason", "") == "SecretNotFound";
+  })) << controller.Log();
+  EXPECT_NE(Condition("UrlMapping", "erp", "ResolvedRefs")["message"].get<std::string>().find(
+                "Secret erp/erp-tls not found"),
+            std::string::npos);
+  EXPECT_EQ(Metric(port, "kwd_controller_objects{kind=\"Secret\"}"), 0);
+
+  // Created later: resolves, and the snapshot carries it.
+  fake_->Upsert(TlsSecret("erp-tls", one_cert, one_key));
+  ASSERT_TRUE(WaitFor([&] { return SnapshotCertificate(port, "erp/erp-tls") == one_cert; }))
+      << controller.Log();
+  EXPECT_TRUE(WaitFor([&] {
+    return Condition("UrlMapping", "erp", "ResolvedRefs").value("status", "") == "True";
+  }));
+  EXPECT_EQ(Metric(port, "kwd_controller_objects{kind=\"Secret\"}"), 1);
+
+  // Updated: the snapshot follows.
+  fake_->Upsert(TlsSecret("erp-tls", two_cert, two_key));
+  EXPECT_TRUE(WaitFor([&] { return SnapshotCertificate(port, "erp/erp-tls") == two_cert; }))
+      << controller.Log();
+
+  // A key that does not match: InvalidCertificate, the certificate leaves.
+  fake_->Upsert(TlsSecret("erp-tls", one_cert, two_key));
+  EXPECT_TRUE(WaitFor([&] {
+    return Condition("UrlMapping", "erp", "ResolvedRefs").value("reason", "") ==
+           "InvalidCertificate";
+  })) << controller.Log();
+  EXPECT_EQ(SnapshotCertificate(port, "erp/erp-tls"), "");
+
+  // Deleted: SecretNotFound.
+  fake_->Remove(TlsSecret("erp-tls", one_cert, one_key));
+  EXPECT_TRUE(WaitFor([&] {
+    return Condition("UrlMapping", "erp", "ResolvedRefs").value("reason", "") ==
+           "SecretNotFound";
+  }));
+
+  // A Secret dropped on arrival and named later is fetched.
+  mapping["spec"]["tls"] = {{{"hosts", {"a.example"}}, {"secretName", "late-tls"}}};
+  Edit(mapping);
+  EXPECT_TRUE(WaitFor([&] { return SnapshotCertificate(port, "erp/late-tls") == two_cert; }))
+      << controller.Log();
+  bool fetched = false;
+  for (const json& request : fake_->Requests()) {
+    fetched = fetched || (request.value("method", "") == "GET" &&
+                          request.value("path", "") == "/api/v1/namespaces/erp/secrets/late-tls");
+  }
+  EXPECT_TRUE(fetched);
+
+  // No key in what the controller shows or logs.
+  std::string shown = HttpGet(port, "/debug/snapshot").body + HttpGet(port, "/debug/objects").body +
+                      HttpGet(port, "/admin/api/state").body + controller.Log();
+  for (const std::string& key : {one_key, two_key}) {
+    EXPECT_EQ(shown.find(key.substr(key.find('\n') + 1, 40)), std::string::npos);
+  }
+  EXPECT_EQ(shown.find("PRIVATE KEY"), std::string::npos);
+  EXPECT_EQ(shown.find("hunter2"), std::string::npos);
+  EXPECT_EQ(controller.Stop(), 0);
+}
+
+// RBAC without Secrets (controller.rbac.readSecrets=false, or an older
+// chart): the controller still becomes ready and serves the routes; the
+// mapping says SecretNotFound.
+TEST_F(ServeTest, ForbiddenSecretsDoNotStallTheController) {
+  Seed();
+  json mapping = UrlMapping("/sap/", "public");
+  mapping["spec"]["hosts"] = {"a.example"};
+  mapping["spec"]["tls"] = {{{"hosts", {"a.example"}}, {"secretName", "erp-tls"}}};
+  fake_->Upsert(mapping);
+  fake_->Control("fail", {{"count", 100000}, {"code", 403}, {"match", "/secrets"}});
+  Process& controller = Start();
+  uint16_t port = controller.port();
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(port, "/readyz").status == 200; })) << controller.Log();
+  EXPECT_EQ(Servers(port, "erp/public"), "erp0_ERP_00:6,erp1_ERP_00:3");
+  EXPECT_TRUE(WaitFor([&] {
+    json resolved = Condition("UrlMapping", "erp", "ResolvedRefs");
+    return resolved.is_object() && resolved.value("reason", "") == "SecretNotFound";
+  })) << controller.Log();
+  EXPECT_NE(controller.Log().find("not allowed to list this resource (RBAC)"), std::string::npos);
   EXPECT_EQ(controller.Stop(), 0);
 }
 

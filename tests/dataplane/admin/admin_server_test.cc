@@ -905,6 +905,47 @@ TEST_F(AdminServerTest, ExplainNamesEveryStep) {
             "Host \"<b>\" uses the URL mapping for any host");
 }
 
+// A secure entry of a mapping with secureAction: redirect: the state names
+// its secure_action, explain says why this proxy (without an https listener
+// or public https port) answers 403 instead of redirecting.
+TEST_F(AdminServerTest, SecureRedirectInStateAndExplain) {
+  v1::Snapshot snapshot = MakeSnapshot(app1_.port(), app2_.port(), app3_.port(), j1_.port());
+  v1::VirtualHost* any = snapshot.mutable_virtual_hosts(0);
+  for (auto [pattern, redirect] : {std::pair{"/sap/gui/*", true}, {"/sap/forbid/*", false}}) {
+    v1::Permission* permission = any->add_permissions();
+    permission->set_action(v1::PERMISSION_ACTION_SECURE);
+    permission->set_pattern(pattern);
+    permission->set_redirect_to_https(redirect);
+  }
+  StampSnapshotVersion(&snapshot);
+  std::string error;
+  ASSERT_TRUE(proxy_->ApplySnapshot(snapshot, &error)) << error;
+
+  const json state = State();
+  const json& permissions = state["url_mapping"][0]["permissions"];
+  ASSERT_EQ(permissions.size(), 4u);
+  EXPECT_EQ(permissions[2], (json{{"action", "secure"}, {"pattern", "/sap/gui/*"},
+                                  {"secure_action", "redirect"}}));
+  EXPECT_EQ(permissions[3]["secure_action"], "forbid");
+  EXPECT_FALSE(permissions[0].contains("secure_action"));
+
+  json body = json::parse(Get("/admin/api/explain?url=/sap/gui/x&host=erp.example.com").body);
+  EXPECT_EQ(body["status"], 403);
+  EXPECT_TRUE(body["location"].is_null());
+  std::string text;
+  for (const json& step : body["steps"]) {
+    if (step["step"] == "permission") {
+      text = step["text"];
+      EXPECT_EQ(step["rule"]["secure_action"], "redirect");
+    }
+  }
+  EXPECT_THAT(text, HasSubstr("secureAction: redirect, but the proxy has no https port"));
+  // Over https the entry permits, and the proxy would forward.
+  body = json::parse(Get("/admin/api/explain?url=https://erp.example.com/sap/gui/x").body);
+  EXPECT_TRUE(body["status"].is_null());
+  EXPECT_FALSE(body["server"].is_null());
+}
+
 TEST_F(AdminServerTest, HugeExplainInputIsRefused) {
   ApplySnapshot();
   HttpResponse huge = Get("/admin/api/explain?url=/" + std::string(kMaxExplainInputBytes, 'a'));

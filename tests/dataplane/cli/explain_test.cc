@@ -39,9 +39,12 @@ constexpr const char kSnapshot[] = R"({
     {"host": "", "defaultRootHandler": "KIND_ABAP", "defaultAbapGroup": "erp/diag",
      "defaultJavaGroup": "erp/j2ee",
      "rules": [{"prefix": "/nogroup/", "kind": "KIND_ABAP"},
-               {"prefix": "/sap/", "kind": "KIND_ABAP", "group": "erp/diag"}],
+               {"prefix": "/sap/", "kind": "KIND_ABAP", "group": "erp/diag",
+                "hsts": {"maxAgeSeconds": 31536000, "includeSubdomains": true}}],
      "permissions": [{"action": "PERMISSION_ACTION_DENY", "pattern": "*.cgi"},
-                     {"action": "PERMISSION_ACTION_SECURE", "pattern": "/sap/bc/gui/*"}]},
+                     {"action": "PERMISSION_ACTION_SECURE", "pattern": "/sap/bc/gui/*"},
+                     {"action": "PERMISSION_ACTION_SECURE", "pattern": "/sap/redirect/*",
+                      "redirectToHttps": true}]},
     {"host": "portal.example.com", "defaultRootHandler": "KIND_JAVA",
      "defaultJavaGroup": "erp/j2ee"}
   ]
@@ -108,6 +111,51 @@ std::string Servers(const ProcessResult& run) {
     out += " ";
   }
   return out;
+}
+
+// A secure entry of a mapping with secureAction: redirect: the redirect
+// explain shows (301/308, the Location with --https-port, 443 left out),
+// the Strict-Transport-Security of https answers, and 403 without a port.
+TEST_F(ExplainTest, ShowsTheSecureRedirectAndHsts) {
+  ProcessResult run = Explain(
+      "--url 'http://erp.example.com:8080/sap/redirect/a%2Fb?x=%41' --https-port 8443");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 1u);
+  EXPECT_EQ(run.lines[0]["status"], 301);
+  EXPECT_EQ(run.lines[0]["reason"], "secure-redirect");
+  EXPECT_EQ(run.lines[0]["location"], "https://erp.example.com:8443/sap/redirect/a%2Fb?x=%41");
+  EXPECT_TRUE(run.lines[0]["server"].is_null());
+  EXPECT_TRUE(run.lines[0]["hsts"].is_null());  // plain http: never
+
+  run = Explain("--url http://erp.example.com/sap/redirect/a --method POST");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.lines[0]["status"], 308);
+  EXPECT_EQ(run.lines[0]["location"], "https://erp.example.com/sap/redirect/a");
+
+  run = Explain("--url http://erp.example.com/sap/redirect/a --https-port 0");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.lines[0]["status"], 403);
+  EXPECT_EQ(run.lines[0]["reason"], "denied");
+  EXPECT_TRUE(run.lines[0]["location"].is_null());
+
+  // Without the flag the entry forbids, as SAP does.
+  run = Explain("--url http://erp.example.com/sap/bc/gui/a");
+  EXPECT_EQ(run.lines[0]["status"], 403);
+  EXPECT_TRUE(run.lines[0]["location"].is_null());
+
+  run = Explain("--url https://erp.example.com/sap/redirect/a");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(run.lines[0]["status"].is_null());
+  EXPECT_EQ(run.lines[0]["server"], "app1");
+  EXPECT_EQ(run.lines[0]["hsts"], "max-age=31536000; includeSubDomains");
+
+  for (const char* bad : {"--method get", "--method ''", "--https-port 65536", "--https-port x"}) {
+    run = Explain(std::string("--url / ") + bad);
+    EXPECT_EQ(run.exit_code, 2) << bad;
+    EXPECT_NE(run.err.find(std::string(bad).substr(0, std::string(bad).find(' '))),
+              std::string::npos)
+        << run.err;
+  }
 }
 
 TEST_F(ExplainTest, BalancesSequentialRequestsWithTheSeedSequence) {

@@ -40,7 +40,7 @@ TEST(ErrorPageTest, StatusMapping) {
 // A modification rule's redirect: the status and its phrase, the Location,
 // an empty body; a CR, LF or NUL never reaches the head (defence: the rule
 // engine escapes them already).
-TEST(ErrorPageTest, RedirectResponse) {
+TEST(ErrorPageTest, RuleRedirectResponse) {
   std::string out;
   AppendRedirectResponse(308, "https://h.example/p?q=1", &out);
   EXPECT_EQ(out,
@@ -52,6 +52,18 @@ TEST(ErrorPageTest, RedirectResponse) {
   EXPECT_EQ(ErrorInfoFor(ErrorCode::kGone).status, 410);
   EXPECT_EQ(ErrorInfoFor(ErrorCodeForStatus(410)).sap_code, "ENOTFOUND");
   EXPECT_EQ(ErrorInfoFor(ErrorCode::kRuleFailed).sap_code, "EINTERN");
+}
+
+// The redirect to https: status line, Location, an empty body.
+TEST(ErrorPageTest, RedirectResponse) {
+  std::string out;
+  AppendRedirectResponse(301, "https://erp.example.com:8443/sap/x?a=%41", &out);
+  EXPECT_EQ(out,
+            "HTTP/1.1 301 Moved Permanently\r\nLocation: https://erp.example.com:8443/sap/x?a=%41"
+            "\r\nContent-Length: 0\r\n\r\n");
+  out.clear();
+  AppendRedirectResponse(308, "https://h/", &out);
+  EXPECT_EQ(out.rfind("HTTP/1.1 308 Permanent Redirect\r\nLocation: https://h/\r\n", 0), 0u);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ namespace kwd::routing {
 namespace {
 
 using testing::AddGroup;
+using testing::AddPermission;
 using testing::StandardSnapshot;
 
 class RouterTest : public ::testing::Test {
@@ -812,6 +813,110 @@ TEST_F(RouterTest, SapHeadersByGroupKindUnlessSwitched) {
   java = Go("/irj/portal");
   EXPECT_TRUE(java.sap_client_protocol);
   EXPECT_FALSE(java.sap_access_points);
+}
+
+// UrlMapping.spec.secureAction: redirect. A secure entry asking for it
+// answers plain http with a redirect to the proxy's https port: 301 for GET
+// and HEAD, 308 otherwise, Location with the Host's name and the target as
+// received. Without a port, or for a Host no redirect may carry, 403 as
+// with forbid; https requests pass; a secure entry without the flag stays 403.
+TEST_F(RouterTest, SecureRedirectToHttps) {
+  v1::Snapshot snapshot = StandardSnapshot();
+  v1::VirtualHost* any = snapshot.mutable_virtual_hosts(0);
+  for (v1::Permission& permission : *any->mutable_permissions()) {
+    if (permission.action() == v1::PERMISSION_ACTION_SECURE) {
+      permission.set_redirect_to_https(true);
+    }
+  }
+  AddPermission(any, v1::PERMISSION_ACTION_SECURE, "/sap/forbid/*");  // flag unset: forbid
+  StampSnapshotVersion(&snapshot);
+  Apply(snapshot);
+
+  // No https port yet: forbidden, and said why.
+  Decision d = Go("/sap/bc/gui/x?a=1");
+  EXPECT_EQ(d.status, 403);
+  EXPECT_EQ(d.reason, Reason::kDenied);
+  EXPECT_EQ(d.secure_redirect, SecureRedirect::kNoHttpsPort);
+
+  router_.set_https_port(8443);
+  d = Go("/sap/bc/gui/x%2Fy?a=%41&b", {}, "ERP.example.org:8080");
+  EXPECT_EQ(d.status, 301);
+  EXPECT_EQ(d.reason, Reason::kSecureRedirect);
+  EXPECT_EQ(d.secure_redirect, SecureRedirect::kRedirected);
+  EXPECT_EQ(d.location, "https://ERP.example.org:8443/sap/bc/gui/x%2Fy?a=%41&b");
+  EXPECT_EQ(d.server, nullptr);
+  EXPECT_EQ(d.rule, "/sap/bc/gui/");  // classified before the permission decided
+
+  router_.set_https_port(443);
+  d = Go("/sap/bc/gui/x", {}, "erp.example.org.");
+  EXPECT_EQ(d.location, "https://erp.example.org/sap/bc/gui/x");
+  d = Go("/sap/bc/gui/x", {}, "[::1]:80");
+  EXPECT_EQ(d.location, "https://[::1]/sap/bc/gui/x");
+  // Absolute-form: its authority is the host, its path the target.
+  d = Go("http://erp.example.org:80/sap/bc/gui/a?q", {}, "ignored.example.org");
+  EXPECT_EQ(d.location, "https://erp.example.org/sap/bc/gui/a?q");
+
+  // Methods with a body keep it: 308.
+  cookie_views_.clear();
+  for (const char* method : {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"}) {
+    Decision post =
+        router_.Route(Request{method, "/sap/bc/gui/x", "erp.example.org", false, cookie_views_});
+    router_.Complete(post);
+    EXPECT_EQ(post.status, 308) << method;
+  }
+  Decision head =
+      router_.Route(Request{"HEAD", "/sap/bc/gui/x", "erp.example.org", false, cookie_views_});
+  router_.Complete(head);
+  EXPECT_EQ(head.status, 301);
+
+  // Over https: permitted and routed.
+  d = Go("/sap/bc/gui/x", {}, "erp.example.org", /*https=*/true);
+  EXPECT_EQ(d.status, 0);
+  EXPECT_NE(d.server, nullptr);
+  EXPECT_EQ(d.secure_redirect, SecureRedirect::kNone);
+
+  // The entry without the flag forbids, as SAP does.
+  d = Go("/sap/forbid/x", {}, "erp.example.org");
+  EXPECT_EQ(d.status, 403);
+  EXPECT_EQ(d.secure_redirect, SecureRedirect::kNone);
+
+  // Hosts that could send the client elsewhere: never a redirect.
+  for (const char* host :
+       {"", "evil.example@erp.example.org", "evil.example/x", "evil.example\\x", "a%2eb",
+        "erp.example.org:80:80", "erp.example.org:x", "erp\r\nSet-Cookie: a=b", "[::1%25eth0]",
+        "[::1", "a b", ".evil", "erp..example", "erp.example.org;x"}) {
+    d = Go("/sap/bc/gui/x", {}, host);
+    EXPECT_EQ(d.status, 403) << host;
+    EXPECT_EQ(d.secure_redirect, SecureRedirect::kBadHost) << host;
+    EXPECT_TRUE(d.location.empty()) << host;
+  }
+}
+
+// UrlMapping.spec.hsts: a rule's value for its requests, the virtual host's
+// for the root rule and the default groups; none when unset.
+TEST_F(RouterTest, HstsFollowsTheRuleOrTheDefaults) {
+  EXPECT_TRUE(Go("/sap/bc/x").hsts.empty());
+  v1::Snapshot snapshot = StandardSnapshot();
+  v1::VirtualHost* any = snapshot.mutable_virtual_hosts(0);
+  any->mutable_hsts()->set_max_age_seconds(0);
+  for (v1::Rule& rule : *any->mutable_rules()) {
+    if (rule.prefix() == "/sap/") {
+      rule.mutable_hsts()->set_max_age_seconds(31536000);
+      rule.mutable_hsts()->set_include_subdomains(true);
+      rule.mutable_hsts()->set_preload(true);
+    } else if (rule.prefix() == "/irj/") {
+      rule.mutable_hsts()->set_max_age_seconds(600);
+    }
+  }
+  StampSnapshotVersion(&snapshot);
+  Apply(snapshot);
+  EXPECT_EQ(Go("/sap/bc/x").hsts, "max-age=31536000; includeSubDomains; preload");
+  EXPECT_EQ(Go("/irj/portal").hsts, "max-age=600");
+  EXPECT_EQ(Go("/").hsts, "max-age=0");            // root: the defaults' owner's
+  EXPECT_EQ(Go("/other/x").hsts, "max-age=0");     // default group likewise
+  EXPECT_TRUE(Go("/empty/x").hsts.empty());        // a rule of a mapping without hsts
+  EXPECT_EQ(Go("/sap/admin/x").hsts, "max-age=31536000; includeSubDomains; preload");  // denied
+  EXPECT_TRUE(Go("/shop/x", {}, "shop.example.com").hsts.empty());  // another host
 }
 
 }  // namespace

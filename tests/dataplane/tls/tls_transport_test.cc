@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/file.h"
 #include "common/metrics.h"
 #include "dataplane/tls/server_tls.h"
 #include "tests/support/test_pki.h"
@@ -103,6 +104,10 @@ class TlsTransportTest : public ::testing::Test {
 };
 
 std::string* TlsTransportTest::pki_ = nullptr;
+
+bool ReadFile(const std::string& path, std::string* out) {
+  return ReadWholeFile(path, out);
+}
 
 TEST_F(TlsTransportTest, ClientAndServerHandshakeVerifyAndExchangeData) {
   ASSERT_NO_FATAL_FAILURE(MakeTransports());
@@ -216,6 +221,61 @@ TEST(CertSetTest, ExactThenWildcardThenFirst) {
   EXPECT_EQ(set.Select("wild.example"), a.get());
   EXPECT_EQ(set.Select(""), a.get());
   EXPECT_EQ(set.Select(".wild.example"), a.get());
+}
+
+// UrlMapping.spec.tls certificates from the snapshot beside --tls-cert-dir.
+TEST_F(TlsTransportTest, SnapshotCertificatesServeTheirListedHostsAheadOfFiles) {
+  std::string error;
+  ASSERT_TRUE(testing::MakeSelfSignedPair(*pki_, "secret", "localhost,other.example", &error))
+      << error;
+  std::string cert_pem;
+  std::string key_pem;
+  ASSERT_TRUE(ReadFile(*pki_ + "/secret.pem", &cert_pem));
+  ASSERT_TRUE(ReadFile(*pki_ + "/secret.key", &key_pem));
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";  // server.crt: localhost, kwd-controller.kwd.svc
+  ServerTls server_tls(options, registry_);
+  ASSERT_TRUE(server_tls.Load(&error)) << error;
+  const CertPair* file = server_tls.certificates()->Select("localhost");
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(file->name, "server");
+
+  google::protobuf::RepeatedPtrField<v1::Certificate> certificates;
+  v1::Certificate* certificate = certificates.Add();
+  certificate->set_name("erp/erp-tls");
+  certificate->add_hosts("*.wild.example");
+  certificate->add_hosts("localhost");
+  certificate->set_cert_pem(cert_pem);
+  certificate->set_key_pem(key_pem);
+  server_tls.SetSnapshotCertificates(certificates);
+  auto set = server_tls.certificates();
+  // The same host in a file and a Secret: the Secret's.
+  EXPECT_EQ(set->Select("localhost")->name, "erp/erp-tls");
+  EXPECT_TRUE(set->Select("localhost")->from_snapshot);
+  EXPECT_EQ(set->Select("a.wild.example")->name, "erp/erp-tls");
+  // Names the certificate holds but spec.tls does not list: not served by it.
+  EXPECT_EQ(set->Select("other.example")->name, "server");
+  // A name nothing lists, or no SNI: the first file pair.
+  EXPECT_EQ(set->Select("")->name, "server");
+  EXPECT_EQ(set->Select(testing::kTestServerName)->name, "server");
+
+  // The same snapshot again keeps the loaded pair (no new SSL_CTX).
+  const CertPair* loaded = set->Select("localhost");
+  server_tls.SetSnapshotCertificates(certificates);
+  EXPECT_EQ(server_tls.certificates()->Select("localhost"), loaded);
+
+  // A changed certificate that does not load (key of another pair): refused,
+  // the previous one keeps serving.
+  std::string other_key;
+  ASSERT_TRUE(ReadFile(*pki_ + "/server.key", &other_key));
+  certificate->set_key_pem(other_key);
+  server_tls.SetSnapshotCertificates(certificates);
+  EXPECT_EQ(server_tls.certificates()->Select("localhost"), loaded);
+
+  // Gone from the snapshot: the file serves again.
+  server_tls.SetSnapshotCertificates({});
+  EXPECT_EQ(server_tls.certificates()->Select("localhost")->name, "server");
+  EXPECT_EQ(server_tls.certificates()->pairs.size(), 1u);
 }
 
 TEST(VerifyClientTest, Parses) {

@@ -374,6 +374,14 @@ patch on the two status subresources (merge patch), and its own Lease.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+{{- if .Values.controller.rbac.readSecrets }}
+# UrlMapping.spec.tls: kubernetes.io/tls Secrets in the watched namespaces
+# only (a Role per namespace with watchNamespaces). The controller keeps only
+# the Secrets a UrlMapping names.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
 # Events about rejected LogonGroups/UrlMappings (in their namespaces) and
 # leadership changes (controller/kube/event_recorder.cc).
 - apiGroups: ["events.k8s.io"]
