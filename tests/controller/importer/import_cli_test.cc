@@ -67,54 +67,6 @@ class ImportCliTest : public testing::Test {
     return std::string(KWD_SOURCE_DIR) + "/examples/import/" + name + "/sapwebdisp.pfl";
   }
 
-  // Whether the built validate knows UrlMapping.spec.<field> (and this
-  // build's proxy serves it: not Unsupported).
-  bool ValidatorKnows(const std::string& field, const std::string& value_yaml) {
-    fs::path probe = dir_ / ("probe-" + field);
-    fs::create_directories(probe);
-    std::ofstream(probe / "um.yaml") << "apiVersion: dispatch.kwd.io/v1alpha1\n"
-                                        "kind: UrlMapping\n"
-                                        "metadata: {name: probe, namespace: default}\n"
-                                        "spec:\n  "
-                                     << field << ": " << value_yaml << "\n";
-    RunResult r = Controller("validate --source=dir:" + Quote(probe.string()));
-    return r.out.find("spec." + field + ": unknown field") == std::string::npos &&
-           r.out.find("[Unsupported]") == std::string::npos;
-  }
-
-  // Removes `  <field>:` blocks (spec-level, two spaces in) from the
-  // imported UrlMappings for fields this build's validate does not know.
-  void StripUnknownWave3Fields(const fs::path& resources) {
-    const std::vector<std::pair<std::string, std::string>> fields = {
-        {"modifications", "[{prefix: /, rules: \"SetHeader x y\\n\"}]"},
-        {"sapHeaders", "{clientProtocol: true}"},
-        {"system", "{sid: ERP}"}};
-    fs::path file = resources / "urlmappings.yaml";
-    std::string text = ReadFile(file);
-    for (const auto& [field, value] : fields) {
-      if (ValidatorKnows(field, value)) {
-        continue;
-      }
-      std::cout << "[ note ] this build's validate does not know UrlMapping spec." << field
-                << " yet: left out of the validate/compile check\n";
-      std::string kept;
-      bool skipping = false;
-      for (const std::string& line : SplitLines(text)) {
-        if (line == "  " + field + ":" || line.rfind("  " + field + ": ", 0) == 0) {
-          skipping = true;
-          continue;
-        }
-        if (skipping && line.rfind("   ", 0) == 0) {
-          continue;
-        }
-        skipping = false;
-        kept += line + "\n";
-      }
-      text = kept;
-    }
-    std::ofstream(file, std::ios::trunc) << text;
-  }
-
   // Compiles `resources` and explains each URL: "group kind status rule".
   std::vector<std::string> Explain(const fs::path& resources,
                                    const std::vector<std::string>& urls) {
@@ -179,7 +131,6 @@ TEST_F(ImportCliTest, CompleteProfileTranslatesValidatesAndRoutesAsSapWould) {
   EXPECT_EQ(mappings[0]["spec"]["modifications"][0]["rules"].as<std::string>(),
             ReadFile(std::string(KWD_SOURCE_DIR) + "/examples/import/static/rules.txt"));
 
-  StripUnknownWave3Fields(out / "resources");
   RunResult validated = Controller("validate --source=dir:" + Quote((out / "resources").string()));
   EXPECT_EQ(validated.exit_code, 0) << validated.out << validated.err;
   EXPECT_EQ(validated.out, "ok: 5 objects\n");
@@ -248,7 +199,6 @@ TEST_F(ImportCliTest, MultiSystemProfileSaysWhatIsLeftOutAndExits3) {
   EXPECT_EQ(ReadFile(out / "proxy-flags.txt"),
             "--tls-listen 0.0.0.0:443 --tls-cert-dir /etc/kwd/tls --idle-timeout 120s\n");
 
-  StripUnknownWave3Fields(out / "resources");
   // Servers come from the message servers at run time: validate may only
   // miss those (live state), nothing else.
   RunResult validated = Controller("validate --source=dir:" + Quote((out / "resources").string()));
