@@ -186,6 +186,18 @@ class JsonBuilder final : public YAML::EventHandler {
   std::vector<Document>& documents() { return documents_; }
 
   void OnDocumentStart(const YAML::Mark& mark) override {
+    // yaml-cpp 0.7 can report document after document without reading on
+    // (a fuzzed file of 400 bytes made it allocate gigabytes): a document
+    // starts past where the last one did, and a file holds a bounded number.
+    if (!documents_.empty() && mark.pos <= last_document_pos_) {
+      throw YamlError{LineOf(mark), "YAML syntax error: the parser makes no progress here", ColumnOf(mark)};
+    }
+    if (documents_.size() >= kMaxDocuments) {
+      throw YamlError{LineOf(mark),
+                      "more than " + std::to_string(kMaxDocuments) + " YAML documents in one file",
+                      ColumnOf(mark)};
+    }
+    last_document_pos_ = mark.pos;
     documents_.emplace_back();
     documents_.back().position = PositionOf(mark);
     stack_.clear();
@@ -344,7 +356,9 @@ class JsonBuilder final : public YAML::EventHandler {
   }
 
   const std::string file_;
+  static constexpr std::size_t kMaxDocuments = 100000;
   std::vector<Document> documents_;
+  int last_document_pos_ = -1;
   std::vector<Frame> stack_;
   bool root_seen_ = false;
 };

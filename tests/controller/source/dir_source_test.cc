@@ -80,6 +80,20 @@ TEST_F(DirSourceTest, SyntaxErrorNamesFileAndLine) {
   EXPECT_EQ(result.objects.size(), 2u);  // the good file still loads
 }
 
+// Found by the object_yaml fuzz target: on this file yaml-cpp 0.7 reports
+// document after document without reading on; collecting them took
+// gigabytes. A document must start past the last one.
+TEST_F(DirSourceTest, AParserThatMakesNoProgressIsASyntaxError) {
+  const std::string text = "# The quickstaa:\012  name: erp\012, capacity: 0}\012    iVersion: dispatcj.kwd.io/v1alpha1\012kind: UrlMapping\012metadata: {name: m,ace\177 default\012spec:\012  sid: QST\012  messageServer: {host: 126.0.0.1, httpPort: 18101}\012  refreshIntervalSeconds: 5\012";
+  LoadResult result;
+  LoadYamlText(text, "fuzzed.yaml", &result);
+  ASSERT_TRUE(result.has_errors());
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_NE(result.problems[0].ToString().find("YAML syntax error: the parser makes no progress"),
+            std::string::npos)
+      << result.problems[0].ToString();
+}
+
 TEST_F(DirSourceTest, UnknownKindsAreSkippedWithANote) {
   Write("mixed.yaml", R"(apiVersion: v1
 kind: Service
