@@ -73,6 +73,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (lines.size() > 2) {
     cookies = std::span<const std::string_view>(lines.data() + 2, lines.size() - 2);
   }
+  // A target with a control byte (a tab, say) never reaches the router: the
+  // HTTP/1.1 parser and the HTTP/2 :path check (http::ParseRequestTarget)
+  // refuse it with 400 first.
+  for (char c : target) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return 0;
+    }
+  }
   kwd::routing::Request request{"GET", target, host, https, cookies};
   kwd::routing::Decision decision = engine.router->Route(request);
   // What the proxy forwards is what it decided on: normalising it again
@@ -87,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   }
-  // Rules never make a field value with a control character, nor a
+  // Rules never make a field name or value with a control character, nor a
   // redirect target with one.
   if (decision.modified) {
     const kwd::modification::State& state = engine.router->modification_state();
