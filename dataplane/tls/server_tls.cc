@@ -405,7 +405,8 @@ void ServerTls::SetSnapshotCertificates(
       pairs.push_back(previous->second);
     }
   }
-  for (const auto& [name, pair] : old_by_name) {
+  for (const auto& entry : old_by_name) {
+    const std::string& name = entry.first;  // (clang 14 captures no structured binding)
     bool kept = std::any_of(pairs.begin(), pairs.end(),
                             [&](const auto& p) { return p->name == name; });
     if (!kept) {
