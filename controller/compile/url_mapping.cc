@@ -295,22 +295,22 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
         if (hsts) {
           *entry.vhost.mutable_hsts() = *hsts;
         }
-      } else if (hsts && !SameHsts(entry.vhost, hsts)) {
-        findings.Reject(kReasonConflicted,
-                        "spec.hsts ignored for the root rule and default groups on " +
-                            (host.empty() ? std::string("any host") : "host " + host) +
-                            ": UrlMapping " + entry.owner +
-                            " (older) sets the defaults there (its rules keep it)");
-      }
-      if (entry.owner == source) {
         *entry.vhost.mutable_sap_headers() = sap_headers;
-      } else if ((spec.sap_headers.client_protocol || spec.sap_headers.access_points) &&
-                 !SameSapHeaders(entry.vhost.sap_headers(), sap_headers)) {
+        continue;
+      }
+      auto ignored = [&](const std::string& field) {
         findings.Reject(kReasonConflicted,
-                        "spec.sapHeaders ignored for the root rule and default groups on " +
+                        field + " ignored for the root rule and default groups on " +
                             (host.empty() ? std::string("any host") : "host " + host) +
                             ": UrlMapping " + entry.owner +
                             " (older) sets the defaults there (its rules keep it)");
+      };
+      if (hsts && !SameHsts(entry.vhost, hsts)) {
+        ignored("spec.hsts");
+      }
+      if ((spec.sap_headers.client_protocol || spec.sap_headers.access_points) &&
+          !SameSapHeaders(entry.vhost.sap_headers(), sap_headers)) {
+        ignored("spec.sapHeaders");
       }
     }
     tls_.Serve(source, tls_entries,
