@@ -498,7 +498,7 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
   // kHttp and kTls: the HTTP codec over a plain or TLS transport.
   std::unique_ptr<net::Transport> transport;
   if (listener == Listener::kTls) {
-    transport = server_tls_->NewTransport(fd);
+    transport = server_tls_->NewTransport(fd, &loop_);
     if (transport == nullptr) {
       WarnOutOfResources("start a TLS connection", ENOMEM);
       ::close(fd);

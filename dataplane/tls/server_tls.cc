@@ -635,7 +635,7 @@ void ServerTls::RotateTicketKeyIfDue(int64_t now_ms) {
   ticket_rotated_ms_ = now_ms;
 }
 
-std::unique_ptr<net::Transport> ServerTls::NewTransport(int fd) {
+std::unique_ptr<net::Transport> ServerTls::NewTransport(int fd, net::EventLoop* loop) {
   std::shared_ptr<const CertSet> certs = certs_.load();
   SSL* ssl = SSL_new(certs->pairs.front()->ctx);
   if (ssl == nullptr) {
@@ -643,7 +643,7 @@ std::unique_ptr<net::Transport> ServerTls::NewTransport(int fd) {
     return nullptr;
   }
   SSL_set_accept_state(ssl);
-  return std::unique_ptr<net::Transport>(new TlsTransport(fd, ssl, this, std::move(certs)));
+  return std::unique_ptr<net::Transport>(new TlsTransport(fd, ssl, this, std::move(certs), loop));
 }
 
 int ServerTls::OnServerName(SSL* ssl, int* /*alert*/, void* /*arg*/) {

@@ -132,8 +132,10 @@ class ServerTls {
   void SetSnapshotCertificates(const google::protobuf::RepeatedPtrField<v1::Certificate>& certs);
 
   // A server-side TLS transport over an accepted socket, with the
-  // certificates current now. Thread-safe.
-  std::unique_ptr<net::Transport> NewTransport(int fd);
+  // certificates current now. Thread-safe. With `loop` (the worker's, whose
+  // thread then owns the transport), its records are sent and received
+  // through the loop's batched I/O (TlsTransport).
+  std::unique_ptr<net::Transport> NewTransport(int fd, net::EventLoop* loop = nullptr);
 
   std::shared_ptr<const CertSet> certificates() const { return certs_.load(); }
   TlsMetrics& metrics() { return metrics_; }

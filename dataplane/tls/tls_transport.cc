@@ -116,12 +116,53 @@ void ClearErrorQueue() {
 // segment as the first response (or close_notify) instead of one of its own:
 // one send and one client wake-up fewer per new connection. The owner flushes
 // it at once when the handshake brought no request with it (TlsTransport::Read).
+//
+// With `plain` (a transport with a loop), the records go through it instead
+// of recv(2)/send(2): its queue, sent in the loop's batch, and its
+// read-ahead.
 struct SocketBio {
   int fd;
   bool* short_read;
   SSL* ssl = nullptr;           // server side only
   std::string* held = nullptr;  // server side only: ticket bytes not sent yet
+  net::PlainTransport* plain = nullptr;
 };
+
+// BIO answers for a PlainTransport result (bytes, kEof, kWouldBlock,
+// kError).
+int FromTransport(BIO* bio, ssize_t n, bool write) {
+  if (n > 0) {
+    return static_cast<int>(n);
+  }
+  if (n == net::Transport::kEof && !write) {
+    return 0;
+  }
+  if (n == net::Transport::kWouldBlock) {
+    write ? BIO_set_retry_write(bio) : BIO_set_retry_read(bio);
+  } else if (errno == 0) {
+    errno = EIO;  // a read-ahead's error carries no errno: still an error, not an end
+  }
+  return -1;
+}
+
+// The held ticket bytes into the plain transport's queue, whole or not at
+// all (it takes small writes whole unless the socket is full). False with
+// the BIO's retry flag (or an error) set when they did not go.
+bool QueueHeld(BIO* bio, SocketBio* s) {
+  std::string& held = *s->held;
+  ssize_t n = s->plain->Write(held.data(), held.size());
+  if (n > 0 && static_cast<size_t>(n) < held.size()) {
+    held.erase(0, static_cast<size_t>(n));
+    BIO_set_retry_write(bio);
+    return false;
+  }
+  if (n <= 0) {
+    FromTransport(bio, n, true);
+    return false;
+  }
+  held.clear();
+  return true;
+}
 
 // More than a few tickets' worth is not held (num_tickets is 1).
 constexpr size_t kMaxHeldBytes = 4096;
@@ -170,8 +211,16 @@ int BioWrite(BIO* bio, const char* data, int size) {
       return size;
     }
     if (!s->held->empty()) {
-      return SendWithHeld(bio, s, data, size);
+      if (s->plain == nullptr) {
+        return SendWithHeld(bio, s, data, size);
+      }
+      if (!QueueHeld(bio, s)) {
+        return -1;
+      }
     }
+  }
+  if (s->plain != nullptr) {
+    return FromTransport(bio, s->plain->Write(data, static_cast<size_t>(size)), true);
   }
   for (;;) {
     ssize_t n = ::send(s->fd, data, static_cast<size_t>(size), MSG_NOSIGNAL);
@@ -191,6 +240,13 @@ int BioWrite(BIO* bio, const char* data, int size) {
 int BioRead(BIO* bio, char* data, int size) {
   auto* s = static_cast<SocketBio*>(BIO_get_data(bio));
   BIO_clear_retry_flags(bio);
+  if (s->plain != nullptr) {
+    bool drained = false;
+    errno = 0;
+    ssize_t n = s->plain->Read(data, static_cast<size_t>(size), &drained);
+    *s->short_read = n > 0 && drained;
+    return FromTransport(bio, n, false);
+  }
   for (;;) {
     ssize_t n = ::recv(s->fd, data, static_cast<size_t>(size), 0);
     if (n > 0) {
@@ -235,11 +291,16 @@ BIO_METHOD* SocketBioMethod() {
 }  // namespace
 
 TlsTransport::TlsTransport(int fd, SSL* ssl, ServerTls* server,
-                           std::shared_ptr<const CertSet> certs)
-    : Transport(fd), ssl_(ssl), server_(server), certs_(std::move(certs)) {
+                           std::shared_ptr<const CertSet> certs, net::EventLoop* loop)
+    : Transport(fd),
+      plain_(loop != nullptr ? new net::PlainTransport(fd, loop) : nullptr),
+      ssl_(ssl),
+      server_(server),
+      certs_(std::move(certs)) {
   BIO* bio = BIO_new(SocketBioMethod());
   if (bio != nullptr) {
     auto* data = new SocketBio{fd, &bio_short_read_};
+    data->plain = plain_.get();
     if (server_ != nullptr) {
       data->ssl = ssl_;
       data->held = &held_;
@@ -484,6 +545,13 @@ ssize_t TlsTransport::Write(const char* data, size_t size) {
 }
 
 void TlsTransport::FlushHeld() {
+  if (plain_ && !held_.empty()) {
+    // Into the queue: it leaves at the end of the batch.
+    if (ssize_t n = plain_->Write(held_.data(), held_.size()); n > 0) {
+      held_.erase(0, static_cast<size_t>(n));
+    }
+    return;
+  }
   while (!held_.empty()) {
     ssize_t n = ::send(fd_, held_.data(), held_.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) {
@@ -503,6 +571,18 @@ void TlsTransport::Shutdown() {
   ERR_clear_error();
   SSL_shutdown(ssl_);  // sends close_notify if the socket takes it; never waits
   ERR_clear_error();
+  if (plain_) {
+    (void)plain_->FlushQueued();  // before the owner's shutdown(2) or close(2)
+  }
+}
+
+void TlsTransport::CloseBatched() {
+  if (!fatal_) {
+    ERR_clear_error();
+    SSL_shutdown(ssl_);  // close_notify into the queue, ahead of the close
+    ERR_clear_error();
+  }
+  plain_->CloseBatched();
 }
 
 }  // namespace kwd::tls

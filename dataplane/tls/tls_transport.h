@@ -5,6 +5,13 @@
 // the owner's next epoll event. Server side (client connections on
 // --tls-listen, made by ServerTls::NewTransport) and client side (upstream
 // re-encryption, made by TlsTransport::Client).
+//
+// Given the worker's loop (server side), the TLS records travel through a
+// net::PlainTransport on the same socket: on a loop with io_uring, the
+// records written in a batch go to the kernel with every other connection's
+// sends in one kernel entry, and a connection waiting for a request has its
+// records received by the loop's read-ahead, as plain HTTP's are. Without a
+// loop (client side, tests) the socket is read and written directly.
 
 #include <openssl/ssl.h>
 
@@ -34,7 +41,26 @@ class TlsTransport final : public net::Transport {
   HandshakeStatus Handshake() override;
   ssize_t Read(char* data, size_t size, bool* drained) override;
   ssize_t Write(const char* data, size_t size) override;
+  // close_notify (best effort, never blocks): handed to the kernel at once,
+  // not queued, since the owner closes or shuts the socket down next.
   void Shutdown() override;
+  // The record queue of the plain transport under it (none without a loop).
+  size_t queued() const override { return plain_ ? plain_->queued() : 0; }
+  bool FlushQueued() override { return plain_ ? plain_->FlushQueued() : true; }
+  void OnWritable() override {
+    if (plain_) {
+      plain_->OnWritable();
+    }
+  }
+  bool BeforeClose(size_t dropped = 0) override {
+    return plain_ ? plain_->BeforeClose(dropped) : Transport::BeforeClose(dropped);
+  }
+  // Only while no record is half read: the read-ahead's bytes reach OpenSSL
+  // through its reads, which the owner makes in the same event.
+  net::BatchedRecv* ReadAhead() override { return plain_ ? plain_->ReadAhead() : nullptr; }
+  bool CanCloseBatched() const override { return plain_ && established_ && plain_->CanCloseBatched(); }
+  // close_notify joins the queued records; the close follows them.
+  void CloseBatched() override;
   const net::TlsInfo* tls() const override { return established_ ? &info_ : nullptr; }
   std::string_view error() const override { return error_; }
 
@@ -44,7 +70,8 @@ class TlsTransport final : public net::Transport {
 
  private:
   friend class ServerTls;
-  TlsTransport(int fd, SSL* ssl, ServerTls* server, std::shared_ptr<const CertSet> certs);
+  TlsTransport(int fd, SSL* ssl, ServerTls* server, std::shared_ptr<const CertSet> certs,
+               net::EventLoop* loop = nullptr);
   void FillInfo();
   // Sends the held ticket bytes (best effort; what the socket does not take
   // goes with the next write).
@@ -54,6 +81,9 @@ class TlsTransport final : public net::Transport {
   static void OnMessage(int write_p, int version, int content_type, const void* buf, size_t len,
                         SSL* ssl, void* arg);
 
+  // The socket's I/O when the transport has a loop (see the top); declared
+  // before ssl_ so that it outlives SSL_free's last BIO call.
+  std::unique_ptr<net::PlainTransport> plain_;
   SSL* ssl_;
   ServerTls* server_;                     // null on the client side
   std::shared_ptr<const CertSet> certs_;  // the certificates this handshake chooses from
