@@ -290,5 +290,63 @@ TEST(VerifyClientTest, Parses) {
   EXPECT_FALSE(ParseVerifyClient("", &v));
 }
 
+// On a worker's loop with io_uring, the server side's records go through the
+// loop's batched I/O: written records leave with the batch's other sends
+// (FlushSends), a connection waiting for a request is read ahead, and
+// close_notify goes at once (the owner shuts the socket down next).
+TEST_F(TlsTransportTest, OnALoopRecordsLeaveWithTheBatchAndAreReadAhead) {
+  net::EventLoop::SetIoUringMode(net::IoUringMode::kAuto, nullptr);
+  net::EventLoop loop;
+  if (!loop.batching_sends()) {
+    GTEST_SKIP() << "io_uring is not available here";
+  }
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";
+  server_tls_ = std::make_unique<ServerTls>(options, registry_);
+  std::string error;
+  ASSERT_TRUE(server_tls_->Load(&error)) << error;
+  server_ = server_tls_->NewTransport(fds_[0], &loop);
+  client_ = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
+  ASSERT_NE(client_, nullptr) << error;
+  bool done = false;
+  for (int i = 0; i < 100 && !done; ++i) {
+    auto client = client_->Handshake();
+    auto server = server_->Handshake();
+    ASSERT_NE(client, net::Transport::HandshakeStatus::kFailed) << client_->error();
+    ASSERT_NE(server, net::Transport::HandshakeStatus::kFailed) << server_->error();
+    loop.FlushSends();  // the end of the worker's batch
+    done = client_->established() && server_->established();
+  }
+  ASSERT_TRUE(done);
+  char buf[256];
+  bool drained = false;
+  // The client's request, received by the loop's read-ahead (one kernel
+  // entry for every waiting connection) and decrypted from its bytes.
+  ASSERT_EQ(client_->Write("GET", 3), 3);
+  net::BatchedRecv* recv = server_->ReadAhead();
+  ASSERT_NE(recv, nullptr) << "a server-side TLS transport on a loop is read ahead";
+  loop.ReadAheadNow(&recv, 1);
+  ASSERT_TRUE(recv->pending());
+  EXPECT_GT(recv->result(), 3) << "the whole record (and the ticket's answer, if any) came";
+  ssize_t n = server_->Read(buf, sizeof buf, &drained);
+  ASSERT_EQ(n, 3);
+  EXPECT_EQ(std::string(buf, 3), "GET");
+  EXPECT_FALSE(recv->pending()) << "OpenSSL took every read-ahead byte";
+  // The answer is queued, not sent, until the batch ends.
+  ASSERT_EQ(server_->Write("pong", 4), 4);
+  EXPECT_GT(server_->queued(), 4u) << "the record (header, tag, ticket) waits in the queue";
+  EXPECT_EQ(client_->Read(buf, sizeof buf, &drained), net::Transport::kWouldBlock);
+  loop.FlushSends();
+  EXPECT_EQ(server_->queued(), 0u);
+  n = client_->Read(buf, sizeof buf, &drained);
+  ASSERT_EQ(n, 4);
+  EXPECT_EQ(std::string(buf, 4), "pong");
+  // close_notify does not wait for a batch.
+  server_->Shutdown();
+  EXPECT_EQ(server_->queued(), 0u);
+  EXPECT_EQ(client_->Read(buf, sizeof buf, &drained), net::Transport::kEof);
+  server_.reset();  // before the loop
+}
+
 }  // namespace
 }  // namespace kwd::tls
