@@ -47,6 +47,8 @@
 // fails rather than hangs.
 
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/proto_buffer_reader.h>
@@ -73,9 +75,6 @@
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
 
 #include "bench/controller_fixture.h"
 #include "bench/latency.h"
@@ -211,7 +210,8 @@ struct ControllerProcess {
     out = fdopen(from_child[0], "r");
     char line[64];
     // Bounded by the child: it exits after 60 s without a snapshot.
-    return std::fgets(line, sizeof line, out) != nullptr && std::sscanf(line, "port %d", &port) == 1;
+    return std::fgets(line, sizeof line, out) != nullptr &&
+           std::sscanf(line, "port %d", &port) == 1;
   }
   void Command(char kind, int k) {
     std::fprintf(in, "%c %d\n", kind, k);
@@ -251,8 +251,8 @@ ProcessUsage ReadUsage(pid_t pid) {
     if (end != nullptr &&
         std::sscanf(end + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
                     &stime) == 2) {
-      usage.cpu_ms = static_cast<double>(utime + stime) * 1000.0 /
-                     static_cast<double>(sysconf(_SC_CLK_TCK));
+      usage.cpu_ms =
+          static_cast<double>(utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
     }
   }
   std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid));
@@ -278,9 +278,9 @@ struct Fleet {
   std::mutex mu;
   std::condition_variable changed;
   struct Slot {
-    std::string version;          // of the last response received
-    Clock::time_point received;   // when its last byte had arrived
-    bool open = false;            // the stream is running
+    std::string version;         // of the last response received
+    Clock::time_point received;  // when its last byte had arrived
+    bool open = false;           // the stream is running
   };
   std::vector<Slot> slots;
 };
@@ -473,6 +473,7 @@ int RunFleet(int argc, char** argv) {
   const int storms = Flag(argc, argv, "--storms", 3);
   const int total = proxies + steady;
   RaiseFileLimit();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows as it goes, also in a pipe
   // 1,000 receivers of 0.5 MB each per whole snapshot: keep freed memory
   // rather than give it back and fault it in again on the next push.
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -486,20 +487,21 @@ int RunFleet(int argc, char** argv) {
     std::fprintf(stderr, "fleet_bench: cannot start the controller process\n");
     return 1;
   }
-  std::printf("controller pid %d, port %d, first snapshot after %.0f ms; %d proxies + %d steady, "
-              "%d endpoints, %d CPUs, load %s",
-              controller.pid, controller.port, MillisSince(boot, Clock::now()), proxies, steady,
-              bench::kGroups * bench::kEndpointsPerGroup, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)),
-              [] {
-                static char load[64] = "?\n";
-                if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-                  if (std::fgets(load, sizeof load, f) == nullptr) {
-                    load[0] = 0;
-                  }
-                  std::fclose(f);
-                }
-                return load;
-              }());
+  std::printf(
+      "controller pid %d, port %d, first snapshot after %.0f ms; %d proxies + %d steady, "
+      "%d endpoints, %d CPUs, load %s",
+      controller.pid, controller.port, MillisSince(boot, Clock::now()), proxies, steady,
+      bench::kGroups * bench::kEndpointsPerGroup, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)),
+      [] {
+        static char load[64] = "?\n";
+        if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+          if (std::fgets(load, sizeof load, f) == nullptr) {
+            load[0] = 0;
+          }
+          std::fclose(f);
+        }
+        return load;
+      }());
   const ProcessUsage idle = ReadUsage(controller.pid);
 
   Fleet fleet;
@@ -514,7 +516,8 @@ int RunFleet(int argc, char** argv) {
     std::vector<double> millis;
     if (!WaitForNewVersion(fleet, 0, total, "", connect_start, std::chrono::seconds(120), &millis,
                            &current)) {
-      std::fprintf(stderr, "fleet_bench: the %d streams did not all get the first snapshot in 120 s\n",
+      std::fprintf(stderr,
+                   "fleet_bench: the %d streams did not all get the first snapshot in 120 s\n",
                    total);
       return 1;
     }
@@ -548,8 +551,8 @@ int RunFleet(int argc, char** argv) {
   Figures whole;
   // One of each first, unmeasured: the first pushes grow buffers and windows.
   Figures warmup;
-  if (!measure('e', 1, &warmup) || !measure('w', 1, &warmup) ||
-      !measure('e', changes, &endpoint) || !measure('w', changes, &whole)) {
+  if (!measure('e', 1, &warmup) || !measure('w', 1, &warmup) || !measure('e', changes, &endpoint) ||
+      !measure('w', changes, &whole)) {
     return 1;
   }
   const ProcessUsage after_changes = ReadUsage(controller.pid);
@@ -600,7 +603,8 @@ int RunFleet(int argc, char** argv) {
       }
       const Clock::time_point storm_start = Clock::now();
       for (int i = 0; i < proxies; ++i) {
-        Connect(fleet, fleet_proxies[i], controller.port, i, generation, storm.resume ? current : "");
+        Connect(fleet, fleet_proxies[i], controller.port, i, generation,
+                storm.resume ? current : "");
       }
       ++generation;
       // The change goes out while the 1,000 are connecting and saying hello.
@@ -631,9 +635,10 @@ int RunFleet(int argc, char** argv) {
   }
   const ProcessUsage end = ReadUsage(controller.pid);
 
-  std::printf("\n%d proxies, %d endpoints, %d changes of each kind (p50/p99/max over every "
-              "stream of every change)\n",
-              total, bench::kGroups * bench::kEndpointsPerGroup, changes);
+  std::printf(
+      "\n%d proxies, %d endpoints, %d changes of each kind (p50/p99/max over every "
+      "stream of every change)\n",
+      total, bench::kGroups * bench::kEndpointsPerGroup, changes);
   PrintLatency("(a) endpoint change -> every proxy", endpoint.millis);
   PrintLatency("(b) whole-snapshot change -> every proxy", whole.millis);
   for (const Storm& storm : storm_kinds) {
@@ -651,12 +656,14 @@ int RunFleet(int argc, char** argv) {
               mean(endpoint.cpu_ms), mean(whole.cpu_ms));
   for (const Storm& storm : storm_kinds) {
     if (!storm.cpu_ms.empty()) {
-      std::printf("controller CPU per reconnect storm (%s): %.0f ms\n", storm.name, mean(storm.cpu_ms));
+      std::printf("controller CPU per reconnect storm (%s): %.0f ms\n", storm.name,
+                  mean(storm.cpu_ms));
     }
   }
-  std::printf("controller RSS: %.1f MiB before the proxies, %.1f MiB with them, %.1f MiB after "
-              "the changes, %.1f MiB at the end, %.1f MiB peak\n",
-              idle.rss_mib, connected.rss_mib, after_changes.rss_mib, end.rss_mib, end.hwm_mib);
+  std::printf(
+      "controller RSS: %.1f MiB before the proxies, %.1f MiB with them, %.1f MiB after "
+      "the changes, %.1f MiB at the end, %.1f MiB peak\n",
+      idle.rss_mib, connected.rss_mib, after_changes.rss_mib, end.rss_mib, end.hwm_mib);
 
   const std::string fleet_name = "fleet " + std::to_string(total) + " proxies";
   Row(fleet_name + ", endpoint change, p99", bench::Percentile(endpoint.millis, 0.99), "ms",

@@ -377,9 +377,11 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
         connected_->Add(-1);
       }
     }
+    WakeAckWatcherLocked(UnresponsiveLocked(it->second, std::chrono::steady_clock::now()),
+                         std::nullopt);
+    CountVersionLocked(it->second.status.versions.acked_version, -1);
+    CountVersionLocked(it->second.status.versions.nacked_version, -1);
     streams_.erase(it);
-    ++ack_events_;
-    ack_wake_.notify_all();
     PruneHistoryLocked();
   }
   NotifyChanged();
@@ -412,12 +414,14 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delt
       update.delta = current_delta_response_;
     }
   }
+  const auto now = std::chrono::steady_clock::now();
+  const bool was_unresponsive = UnresponsiveLocked(stream, now);
   stream.last_nonce = update.full->nonce;
   stream.status.sent_version = version;
   stream.status.awaiting_reply = true;
-  stream.sent_at = std::chrono::steady_clock::now();
-  ++ack_events_;
-  ack_wake_.notify_all();
+  stream.sent_at = now;
+  // The deadline WatchAcks computes for it.
+  WakeAckWatcherLocked(was_unresponsive, now + options_.ack_timeout + std::chrono::milliseconds(1));
   if (pushes_ != nullptr) {
     pushes_->Inc();
   }
@@ -514,14 +518,15 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
       std::string claimed = PrintableText(request.node_id(), kMaxNodeIdBytes);
       const std::string& identity = stream.status.certificate_identity;
       if (!identity.empty()) {
-        versions.node_id = claimed.empty() || claimed == identity ? identity
-                                                                  : identity + "/" + claimed;
+        versions.node_id =
+            claimed.empty() || claimed == identity ? identity : identity + "/" + claimed;
       } else if (options_.tls && !options_.tls->client_ca_path.empty()) {
         versions.node_id = "(certificate without a name)/" + claimed;
       } else {
         versions.node_id = claimed;
       }
-      versions.acked_version = PrintableText(request.version_info(), kMaxNodeIdBytes);
+      SetVersionLocked(&versions.acked_version,
+                       PrintableText(request.version_info(), kMaxNodeIdBytes));
       if (connected_ != nullptr) {
         connected_->Add(1);
       }
@@ -535,15 +540,16 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
       // An answer to a response that a newer one replaced: ignore it (xDS).
       return;
     } else {
+      WakeAckWatcherLocked(UnresponsiveLocked(stream, std::chrono::steady_clock::now()),
+                           std::nullopt);
       stream.status.awaiting_reply = false;
-      ++ack_events_;
-      ack_wake_.notify_all();
       if (push_to_ack_seconds_ != nullptr) {
         push_to_ack_seconds_->Observe(SecondsSince(stream.sent_at));
       }
-      versions.acked_version = PrintableText(request.version_info(), kMaxNodeIdBytes);
+      SetVersionLocked(&versions.acked_version,
+                       PrintableText(request.version_info(), kMaxNodeIdBytes));
       if (request.has_error_detail()) {
-        versions.nacked_version = stream.status.sent_version;
+        SetVersionLocked(&versions.nacked_version, stream.status.sent_version);
         versions.nack_message =
             PrintableText(request.error_detail().message(), kMaxNackMessageBytes);
         if (nacks_ != nullptr) {
@@ -568,7 +574,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
         }
         // It runs what we sent last: an earlier rejection no longer describes it.
         if (versions.acked_version == stream.status.sent_version) {
-          versions.nacked_version.clear();
+          SetVersionLocked(&versions.nacked_version, "");
           versions.nack_message.clear();
         }
       }
@@ -581,15 +587,37 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
 
 void SnapshotServer::PruneHistoryLocked() {
   for (auto it = history_.begin(); it != history_.end();) {
-    bool used = current_ && it->first == current_->snapshot.version();
-    for (const auto& [id, stream] : streams_) {
-      used = used || stream.status.versions.acked_version == it->first ||
-             stream.status.versions.nacked_version == it->first;
-    }
-    for (const ProxyVersions& remote : remote_) {
-      used = used || remote.acked_version == it->first || remote.nacked_version == it->first;
-    }
+    bool used = (current_ && it->first == current_->snapshot.version()) ||
+                version_uses_.contains(it->first) || remote_versions_.contains(it->first);
     it = used ? std::next(it) : history_.erase(it);
+  }
+}
+
+void SnapshotServer::CountVersionLocked(const std::string& version, int uses) {
+  if (version.empty()) {
+    return;
+  }
+  auto it = version_uses_.try_emplace(version, 0).first;
+  it->second += uses;
+  if (it->second <= 0) {
+    version_uses_.erase(it);
+  }
+}
+
+void SnapshotServer::SetVersionLocked(std::string* field, std::string value) {
+  if (*field == value) {
+    return;
+  }
+  CountVersionLocked(*field, -1);
+  *field = std::move(value);
+  CountVersionLocked(*field, 1);
+}
+
+void SnapshotServer::WakeAckWatcherLocked(
+    bool was_unresponsive, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (was_unresponsive || (deadline && (!ack_watch_until_ || *deadline < *ack_watch_until_))) {
+    ++ack_events_;
+    ack_wake_.notify_all();
   }
 }
 
@@ -667,7 +695,8 @@ void SnapshotServer::WatchAcks(std::stop_token stop) {
     }
     if (unresponsive != reported) {
       if (unresponsive > reported) {
-        Log(LogLevel::kWarn, "grpc", "a proxy does not answer snapshots: not counted for Programmed",
+        Log(LogLevel::kWarn, "grpc",
+            "a proxy does not answer snapshots: not counted for Programmed",
             {{"unresponsive", std::to_string(unresponsive)},
              {"ack_timeout_ms", std::to_string(options_.ack_timeout.count())}});
       }
@@ -679,11 +708,13 @@ void SnapshotServer::WatchAcks(std::stop_token stop) {
     }
     const uint64_t events = ack_events_;
     auto changed = [&] { return ack_events_ != events; };
+    ack_watch_until_ = next;
     if (next) {
       ack_wake_.wait_until(lock, stop, *next, changed);
     } else {
       ack_wake_.wait(lock, stop, changed);
     }
+    ack_watch_until_ = std::nullopt;  // looking again: every change counts
   }
 }
 
@@ -710,6 +741,11 @@ void SnapshotServer::SetRemoteProxies(std::vector<ProxyVersions> proxies) {
       return;
     }
     remote_ = std::move(proxies);
+    remote_versions_.clear();
+    for (const ProxyVersions& remote : remote_) {
+      remote_versions_.insert(remote.acked_version);
+      remote_versions_.insert(remote.nacked_version);
+    }
     if (remote_proxies_ != nullptr) {
       remote_proxies_->Set(static_cast<double>(remote_.size()));
     }
