@@ -444,7 +444,8 @@ bool WaitForVersion(Fleet& fleet, int begin, int end, const std::string& version
 
 struct Figures {
   std::vector<double> millis;
-  std::vector<double> cpu_ms;  // controller CPU per change
+  std::vector<double> cpu_ms;          // controller CPU per change
+  std::vector<double> proxies_cpu_ms;  // this process's (the proxies') CPU per change
 };
 
 void PrintLatency(const char* what, const std::vector<double>& millis) {
@@ -533,6 +534,7 @@ int RunFleet(int argc, char** argv) {
     for (int c = 0; c < count; ++c) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ACKs are in
       const ProcessUsage before = ReadUsage(controller.pid);
+      const ProcessUsage proxies_before = ReadUsage(getpid());
       const Clock::time_point start = Clock::now();
       controller.Command(kind, kind == 'e' ? next_endpoint++ : next_extra++);
       std::string version;
@@ -544,6 +546,7 @@ int RunFleet(int argc, char** argv) {
       current = version;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the ACKs' handling too
       figures->cpu_ms.push_back(ReadUsage(controller.pid).cpu_ms - before.cpu_ms);
+      figures->proxies_cpu_ms.push_back(ReadUsage(getpid()).cpu_ms - proxies_before.cpu_ms);
     }
     return true;
   };
@@ -571,13 +574,16 @@ int RunFleet(int argc, char** argv) {
     std::vector<double> steady_millis;  // the change, to the steady streams
     std::vector<double> storm_millis;   // until all storming streams are back and current
     std::vector<double> cpu_ms;
+    std::vector<double> proxies_cpu_ms;
   };
-  std::vector<Storm> storm_kinds = {{"resume", true, {}, {}, {}}, {"fresh", false, {}, {}, {}}};
+  std::vector<Storm> storm_kinds = {{"resume", true, {}, {}, {}, {}},
+                                    {"fresh", false, {}, {}, {}, {}}};
   int generation = 1;
   for (Storm& storm : storm_kinds) {
     for (int s = 0; s < (steady > 0 ? storms : 0); ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       const ProcessUsage before = ReadUsage(controller.pid);
+      const ProcessUsage proxies_before = ReadUsage(getpid());
       for (int i = 0; i < proxies; ++i) {
         fleet_proxies[i].stream->Cancel();
       }
@@ -631,6 +637,7 @@ int RunFleet(int argc, char** argv) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       storm.cpu_ms.push_back(ReadUsage(controller.pid).cpu_ms - before.cpu_ms);
+      storm.proxies_cpu_ms.push_back(ReadUsage(getpid()).cpu_ms - proxies_before.cpu_ms);
     }
   }
   const ProcessUsage end = ReadUsage(controller.pid);
@@ -652,12 +659,15 @@ int RunFleet(int argc, char** argv) {
            " back and current";
     PrintLatency(what.c_str(), storm.storm_millis);
   }
-  std::printf("controller CPU per change: endpoint %.1f ms, whole snapshot %.1f ms (10 ms ticks)\n",
-              mean(endpoint.cpu_ms), mean(whole.cpu_ms));
+  std::printf(
+      "CPU per change (10 ms ticks): controller: endpoint %.1f ms, whole snapshot %.1f ms; "
+      "the %d proxies (this process): endpoint %.1f ms, whole snapshot %.1f ms\n",
+      mean(endpoint.cpu_ms), mean(whole.cpu_ms), total, mean(endpoint.proxies_cpu_ms),
+      mean(whole.proxies_cpu_ms));
   for (const Storm& storm : storm_kinds) {
     if (!storm.cpu_ms.empty()) {
-      std::printf("controller CPU per reconnect storm (%s): %.0f ms\n", storm.name,
-                  mean(storm.cpu_ms));
+      std::printf("CPU per reconnect storm (%s): controller %.0f ms, proxies %.0f ms\n", storm.name,
+                  mean(storm.cpu_ms), mean(storm.proxies_cpu_ms));
     }
   }
   std::printf(
