@@ -520,7 +520,7 @@ int RunFleet(int argc, char** argv) {
       std::fprintf(stderr,
                    "fleet_bench: the %d streams did not all get the first snapshot in 120 s\n",
                    total);
-      return 1;
+      std::_Exit(1);  // not through the destructors of running streams
     }
     std::printf("%d streams connected and on the first snapshot after %.0f ms\n", total,
                 bench::Percentile(millis, 1.0));
@@ -556,7 +556,7 @@ int RunFleet(int argc, char** argv) {
   Figures warmup;
   if (!measure('e', 1, &warmup) || !measure('w', 1, &warmup) || !measure('e', changes, &endpoint) ||
       !measure('w', changes, &whole)) {
-    return 1;
+    std::_Exit(1);  // not through the destructors of running streams
   }
   const ProcessUsage after_changes = ReadUsage(controller.pid);
   auto mean = [](const std::vector<double>& values) {
@@ -598,7 +598,7 @@ int RunFleet(int argc, char** argv) {
               return true;
             })) {
           std::fprintf(stderr, "fleet_bench: cancelled streams did not end in 30 s\n");
-          return 1;
+          std::_Exit(1);  // not through the destructors of running streams
         }
       }
       for (int i = 0; i < proxies; ++i) {
@@ -620,12 +620,12 @@ int RunFleet(int argc, char** argv) {
       if (!WaitForNewVersion(fleet, proxies, total, current, start, std::chrono::seconds(60),
                              &storm.steady_millis, &version)) {
         std::fprintf(stderr, "fleet_bench: the change did not reach the steady streams in 60 s\n");
-        return 1;
+        std::_Exit(1);  // not through the destructors of running streams
       }
       current = version;
       if (!WaitForVersion(fleet, 0, proxies, current, std::chrono::seconds(120))) {
         std::fprintf(stderr, "fleet_bench: the storming streams did not all come back in 120 s\n");
-        return 1;
+        std::_Exit(1);  // not through the destructors of running streams
       }
       {
         std::lock_guard lock(fleet.mu);
