@@ -377,6 +377,7 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
         connected_->Add(-1);
       }
     }
+    ++proxies_epoch_;
     WakeAckWatcherLocked(UnresponsiveLocked(it->second, std::chrono::steady_clock::now()),
                          std::nullopt);
     CountVersionLocked(it->second.status.versions.acked_version, -1);
@@ -416,6 +417,7 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delt
   }
   const auto now = std::chrono::steady_clock::now();
   const bool was_unresponsive = UnresponsiveLocked(stream, now);
+  ++proxies_epoch_;
   stream.last_nonce = update.full->nonce;
   stream.status.sent_version = version;
   stream.status.awaiting_reply = true;
@@ -511,6 +513,7 @@ void SnapshotServer::HandleRequest(uint64_t stream_id, const v1::SnapshotRequest
     }
     StreamState& stream = it->second;
     ProxyVersions& versions = stream.status.versions;
+    ++proxies_epoch_;
     if (!stream.hello_seen) {
       stream.hello_seen = true;
       // Untrusted text that ends up in every object's Programmed message
@@ -741,6 +744,7 @@ void SnapshotServer::SetRemoteProxies(std::vector<ProxyVersions> proxies) {
       return;
     }
     remote_ = std::move(proxies);
+    ++proxies_epoch_;
     remote_versions_.clear();
     for (const ProxyVersions& remote : remote_) {
       remote_versions_.insert(remote.acked_version);
@@ -760,10 +764,27 @@ SnapshotLookup SnapshotServer::LookupLocked() const {
   };
 }
 
+const std::vector<ProxyFold>& SnapshotServer::FoldedLocked() const {
+  const auto now = std::chrono::steady_clock::now();
+  if (folded_epoch_ != proxies_epoch_ || now > folded_until_) {
+    folded_ = FoldProxies(ConnectedLocked());
+    folded_epoch_ = proxies_epoch_;
+    // Until the first awaited answer's timeout passes (UnresponsiveLocked
+    // turns true after it).
+    folded_until_ = std::chrono::steady_clock::time_point::max();
+    for (const auto& [id, stream] : streams_) {
+      if (stream.hello_seen && stream.status.awaiting_reply && !UnresponsiveLocked(stream, now)) {
+        folded_until_ = std::min(folded_until_, stream.sent_at + options_.ack_timeout);
+      }
+    }
+  }
+  return folded_;
+}
+
 compile::Condition SnapshotServer::ProgrammedFor(const compile::ObjectStatus& object) const {
   std::lock_guard lock(mu_);
   return ProgrammedCondition(object.kind, object.namespace_, object.name, object.generation,
-                             ConnectedLocked(), LookupLocked());
+                             FoldedLocked(), LookupLocked());
 }
 
 std::vector<ProgrammedStatus> SnapshotServer::ProgrammedConditions() const {
@@ -772,7 +793,7 @@ std::vector<ProgrammedStatus> SnapshotServer::ProgrammedConditions() const {
   if (!current_) {
     return conditions;
   }
-  std::vector<ProxyVersions> proxies = ConnectedLocked();
+  const std::vector<ProxyFold>& proxies = FoldedLocked();
   SnapshotLookup lookup = LookupLocked();
   for (const auto& object : current_->statuses) {
     if (object.kind == model::kSapSystemKind) {
