@@ -60,7 +60,7 @@ void BM_WatchEventToSnapshot10kEndpoints(benchmark::State& state) {
   kwd::MetricsRegistry metrics;
   kwd::pipeline::Pipeline pipeline(
       kwd::pipeline::PipelineOptions{std::chrono::milliseconds(state.range(0)),
-                                     std::chrono::milliseconds(100), nullptr},
+                                     std::chrono::milliseconds(100), nullptr, ""},
       sink, &metrics);
   int source = pipeline.AddSource("bench");
   std::jthread thread([&](std::stop_token stop) { pipeline.Run(stop); });

@@ -561,7 +561,7 @@ void BM_WatchEventToProxies(benchmark::State& state) {
   snapshot_server::SnapshotServer& server = *started;
   MetricsRegistry metrics;
   pipeline::Pipeline pipeline(pipeline::PipelineOptions{std::chrono::milliseconds(10),
-                                                        std::chrono::milliseconds(100), nullptr},
+                                                        std::chrono::milliseconds(100), nullptr, ""},
                               server, &metrics);
   int source = pipeline.AddSource("bench");
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });

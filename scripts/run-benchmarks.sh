@@ -7,8 +7,8 @@
 # usage: scripts/run-benchmarks.sh [BUILD_DIR]   (a Release build with -DKWD_BUILD_BENCH=ON)
 #   env: ROUNDS=3 DURATION=5s   rounds and length of every wrk run (bench-proxies.sh)
 #        SHAPES="..."           bench-proxies.sh shapes (default all)
-#        SKIP="micro tls ..."   sections to leave out: proxies routing propagation tls
-#                               passthrough h2 memory micro
+#        SKIP="micro tls ..."   sections to leave out: proxies routing propagation fleet
+#                               tls passthrough h2 memory micro
 #        SUMMARY=FILE           where the table is also written (default BUILD_DIR/bench-summary.txt)
 set -uo pipefail
 dir=${1:-build-bench}
@@ -264,6 +264,19 @@ PY
   fi
 fi
 
+# ------------------------------------------------- 8: a 1,000-proxy fleet (issue 25)
+if wanted fleet; then
+  section "8: 1,000-proxy fleet, 10,000 endpoints, reconnect storms (fleet_bench)"
+  # One controller (its pipeline and gRPC server, a child process) and 1,000
+  # streams plus 100 steady ones in fleet_bench itself; it prints its own
+  # BENCH-ROW lines (targets <1000ms and <3000ms, controller CPU and RSS).
+  if [[ -x $dir/fleet_bench ]] && run_logged "$work/fleet.log" "$dir/fleet_bench"; then
+    take_rows "$work/fleet.log" "fleet_bench"
+  else
+    row "8 fleet_bench" FAILED - - "" -
+  fi
+fi
+
 # ------------------------------------------------- TLS (issue 11)
 if wanted tls; then
   section "TLS termination vs HAProxy (bench/tls_bench.sh)"
@@ -368,7 +381,7 @@ fi
 if wanted micro; then
   for b in "$dir"/*_bench; do
     [[ -x $b ]] || continue
-    case $(basename "$b") in routing_bench | propagation_bench) continue ;; esac
+    case $(basename "$b") in routing_bench | propagation_bench | fleet_bench) continue ;; esac
     section "$(basename "$b") (no target; for comparisons between commits)"
     run_logged "$work/$(basename "$b").log" "$b" || note "$(basename "$b") FAILED"
   done

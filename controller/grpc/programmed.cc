@@ -1,6 +1,8 @@
 #include "controller/grpc/programmed.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "common/log.h"
 #include "common/metrics.h"
@@ -103,9 +105,34 @@ bool SnapshotIncludes(const v1::Snapshot& snapshot, std::string_view kind,
                      });
 }
 
+std::vector<ProxyFold> FoldProxies(const std::vector<ProxyVersions>& proxies) {
+  std::vector<ProxyFold> folds;
+  std::map<std::tuple<std::string_view, std::string_view, bool>, std::size_t> index;
+  for (const ProxyVersions& proxy : proxies) {
+    auto [it, added] = index.try_emplace(
+        std::make_tuple(std::string_view(proxy.acked_version),
+                        std::string_view(proxy.nacked_version), proxy.unresponsive),
+        folds.size());
+    if (added) {
+      folds.push_back({proxy, 0});
+    } else if (proxy.node_id < folds[it->second].proxy.node_id) {
+      folds[it->second].proxy = proxy;
+    }
+    ++folds[it->second].count;
+  }
+  return folds;
+}
+
 compile::Condition ProgrammedCondition(std::string_view kind, std::string_view namespace_,
                                        std::string_view name, int64_t generation,
                                        const std::vector<ProxyVersions>& proxies,
+                                       const SnapshotLookup& lookup) {
+  return ProgrammedCondition(kind, namespace_, name, generation, FoldProxies(proxies), lookup);
+}
+
+compile::Condition ProgrammedCondition(std::string_view kind, std::string_view namespace_,
+                                       std::string_view name, int64_t generation,
+                                       const std::vector<ProxyFold>& proxies,
                                        const SnapshotLookup& lookup) {
   compile::Condition condition;
   condition.type = std::string(kProgrammed);
@@ -126,14 +153,14 @@ compile::Condition ProgrammedCondition(std::string_view kind, std::string_view n
   size_t counted = 0;
   size_t unresponsive = 0;
   const ProxyVersions* rejecting = nullptr;
-  for (const auto& proxy : proxies) {
+  for (const auto& [proxy, count] : proxies) {
     if (proxy.unresponsive) {
-      ++unresponsive;
+      unresponsive += count;
       continue;
     }
-    ++counted;
+    counted += count;
     if (includes(proxy.acked_version)) {
-      ++programmed;
+      programmed += count;
     } else if (includes(proxy.nacked_version) &&
                (rejecting == nullptr || proxy.node_id < rejecting->node_id)) {
       rejecting = &proxy;

@@ -69,4 +69,20 @@ compile::Condition ProgrammedCondition(std::string_view kind, std::string_view n
                                        const std::vector<ProxyVersions>& proxies,
                                        const SnapshotLookup& lookup);
 
+// Proxies that run and rejected the same versions and answer alike, as
+// one: the one with the lowest node id (the one a Rejected message would
+// name) and how many there are. A fleet runs a handful of versions, so
+// Programmed of every object costs a few lookups each instead of one per
+// proxy (1,000 objects x 1,000 proxies was ~0.45 s per status resync).
+struct ProxyFold {
+  ProxyVersions proxy;
+  std::size_t count = 0;
+};
+std::vector<ProxyFold> FoldProxies(const std::vector<ProxyVersions>& proxies);
+// The same condition as above, from folded proxies.
+compile::Condition ProgrammedCondition(std::string_view kind, std::string_view namespace_,
+                                       std::string_view name, int64_t generation,
+                                       const std::vector<ProxyFold>& proxies,
+                                       const SnapshotLookup& lookup);
+
 }  // namespace kwd::snapshot_server

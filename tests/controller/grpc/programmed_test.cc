@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 
 namespace kwd::snapshot_server {
@@ -98,6 +99,54 @@ TEST(ProgrammedConditionTest, Table) {
     EXPECT_EQ(condition.reason, c.reason);
     EXPECT_NE(condition.message.find(c.message_part), std::string::npos) << condition.message;
   }
+}
+
+// 1,000 proxies on three versions fold into three entries, and the
+// condition from them is the one from every proxy: counts summed, the
+// Rejected message naming the lowest node id of every rejecting group.
+TEST(ProgrammedConditionTest, FoldedProxiesGiveTheSameCondition) {
+  std::map<std::string, v1::Snapshot, std::less<>> snapshots = {{"v1", SnapshotWith(1, 1)},
+                                                                {"v2", SnapshotWith(2, 1)}};
+  SnapshotLookup lookup = [&](std::string_view version) -> const v1::Snapshot* {
+    auto it = snapshots.find(version);
+    return it == snapshots.end() ? nullptr : &it->second;
+  };
+  std::vector<ProxyVersions> proxies;
+  for (int i = 0; i < 1000; ++i) {
+    char node[16];
+    std::snprintf(node, sizeof node, "p%04d", 999 - i);  // the lowest names come last
+    if (i % 10 == 0) {
+      proxies.push_back({node, "v1", "v2", std::string("from ") + node});
+    } else if (i % 10 == 1) {
+      proxies.push_back({node, "v2", "", "", /*unresponsive=*/true});
+    } else {
+      proxies.push_back({node, "v2", "", ""});
+    }
+  }
+  std::vector<ProxyFold> folds = FoldProxies(proxies);
+  ASSERT_EQ(folds.size(), 3u);
+  std::size_t total = 0;
+  for (const ProxyFold& fold : folds) {
+    total += fold.count;
+  }
+  EXPECT_EQ(total, 1000u);
+  compile::Condition condition =
+      ProgrammedCondition("LogonGroup", "erp", "public", 2, folds, lookup);
+  EXPECT_EQ(condition.status, "False");
+  EXPECT_EQ(condition.reason, "Rejected");
+  // p0009 (i = 990) is the lowest name of the rejecting proxies.
+  EXPECT_NE(condition.message.find("proxy p0009 rejected the snapshot: from p0009 (800 of 900 "
+                                   "connected proxies run generation 2; 100 more proxies do not "
+                                   "answer snapshots (not counted))"),
+            std::string::npos)
+      << condition.message;
+  compile::Condition unfolded =
+      ProgrammedCondition("LogonGroup", "erp", "public", 2, proxies, lookup);
+  EXPECT_EQ(unfolded.message, condition.message);
+  // Generation 1: every answering proxy runs it.
+  condition = ProgrammedCondition("LogonGroup", "erp", "public", 1, folds, lookup);
+  EXPECT_EQ(condition.status, "True");
+  EXPECT_NE(condition.message.find("900 of 900"), std::string::npos) << condition.message;
 }
 
 }  // namespace

@@ -433,6 +433,78 @@ TEST(SnapshotServerTest, EveryStreamGetsTheSameBytesOfAVersionAndALateProxyTheCu
   }));
 }
 
+// A proxy that stops reading (a stalled connection, a paused pod) holds up
+// no one: the others get every version meanwhile. Its queue holds one
+// update, the newest: once it reads again it gets the response that was in
+// flight and then the newest version, not every version it missed.
+TEST(SnapshotServerTest, StalledStreamDelaysNoOneAndGetsOnlyTheNewestVersion) {
+  constexpr int kVersions = 24;
+  // About 1.6 MB each, 38 MB in all: far more than loopback's socket
+  // buffers and gRPC's flow-control windows take in for a stream that does
+  // not read (a few MB).
+  auto make = [](int k) {
+    auto base = Result(k, 1);
+    auto result = std::make_shared<compile::CompileResult>();
+    result->snapshot = base->snapshot;
+    result->statuses = base->statuses;
+    auto* group = result->snapshot.mutable_groups(0);
+    for (int s = 1; s <= 40'000; ++s) {
+      auto* server = group->add_servers();
+      server->set_name("erp" + std::to_string(s) + "_ERP_00");
+      server->set_address("10.0." + std::to_string(s / 250) + "." + std::to_string(s % 250));
+      server->set_port(3200);
+      server->set_capacity(1);
+      server->set_state(v1::SERVER_STATE_READY);
+    }
+    StampSnapshotVersion(&result->snapshot);
+    return std::shared_ptr<const compile::CompileResult>(std::move(result));
+  };
+  std::vector<std::string> versions;  // by publication
+  MetricsRegistry metrics;
+  auto server = StartServer(&metrics);
+  ServerWatch watch(*server);
+  auto publish = [&](int k) {
+    auto result = make(k);
+    versions.push_back(result->snapshot.version());
+    server->Publish(std::move(result));
+  };
+  publish(1);
+  BytesStream stalled(server->port(), "stalled");  // says hello, then reads nothing for now
+  FakeProxy steady(server->port(), "steady");
+  ASSERT_TRUE(steady.client->WaitForVersion(versions[0], seconds(20)));
+  ASSERT_TRUE(watch.Until([&] { return server->Proxies().size() == 2; }));
+  for (int k = 2; k <= kVersions; ++k) {
+    publish(k);
+    ASSERT_TRUE(steady.client->WaitForVersion(versions.back(), seconds(20)))
+        << "version " << k << " did not reach the proxy that reads";
+  }
+  // The stalled one reads again: what gRPC had taken in, then the newest.
+  std::vector<int> received;  // indexes into versions
+  v1::SnapshotResponse response;
+  while (received.size() < kVersions && !stalled.Read(&response).empty()) {
+    auto it = std::find(versions.begin(), versions.end(), response.version_info());
+    ASSERT_NE(it, versions.end()) << response.version_info();
+    received.push_back(static_cast<int>(it - versions.begin()));
+    ASSERT_TRUE(stalled.Ack(response));
+    if (received.back() == kVersions - 1) {
+      break;
+    }
+  }
+  ASSERT_FALSE(received.empty());
+  RecordProperty("versions_received", static_cast<int>(received.size()));
+  EXPECT_EQ(received.back(), kVersions - 1);
+  EXPECT_TRUE(std::is_sorted(received.begin(), received.end()));
+  // Without the one-update queue it would be sent all 24.
+  EXPECT_LE(received.size(), static_cast<size_t>(kVersions / 2))
+      << "versions sent to the stalled stream: " << received.size();
+  ASSERT_TRUE(watch.Until([&] {
+    auto proxies = server->Proxies();
+    return std::all_of(proxies.begin(), proxies.end(), [&](const ProxyStatus& proxy) {
+      return proxy.versions.acked_version == versions.back();
+    });
+  }));
+}
+
 TEST(SnapshotServerTest, EndpointOnlyChangeGoesOutAsADeltaToProxiesThatTakeDeltas) {
   MetricsRegistry metrics;
   auto server = StartServer(&metrics);
