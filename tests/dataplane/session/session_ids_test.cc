@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -410,6 +411,48 @@ TEST(PercentDecodeTest, AgreesWithAByteLoop) {
     }
   }
   EXPECT_GT(compared, 100000);
+}
+
+// Long inputs take the 16-byte block path: the same answers as a byte loop
+// for escapes at every position, truncated or bad escapes at a block's end,
+// and capacities around the decoded length.
+TEST(PercentDecodeTest, LongInputsAgreeWithAByteLoop) {
+  auto hex = [](char h) {
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                          : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                                                 : -1;
+  };
+  std::mt19937 random(25);
+  constexpr std::string_view kAlphabet = "%4a+gF0";
+  for (int round = 0; round < 20000; ++round) {
+    std::string in;
+    const size_t length = 14 + random() % 50;
+    for (size_t i = 0; i < length; ++i) {
+      in += kAlphabet[random() % kAlphabet.size()];
+    }
+    std::string want;
+    bool bad = false;
+    for (size_t i = 0; i < in.size() && !bad; ++i) {
+      if (in[i] != '%') {
+        want += in[i];
+      } else if (in.size() - i < 3 || hex(in[i + 1]) < 0 || hex(in[i + 2]) < 0) {
+        bad = true;
+      } else {
+        want += static_cast<char>(hex(in[i + 1]) * 16 + hex(in[i + 2]));
+        i += 2;
+      }
+    }
+    const size_t capacity = want.size() + 3 >= 6 ? want.size() + 3 - random() % 7 : 0;
+    std::vector<char> out(capacity + 1);
+    const int n = PercentDecode(in, out.data(), capacity, false);
+    SCOPED_TRACE(in + " " + std::to_string(capacity));
+    if (bad || want.size() > capacity) {
+      ASSERT_EQ(n, -1);
+    } else {
+      ASSERT_EQ(n, static_cast<int>(want.size()));
+      ASSERT_EQ(std::string(out.data(), want.size()), want);
+    }
+  }
 }
 
 TEST(ContextIdInstanceTest, Table) {
