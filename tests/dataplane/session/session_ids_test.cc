@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <iterator>
 #include <random>
 #include <string>
 #include <utility>
@@ -452,6 +454,52 @@ TEST(PercentDecodeTest, LongInputsAgreeWithAByteLoop) {
       ASSERT_EQ(n, static_cast<int>(want.size()));
       ASSERT_EQ(std::string(out.data(), want.size()), want);
     }
+  }
+}
+
+// The query's sap-contextid is the first pair whose name is the key (any
+// case), read up to the next "&": random queries of names, "=" and "&"
+// against a plain split into pairs.
+TEST(SessionIdsTest, QueryKeyIsTheFirstPairNamedSo) {
+  auto reference = [](std::string_view form) -> std::string_view {
+    while (!form.empty()) {
+      const size_t amp = form.find('&');
+      const std::string_view pair = form.substr(0, amp);
+      form = amp == std::string_view::npos ? std::string_view() : form.substr(amp + 1);
+      const size_t eq = pair.find('=');
+      if (eq == std::string_view::npos) {
+        continue;
+      }
+      std::string name(pair.substr(0, eq));
+      for (char& c : name) {
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
+      if (name == "sap-contextid") {
+        return pair.substr(eq + 1);
+      }
+    }
+    return {};
+  };
+  const std::string_view tokens[] = {"sap-contextid", "SAP-ContextID", "sap-contextidx", "x",
+                                     "=",             "&",             "SID:ANON:",      "i1",
+                                     ":",             "SID%3aANON%3a", "sap-context"};
+  std::mt19937 random(25);
+  SessionIds ids;
+  for (int round = 0; round < 20000; ++round) {
+    std::string query;
+    const size_t count = random() % 9;
+    for (size_t i = 0; i < count; ++i) {
+      query += tokens[random() % std::size(tokens)];
+    }
+    SCOPED_TRACE(query);
+    std::string decoded(reference(query));
+    char buffer[256];
+    const int n = PercentDecode(decoded, buffer, sizeof(buffer), /*plus_is_space=*/true);
+    const std::string_view want =
+        n < 0 ? std::string_view() : ContextIdInstance(std::string_view(buffer, n));
+    RequestParts request{"/sap/bc/x", query, {}, ""};
+    ExtractSessionIds(request, "kwd_affinity", &ids);
+    ASSERT_EQ(ids.contextid_instance, want);
   }
 }
 
