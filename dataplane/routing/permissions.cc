@@ -63,19 +63,21 @@ bool Contains(std::string_view path, std::string_view text) {
   size_t i = 0;
 #if defined(__SSE2__)
   // Candidates i..i+15 need bytes up to i + 15 + m - 1 < n.
-  const __m128i first16 = _mm_set1_epi8(first);
-  const __m128i last16 = _mm_set1_epi8(last);
-  for (; i + 15 + m <= n; i += 16) {
-    const __m128i heads = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
-    const __m128i tails = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + m - 1));
-    auto mask = static_cast<unsigned>(_mm_movemask_epi8(
-        _mm_and_si128(_mm_cmpeq_epi8(heads, first16), _mm_cmpeq_epi8(tails, last16))));
-    while (mask != 0) {
-      const size_t at = i + static_cast<size_t>(std::countr_zero(mask));
-      if (BytesEqual(p + at, text.data(), m)) {
-        return true;
+  if (n >= m + 15) {
+    const __m128i first16 = _mm_set1_epi8(first);
+    const __m128i last16 = _mm_set1_epi8(last);
+    for (; i + 15 + m <= n; i += 16) {
+      const __m128i heads = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+      const __m128i tails = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + m - 1));
+      auto mask = static_cast<unsigned>(_mm_movemask_epi8(
+          _mm_and_si128(_mm_cmpeq_epi8(heads, first16), _mm_cmpeq_epi8(tails, last16))));
+      while (mask != 0) {
+        const size_t at = i + static_cast<size_t>(std::countr_zero(mask));
+        if (BytesEqual(p + at, text.data(), m)) {
+          return true;
+        }
+        mask &= mask - 1;
       }
-      mask &= mask - 1;
     }
   }
 #endif
