@@ -199,7 +199,7 @@ for name, b in sorted(best.items()):
     # also holds the time the thread waited for a core, 1.3-2.5x the CPU
     # time at load 4-9 on a shared 2-core box; on an idle one they agree.
     ns = b["cpu_time"] * scale.get(b.get("time_unit", "ns"), 1)
-    target = "<=150ns" if "Balanced" in name else "<=200ns" if "Sticky" in name else "-"
+    target = "<=100ns" if "Balanced" in name else "<=150ns" if "Sticky" in name else "-"
     print(f"6 routing {name.replace('BM_Route', '')}\t{ns:.1f}\t-\t-\tns\t{target}")
     for counter in ("allocs_per_op", "allocs_per_decision"):
         if counter in b:

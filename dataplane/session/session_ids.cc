@@ -189,20 +189,20 @@ void ReadCookies(const RequestParts& request, std::string_view affinity_cookie_n
   }
 }
 
-// First value of `key` (case-insensitive) in an "a=b&c=d" string.
+// First value of `key` (case-insensitive; it holds no "=" or "&") in an
+// "a=b&c=d" string. A pair is `key` exactly when its "=" comes right after
+// key.size() bytes that equal it (which then hold no "&" or "=" either): one
+// byte and a compare per pair, and a search for the next "&" only.
 bool FindFormValue(std::string_view form, std::string_view key, std::string_view* value) {
+  const size_t k = key.size();
   while (!form.empty()) {
-    size_t amp = form.find('&');
-    std::string_view pair = form.substr(0, amp);
-    form = amp == std::string_view::npos ? std::string_view() : form.substr(amp + 1);
-    size_t eq = pair.find('=');
-    if (eq == std::string_view::npos) {
-      continue;
-    }
-    if (EqualsIgnoreCase(pair.substr(0, eq), key)) {
-      *value = pair.substr(eq + 1);
+    if (form.size() > k && form[k] == '=' && EqualsIgnoreCase(form.substr(0, k), key)) {
+      const std::string_view rest = form.substr(k + 1);
+      *value = rest.substr(0, rest.find('&'));
       return true;
     }
+    const size_t amp = form.find('&');
+    form = amp == std::string_view::npos ? std::string_view() : form.substr(amp + 1);
   }
   return false;
 }
@@ -376,6 +376,36 @@ int PercentDecode(std::string_view in, char* out, size_t capacity, bool plus_is_
     // bytes with three escapes).
     size_t n = 0;
     size_t i = 0;
+#if defined(__SSE2__)
+    // 16 bytes at a time while the output has room for all 16: the block is
+    // stored whole and the output advances to its first "%" only (the bytes
+    // stored past it are overwritten or lie beyond the result).
+    while (in.size() - i >= 16 && capacity - n >= 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in.data() + i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + n), x);
+      const auto escapes =
+          static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8('%'))));
+      if (escapes == 0) {
+        i += 16;
+        n += 16;
+        continue;
+      }
+      const auto run = static_cast<size_t>(std::countr_zero(escapes));
+      i += run;
+      n += run;
+      if (in.size() - i < 3) {
+        return -1;
+      }
+      // n < capacity: the room for 16 bytes holds this one.
+      const int hi = HexDigitValue(in[i + 1]);
+      const int lo = HexDigitValue(in[i + 2]);
+      if (hi < 0 || lo < 0) {
+        return -1;
+      }
+      out[n++] = static_cast<char>((hi << 4) | lo);
+      i += 3;
+    }
+#endif
     while (i < in.size()) {
       const void* found = std::memchr(in.data() + i, '%', in.size() - i);
       const size_t escape = found == nullptr

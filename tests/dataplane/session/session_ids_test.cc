@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <iterator>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -410,6 +413,94 @@ TEST(PercentDecodeTest, AgreesWithAByteLoop) {
     }
   }
   EXPECT_GT(compared, 100000);
+}
+
+// Long inputs take the 16-byte block path: the same answers as a byte loop
+// for escapes at every position, truncated or bad escapes at a block's end,
+// and capacities around the decoded length.
+TEST(PercentDecodeTest, LongInputsAgreeWithAByteLoop) {
+  auto hex = [](char h) {
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                          : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                                                 : -1;
+  };
+  std::mt19937 random(25);
+  constexpr std::string_view kAlphabet = "%4a+gF0";
+  for (int round = 0; round < 20000; ++round) {
+    std::string in;
+    const size_t length = 14 + random() % 50;
+    for (size_t i = 0; i < length; ++i) {
+      in += kAlphabet[random() % kAlphabet.size()];
+    }
+    std::string want;
+    bool bad = false;
+    for (size_t i = 0; i < in.size() && !bad; ++i) {
+      if (in[i] != '%') {
+        want += in[i];
+      } else if (in.size() - i < 3 || hex(in[i + 1]) < 0 || hex(in[i + 2]) < 0) {
+        bad = true;
+      } else {
+        want += static_cast<char>(hex(in[i + 1]) * 16 + hex(in[i + 2]));
+        i += 2;
+      }
+    }
+    const size_t capacity = want.size() + 3 >= 6 ? want.size() + 3 - random() % 7 : 0;
+    std::vector<char> out(capacity + 1);
+    const int n = PercentDecode(in, out.data(), capacity, false);
+    SCOPED_TRACE(in + " " + std::to_string(capacity));
+    if (bad || want.size() > capacity) {
+      ASSERT_EQ(n, -1);
+    } else {
+      ASSERT_EQ(n, static_cast<int>(want.size()));
+      ASSERT_EQ(std::string(out.data(), want.size()), want);
+    }
+  }
+}
+
+// The query's sap-contextid is the first pair whose name is the key (any
+// case), read up to the next "&": random queries of names, "=" and "&"
+// against a plain split into pairs.
+TEST(SessionIdsTest, QueryKeyIsTheFirstPairNamedSo) {
+  auto reference = [](std::string_view form) -> std::string_view {
+    while (!form.empty()) {
+      const size_t amp = form.find('&');
+      const std::string_view pair = form.substr(0, amp);
+      form = amp == std::string_view::npos ? std::string_view() : form.substr(amp + 1);
+      const size_t eq = pair.find('=');
+      if (eq == std::string_view::npos) {
+        continue;
+      }
+      std::string name(pair.substr(0, eq));
+      for (char& c : name) {
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
+      if (name == "sap-contextid") {
+        return pair.substr(eq + 1);
+      }
+    }
+    return {};
+  };
+  const std::string_view tokens[] = {"sap-contextid", "SAP-ContextID", "sap-contextidx", "x",
+                                     "=",             "&",             "SID:ANON:",      "i1",
+                                     ":",             "SID%3aANON%3a", "sap-context"};
+  std::mt19937 random(25);
+  SessionIds ids;
+  for (int round = 0; round < 20000; ++round) {
+    std::string query;
+    const size_t count = random() % 9;
+    for (size_t i = 0; i < count; ++i) {
+      query += tokens[random() % std::size(tokens)];
+    }
+    SCOPED_TRACE(query);
+    std::string decoded(reference(query));
+    char buffer[256];
+    const int n = PercentDecode(decoded, buffer, sizeof(buffer), /*plus_is_space=*/true);
+    const std::string_view want =
+        n < 0 ? std::string_view() : ContextIdInstance(std::string_view(buffer, n));
+    RequestParts request{"/sap/bc/x", query, {}, ""};
+    ExtractSessionIds(request, "kwd_affinity", &ids);
+    ASSERT_EQ(ids.contextid_instance, want);
+  }
 }
 
 TEST(ContextIdInstanceTest, Table) {
