@@ -33,8 +33,9 @@
 #   budgettls64   keep-alive over TLS 1.3 (the same EC P-256 certificate for all
 #                 three), wrk -t1 -c64, with the same budget
 #   budgethandshake a full TLS 1.3 handshake per request (wrk -t1 -c64 over https
-#                 with Connection: close: wrk resumes no session, checked from
-#                 kwd's resumed-handshake counter), with the same budget
+#                 with Connection: close and bench/full_handshake.c preloaded, so
+#                 that wrk resumes no session; checked on kwd's handshake
+#                 counters), with the same budget; needs cc
 #   budgeth2      HTTP/2 over TLS (ALPN h2), h2load -t1 -c64 -m10 -D DURATION,
 #                 with the same budget
 #   budgetsapmix  sapmix with the same budget
@@ -575,7 +576,7 @@ record_run() {
   cpu_us=$(cpu_us_per "$before" "$after" "$requests" %.3f)
   # The CPU the proxy used, as a share of one CPU: CPU seconds / wall seconds.
   cores=$(awk -v b="$before" -v a="$after" -v t0="$t0" -v t1="$t1" -v hz="$(getconf CLK_TCK)" \
-    'BEGIN {printf "%.3f", t1 > t0 ? (a - b) / hz / (t1 - t0) : 0}')
+    'BEGIN {printf "%.3f", (t1 > t0) ? (a - b) / hz / (t1 - t0) : 0}')
   conns_per_req=$(awk -v b="$acc_before" -v a="$acc_after" -v n="$requests" 'BEGIN {printf "%.3f", (a-b)/n}')
   upstream=$((b_after - b_before))
   sleeps_per_req=$(awk -v b="$sleeps_before" -v a="$sleeps_after" -v n="$requests" 'BEGIN {printf "%.4f", (a-b)/n}')
@@ -650,17 +651,19 @@ proxy_url() {  # name
   if [[ ${proto:-http} == https ]]; then echo "https://127.0.0.1:${tport[$1]}/"; else
     echo "http://127.0.0.1:${port[$1]}/"; fi
 }
-plain_shape() {  # shape conns description [wrk args]   (env proto=https: the TLS listeners)
+# (env proto=https: the TLS listeners; preload=LIB: wrk runs with LD_PRELOAD=LIB)
+plain_shape() {  # shape conns description [wrk args]
   local shape=$1 conns=$2 description=$3
   shift 3
   echo "== $shape: $description (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  local name round
+  local name round prefix=(env)
+  [[ -n ${preload:-} ]] && prefix=(env LD_PRELOAD="$preload")
   for name in kwd haproxy nginx; do
-    wrk -t1 -c"$conns" -d1s "$@" "$(proxy_url $name)" >/dev/null 2>&1 || true
+    "${prefix[@]}" wrk -t1 -c"$conns" -d1s "$@" "$(proxy_url $name)" >/dev/null 2>&1 || true
   done
   for round in $(seq 1 "$rounds"); do
     for name in $(rotation "$round" kwd haproxy nginx); do
-      run_wrk "$shape" "$round" "$name" "$conns" $BSTAT -- "$@" "$(proxy_url $name)"
+      run_wrk "$shape" "$round" "$name" "$conns" $BSTAT "${prefix[@]}" -- "$@" "$(proxy_url $name)"
     done
   done
   summarise "$shape" "$description" kwd haproxy nginx
@@ -734,15 +737,24 @@ budget_shape() {  # shape description [wrk args]   (env proto=https: the TLS lis
   budget_off kwd haproxy nginx
   budget_used "$shape" kwd haproxy nginx
 }
-# A full TLS handshake per request: wrk over https with Connection: close
-# resumes no session (on a closed connection it calls SSL_clear without
-# SSL_shutdown, which drops the session). Checked on kwd's own counters:
-# handshakes per request ~1, none resumed.
+# A full TLS handshake per request: wrk over https with Connection: close,
+# with bench/full_handshake.c preloaded. wrk alone resumes the session of a
+# connection slot's last connection (TLS 1.3 tickets: 100% reuse on
+# HAProxy's counters); the preloaded SSL_connect drops it before each
+# handshake. Checked on kwd's own counters: one full handshake per request,
+# none resumed.
+full_handshake=
 check_handshakes() {
+  require_tools cc
+  full_handshake=$work/full_handshake.so
+  cc -O2 -shared -fPIC -o "$full_handshake" "$here/bench/full_handshake.c" -ldl || {
+    echo "bench-proxies: cannot compile bench/full_handshake.c" >&2
+    exit 1
+  }
   local before after
   before=$(curl -fsS "http://127.0.0.1:$ADM/metrics" | awk '/^kwd_proxy_tls_handshakes_total/ {print $1, $2}')
   local out
-  out=$(wrk -t1 -c8 -d1s -H 'Connection: close' "https://127.0.0.1:$KWD_TLS/" 2>&1)
+  out=$(LD_PRELOAD=$full_handshake wrk -t1 -c8 -d1s -H 'Connection: close' "https://127.0.0.1:$KWD_TLS/" 2>&1)
   after=$(curl -fsS "http://127.0.0.1:$ADM/metrics" | awk '/^kwd_proxy_tls_handshakes_total/ {print $1, $2}')
   local requests
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
@@ -756,6 +768,7 @@ check_handshakes() {
     "TLS handshakes ($per per request)"
   if ((resumed > 0 || full == 0)); then
     echo "bench-proxies: wrk resumed TLS sessions (or kwd counted no handshakes): budgethandshake would not measure full handshakes" >&2
+    echo "$out" >&2
     exit 1
   fi
   local name proto_line
@@ -800,8 +813,8 @@ has_shape budgetclose64 && budget_shape budgetclose64 \
 has_shape budgethandshake && check_handshakes
 has_shape budgettls64 && proto=https budget_shape budgettls64 \
   "TLS 1.3 keep-alive, wrk -t1 -c64, GET /; each proxy held to $budget CPU"
-has_shape budgethandshake && proto=https budget_shape budgethandshake \
-  "a full TLS 1.3 handshake per request, wrk -t1 -c64 -H 'Connection: close' over https; each proxy held to $budget CPU" \
+has_shape budgethandshake && proto=https preload=$full_handshake budget_shape budgethandshake \
+  "a full TLS 1.3 handshake per request, wrk -t1 -c64 -H 'Connection: close' over https (bench/full_handshake.c preloaded); each proxy held to $budget CPU" \
   -H 'Connection: close'
 has_shape budgeth2 && h2_shape budgeth2 \
   "HTTP/2 over TLS, h2load -t1 -c64 -m10 -D ${duration%s}; each proxy held to $budget CPU"
