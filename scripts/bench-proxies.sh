@@ -51,6 +51,8 @@
 #        HOLD=SECONDS keeps the proxies running that long after the runs (debugging)
 #        KWD_FLAGS="--io-uring off" extra kwd-proxy serve flags (a before/after)
 #        BUDGET=0.25 the share of one CPU each proxy gets in the budget shapes
+#        BUDGET_NICE=-20 autogroup nice of the load generator and backends during
+#        the budget shapes (0: none)
 # Exit status: 0 measured (wrk errors are reported, not fatal), 77 a tool is
 # missing, 1 a proxy did not start or did not route as the comparison needs.
 set -euo pipefail
@@ -112,6 +114,8 @@ if has_shape budgeth2 && ! command -v h2load >/dev/null; then
 fi
 
 bench_work kwd-bench
+budget_nice_before=
+trap '[[ -n $budget_nice_before ]] && echo "$budget_nice_before" >/proc/$$/autogroup 2>/dev/null; bench_cleanup' EXIT
 trap 'exit 130' INT TERM
 
 # Ports: PORT_BASE (default 19400) + 1..6, 71..74, 80..94; fixed, so that a
@@ -701,8 +705,20 @@ fi
 # by wrk or the backends instead, and the line says so.
 # budget_on NAME...: each proxy into its own cgroup at BUDGET of one CPU (1
 # when one could not be held to it: all are let go again then).
+# While a budget shape runs, the script's own autogroup (wrk, h2load, the
+# backends; not the proxies, which are in cgroups of their own) runs at
+# autogroup nice BUDGET_NICE (default -20; 0: none): on a machine where other
+# jobs keep both CPUs busy, the load generator and the backends would
+# otherwise get too little CPU to keep a proxy at its budget. The same for
+# every proxy; the "CPU used" figures show what each proxy really had.
+budget_nice=${BUDGET_NICE:--20}
 budget_on() {
   local name
+  if [[ $budget_nice != 0 && -w /proc/$$/autogroup ]]; then
+    budget_nice_before=$(awk '{print $NF}' /proc/$$/autogroup)
+    echo "$budget_nice" >/proc/$$/autogroup 2>/dev/null ||
+      echo "bench-proxies: autogroup nice $budget_nice not allowed; the load generator runs at nice $budget_nice_before" >&2
+  fi
   for name in "$@"; do
     if ! cpu_budget "$name" "$budget" "${pid[$name]}"; then
       echo "bench-proxies: could not hold $name to a CPU budget" >&2
@@ -711,7 +727,14 @@ budget_on() {
     fi
   done
 }
-budget_off() { local name; for name in "$@"; do cpu_budget_end "${pid[$name]}"; done; }
+budget_off() {
+  local name
+  for name in "$@"; do cpu_budget_end "${pid[$name]}"; done
+  if [[ -n $budget_nice_before ]]; then
+    echo "$budget_nice_before" >/proc/$$/autogroup 2>/dev/null || true
+    budget_nice_before=
+  fi
+}
 # The CPU each proxy used in SHAPE (median of its rounds, a share of one CPU),
 # and a NOTE naming those below 90% of the budget: budget_used SHAPE NAME...
 budget_used() {
