@@ -254,12 +254,16 @@ tls=0
 # shellcheck disable=SC2086
 any_shape $tls_shapes && tls=1
 kwd_tls=() hap_tls="" ngx_tls=""
+# TLS 1.3 suites in kwd's order (the server's choice): HAProxy and nginx
+# would pick TLS_AES_256_GCM_SHA384 (the client's first) where kwd picks
+# TLS_AES_128_GCM_SHA256; the same cipher for all three.
+tls13_suites=TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256
 if ((plain && tls)); then
   bench_cert "$work/tls"
   kwd_tls=(--tls-listen 127.0.0.1:$KWD_TLS --tls-cert-dir "$work/tls/certs")
   tport=([kwd]=$KWD_TLS [haproxy]=$HAP_TLS [nginx]=$NGX_TLS)
   hap_tls="frontend web-tls
-  bind 127.0.0.1:$HAP_TLS ssl crt $work/tls/haproxy.pem alpn h2,http/1.1
+  bind 127.0.0.1:$HAP_TLS ssl crt $work/tls/haproxy.pem alpn h2,http/1.1 ciphersuites $tls13_suites
   option forwardfor
   http-request set-header X-Forwarded-Proto https
   http-request set-header X-Forwarded-Host %[req.hdr(host)]
@@ -269,7 +273,7 @@ if ((plain && tls)); then
   ngx_tls="  server {
     listen 127.0.0.1:$NGX_TLS ssl http2;
     ssl_certificate $work/tls/certs/bench.crt; ssl_certificate_key $work/tls/certs/bench.key;
-    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_prefer_server_ciphers on; ssl_conf_command Ciphersuites $tls13_suites;
     location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Proto \$scheme; proxy_set_header X-Forwarded-Host \$host; proxy_set_header X-Request-Id \$request_id; }
   }"
 fi
