@@ -20,7 +20,8 @@
 # system calls by type are what io_uring batches into io_uring_enter.
 #
 # Per proxy and shape, wrk -t1 -cCONNECTIONS, each figure from a run of its own:
-#   - CPU us/request (utime+stime from /proc/PID/stat) and TCP segments per
+#   - CPU us/request (utime+stime from /proc/PID/stat; user and system
+#     apart), TCP connections opened per request (ActiveOpens) and segments per
 #     request (Tcp OutSegs from /proc/net/snmp: every segment on loopback, the
 #     client's, the proxy's and the backend's, both directions). The script
 #     runs in a network namespace of its own (unshare -n), so no other
@@ -136,7 +137,7 @@ $(haproxy_defaults 60s)
 $(haproxy_app_backend "$B1" "$B2")
 frontend web
   bind 127.0.0.1:$p
-  bind 127.0.0.1:$t ssl crt $work/tls/haproxy.pem alpn h2,http/1.1
+  bind 127.0.0.1:$t ssl crt $work/tls/haproxy.pem alpn h2,http/1.1 ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256
   option forwardfor
   http-request set-header X-Forwarded-Proto %[ssl_fc,iif(https,http)]
   http-request set-header X-Forwarded-Host %[req.hdr(host)]
@@ -164,10 +165,14 @@ stop() { kill "${pid[$1]}" 2>/dev/null || true; wait "${pid[$1]}" 2>/dev/null ||
 url() {  # name shape
   if [[ $2 == tls ]]; then echo "https://127.0.0.1:${tport[$1]}/"; else echo "http://127.0.0.1:${port[$1]}/"; fi
 }
+# wrk's extra arguments for a shape, into the array extra.
 wrk_args() {  # shape
-  if [[ $1 == close ]]; then echo "-H Connection:close"; fi
+  extra=()
+  if [[ $1 == close ]]; then extra=(-H 'Connection: close'); fi
 }
 tcp_out_segs() { awk '$1 == "Tcp:" && !h {h = 1; for (i = 1; i <= NF; i++) c[$i] = i; next} $1 == "Tcp:" {print $c["OutSegs"]}' /proc/net/snmp; }
+# TCP connections opened on loopback (ActiveOpens: client and proxy to backend).
+tcp_opens() { awk '$1 == "Tcp:" && !h {h = 1; for (i = 1; i <= NF; i++) c[$i] = i; next} $1 == "Tcp:" {print $c["ActiveOpens"]}' /proc/net/snmp; }
 requests_of() { awk '/requests in/ {print $1}' "$1"; }
 
 results=$work/results.tsv  # proxy shape metric value
@@ -178,25 +183,30 @@ put() { printf '%s\t%s\t%s\t%s\n' "$@" >>"$results"; }
 plain_runs() {  # name shape
   local name=$1 shape=$2 target
   target=$(url "$name" "$shape")
-  # shellcheck disable=SC2046
-  wrk -t1 -c"$conns" -d1s $(wrk_args "$shape") "$target" >/dev/null 2>&1 || true
-  local before after s_before s_after n
+  wrk_args "$shape"
+  wrk -t1 -c"$conns" -d1s "${extra[@]}" "$target" >/dev/null 2>&1 || true
+  local before after s_before s_after n u_before u_after o_before o_after
   before=$(cpu_ticks "${pid[$name]}")
+  u_before=$(awk '{print $14}' "/proc/${pid[$name]}/stat")
+  o_before=$(tcp_opens)
   s_before=$(tcp_out_segs)
-  # shellcheck disable=SC2046
-  wrk -t1 -c"$conns" -d"${seconds}s" $(wrk_args "$shape") "$target" >"$work/wrk.out" 2>&1
+  wrk -t1 -c"$conns" -d"${seconds}s" "${extra[@]}" "$target" >"$work/wrk.out" 2>&1
   s_after=$(tcp_out_segs)
+  o_after=$(tcp_opens)
   after=$(cpu_ticks "${pid[$name]}")
+  u_after=$(awk '{print $14}' "/proc/${pid[$name]}/stat")
   n=$(requests_of "$work/wrk.out")
   put "$name" "$shape" requests "$n"
   put "$name" "$shape" cpu_us "$(cpu_us_per "$before" "$after" "$n" %.2f)"
+  put "$name" "$shape" cpu_user_us "$(cpu_us_per "$u_before" "$u_after" "$n" %.2f)"
+  put "$name" "$shape" cpu_sys_us "$(cpu_us_per "$((before - u_before))" "$((after - u_after))" "$n" %.2f)"
+  put "$name" "$shape" tcp_conns "$(awk -v d=$((o_after - o_before)) -v n="$n" 'BEGIN {printf "%.3f", d / n}')"
   put "$name" "$shape" segs "$(awk -v d=$((s_after - s_before)) -v n="$n" 'BEGIN {printf "%.2f", d / n}')"
   # System calls: strace attached to every thread for the run.
   strace -c -f -p "${pid[$name]}" -o "$work/strace.out" 2>/dev/null &
   local st=$!
   sleep 1
-  # shellcheck disable=SC2046
-  wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s $(wrk_args "$shape") "$target" >"$work/wrk.out" 2>&1
+  wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s "${extra[@]}" "$target" >"$work/wrk.out" 2>&1
   kill -INT "$st" 2>/dev/null || true
   wait "$st" 2>/dev/null || true
   n=$(requests_of "$work/wrk.out")
@@ -212,11 +222,10 @@ callgrind_runs() {  # name shape
   local cg=$name-cg
   start "$cg" valgrind --tool=callgrind --callgrind-out-file="$work/$cg.%p.out" --dump-instr=no
   target=$(url "$cg" "$shape")
-  # shellcheck disable=SC2046
-  wrk -t1 -c"$conns" -d5s --timeout 30s $(wrk_args "$shape") "$target" >/dev/null 2>&1 || true
+  wrk_args "$shape"
+  wrk -t1 -c"$conns" -d5s --timeout 30s "${extra[@]}" "$target" >/dev/null 2>&1 || true
   callgrind_control -z "${pid[$cg]}" >/dev/null
-  # shellcheck disable=SC2046
-  wrk -t1 -c"$conns" -d"${cg_seconds}s" --timeout 30s $(wrk_args "$shape") "$target" >"$work/wrk.out" 2>&1
+  wrk -t1 -c"$conns" -d"${cg_seconds}s" --timeout 30s "${extra[@]}" "$target" >"$work/wrk.out" 2>&1
   callgrind_control -d "${pid[$cg]}" >/dev/null
   local n dump ir
   n=$(requests_of "$work/wrk.out")
