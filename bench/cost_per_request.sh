@@ -8,6 +8,7 @@
 #   env: DURATION=5 seconds of each counted run; SHAPES="keepalive close tls";
 #        PROXIES="kwd kwd-noring haproxy"; CALLGRIND=1 (0: no instruction
 #        counts); CG_SECONDS=10 seconds of the counted run under callgrind;
+#        PERF=1 also a perf record -e cpu-clock profile per proxy and shape;
 #        CALLGRIND_SHAPES="keepalive close" CALLGRIND_PROXIES="kwd haproxy" (the
 #        runs under callgrind: a TLS run's 64 handshakes take most of a
 #        counted run under callgrind on a loaded machine); CONNECTIONS=64
@@ -55,6 +56,8 @@ shapes=${SHAPES:-keepalive close tls}
 proxies=${PROXIES:-kwd kwd-noring haproxy}
 callgrind=${CALLGRIND:-1}
 cg_seconds=${CG_SECONDS:-10}
+perf=${PERF:-0}
+((perf)) && require_tools perf
 cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close} "
 cg_proxies=" ${CALLGRIND_PROXIES:-kwd haproxy} "
 conns=${CONNECTIONS:-64}
@@ -216,6 +219,27 @@ plain_runs() {  # name shape
     dash == 2 && $NF == "total" {if (n) printf "%s\t%s\tsys:total\t%.3f\n", p, s, $4 / n}' "$work/strace.out" >>"$results"
 }
 
+# ---- 4 (PERF=1): where the CPU goes, perf record -e cpu-clock -g for the run
+# (shares of the process's samples, callers included)
+perf_run() {  # name shape
+  local name=$1 shape=$2 target w
+  target=$(url "$name" "$shape")
+  wrk_args "$shape"
+  wrk -t1 -c"$conns" -d"$((seconds + 2))s" "${extra[@]}" "$target" >/dev/null 2>&1 &
+  w=$!
+  sleep 1
+  perf record -q -e cpu-clock -g -p "${pid[$name]}" -o "$work/perf.data" -- sleep "$seconds" >/dev/null 2>&1 || true
+  wait "$w" || true
+  [[ -s $work/perf.data ]] || { echo "  perf record gave nothing for $name" >&2; return 0; }
+  perf report -i "$work/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null |
+    awk -v p="$name" -v s="$shape" '$2 == "[kernel.kallsyms]" {printf "%s\t%s\tperf:kernel %%\t%s\n", p, s, $1}' >>"$results"
+  perf report -i "$work/perf.data" --children --sort sym --stdio -g none 2>/dev/null |
+    awk -v p="$name" -v s="$shape" '
+      $3 == "[k]" && $4 ~ /^(tcp_sendmsg|net_rx_action|tcp_recvmsg|do_epoll_wait|__schedule|io_submit_sqes|__sys_accept4|tcp_v4_connect)$/ {
+        printf "%s\t%s\tperf:%s %%\t%s\n", p, s, $4, $1}' >>"$results"
+  rm -f "$work/perf.data"
+}
+
 # ---- 3: instructions per request under callgrind
 callgrind_runs() {  # name shape
   local name=$1 shape=$2 target
@@ -280,6 +304,7 @@ for name in $proxies; do
   for shape in $shapes; do
     echo "== $name $shape"
     plain_runs "$name" "$shape"
+    if ((perf)); then perf_run "$name" "$shape"; fi
     if ((callgrind)) && [[ $cg_shapes == *" $shape "* && $cg_proxies == *" $name "* ]]; then
       callgrind_runs "$name" "$shape"
     fi
