@@ -5,8 +5,8 @@
 # request, for keep-alive, a new connection per request and TLS keep-alive.
 #
 #   bench/cost_per_request.sh BUILD_DIR
-#   env: DURATION=5 seconds of each counted run; SHAPES="keepalive close tls";
-#        PROXIES="kwd kwd-noring haproxy"; CALLGRIND=1 (0: no instruction
+#   env: DURATION=5 seconds of each counted run; COST_SHAPES="keepalive close tls";
+#        COST_PROXIES="kwd kwd-noring haproxy"; CALLGRIND=1 (0: no instruction
 #        counts); CG_SECONDS=10 seconds of the counted run under callgrind;
 #        PERF=1 also a perf record -e cpu-clock profile per proxy and shape;
 #        CALLGRIND_SHAPES="keepalive close" CALLGRIND_PROXIES="kwd haproxy" (the
@@ -35,7 +35,8 @@
 #     warm-up (`callgrind_control -z`), dumped after a counted run; Ir / the
 #     requests wrk completed. The dump's top functions (self Ir) are printed.
 # The figures are per request as wrk counts them (requests completed in the
-# run). Needs root (unshare), haproxy, nginx, wrk, strace, valgrind, openssl.
+# run). Needs root (unshare; exit status 77 without), haproxy, nginx, wrk,
+# strace, valgrind, openssl.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
@@ -45,6 +46,10 @@ build=${1:?usage: bench/cost_per_request.sh BUILD_DIR}
 build=$(cd "$build" && pwd)
 # A network namespace of its own: the segment counters are this script's only.
 if [[ -z ${KWD_COST_NETNS:-} ]]; then
+  if ((EUID != 0)); then
+    echo "cost_per_request: needs root (a network namespace of its own, strace -p); skipped" >&2
+    exit 77
+  fi
   require_tools unshare ip
   exec env KWD_COST_NETNS=1 unshare -n -- bash "$0" "$build"
 fi
@@ -52,8 +57,8 @@ ip link set lo up
 
 seconds=${DURATION:-5}
 seconds=${seconds%s}
-shapes=${SHAPES:-keepalive close tls}
-proxies=${PROXIES:-kwd kwd-noring haproxy}
+shapes=${COST_SHAPES:-keepalive close tls}
+proxies=${COST_PROXIES:-kwd kwd-noring haproxy}
 callgrind=${CALLGRIND:-1}
 cg_seconds=${CG_SECONDS:-10}
 perf=${PERF:-0}
