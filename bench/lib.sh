@@ -26,7 +26,9 @@ bench_cleanup() {
 # so that it, not the load generator or the backends, sets the pace.
 #   cpu_budget_init            0 when budgets can be set here (root, a writable cpu controller)
 #   cpu_budget NAME SHARE PID  PID (all its threads) into group kwd-bench-NAME-$$,
-#                              SHARE of one CPU (0.4)
+#                              SHARE of one CPU (0.4), at the largest CPU weight
+#                              (so that other jobs on the machine do not take
+#                              the budget from it)
 #   cpu_budget_end PID         PID back into the group it came from
 # The groups are removed on exit (bench_cleanup).
 cpu_budget_groups=()
@@ -63,10 +65,14 @@ cpu_budget() {
     mkdir "$group" || return 1
     cpu_budget_groups+=("$group")
   fi
+  # The quota caps the group; the largest weight makes sure it gets its quota
+  # when other jobs keep the machine's CPUs busy.
   if ((cpu_budget_v == 1)); then
     echo $period >"$group/cpu.cfs_period_us" && echo "$quota" >"$group/cpu.cfs_quota_us" || return 1
+    echo 262144 >"$group/cpu.shares" 2>/dev/null || true
   else
     echo "$quota $period" >"$group/cpu.max" || return 1
+    echo 10000 >"$group/cpu.weight" 2>/dev/null || true
   fi
   echo "$3" >"$group/cgroup.procs"
 }

@@ -39,7 +39,7 @@ if [[ "${KWD_BUILD_ONLY:-0}" != 1 ]]; then
   )
 fi
 if [[ "${KWD_BENCH_DEPS:-0}" == 1 ]]; then
-  packages+=(haproxy nginx wrk nghttp2-client)
+  packages+=(haproxy nginx wrk nghttp2-client strace valgrind iproute2)
 fi
 
 missing=()
