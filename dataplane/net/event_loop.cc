@@ -607,6 +607,15 @@ void EventLoop::Run() {
       } else {
         handler->OnIo(events[i].events);
       }
+      // A long batch hands its sends to the kernel every kFlushEvents
+      // events, not only at its end: the peers (clients, servers) work on
+      // the first answers while the rest are made, and a process that runs
+      // out of its CPU quota (a pod's limit) mid-batch has not held back
+      // every answer of the batch for the quota's whole period.
+      if ((i + 1) % kFlushEvents == 0 && i + 1 < n &&
+          (sends_head_ != nullptr || !closes_.empty())) {
+        FlushSends();
+      }
     }
     EndBatch();
     RunTimers();

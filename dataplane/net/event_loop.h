@@ -244,6 +244,7 @@ class EventLoop {
   void UpdateTime() { now_ms_ = MonotonicMs(); }
 
  private:
+  static constexpr int kFlushEvents = 32;  // Run(): sends go at least this often
   static constexpr size_t kWheelSlots = 1024;
   static constexpr int64_t kTickMs = 10;
 
