@@ -10,7 +10,7 @@
 # 2. RSS under N idle keep-alive connections: bench/memory_client.py (one
 #    asyncio process, /usr/bin/python3) opens them to the proxy, sends one
 #    request on each, reads the answer and keeps them all open; VmRSS is read
-#    1 s after the last answer. The per-connection figure is
+#    2 s after the last answer. The per-connection figure is
 #    (RSS with connections - idle RSS) / connections.
 # Shapes: plain (HTTP/1.1, CONNECTIONS), tls (HTTP/1.1 over TLS 1.3, ALPN
 # http/1.1, CONNECTIONS) and h2 (HTTP/2 over TLS 1.3, ALPN h2,
@@ -215,7 +215,7 @@ for shape in $shapes; do
       sleep 0.1
     done
     [[ -s $work/ready ]] || { echo "$name $shape: the client did not finish" >&2; kill $client; exit 1; }
-    sleep 1
+    sleep 2
     loaded[$name,$shape]=$(rss_kib $proxy_pid)
     read -r held[$name,$shape] failed < "$work/ready"
     kill $client 2>/dev/null || true

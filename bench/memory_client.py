@@ -107,7 +107,7 @@ async def main():
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as e:
                 failed += 1
                 if failed <= 3:
-                    print("memory_client: %s: %s" % (shape, e), file=sys.stderr)
+                    print("memory_client: %s: %r" % (shape, e), file=sys.stderr)
 
     await asyncio.gather(*(one() for _ in range(count)))
     with open(ready, "w") as f:
