@@ -943,8 +943,14 @@ void Http2Connection::Start() {
   nghttp2_option_set_max_outbound_ack(option, 1000);
   nghttp2_option_set_max_settings(option, 32);
   nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + options.max_header_bytes);
-  // HPACK: the decoder's dynamic table stays at the 4096 bytes advertised.
-  nghttp2_option_set_max_deflate_dynamic_table_size(option, 4096);
+  // HPACK: the decoder's dynamic table (what clients send) stays at the
+  // 4096 bytes advertised; response heads are encoded with the static table
+  // and literals only, as HAProxy does: no encoder table of up to 4 KiB (and
+  // an object per entry) kept per connection for its life, for a few dozen
+  // bytes more per response head on the wire (memory per idle connection,
+  // issue 25; the 1,000 idle HTTP/2 connections of bench/memory_bench.sh
+  // held about 0.9 KiB each in it).
+  nghttp2_option_set_max_deflate_dynamic_table_size(option, 0);
   int rv = nghttp2_session_server_new3(&session_, callbacks, this, option, Http2ThreadAllocator());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
