@@ -1,38 +1,55 @@
 #!/usr/bin/env bash
 # Memory of kwd-proxy next to HAProxy 2.6 and nginx 1.22, in one run, on loopback.
 #
+# For each shape, each proxy is started afresh (configured for that shape
+# only), and its VmRSS is read twice:
 # 1. Idle RSS: kwd-proxy serve with a SNAPSHOT_GROUPS-group snapshot (compiled by
 #    kwd-controller from generated LogonGroups and one UrlMapping), HAProxy
 #    and nginx configured as in scripts/bench-proxies.sh (one worker each,
 #    the same two nginx backends weighted 2:1), VmRSS 2 s after start.
-# 2. RSS under CONNECTIONS idle keep-alive connections: a Python client opens
-#    them to one proxy at a time, sends one request on each, reads the answer
-#    and keeps them all open; VmRSS is read 1 s after the last answer. The
-#    per-connection figure is (RSS with connections - idle RSS) / connections.
-#    HAProxy reserves two descriptors per connection, so under this machine's
-#    descriptor limit (ulimit -Hn) it holds fewer: the table says how many.
+# 2. RSS under N idle keep-alive connections: bench/memory_client.py (one
+#    asyncio process, /usr/bin/python3) opens them to the proxy, sends one
+#    request on each, reads the answer and keeps them all open; VmRSS is read
+#    2 s after the last answer. The per-connection figure is
+#    (RSS with connections - idle RSS) / connections.
+# Shapes: plain (HTTP/1.1, CONNECTIONS), tls (HTTP/1.1 over TLS 1.3, ALPN
+# http/1.1, CONNECTIONS) and h2 (HTTP/2 over TLS 1.3, ALPN h2,
+# H2_CONNECTIONS); one EC P-256 certificate (bench_cert) for all proxies.
+# HAProxy reserves two descriptors per connection, so under this machine's
+# descriptor limit (ulimit -Hn) it holds fewer: the table says how many, and
+# the "RSS with N" rows compare idle + N x its per-connection figure.
 #
-# Targets (issue 16): kwd idle RSS <= 10 MiB with 100 groups; <= 64 MiB with
-# 10,000 idle connections.
+# Targets: issue 16: kwd idle RSS <= 10 MiB with 100 groups; <= 64 MiB with
+# 10,000 idle connections. Issue 25: with N idle connections of each shape
+# kwd's RSS <= HAProxy's (ratio <= 1.00x).
 #
 # usage: bench/memory_bench.sh [BUILD_DIR]
-#   env: SNAPSHOT_GROUPS=100 CONNECTIONS=10000 PROXIES="kwd haproxy nginx"
+#   env: SNAPSHOT_GROUPS=100 CONNECTIONS=10000 H2_CONNECTIONS=1000
+#        PROXIES="kwd haproxy nginx" SHAPES="plain tls h2"
 #   BUILD_DIR holds kwd-proxy and kwd-controller (default build-bench).
+# Prints a table per shape and BENCH-ROW lines for scripts/run-benchmarks.sh.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+client_py=$(cd "$(dirname "$0")" && pwd)/memory_client.py
 build=${1:-build-bench}
 groups=${SNAPSHOT_GROUPS:-100}
 conns=${CONNECTIONS:-10000}
+h2_conns=${H2_CONNECTIONS:-1000}
 proxies=${PROXIES:-kwd haproxy nginx}
+shapes=${SHAPES:-plain tls h2}
 proxy_bin=$build/kwd-proxy
 controller_bin=$build/kwd-controller
 for bin in "$proxy_bin" "$controller_bin"; do
   [[ -x $bin ]] || { echo "no $bin: run make bench (or give the build directory)" >&2; exit 1; }
 done
 export PATH=$PATH:/usr/sbin
-for tool in haproxy nginx python3; do
+for tool in haproxy nginx python3 openssl /usr/bin/python3; do
   command -v $tool >/dev/null || { echo "missing $tool" >&2; exit 1; }
 done
+if [[ " $shapes " == *" h2 "* ]] && ! /usr/bin/python3 -c 'import h2' 2>/dev/null; then
+  echo "the h2 shape needs python3-h2 for /usr/bin/python3 (or SHAPES=\"plain tls\")" >&2
+  exit 1
+fi
 
 bench_work kwd-membench
 
@@ -40,6 +57,7 @@ bench_work kwd-membench
 B1=$(free_port); B2=$(free_port); KWD=$(free_port); HAP=$(free_port); NGX=$(free_port)
 fd_limit=$(ulimit -Hn)
 ulimit -n "$fd_limit"
+bench_cert "$work"
 
 # --- backends: one nginx, two ports (as in scripts/bench-proxies.sh) ---
 mkdir -p "$work/backend" "$work/nginx" "$work/objects"
@@ -87,33 +105,52 @@ spec:
 print("---\n".join(docs), end="")
 PY
 "$controller_bin" compile --source="dir:$work/objects" > "$work/snapshot.json"
-KWD_AFFINITY_KEY=bench "$proxy_bin" serve --snapshot "$work/snapshot.json" --listen 127.0.0.1:$KWD \
-  --admin-listen 127.0.0.1:0 --workers 1 --access-log off >"$work/kwd.out" 2>"$work/kwd.log" &
-kwd_pid=$!
-pids+=($kwd_pid)
 
-# --- HAProxy (as in scripts/bench-proxies.sh; maxconn what the descriptor
-# limit allows: two descriptors per connection plus a few) ---
+# HAProxy's maxconn: what the descriptor limit allows (two descriptors per
+# connection plus a few).
 hap_maxconn=$(( (fd_limit - 200) / 2 ))
 (( hap_maxconn > conns + 100 )) && hap_maxconn=$((conns + 100))
-cat > "$work/haproxy.cfg" <<CONF
+
+# Starts proxy NAME configured for SHAPE, listening on its port; sets $proxy_pid.
+start_proxy() {  # NAME SHAPE
+  local name=$1 shape=$2
+  case $name in
+    kwd)
+      local tls=()
+      [[ $shape != plain ]] && tls=(--tls-listen 127.0.0.1:$KWD --tls-cert-dir "$work/certs")
+      local plain=127.0.0.1:$KWD
+      [[ $shape != plain ]] && plain=127.0.0.1:$(free_port)
+      KWD_AFFINITY_KEY=bench "$proxy_bin" serve --snapshot "$work/snapshot.json" --listen "$plain" \
+        --admin-listen 127.0.0.1:0 --workers 1 --access-log off "${tls[@]}" \
+        >"$work/kwd.out" 2>"$work/kwd.log" &
+      ;;
+    haproxy)
+      # As in scripts/bench-proxies.sh (TLS: as in bench/tls_bench.sh and h2_bench.sh).
+      local bind="bind 127.0.0.1:$HAP"
+      [[ $shape == tls ]] && bind+=" ssl crt $work/haproxy.pem alpn http/1.1"
+      [[ $shape == h2 ]] && bind+=" ssl crt $work/haproxy.pem alpn h2"
+      cat > "$work/haproxy.cfg" <<CONF
 global
   nbthread 1
   maxconn $hap_maxconn
 $(haproxy_defaults 600s)
 $(haproxy_app_backend $B1 $B2)
 frontend web
-  bind 127.0.0.1:$HAP
+  $bind
   default_backend app
 CONF
-haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
-hap_pid=$!
-pids+=($hap_pid)
-
-# --- nginx as a proxy (as in scripts/bench-proxies.sh, with room for the
-# connections: worker_connections is preallocated, so its idle RSS is higher
-# than with bench-proxies.sh's 4096) ---
-cat > "$work/nginx/nginx.conf" <<CONF
+      haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 &
+      ;;
+    nginx)
+      # As in scripts/bench-proxies.sh, with room for the connections:
+      # worker_connections is preallocated, so its idle RSS is higher than
+      # with bench-proxies.sh's 4096.
+      local listen="listen 127.0.0.1:$NGX;"
+      [[ $shape == tls ]] && listen="listen 127.0.0.1:$NGX ssl;"
+      [[ $shape == h2 ]] && listen="listen 127.0.0.1:$NGX ssl http2;"
+      local certs=""
+      [[ $shape != plain ]] && certs="ssl_certificate $work/certs/bench.crt; ssl_certificate_key $work/certs/bench.key; ssl_protocols TLSv1.2 TLSv1.3;"
+      cat > "$work/nginx/nginx.conf" <<CONF
 worker_processes 1;
 worker_rlimit_nofile $fd_limit;
 daemon off;
@@ -127,116 +164,115 @@ http {
   keepalive_timeout 600s;
   upstream app { server 127.0.0.1:$B1 weight=2; server 127.0.0.1:$B2 weight=1; keepalive 64; }
   server {
-    listen 127.0.0.1:$NGX;
+    $listen
+    $certs
     location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
   }
 }
 CONF
-nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
-ngx_pid=$!
-pids+=($ngx_pid)
-
-wait_port() {
+      nginx -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+      ;;
+  esac
+  proxy_pid=$!
+  pids+=($proxy_pid)
+}
+stop_proxy() {
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+wait_answer() {  # URL: 10 s at most
   for _ in $(seq 1 100); do
-    curl -fsS -o /dev/null "http://127.0.0.1:$1/" 2>/dev/null && return 0
+    curl -kfsS -o /dev/null "$1" 2>/dev/null && return 0
     sleep 0.1
   done
-  echo "port $1 not answering" >&2
-  cat "$work"/*.log >&2
+  echo "$1 not answering" >&2
+  cat "$work"/*.log "$work"/nginx/error.log >&2 2>/dev/null || true
   exit 1
 }
-for port in $B1 $B2 $KWD $HAP $NGX; do wait_port $port; done
-sleep 2
+wait_answer "http://127.0.0.1:$B1/"
+wait_answer "http://127.0.0.1:$B2/"
 
 declare -A port=([kwd]=$KWD [haproxy]=$HAP [nginx]=$NGX)
-declare -A pid=([kwd]=$kwd_pid [haproxy]=$hap_pid [nginx]=$ngx_pid)
 declare -A idle loaded held
-for name in $proxies; do
-  idle[$name]=$(rss_kib ${pid[$name]})
-done
-
-# The client: opens the connections in batches, one request each, keeps the
-# answered ones open, writes "<held> <failed>" to the ready file and sleeps
-# until killed.
-cat > "$work/client.py" <<'PY'
-import resource, socket, sys, time
-port, count, ready = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-request = b"GET / HTTP/1.1\r\nHost: bench.example\r\n\r\n"
-
-def answered(s):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = s.recv(65536)
-        if not chunk:
-            return False
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = s.recv(65536)
-        if not chunk:
-            return False
-        body += chunk
-    return head.startswith(b"HTTP/1.1 200")
-
-kept, failed = [], 0
-for start in range(0, count, 100):
-    batch = []
-    for _ in range(start, min(count, start + 100)):
-        try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=10)
-            s.sendall(request)
-            batch.append(s)
-        except OSError:
-            failed += 1
-    for s in batch:
-        try:
-            ok = answered(s)
-        except OSError:
-            ok = False
-        if ok:
-            kept.append(s)
-        else:
-            failed += 1
-            s.close()
-with open(ready, "w") as f:
-    f.write("%d %d\n" % (len(kept), failed))
-time.sleep(3600)
-PY
-
-for name in $proxies; do
-  want=$conns
-  [[ $name == haproxy ]] && (( want > hap_maxconn - 10 )) && want=$((hap_maxconn - 10))
-  rm -f "$work/ready"
-  python3 "$work/client.py" ${port[$name]} "$want" "$work/ready" &
-  client=$!
-  for _ in $(seq 1 1200); do
-    [[ -s $work/ready ]] && break
-    kill -0 $client 2>/dev/null || break
-    sleep 0.1
+for shape in $shapes; do
+  count=$conns
+  [[ $shape == h2 ]] && count=$h2_conns
+  scheme=http
+  [[ $shape != plain ]] && scheme=https
+  for name in $proxies; do
+    start_proxy $name $shape
+    wait_answer "$scheme://127.0.0.1:${port[$name]}/"
+    sleep 2
+    idle[$name,$shape]=$(rss_kib $proxy_pid)
+    want=$count
+    [[ $name == haproxy ]] && (( want > hap_maxconn - 10 )) && want=$((hap_maxconn - 10))
+    rm -f "$work/ready"
+    /usr/bin/python3 "$client_py" $shape ${port[$name]} "$want" "$work/ready" &
+    client=$!
+    for _ in $(seq 1 3000); do
+      [[ -s $work/ready ]] && break
+      kill -0 $client 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ -s $work/ready ]] || { echo "$name $shape: the client did not finish" >&2; kill $client; exit 1; }
+    sleep 2
+    loaded[$name,$shape]=$(rss_kib $proxy_pid)
+    read -r held[$name,$shape] failed < "$work/ready"
+    kill $client 2>/dev/null || true
+    wait $client 2>/dev/null || true
+    (( failed == 0 )) || echo "$name $shape: $failed of $want connections got no answer" >&2
+    stop_proxy $proxy_pid
+    sleep 1
   done
-  [[ -s $work/ready ]] || { echo "$name: the client did not finish" >&2; kill $client; exit 1; }
-  sleep 1
-  loaded[$name]=$(rss_kib ${pid[$name]})
-  read -r held[$name] failed < "$work/ready"
-  kill $client 2>/dev/null || true
-  wait $client 2>/dev/null || true
-  (( failed == 0 )) || echo "$name: $failed of $want connections got no answer" >&2
-  sleep 1
 done
 
-echo "memory (VmRSS): kwd-proxy with a $groups-group snapshot, HAProxy and nginx as in scripts/bench-proxies.sh"
-printf "%-8s %14s %12s %22s %18s\n" proxy "idle RSS KiB" connections "RSS with them KiB" "KiB per conn"
-for name in $proxies; do
-  per=$(awk -v a="${loaded[$name]}" -v b="${idle[$name]}" -v n="${held[$name]}" \
-    'BEGIN {if (n > 0) printf "%.2f", (a - b) / n; else print "-"}')
-  printf "%-8s %14s %12s %22s %18s\n" $name "${idle[$name]}" "${held[$name]}" "${loaded[$name]}" "$per"
+# KiB per connection; and the RSS with COUNT connections in MiB, from the
+# idle RSS and the per-connection figure (the measured one when the proxy
+# held them all).
+per_conn() { awk -v a="${loaded[$1,$2]}" -v b="${idle[$1,$2]}" -v n="${held[$1,$2]}" \
+  'BEGIN {if (n > 0) printf "%.2f", (a - b) / n; else print "-"}'; }
+rss_at() { awk -v a="${loaded[$1,$2]}" -v b="${idle[$1,$2]}" -v n="${held[$1,$2]}" -v c="$3" \
+  'BEGIN {if (n > 0) printf "%.1f", (b + (a - b) / n * c) / 1024; else print "-"}'; }
+cell() {  # FUNCTION SHAPE [ARG]: the three proxies' figures, tab-separated
+  local out=() name
+  for name in kwd haproxy nginx; do
+    if [[ " $proxies " == *" $name "* && -n ${held[$name,$2]:-} ]]; then
+      out+=("$($1 $name $2 ${3:-})")
+    else
+      out+=(-)
+    fi
+  done
+  local IFS=$'\t'
+  echo "${out[*]}"
+}
+raw() { case $3 in idle) awk -v v="${idle[$1,$2]}" 'BEGIN {printf "%.1f", v / 1024}' ;;
+  loaded) awk -v v="${loaded[$1,$2]}" 'BEGIN {printf "%.1f", v / 1024}' ;; held) echo "${held[$1,$2]}" ;; esac; }
+
+declare -A label=([plain]="plain HTTP/1.1" [tls]="TLS 1.3 HTTP/1.1" [h2]="HTTP/2 over TLS 1.3")
+for shape in $shapes; do
+  echo
+  echo "memory (VmRSS), ${label[$shape]}: kwd-proxy with a $groups-group snapshot, HAProxy and nginx as in scripts/bench-proxies.sh"
+  printf "%-8s %14s %12s %22s %18s\n" proxy "idle RSS KiB" connections "RSS with them KiB" "KiB per conn"
+  for name in $proxies; do
+    printf "%-8s %14s %12s %22s %18s\n" $name "${idle[$name,$shape]}" "${held[$name,$shape]}" \
+      "${loaded[$name,$shape]}" "$(per_conn $name $shape)"
+  done
 done
-awk -v i="${idle[kwd]}" -v l="${loaded[kwd]}" -v n="${held[kwd]}" 'BEGIN {
-  printf "kwd targets: idle %.1f MiB (<= 10), with %d connections %.1f MiB (<= 64)\n", i / 1024, n, l / 1024 }'
+echo
+tab=$'\t'
+for shape in $shapes; do
+  count=$conns
+  [[ $shape == h2 ]] && count=$h2_conns
+  n=$(printf "%'d" $count 2>/dev/null || echo $count)
+  if [[ $shape == plain ]]; then
+    echo "BENCH-ROW${tab}5 idle RSS, $groups-group snapshot${tab}$(cell raw plain idle)${tab}MiB${tab}<=10MiB"
+    echo "BENCH-ROW${tab}5 RSS with ${held[kwd,plain]:-?} idle keep-alive conns${tab}$(cell raw plain loaded)${tab}MiB${tab}<=64MiB"
+  fi
+  echo "BENCH-ROW${tab}5 idle $shape conns held (HAProxy: fd limit)${tab}$(cell raw $shape held)${tab}${tab}-"
+  echo "BENCH-ROW${tab}5 KiB per idle $shape conn${tab}$(cell per_conn $shape)${tab}KiB${tab}-"
+  echo "BENCH-ROW${tab}5 RSS with $n idle $shape conns (idle + $n x per conn)${tab}$(cell rss_at $shape $count)${tab}MiB${tab}<=1.00x"
+done
+if [[ -n ${held[kwd,plain]:-} ]]; then
+  awk -v i="${idle[kwd,plain]}" -v l="${loaded[kwd,plain]}" -v n="${held[kwd,plain]}" 'BEGIN {
+    printf "kwd targets: idle %.1f MiB (<= 10), with %d connections %.1f MiB (<= 64)\n", i / 1024, n, l / 1024 }'
+fi

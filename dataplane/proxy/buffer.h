@@ -139,6 +139,11 @@ namespace buffer_detail {
 constexpr size_t kBlockBytes = 16 * 1024;
 using BlockPool = PerThreadBlocks<kBlockBytes, 256>;
 
+// The storage this thread's buffers hold now: a plain per-thread count, an
+// add per storage taken or given back; a worker publishes its own to
+// kwd_proxy_buffer_bytes every 100 ms (Worker::PublishBufferBytes).
+inline thread_local int64_t held_bytes = 0;
+
 }  // namespace buffer_detail
 
 class Buffer {
@@ -208,6 +213,7 @@ class Buffer {
 
  private:
   static char* Allocate(size_t bytes) {
+    buffer_detail::held_bytes += static_cast<int64_t>(bytes);
     return bytes == buffer_detail::kBlockBytes
                ? static_cast<char*>(buffer_detail::BlockPool::Take())
                : new char[bytes];
@@ -216,6 +222,7 @@ class Buffer {
     if (data_ == nullptr) {
       return;
     }
+    buffer_detail::held_bytes -= static_cast<int64_t>(capacity_);
     if (capacity_ == buffer_detail::kBlockBytes) {
       buffer_detail::BlockPool::Give(data_);
     } else {

@@ -38,6 +38,18 @@ constexpr std::string_view kLastChunk = "0\r\n\r\n";
 constexpr int64_t kLingerTimeoutMs = 5000;
 constexpr uint64_t kLingerMaxBytes = 1024 * 1024;
 
+// Where response heads are serialised before they join the output buffer:
+// one string per thread, not one per connection (whose storage an idle
+// connection kept, ~250 bytes). Its storage is kept up to 4 KiB.
+std::string& ResponseHeadScratch() {
+  static thread_local std::string scratch;
+  constexpr size_t kKeepStringBytes = 4096;
+  if (scratch.capacity() > kKeepStringBytes) {
+    std::string().swap(scratch);
+  }
+  return scratch;
+}
+
 }  // namespace
 
 ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transport> transport,
@@ -49,12 +61,10 @@ ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transpor
       request_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
       request_chunked_(http::ChunkedLimits{.max_body_bytes = worker->options().max_body_bytes,
                                            .keep_trailers = true}),
-      exchange_(worker, this, ClientContext{}),
       timer_(this, [](void* self) { static_cast<ClientConnection*>(self)->OnTimer(); }) {
   h2c_sniff_ = worker->options().h2c && transport_->established();
   // TLS listeners keep quick ACKs (net::AckWithTheAnswer is the HTTP one's).
   acks_at_once_ = !transport_->established();
-  exchange_.Recycle(ClientContext{client_ip_, nullptr, {}});  // nothing in flight
   // Strings grow to what the first request needs and keep that capacity
   // (clear() frees nothing): no reservation for a connection that may carry
   // one small request only.
@@ -66,6 +76,7 @@ ClientConnection::~ClientConnection() {
   // otherwise; the exchange's destructor gives the response head back): a
   // new connection per request then takes it from there instead of malloc.
   PerThreadFreeList<http::RequestHead>::Give(std::move(request_head_));
+  GiveExchange();  // a finished one: the next connection takes it
 }
 
 void ClientConnection::Start() {
@@ -103,7 +114,7 @@ void ClientConnection::OnIo(uint32_t events) {
   if ((events & EPOLLOUT) != 0) {
     transport_->OnWritable();
   }
-  if (phase_ == Phase::kForward && exchange_.connecting()) {
+  if (phase_ == Phase::kForward && exchange_->connecting()) {
     return;  // the client waits until the upstream answers the connect
   }
   if (phase_ == Phase::kTunnel && client_eof_ && (events & (EPOLLERR | EPOLLHUP)) != 0) {
@@ -165,7 +176,7 @@ void ClientConnection::DriveSteps() {
         progressed = StepHead();
         break;
       case Phase::kForward:
-        if (exchange_.connecting()) {
+        if (exchange_->connecting()) {
           return;
         }
         [[fallthrough]];
@@ -300,11 +311,31 @@ void ClientConnection::ReleaseIdleMemory() {
   // request or response left behind.
   in_.Release();
   out_.Release();
-  exchange_.ReleaseIdleMemory();
+  GiveExchange();
   PerThreadFreeList<http::RequestHead>::Give(std::move(request_head_));
-  constexpr size_t kKeepStringBytes = 4096;
-  if (head_out_.capacity() > kKeepStringBytes) {
-    std::string().swap(head_out_);
+}
+
+// An idle connection holds no Exchange (1.5 KiB, with the storage its
+// strings kept): one comes from the worker thread's free list when a request
+// begins and goes back when the connection is idle again (or closes after
+// its answer), so a keep-alive request costs a pop and a push, no malloc.
+// As with the HTTP/2 streams (http2_connection.cc), a kept exchange serves
+// the worker that made it: the thread's only one, which outlives the
+// thread's free lists (Worker::Join).
+using IdleExchanges = PerThreadFreeList<Exchange, 128>;
+
+Exchange& ClientConnection::TakeExchange() {
+  if (exchange_ == nullptr) {
+    exchange_ = IdleExchanges::Take(worker_, this, ClientContext{});
+    exchange_->set_sink(this);
+  }
+  return *exchange_;
+}
+
+void ClientConnection::GiveExchange() {
+  if (exchange_ != nullptr && exchange_->reusable()) {
+    exchange_->ReleaseIdleMemory();
+    IdleExchanges::Give(std::move(exchange_));
   }
 }
 
@@ -325,18 +356,18 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   request_body_done_ =
       request_info_.body == http::BodyKind::kNone ||
       (request_info_.body == http::BodyKind::kContentLength && request_info_.content_length == 0);
-  exchange_.Recycle(ClientContext{client_ip_, transport_->tls(), {}});
+  TakeExchange().Recycle(ClientContext{client_ip_, transport_->tls(), {}});
   phase_ = Phase::kForward;
-  exchange_.Start(request_head_.get(), request_info_);
+  exchange_->Start(request_head_.get(), request_info_);
 }
 
 void ClientConnection::RejectRequest(ErrorCode code, std::string_view detail,
                                      const http::RequestHead* head) {
-  exchange_.Recycle(ClientContext{client_ip_, transport_->tls(), {}});
+  TakeExchange().Recycle(ClientContext{client_ip_, transport_->tls(), {}});
   phase_ = Phase::kForward;
   request_body_done_ = true;
   linger_ = true;  // the rest of what the client sends is not read
-  exchange_.Reject(code, detail, head);
+  exchange_->Reject(code, detail, head);
 }
 
 // ---- the request through the exchange ----
@@ -346,12 +377,12 @@ bool ClientConnection::StepForward() {
   // (client bytes in or out), or room the exchange made for more request
   // body, is worth another round.
   bool progressed = false;
-  if (!exchange_.finished()) {
+  if (!exchange_->finished()) {
     progressed = PushRequestBody();
-    if (closed_ || exchange_.finished()) {
+    if (closed_ || exchange_->finished()) {
       return true;
     }
-    bool pumped = exchange_.Pump();
+    bool pumped = exchange_->Pump();
     if (closed_) {
       return true;
     }
@@ -362,7 +393,7 @@ bool ClientConnection::StepForward() {
     return false;
   }
   bool flushed = out_.size() != pending;
-  if (exchange_.finished()) {
+  if (exchange_->finished()) {
     if (phase_ != Phase::kClosing) {
       EndTransaction();
     }
@@ -373,7 +404,7 @@ bool ClientConnection::StepForward() {
       ArmTimer(TimerKind::kIdle, worker_->options().idle_timeout_ms);
     }
   } else if (flushed && !progressed) {
-    exchange_.NoteClientProgress();  // a slow reader is no stalled server
+    exchange_->NoteClientProgress();  // a slow reader is no stalled server
   }
   return progressed || flushed;
 }
@@ -388,7 +419,7 @@ void ClientConnection::ConsumeHead() {
 bool ClientConnection::PushRequestBody() {
   bool progressed = false;
   while (!request_body_done_) {
-    size_t room = exchange_.RequestBodyRoom();
+    size_t room = exchange_->RequestBodyRoom();
     if (room == 0) {
       break;
     }
@@ -397,7 +428,7 @@ bool ClientConnection::PushRequestBody() {
       if (client_eof_) {
         if (phase_ == Phase::kTunnel) {
           request_body_done_ = true;  // the client ended the tunnel
-          exchange_.EndRequestBody();
+          exchange_->EndRequestBody();
           return true;
         }
         // The client went away in the middle of its body.
@@ -424,14 +455,14 @@ bool ClientConnection::PushRequestBody() {
       uint64_t limit =
           phase_ == Phase::kTunnel ? room : std::min<uint64_t>(room, request_remaining_);
       size_t take = static_cast<size_t>(std::min<uint64_t>(in_.size(), limit));
-      exchange_.PushRequestBody(in_.view().substr(0, take));
+      exchange_->PushRequestBody(in_.view().substr(0, take));
       in_.Consume(take);
       progressed = true;
       if (phase_ != Phase::kTunnel) {
         request_remaining_ -= take;
         if (request_remaining_ == 0) {
           request_body_done_ = true;
-          exchange_.EndRequestBody();
+          exchange_->EndRequestBody();
         }
       }
       continue;
@@ -439,7 +470,7 @@ bool ClientConnection::PushRequestBody() {
     http::ChunkedResult r = request_chunked_.Decode(in_.view());
     switch (r.status) {
       case http::ChunkedStatus::kData:
-        exchange_.PushRequestBody(r.data);
+        exchange_->PushRequestBody(r.data);
         break;
       case http::ChunkedStatus::kNeedMore:
         break;
@@ -454,12 +485,12 @@ bool ClientConnection::PushRequestBody() {
                                          lines.append(name).append(": ").append(value).append(
                                              "\r\n");
                                        });
-          exchange_.SetRequestTrailers(lines);
+          exchange_->SetRequestTrailers(lines);
         }
-        exchange_.EndRequestBody();
+        exchange_->EndRequestBody();
         break;
       case http::ChunkedStatus::kError:
-        exchange_.FailRequestBody(ErrorCodeForStatus(r.http_status), http::ParseErrorName(r.error));
+        exchange_->FailRequestBody(ErrorCodeForStatus(r.http_status), http::ParseErrorName(r.error));
         return true;
     }
     in_.Consume(r.consumed);
@@ -498,8 +529,9 @@ void ClientConnection::OnInterimHead(const http::ResponseHead& head) {
   // HTTP/1.0 client does not know them (RFC 9110 15.2): dropped.
   if (version_minor_ >= 1) {
     http::ForwardResponseOptions options;
-    http::SerializeResponseHead(head, options, head_out_);
-    out_.Append(head_out_);
+    std::string& serialised = ResponseHeadScratch();
+    http::SerializeResponseHead(head, options, serialised);
+    out_.Append(serialised);
   }
 }
 
@@ -540,8 +572,9 @@ void ClientConnection::OnResponseHead(const http::ResponseHead& head,
     options.reframe_body = true;  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1)
   }
   options.extra_headers = added;
-  http::SerializeResponseHead(head, options, head_out_);
-  out_.Append(head_out_);
+  std::string& serialised = ResponseHeadScratch();
+  http::SerializeResponseHead(head, options, serialised);
+  out_.Append(serialised);
   if (info.body == http::BodyKind::kTunnel) {
     // Either side ending the tunnel ends the connection.
     ConsumeHead();
@@ -684,7 +717,9 @@ void ClientConnection::Close(std::string_view cause) {
   }
   closed_ = true;
   worker_->metrics().http1_connections.Add(-1);
-  exchange_.Cancel(cause);  // logged as aborted if still in flight
+  if (exchange_ != nullptr) {
+    exchange_->Cancel(cause);  // logged as aborted if still in flight
+  }
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.

@@ -26,7 +26,8 @@ class Worker;
 // the buffer), decodes their bodies, writes responses in HTTP/1.x framing,
 // keep-alive, WebSocket tunnels, timeouts of the client side. Everything the
 // request core does (routing, the upstream, error pages, logging) happens in
-// its one Exchange (exchange.h), recycled per request, as for an HTTP/2
+// its Exchange (exchange.h), taken from the worker thread's free list for a
+// request and given back when the connection is idle, as for an HTTP/2
 // stream.
 class ClientConnection final : public net::IoHandler, public net::Deletable, public ExchangeSink {
  public:
@@ -92,8 +93,12 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   void ConsumeHead();
   // The exchange finished: the next request, or the close.
   void EndTransaction();
-  // Idle between requests: gives back buffers and oversized string storage.
+  // Idle between requests: gives back buffers, the exchange and the request
+  // head.
   void ReleaseIdleMemory();
+  Exchange& TakeExchange();
+  // Gives a finished exchange back to the worker thread's free list.
+  void GiveExchange();
   // Ends the connection. A transaction still in flight is logged and counted
   // as aborted, `cause` naming the side that ended it.
   void Close(std::string_view cause = "aborted");
@@ -151,9 +156,10 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // The response towards the client.
   bool chunk_response_ = false;         // re-chunk towards the client
   bool client_takes_trailers_ = false;  // the request had `TE: trailers`
-  std::string head_out_;                // serialised response heads
 
-  Exchange exchange_;
+  // Held while a request is handled, from the worker's free list (null
+  // while idle: TakeExchange, GiveExchange).
+  std::unique_ptr<Exchange> exchange_;
   TimerKind timer_kind_ = TimerKind::kNone;
   // Bytes the kernel held for the client when the idle timer last found
   // some (-1: not looked at since the last progress): a queue shrinking

@@ -233,6 +233,11 @@ class Exchange final : public UpstreamOwner {
   void OnUpstreamIo(uint32_t events) override;
 
   bool finished() const { return finished_; }
+  // Nothing in flight, no upstream, no timer: the exchange may serve
+  // another connection of the worker (ClientConnection's free list), whose
+  // sink it then reports to.
+  bool reusable() const { return finished_ && upstream_ == nullptr && !timer_.armed(); }
+  void set_sink(ExchangeSink* sink) { sink_ = sink; }
   // Waiting for a connection to the server (the client need not be read).
   bool connecting() const { return phase_ == Phase::kConnecting || phase_ == Phase::kReconnecting; }
   int status() const { return response_status_; }

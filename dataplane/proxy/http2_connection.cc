@@ -1,6 +1,7 @@
 #include "dataplane/proxy/http2_connection.h"
 
 #include <nghttp2/nghttp2.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,12 +168,36 @@ class ResponseHopByHop {
 // upstream answers ends a few hundred streams at once.
 constexpr uint32_t kMaxFreeStreams = 512;
 
+// Where a response head or trailers are put together for nghttp2, which
+// copies names and values when they are submitted: one per thread, not one
+// per connection (whose capacity an idle connection kept).
+struct SubmitScratch {
+  std::vector<nghttp2_nv> nva;
+  std::string names;  // lower-cased names the nva points into
+};
+SubmitScratch& ThreadSubmitScratch() {
+  static thread_local SubmitScratch scratch;
+  return scratch;
+}
+
 // Http2ThreadAllocator's lists. A block has a 16-byte prefix (malloc's
-// alignment kept) holding its class, or kLarge and its size.
+// alignment kept) holding its class, or kLarge (or kMapped) and its size.
 struct SizeClassPool {
   static constexpr size_t kPrefix = 16;
   static constexpr uint32_t kClasses = 7;  // 64 B .. 4 KiB
   static constexpr uint32_t kLarge = kClasses;
+  // Blocks of kMapBytes and more have pages of their own (mmap): nghttp2's
+  // output frame buffer, 16 KiB a session, taken when the session starts
+  // and kept for its life, is then resident only as far as frames were
+  // written into it (a page or two for a connection that carried small
+  // answers), where a block malloc recycled was resident whole. An mmap and
+  // a munmap per HTTP/2 connection; the blocks are not kept on a list.
+  static constexpr uint32_t kMapped = kClasses + 1;
+  static constexpr size_t kMapBytes = 16 * 1024;
+  static size_t MappedBytes(size_t size) {
+    const size_t page = 4096;
+    return (kPrefix + size + page - 1) / page * page;
+  }
   static constexpr size_t kKeepBytesPerClass = 128 * 1024;
   struct Prefix {
     uint32_t size_class;
@@ -210,6 +235,14 @@ struct SizeClassPool {
       free[c] = node->next;
       --count[c];
       base = reinterpret_cast<char*>(node);
+    } else if (c == kLarge && size >= kMapBytes) {
+      void* mapped = ::mmap(nullptr, MappedBytes(size), PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mapped == MAP_FAILED) {
+        return nullptr;
+      }
+      base = static_cast<char*>(mapped);
+      c = kMapped;
     } else {
       base = static_cast<char*>(
           std::malloc(kPrefix + (c < kClasses ? ClassBytes(c) : std::max<size_t>(size, 1))));
@@ -246,6 +279,10 @@ void SizeClassPool::Give(void* p) {
   (void)drainer;
   char* base = static_cast<char*>(p) - kPrefix;
   uint32_t c = PrefixOf(p)->size_class;
+  if (c == kMapped) {
+    ::munmap(base, MappedBytes(PrefixOf(p)->size));
+    return;
+  }
   if (closed || c >= kClasses || count[c] >= kKeepBytesPerClass / ClassBytes(c)) {
     std::free(base);
     return;
@@ -267,8 +304,8 @@ void* PoolCalloc(size_t count, size_t size, void* /*user_data*/) {
     return nullptr;
   }
   void* p = SizeClassPool::ThisThread().Take(count * size);
-  if (p != nullptr) {
-    std::memset(p, 0, count * size);
+  if (p != nullptr && SizeClassPool::PrefixOf(p)->size_class != SizeClassPool::kMapped) {
+    std::memset(p, 0, count * size);  // fresh mapped pages are zeroes already
   }
   return p;
 }
@@ -282,7 +319,7 @@ void* PoolRealloc(void* p, size_t size, void* /*user_data*/) {
     return nullptr;
   }
   SizeClassPool::Prefix* prefix = SizeClassPool::PrefixOf(p);
-  if (prefix->size_class != SizeClassPool::kLarge &&
+  if (prefix->size_class < SizeClassPool::kClasses &&
       size <= SizeClassPool::ClassBytes(prefix->size_class)) {
     prefix->size = size;
     return p;  // fits its block still
@@ -425,9 +462,10 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
     nghttp2_submit_headers(connection->session_, NGHTTP2_FLAG_NONE, id, nullptr, nva.data(),
                            nva.size(), nullptr);
   }
-  // The connection's scratch nva_ for a response head: :status (its digits
-  // in `status_text`, which must outlive the submit), the fields, names
-  // lower case (names_), hop-by-hop ones left out, then the `added` ones.
+  // The thread's scratch nva for a response head (ThreadSubmitScratch):
+  // :status (its digits in `status_text`, which must outlive the submit),
+  // the fields, names lower case, hop-by-hop ones left out, then the `added`
+  // ones.
   std::vector<nghttp2_nv>& HeadFields(int status, std::span<const http::Header> response_fields,
                                       std::span<const http::Header> added, char status_text[3]);
   void OnLocalAnswer(const http::ResponseHead& head, std::string_view /*page_head*/,
@@ -498,13 +536,13 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
   StatusDigits(status, status_text);
   // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
   // names and values when the response is submitted.
-  std::vector<nghttp2_nv>& nva = connection->nva_;
+  std::vector<nghttp2_nv>& nva = ThreadSubmitScratch().nva;
   nva.clear();
   nva.push_back(
       {Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3, NGHTTP2_NV_FLAG_NONE});
   // Names are lower-cased into one scratch string, sized first so that the
   // pointers into it stay valid.
-  std::string& names = connection->names_;
+  std::string& names = ThreadSubmitScratch().names;
   names.clear();
   size_t total = 0;
   for (const auto& f : response_fields) {
@@ -562,8 +600,8 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
 // data source at the body's end, which then sends no END_STREAM on DATA.
 void Http2Connection::Stream::SubmitTrailers() {
   std::string_view block = trailers;
-  std::vector<nghttp2_nv>& nva = connection->nva_;
-  std::string& names = connection->names_;
+  std::vector<nghttp2_nv>& nva = ThreadSubmitScratch().nva;
+  std::string& names = ThreadSubmitScratch().names;
   nva.clear();
   names.clear();
   names.reserve(block.size());  // the pointers into it stay valid
@@ -905,8 +943,14 @@ void Http2Connection::Start() {
   nghttp2_option_set_max_outbound_ack(option, 1000);
   nghttp2_option_set_max_settings(option, 32);
   nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + options.max_header_bytes);
-  // HPACK: the decoder's dynamic table stays at the 4096 bytes advertised.
-  nghttp2_option_set_max_deflate_dynamic_table_size(option, 4096);
+  // HPACK: the decoder's dynamic table (what clients send) stays at the
+  // 4096 bytes advertised; response heads are encoded with the static table
+  // and literals only, as HAProxy does: no encoder table of up to 4 KiB (and
+  // an object per entry) kept per connection for its life, for a few dozen
+  // bytes more per response head on the wire (memory per idle connection,
+  // issue 25; the 1,000 idle HTTP/2 connections of bench/memory_bench.sh
+  // held about 0.9 KiB each in it).
+  nghttp2_option_set_max_deflate_dynamic_table_size(option, 0);
   int rv = nghttp2_session_server_new3(&session_, callbacks, this, option, Http2ThreadAllocator());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
@@ -1190,6 +1234,7 @@ bool Http2Connection::Receive() {
     ssize_t rv = nghttp2_session_mem_recv(
         session_, reinterpret_cast<const uint8_t*>(in_.view().data()), in_.size());
     in_.Clear();
+    in_.Release();  // only ever holds what came before the session
     if (rv < 0) {
       fatal_ = true;
       return true;
@@ -1264,6 +1309,9 @@ bool Http2Connection::Send() {
     fatal_ = true;
     return true;
   }
+  // All sent: the block goes back to the worker's free list (a pop there
+  // when the next frames come), so an idle connection holds none.
+  out_.Release();
   return progressed;
 }
 

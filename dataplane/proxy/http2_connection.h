@@ -133,9 +133,6 @@ class Http2Connection final : public WorkerConnection {
   uint64_t streams_begun_ = 0;
   net::Timer tick_;
   net::Deferred drive_soon_;
-  // Scratch for response heads.
-  std::vector<nghttp2_nv> nva_;
-  std::string names_;
 };
 
 }  // namespace kwd::proxy

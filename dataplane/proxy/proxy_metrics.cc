@@ -67,7 +67,13 @@ ProxyMetrics::ProxyMetrics()
       http2_streams(registry_.GetGauge("kwd_proxy_http2_streams",
                                        "Open HTTP/2 streams (requests in flight).")),
       http2_streams_total(registry_.GetCounter("kwd_proxy_http2_streams_total",
-                                               "HTTP/2 streams begun by clients.")) {
+                                               "HTTP/2 streams begun by clients.")),
+      buffer_bytes(registry_.GetGauge(
+          "kwd_proxy_buffer_bytes",
+          "Bytes of buffer storage connections hold now: client and upstream reads and "
+          "writes, HTTP/1.1 and HTTP/2. Taken when bytes come, given back when the buffer "
+          "is empty: idle keep-alive connections hold none. Blocks kept for reuse are not "
+          "counted. Updated every 100 ms.")) {
   for (size_t i = 0; i < http2_errors.size(); ++i) {
     http2_errors[i] = &registry_.GetCounter(
         "kwd_proxy_http2_errors_total",

@@ -148,6 +148,8 @@ class ProxyMetrics {
   Gauge& http2_connections;
   Gauge& http2_streams;
   Counter& http2_streams_total;
+  // Bytes of buffer storage the workers' connections hold now (buffer.h).
+  Gauge& buffer_bytes;
   std::array<Counter*, std::size(kHttp2ErrorNames)> http2_errors{};
   // Secure-only URLs over plain http whose mapping asks for a redirect to
   // https, by outcome; indexed by routing::SecureRedirect (kNone unused).

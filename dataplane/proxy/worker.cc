@@ -217,6 +217,7 @@ Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                    [](void* self) {
                      auto* w = static_cast<Worker*>(self);
                      w->access_log_.Flush();
+                     w->PublishBufferBytes();
                      w->loop_.Schedule(&w->flush_timer_, 100);
                    }),
       drain_timer_(this, [](void* self) { static_cast<Worker*>(self)->CheckDrained(); }),
@@ -510,6 +511,15 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
     transport = std::make_unique<net::PlainTransport>(fd, &loop_);
   }
   NewClientConnection(std::move(transport), std::move(client_ip))->Start();
+}
+
+void Worker::PublishBufferBytes() {
+  // This thread's count (buffer.h) into the worker's slot of the gauge.
+  const int64_t held = buffer_detail::held_bytes;
+  if (held != published_buffer_bytes_) {
+    metrics_->buffer_bytes.Add(static_cast<double>(held - published_buffer_bytes_));
+    published_buffer_bytes_ = held;
+  }
 }
 
 const GroupMetrics* Worker::GroupMetricsFor(const routing::PassthroughDecision& decision) const {

@@ -241,6 +241,10 @@ class Worker {
   bool draining_ = false;
   int64_t drain_deadline_ms_ = 0;
   net::Timer flush_timer_;
+  // kwd_proxy_buffer_bytes: this worker's buffer storage, as last published
+  // (every 100 ms, with the access log's flush).
+  int64_t published_buffer_bytes_ = 0;
+  void PublishBufferBytes();
   net::Timer drain_timer_;
   // accept() failed for want of descriptors: the listener is edge-triggered,
   // so nothing wakes it when they free up; this timer tries again.

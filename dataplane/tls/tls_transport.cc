@@ -195,7 +195,7 @@ int SendWithHeld(BIO* bio, SocketBio* s, const char* data, int size) {
       return -1;
     }
     sent -= held.size();
-    held.clear();
+    std::string().swap(held);  // sent once a connection: its storage goes too
     return static_cast<int>(sent);
   }
 }
@@ -562,6 +562,7 @@ void TlsTransport::FlushHeld() {
     }
     held_.erase(0, static_cast<size_t>(n));
   }
+  std::string().swap(held_);  // an idle connection keeps no ticket storage
 }
 
 void TlsTransport::Shutdown() {

@@ -107,6 +107,10 @@ bool UpstreamTls::LoadContext(std::string* error) const {
   }
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
   SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+  // A pooled connection waiting for its next request holds no record
+  // buffers (about 17 KiB each way; OpenSSL 3 frees them once empty and
+  // takes them again for the next record), as on the client side.
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_verify(ctx.get(), options_.verify_server ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
                      nullptr);
   static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};

@@ -310,6 +310,53 @@ TEST_F(ProxyConnectionTest, UpstreamConnectionsOfABurstAreReusedAfterAPause) {
   EXPECT_TRUE(backend.Closed().empty()) << backend.Closed().size() << " closed";
 }
 
+// kwd_proxy_buffer_bytes from the admin port's /metrics (-1: not found).
+double BufferBytes(uint16_t admin_port) {
+  std::string metrics = testing::HttpGet(admin_port, "/metrics").body;
+  const std::string name = "\nkwd_proxy_buffer_bytes ";
+  size_t at = metrics.find(name);
+  return at == std::string::npos ? -1 : std::strtod(metrics.c_str() + at + name.size(), nullptr);
+}
+
+// Memory per idle connection (issue 25): requests in flight hold buffer
+// storage, idle keep-alive connections none (it goes back when the answer
+// is out and the connection waits for its next request).
+TEST_F(ProxyConnectionTest, IdleKeepAliveConnectionsHoldNoBufferStorage) {
+  constexpr int kClients = 20;
+  KeepAliveBackend backend;
+  StartProxy(backend.port(), {"--workers", "2"});
+  // The backend holds the answers until one more request than these came.
+  backend.ReleaseAt(kClients + 1);
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<HttpClient>(port()));
+    ASSERT_TRUE(clients.back()->connected());
+    ASSERT_TRUE(clients.back()->Send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n"));
+  }
+  double in_flight = 0;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    in_flight = BufferBytes(admin_port_);
+    return in_flight > 0;
+  })) << in_flight;
+  HttpClient last(port());
+  ASSERT_TRUE(last.Send("GET /release HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_EQ(last.Read().status, 200);
+  for (auto& c : clients) {
+    ASSERT_EQ(c->Read().status, 200);
+  }
+  // All connections stay open and idle now.
+  double idle = -1;
+  EXPECT_TRUE(testing::WaitFor([&] {
+    idle = BufferBytes(admin_port_);
+    return idle == 0;
+  })) << idle << " bytes held by " << kClients + 1 << " idle connections";
+  // And they still serve their next request.
+  for (auto& c : clients) {
+    ASSERT_TRUE(c->Send("GET /again HTTP/1.1\r\nHost: x\r\n\r\n"));
+    ASSERT_EQ(c->Read().status, 200);
+  }
+}
+
 // In-process proxies with the pool's limits set small (they are not flags).
 class UpstreamPoolTest : public ::testing::Test {
  protected:

@@ -969,6 +969,26 @@ spec:
 
     # ---- logging and metrics ----
 
+    def test_idle_connections_hold_no_buffer_storage(self):
+        # Memory per idle connection (issue 25): once its streams ended, an
+        # HTTP/2 connection gives its output block back (kwd_proxy_buffer_bytes
+        # counts what connections hold). Other tests' connections may still be
+        # closing: the figure is waited for.
+        clients = [self.client() for _ in range(3)]
+        for i, c in enumerate(clients):
+            self.assertEqual(c.get(f"/sap/idle/{i}")["headers"][":status"], "200")
+        deadline = time.monotonic() + 10
+        held = None
+        while time.monotonic() < deadline:
+            held = self.proxy.metric("kwd_proxy_buffer_bytes")
+            if held == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(held, 0, "bytes of buffer storage held by idle connections")
+        # They still serve.
+        for i, c in enumerate(clients):
+            self.assertEqual(c.get(f"/sap/idle/again/{i}")["headers"][":status"], "200")
+
     def test_access_log_and_metrics(self):
         c = self.client()
         c.get("/sap/logged/h2")
