@@ -160,7 +160,7 @@ bool QueueHeld(BIO* bio, SocketBio* s) {
     FromTransport(bio, n, true);
     return false;
   }
-  held.clear();
+  std::string().swap(held);  // sent once a connection: its storage goes too
   return true;
 }
 
@@ -549,6 +549,9 @@ void TlsTransport::FlushHeld() {
     // Into the queue: it leaves at the end of the batch.
     if (ssize_t n = plain_->Write(held_.data(), held_.size()); n > 0) {
       held_.erase(0, static_cast<size_t>(n));
+    }
+    if (held_.empty()) {
+      std::string().swap(held_);  // an idle connection keeps no ticket storage
     }
     return;
   }
