@@ -90,33 +90,7 @@ wait_port "$B1"
 
 # ---- kwd's snapshot (bench-proxies.sh's plain group) and certificate
 bench_cert "$work/tls"
-mkdir -p "$work/objects"
-cat >"$work/objects/objects.yaml" <<YAML
-apiVersion: dispatch.kwd.io/v1alpha1
-kind: LogonGroup
-metadata: {name: app, namespace: bench}
-spec:
-  kind: java
-  strategy: weighted_round_robin
-  loadResetIntervalSeconds: 25
-  backend:
-    staticServers:
-      - {name: A, address: 127.0.0.1, port: $B1, capacity: 2}
-      - {name: B, address: 127.0.0.1, port: $B2, capacity: 1}
-  healthCheck: {path: /, intervalSeconds: 25, timeoutSeconds: 5, unhealthyThreshold: 2, healthyThreshold: 1}
-  sessionAffinity:
-    identifiers: [sap-contextid, saplb, jsessionid, sap-ext-sid]
-    sessionTable: {maxEntries: 50000, idleTimeoutSeconds: 3600}
-    affinityCookie: {enabled: true, name: kwd_affinity}
----
-apiVersion: dispatch.kwd.io/v1alpha1
-kind: UrlMapping
-metadata: {name: bench, namespace: bench}
-spec:
-  hosts: []
-  defaultRootHandler: java
-  defaultGroups: {abap: app, java: app}
-YAML
+plain_objects "$work/objects" "$B1" "$B2"
 "$build/kwd-controller" compile --source="dir:$work/objects" >"$work/snapshot.json"
 
 # ---- starting a proxy: start NAME [PREFIX...] sets pid[NAME], port[NAME], tport[NAME]

@@ -79,6 +79,7 @@
 
 #include "bench/controller_fixture.h"
 #include "bench/latency.h"
+#include "bench/process_usage.h"
 #include "common/log.h"
 #include "controller/grpc/snapshot_server.h"
 #include "kwd/v1/discovery.grpc.pb.h"
@@ -266,22 +267,10 @@ struct ProcessUsage {
 
 ProcessUsage ReadUsage(pid_t pid) {
   ProcessUsage usage;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  if (FILE* file = std::fopen(path, "r")) {
-    char text[1024] = {};
-    size_t length = std::fread(text, 1, sizeof text - 1, file);
-    std::fclose(file);
-    const char* end = static_cast<const char*>(memrchr(text, ')', length));
-    unsigned long utime = 0;
-    unsigned long stime = 0;
-    if (end != nullptr &&
-        std::sscanf(end + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
-                    &stime) == 2) {
-      usage.cpu_ms =
-          static_cast<double>(utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
-    }
+  if (std::optional<bench::ProcessCpu> cpu = bench::ReadProcessCpu(pid)) {
+    usage.cpu_ms = cpu->cpu_seconds * 1000.0;
   }
+  char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid));
   if (FILE* file = std::fopen(path, "r")) {
     char line[256];

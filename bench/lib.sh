@@ -177,3 +177,47 @@ require_tools() {
     command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
   done
 }
+
+# kwd's bench objects, as in production compiled by kwd-controller: a
+# LogonGroup NAME of KIND with two static servers, SERVER-A on PORT-A
+# (capacity 2) and SERVER-B on PORT-B (capacity 1), the four SAP session
+# identifiers and the affinity cookie on, then `---`, on stdout:
+#   logon_group NAME KIND PORT-A PORT-B SERVER-A SERVER-B
+# and DIR/objects.yaml with group "app" (servers A and B) taking everything:
+#   plain_objects DIR PORT-A PORT-B
+logon_group() {  # name kind port-a port-b name-a name-b
+  cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: LogonGroup
+metadata: {name: $1, namespace: bench}
+spec:
+  kind: $2
+  strategy: weighted_round_robin
+  loadResetIntervalSeconds: 25
+  backend:
+    staticServers:
+      - {name: $5, address: 127.0.0.1, port: $3, capacity: 2}
+      - {name: $6, address: 127.0.0.1, port: $4, capacity: 1}
+  healthCheck: {path: /, intervalSeconds: 25, timeoutSeconds: 5, unhealthyThreshold: 2, healthyThreshold: 1}
+  sessionAffinity:
+    identifiers: [sap-contextid, saplb, jsessionid, sap-ext-sid]
+    sessionTable: {maxEntries: 50000, idleTimeoutSeconds: 3600}
+    affinityCookie: {enabled: true, name: kwd_affinity}
+---
+YAML
+}
+plain_objects() {  # dir port-a port-b
+  mkdir -p "$1"
+  {
+    logon_group app java "$2" "$3" A B
+    cat <<YAML
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {name: bench, namespace: bench}
+spec:
+  hosts: []
+  defaultRootHandler: java
+  defaultGroups: {abap: app, java: app}
+YAML
+  } >"$1/objects.yaml"
+}

@@ -62,6 +62,7 @@
 
 #include "bench/controller_fixture.h"
 #include "bench/latency.h"
+#include "bench/process_usage.h"
 #include "common/log.h"
 #include "common/snapshot_delta.h"
 #include "common/snapshot_io.h"
@@ -350,38 +351,6 @@ struct SubscriberProcess {
   }
 };
 
-struct ProcessUsage {
-  double cpu_seconds = 0;  // user + system
-  double minor_faults = 0;
-};
-
-// What process `pid` used so far, from /proc; nullopt when unreadable.
-std::optional<ProcessUsage> ReadProcessUsage(pid_t pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) {
-    return std::nullopt;
-  }
-  char text[1024] = {};
-  size_t length = std::fread(text, 1, sizeof text - 1, file);
-  std::fclose(file);
-  // Fields 10 (minflt), 14 and 15 (utime, stime) follow the ")" that ends
-  // field 2, the command name.
-  const char* end = static_cast<const char*>(memrchr(text, ')', length));
-  unsigned long minflt = 0;
-  unsigned long utime = 0;
-  unsigned long stime = 0;
-  if (end == nullptr || std::sscanf(end + 1, " %*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu",
-                                    &minflt, &utime, &stime) != 3) {
-    return std::nullopt;
-  }
-  ProcessUsage usage;
-  usage.cpu_seconds =
-      static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  usage.minor_faults = static_cast<double>(minflt);
-  return usage;
-}
-
 // Pushes before the measured ones (BM_PushToProxies): KWD_BENCH_WARMUP_PUSHES,
 // default 5.
 int WarmUpPushes() {
@@ -480,7 +449,7 @@ void BM_PushToProxies(benchmark::State& state) {
   publish_millis.clear();
   std::vector<double> millis;
   const double cpu_start = ProcessCpuSeconds();
-  const std::optional<ProcessUsage> child_start = ReadProcessUsage(child.pid);
+  const std::optional<bench::ProcessCpu> child_start = bench::ReadProcessCpu(child.pid);
   for (auto _ : state) {
     auto start = std::chrono::steady_clock::now();
     if (!publish_and_wait(results[next])) {
@@ -494,7 +463,7 @@ void BM_PushToProxies(benchmark::State& state) {
     next = 1 - next;
   }
   const double cpu = ProcessCpuSeconds() - cpu_start;
-  const std::optional<ProcessUsage> child_end = ReadProcessUsage(child.pid);
+  const std::optional<bench::ProcessCpu> child_end = bench::ReadProcessCpu(child.pid);
   server.SetOnProxiesChanged(nullptr);
   if (millis.empty()) {
     return;

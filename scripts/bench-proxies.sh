@@ -190,42 +190,6 @@ compile_snapshot() {  # objects-dir output
     exit 1
   }
 }
-logon_group() {  # name kind port-a port-b name-a name-b
-  cat <<YAML
-apiVersion: dispatch.kwd.io/v1alpha1
-kind: LogonGroup
-metadata: {name: $1, namespace: bench}
-spec:
-  kind: $2
-  strategy: weighted_round_robin
-  loadResetIntervalSeconds: 25
-  backend:
-    staticServers:
-      - {name: $5, address: 127.0.0.1, port: $3, capacity: 2}
-      - {name: $6, address: 127.0.0.1, port: $4, capacity: 1}
-  healthCheck: {path: /, intervalSeconds: 25, timeoutSeconds: 5, unhealthyThreshold: 2, healthyThreshold: 1}
-  sessionAffinity:
-    identifiers: [sap-contextid, saplb, jsessionid, sap-ext-sid]
-    sessionTable: {maxEntries: 50000, idleTimeoutSeconds: 3600}
-    affinityCookie: {enabled: true, name: kwd_affinity}
----
-YAML
-}
-plain_objects() {  # dir port-a port-b
-  mkdir -p "$1"
-  {
-    logon_group app java "$2" "$3" A B
-    cat <<YAML
-apiVersion: dispatch.kwd.io/v1alpha1
-kind: UrlMapping
-metadata: {name: bench, namespace: bench}
-spec:
-  hosts: []
-  defaultRootHandler: java
-  defaultGroups: {abap: app, java: app}
-YAML
-  } >"$1/objects.yaml"
-}
 plain_objects "$work/objects" $B1 $B2
 compile_snapshot "$work/objects" "$work/snapshot.json"
 start_kwd() {  # name snapshot port admin workers [taskset cpus [extra flags...]]

@@ -568,24 +568,24 @@ void TlsTransport::FlushHeld() {
   std::string().swap(held_);  // an idle connection keeps no ticket storage
 }
 
-void TlsTransport::Shutdown() {
+void TlsTransport::WriteCloseNotify() {
   if (!established_ || fatal_) {
     return;
   }
   ERR_clear_error();
-  SSL_shutdown(ssl_);  // sends close_notify if the socket takes it; never waits
+  SSL_shutdown(ssl_);  // close_notify to the socket, or to the queue; never waits
   ERR_clear_error();
+}
+
+void TlsTransport::Shutdown() {
+  WriteCloseNotify();
   if (plain_) {
     (void)plain_->FlushQueued();  // before the owner's shutdown(2) or close(2)
   }
 }
 
 void TlsTransport::CloseBatched() {
-  if (!fatal_) {
-    ERR_clear_error();
-    SSL_shutdown(ssl_);  // close_notify into the queue, ahead of the close
-    ERR_clear_error();
-  }
+  WriteCloseNotify();  // queued, ahead of the close
   plain_->CloseBatched();
 }
 

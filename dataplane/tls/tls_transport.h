@@ -76,6 +76,8 @@ class TlsTransport final : public net::Transport {
   // Sends the held ticket bytes (best effort; what the socket does not take
   // goes with the next write).
   void FlushHeld();
+  // close_notify (SSL_shutdown) once established and not failed.
+  void WriteCloseNotify();
   // Records why the handshake failed: a reason label and OpenSSL's text.
   void HandshakeFailed(int ssl_error);
   static void OnMessage(int write_p, int version, int content_type, const void* buf, size_t len,
