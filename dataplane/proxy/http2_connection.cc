@@ -31,6 +31,11 @@ constexpr int32_t kStreamWindow = 64 * 1024;
 // (CONTINUATION flood), or decoding to this many (HPACK references to a
 // large table entry), ends the connection.
 constexpr size_t kMaxHeaderBlockSlack = 64 * 1024;
+// How fast a connection's budget for header blocks decoded to no field
+// refills (Http2Connection::SettleHeaderBlock): about 2 ms of decoding a
+// second for a block of 1-byte references, what a client that does not
+// send malformed or refused blocks on purpose never comes near.
+constexpr double kIgnoredBlockBytesPerSecond = 16 * 1024;
 // Streams reset by the client per connection beyond which it is closed
 // (rapid reset, CVE-2023-44487; nghttp2 limits the rate too).
 constexpr uint64_t kMaxClientResets = 10'000;
@@ -365,7 +370,6 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
     fields.clear();
     cookie.clear();
     header_bytes = 0;
-    block_bytes = 0;
     header_too_large = false;
     too_many_fields = false;
     started = false;
@@ -416,7 +420,6 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   std::vector<Field> fields;
   std::string cookie;       // the cookie fields joined with "; " (RFC 9113 8.2.3)
   size_t header_bytes = 0;  // decoded, as SETTINGS_MAX_HEADER_LIST_SIZE counts them
-  size_t block_bytes = 0;   // on the wire
   bool header_too_large = false;
   bool too_many_fields = false;
   bool malformed = false;  // reset by nghttp2 for a malformed frame or header section
@@ -688,15 +691,6 @@ struct Http2Callbacks {
     return 0;
   }
 
-  // Ends the connection for a header block beyond the limits: GOAWAY
-  // ENHANCE_YOUR_CALM, and nothing more of what was read is processed.
-  static int EndForHeaderBlock(Http2Connection* c, nghttp2_session* session) {
-    c->CountError(Http2Error::kHeaderTooLarge);
-    c->CountError(Http2Error::kFlood);
-    c->fatal_ = true;
-    nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
-    return NGHTTP2_ERR_CALLBACK_FAILURE;
-  }
 
   static int OnHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
                       size_t name_len, const uint8_t* value, size_t value_len, uint8_t /*flags*/,
@@ -709,7 +703,7 @@ struct Http2Callbacks {
     // references (HPACK CPU amplification).
     c->block_decoded_ += name_len + value_len + 32;
     if (c->block_decoded_ > c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack) {
-      return EndForHeaderBlock(c, session);
+      return static_cast<int>(c->EndForHeaderBlock());
     }
     Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
     if (stream == nullptr) {
@@ -764,25 +758,11 @@ struct Http2Callbacks {
 
   static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user_data) {
     Http2Connection* c = Self(user_data);
-    if (hd->type == NGHTTP2_HEADERS) {
-      c->block_decoded_ = 0;  // a new header block
-      if (!c->CheckStreamId(hd->stream_id)) {
-        c->CountError(Http2Error::kProtocol);
-        c->fatal_ = true;
-        nghttp2_session_terminate_session(session, NGHTTP2_PROTOCOL_ERROR);
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-      }
-    }
-    if (hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_CONTINUATION) {
-      Http2Connection::Stream* stream = c->FindStream(hd->stream_id);
-      size_t cap = c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack;
-      if (stream != nullptr && !stream->started && !stream->head_done) {
-        stream->block_bytes += hd->length;
-        if (stream->block_bytes > cap) {
-          // A header block that does not end: no more of it is decoded.
-          return EndForHeaderBlock(c, session);
-        }
-      }
+    if (hd->type == NGHTTP2_HEADERS && !c->CheckStreamId(hd->stream_id)) {
+      c->CountError(Http2Error::kProtocol);
+      c->fatal_ = true;
+      nghttp2_session_terminate_session(session, NGHTTP2_PROTOCOL_ERROR);
+      return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     return 0;
   }
@@ -1056,6 +1036,33 @@ void Http2Connection::RecycleRetired() {
   retired_.clear();
 }
 
+bool Http2Connection::SettleHeaderBlock() {
+  // A field decodes to at least its wire size + 32 bytes as counted here
+  // (a literal's length prefix and Huffman coding only shrink the wire): a
+  // block whose wire bytes exceed its decoded ones had a part nghttp2
+  // decoded without emitting it.
+  const size_t accounted = block_decoded_ + block_not_fields_;
+  const size_t ignored = block_wire_ > accounted ? block_wire_ - accounted : 0;
+  block_wire_ = 0;
+  block_decoded_ = 0;
+  block_not_fields_ = 0;
+  if (ignored == 0) {
+    return true;
+  }
+  const double capacity = static_cast<double>(worker_->options().max_header_bytes);
+  const int64_t now = worker_->loop().now_ms();
+  if (ignored_block_budget_ < 0) {
+    ignored_block_budget_ = capacity;
+  } else {
+    ignored_block_budget_ =
+        std::min(capacity, ignored_block_budget_ + static_cast<double>(now - ignored_block_refilled_ms_) *
+                                                       kIgnoredBlockBytesPerSecond / 1000.0);
+  }
+  ignored_block_refilled_ms_ = now;
+  ignored_block_budget_ -= static_cast<double>(ignored);
+  return ignored_block_budget_ >= 0;
+}
+
 bool Http2Connection::CheckStreamId(int32_t id) {
   if (id <= 0 || id % 2 == 0) {
     return true;  // nghttp2's to refuse
@@ -1228,11 +1235,66 @@ void Http2Connection::PumpStreams() {
   }
 }
 
+ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
+  // nghttp2 reports neither the CONTINUATION frames of a header block it
+  // ignores nor where a block ends, so the frame headers are followed here
+  // and the bytes handed over in pieces that end where a HEADERS frame
+  // begins: the block before it has then been decoded whole.
+  const size_t cap = worker_->options().max_header_bytes + kMaxHeaderBlockSlack;
+  size_t fed = 0;
+  size_t at = 0;
+  http::H2FrameScanner::Frame frame;
+  while (frames_.Next(data, size, &at, &frame)) {
+    if (frame.type == NGHTTP2_HEADERS) {
+      // What came before this frame header (in this read) first.
+      if (frame.header_start > fed) {
+        ssize_t rv = nghttp2_session_mem_recv(session_, data + fed, frame.header_start - fed);
+        if (rv < 0) {
+          return rv;
+        }
+        fed = frame.header_start;
+      }
+      if (!SettleHeaderBlock()) {
+        return EndForHeaderBlock();
+      }
+      block_wire_ = frame.length;
+      // What a HEADERS payload holds besides the block: the padding (its
+      // length byte and up to 255 bytes) and the priority fields.
+      block_not_fields_ = ((frame.flags & NGHTTP2_FLAG_PADDED) != 0 ? 256 : 0) +
+                          ((frame.flags & NGHTTP2_FLAG_PRIORITY) != 0 ? 5 : 0);
+    } else if (frame.type == NGHTTP2_CONTINUATION) {
+      block_wire_ += frame.length;
+    } else {
+      continue;
+    }
+    if (block_wire_ > cap) {
+      // A header block that does not end: no more of it is decoded.
+      return EndForHeaderBlock();
+    }
+  }
+  if (size > fed) {
+    ssize_t rv = nghttp2_session_mem_recv(session_, data + fed, size - fed);
+    if (rv < 0) {
+      return rv;
+    }
+  }
+  return static_cast<ssize_t>(size);
+}
+
+// Ends the connection for a header block beyond the limits: GOAWAY
+// ENHANCE_YOUR_CALM, and nothing more of what was read is processed.
+ssize_t Http2Connection::EndForHeaderBlock() {
+  CountError(Http2Error::kHeaderTooLarge);
+  CountError(Http2Error::kFlood);
+  fatal_ = true;
+  nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
+  return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
 bool Http2Connection::Receive() {
   bool progressed = false;
   if (!in_.empty()) {
-    ssize_t rv = nghttp2_session_mem_recv(
-        session_, reinterpret_cast<const uint8_t*>(in_.view().data()), in_.size());
+    ssize_t rv = Feed(reinterpret_cast<const uint8_t*>(in_.view().data()), in_.size());
     in_.Clear();
     in_.Release();  // only ever holds what came before the session
     if (rv < 0) {
@@ -1253,8 +1315,7 @@ bool Http2Connection::Receive() {
     if (n > 0) {
       turn_read_bytes_ += static_cast<size_t>(n);
       last_receive_ms_ = worker_->loop().now_ms();
-      ssize_t rv = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buffer),
-                                            static_cast<size_t>(n));
+      ssize_t rv = Feed(reinterpret_cast<const uint8_t*>(buffer), static_cast<size_t>(n));
       if (rv < 0) {
         if (rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
           CountError(rv == NGHTTP2_ERR_FLOODED ? Http2Error::kFlood : Http2Error::kProtocol);

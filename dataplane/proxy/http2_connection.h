@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "dataplane/http/h2_frames.h"
 #include "dataplane/net/event_loop.h"
 #include "dataplane/net/transport.h"
 #include "dataplane/proxy/buffer.h"
@@ -79,6 +80,17 @@ class Http2Connection final : public WorkerConnection {
   // Whether a client HEADERS on stream `id` is allowed: false for an id
   // lower than one already used that was skipped, never opened (h2spec
   // 5.1.1/2; nghttp2 ignores such a HEADERS by design).
+  // nghttp2_session_mem_recv over `data`, in pieces that end where a
+  // HEADERS frame begins, following the frame headers for the wire size of
+  // each header block (CONTINUATIONs included, also of a block nghttp2
+  // ignores). Its result, or NGHTTP2_ERR_CALLBACK_FAILURE when a block is
+  // over the cap or the ignored-block budget is spent.
+  ssize_t Feed(const uint8_t* data, size_t size);
+  ssize_t EndForHeaderBlock();
+  // Ends the header block received so far (a HEADERS frame begins): its
+  // wire bytes that no decoded field accounts for are taken from
+  // ignored_block_budget_. False: the budget is spent.
+  bool SettleHeaderBlock();
   bool CheckStreamId(int32_t id);
   // Ends a stream's exchange: logged with `cause` once its request reached
   // a server, else only counted (reset_before_forward) for the summary.
@@ -120,9 +132,20 @@ class Http2Connection final : public WorkerConnection {
   int64_t idle_since_ms_ = 0;
   int64_t ping_sent_ms_ = 0;  // 0: no PING outstanding
   bool got_preface_ = false;
-  // Decoded bytes (as SETTINGS_MAX_HEADER_LIST_SIZE counts them) of the
-  // header block being received, whatever its stream.
+  // Decoded bytes (as SETTINGS_MAX_HEADER_LIST_SIZE counts them) and wire
+  // bytes (HEADERS and CONTINUATION payloads) of the header block being
+  // received, whatever its stream.
   size_t block_decoded_ = 0;
+  size_t block_wire_ = 0;
+  size_t block_not_fields_ = 0;  // padding and priority bytes of its HEADERS frame
+  http::H2FrameScanner frames_;  // where Feed is in the client's frames
+  // Wire bytes of header blocks that decoded to no field (a stream nghttp2
+  // refused, closed or reset as malformed mid-block: it still decodes the
+  // rest, each 1-byte reference included, but calls no callback) may be
+  // spent from this bucket: max_header_bytes, refilled at
+  // kIgnoredBlockBytesPerSecond. Beyond it the connection ends.
+  double ignored_block_budget_ = -1;  // -1: full (set on first use)
+  int64_t ignored_block_refilled_ms_ = 0;
   // The highest stream id of the client's HEADERS, and the ids it skipped
   // below it (inclusive ranges of odd ids, the newest few): closed without
   // being opened (RFC 9113 5.1.1), so HEADERS on one is a connection error.

@@ -242,6 +242,82 @@ class HpackAmplification(ProxyCase):
         self.assert_serves()
 
 
+class IgnoredHeaderBlocks(ProxyCase):
+    """Header blocks nghttp2 decodes without emitting a field: the rest of a
+    block whose stream it has just reset as malformed (an uppercase or
+    space-holding name), or a block on a stream it no longer knows. Each
+    1-byte reference in them still costs a table lookup; the decoded-size
+    cap above never sees them, so their wire bytes come from a budget per
+    connection (max_header_bytes, refilled at 16 KiB/s)."""
+
+    def ignored_blocks(self, name, count=8):
+        """Stream 1 adds `name: 4,000 x a` to the dynamic table; every block
+        (streams 1, 3, ...) then holds ~120 KiB of references to it."""
+        out = bytearray()
+        for i in range(count):
+            block = request_block(b"/amplify")
+            if i == 0:
+                block += literal_new_name(name, b"a" * 4000, first=0x40)
+            block += b"\xbe" * (120 * 1024 - len(block))
+            out += header_block_frames(1 + 2 * i, block)
+        return bytes(out)
+
+    def attack(self, name):
+        conn = self.connect()
+        cpu_before = cpu_seconds(self.proxy.pid)
+        try:
+            conn.sock.settimeout(20)
+            conn.sock.sendall(self.ignored_blocks(name))
+        except OSError:
+            pass  # the server closed the connection while we sent
+        closed = conn.wait_closed(20)
+        cpu = cpu_seconds(self.proxy.pid) - cpu_before
+        print("ignored header blocks (%r): closed %s, GOAWAY %r, proxy CPU %.3fs"
+              % (name, closed, conn.goaway, cpu))
+        # Without the budget the connection stayed open and each block cost
+        # ~20 ms of decoding: 8 blocks decoded to the end.
+        self.assertTrue(closed, "connection still open after 8 ignored blocks")
+        self.assertIsNotNone(conn.goaway)
+        self.assertEqual(conn.goaway[1], ENHANCE_YOUR_CALM)
+        # The budget (64 KiB) ends the connection at the second block.
+        self.assertLessEqual(conn.goaway[0], 5)
+        self.assertEqual(self.backend.count("/amplify"), 0)
+        self.assert_serves()
+
+    def test_uppercase_name_in_the_table(self):
+        self.attack(b"X-AMP")
+
+    def test_name_with_a_space_in_the_table(self):
+        self.attack(b"x amp")
+
+    def test_padded_small_requests_are_not_ignored_bytes(self):
+        """Padding (255 bytes a HEADERS frame) and priority fields are not
+        field bytes: 2,000 padded requests on one connection, each a few
+        bytes of references, are all answered, and the connection stays.
+        (Counted as ignored, each would take ~100 bytes of the budget: 200 KB
+        in all, over three times the budget and what it refills meanwhile.)"""
+        conn = self.connect()
+        padded = 0x8
+        priority = 0x20
+        block = request_block(b"/padded")
+        statuses = {}
+        for batch in range(40):
+            streams = [1 + 2 * (50 * batch + i) for i in range(50)]
+            conn.send(b"".join(
+                frame(HEADERS, END_STREAM | END_HEADERS | padded | priority, stream,
+                      bytes([255]) + struct.pack(">IB", 0, 15) + block + b"\0" * 255)
+                for stream in streams))
+            deadline = time.monotonic() + 10
+            while not all(stream in statuses for stream in streams):
+                kind, flags, stream, payload = conn.read_frame(deadline)
+                decoded = conn.headers(kind, flags, stream, payload)
+                if decoded is not None and ":status" in decoded:
+                    statuses[stream] = decoded[":status"]
+        self.assertEqual(len(statuses), 2000)
+        self.assertEqual(set(statuses.values()), {"200"})
+        self.assertIsNone(conn.goaway)
+
+
 class ReadBudget(ProxyCase):
     def test_bytes_past_the_per_turn_budget_are_read(self):
         """2 MiB of request bodies and a PING in one burst: the proxy reads
