@@ -1801,11 +1801,19 @@ class Importer {
     return out;
   }
 
-  // icm/HTTP/redirect_<xx> = PREFIX=/p[, FROMPROT=http|https][, TO=/t][,
-  // PROT=, HOST=, PORT=]: SAP answers 301 when the path is exactly PREFIX
-  // (no FROM=), never reaching a server. Written as one rule per entry:
+  // icm/HTTP/redirect_<xx> = PREFIX=/p[, FROM=glob][, FROMPROT=http|https]
+  // [, TO=/t][, PROT=, HOST=, PORT=]: SAP answers 301 when the path is
+  // exactly PREFIX (no FROM=), never reaching a server. Written as one rule
+  // per entry:
   //   [if %{SERVER_PROTOCOL} stricmp "http"]
   //   RegRedirectUrl ^/p$ TARGET [CODE=permanent]
+  // With FROM= (SAP documents only "a URL pattern with * and ?"; kwd's
+  // choice, docs/migrating-from-sap-web-dispatcher.md): the whole path must
+  // begin with PREFIX and match the pattern (`*` any run of characters, `/`
+  // included, `?` one), with case; TARGET is TO= or else the path itself:
+  //   [if %{SERVER_PROTOCOL} stricmp "http" [and]]
+  //   if %{PATH} regmatch ^/p
+  //   RegRedirectUrl ^(GLOB)$ TARGET-or-$1 [CODE=permanent]
   std::string RedirectRules() {
     std::string rules;
     std::stable_sort(redirects_.begin(), redirects_.end(),
@@ -1818,16 +1826,10 @@ class Importer {
         Warn(*param, "not a PREFIX=/path[, TO=...] redirect; not translated");
         continue;
       }
-      if (options.Find("FROM") != nullptr) {
-        Warn(*param,
-             "FROM= (a wildcard pattern) is not translated: write the redirect as a "
-             "RegRedirectUrl rule in UrlMapping.spec.modifications");
-        continue;
-      }
       bool usable = true;
       for (const auto& [key, value] : options.options) {
         bool known = key == "PREFIX" || key == "TO" || key == "FROMPROT" || key == "PROT" ||
-                     key == "HOST" || key == "PORT";
+                     key == "HOST" || key == "PORT" || key == "FROM";
         bool blank = value.find_first_of(" \t") != std::string::npos;
         if (!known || blank || value.empty() || HasControl(value)) {
           Warn(*param, key + "=" + Shown(value) + (known ? " is not usable" : " is not known") +
@@ -1843,11 +1845,18 @@ class Importer {
       const std::string* host = options.Find("HOST");
       const std::string* port = options.Find("PORT");
       const std::string* from_prot = options.Find("FROMPROT");
+      const std::string* from = options.Find("FROM");
       if ((prot != nullptr || port != nullptr) && host == nullptr) {
         Warn(*param, "PROT= and PORT= need HOST= (as in SAP); redirect not translated");
         continue;
       }
-      std::string target = to != nullptr ? *to : *prefix;
+      std::string from_probe = from != nullptr ? *from : std::string();
+      std::replace(from_probe.begin(), from_probe.end(), '?', 'x');  // a wildcard, not a query
+      if (from != nullptr && !IsPathText(from_probe)) {
+        Warn(*param, "FROM=" + Shown(*from) + " is not a path pattern; redirect not translated");
+        continue;
+      }
+      std::string target = to != nullptr ? *to : from != nullptr ? "$1" : *prefix;
       if (host != nullptr) {
         std::string scheme = prot != nullptr ? Lower(*prot) : "http";
         if (scheme != "http" && scheme != "https") {
@@ -1856,27 +1865,48 @@ class Importer {
         }
         target = scheme + "://" + *host + (port != nullptr ? ":" + *port : "") + target;
       }
+      std::string conditions;
       if (from_prot != nullptr) {
-        std::string from = Lower(*from_prot);
-        if (from != "http" && from != "https") {
+        std::string scheme = Lower(*from_prot);
+        if (scheme != "http" && scheme != "https") {
           Warn(*param, "FROMPROT=" + Shown(*from_prot) + " is not http or https; not translated");
           continue;
         }
-        rules += "if %{SERVER_PROTOCOL} stricmp \"" + from + "\"\n";
+        conditions += "if %{SERVER_PROTOCOL} stricmp \"" + scheme + "\"";
       }
-      std::string pattern = "^";
-      for (char c : *prefix) {
-        if (std::string_view("\\.^$|?*+()[]{}").find(c) != std::string_view::npos) {
-          pattern.push_back('\\');
-        }
-        pattern.push_back(c);
+      if (from == nullptr) {
+        rules += conditions.empty() ? "" : conditions + "\n";
+        rules += "RegRedirectUrl ^" + RegexLiteral(*prefix) + "$ " + target + " [CODE=permanent]\n";
+        Note(*param,
+             "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, "
+             "before the rule files");
+        continue;
       }
-      rules += "RegRedirectUrl " + pattern + "$ " + target + " [CODE=permanent]\n";
+      rules += conditions.empty() ? "" : conditions + " [and]\n";
+      rules += "if %{PATH} regmatch ^" + RegexLiteral(*prefix) + "\n";
+      std::string glob;
+      for (char c : *from) {
+        glob += c == '*' ? std::string(".*") : c == '?' ? std::string(".") : RegexLiteral(std::string(1, c));
+      }
+      rules += "RegRedirectUrl ^(" + glob + ")$ " + target + " [CODE=permanent]\n";
       Note(*param,
-           "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, "
-           "before the rule files");
+           "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, before the "
+           "rule files; FROM= is matched against the whole path, with case" +
+               std::string(to == nullptr ? ", and the redirect keeps the path" : ""));
     }
     return rules;
+  }
+
+  // `text` as a regular expression that matches it literally.
+  static std::string RegexLiteral(std::string_view text) {
+    std::string out;
+    for (char c : text) {
+      if (std::string_view("\\.^$|?*+()[]{}").find(c) != std::string_view::npos) {
+        out.push_back('\\');
+      }
+      out.push_back(c);
+    }
+    return out;
   }
 
   static bool HasControl(std::string_view text) {

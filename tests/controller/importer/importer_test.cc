@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/modification/program.h"
 #include "controller/importer/profile.h"
 #include "controller/importer/yaml_writer.h"
 #include "controller/source/dir_source.h"
@@ -690,26 +691,62 @@ TEST(ImportTest, RedirectsBecomeRulesBeforeTheRuleFiles) {
       "HOST=erp.example.com, PORT=443\n"
       "icm/HTTP/redirect_0 = PREFIX=/, TO=/sap/bc/webdynpro/sap/ags_workcenter\n"
       "icm/redirect_0 = PREFIX=/legacy\n"
-      "icm/HTTP/redirect_2 = PREFIX=/x, FROM=*.htm, TO=/y\n"
-      "icm/HTTP/redirect_3 = PREFIX=/x, PORT=8443, TO=/y\n",
+      "icm/HTTP/redirect_2 = PREFIX=/x, FROM=/x/*.ht?, TO=/y\n"
+      "icm/HTTP/redirect_3 = PREFIX=/x, PORT=8443, TO=/y\n"
+      "icm/HTTP/redirect_4 = PREFIX=/, FROM=*, FROMPROT=http, PROT=https, HOST=erp.example.com\n"
+      "icm/HTTP/redirect_5 = PREFIX=/x, FROM=/x/a b\n",
       files);
   EXPECT_EQ(r.ExitCode(), 3);
   EXPECT_EQ(Warnings(r),
             (std::vector<std::string>{
-                "WARN sapwebdisp.pfl:7 icm/HTTP/redirect_2: FROM= (a wildcard pattern) is not "
-                "translated: write the redirect as a RegRedirectUrl rule in "
-                "UrlMapping.spec.modifications",
                 "WARN sapwebdisp.pfl:8 icm/HTTP/redirect_3: PROT= and PORT= need HOST= (as in "
-                "SAP); redirect not translated"}));
+                "SAP); redirect not translated",
+                "WARN sapwebdisp.pfl:10 icm/HTTP/redirect_5: FROM=\"/x/a b\" is not usable; "
+                "redirect not translated"}));
   const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
   ASSERT_EQ(mods.size(), 2u);
   EXPECT_EQ(mods[0]["prefix"], "/");
-  EXPECT_EQ(mods[0]["rules"],
+  const std::string rules = mods[0]["rules"];
+  EXPECT_EQ(rules,
             "RegRedirectUrl ^/$ /sap/bc/webdynpro/sap/ags_workcenter [CODE=permanent]\n"
             "RegRedirectUrl ^/legacy$ /legacy [CODE=permanent]\n"
             "if %{SERVER_PROTOCOL} stricmp \"http\"\n"
-            "RegRedirectUrl ^/old\\.app$ https://erp.example.com:443/new [CODE=permanent]\n");
+            "RegRedirectUrl ^/old\\.app$ https://erp.example.com:443/new [CODE=permanent]\n"
+            "if %{PATH} regmatch ^/x\n"
+            "RegRedirectUrl ^(/x/.*\\.ht.)$ /y [CODE=permanent]\n"
+            "if %{SERVER_PROTOCOL} stricmp \"http\" [and]\n"
+            "if %{PATH} regmatch ^/\n"
+            "RegRedirectUrl ^(.*)$ https://erp.example.com$1 [CODE=permanent]\n");
   EXPECT_EQ(mods[1]["rules"], "SetHeader x y\n");
+  ExpectLoadable(r);
+
+  // What the rules do, run by the proxy's rule engine.
+  modification::ParseError error;
+  auto program = modification::Program::CompileText(rules, &error);
+  ASSERT_NE(program, nullptr) << error.ToString();
+  auto run = [&](std::string path, bool https, std::string query = "") {
+    modification::RequestView view;
+    view.method = "GET";
+    view.path = path;
+    view.raw_path = path;
+    view.query = query;
+    view.has_query = !query.empty();
+    view.https = https;
+    modification::State state;
+    program->Evaluate(view, &state);
+    return state.outcome == modification::Outcome::kRedirect
+               ? std::to_string(state.status) + " " + state.location
+               : std::string("continue");
+  };
+  EXPECT_EQ(run("/x/a/index.htm", true), "301 /y");
+  EXPECT_EQ(run("/x/index.htx", true), "301 /y");
+  EXPECT_EQ(run("/x/index.html", true), "continue");   // ? is one character
+  EXPECT_EQ(run("/X/index.htm", true), "continue");     // with case
+  EXPECT_EQ(run("/x.htm", true), "continue");           // not under the FROM pattern's /x/
+  // FROM=* over plain http: the same path and query over HTTPS.
+  EXPECT_EQ(run("/sap/bc/gui/sap its/webgui", false, "sap-client=100"),
+            "301 https://erp.example.com/sap/bc/gui/sap%20its/webgui?sap-client=100");
+  EXPECT_EQ(run("/sap/bc/gui", true), "continue");
 }
 
 TEST(ImportTest, Latin1RuleFileIsConvertedWithANote) {
