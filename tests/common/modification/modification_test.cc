@@ -92,6 +92,15 @@ RegRedirectUrl ^(.*)$ https://%{HTTP_HOST}$1 [CODE=permanent]
   EXPECT_EQ(Eval(*program, request).outcome, Outcome::kContinue);
 }
 
+TEST(ModificationTest, RemoteHostIsTheClientAddress) {
+  // kwd looks up no host names: %{REMOTE_HOST} is %{REMOTE_ADDR}.
+  auto program = MustCompile("if %{REMOTE_HOST} = 10.1.2.3\nSetHeader X-Host %{REMOTE_HOST}\n");
+  Request request;
+  EXPECT_EQ(HeaderValue(Eval(*program, request), "x-host"), "10.1.2.3");
+  request.remote_addr = "10.9.9.9";
+  EXPECT_EQ(HeaderValue(Eval(*program, request), "x-host"), "<none>");
+}
+
 TEST(ModificationTest, FioriLaunchpadRedirectOnlyForTheBareRoot) {
   auto program = MustCompile("RegIRedirectUrl ^/$ /sap/bc/ui2/flp [CODE=permanent]\n");
   Request request;
