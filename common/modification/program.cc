@@ -540,11 +540,11 @@ class Evaluator {
       case V::kServerPort:
         return request_.server_port;
       case V::kServerAddr:
-        return request_.server_addr;
+        return request_.lazy != nullptr ? request_.lazy->ServerAddr() : request_.server_addr;
       case V::kRemoteAddr:
         return request_.remote_addr;
       case V::kRemotePort:
-        return request_.remote_port;
+        return request_.lazy != nullptr ? request_.lazy->RemotePort() : request_.remote_port;
       case V::kRequestUri:
       case V::kNone:
         break;

@@ -45,6 +45,17 @@ namespace kwd::modification {
 using HeaderView = std::pair<std::string_view, std::string_view>;
 using Header = std::pair<std::string, std::string>;
 
+// Variables that cost the proxy a system call to know: asked only when a
+// rule reads them (RequestView::lazy), each at most once per request.
+class LazyVariables {
+ public:
+  virtual std::string_view ServerAddr() const = 0;  // %{SERVER_ADDR}
+  virtual std::string_view RemotePort() const = 0;  // %{REMOTE_PORT}
+
+ protected:
+  ~LazyVariables() = default;
+};
+
 // The request as the rules see it: views valid during Evaluate.
 struct RequestView {
   std::string_view method;
@@ -57,6 +68,8 @@ struct RequestView {
   std::string_view server_addr;
   std::string_view remote_addr;
   std::string_view remote_port;
+  // When set, SERVER_ADDR and REMOTE_PORT come from it instead.
+  const LazyVariables* lazy = nullptr;
   std::span<const HeaderView> headers;
 };
 

@@ -53,11 +53,12 @@ std::string& ResponseHeadScratch() {
 }  // namespace
 
 ClientConnection::ClientConnection(Worker* worker, std::unique_ptr<net::Transport> transport,
-                                   std::string client_ip)
+                                   std::string client_ip, uint16_t client_port)
     : worker_(worker),
       transport_(std::move(transport)),
       fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
+      client_port_(client_port),
       request_parser_(http::HeadLimits{worker->options().max_header_bytes, 8 * 1024}),
       request_chunked_(http::ChunkedLimits{.max_body_bytes = worker->options().max_body_bytes,
                                            .keep_trailers = true}),
@@ -356,14 +357,14 @@ void ClientConnection::StartRequest(size_t head_bytes) {
   request_body_done_ =
       request_info_.body == http::BodyKind::kNone ||
       (request_info_.body == http::BodyKind::kContentLength && request_info_.content_length == 0);
-  TakeExchange().Recycle(ClientContext{client_ip_, transport_->tls(), {}});
+  TakeExchange().Recycle(ClientContext{client_ip_, transport_->tls(), {}, client_port_, fd_});
   phase_ = Phase::kForward;
   exchange_->Start(request_head_.get(), request_info_);
 }
 
 void ClientConnection::RejectRequest(ErrorCode code, std::string_view detail,
                                      const http::RequestHead* head) {
-  TakeExchange().Recycle(ClientContext{client_ip_, transport_->tls(), {}});
+  TakeExchange().Recycle(ClientContext{client_ip_, transport_->tls(), {}, client_port_, fd_});
   phase_ = Phase::kForward;
   request_body_done_ = true;
   linger_ = true;  // the rest of what the client sends is not read
@@ -790,8 +791,8 @@ void ClientConnection::HandOverToHttp2() {
   closed_ = true;
   worker_->metrics().http1_connections.Add(-1);
   worker_->loop().Cancel(&timer_);
-  worker_->HandOverToHttp2(this, std::move(transport_), std::move(client_ip_), in_.view(),
-                           registered_);
+  worker_->HandOverToHttp2(this, std::move(transport_), std::move(client_ip_), client_port_,
+                           in_.view(), registered_);
   worker_->loop().DeleteLater(this);
 }
 

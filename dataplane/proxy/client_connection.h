@@ -34,7 +34,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // `transport` is plain or TLS (its handshake runs in Drive); the
   // connection owns it and the descriptor under it.
   ClientConnection(Worker* worker, std::unique_ptr<net::Transport> transport,
-                   std::string client_ip);
+                   std::string client_ip, uint16_t client_port);
   ~ClientConnection() override;
   // One a connection: from the thread's PerThreadBlocks (buffer.h).
   static void* operator new(size_t size);
@@ -120,6 +120,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   std::unique_ptr<net::Transport> transport_;
   int fd_;
   std::string client_ip_;
+  uint16_t client_port_;  // 0: unknown
   Phase phase_ = Phase::kHead;
   bool closed_ = false;
   bool registered_ = false;  // fd_ is in the worker's epoll set

@@ -502,6 +502,7 @@ void Exchange::Route() {
   }
   request.cookie_headers = std::span<const std::string_view>(cookies_.data(), cookie_count);
   request.headers = &rule_headers_;
+  rule_headers_.Reset();
   request.remote_addr =
       request_client_ip_.empty() ? client_.client_ip : std::string_view(request_client_ip_);
   routing::Router& router = worker_->router();
@@ -550,6 +551,36 @@ std::string_view Exchange::RuleHeaders::ServerPort() const {
   }
   char* end = std::to_chars(port_.data(), port_.data() + port_.size(), port).ptr;
   return std::string_view(port_.data(), static_cast<size_t>(end - port_.data()));
+}
+
+std::string_view Exchange::RuleHeaders::ServerAddr() const {
+  if (server_addr_size_ < 0) {
+    server_addr_size_ = 0;
+    net::Endpoint local;
+    local.len = sizeof local.addr;
+    if (exchange_->client_.fd >= 0 &&
+        getsockname(exchange_->client_.fd, reinterpret_cast<sockaddr*>(&local.addr), &local.len) ==
+            0) {
+      std::string address = net::AddressString(local);
+      if (address.size() <= server_addr_.size()) {
+        std::copy(address.begin(), address.end(), server_addr_.begin());
+        server_addr_size_ = static_cast<int>(address.size());
+      }
+    }
+  }
+  return std::string_view(server_addr_.data(), static_cast<size_t>(server_addr_size_));
+}
+
+std::string_view Exchange::RuleHeaders::RemotePort() const {
+  // The port belongs to the connection's peer: not to an address taken from
+  // X-Forwarded-For (a trusted proxy's client), whose port is not known.
+  if (exchange_->client_.client_port == 0 || !exchange_->request_client_ip_.empty()) {
+    return {};
+  }
+  char* end = std::to_chars(remote_port_.data(), remote_port_.data() + remote_port_.size(),
+                            exchange_->client_.client_port)
+                  .ptr;
+  return std::string_view(remote_port_.data(), static_cast<size_t>(end - remote_port_.data()));
 }
 
 bool Exchange::TakeModifications() {

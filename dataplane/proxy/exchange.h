@@ -174,6 +174,8 @@ struct ClientContext {
   std::string_view client_ip;  // the peer (or its PROXY header's address)
   const net::TlsInfo* tls = nullptr;
   std::string_view protocol;  // for the access log: "HTTP/2.0"; "": HTTP/1.x
+  uint16_t client_port = 0;   // the peer's port (or its PROXY header's); 0: unknown
+  int fd = -1;                // the client connection's socket (%{SERVER_ADDR})
 };
 
 class Exchange final : public UpstreamOwner {
@@ -305,10 +307,20 @@ class Exchange final : public UpstreamOwner {
     explicit RuleHeaders(Exchange* exchange) : exchange_(exchange) {}
     void Collect(std::vector<modification::HeaderView>* out) const override;
     std::string_view ServerPort() const override;
+    std::string_view ServerAddr() const override;
+    std::string_view RemotePort() const override;
+    // Before each request: what was asked of the kernel is asked again
+    // (an exchange serves other connections later).
+    void Reset() { server_addr_size_ = -1; }
 
    private:
     Exchange* exchange_;
     mutable std::array<char, 8> port_{};
+    mutable std::array<char, 8> remote_port_{};
+    // The connection's local address, asked of the kernel once per request
+    // that reads it (server_addr_size_ < 0: not yet).
+    mutable std::array<char, 64> server_addr_{};
+    mutable int server_addr_size_ = -1;
   };
 
   Worker* worker_;

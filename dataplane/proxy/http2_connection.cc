@@ -365,7 +365,7 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   void Reset(Http2Connection* c, int32_t stream_id) {
     connection = c;
     id = stream_id;
-    exchange.Recycle(ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0"});
+    exchange.Recycle(ClientContext{c->client_ip_, c->transport_->tls(), "HTTP/2.0", c->client_port_, c->fd_});
     arena.clear();
     fields.clear();
     cookie.clear();
@@ -875,11 +875,13 @@ struct Http2Callbacks {
 };
 
 Http2Connection::Http2Connection(Worker* worker, std::unique_ptr<net::Transport> transport,
-                                 std::string client_ip, std::string_view received, bool registered)
+                                 std::string client_ip, uint16_t client_port,
+                                 std::string_view received, bool registered)
     : worker_(worker),
       transport_(std::move(transport)),
       fd_(transport_->fd()),
       client_ip_(std::move(client_ip)),
+      client_port_(client_port),
       registered_(registered),
       tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }),
       drive_soon_(this, [](void* self) { static_cast<Http2Connection*>(self)->Drive(); }) {

@@ -49,7 +49,7 @@ class Http2Connection final : public WorkerConnection {
   // from it (the preface, for h2c). `registered`: its descriptor is in the
   // worker's epoll set already (this connection becomes its handler).
   Http2Connection(Worker* worker, std::unique_ptr<net::Transport> transport, std::string client_ip,
-                  std::string_view received, bool registered);
+                  uint16_t client_port, std::string_view received, bool registered);
   ~Http2Connection() override;
 
   void Start() override;
@@ -111,6 +111,7 @@ class Http2Connection final : public WorkerConnection {
   std::unique_ptr<net::Transport> transport_;
   int fd_;
   std::string client_ip_;
+  uint16_t client_port_;  // 0: unknown
   nghttp2_session* session_ = nullptr;
   Buffer in_{0};  // bytes received before the session existed
   Buffer out_;

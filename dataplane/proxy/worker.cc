@@ -65,11 +65,13 @@ int ListenForClients(const net::Endpoint& endpoint, bool limit_unsent, std::stri
 // header gave. A connection without a valid header is closed.
 class ProxyHeaderStep final : public WorkerConnection {
  public:
-  ProxyHeaderStep(Worker* worker, Listener listener, int fd, std::string peer_ip)
+  ProxyHeaderStep(Worker* worker, Listener listener, int fd, std::string peer_ip,
+                  uint16_t peer_port)
       : worker_(worker),
         listener_(listener),
         fd_(fd),
         peer_ip_(std::move(peer_ip)),
+        peer_port_(peer_port),
         timer_(this, [](void* self) {
           static_cast<ProxyHeaderStep*>(self)->Refuse("no complete PROXY header in time");
         }) {}
@@ -108,11 +110,12 @@ class ProxyHeaderStep final : public WorkerConnection {
     const int fd = fd_;
     fd_ = -1;
     std::string client_ip = header.local ? peer_ip_ : header.source_address;
+    const uint16_t client_port = header.local ? peer_port_ : header.source_port;
     // The step leaves the worker's list; the connection takes its place
     // (and its count).
     worker_->Detach(this);
     worker_->loop().DeleteLater(this);
-    worker_->StartConnection(listener_, fd, std::move(client_ip));
+    worker_->StartConnection(listener_, fd, std::move(client_ip), client_port);
   }
 
  private:
@@ -136,6 +139,7 @@ class ProxyHeaderStep final : public WorkerConnection {
   Listener listener_;
   int fd_;
   std::string peer_ip_;
+  uint16_t peer_port_;
   bool done_ = false;
   net::Timer timer_;
 };
@@ -437,7 +441,8 @@ void Worker::Accept(const Acceptor& acceptor) {
     metrics_->connections_accepted.Inc();
     metrics_->connections_active.Add(1);
     if (ProxyProtocolOn(acceptor.listener)) {
-      auto* step = new ProxyHeaderStep(this, acceptor.listener, fd, net::AddressString(peer));
+      auto* step =
+          new ProxyHeaderStep(this, acceptor.listener, fd, net::AddressString(peer), peer.port());
       step->slot = others_.size();
       others_.push_back(step);
       step->Start();
@@ -449,10 +454,10 @@ void Worker::Accept(const Acceptor& acceptor) {
     constexpr int64_t kNoGroupsAfterShortageMs = 10'000;
     if (group && loop_.now_ms() - last_descriptor_shortage_ms_ >= kNoGroupsAfterShortageMs) {
       fresh[fresh_count++] = NewClientConnection(std::make_unique<net::PlainTransport>(fd, &loop_),
-                                                 net::AddressString(peer));
+                                                 net::AddressString(peer), peer.port());
       continue;
     }
-    StartConnection(acceptor.listener, fd, net::AddressString(peer));
+    StartConnection(acceptor.listener, fd, net::AddressString(peer), peer.port());
   }
   StartGroup(fresh, fresh_count);
 }
@@ -474,14 +479,16 @@ void Worker::StartGroup(ClientConnection* const* fresh, size_t count) {
 }
 
 ClientConnection* Worker::NewClientConnection(std::unique_ptr<net::Transport> transport,
-                                              std::string client_ip) {
-  auto* connection = new ClientConnection(this, std::move(transport), std::move(client_ip));
+                                              std::string client_ip, uint16_t client_port) {
+  auto* connection =
+      new ClientConnection(this, std::move(transport), std::move(client_ip), client_port);
   connection->slot = connections_.size();
   connections_.push_back(connection);
   return connection;
 }
 
-void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
+void Worker::StartConnection(Listener listener, int fd, std::string client_ip,
+                             uint16_t client_port) {
   if (draining_) {
     // A PROXY step finished after the drain began.
     ::close(fd);
@@ -510,7 +517,7 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip) {
   } else {
     transport = std::make_unique<net::PlainTransport>(fd, &loop_);
   }
-  NewClientConnection(std::move(transport), std::move(client_ip))->Start();
+  NewClientConnection(std::move(transport), std::move(client_ip), client_port)->Start();
 }
 
 void Worker::PublishBufferBytes() {
@@ -568,7 +575,8 @@ void Worker::ConnectionClosed(WorkerConnection* connection) {
 }
 
 void Worker::HandOverToHttp2(ClientConnection* from, std::unique_ptr<net::Transport> transport,
-                             std::string client_ip, std::string_view received, bool registered) {
+                             std::string client_ip, uint16_t client_port,
+                             std::string_view received, bool registered) {
   size_t slot = from->slot;
   if (slot < connections_.size() && connections_[slot] == from) {
     connections_[slot] = connections_.back();
@@ -576,7 +584,8 @@ void Worker::HandOverToHttp2(ClientConnection* from, std::unique_ptr<net::Transp
     connections_.pop_back();
   }
   auto* connection =
-      new Http2Connection(this, std::move(transport), std::move(client_ip), received, registered);
+      new Http2Connection(this, std::move(transport), std::move(client_ip), client_port, received,
+                          registered);
   connection->slot = others_.size();
   others_.push_back(connection);
   connection->Start();

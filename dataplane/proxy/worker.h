@@ -158,13 +158,14 @@ class Worker {
   // already read (`registered`: the descriptor is in epoll already). The
   // connection stays counted; `from` is deleted later.
   void HandOverToHttp2(ClientConnection* from, std::unique_ptr<net::Transport> transport,
-                       std::string client_ip, std::string_view received, bool registered);
+                       std::string client_ip, uint16_t client_port, std::string_view received,
+                       bool registered);
   // Takes `connection` off the worker's list without uncounting it.
   void Detach(WorkerConnection* connection);
   // Starts the connection for `listener` on an accepted socket whose client
   // is `client_ip` (the peer, or what its PROXY protocol header said). The
   // connection is already counted.
-  void StartConnection(Listener listener, int fd, std::string client_ip);
+  void StartConnection(Listener listener, int fd, std::string client_ip, uint16_t client_port);
   routing::PassthroughRouter& passthrough_router() { return passthrough_router_; }
   // The metrics of a passthrough decision's group; null when the decision was
   // made on a table other than the current one.
@@ -200,7 +201,7 @@ class Worker {
   void StartGroup(ClientConnection* const* fresh, size_t count);
   // A connection on the worker's list, not started yet.
   ClientConnection* NewClientConnection(std::unique_ptr<net::Transport> transport,
-                                        std::string client_ip);
+                                        std::string client_ip, uint16_t client_port);
   void AcceptAll();
   void RetryAcceptLater();
   bool ProxyProtocolOn(Listener listener) const;

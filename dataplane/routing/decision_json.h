@@ -34,6 +34,9 @@ struct ExplainRequest final : RequestHeaderSource {
   void Collect(std::vector<modification::HeaderView>* out) const override;
   // 443 for https, else 80 (the usual public ports).
   std::string_view ServerPort() const override { return https ? "443" : "80"; }
+  // No connection: empty, as for a request that came through a proxy.
+  std::string_view ServerAddr() const override { return {}; }
+  std::string_view RemotePort() const override { return {}; }
 };
 
 // `url` is "http(s)://host/path?query" (the scheme sets https, the authority

@@ -237,6 +237,7 @@ bool Router::RunModifications(const VirtualHostEntry& vhost, const Request& requ
   view.remote_addr = request.remote_addr;
   if (request.headers != nullptr) {
     view.server_port = request.headers->ServerPort();
+    view.lazy = request.headers;
   }
   for (size_t i = first; i < entries.size(); ++i) {
     const ModificationEntry& entry = entries[i];

@@ -29,7 +29,9 @@ namespace kwd::routing {
 
 // The request's header fields for modification rules, collected only when
 // a rule file applies to the request (the others pay nothing).
-class RequestHeaderSource {
+// Also %{SERVER_ADDR} and %{REMOTE_PORT} (modification::LazyVariables),
+// asked only when a rule reads them.
+class RequestHeaderSource : public modification::LazyVariables {
  public:
   virtual void Collect(std::vector<modification::HeaderView>* out) const = 0;
   // %{SERVER_PORT}: the port the client reached (the public one).

@@ -108,6 +108,8 @@ spec:
         RegIGoneUrl ^/sap/retired/ -
         SetHeader X-Rule-Added from-rule
         SetHeader X-Path %{{PATH}}
+        SetHeader X-Peer %{{REMOTE_ADDR}}:%{{REMOTE_PORT}}
+        SetHeader X-Local %{{SERVER_ADDR}}
         RemoveHeader X-Remove-Me
         SetResponseHeader X-Frame-Options SAMEORIGIN
         RemoveResponseHeader Content-Type
@@ -290,6 +292,30 @@ class ModificationRules(unittest.TestCase):
         # Response edits: set and removed.
         self.assertEqual(values(fields, "X-Frame-Options"), ["SAMEORIGIN"])
         self.assertEqual(values(fields, "Content-Type"), [])
+
+    def test_connection_variables(self):
+        """%{REMOTE_PORT} is the client socket's port, %{SERVER_ADDR} the
+        address it reached; the same over HTTP/2."""
+        sock = socket.create_connection(("127.0.0.1", self.proxy.port), timeout=10)
+        self.addCleanup(sock.close)
+        sock.sendall(b"GET /sap/bc/x HTTP/1.1\r\nHost: erp.example.test\r\n\r\n")
+        status, _, body = read_response(sock)
+        self.assertEqual(status, 200, body)
+        got = json.loads(body)["fields"]
+        self.assertEqual(values(got, "X-Peer"), ["127.0.0.1:%d" % sock.getsockname()[1]])
+        self.assertEqual(values(got, "X-Local"), ["127.0.0.1"])
+        # A second request on the connection: the same (asked again, not stale).
+        sock.sendall(b"GET /sap/bc/y HTTP/1.1\r\nHost: erp.example.test\r\n\r\n")
+        status, _, body = read_response(sock)
+        self.assertEqual(values(json.loads(body)["fields"], "X-Peer"),
+                         ["127.0.0.1:%d" % sock.getsockname()[1]])
+        c = H2Client(self.proxy.port, tls=False)
+        self.addCleanup(c.close)
+        response = c.get("/sap/bc/h2", authority="erp.example.test")
+        self.assertEqual(response["headers"][":status"], "200")
+        got = json.loads(bytes(response["data"]))["fields"]
+        self.assertEqual(values(got, "X-Peer"), ["127.0.0.1:%d" % c.sock.getsockname()[1]])
+        self.assertEqual(values(got, "X-Local"), ["127.0.0.1"])
 
     # ---- system selection ----
 
