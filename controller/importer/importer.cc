@@ -1816,6 +1816,7 @@ class Importer {
   //   RegRedirectUrl ^(GLOB)$ TARGET-or-$1 [CODE=permanent]
   std::string RedirectRules() {
     std::string rules;
+    int64_t instructions = 0;  // of the patterns in `rules`
     std::stable_sort(redirects_.begin(), redirects_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [index, param] : redirects_) {
@@ -1905,25 +1906,45 @@ class Importer {
         }
         conditions += "if %{SERVER_PROTOCOL} stricmp \"" + scheme + "\"";
       }
+      std::string entry;
       if (from == nullptr) {
-        rules += conditions.empty() ? "" : conditions + "\n";
-        rules += "RegRedirectUrl ^" + RegexLiteral(*prefix) + "$ " + target + " [CODE=permanent]\n";
-        Note(*param,
-             "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, "
-             "before the rule files");
+        entry += conditions.empty() ? "" : conditions + "\n";
+        entry += "RegRedirectUrl ^" + RegexLiteral(*prefix) + "$ " + target + " [CODE=permanent]\n";
+      } else {
+        entry += conditions.empty() ? "" : conditions + " [and]\n";
+        entry += "if %{PATH} regmatch ^" + RegexLiteral(*prefix) + "\n";
+        std::string glob;
+        for (char c : *from) {
+          glob += c == '*'   ? std::string(".*")
+                  : c == '?' ? std::string(".")
+                             : RegexLiteral(std::string(1, c));
+        }
+        entry += "RegRedirectUrl ^(" + glob + ")$ " + target + " [CODE=permanent]\n";
+      }
+      // The controller compiles the rule file whole, within a bound on its
+      // patterns' size (kMaxProgramInstructions): an entry that would not
+      // compile, or take the file past the bound, is left out rather than
+      // have the UrlMapping refused.
+      modification::ParseError error;
+      auto program = modification::Program::CompileText(entry, &error);
+      if (program == nullptr ||
+          instructions + program->regex_instructions() > modification::kMaxProgramInstructions) {
+        Warn(*param, (program == nullptr ? "its rule does not compile (" + error.message + ")"
+                                         : std::string("its rule's patterns take the redirects "
+                                                       "past what one rule file may compile")) +
+                         "; redirect not translated");
         continue;
       }
-      rules += conditions.empty() ? "" : conditions + " [and]\n";
-      rules += "if %{PATH} regmatch ^" + RegexLiteral(*prefix) + "\n";
-      std::string glob;
-      for (char c : *from) {
-        glob += c == '*' ? std::string(".*") : c == '?' ? std::string(".") : RegexLiteral(std::string(1, c));
-      }
-      rules += "RegRedirectUrl ^(" + glob + ")$ " + target + " [CODE=permanent]\n";
+      instructions += program->regex_instructions();
+      rules += entry;
       Note(*param,
            "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, before the "
-           "rule files; FROM= is matched against the whole path, with case" +
-               std::string(to == nullptr ? ", and the redirect keeps the path" : ""));
+           "rule files" +
+               std::string(from == nullptr ? ""
+                                           : std::string("; FROM= is matched against the whole "
+                                                         "path, with case") +
+                                                 (to == nullptr ? ", and the redirect keeps the path"
+                                                                : "")));
     }
     return rules;
   }

@@ -798,6 +798,31 @@ TEST(ImportTest, RedirectValuesARuleWouldNotTakeAsTextAreWarned) {
   ExpectLoadable(r);
 }
 
+TEST(ImportTest, RedirectsStayWithinWhatOneRuleFileMayCompile) {
+  // 300 redirects with 1,000-character FROM= patterns: their rule file went
+  // past the controller's bound on a file's patterns (250,000 RE2
+  // instructions), so `validate` refused the UrlMapping, every redirect and
+  // the rule files with it, while the import said nothing. The entries past
+  // the bound are now left out with a WARN.
+  std::string profile = "rdisp/mshost = ms\nms/http_port = 1\n";
+  for (int i = 0; i < 300; ++i) {
+    profile += "icm/HTTP/redirect_" + std::to_string(i) + " = PREFIX=/p" + std::to_string(i) +
+               ", FROM=/p" + std::to_string(i) + "/" + std::string(1000, '?') + ", TO=/t\n";
+  }
+  ImportResult r = ImportText(profile);
+  EXPECT_EQ(r.ExitCode(), 3);
+  std::vector<std::string> warnings = Warnings(r);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_LT(warnings.size(), 300u);
+  for (const std::string& warning : warnings) {
+    EXPECT_NE(warning.find("its rule's patterns take the redirects past what one rule file may "
+                           "compile; redirect not translated"),
+              std::string::npos)
+        << warning;
+  }
+  ExpectLoadable(r);
+}
+
 TEST(ImportTest, Latin1RuleFileIsConvertedWithANote) {
   Files files = {{"rules.txt", "# Regeln f\xfcr W01\nSetHeader x y\n"}};
   ImportResult r = ImportText(
