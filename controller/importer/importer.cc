@@ -1816,6 +1816,7 @@ class Importer {
   //   RegRedirectUrl ^(GLOB)$ TARGET-or-$1 [CODE=permanent]
   std::string RedirectRules() {
     std::string rules;
+    int64_t instructions = 0;  // of the patterns in `rules`
     std::stable_sort(redirects_.begin(), redirects_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [index, param] : redirects_) {
@@ -1856,6 +1857,37 @@ class Importer {
         Warn(*param, "FROM=" + Shown(*from) + " is not a path pattern; redirect not translated");
         continue;
       }
+      if (from != nullptr && from->find('%') != std::string::npos) {
+        // The rule matches the decoded path: "%20" there never matches.
+        Warn(*param, "FROM=" + Shown(*from) +
+                         " holds %-escapes (kwd matches the decoded path); redirect not "
+                         "translated");
+        continue;
+      }
+      // The target is written into a rule as it is: nothing in it may read as
+      // a back reference ($0-$9), a variable (%{...}), options ([...]) or a
+      // quoted argument, and HOST= and PORT= stay a host name and a port.
+      if (to != nullptr && !IsLiteralRuleText(*to)) {
+        Warn(*param, "TO=" + Shown(*to) +
+                         " holds $<digit>, %{, [, \" or \\ that a rule would not take as "
+                         "text; redirect not translated");
+        continue;
+      }
+      if (host != nullptr && !IsRedirectHost(Lower(*host))) {
+        Warn(*param, "HOST=" + Shown(*host) + " is not a host name; redirect not translated");
+        continue;
+      }
+      if (port != nullptr && !IsPortNumber(*port)) {
+        Warn(*param, "PORT=" + Shown(*port) + " is not a port number; redirect not translated");
+        continue;
+      }
+      if (from != nullptr && to == nullptr && host == nullptr) {
+        // The same path, scheme and host: every matching request again.
+        Warn(*param,
+             "FROM= without TO= or HOST= redirects each path to itself (a loop); redirect not "
+             "translated");
+        continue;
+      }
       std::string target = to != nullptr ? *to : from != nullptr ? "$1" : *prefix;
       if (host != nullptr) {
         std::string scheme = prot != nullptr ? Lower(*prot) : "http";
@@ -1874,27 +1906,80 @@ class Importer {
         }
         conditions += "if %{SERVER_PROTOCOL} stricmp \"" + scheme + "\"";
       }
+      std::string entry;
       if (from == nullptr) {
-        rules += conditions.empty() ? "" : conditions + "\n";
-        rules += "RegRedirectUrl ^" + RegexLiteral(*prefix) + "$ " + target + " [CODE=permanent]\n";
-        Note(*param,
-             "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, "
-             "before the rule files");
+        entry += conditions.empty() ? "" : conditions + "\n";
+        entry += "RegRedirectUrl ^" + RegexLiteral(*prefix) + "$ " + target + " [CODE=permanent]\n";
+      } else {
+        entry += conditions.empty() ? "" : conditions + " [and]\n";
+        entry += "if %{PATH} regmatch ^" + RegexLiteral(*prefix) + "\n";
+        std::string glob;
+        for (char c : *from) {
+          glob += c == '*'   ? std::string(".*")
+                  : c == '?' ? std::string(".")
+                             : RegexLiteral(std::string(1, c));
+        }
+        entry += "RegRedirectUrl ^(" + glob + ")$ " + target + " [CODE=permanent]\n";
+      }
+      // The controller compiles the rule file whole, within a bound on its
+      // patterns' size (kMaxProgramInstructions): an entry that would not
+      // compile, or take the file past the bound, is left out rather than
+      // have the UrlMapping refused.
+      modification::ParseError error;
+      auto program = modification::Program::CompileText(entry, &error);
+      if (program == nullptr ||
+          instructions + program->regex_instructions() > modification::kMaxProgramInstructions) {
+        Warn(*param, (program == nullptr ? "its rule does not compile (" + error.message + ")"
+                                         : std::string("its rule's patterns take the redirects "
+                                                       "past what one rule file may compile")) +
+                         "; redirect not translated");
         continue;
       }
-      rules += conditions.empty() ? "" : conditions + " [and]\n";
-      rules += "if %{PATH} regmatch ^" + RegexLiteral(*prefix) + "\n";
-      std::string glob;
-      for (char c : *from) {
-        glob += c == '*' ? std::string(".*") : c == '?' ? std::string(".") : RegexLiteral(std::string(1, c));
-      }
-      rules += "RegRedirectUrl ^(" + glob + ")$ " + target + " [CODE=permanent]\n";
+      instructions += program->regex_instructions();
+      rules += entry;
       Note(*param,
            "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, before the "
-           "rule files; FROM= is matched against the whole path, with case" +
-               std::string(to == nullptr ? ", and the redirect keeps the path" : ""));
+           "rule files" +
+               std::string(from == nullptr ? ""
+                                           : std::string("; FROM= is matched against the whole "
+                                                         "path, with case") +
+                                                 (to == nullptr ? ", and the redirect keeps the path"
+                                                                : "")));
     }
     return rules;
+  }
+
+  // Whether a rule's destination takes `text` as it is (common/modification
+  // rules.cc: back references, variables, options, quoting).
+  static bool IsLiteralRuleText(std::string_view text) {
+    for (size_t i = 0; i < text.size(); ++i) {
+      char c = text[i];
+      if ((c == '$' && i + 1 < text.size() && text[i + 1] >= '0' && text[i + 1] <= '9') ||
+          (c == '%' && i + 1 < text.size() && text[i + 1] == '{') || c == '[' || c == ']' ||
+          c == '"' || c == '\\') {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // A host name (letters, digits, '-', '.') or an IPv6 literal in brackets.
+  static bool IsRedirectHost(std::string_view host) {
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      return std::all_of(host.begin() + 1, host.end() - 1, [](char c) {
+        return std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == ':' || c == '.';
+      });
+    }
+    return !host.empty() && host.front() != '*' && IsVirtualHost(host);
+  }
+
+  static bool IsPortNumber(std::string_view port) {
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    const int value = std::stoi(std::string(port));
+    return value >= 1 && value <= 65535;
   }
 
   // `text` as a regular expression that matches it literally.

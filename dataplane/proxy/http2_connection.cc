@@ -756,6 +756,21 @@ struct Http2Callbacks {
     return 0;
   }
 
+  // A field nghttp2 decoded and drops without resetting the stream (a name
+  // with a character a token does not allow): counted as decoded, as
+  // OnHeader counts, so the cap bounds references to such a name too and
+  // the block stays one decoded to the end (SettleHeaderBlock).
+  static int OnInvalidHeader(nghttp2_session* /*session*/, const nghttp2_frame* /*frame*/,
+                             const uint8_t* /*name*/, size_t name_len, const uint8_t* /*value*/,
+                             size_t value_len, uint8_t /*flags*/, void* user_data) {
+    Http2Connection* c = Self(user_data);
+    c->block_decoded_ += name_len + value_len + 32;
+    if (c->block_decoded_ > c->worker_->options().max_header_bytes + kMaxHeaderBlockSlack) {
+      return static_cast<int>(c->EndForHeaderBlock());
+    }
+    return 0;  // ignored, as without this callback
+  }
+
   static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user_data) {
     Http2Connection* c = Self(user_data);
     if (hd->type == NGHTTP2_HEADERS && !c->CheckStreamId(hd->stream_id)) {
@@ -769,6 +784,10 @@ struct Http2Callbacks {
 
   static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
     Http2Connection* c = Self(user_data);
+    if (frame->hd.type == NGHTTP2_HEADERS) {
+      // Decoded to the end, every field through OnHeader or OnInvalidHeader.
+      c->block_complete_ = true;
+    }
     switch (frame->hd.type) {
       case NGHTTP2_HEADERS: {
         Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id);
@@ -908,6 +927,8 @@ void Http2Connection::Start() {
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks,
                                                           &Http2Callbacks::OnBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, &Http2Callbacks::OnHeader);
+  nghttp2_session_callbacks_set_on_invalid_header_callback(callbacks,
+                                                           &Http2Callbacks::OnInvalidHeader);
   nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks, &Http2Callbacks::OnBeginFrame);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &Http2Callbacks::OnFrameRecv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks,
@@ -1039,15 +1060,22 @@ void Http2Connection::RecycleRetired() {
 }
 
 bool Http2Connection::SettleHeaderBlock() {
-  // A field decodes to at least its wire size + 32 bytes as counted here
-  // (a literal's length prefix and Huffman coding only shrink the wire): a
-  // block whose wire bytes exceed its decoded ones had a part nghttp2
-  // decoded without emitting it.
-  const size_t accounted = block_decoded_ + block_not_fields_;
-  const size_t ignored = block_wire_ > accounted ? block_wire_ - accounted : 0;
+  // A block nghttp2 decoded to the end passed every field to OnHeader or
+  // OnInvalidHeader: its work is bounded by the decoded-size cap there. One
+  // it did not (a stream refused or closed, or reset mid-block as
+  // malformed: the rest is decoded without a callback) pays all its wire
+  // bytes but the padding length and priority fields. Neither the fields
+  // decoded before a reset nor a PADDED flag (whatever the pad length)
+  // excuse the references after it, and a complete block never pays for
+  // Huffman coding longer than its text (an encoder that always uses it,
+  // bytes 0x80-0xFF).
+  const size_t ignored = block_complete_ || block_wire_ <= block_not_fields_
+                             ? 0
+                             : block_wire_ - block_not_fields_;
   block_wire_ = 0;
   block_decoded_ = 0;
   block_not_fields_ = 0;
+  block_complete_ = false;
   if (ignored == 0) {
     return true;
   }
@@ -1260,9 +1288,10 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
         return EndForHeaderBlock();
       }
       block_wire_ = frame.length;
-      // What a HEADERS payload holds besides the block: the padding (its
-      // length byte and up to 255 bytes) and the priority fields.
-      block_not_fields_ = ((frame.flags & NGHTTP2_FLAG_PADDED) != 0 ? 256 : 0) +
+      // What a HEADERS payload holds besides the block and its padding: the
+      // padding's length byte and the priority fields. (The padding is not
+      // decoded, but its length is the client's to choose.)
+      block_not_fields_ = ((frame.flags & NGHTTP2_FLAG_PADDED) != 0 ? 1 : 0) +
                           ((frame.flags & NGHTTP2_FLAG_PRIORITY) != 0 ? 5 : 0);
     } else if (frame.type == NGHTTP2_CONTINUATION) {
       block_wire_ += frame.length;

@@ -87,8 +87,8 @@ class Http2Connection final : public WorkerConnection {
   // over the cap or the ignored-block budget is spent.
   ssize_t Feed(const uint8_t* data, size_t size);
   ssize_t EndForHeaderBlock();
-  // Ends the header block received so far (a HEADERS frame begins): its
-  // wire bytes that no decoded field accounts for are taken from
+  // Ends the header block received so far (a HEADERS frame begins): unless
+  // nghttp2 received it whole, its wire bytes are taken from
   // ignored_block_budget_. False: the budget is spent.
   bool SettleHeaderBlock();
   bool CheckStreamId(int32_t id);
@@ -138,13 +138,15 @@ class Http2Connection final : public WorkerConnection {
   // received, whatever its stream.
   size_t block_decoded_ = 0;
   size_t block_wire_ = 0;
-  size_t block_not_fields_ = 0;  // padding and priority bytes of its HEADERS frame
+  size_t block_not_fields_ = 0;  // pad length and priority bytes of its HEADERS frame
+  bool block_complete_ = false;  // nghttp2 received it whole (OnFrameRecv)
   http::H2FrameScanner frames_;  // where Feed is in the client's frames
-  // Wire bytes of header blocks that decoded to no field (a stream nghttp2
-  // refused, closed or reset as malformed mid-block: it still decodes the
-  // rest, each 1-byte reference included, but calls no callback) may be
-  // spent from this bucket: max_header_bytes, refilled at
-  // kIgnoredBlockBytesPerSecond. Beyond it the connection ends.
+  // Wire bytes of header blocks nghttp2 did not decode to the end with a
+  // callback for every field (a stream it refused, closed or reset as
+  // malformed mid-block: it still decodes the rest, each 1-byte reference
+  // included, but calls no callback) may be spent from this bucket:
+  // max_header_bytes, refilled at kIgnoredBlockBytesPerSecond. Beyond it
+  // the connection ends.
   double ignored_block_budget_ = -1;  // -1: full (set on first use)
   int64_t ignored_block_refilled_ms_ = 0;
   // The highest stream id of the client's HEADERS, and the ids it skipped

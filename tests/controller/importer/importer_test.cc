@@ -749,6 +749,80 @@ TEST(ImportTest, RedirectsBecomeRulesBeforeTheRuleFiles) {
   EXPECT_EQ(run("/sap/bc/gui", true), "continue");
 }
 
+TEST(ImportTest, RedirectValuesARuleWouldNotTakeAsTextAreWarned) {
+  // TO=, HOST= and PORT= are written into the rule as they are: a $1 there
+  // was a back reference (to the FROM= group, or to none: a rule file the
+  // controller refuses, every redirect with it), %{...} a variable, [...]
+  // options, HOST= a path. FROM= with %-escapes never matched the decoded
+  // path, and FROM= without TO= or HOST= redirected each path to itself.
+  ImportResult r = ImportText(
+      "rdisp/mshost = ms\nms/http_port = 1\n"
+      "icm/HTTP/redirect_0 = PREFIX=/x, FROM=/x/*, TO=/new$1\n"
+      "icm/HTTP/redirect_1 = PREFIX=/x, TO=/cost$9\n"
+      "icm/HTTP/redirect_2 = PREFIX=/x, FROM=/x/*, TO=/a%{NOPE}\n"
+      "icm/HTTP/redirect_3 = PREFIX=/x, TO=[CODE=temp]\n"
+      "icm/HTTP/redirect_4 = PREFIX=/x, FROM=/x/*, HOST=%{HTTP_HOST}\n"
+      "icm/HTTP/redirect_5 = PREFIX=/x, FROM=/x/*, HOST=evil.example/p?q=\n"
+      "icm/HTTP/redirect_6 = PREFIX=/x, FROM=/x/*, HOST=h, PORT=80/../x\n"
+      "icm/HTTP/redirect_7 = PREFIX=/a, FROM=/a%20b*, TO=/b\n"
+      "icm/HTTP/redirect_8 = PREFIX=/, FROM=*\n"
+      "icm/HTTP/redirect_9 = PREFIX=/a, FROM=/a*, FROMPROT=http\n"
+      "icm/HTTP/redirect_10 = PREFIX=/v6, FROM=/v6/*, HOST=[2001:db8::1], PORT=8443\n");
+  EXPECT_EQ(r.ExitCode(), 3);
+  const std::string syntax = " holds $<digit>, %{, [, \" or \\ that a rule would not take as "
+                             "text; redirect not translated";
+  const std::string loop =
+      ": FROM= without TO= or HOST= redirects each path to itself (a loop); redirect not "
+      "translated";
+  EXPECT_EQ(Warnings(r),
+            (std::vector<std::string>{
+                "WARN sapwebdisp.pfl:3 icm/HTTP/redirect_0: TO=\"/new$1\"" + syntax,
+                "WARN sapwebdisp.pfl:4 icm/HTTP/redirect_1: TO=\"/cost$9\"" + syntax,
+                "WARN sapwebdisp.pfl:5 icm/HTTP/redirect_2: TO=\"/a%{NOPE}\"" + syntax,
+                "WARN sapwebdisp.pfl:6 icm/HTTP/redirect_3: TO=\"[CODE=temp]\"" + syntax,
+                "WARN sapwebdisp.pfl:7 icm/HTTP/redirect_4: HOST=\"%{HTTP_HOST}\" is not a host "
+                "name; redirect not translated",
+                "WARN sapwebdisp.pfl:8 icm/HTTP/redirect_5: HOST=\"evil.example/p?q=\" is not a "
+                "host name; redirect not translated",
+                "WARN sapwebdisp.pfl:9 icm/HTTP/redirect_6: PORT=\"80/../x\" is not a port "
+                "number; redirect not translated",
+                "WARN sapwebdisp.pfl:10 icm/HTTP/redirect_7: FROM=\"/a%20b*\" holds %-escapes "
+                "(kwd matches the decoded path); redirect not translated",
+                "WARN sapwebdisp.pfl:11 icm/HTTP/redirect_8" + loop,
+                "WARN sapwebdisp.pfl:12 icm/HTTP/redirect_9" + loop}));
+  const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
+  ASSERT_EQ(mods.size(), 1u);
+  EXPECT_EQ(mods[0]["rules"],
+            "if %{PATH} regmatch ^/v6\n"
+            "RegRedirectUrl ^(/v6/.*)$ http://[2001:db8::1]:8443$1 [CODE=permanent]\n");
+  ExpectLoadable(r);
+}
+
+TEST(ImportTest, RedirectsStayWithinWhatOneRuleFileMayCompile) {
+  // 300 redirects with 1,000-character FROM= patterns: their rule file went
+  // past the controller's bound on a file's patterns (250,000 RE2
+  // instructions), so `validate` refused the UrlMapping, every redirect and
+  // the rule files with it, while the import said nothing. The entries past
+  // the bound are now left out with a WARN.
+  std::string profile = "rdisp/mshost = ms\nms/http_port = 1\n";
+  for (int i = 0; i < 300; ++i) {
+    profile += "icm/HTTP/redirect_" + std::to_string(i) + " = PREFIX=/p" + std::to_string(i) +
+               ", FROM=/p" + std::to_string(i) + "/" + std::string(1000, '?') + ", TO=/t\n";
+  }
+  ImportResult r = ImportText(profile);
+  EXPECT_EQ(r.ExitCode(), 3);
+  std::vector<std::string> warnings = Warnings(r);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_LT(warnings.size(), 300u);
+  for (const std::string& warning : warnings) {
+    EXPECT_NE(warning.find("its rule's patterns take the redirects past what one rule file may "
+                           "compile; redirect not translated"),
+              std::string::npos)
+        << warning;
+  }
+  ExpectLoadable(r);
+}
+
 TEST(ImportTest, Latin1RuleFileIsConvertedWithANote) {
   Files files = {{"rules.txt", "# Regeln f\xfcr W01\nSetHeader x y\n"}};
   ImportResult r = ImportText(

@@ -32,11 +32,13 @@ import threading
 import time
 import unittest
 
+import hpack
+
 from test_http2_attacks import (
     ACK, COMPRESSION_ERROR, CONTINUATION, CONTROLLER, DATA, END_HEADERS, END_STREAM,
     ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PING, PROTOCOL_ERROR, PROXY, RST_STREAM,
     WINDOW_UPDATE,
-    Background, Connection, Proxy, ProxyCase, frame, get, literal, literal_new_name,
+    Background, Closed, Connection, Proxy, ProxyCase, frame, get, literal, literal_new_name,
     request_block, wait_status)
 
 # The proxy's SETTINGS_MAX_FRAME_SIZE (the default).
@@ -244,11 +246,12 @@ class HpackAmplification(ProxyCase):
 
 class IgnoredHeaderBlocks(ProxyCase):
     """Header blocks nghttp2 decodes without emitting a field: the rest of a
-    block whose stream it has just reset as malformed (an uppercase or
-    space-holding name), or a block on a stream it no longer knows. Each
-    1-byte reference in them still costs a table lookup; the decoded-size
-    cap above never sees them, so their wire bytes come from a budget per
-    connection (max_header_bytes, refilled at 16 KiB/s)."""
+    block whose stream it has just reset as malformed (an uppercase name),
+    or a block on a stream it no longer knows. Each 1-byte reference in them
+    still costs a table lookup; the decoded-size cap above never sees them,
+    so the wire bytes of a block not decoded to the end come from a budget
+    per connection (max_header_bytes, refilled at 16 KiB/s). Fields nghttp2
+    drops without a reset (a name with a space) count toward the cap."""
 
     def ignored_blocks(self, name, count=8):
         """Stream 1 adds `name: 4,000 x a` to the dynamic table; every block
@@ -315,6 +318,110 @@ class IgnoredHeaderBlocks(ProxyCase):
                     statuses[stream] = decoded[":status"]
         self.assertEqual(len(statuses), 2000)
         self.assertEqual(set(statuses.values()), {"200"})
+        self.assertIsNone(conn.goaway)
+
+    def sync(self, conn, data):
+        """Sends `data` and a PING and reads up to the PING's ACK (so that
+        the streams the server reset are closed): False once the server
+        closed the connection."""
+        try:
+            conn.send(data + frame(PING, 0, 0, b"syncsync"))
+            deadline = time.monotonic() + 10
+            while True:
+                kind, flags, _, _ = conn.read_frame(deadline)
+                if kind == PING and flags & ACK:
+                    return True
+        except (Closed, OSError):
+            return False
+
+    def test_padding_is_no_allowance_for_ignored_blocks(self):
+        """The PADDED flag with a pad length of 0 is no licence for 255
+        bytes of ignored references: 4,000 blocks of 255 references to an
+        uppercase name (1 MB), each on a new stream reset at its first field,
+        once went through without any GOAWAY."""
+        conn = self.connect()
+        padded = 0x8
+        self.assertTrue(self.sync(conn, header_block_frames(
+            1, request_block(b"/amplify") + literal_new_name(b"X-AMP", b"a" * 4000, first=0x40)
+            + b"\xbe")))
+        cpu_before = cpu_seconds(self.proxy.pid)
+        stream = 3
+        for _ in range(50):
+            blocks = b"".join(frame(HEADERS, END_STREAM | END_HEADERS | padded, stream + 2 * i,
+                                    b"\0" + b"\xbe" * 255) for i in range(80))
+            stream += 160
+            if not self.sync(conn, blocks):
+                break
+        conn.wait_closed(10)
+        print("padded ignored blocks: GOAWAY %r, proxy CPU %.3fs"
+              % (conn.goaway, cpu_seconds(self.proxy.pid) - cpu_before))
+        self.assertIsNotNone(conn.goaway)
+        self.assertEqual(conn.goaway[1], ENHANCE_YOUR_CALM)
+        # The budget (64 KiB) and what it refills meanwhile: far from 4,000.
+        self.assertLess(conn.goaway[0], 2 * 1500)
+        self.assert_serves()
+
+    def test_fields_before_the_reset_are_no_allowance(self):
+        """Fields decoded before the stream's reset do not pay for the
+        references decoded after it: each block emits 31 references to a
+        3,900-byte entry (~120 KiB decoded, under the cap), then resets its
+        stream with an uppercase name and holds ~120 KiB of references to
+        it. Counted against the block's decoded bytes, none cost anything:
+        40 such blocks went through without a GOAWAY."""
+        conn = self.connect()
+        out = bytearray()
+        for i in range(40):
+            block = request_block(b"/amplify")
+            if i == 0:
+                # x-big becomes 63 (\xbf) once X-U (62, \xbe) is added.
+                block += literal_new_name(b"x-big", b"a" * 3900, first=0x40) + b"\xbe" * 30
+                block += literal_new_name(b"X-U", b"", first=0x40)
+            else:
+                block += b"\xbf" * 31
+            block += b"\xbe" * (120 * 1024 - len(block))
+            out += header_block_frames(1 + 2 * i, block)
+        cpu_before = cpu_seconds(self.proxy.pid)
+        try:
+            conn.sock.settimeout(20)
+            conn.sock.sendall(bytes(out))
+        except OSError:
+            pass  # the server closed the connection while we sent
+        closed = conn.wait_closed(20)
+        print("fields before the reset: closed %s, GOAWAY %r, proxy CPU %.3fs"
+              % (closed, conn.goaway, cpu_seconds(self.proxy.pid) - cpu_before))
+        self.assertIsNotNone(conn.goaway)
+        self.assertEqual(conn.goaway[1], ENHANCE_YOUR_CALM)
+        self.assertLessEqual(conn.goaway[0], 5)
+        self.assertEqual(self.backend.count("/amplify"), 0)
+        self.assert_serves()
+
+    def test_huffman_coded_latin1_values_are_not_ignored_bytes(self):
+        """An encoder that always uses Huffman coding (python-hyper's hpack,
+        Rust's h2) makes bytes 0x80-0xFF about 2.75 times as long on the
+        wire as decoded: 300 requests with a 1,000-byte Latin-1 value, a
+        different one each (~2.8 KB a block, ~1.7 KB more than decoded), are
+        all answered on one connection, without a GOAWAY."""
+        conn = self.connect()
+        encoder = hpack.Encoder()
+        statuses = {}
+        for batch in range(6):
+            streams = [1 + 2 * (50 * batch + i) for i in range(50)]
+            conn.send(b"".join(
+                frame(HEADERS, END_STREAM | END_HEADERS, stream, encoder.encode(
+                    [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/latin1"),
+                     (b":authority", b"h2.test"),
+                     (b"x-name", b"%04d" % stream + b"\xe9" * 996)], huffman=True))
+                for stream in streams))
+            deadline = time.monotonic() + 10
+            while not all(stream in statuses for stream in streams):
+                try:
+                    kind, flags, stream, payload = conn.read_frame(deadline)
+                except Closed:
+                    self.fail("closed after %d answers, GOAWAY %r" % (len(statuses), conn.goaway))
+                decoded = conn.headers(kind, flags, stream, payload)
+                if decoded is not None and ":status" in decoded:
+                    statuses[stream] = decoded[":status"]
+        self.assertEqual(len(statuses), 300)
         self.assertIsNone(conn.goaway)
 
 
