@@ -1603,7 +1603,16 @@ void Http2Connection::ReleaseIdlePages(int64_t now_ms) {
       nghttp2_session_get_outbound_queue_size(session_) != 0) {
     return;
   }
-  session_memory_.ReleaseIdlePages();
+  if (session_memory_.ReleaseIdlePages() == 0) {
+    return;  // given back already since the last output
+  }
+  // And the stream map's buckets and the lists' storage (a few hundred
+  // bytes), which the next stream takes again.
+  if (retired_.empty() && to_start_.empty()) {
+    decltype(streams_)().swap(streams_);
+    decltype(retired_)().swap(retired_);
+    decltype(to_start_)().swap(to_start_);
+  }
 }
 
 void Http2Connection::Close(std::string_view cause) {

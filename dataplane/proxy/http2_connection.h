@@ -113,7 +113,8 @@ class Http2Connection final : public WorkerConnection {
   void PumpStreams();
   void Close(std::string_view cause);
   void OnTick();
-  // Gives the frame buffer's pages back if the connection is idle.
+  // An idle connection gives back its frame buffer's pages and the
+  // storage of its (empty) stream map and lists.
   void ReleaseIdlePages(int64_t now_ms);
   void ScheduleTick();
   void CountError(Http2Error error);
