@@ -26,6 +26,10 @@
 # usage: bench/memory_bench.sh [BUILD_DIR]
 #   env: SNAPSHOT_GROUPS=100 CONNECTIONS=10000 H2_CONNECTIONS=1000
 #        PROXIES="kwd haproxy nginx" SHAPES="plain tls h2"
+#        H2_REQUESTS=1 (requests one after the other on each h2 connection
+#        before it is left idle)
+#        MEMORY_PORT_BASE (unset: free ports the kernel picks; set: it to
+#        MEMORY_PORT_BASE+5 on 127.0.0.1, for a machine shared by several runs)
 #   BUILD_DIR holds kwd-proxy and kwd-controller (default build-bench).
 # Prints a table per shape and BENCH-ROW lines for scripts/run-benchmarks.sh.
 set -euo pipefail
@@ -35,6 +39,7 @@ build=${1:-build-bench}
 groups=${SNAPSHOT_GROUPS:-100}
 conns=${CONNECTIONS:-10000}
 h2_conns=${H2_CONNECTIONS:-1000}
+h2_requests=${H2_REQUESTS:-1}
 proxies=${PROXIES:-kwd haproxy nginx}
 shapes=${SHAPES:-plain tls h2}
 proxy_bin=$build/kwd-proxy
@@ -53,8 +58,16 @@ fi
 
 bench_work kwd-membench
 
-# Free loopback ports (other benchmarks may run on the machine).
-B1=$(free_port); B2=$(free_port); KWD=$(free_port); HAP=$(free_port); NGX=$(free_port)
+# Free loopback ports (other benchmarks may run on the machine), or the six
+# from MEMORY_PORT_BASE.
+if [[ -n ${MEMORY_PORT_BASE:-} ]]; then
+  base=$MEMORY_PORT_BASE
+  B1=$base B2=$((base + 1)) KWD=$((base + 2)) HAP=$((base + 3)) NGX=$((base + 4))
+  KWD_PLAIN=$((base + 5))
+else
+  B1=$(free_port); B2=$(free_port); KWD=$(free_port); HAP=$(free_port); NGX=$(free_port)
+  KWD_PLAIN=
+fi
 fd_limit=$(ulimit -Hn)
 ulimit -n "$fd_limit"
 bench_cert "$work"
@@ -119,7 +132,7 @@ start_proxy() {  # NAME SHAPE
       local tls=()
       [[ $shape != plain ]] && tls=(--tls-listen 127.0.0.1:$KWD --tls-cert-dir "$work/certs")
       local plain=127.0.0.1:$KWD
-      [[ $shape != plain ]] && plain=127.0.0.1:$(free_port)
+      [[ $shape != plain ]] && plain=127.0.0.1:${KWD_PLAIN:-$(free_port)}
       KWD_AFFINITY_KEY=bench "$proxy_bin" serve --snapshot "$work/snapshot.json" --listen "$plain" \
         --admin-listen 127.0.0.1:0 --workers 1 --access-log off "${tls[@]}" \
         >"$work/kwd.out" 2>"$work/kwd.log" &
@@ -207,7 +220,7 @@ for shape in $shapes; do
     want=$count
     [[ $name == haproxy ]] && (( want > hap_maxconn - 10 )) && want=$((hap_maxconn - 10))
     rm -f "$work/ready"
-    /usr/bin/python3 "$client_py" $shape ${port[$name]} "$want" "$work/ready" &
+    /usr/bin/python3 "$client_py" $shape ${port[$name]} "$want" "$work/ready" "$h2_requests" &
     client=$!
     for _ in $(seq 1 3000); do
       [[ -s $work/ready ]] && break
@@ -251,7 +264,9 @@ raw() { case $3 in idle) awk -v v="${idle[$1,$2]}" 'BEGIN {printf "%.1f", v / 10
 declare -A label=([plain]="plain HTTP/1.1" [tls]="TLS 1.3 HTTP/1.1" [h2]="HTTP/2 over TLS 1.3")
 for shape in $shapes; do
   echo
-  echo "memory (VmRSS), ${label[$shape]}: kwd-proxy with a $groups-group snapshot, HAProxy and nginx as in scripts/bench-proxies.sh"
+  extra=""
+  [[ $shape == h2 && $h2_requests != 1 ]] && extra=", $h2_requests requests per connection"
+  echo "memory (VmRSS), ${label[$shape]}$extra: kwd-proxy with a $groups-group snapshot, HAProxy and nginx as in scripts/bench-proxies.sh"
   printf "%-8s %14s %12s %22s %18s\n" proxy "idle RSS KiB" connections "RSS with them KiB" "KiB per conn"
   for name in $proxies; do
     printf "%-8s %14s %12s %22s %18s\n" $name "${idle[$name,$shape]}" "${held[$name,$shape]}" \

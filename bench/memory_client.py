@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Holds many idle keep-alive connections to one proxy (bench/memory_bench.sh).
 
-usage: memory_client.py SHAPE PORT COUNT READY_FILE
+usage: memory_client.py SHAPE PORT COUNT READY_FILE [REQUESTS]
   SHAPE: plain (HTTP/1.1), tls (HTTP/1.1 over TLS 1.3, ALPN http/1.1) or
          h2 (HTTP/2 over TLS 1.3, ALPN h2; needs python3-h2)
+  REQUESTS: h2 only, GET / requests one after the other on each connection
+         (default 1)
 
 Opens COUNT connections, at most 100 being set up at a time, sends one
-GET / on each and reads its answer (a 200), keeps every answered connection
+GET / on each (h2: REQUESTS) and reads its answer (a 200), keeps every answered connection
 open and idle, then writes "<held> <failed>" to READY_FILE and sleeps until
 it is killed. One process, one asyncio loop: the descriptor limit is raised
 to the hard limit.
@@ -46,7 +48,7 @@ async def http1(port, ctx):
     return writer
 
 
-async def http2(port, ctx):
+async def http2(port, ctx, requests=1):
     import h2.config
     import h2.connection
     import h2.events
@@ -58,31 +60,32 @@ async def http2(port, ctx):
         raise OSError("ALPN %r, not h2" % alpn)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
-    stream = conn.get_next_available_stream_id()
-    conn.send_headers(stream, [(":method", "GET"), (":scheme", "https"),
-                               (":authority", SERVER_NAME), (":path", "/")], end_stream=True)
-    writer.write(conn.data_to_send())
-    status, done = None, False
-    for _ in range(1000):  # frames of one small answer: bounded
-        data = await reader.read(65536)
-        if not data:
-            break
-        for event in conn.receive_data(data):
-            if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream:
-                status = dict(event.headers).get(b":status")
-            elif isinstance(event, h2.events.DataReceived):
-                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
-                done = True
-        out = conn.data_to_send()
-        if out:
-            writer.write(out)
-        if done:
-            break
-    await writer.drain()
-    if not done or status != b"200":
-        writer.close()
-        raise OSError("h2 stream: status %r, ended %s" % (status, done))
+    for _ in range(requests):
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(stream, [(":method", "GET"), (":scheme", "https"),
+                                   (":authority", SERVER_NAME), (":path", "/")], end_stream=True)
+        writer.write(conn.data_to_send())
+        status, done = None, False
+        for _ in range(1000):  # frames of one small answer: bounded
+            data = await reader.read(65536)
+            if not data:
+                break
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream:
+                    status = dict(event.headers).get(b":status")
+                elif isinstance(event, h2.events.DataReceived):
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
+                    done = True
+            out = conn.data_to_send()
+            if out:
+                writer.write(out)
+            if done:
+                break
+        await writer.drain()
+        if not done or status != b"200":
+            writer.close()
+            raise OSError("h2 stream: status %r, ended %s" % (status, done))
     # The connection stays open: the peer's reader is left alone, pings
     # (HAProxy does not send any) would be answered by nobody.
     return writer
@@ -90,6 +93,7 @@ async def http2(port, ctx):
 
 async def main():
     shape, port, count, ready = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    requests = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     ctx = None
@@ -103,7 +107,10 @@ async def main():
         nonlocal failed
         async with gate:
             try:
-                kept.append(await asyncio.wait_for(opener(port, ctx), 30))
+                if shape == "h2":
+                    kept.append(await asyncio.wait_for(http2(port, ctx, requests), 30 + requests))
+                else:
+                    kept.append(await asyncio.wait_for(opener(port, ctx), 30))
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as e:
                 failed += 1
                 if failed <= 3:

@@ -43,6 +43,11 @@ constexpr uint64_t kMaxClientResets = 10'000;
 // other connections' events, the timers and a drain deadline) before it
 // reads more, however fast the client sends and whatever the bytes cost.
 constexpr size_t kReadBytesPerTurn = 256 * 1024;
+// An HTTP/2 connection without a stream for this long gives its frame
+// buffer's pages back (Http2SessionMemory::ReleaseIdlePages; at its next
+// tick, so within a second more): about 4 KiB per idle connection, for an
+// madvise and the page faults of the next answer.
+constexpr int64_t kReleasePagesAfterIdleMs = 500;
 // Ranges of stream ids a client skipped that are remembered (a client
 // skipping ids is rare; one that skips many only loses the check on the
 // oldest).
@@ -189,20 +194,23 @@ SubmitScratch& ThreadSubmitScratch() {
 // alignment kept) holding its class, or kLarge (or kMapped) and its size.
 struct SizeClassPool {
   static constexpr size_t kPrefix = 16;
-  static constexpr uint32_t kClasses = 7;  // 64 B .. 4 KiB
+  // 64 B .. 4 KiB, two classes per power of two (64, 96, 128, 192, ...,
+  // 3 KiB, 4 KiB): a block wastes at most a third of itself. nghttp2's
+  // session structure (2,928 bytes in 1.52, kept for the connection's life)
+  // took a 4 KiB block with classes of powers of two only.
+  static constexpr uint32_t kClasses = 13;
   static constexpr uint32_t kLarge = kClasses;
-  // Blocks of kMapBytes and more have pages of their own (mmap): nghttp2's
-  // output frame buffer, 16 KiB a session, taken when the session starts
-  // and kept for its life, is then resident only as far as frames were
-  // written into it (a page or two for a connection that carried small
-  // answers), where a block malloc recycled was resident whole. An mmap and
-  // a munmap per HTTP/2 connection; the blocks are not kept on a list.
+  // Blocks of kMapBytes and more have pages of their own (mmap), resident
+  // only as far as they were written; an mmap and a munmap each, the blocks
+  // are not kept on a list. nghttp2's output frame buffer (16 KiB a
+  // session, taken when it starts and kept for its life) is one, taken
+  // through an Http2SessionMemory: page-aligned, without the prefix, so
+  // that all its pages can be given back while the connection is idle.
   static constexpr uint32_t kMapped = kClasses + 1;
   static constexpr size_t kMapBytes = 16 * 1024;
-  static size_t MappedBytes(size_t size) {
-    const size_t page = 4096;
-    return (kPrefix + size + page - 1) / page * page;
-  }
+  static constexpr size_t kPage = 4096;
+  static size_t PageRound(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+  static size_t MappedBytes(size_t size) { return PageRound(kPrefix + size); }
   static constexpr size_t kKeepBytesPerClass = 128 * 1024;
   struct Prefix {
     uint32_t size_class;
@@ -220,7 +228,11 @@ struct SizeClassPool {
     static thread_local SizeClassPool pool{};  // trivially destructible, as PerThreadStack
     return pool;
   }
-  static size_t ClassBytes(uint32_t c) { return size_t{64} << c; }
+  static size_t ClassBytes(uint32_t c) {
+    // Even classes 64 << c/2, odd ones 1.5 times the one before.
+    size_t base = size_t{64} << (c / 2);
+    return (c % 2) == 0 ? base : base + base / 2;
+  }
   static uint32_t ClassOf(size_t size) {
     uint32_t c = 0;
     while (c < kClasses && ClassBytes(c) < size) {
@@ -296,6 +308,23 @@ void SizeClassPool::Give(void* p) {
   ++count[c];
 }
 
+// Resizes a block of the pool (not null, size not 0) as realloc does.
+void* PoolResize(void* p, size_t size) {
+  SizeClassPool::Prefix* prefix = SizeClassPool::PrefixOf(p);
+  if (prefix->size_class < SizeClassPool::kClasses &&
+      size <= SizeClassPool::ClassBytes(prefix->size_class)) {
+    prefix->size = size;
+    return p;  // fits its block still
+  }
+  void* fresh = SizeClassPool::ThisThread().Take(size);
+  if (fresh == nullptr) {
+    return nullptr;  // p stays valid, as realloc's
+  }
+  std::memcpy(fresh, p, std::min(prefix->size, size));
+  SizeClassPool::ThisThread().Give(p);
+  return fresh;
+}
+
 void* PoolMalloc(size_t size, void* /*user_data*/) {
   return SizeClassPool::ThisThread().Take(size);
 }
@@ -304,8 +333,12 @@ void PoolFree(void* p, void* /*user_data*/) {
   SizeClassPool::ThisThread().Give(p);
 }
 
+bool CountOverflows(size_t count, size_t size) {
+  return size != 0 && count > static_cast<size_t>(-1) / 2 / size;
+}
+
 void* PoolCalloc(size_t count, size_t size, void* /*user_data*/) {
-  if (size != 0 && count > static_cast<size_t>(-1) / 2 / size) {
+  if (CountOverflows(count, size)) {
     return nullptr;
   }
   void* p = SizeClassPool::ThisThread().Take(count * size);
@@ -323,19 +356,7 @@ void* PoolRealloc(void* p, size_t size, void* /*user_data*/) {
     SizeClassPool::ThisThread().Give(p);
     return nullptr;
   }
-  SizeClassPool::Prefix* prefix = SizeClassPool::PrefixOf(p);
-  if (prefix->size_class < SizeClassPool::kClasses &&
-      size <= SizeClassPool::ClassBytes(prefix->size_class)) {
-    prefix->size = size;
-    return p;  // fits its block still
-  }
-  void* fresh = SizeClassPool::ThisThread().Take(size);
-  if (fresh == nullptr) {
-    return nullptr;  // p stays valid, as realloc's
-  }
-  std::memcpy(fresh, p, std::min(prefix->size, size));
-  SizeClassPool::ThisThread().Give(p);
-  return fresh;
+  return PoolResize(p, size);
 }
 
 }  // namespace
@@ -343,6 +364,118 @@ void* PoolRealloc(void* p, size_t size, void* /*user_data*/) {
 nghttp2_mem* Http2ThreadAllocator() {
   static nghttp2_mem mem{nullptr, &PoolMalloc, &PoolFree, &PoolCalloc, &PoolRealloc};
   return &mem;
+}
+
+// The session's frame buffer: the first block of kMapBytes or more taken
+// while the session is being created (nghttp2_session_server_new3 takes it
+// then, and no other block that large). Every other block is the pool's.
+struct Http2SessionMemory::Hooks {
+  static Http2SessionMemory* Self(void* user_data) {
+    return static_cast<Http2SessionMemory*>(user_data);
+  }
+  static bool IsFrame(Http2SessionMemory* m, void* p) { return p != nullptr && p == m->frame_; }
+  // A page-aligned mapping for the frame buffer, or nullptr to take a pool block.
+  static void* TakeFrame(Http2SessionMemory* m, size_t size) {
+    if (!m->creating_ || m->frame_ != nullptr || size < SizeClassPool::kMapBytes) {
+      return nullptr;
+    }
+    size_t bytes = SizeClassPool::PageRound(size);
+    void* mapped =
+        ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) {
+      return nullptr;  // a pool block, then (its own mmap, with the prefix)
+    }
+    m->frame_ = mapped;
+    m->frame_size_ = size;
+    m->frame_bytes_ = bytes;
+    m->released_ = false;
+    return mapped;
+  }
+  static void GiveFrame(Http2SessionMemory* m) {
+    ::munmap(m->frame_, m->frame_bytes_);
+    m->frame_ = nullptr;
+    m->frame_size_ = 0;
+    m->frame_bytes_ = 0;
+  }
+  static void* Malloc(size_t size, void* user_data) {
+    void* p = TakeFrame(Self(user_data), size);
+    return p != nullptr ? p : SizeClassPool::ThisThread().Take(size);
+  }
+  static void Free(void* p, void* user_data) {
+    Http2SessionMemory* m = Self(user_data);
+    if (IsFrame(m, p)) {
+      GiveFrame(m);
+      return;
+    }
+    SizeClassPool::ThisThread().Give(p);
+  }
+  static void* Calloc(size_t count, size_t size, void* user_data) {
+    return PoolCalloc(count, size, user_data);
+  }
+  static void* Realloc(void* p, size_t size, void* user_data) {
+    Http2SessionMemory* m = Self(user_data);
+    if (p == nullptr) {
+      return Malloc(size, user_data);
+    }
+    if (size == 0) {
+      Free(p, user_data);
+      return nullptr;
+    }
+    if (!IsFrame(m, p)) {
+      return PoolResize(p, size);
+    }
+    if (size <= m->frame_bytes_) {
+      m->frame_size_ = size;
+      return p;
+    }
+    // Grown beyond its pages (nghttp2 does not: its buffers take more
+    // chains instead): a pool block.
+    void* fresh = SizeClassPool::ThisThread().Take(size);
+    if (fresh == nullptr) {
+      return nullptr;
+    }
+    std::memcpy(fresh, p, m->frame_size_);
+    GiveFrame(m);
+    return fresh;
+  }
+};
+
+Http2SessionMemory::Http2SessionMemory()
+    : mem_{this, &Hooks::Malloc, &Hooks::Free, &Hooks::Calloc, &Hooks::Realloc} {}
+
+Http2SessionMemory::~Http2SessionMemory() {
+  if (frame_ != nullptr) {
+    Hooks::GiveFrame(this);  // the session was not deleted (it owned the block)
+  }
+}
+
+size_t Http2SessionMemory::ReleaseIdlePages() {
+  if (frame_ == nullptr || released_) {
+    return 0;
+  }
+  released_ = true;
+  // MADV_DONTNEED: the pages read as zeroes from now on, and are resident
+  // again only as frames are written into them.
+  if (::madvise(frame_, frame_bytes_, MADV_DONTNEED) != 0) {
+    return 0;
+  }
+  return frame_bytes_;
+}
+
+size_t Http2SessionMemory::FrameBufferResidentBytes() const {
+  if (frame_ == nullptr) {
+    return 0;
+  }
+  const size_t pages = frame_bytes_ / SizeClassPool::kPage;
+  std::vector<unsigned char> resident(pages);
+  if (::mincore(frame_, frame_bytes_, resident.data()) != 0) {
+    return frame_bytes_;
+  }
+  size_t bytes = 0;
+  for (unsigned char r : resident) {
+    bytes += (r & 1) != 0 ? SizeClassPool::kPage : 0;
+  }
+  return bytes;
 }
 
 PrefaceMatch MatchHttp2Preface(std::string_view received) {
@@ -954,7 +1087,9 @@ void Http2Connection::Start() {
   // issue 25; the 1,000 idle HTTP/2 connections of bench/memory_bench.sh
   // held about 0.9 KiB each in it).
   nghttp2_option_set_max_deflate_dynamic_table_size(option, 0);
-  int rv = nghttp2_session_server_new3(&session_, callbacks, this, option, Http2ThreadAllocator());
+  session_memory_.set_creating(true);
+  int rv = nghttp2_session_server_new3(&session_, callbacks, this, option, session_memory_.mem());
+  session_memory_.set_creating(false);
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
   started_ms_ = worker_->loop().now_ms();
@@ -1384,6 +1519,7 @@ bool Http2Connection::Send() {
     if (n == 0) {
       break;
     }
+    session_memory_.NoteOutput();
     out_.Append(std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(n)));
     progressed = true;
   }
@@ -1449,6 +1585,7 @@ void Http2Connection::Drive() {
         if (n <= 0) {
           break;
         }
+        session_memory_.NoteOutput();
         out_.Append(std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(n)));
       }
       if (!out_.empty()) {
@@ -1546,6 +1683,28 @@ void Http2Connection::OnTick() {
   }
   ScheduleTick();
   Drive();
+  ReleaseIdlePages(now);
+}
+
+void Http2Connection::ReleaseIdlePages(int64_t now_ms) {
+  // Idle: no stream, nothing queued in nghttp2 or here, for a while (a
+  // connection between the requests of a busy client keeps its pages).
+  if (closed_ || draining_ || session_ == nullptr || !streams_.empty() || !out_.empty() ||
+      now_ms - idle_since_ms_ < kReleasePagesAfterIdleMs ||
+      nghttp2_session_want_write(session_) != 0 ||
+      nghttp2_session_get_outbound_queue_size(session_) != 0) {
+    return;
+  }
+  if (session_memory_.ReleaseIdlePages() == 0) {
+    return;  // given back already since the last output
+  }
+  // And the stream map's buckets and the lists' storage (a few hundred
+  // bytes), which the next stream takes again.
+  if (retired_.empty() && to_start_.empty()) {
+    decltype(streams_)().swap(streams_);
+    decltype(retired_)().swap(retired_);
+    decltype(to_start_)().swap(to_start_);
+  }
 }
 
 void Http2Connection::Close(std::string_view cause) {

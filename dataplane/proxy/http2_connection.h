@@ -38,6 +38,45 @@ inline constexpr std::string_view kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\
 // that took it or another (it then joins that thread's lists).
 nghttp2_mem* Http2ThreadAllocator();
 
+// nghttp2's allocator for one session: Http2ThreadAllocator's, except for
+// the output frame buffer nghttp2 takes when the session is created and
+// keeps for its life (16 KiB), which gets pages of its own that an idle
+// connection gives back to the kernel. nghttp2 writes each frame into that
+// buffer afresh, so once nothing is queued and every byte it returned was
+// copied, what the buffer holds is never read again. Outlives the session.
+class Http2SessionMemory {
+ public:
+  Http2SessionMemory();
+  ~Http2SessionMemory();
+  Http2SessionMemory(const Http2SessionMemory&) = delete;
+  Http2SessionMemory& operator=(const Http2SessionMemory&) = delete;
+
+  nghttp2_mem* mem() { return &mem_; }
+  // True around nghttp2_session_*_new3: the frame buffer is the first block
+  // of 16 KiB or more taken then.
+  void set_creating(bool creating) { creating_ = creating; }
+  // nghttp2 returned frames from the buffer (nghttp2_session_mem_send):
+  // its pages are resident again.
+  void NoteOutput() { released_ = false; }
+  // Gives the frame buffer's pages back (MADV_DONTNEED) unless they were
+  // since the last NoteOutput. Only when nghttp2 has nothing to send
+  // (nghttp2_session_want_write() is 0) and its last frames were copied.
+  // Returns the bytes given back.
+  size_t ReleaseIdlePages();
+  // The frame buffer's resident bytes (mincore), for tests.
+  size_t FrameBufferResidentBytes() const;
+  bool has_frame_buffer() const { return frame_ != nullptr; }
+
+ private:
+  struct Hooks;
+  nghttp2_mem mem_;
+  void* frame_ = nullptr;
+  size_t frame_size_ = 0;   // asked for
+  size_t frame_bytes_ = 0;  // mapped (whole pages)
+  bool creating_ = false;
+  bool released_ = false;
+};
+
 enum class PrefaceMatch { kNo, kPartial, kYes };
 // Whether the first bytes of a connection are the HTTP/2 preface: kPartial
 // while they are a proper prefix of it.
@@ -75,6 +114,9 @@ class Http2Connection final : public WorkerConnection {
   void PumpStreams();
   void Close(std::string_view cause);
   void OnTick();
+  // An idle connection gives back its frame buffer's pages and the
+  // storage of its (empty) stream map and lists.
+  void ReleaseIdlePages(int64_t now_ms);
   void ScheduleTick();
   void CountError(Http2Error error);
   // Whether a client HEADERS on stream `id` is allowed: false for an id
@@ -112,6 +154,8 @@ class Http2Connection final : public WorkerConnection {
   int fd_;
   std::string client_ip_;
   uint16_t client_port_;  // 0: unknown
+  // Declared before session_ (destroyed after it): the session's blocks.
+  Http2SessionMemory session_memory_;
   nghttp2_session* session_ = nullptr;
   Buffer in_{0};  // bytes received before the session existed
   Buffer out_;

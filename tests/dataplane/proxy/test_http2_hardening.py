@@ -706,6 +706,43 @@ class StreamIds(ProxyCase):
         self.assertEqual(wait_status(conn, 3), "200")
         self.assertTrue(conn.goaway is None or conn.goaway[1] == NO_ERROR, conn.goaway)
 
+    def answered(self, conn, stream_id):
+        deadline = time.monotonic() + 10
+        while True:
+            kind, flags, stream, payload = conn.read_frame(deadline)
+            conn.headers(kind, flags, stream, payload)
+            if stream == stream_id and kind in (HEADERS, DATA) and flags & END_STREAM:
+                return
+
+    def ended_then(self, late, streams_between=0):
+        """Stream 1 ended by the client and answered, `streams_between`
+        more after it, then `late` on stream 1: a connection error
+        STREAM_CLOSED (RFC 9113 5.1), whether or not nghttp2 keeps closed
+        streams (kwd remembers the ids of the latest ones the client ended)."""
+        conn = self.connect()
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/one")))
+        self.answered(conn, 1)
+        for i in range(streams_between):
+            conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 3 + 2 * i, request_block(b"/more")))
+            self.answered(conn, 3 + 2 * i)
+        conn.send(late)
+        self.assertTrue(conn.wait_closed(10), "connection open after a frame on closed stream 1")
+        self.assertIsNotNone(conn.goaway, "no GOAWAY")
+        self.assertEqual(conn.goaway[1], STREAM_CLOSED)
+
+    def test_data_on_a_stream_the_client_ended_is_a_connection_error(self):
+        self.ended_then(frame(DATA, 0, 1, b"late"))
+
+    def test_headers_on_a_stream_the_client_ended_is_a_connection_error(self):
+        self.ended_then(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/again")))
+        self.assertEqual(self.backend.count("/again"), 0)
+
+    def test_data_on_an_ended_stream_50_streams_back_is_a_connection_error(self):
+        self.ended_then(frame(DATA, 0, 1, b"late"), streams_between=50)
+
+
+STREAM_CLOSED = 0x5
+
 
 if __name__ == "__main__":
     if not (PROXY and CONTROLLER):
