@@ -298,8 +298,8 @@ SnapshotServer::SnapshotServer(SnapshotServerOptions options, MetricsRegistry* m
                                           "Serialized size of the current snapshot.");
     initial_waiting_ = &metrics_->GetGauge(
         "kwd_controller_first_snapshots_waiting",
-        "Proxies that connected and wait for their first whole snapshot: a few are sent at "
-        "once, so that a reconnect storm does not hold up updates to the others.");
+        "Proxies that connected and wait for their first whole snapshot: 32 are written at "
+        "once, so that a reconnect storm does not hold up the updates to the others.");
     pushes_ = &metrics_->GetCounter("kwd_controller_snapshot_pushes_total",
                                     "Snapshot responses queued to proxies.");
     acks_ = &metrics_->GetCounter("kwd_controller_snapshot_acks_total",
