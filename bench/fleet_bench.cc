@@ -156,17 +156,7 @@ int RunController(int initial_sends) {
     std::fprintf(stderr, "fleet_bench --controller: %s\n", error.c_str());
     return 1;
   }
-  struct TimedSink : pipeline::SnapshotSink {
-    snapshot_server::SnapshotServer* server;
-    Clock::time_point command;
-    void Publish(std::shared_ptr<const compile::CompileResult> result) override {
-      auto t0 = Clock::now();
-      server->Publish(std::move(result));
-      if (std::getenv("KWD_FLEET_TRACE")) std::fprintf(stderr, "TRACE publish start %.1f end %.1f\n", MillisSince(command, t0), MillisSince(command, Clock::now()));
-    }
-  } timed;
-  timed.server = &server;
-  pipeline::Pipeline pipeline(pipeline::PipelineOptions{}, timed, &metrics);
+  pipeline::Pipeline pipeline(pipeline::PipelineOptions{}, server, &metrics);
   int source = pipeline.AddSource("bench");
   std::jthread pipeline_thread([&](std::stop_token stop) { pipeline.Run(stop); });
   pipeline.ReplaceAll(source, bench::BuildObjects());
@@ -186,7 +176,6 @@ int RunController(int initial_sends) {
     if (std::sscanf(line, "%c %d", &kind, &k) != 2) {
       continue;
     }
-    timed.command = Clock::now();
     if (kind == 'e') {
       // The watch thread decodes; the pipeline takes the decoded object.
       pipeline::ObservedObject slice =
