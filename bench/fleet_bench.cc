@@ -34,7 +34,12 @@
 //     they reconnect, and its latency to the steady streams is measured.
 //     "resume": they say hello with the version they run (what kwd-proxy
 //     does after a controller restart or a network blip); "fresh": with no
-//     version (1,000 new proxies), so each gets the whole snapshot.
+//     version (1,000 new proxies), so each gets the whole snapshot. The
+//     steady streams run in a process of their own (--steady-streams), as
+//     they would on machines of their own: in this process their responses
+//     would be read behind the 1,000 storming streams' by the same gRPC
+//     threads, a cost of the simulation, not of the controller
+//     (--steady-apart 0 puts them here, as before).
 //
 // Both processes share this machine's cores: the 1,000 receivers' work
 // (for a whole snapshot, 1,000 x 0.5 MB through loopback TCP and gRPC) is
@@ -43,8 +48,9 @@
 //
 // Output: a table, then BENCH-ROW lines for scripts/run-benchmarks.sh.
 // Flags: --proxies N (1000), --steady N (100), --changes N (10 of each
-// kind), --storms N (3 of each kind). Every wait is bounded: the program
-// fails rather than hangs.
+// kind), --storms N (3 of each kind), --steady-apart 0|1 (1),
+// --initial-sends N (the controller's max_initial_sends; 0: no limit). Every
+// wait is bounded: the program fails rather than hangs.
 
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -103,6 +109,15 @@ void RaiseFileLimit() {
   }
 }
 
+int Flag(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string_view(argv[i]) == name) {
+      return std::max(0, std::atoi(argv[i + 1]));
+    }
+  }
+  return fallback;
+}
+
 // ------------------------------------------------------------ the controller
 
 // The UrlMapping of the fixture with `extra` more rules (a change that is
@@ -128,12 +143,13 @@ pipeline::ObservedObject UrlMapping(int extra) {
 // first snapshot is published, then takes one command a line on stdin:
 // "e K" (endpoint change number K), "w K" (whole-snapshot change: K extra
 // rules). Ends when stdin closes.
-int RunController() {
+int RunController(int initial_sends) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   RaiseFileLimit();
   MetricsRegistry metrics;
   snapshot_server::SnapshotServerOptions options;
   options.listen = "127.0.0.1:0";
+  options.max_initial_sends = initial_sends;
   snapshot_server::SnapshotServer server(options, &metrics);
   std::string error;
   if (!server.Start(&error)) {
@@ -190,14 +206,13 @@ int RunController() {
   std::_Exit(0);
 }
 
-// This program as --controller, its stdin and stdout pipes.
-struct ControllerProcess {
+// This program re-run with `args`, its stdin and stdout pipes.
+struct ChildProcess {
   pid_t pid = -1;
   FILE* in = nullptr;   // its stdin
   FILE* out = nullptr;  // its stdout
-  int port = 0;
 
-  bool Start() {
+  bool Spawn(std::vector<std::string> args) {
     char self[4096] = {};
     if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) {
       return false;
@@ -211,9 +226,12 @@ struct ControllerProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
     posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
-    char flag[] = "--controller";
-    char* argv[] = {self, flag, nullptr};
-    int spawned = posix_spawn(&pid, self, &actions, nullptr, argv, environ);
+    std::vector<char*> argv = {self};
+    for (std::string& arg : args) {
+      argv.push_back(arg.data());
+    }
+    argv.push_back(nullptr);
+    int spawned = posix_spawn(&pid, self, &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     close(to_child[0]);
     close(from_child[1]);
@@ -225,6 +243,30 @@ struct ControllerProcess {
     }
     in = fdopen(to_child[1], "w");
     out = fdopen(from_child[0], "r");
+    return true;
+  }
+  ~ChildProcess() {
+    if (pid > 0) {
+      if (in != nullptr) {
+        std::fclose(in);
+      }
+      for (int i = 0; i < 100 && waitpid(pid, nullptr, WNOHANG) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// This program as --controller.
+struct ControllerProcess : ChildProcess {
+  int port = 0;
+
+  bool Start(int initial_sends) {
+    if (!Spawn({"--controller", "--initial-sends", std::to_string(initial_sends)})) {
+      return false;
+    }
     char line[64];
     // Bounded by the child: it exits after 60 s without a snapshot.
     return std::fgets(line, sizeof line, out) != nullptr &&
@@ -244,18 +286,6 @@ struct ControllerProcess {
   void Command(char kind, int k) {
     std::fprintf(in, "%c %d\n", kind, k);
     std::fflush(in);
-  }
-  ~ControllerProcess() {
-    if (pid > 0) {
-      if (in != nullptr) {
-        std::fclose(in);
-      }
-      for (int i = 0; i < 100 && waitpid(pid, nullptr, WNOHANG) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
   }
 };
 
@@ -299,7 +329,23 @@ struct Fleet {
     bool open = false;           // the stream is running
   };
   std::vector<Slot> slots;
+  // The steady streams' process (--steady-streams): every change of a
+  // slot is also written here, a line each, for the parent's slots.
+  FILE* report = nullptr;
+  int first_node = 0;  // node id "fleet-N" of slots[0]
 };
+
+// A Fleet::report line: "o INDEX 0|1" (the stream ended or runs), "v INDEX
+// VERSION NANOSECONDS" (a response of VERSION arrived; steady_clock, which
+// is CLOCK_MONOTONIC, the same in both processes).
+void Report(Fleet& fleet, int index) {
+  const Fleet::Slot& slot = fleet.slots[index];
+  std::fprintf(fleet.report, "o %d %d\n", index, slot.open ? 1 : 0);
+  if (!slot.version.empty()) {
+    std::fprintf(fleet.report, "v %d %s %lld\n", index, slot.version.c_str(),
+                 static_cast<long long>(slot.received.time_since_epoch().count()));
+  }
+}
 
 // One proxy's stream: hello, then read a response, ACK it, read the next.
 class Stream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
@@ -309,9 +355,12 @@ class Stream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::Byte
     {
       std::lock_guard lock(fleet_.mu);
       fleet_.slots[index_].open = true;
+      if (fleet_.report != nullptr) {
+        Report(fleet_, index_);
+      }
     }
     v1::SnapshotRequest hello;
-    hello.set_node_id("fleet-" + std::to_string(index));
+    hello.set_node_id("fleet-" + std::to_string(fleet.first_node + index));
     hello.set_version_info(running);
     hello.set_accepts_deltas(true);
     Serialize(hello);
@@ -359,6 +408,9 @@ class Stream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::Byte
         slot.version = version;
         slot.received = now;
         fleet_.changed.notify_all();
+        if (fleet_.report != nullptr) {
+          Report(fleet_, index_);
+        }
       }
     }
     v1::SnapshotRequest ack;
@@ -372,6 +424,9 @@ class Stream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::Byte
       std::lock_guard lock(fleet_.mu);
       fleet_.slots[index_].open = false;
       fleet_.changed.notify_all();
+      if (fleet_.report != nullptr) {
+        Report(fleet_, index_);
+      }
     }
     done_ = true;
   }
@@ -414,6 +469,52 @@ void Connect(Fleet& fleet, Proxy& proxy, int port, int index, int generation,
   proxy.channel = NewChannel(port, index, generation);
   proxy.stub = std::make_unique<grpc::GenericStub>(proxy.channel);
   proxy.stream = std::make_unique<Stream>(fleet, index, *proxy.stub, running);
+}
+
+// --steady-streams PORT FIRST COUNT: COUNT streams (node ids from FIRST on)
+// in a process of their own, as the proxies that stay connected in a storm
+// are on machines of their own: their responses are not read behind the
+// 1,000 reconnecting streams' in one process's gRPC threads. Reports every
+// change on stdout (Fleet::report); ends when stdin closes.
+int RunSteadyStreams(int port, int first, int count) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  RaiseFileLimit();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  Fleet fleet;
+  fleet.slots.resize(count);
+  fleet.report = stdout;
+  fleet.first_node = first;
+  std::vector<Proxy> proxies(count);
+  for (int i = 0; i < count; ++i) {
+    Connect(fleet, proxies[i], port, i, 0, "");
+  }
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin) != nullptr) {
+  }
+  std::_Exit(0);  // not through the destructors of running streams
+}
+
+// The parent's side: a thread that copies the report lines of `child` into
+// fleet.slots[first + INDEX].
+void FollowSteadyStreams(Fleet& fleet, ChildProcess& child, int first) {
+  std::thread([&fleet, out = child.out, first] {
+    char line[256];
+    while (std::fgets(line, sizeof line, out) != nullptr) {
+      int index = 0;
+      int open = 0;
+      char version[128] = {};
+      long long nanos = 0;
+      std::lock_guard lock(fleet.mu);
+      if (std::sscanf(line, "o %d %d", &index, &open) == 2) {
+        fleet.slots.at(first + index).open = open != 0;
+      } else if (std::sscanf(line, "v %d %127s %lld", &index, version, &nanos) == 3) {
+        auto& slot = fleet.slots.at(first + index);
+        slot.version = version;
+        slot.received = Clock::time_point(Clock::duration(nanos));
+      }
+      fleet.changed.notify_all();
+    }
+  }).detach();
 }
 
 // Waits until every stream in [begin, end) has received a version other
@@ -474,21 +575,14 @@ void Row(const std::string& figure, double value, const char* unit, const char* 
   std::printf("BENCH-ROW\t8 %s\t%.1f\t-\t-\t%s\t%s\n", figure.c_str(), value, unit, target);
 }
 
-int Flag(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string_view(argv[i]) == name) {
-      return std::max(0, std::atoi(argv[i + 1]));
-    }
-  }
-  return fallback;
-}
-
 int RunFleet(int argc, char** argv) {
   const int proxies = std::max(1, Flag(argc, argv, "--proxies", 1000));
   const int steady = Flag(argc, argv, "--steady", 100);
   const int changes = std::max(1, Flag(argc, argv, "--changes", 10));
   const int storms = Flag(argc, argv, "--storms", 3);
   const int total = proxies + steady;
+  // 0: the steady streams in this process with the others (as before).
+  const bool steady_apart = Flag(argc, argv, "--steady-apart", 1) != 0;
   RaiseFileLimit();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows as it goes, also in a pipe
   // 1,000 receivers of 0.5 MB each per whole snapshot: keep freed memory
@@ -500,7 +594,8 @@ int RunFleet(int argc, char** argv) {
 
   ControllerProcess controller;
   const Clock::time_point boot = Clock::now();
-  if (!controller.Start()) {
+  if (!controller.Start(Flag(argc, argv, "--initial-sends",
+                             snapshot_server::SnapshotServerOptions{}.max_initial_sends))) {
     std::fprintf(stderr, "fleet_bench: cannot start the controller process\n");
     return 1;
   }
@@ -524,9 +619,22 @@ int RunFleet(int argc, char** argv) {
   Fleet fleet;
   fleet.slots.resize(total);
   std::vector<Proxy> fleet_proxies(total);
+  ChildProcess steady_process;
   const Clock::time_point connect_start = Clock::now();
-  for (int i = 0; i < total; ++i) {
+  for (int i = 0; i < proxies; ++i) {
     Connect(fleet, fleet_proxies[i], controller.port, i, 0, "");
+  }
+  if (steady_apart && steady > 0) {
+    if (!steady_process.Spawn({"--steady-streams", std::to_string(controller.port),
+                               std::to_string(proxies), std::to_string(steady)})) {
+      std::fprintf(stderr, "fleet_bench: cannot start the steady streams' process\n");
+      std::_Exit(1);
+    }
+    FollowSteadyStreams(fleet, steady_process, proxies);
+  } else {
+    for (int i = proxies; i < total; ++i) {
+      Connect(fleet, fleet_proxies[i], controller.port, i, 0, "");
+    }
   }
   std::string current;
   {
@@ -542,6 +650,11 @@ int RunFleet(int argc, char** argv) {
                 bench::Percentile(millis, 1.0));
   }
   const ProcessUsage connected = ReadUsage(controller.pid);
+  // This process's CPU and the steady streams' process's.
+  auto proxies_cpu_ms = [&] {
+    return ReadUsage(getpid()).cpu_ms +
+           (steady_process.pid > 0 ? ReadUsage(steady_process.pid).cpu_ms : 0);
+  };
 
   // One change at a time: the command, then every stream on the new version.
   int next_endpoint = 0;
@@ -550,7 +663,7 @@ int RunFleet(int argc, char** argv) {
     for (int c = 0; c < count; ++c) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ACKs are in
       const ProcessUsage before = ReadUsage(controller.pid);
-      const ProcessUsage proxies_before = ReadUsage(getpid());
+      const double proxies_before = proxies_cpu_ms();
       const Clock::time_point start = Clock::now();
       controller.Command(kind, kind == 'e' ? next_endpoint++ : next_extra++);
       std::string version;
@@ -562,7 +675,7 @@ int RunFleet(int argc, char** argv) {
       current = version;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the ACKs' handling too
       figures->cpu_ms.push_back(ReadUsage(controller.pid).cpu_ms - before.cpu_ms);
-      figures->proxies_cpu_ms.push_back(ReadUsage(getpid()).cpu_ms - proxies_before.cpu_ms);
+      figures->proxies_cpu_ms.push_back(proxies_cpu_ms() - proxies_before);
     }
     return true;
   };
@@ -604,7 +717,7 @@ int RunFleet(int argc, char** argv) {
     for (int s = 0; s < (steady > 0 ? storms : 0); ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       const ProcessUsage before = ReadUsage(controller.pid);
-      const ProcessUsage proxies_before = ReadUsage(getpid());
+      const double proxies_before = proxies_cpu_ms();
       for (int i = 0; i < proxies; ++i) {
         fleet_proxies[i].stream->Cancel();
       }
@@ -658,7 +771,7 @@ int RunFleet(int argc, char** argv) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       storm.cpu_ms.push_back(ReadUsage(controller.pid).cpu_ms - before.cpu_ms);
-      storm.proxies_cpu_ms.push_back(ReadUsage(getpid()).cpu_ms - proxies_before.cpu_ms);
+      storm.proxies_cpu_ms.push_back(proxies_cpu_ms() - proxies_before);
     }
   }
   const ProcessUsage end = ReadUsage(controller.pid);
@@ -682,7 +795,7 @@ int RunFleet(int argc, char** argv) {
   }
   std::printf(
       "CPU per change (10 ms ticks): controller: endpoint %.1f ms, whole snapshot %.1f ms; "
-      "the %d proxies (this process): endpoint %.1f ms, whole snapshot %.1f ms\n",
+      "the %d proxies (the bench's processes): endpoint %.1f ms, whole snapshot %.1f ms\n",
       mean(endpoint.cpu_ms), mean(whole.cpu_ms), total, mean(endpoint.proxies_cpu_ms),
       mean(whole.proxies_cpu_ms));
   for (const Storm& storm : storm_kinds) {
@@ -735,8 +848,11 @@ int RunFleet(int argc, char** argv) {
 int main(int argc, char** argv) {
   kwd::SetLogLevel(std::getenv("KWD_BENCH_INFO") != nullptr ? kwd::LogLevel::kInfo
                                                             : kwd::LogLevel::kWarn);
+  if (argc >= 5 && std::string_view(argv[1]) == "--steady-streams") {
+    return kwd::RunSteadyStreams(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+  }
   if (argc >= 2 && std::string_view(argv[1]) == "--controller") {
-    return kwd::RunController();
+    return kwd::RunController(kwd::Flag(argc, argv, "--initial-sends", 0));
   }
   return kwd::RunFleet(argc, argv);
 }

@@ -113,21 +113,53 @@ class SnapshotServer::Subscriber final
     return last_written_delta_;
   }
 
-  // Thread-safe. Queues `update` (replacing one that waits). Returns the
-  // bytes the caller must pass to Write, without any lock held, when no
-  // write was in flight; null when a running write's completion takes it.
-  // Until that Write completes the stream is not finished (Close waits for
-  // the write in flight), so the subscriber stays alive for the caller.
-  const grpc::ByteBuffer* Push(Update update) {
+  struct Pushed {
+    // The bytes the caller must pass to Write, without any lock held; null
+    // when a running write's completion (or Release) takes the update.
+    const grpc::ByteBuffer* bytes = nullptr;
+    bool whole = false;  // `bytes` are not a delta
+    bool held = false;   // held until Release (hold_whole)
+  };
+  // Thread-safe. Queues `update` (replacing one that waits). When no write
+  // is in flight, starts it: the bytes to Write. With `hold_whole`, an
+  // update that would start as a whole snapshot (not a delta) is held
+  // instead, until Release. Until a started Write completes the stream is
+  // not finished (Close waits for the write in flight), so the subscriber
+  // stays alive for the caller.
+  Pushed Push(Update update, bool hold_whole) {
     std::lock_guard lock(mu_);
+    Pushed pushed;
     if (closing_) {
-      return nullptr;
+      return pushed;
     }
-    if (in_flight_) {
+    if (in_flight_ || held_) {
       waiting_ = std::move(update);
+      return pushed;
+    }
+    if (hold_whole && !DeltaAppliesLocked(update)) {
+      waiting_ = std::move(update);
+      held_ = true;
+      pushed.held = true;
+      return pushed;
+    }
+    pushed.bytes = ChooseLocked(std::move(update));
+    pushed.whole = !last_written_delta_;
+    return pushed;
+  }
+  // Thread-safe. Starts the held update, the newest pushed: the bytes to
+  // Write as with Push; null when the stream is closing.
+  const grpc::ByteBuffer* Release() {
+    std::lock_guard lock(mu_);
+    if (!held_) {
       return nullptr;
     }
-    return ChooseLocked(std::move(update));
+    held_ = false;
+    if (closing_ || !waiting_) {
+      return nullptr;
+    }
+    const grpc::ByteBuffer* bytes = ChooseLocked(std::move(*waiting_));
+    waiting_.reset();
+    return bytes;
   }
   void Write(const grpc::ByteBuffer* bytes) { StartWrite(bytes); }
 
@@ -153,9 +185,12 @@ class SnapshotServer::Subscriber final
   void OnWriteDone(bool ok) override {
     const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
+    bool first = false;
     {
       std::lock_guard lock(mu_);
       in_flight_.reset();
+      first = !first_write_done_;
+      first_write_done_ = true;
       if (!ok) {
         closing_ = true;
       }
@@ -165,6 +200,9 @@ class SnapshotServer::Subscriber final
       waiting_.reset();
       finish = closing_ && !finished_;
       finished_ = finished_ || finish;
+    }
+    if (first) {
+      server_->FirstWriteDone(stream_id_);  // its place goes to the next
     }
     if (next != nullptr) {
       StartWrite(next);
@@ -179,10 +217,13 @@ class SnapshotServer::Subscriber final
   }
 
  private:
+  // Under mu_: whether `update` would go out as a delta.
+  bool DeltaAppliesLocked(const Update& update) const {
+    return accepts_deltas_ && update.delta && update.delta->delta_base == base_version_;
+  }
   // Under mu_: the bytes to write for `update`, now in flight.
   const grpc::ByteBuffer* ChooseLocked(Update update) {
-    last_written_delta_ =
-        accepts_deltas_ && update.delta && update.delta->delta_base == base_version_;
+    last_written_delta_ = DeltaAppliesLocked(update);
     in_flight_ = last_written_delta_ ? std::move(update.delta) : std::move(update.full);
     base_version_ = in_flight_->version;
     if (last_written_delta_ && server_->delta_pushes_ != nullptr) {
@@ -216,6 +257,8 @@ class SnapshotServer::Subscriber final
   std::string base_version_;
   bool accepts_deltas_ = false;
   bool last_written_delta_ = false;
+  bool held_ = false;  // waiting_ waits for Release, not for a write
+  bool first_write_done_ = false;
   bool closing_ = false;
   bool finished_ = false;
 };
@@ -253,6 +296,10 @@ SnapshotServer::SnapshotServer(SnapshotServerOptions options, MetricsRegistry* m
         "Proxies of the other controller replicas, from their reports (counted for Programmed).");
     snapshot_bytes_ = &metrics_->GetGauge("kwd_controller_snapshot_bytes",
                                           "Serialized size of the current snapshot.");
+    initial_waiting_ = &metrics_->GetGauge(
+        "kwd_controller_first_snapshots_waiting",
+        "Proxies that connected and wait for their first whole snapshot: 32 are written at "
+        "once, so that a reconnect storm does not hold up the updates to the others.");
     pushes_ = &metrics_->GetCounter("kwd_controller_snapshot_pushes_total",
                                     "Snapshot responses queued to proxies.");
     acks_ = &metrics_->GetCounter("kwd_controller_snapshot_acks_total",
@@ -370,6 +417,7 @@ uint64_t SnapshotServer::Register(Subscriber* subscriber, std::string peer,
 }
 
 void SnapshotServer::Unregister(uint64_t stream_id) {
+  std::vector<PendingWrite> writes;
   {
     std::lock_guard lock(mu_);
     auto it = streams_.find(stream_id);
@@ -388,9 +436,18 @@ void SnapshotServer::Unregister(uint64_t stream_id) {
                          std::nullopt);
     CountVersionLocked(it->second.status.versions.acked_version, -1);
     CountVersionLocked(it->second.status.versions.nacked_version, -1);
+    if (it->second.held_ticket != 0) {
+      held_.erase(it->second.held_ticket);
+      if (initial_waiting_ != nullptr) {
+        initial_waiting_->Set(static_cast<double>(held_.size()));
+      }
+    }
     streams_.erase(it);
+    // Normally its write's completion gave its place back already.
+    LeaveInitialSendLocked(stream_id, &writes);
     PruneHistoryLocked();
   }
+  WriteAll(writes);
   NotifyChanged();
 }
 
@@ -400,6 +457,78 @@ void SnapshotServer::WriteAll(const std::vector<PendingWrite>& writes) {
   }
 }
 
+bool SnapshotServer::InitialSlotFreeLocked() const {
+  return options_.max_initial_sends <= 0 ||
+         initial_sends_.size() < static_cast<size_t>(options_.max_initial_sends);
+}
+
+void SnapshotServer::AdmitHeldLocked(std::vector<PendingWrite>* writes) {
+  if (held_.empty()) {
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  bool admitted = false;
+  while (!held_.empty() && InitialSlotFreeLocked()) {
+    const uint64_t stream_id = held_.begin()->second;
+    held_.erase(held_.begin());
+    auto it = streams_.find(stream_id);
+    if (it == streams_.end()) {
+      continue;  // not so: Unregister takes it out of held_
+    }
+    it->second.held_ticket = 0;
+    // Null when it is closing: then it takes no place.
+    if (const grpc::ByteBuffer* bytes = it->second.subscriber->Release()) {
+      initial_sends_.emplace(stream_id, now);
+      writes->push_back({it->second.subscriber, bytes});
+      admitted = true;
+    }
+  }
+  if (initial_waiting_ != nullptr) {
+    initial_waiting_->Set(static_cast<double>(held_.size()));
+  }
+  if (admitted) {
+    // Their places time out then.
+    WakeAckWatcherLocked(false, now + options_.initial_send_timeout);
+  }
+}
+
+void SnapshotServer::LeaveInitialSendLocked(uint64_t stream_id,
+                                            std::vector<PendingWrite>* writes) {
+  if (initial_sends_.erase(stream_id) != 0) {
+    AdmitHeldLocked(writes);
+  }
+}
+
+void SnapshotServer::FirstWriteDone(uint64_t stream_id) {
+  std::vector<PendingWrite> writes;
+  {
+    std::lock_guard lock(mu_);
+    LeaveInitialSendLocked(stream_id, &writes);
+  }
+  WriteAll(writes);
+}
+
+std::optional<std::chrono::steady_clock::time_point> SnapshotServer::ExpireInitialSendsLocked(
+    std::chrono::steady_clock::time_point now, std::vector<PendingWrite>* writes) {
+  bool expired = false;
+  std::optional<std::chrono::steady_clock::time_point> next;
+  for (auto it = initial_sends_.begin(); it != initial_sends_.end();) {
+    const auto deadline = it->second + options_.initial_send_timeout;
+    if (now >= deadline) {
+      // A proxy that does not read: its write goes on, without a place.
+      it = initial_sends_.erase(it);
+      expired = true;
+    } else {
+      next = next ? std::min(*next, deadline) : deadline;
+      ++it;
+    }
+  }
+  if (expired) {
+    AdmitHeldLocked(writes);
+  }
+  return next;
+}
+
 void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delta,
                                 std::vector<PendingWrite>* writes) {
   if (!current_) {
@@ -407,7 +536,12 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delt
   }
   const std::string& version = current_->snapshot.version();
   Update update;
-  if (hello && stream.status.versions.acked_version == version) {
+  const bool current_reply = hello && stream.status.versions.acked_version == version;
+  // Its first snapshot (not a "you are current"): whole, it waits for a
+  // place among max_initial_sends.
+  const bool first = !stream.first_pushed && !current_reply;
+  stream.first_pushed = true;
+  if (current_reply) {
     // The proxy says it runs it already (e.g. after a controller restart): a
     // small reply so that it knows it is current, and ACKs. Only on the
     // first request: later, what it ACKed may be older than what it runs.
@@ -433,8 +567,20 @@ void SnapshotServer::PushLocked(StreamState& stream, bool hello, bool allow_delt
   if (pushes_ != nullptr) {
     pushes_->Inc();
   }
-  if (const grpc::ByteBuffer* bytes = stream.subscriber->Push(std::move(update))) {
-    writes->push_back({stream.subscriber, bytes});
+  const Subscriber::Pushed pushed =
+      stream.subscriber->Push(std::move(update), first && !InitialSlotFreeLocked());
+  if (pushed.held) {
+    stream.held_ticket = next_held_ticket_++;
+    held_.emplace(stream.held_ticket, stream.status.stream_id);
+    if (initial_waiting_ != nullptr) {
+      initial_waiting_->Set(static_cast<double>(held_.size()));
+    }
+  } else if (pushed.bytes != nullptr) {
+    if (first && pushed.whole) {
+      initial_sends_.emplace(stream.status.stream_id, now);
+      WakeAckWatcherLocked(false, now + options_.initial_send_timeout);
+    }
+    writes->push_back({stream.subscriber, pushed.bytes});
   }
 }
 
@@ -686,8 +832,16 @@ void SnapshotServer::WatchAcks(std::stop_token stop) {
   std::size_t reported = 0;  // unresponsive proxies at the last notification
   while (!stop.stop_requested()) {
     const auto now = std::chrono::steady_clock::now();
+    std::vector<PendingWrite> writes;
+    std::optional<std::chrono::steady_clock::time_point> next =
+        ExpireInitialSendsLocked(now, &writes);
+    if (!writes.empty()) {
+      lock.unlock();
+      WriteAll(writes);
+      lock.lock();
+      continue;  // the places they took time out as well
+    }
     std::size_t unresponsive = 0;
-    std::optional<std::chrono::steady_clock::time_point> next;
     for (const auto& [id, stream] : streams_) {
       if (!stream.hello_seen || !stream.status.awaiting_reply) {
         continue;

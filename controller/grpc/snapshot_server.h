@@ -12,7 +12,10 @@
 // for the proxies that run the previous version and accept deltas. Each is
 // serialized once, when published, and every stream writes those bytes (a
 // reference to the same slices): 50 proxies cost one serialization, not 50.
-// A slow subscriber's queue holds at most one update, the newest.
+// A slow subscriber's queue holds at most one update, the newest. Whole
+// snapshots to streams that have none yet are written a few at a time
+// (SnapshotServerOptions::max_initial_sends), so that a reconnect storm does
+// not hold up the updates of the proxies already connected.
 
 #include <chrono>
 #include <condition_variable>
@@ -69,6 +72,20 @@ struct SnapshotServerOptions {
   // this long is still listed but no longer counted for Programmed, and
   // counted in kwd_controller_unresponsive_proxies, until it answers.
   std::chrono::milliseconds ack_timeout{30'000};
+  // Whole snapshots to streams that have had none from this server yet (a
+  // proxy that connects with no version, or with one the controller no
+  // longer serves) being written at once; the others wait, first come first
+  // served, and get the newest version when their turn comes. gRPC writes
+  // every stream on its own, with no priority between them: without a limit
+  // a reconnect storm of 1,000 proxies puts 1,000 whole snapshots in flight,
+  // and an endpoint change to the proxies already connected is handled
+  // behind all of them. 0: no limit. Updates to connected proxies, "you are
+  // current" replies and deltas never wait.
+  int max_initial_sends = 32;
+  // A first whole snapshot keeps its place among max_initial_sends for at
+  // most this long: a proxy that does not read (or reads slowly) gives it up
+  // then, and its write goes on without it.
+  std::chrono::milliseconds initial_send_timeout{1'000};
 };
 
 // One connected proxy as the server sees it.
@@ -152,6 +169,8 @@ class SnapshotServer final : public pipeline::SnapshotSink {
     Subscriber* subscriber = nullptr;
     ProxyStatus status;
     bool hello_seen = false;
+    bool first_pushed = false;  // PushLocked ran for it once
+    uint64_t held_ticket = 0;   // its key in held_: its first snapshot waits; 0: not
     std::string last_nonce;
     std::chrono::steady_clock::time_point sent_at{};
   };
@@ -174,6 +193,21 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   void PushLocked(StreamState& stream, bool hello, bool allow_delta,
                   std::vector<PendingWrite>* writes);
   static void WriteAll(const std::vector<PendingWrite>& writes);
+  // Under mu_: whether another first whole snapshot may be written now.
+  bool InitialSlotFreeLocked() const;
+  // Under mu_: starts the first snapshots that wait (held_), oldest first,
+  // while max_initial_sends allows.
+  void AdmitHeldLocked(std::vector<PendingWrite>* writes);
+  // Under mu_: `stream_id` gives up its place among the first sends, or
+  // stops waiting for one (it went); the next ones start.
+  void LeaveInitialSendLocked(uint64_t stream_id, std::vector<PendingWrite>* writes);
+  // A stream's first write completed (or failed): its place, if it held
+  // one, goes to the next stream that waits.
+  void FirstWriteDone(uint64_t stream_id);
+  // Under mu_: gives up the places held longer than initial_send_timeout
+  // (their writes go on); the earliest deadline of those that remain.
+  std::optional<std::chrono::steady_clock::time_point> ExpireInitialSendsLocked(
+      std::chrono::steady_clock::time_point now, std::vector<PendingWrite>* writes);
   // Drops history_ entries no proxy names any more (the current version
   // stays). Runs on every answer: it looks up version_uses_ and
   // remote_versions_ instead of going through every stream.
@@ -204,7 +238,8 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   bool UnresponsiveLocked(const StreamState& stream,
                           std::chrono::steady_clock::time_point now) const;
   // Wakes when a sent snapshot's ACK timeout passes, so that Programmed
-  // stops waiting for a proxy that does not answer.
+  // stops waiting for a proxy that does not answer, and when a first send's
+  // place times out (ExpireInitialSendsLocked).
   void WatchAcks(std::stop_token stop);
 
   const SnapshotServerOptions options_;
@@ -222,6 +257,13 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   uint64_t next_nonce_ = 1;
   uint64_t next_stream_id_ = 1;
   std::map<uint64_t, StreamState> streams_;
+  // The streams whose first whole snapshot is being written (at most
+  // options_.max_initial_sends), with when it started.
+  std::map<uint64_t, std::chrono::steady_clock::time_point> initial_sends_;
+  // The streams whose first snapshot waits for a place, by ticket (the
+  // order they came in): stream ids.
+  std::map<uint64_t, uint64_t> held_;
+  uint64_t next_held_ticket_ = 1;
   // Snapshots some connected proxy runs or rejected, by version (for Programmed).
   std::map<std::string, std::shared_ptr<const compile::CompileResult>, std::less<>> history_;
   // How many local streams name each version as acked or nacked, and the
@@ -249,6 +291,7 @@ class SnapshotServer final : public pipeline::SnapshotSink {
   Gauge* unresponsive_ = nullptr;
   Gauge* remote_proxies_ = nullptr;
   Gauge* snapshot_bytes_ = nullptr;
+  Gauge* initial_waiting_ = nullptr;
   Counter* pushes_ = nullptr;
   Counter* acks_ = nullptr;
   Counter* nacks_ = nullptr;

@@ -146,12 +146,14 @@ struct RawStream {
 struct BytesStream {
   explicit BytesStream(int port, const std::string& node, const std::string& running = "")
       : channel(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
-                                          grpc::InsecureChannelCredentials(), Args(node))),
-        stream(grpc::internal::ClientReaderWriterFactory<v1::SnapshotRequest, grpc::ByteBuffer>::
-                   Create(channel.get(),
-                          grpc::internal::RpcMethod("/kwd.v1.SnapshotDiscovery/StreamSnapshots",
-                                                    grpc::internal::RpcMethod::BIDI_STREAMING),
-                          &context)) {
+                                          grpc::InsecureChannelCredentials(), Args(node))) {
+    // A test waiting for a response that never comes fails instead of hanging.
+    context.set_deadline(std::chrono::system_clock::now() + seconds(120));
+    stream.reset(grpc::internal::ClientReaderWriterFactory<v1::SnapshotRequest, grpc::ByteBuffer>::
+                     Create(channel.get(),
+                            grpc::internal::RpcMethod("/kwd.v1.SnapshotDiscovery/StreamSnapshots",
+                                                      grpc::internal::RpcMethod::BIDI_STREAMING),
+                            &context));
     request.set_node_id(node);
     request.set_version_info(running);
     EXPECT_TRUE(stream->Write(request));
@@ -161,6 +163,7 @@ struct BytesStream {
   static grpc::ChannelArguments Args(const std::string& node) {
     grpc::ChannelArguments args;
     args.SetString("kwd.test.node", node);  // a connection of its own, as each proxy has
+    args.SetMaxReceiveMessageSize(-1);       // as kwd-proxy: snapshots of any size
     return args;
   }
   // The next response's bytes, and `decoded` from them; "" when the stream ended.
@@ -437,28 +440,34 @@ TEST(SnapshotServerTest, EveryStreamGetsTheSameBytesOfAVersionAndALateProxyTheCu
 // no one: the others get every version meanwhile. Its queue holds one
 // update, the newest: once it reads again it gets the response that was in
 // flight and then the newest version, not every version it missed.
+// Result(capacity, 1) with `servers` more servers in its group: about 40
+// bytes each serialized. Versions with other capacities differ only in a
+// server list (deltas).
+std::shared_ptr<const compile::CompileResult> BigResult(int capacity, int servers) {
+  auto base = Result(capacity, 1);
+  auto result = std::make_shared<compile::CompileResult>();
+  result->snapshot = base->snapshot;
+  result->statuses = base->statuses;
+  auto* group = result->snapshot.mutable_groups(0);
+  for (int s = 1; s <= servers; ++s) {
+    auto* server = group->add_servers();
+    server->set_name("erp" + std::to_string(s) + "_ERP_00");
+    server->set_address("10." + std::to_string(s / 62'500) + "." +
+                        std::to_string(s / 250 % 250) + "." + std::to_string(s % 250));
+    server->set_port(3200);
+    server->set_capacity(1);
+    server->set_state(v1::SERVER_STATE_READY);
+  }
+  StampSnapshotVersion(&result->snapshot);
+  return result;
+}
+
 TEST(SnapshotServerTest, StalledStreamDelaysNoOneAndGetsOnlyTheNewestVersion) {
   constexpr int kVersions = 24;
   // About 1.6 MB each, 38 MB in all: far more than loopback's socket
   // buffers and gRPC's flow-control windows take in for a stream that does
   // not read (a few MB).
-  auto make = [](int k) {
-    auto base = Result(k, 1);
-    auto result = std::make_shared<compile::CompileResult>();
-    result->snapshot = base->snapshot;
-    result->statuses = base->statuses;
-    auto* group = result->snapshot.mutable_groups(0);
-    for (int s = 1; s <= 40'000; ++s) {
-      auto* server = group->add_servers();
-      server->set_name("erp" + std::to_string(s) + "_ERP_00");
-      server->set_address("10.0." + std::to_string(s / 250) + "." + std::to_string(s % 250));
-      server->set_port(3200);
-      server->set_capacity(1);
-      server->set_state(v1::SERVER_STATE_READY);
-    }
-    StampSnapshotVersion(&result->snapshot);
-    return std::shared_ptr<const compile::CompileResult>(std::move(result));
-  };
+  auto make = [](int k) { return BigResult(k, 40'000); };
   std::vector<std::string> versions;  // by publication
   MetricsRegistry metrics;
   auto server = StartServer(&metrics);
@@ -503,6 +512,172 @@ TEST(SnapshotServerTest, StalledStreamDelaysNoOneAndGetsOnlyTheNewestVersion) {
       return proxy.versions.acked_version == versions.back();
     });
   }));
+}
+
+// A snapshot several times larger than what loopback's socket buffers and
+// gRPC's flow-control windows take in for a stream that does not read: a
+// first send to such a stream stays in flight (and holds its place).
+constexpr int kHoldingServers = 400'000;  // about 16 MB
+
+SnapshotServerOptions CappedOptions(int max_initial_sends, milliseconds initial_send_timeout) {
+  SnapshotServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.max_initial_sends = max_initial_sends;
+  options.initial_send_timeout = initial_send_timeout;
+  return options;
+}
+
+// Reads whole responses until one of `version`, ACKing each; false if the
+// stream ends first.
+bool ReadUntil(BytesStream& stream, const std::string& version, v1::SnapshotResponse* response) {
+  while (!stream.Read(response).empty()) {
+    if (!stream.Ack(*response)) {
+      return false;
+    }
+    if (response->version_info() == version) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A reconnect storm: with max_initial_sends first snapshots in flight, the
+// next new streams wait, and an update to a connected proxy goes out without
+// waiting behind them. A stream that goes while it waits leaves the queue;
+// one that goes while its first snapshot is written gives its place to the
+// next; every stream that waited gets the newest version, whole.
+TEST(SnapshotServerTest, FirstSnapshotsWaitTheirTurnButUpdatesToConnectedProxiesDoNot) {
+  MetricsRegistry metrics;
+  // No place times out in this test.
+  SnapshotServer server(CappedOptions(2, seconds(3600)), &metrics);
+  std::string error;
+  ASSERT_TRUE(server.Start(&error)) << error;
+  ServerWatch watch(server);
+  Gauge& waiting = metrics.GetGauge("kwd_controller_first_snapshots_waiting", "");
+  auto v1 = BigResult(1, kHoldingServers);
+  server.Publish(v1);
+  FakeProxy steady(server.port(), "steady");
+  ASSERT_TRUE(steady.client->WaitForVersion(v1->snapshot.version(), seconds(60)));
+
+  // Two new streams that do not read hold both places...
+  std::vector<std::unique_ptr<BytesStream>> holders;
+  for (int i = 0; i < 2; ++i) {
+    holders.push_back(std::make_unique<BytesStream>(server.port(), "holder" + std::to_string(i)));
+  }
+  ASSERT_TRUE(watch.Until([&] { return server.Proxies().size() == 3; }));
+  // ...so three more wait, in the order they came.
+  std::vector<std::unique_ptr<BytesStream>> waiters;
+  for (int i = 0; i < 3; ++i) {
+    waiters.push_back(std::make_unique<BytesStream>(server.port(), "waiter" + std::to_string(i)));
+    ASSERT_TRUE(watch.Until([&] { return server.Proxies().size() == 4 + static_cast<size_t>(i); }));
+  }
+  ASSERT_TRUE(watch.Until([&] { return waiting.Value() == 3; })) << waiting.Value();
+
+  // An endpoint change reaches the connected proxy while all three wait.
+  auto v2 = BigResult(2, kHoldingServers);
+  server.Publish(v2);
+  ASSERT_TRUE(steady.client->WaitForVersion(v2->snapshot.version(), seconds(60)));
+  EXPECT_EQ(waiting.Value(), 3);
+  EXPECT_EQ(steady.LastApplied().SerializeAsString(), v2->snapshot.SerializeAsString());
+
+  // A waiting stream goes: it leaves the queue, and takes no place.
+  waiters[1].reset();
+  ASSERT_TRUE(watch.Until([&] { return server.Proxies().size() == 5; }));
+  EXPECT_EQ(waiting.Value(), 2);
+  // A holder goes in the middle of its send: the first waiter gets its place.
+  holders[0].reset();
+  ASSERT_TRUE(watch.Until([&] { return server.Proxies().size() == 4; }));
+  ASSERT_TRUE(watch.Until([&] { return waiting.Value() == 1; })) << waiting.Value();
+  // It gets the newest version, whole (it runs none), not the one it
+  // connected on.
+  v1::SnapshotResponse response;
+  ASSERT_FALSE(waiters[0]->Read(&response).empty());
+  EXPECT_EQ(response.version_info(), v2->snapshot.version());
+  EXPECT_FALSE(response.has_delta());
+  EXPECT_EQ(response.snapshot().SerializeAsString(), v2->snapshot.SerializeAsString());
+  ASSERT_TRUE(waiters[0]->Ack(response));
+  // Its send done, the last waiter gets the place.
+  ASSERT_TRUE(watch.Until([&] { return waiting.Value() == 0; })) << waiting.Value();
+  ASSERT_TRUE(ReadUntil(*waiters[2], v2->snapshot.version(), &response));
+  EXPECT_EQ(response.snapshot().SerializeAsString(), v2->snapshot.SerializeAsString());
+  // The holder left reads at last: what was in flight, then the newest.
+  ASSERT_TRUE(ReadUntil(*holders[1], v2->snapshot.version(), &response));
+  ASSERT_TRUE(watch.Until([&] {
+    auto proxies = server.Proxies();
+    return proxies.size() == 4 &&
+           std::all_of(proxies.begin(), proxies.end(), [&](const ProxyStatus& proxy) {
+             return proxy.versions.acked_version == v2->snapshot.version() &&
+                    !proxy.awaiting_reply;
+           });
+  }));
+  EXPECT_EQ(server.ProgrammedConditions()[0].condition.status, "True");
+}
+
+// A new stream that never reads holds its place for initial_send_timeout
+// only: the streams behind it still get their snapshot.
+TEST(SnapshotServerTest, ReaderThatNeverReadsGivesUpItsPlace) {
+  MetricsRegistry metrics;
+  SnapshotServer server(CappedOptions(1, milliseconds(200)), &metrics);
+  std::string error;
+  ASSERT_TRUE(server.Start(&error)) << error;
+  ServerWatch watch(server);
+  Gauge& waiting = metrics.GetGauge("kwd_controller_first_snapshots_waiting", "");
+  auto v1 = BigResult(1, kHoldingServers);
+  server.Publish(v1);
+  BytesStream never_reads(server.port(), "never-reads");
+  ASSERT_TRUE(watch.Until([&] { return server.Proxies().size() == 1; }));
+  std::vector<std::unique_ptr<BytesStream>> behind;
+  for (int i = 0; i < 3; ++i) {
+    behind.push_back(std::make_unique<BytesStream>(server.port(), "behind" + std::to_string(i)));
+  }
+  ASSERT_TRUE(watch.Until([&] { return server.Proxies().size() == 4; }));
+  // The first send to never_reads cannot complete (see the test above): each
+  // stream behind it gets its place when the one before times out or is done.
+  v1::SnapshotResponse response;
+  for (auto& stream : behind) {
+    ASSERT_TRUE(ReadUntil(*stream, v1->snapshot.version(), &response));
+  }
+  EXPECT_EQ(waiting.Value(), 0);
+  // Their ACKs are counted; never_reads still has not answered.
+  ASSERT_TRUE(watch.Until([&] {
+    auto proxies = server.Proxies();
+    return proxies.size() == 4 &&
+           std::count_if(proxies.begin(), proxies.end(), [&](const ProxyStatus& proxy) {
+             return proxy.versions.acked_version == v1->snapshot.version();
+           }) == 3;
+  }));
+}
+
+// Many proxies at once with room for two first snapshots at a time, and a
+// new version while they connect: every one ends on the newest version.
+TEST(SnapshotServerTest, ManyNewProxiesAtOnceAllEndOnTheNewestVersion) {
+  MetricsRegistry metrics;
+  SnapshotServer server(CappedOptions(2, seconds(3600)), &metrics);
+  std::string error;
+  ASSERT_TRUE(server.Start(&error)) << error;
+  ServerWatch watch(server);
+  auto v1 = BigResult(1, 20'000);
+  server.Publish(v1);
+  std::vector<std::unique_ptr<FakeProxy>> proxies;
+  for (int i = 0; i < 40; ++i) {
+    proxies.push_back(std::make_unique<FakeProxy>(server.port(), "proxy" + std::to_string(i)));
+    if (i == 20) {
+      server.Publish(BigResult(2, 20'000));
+    }
+  }
+  auto v3 = BigResult(3, 20'000);
+  server.Publish(v3);
+  for (auto& proxy : proxies) {
+    ASSERT_TRUE(proxy->client->WaitForVersion(v3->snapshot.version(), seconds(60)));
+  }
+  ASSERT_TRUE(watch.Until([&] {
+    auto connected = server.Proxies();
+    return connected.size() == proxies.size() &&
+           std::all_of(connected.begin(), connected.end(), [&](const ProxyStatus& proxy) {
+             return proxy.versions.acked_version == v3->snapshot.version();
+           });
+  }));
+  EXPECT_EQ(metrics.GetGauge("kwd_controller_first_snapshots_waiting", "").Value(), 0);
 }
 
 TEST(SnapshotServerTest, EndpointOnlyChangeGoesOutAsADeltaToProxiesThatTakeDeltas) {
