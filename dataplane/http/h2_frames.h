@@ -31,10 +31,11 @@ class H2FrameScanner {
   bool Next(const uint8_t* data, size_t size, size_t* at, Frame* frame);
 
  private:
-  size_t preface_left_ = kPrefaceBytes;
+  // 16 bytes: one per connection.
+  uint32_t payload_left_ = 0;  // a frame's length is 24 bits
+  uint8_t preface_left_ = kPrefaceBytes;
+  uint8_t head_have_ = 0;
   uint8_t head_[kFrameHeaderBytes] = {};
-  size_t head_have_ = 0;
-  size_t payload_left_ = 0;
 };
 
 }  // namespace kwd::http

@@ -1426,8 +1426,8 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
       // What a HEADERS payload holds besides the block and its padding: the
       // padding's length byte and the priority fields. (The padding is not
       // decoded, but its length is the client's to choose.)
-      block_not_fields_ = ((frame.flags & NGHTTP2_FLAG_PADDED) != 0 ? 1 : 0) +
-                          ((frame.flags & NGHTTP2_FLAG_PRIORITY) != 0 ? 5 : 0);
+      block_not_fields_ = static_cast<uint16_t>(((frame.flags & NGHTTP2_FLAG_PADDED) != 0 ? 1 : 0) +
+                                                ((frame.flags & NGHTTP2_FLAG_PRIORITY) != 0 ? 5 : 0));
     } else if (frame.type == NGHTTP2_CONTINUATION) {
       block_wire_ += frame.length;
     } else {

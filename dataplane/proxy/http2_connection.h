@@ -182,8 +182,8 @@ class Http2Connection final : public WorkerConnection {
   // received, whatever its stream.
   size_t block_decoded_ = 0;
   size_t block_wire_ = 0;
-  size_t block_not_fields_ = 0;  // pad length and priority bytes of its HEADERS frame
-  bool block_complete_ = false;  // nghttp2 received it whole (OnFrameRecv)
+  uint16_t block_not_fields_ = 0;  // pad length and priority bytes of its HEADERS frame
+  bool block_complete_ = false;    // nghttp2 received it whole (OnFrameRecv)
   http::H2FrameScanner frames_;  // where Feed is in the client's frames
   // Wire bytes of header blocks nghttp2 did not decode to the end with a
   // callback for every field (a stream it refused, closed or reset as
