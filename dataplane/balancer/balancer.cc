@@ -115,42 +115,66 @@ int Balancer::ScanLowestLoadPerCapacity(std::span<const ServerInput> servers) co
   return static_cast<int>(best);
 }
 
-bool Balancer::Better(uint32_t a, uint32_t b) const {
-  const TreeKey& x = tree_key_[a];
-  const TreeKey& y = tree_key_[b];
-  if (x.ready != y.ready) {
-    return x.ready != 0;
+namespace {
+
+__extension__ typedef unsigned __int128 Uint128;
+
+constexpr uint64_t kPaddingLoad = 0xffffffff;
+constexpr uint64_t kPaddingMeta = uint64_t{0x7fffffff} << 32 | 1;
+
+// Wins (below) when one server is ready and the other is not, or a load
+// reaches 2^32 (128-bit products).
+[[gnu::noinline]] bool WinsRarely(uint64_t a_load, uint64_t a_meta, uint64_t b_load,
+                                  uint64_t b_meta) {
+  if (((a_meta ^ b_meta) >> 63) != 0) {
+    return a_meta < b_meta;  // the ready one
   }
-  if (((x.load | y.load) >> 32) == 0) {
-    // The usual case, one pair of 64-bit products (see LoadPerCapacityLess).
-    const uint64_t scaled_a = x.load * y.capacity;
-    const uint64_t scaled_b = y.load * x.capacity;
-    return scaled_a != scaled_b ? scaled_a < scaled_b : a < b;
-  }
-  if (LoadPerCapacityLess(x.load, x.capacity, y.load, y.capacity)) {
+  const auto a_capacity = static_cast<uint32_t>(a_meta);
+  const auto b_capacity = static_cast<uint32_t>(b_meta);
+  if (LoadPerCapacityLess(a_load, a_capacity, b_load, b_capacity)) {
     return true;
   }
-  if (LoadPerCapacityLess(y.load, y.capacity, x.load, x.capacity)) {
+  if (LoadPerCapacityLess(b_load, b_capacity, a_load, a_capacity)) {
     return false;
   }
-  return a < b;
+  return a_meta < b_meta;
 }
+
+// Whether the server with key (a_load, a_meta) wins over (b_load, b_meta)
+// (Balancer::tree_load_, tree_meta_): ready first, then the lower load per
+// capacity (exact), then the earlier server.
+inline bool Wins(uint64_t a_load, uint64_t a_meta, uint64_t b_load, uint64_t b_meta) {
+  if ((((a_meta ^ b_meta) >> 63) | ((a_load | b_load) >> 32)) != 0) {
+    return WinsRarely(a_load, a_meta, b_load, b_meta);
+  }
+  // Both ready (or both not), loads below 2^32: one pair of 64-bit products
+  // (see LoadPerCapacityLess), equal ones decided by the ranks (which
+  // differ, and lead `meta`), compared as one 128-bit pair.
+  const uint64_t scaled_a = a_load * static_cast<uint32_t>(b_meta);
+  const uint64_t scaled_b = b_load * static_cast<uint32_t>(a_meta);
+  return (Uint128{scaled_a} << 64 | a_meta) < (Uint128{scaled_b} << 64 | b_meta);
+}
+
+}  // namespace
 
 void Balancer::BuildTree(std::span<const ServerInput> servers) {
   const size_t count = servers.size();
   tree_servers_ = servers.data();
   tree_leaves_ = std::bit_ceil(std::max<size_t>(count, 1));
-  tree_.assign(2 * tree_leaves_, 0);
-  tree_key_.assign(tree_leaves_, TreeKey{~uint64_t{0}, 1, 0});
-  dirty_.clear();
-  dirty_.reserve(count);  // MarkChanged then never allocates
+  // The padding leaves: "ready", so that comparing one with a ready server
+  // takes Wins' common case, with the largest load below 2^32, capacity 1
+  // and the last rank, so that they lose to every ready server whose load
+  // is below 2^32. One that wins anyway (every server is not ready, or the
+  // ready ones carry 2^32 requests) has an index beyond the servers: the
+  // choice is then made by a scan.
+  tree_load_.assign(2 * tree_leaves_, kPaddingLoad);
+  tree_meta_.assign(2 * tree_leaves_, kPaddingMeta);
+  dirty_.assign(count, 0);  // MarkChanged then never allocates
+  dirty_count_ = 0;
   dirty_flag_.assign(count, 0);
-  for (size_t i = 0; i < tree_leaves_; ++i) {
-    tree_[tree_leaves_ + i] = static_cast<uint32_t>(i);
-  }
   for (size_t i = 0; i < count; ++i) {
-    tree_key_[i].capacity = std::max<uint32_t>(servers[i].capacity, 1);
-    tree_key_[i].ready = servers[i].ready ? 1 : 0;
+    const uint64_t rank = static_cast<uint32_t>(i) | (servers[i].ready ? 0 : kNotReady);
+    tree_meta_[tree_leaves_ + i] = rank << 32 | std::max<uint32_t>(servers[i].capacity, 1);
   }
   tree_all_dirty_ = true;
   tree_valid_ = true;
@@ -160,45 +184,78 @@ void Balancer::BuildTree(std::span<const ServerInput> servers) {
 void Balancer::MarkChanged(size_t index) {
   if (tree_valid_ && !tree_all_dirty_ && dirty_flag_[index] == 0) {
     dirty_flag_[index] = 1;
-    dirty_.push_back(static_cast<uint32_t>(index));
+    dirty_[dirty_count_++] = static_cast<uint32_t>(index);
+  }
+}
+
+inline void Balancer::ReplayLeaf(uint32_t index) {
+  // The leaf's new key rises to the root, meeting one sibling a level; it
+  // stays in registers, the winner taken without a branch.
+  uint64_t* const tree_load = tree_load_.data();
+  uint64_t* const tree_meta = tree_meta_.data();
+  size_t node = tree_leaves_ + index;
+  uint64_t load = assigned_[index] + outstanding_[index] + 1;
+  uint64_t meta = tree_meta[node];
+  tree_load[node] = load;
+  for (; node > 1; node /= 2) {
+    const uint64_t sibling_load = tree_load[node ^ 1];
+    const uint64_t sibling_meta = tree_meta[node ^ 1];
+    const bool sibling_wins = Wins(sibling_load, sibling_meta, load, meta);
+    load = sibling_wins ? sibling_load : load;
+    meta = sibling_wins ? sibling_meta : meta;
+    tree_load[node / 2] = load;
+    tree_meta[node / 2] = meta;
   }
 }
 
 void Balancer::RefreshTree() {
-  auto better_of = [this](uint32_t a, uint32_t b) { return Better(b, a) ? b : a; };
-  const size_t depth = static_cast<size_t>(std::bit_width(tree_leaves_));
-  if (tree_all_dirty_ || dirty_.size() * depth >= tree_leaves_) {
+  const size_t leaves = tree_leaves_;
+  const size_t depth = static_cast<size_t>(std::bit_width(leaves));
+  if (tree_all_dirty_ || dirty_count_ * depth >= leaves) {
+    uint64_t* const tree_load = tree_load_.data();
+    uint64_t* const tree_meta = tree_meta_.data();
     for (size_t i = 0; i < assigned_.size(); ++i) {
-      tree_key_[i].load = assigned_[i] + outstanding_[i] + 1;
+      tree_load[leaves + i] = assigned_[i] + outstanding_[i] + 1;
     }
-    for (size_t node = tree_leaves_ - 1; node >= 1; --node) {
-      tree_[node] = better_of(tree_[2 * node], tree_[2 * node + 1]);
+    for (size_t node = leaves - 1; node >= 1; --node) {
+      const size_t left = 2 * node;
+      const size_t right = 2 * node + 1;
+      const size_t winner =
+          Wins(tree_load[right], tree_meta[right], tree_load[left], tree_meta[left]) ? right : left;
+      tree_load[node] = tree_load[winner];
+      tree_meta[node] = tree_meta[winner];
     }
   } else {
-    for (uint32_t index : dirty_) {
-      tree_key_[index].load = assigned_[index] + outstanding_[index] + 1;
-    }
-    for (uint32_t index : dirty_) {
-      for (size_t node = (tree_leaves_ + index) / 2; node >= 1; node /= 2) {
-        tree_[node] = better_of(tree_[2 * node], tree_[2 * node + 1]);
-      }
+    for (size_t k = 0; k < dirty_count_; ++k) {
+      ReplayLeaf(dirty_[k]);
     }
   }
-  for (uint32_t index : dirty_) {
-    dirty_flag_[index] = 0;
+  for (size_t k = 0; k < dirty_count_; ++k) {
+    dirty_flag_[dirty_[k]] = 0;
   }
-  dirty_.clear();
+  dirty_count_ = 0;
   tree_all_dirty_ = false;
 }
 
 int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) {
+  if (servers.size() >= kNotReady) {
+    return ScanLowestLoadPerCapacity(servers);  // more servers than a rank can name
+  }
   if (!tree_valid_ || servers.data() != tree_servers_ || servers.size() != assigned_.size()) {
     BuildTree(servers);
-  } else if (tree_all_dirty_ || !dirty_.empty()) {
+  } else if (dirty_count_ == 1 && !tree_all_dirty_) {
+    // The usual case: one server's counters changed since the last choice
+    // (a replay is never costlier than a rebuild, which RefreshTree weighs).
+    const uint32_t index = dirty_[0];
+    ReplayLeaf(index);
+    dirty_flag_[index] = 0;
+    dirty_count_ = 0;
+  } else if (tree_all_dirty_ || dirty_count_ != 0) {
     RefreshTree();
   }
-  const uint32_t top = tree_[1];
-  if (top < servers.size() && tree_key_[top].ready != 0 && servers[top].Usable()) {
+  // A not-ready rank is >= kNotReady, beyond any server count.
+  const auto top = static_cast<uint32_t>(tree_meta_[1] >> 32);
+  if (top < servers.size() && servers[top].Usable()) {
     return static_cast<int>(top);
   }
   // Every ready server is down, or the best one is unhealthy: scan.

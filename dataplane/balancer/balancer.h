@@ -135,9 +135,10 @@ class Balancer {
   // counter change, instead of a scan of the group per balanced request.
   // Counter changes only mark leaves; the next choice replays them (or
   // rebuilds the inner nodes when that is cheaper).
-  bool Better(uint32_t a, uint32_t b) const;
   void BuildTree(std::span<const ServerInput> servers);
   void RefreshTree();
+  // Replays the counters of server `index` from its leaf to the root.
+  void ReplayLeaf(uint32_t index);
   void MarkChanged(size_t index);
 
   int64_t load_reset_interval_ms_;
@@ -148,19 +149,24 @@ class Balancer {
   bool tree_all_dirty_ = false;  // every counter may have changed (load reset)
   const ServerInput* tree_servers_ = nullptr;
   size_t tree_leaves_ = 0;
-  // What Better compares, in one place per leaf: the load is refreshed
-  // for the dirty servers before a refresh replays them. Leaves past the
-  // last server hold a key that loses to every server (not ready, the
-  // largest load), so inner nodes always hold a leaf index and Better needs
-  // no "no server" case; an index >= the server count at the root is none.
-  struct TreeKey {
-    uint64_t load;      // assigned + outstanding + 1
-    uint32_t capacity;  // >= 1
-    uint32_t ready;     // 0 or 1
-  };
-  std::vector<uint32_t> tree_;     // node -> leaf index; leaves at [tree_leaves_, ...)
-  std::vector<TreeKey> tree_key_;  // per leaf (tree_leaves_ of them)
-  std::vector<uint32_t> dirty_;    // servers whose counters changed since the last choice
+  // Every node holds the key of the server that wins its subtree, so a
+  // replay compares the rising winner with one sibling per level, read
+  // from one place. `meta` is the capacity (low half) and the rank (high
+  // half): the server's index with bit 31 set when it is not ready, so
+  // ready servers come first and ties go to the earlier one. Leaves past
+  // the last server hold a key that loses to every ready server (see
+  // BuildTree), so every node holds a leaf; a rank whose index is >= the
+  // server count at the root (a padding leaf, a server that is not ready)
+  // makes the choice a scan.
+  // Node n's key is (tree_load_[n], tree_meta_[n]), in two arrays so that
+  // a replay keeps the rising key in two registers.
+  static constexpr uint32_t kNotReady = uint32_t{1} << 31;
+  std::vector<uint64_t> tree_load_;  // assigned + outstanding + 1
+  std::vector<uint64_t> tree_meta_;  // rank << 32 | capacity (>= 1)
+  // Servers whose counters changed since the last choice: dirty_[0,
+  // dirty_count_), each once (dirty_flag_).
+  std::vector<uint32_t> dirty_;
+  size_t dirty_count_ = 0;
   std::vector<uint8_t> dirty_flag_;
 };
 

@@ -517,7 +517,10 @@ bool NormalizeFast(std::string_view target, std::span<char> scratch, char* lower
   CopyRun(target.data() + copy_from, run, output + written,
           lower == nullptr ? nullptr : lower + written);
   written += run;
-  *out = NormalizedTarget{};
+  // Field by field: a whole-struct reset compiles to a "rep stos".
+  out->query = {};
+  out->bracket_segment = {};
+  out->encoded_separator = false;
   SplitTarget(target, path_end, out);
   out->path = std::string_view(output, written);
   out->forward_path = out->raw_path;

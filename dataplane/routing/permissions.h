@@ -40,6 +40,12 @@ class PermissionTable {
     bool any_start;       // pattern began with "*"
     bool any_end;         // pattern ended with "*"
     bool redirect_to_https;
+    // "*text*": the two bytes of `text` a substring search tests first,
+    // chosen when the table is built: not "/" or "." where the text has
+    // others (every path is full of those), so that few places of a path
+    // pass the test and get compared whole.
+    uint32_t anchor_first = 0;
+    uint32_t anchor_second = 0;
   };
   static bool Matches(const Entry& entry, std::string_view path);
 

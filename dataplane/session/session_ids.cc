@@ -113,10 +113,10 @@ class Scratch {
   SessionIds* ids_;
 };
 
-// URL-decodes a sap-contextid value and returns its instance; on failure the
-// scratch space it used is given back.
-std::string_view ContextIdInstanceFromEncoded(std::string_view encoded, bool plus_is_space,
-                                              Scratch* scratch) {
+// ContextIdInstanceFromEncoded (below) without its fast path: decodes the
+// whole value, then reads it.
+std::string_view ContextIdInstanceFromEncodedGeneral(std::string_view encoded, bool plus_is_space,
+                                                     Scratch* scratch) {
   size_t mark = scratch->Mark();
   std::string_view decoded;
   if (!scratch->Decode(encoded, plus_is_space, &decoded)) {
@@ -128,6 +128,132 @@ std::string_view ContextIdInstanceFromEncoded(std::string_view encoded, bool plu
     scratch->Release(mark);
   }
   return instance;
+}
+
+// The first byte of s[from, size) that may not stand in an instance as it
+// is ("%", ":", "+", a control byte, space, DEL or a non-ASCII byte);
+// size when there is none.
+size_t InstanceEnd(const char* s, size_t from, size_t size) {
+  size_t i = from;
+#if defined(__SSE2__)
+  for (; i + 16 <= size; i += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    // Signed: bytes >= 0x80 are negative, so "> 0x20 and < 0x7f" is one pair.
+    const __m128i visible =
+        _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8(0x20)), _mm_cmplt_epi8(x, _mm_set1_epi8(0x7f)));
+    const __m128i special =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('%')),
+                                  _mm_cmpeq_epi8(x, _mm_set1_epi8(':'))),
+                     _mm_cmpeq_epi8(x, _mm_set1_epi8('+')));
+    const auto stop = static_cast<unsigned>(_mm_movemask_epi8(special)) |
+                      (~static_cast<unsigned>(_mm_movemask_epi8(visible)) & 0xffff);
+    if (stop != 0) {
+      return i + static_cast<size_t>(std::countr_zero(stop));
+    }
+  }
+#endif
+  for (; i < size; ++i) {
+    const char c = s[i];
+    if (c <= 0x20 || c >= 0x7f || c == '%' || c == ':' || c == '+') {
+      return i;
+    }
+  }
+  return size;
+}
+
+// The 8 bytes of `text` as Read8 loads them.
+constexpr uint64_t Word(const char (&text)[9]) {
+  uint64_t word = 0;
+  for (int i = 7; i >= 0; --i) {
+    word = word << 8 | static_cast<unsigned char>(text[i]);
+  }
+  return word;
+}
+
+// The ASCII case bit of byte `i` of a word.
+constexpr uint64_t CaseBit(int i) {
+  return uint64_t{0x20} << (8 * i);
+}
+
+// "%3A" or "%3a" at s[i].
+bool IsEncodedColon(std::string_view s, size_t i) {
+  return s.size() - i >= 3 && s[i] == '%' && s[i + 1] == '3' && (s[i + 2] | 0x20) == 'a';
+}
+
+// URL-decodes a sap-contextid value and returns its instance; on failure the
+// scratch space it used is given back. The usual values, "SID:ANON:<instance>:..."
+// with the colons all raw or all "%3A" and no escape in the instance, are
+// read without decoding them: the same result, the same view (into the
+// value when it holds nothing to decode, else into the scratch) and the
+// same scratch use as the general path, which decodes the whole value
+// first and takes every other value.
+std::string_view ContextIdInstanceFromEncoded(std::string_view encoded, bool plus_is_space,
+                                              Scratch* scratch) {
+  using string_hash_internal::Read8;
+  const size_t size = encoded.size();
+  const auto* bytes = reinterpret_cast<const unsigned char*>(encoded.data());
+  size_t head;  // bytes of the encoded prefix
+  bool decoded;  // the value holds an escape (or a "+" read as a space)
+  // "SID:ANON:", or "SID%3aANON%3a" with either case of the "a"s: words
+  // compared with the "a"s' case bit set.
+  if (size >= 9 && Read8(bytes) == Word("SID:ANON") && bytes[8] == ':') {
+    head = 9;
+    decoded = false;
+  } else if (size >= 13 && (Read8(bytes) | CaseBit(5)) == Word("SID%3aAN") &&
+             (Read8(bytes + 5) | CaseBit(0) | CaseBit(7)) == Word("aANON%3a")) {
+    head = 13;
+    decoded = true;
+  } else {
+    return ContextIdInstanceFromEncodedGeneral(encoded, plus_is_space, scratch);
+  }
+  if (size > scratch->Available()) {
+    return ContextIdInstanceFromEncodedGeneral(encoded, plus_is_space, scratch);
+  }
+  const size_t instance_end = InstanceEnd(encoded.data(), head, size);
+  size_t rest;  // where what follows the instance's ":" starts
+  if (instance_end < size && encoded[instance_end] == ':') {
+    rest = instance_end + 1;
+  } else if (IsEncodedColon(encoded, instance_end)) {
+    rest = instance_end + 3;
+    decoded = true;
+  } else {
+    return ContextIdInstanceFromEncodedGeneral(encoded, plus_is_space, scratch);
+  }
+  const size_t instance_size = instance_end - head;
+  if (instance_size == 0 || rest == size) {
+    return {};  // an empty instance, or nothing after its ":"
+  }
+  // The rest only has to decode: its escapes well formed.
+  const char* const in = encoded.data();
+  size_t rest_escapes = 0;
+  for (size_t at = rest; at < size;) {
+    const void* found = std::memchr(in + at, '%', size - at);
+    if (found == nullptr) {
+      break;
+    }
+    const size_t escape = static_cast<size_t>(static_cast<const char*>(found) - in);
+    if (size - escape < 3 || HexDigitValue(in[escape + 1]) < 0 ||
+        HexDigitValue(in[escape + 2]) < 0) {
+      return {};
+    }
+    ++rest_escapes;
+    at = escape + 3;
+  }
+  decoded = decoded || rest_escapes != 0 ||
+            (plus_is_space && std::memchr(in + rest, '+', size - rest) != nullptr);
+  if (!decoded) {
+    // Nothing to decode: a view into the value, no scratch used.
+    return encoded.substr(head, instance_size);
+  }
+  // The decoded value's head in the scratch, the rest only counted (it is
+  // never read).
+  char* const out = scratch->Cursor();
+  std::memcpy(out, kContextIdPrefix.data(), kContextIdPrefix.size());
+  std::memcpy(out + kContextIdPrefix.size(), in + head, instance_size);
+  out[kContextIdPrefix.size() + instance_size] = ':';
+  scratch->Consume(kContextIdPrefix.size() + instance_size + 1 + (size - rest) -
+                   2 * rest_escapes);
+  return std::string_view(out + kContextIdPrefix.size(), instance_size);
 }
 
 struct CookieFindings {
@@ -323,6 +449,50 @@ std::string_view ContextIdFromBracket(std::string_view bracket, Scratch* scratch
   return instance;
 }
 
+// The first ";" of `header` (its size when there is none) and the first "="
+// before it (npos when there is none), as header.find(';') and then
+// find('=') in the pair give them: the first 16 bytes in one SSE2 step (a
+// name, its "=" and often the whole pair), memchr beyond (a 4 KiB logon
+// ticket takes memchr's wider steps).
+void FindPairEnds(std::string_view header, size_t* semicolon, size_t* eq) {
+  const char* p = header.data();
+  const size_t size = header.size();
+  size_t from = 0;  // where the search goes on for what is not found yet
+  size_t equals = std::string_view::npos;
+#if defined(__SSE2__)
+  if (size >= 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const auto semicolons =
+        static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(';'))));
+    auto equal_signs =
+        static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8('='))));
+    if (semicolons != 0) {
+      const auto at = static_cast<size_t>(std::countr_zero(semicolons));
+      equal_signs &= (1u << at) - 1;
+      *semicolon = at;
+      *eq = equal_signs != 0 ? static_cast<size_t>(std::countr_zero(equal_signs))
+                             : std::string_view::npos;
+      return;
+    }
+    if (equal_signs != 0) {
+      equals = static_cast<size_t>(std::countr_zero(equal_signs));
+    }
+    from = 16;
+  }
+#endif
+  const void* found = std::memchr(p + from, ';', size - from);
+  const size_t end =
+      found == nullptr ? size : static_cast<size_t>(static_cast<const char*>(found) - p);
+  if (equals == std::string_view::npos && end > from) {
+    const void* sign = std::memchr(p + from, '=', end - from);
+    if (sign != nullptr) {
+      equals = static_cast<size_t>(static_cast<const char*>(sign) - p);
+    }
+  }
+  *semicolon = end;
+  *eq = equals;
+}
+
 }  // namespace
 
 std::string_view ContextIdInstance(std::string_view decoded_value) {
@@ -343,11 +513,11 @@ std::string_view ContextIdInstance(std::string_view decoded_value) {
 
 bool NextCookie(std::string_view* header, std::string_view* name, std::string_view* value) {
   while (!header->empty()) {
-    size_t semicolon = header->find(';');
+    size_t semicolon;
+    size_t eq;
+    FindPairEnds(*header, &semicolon, &eq);
     std::string_view pair = header->substr(0, semicolon);
-    *header =
-        semicolon == std::string_view::npos ? std::string_view() : header->substr(semicolon + 1);
-    size_t eq = pair.find('=');
+    *header = semicolon == header->size() ? std::string_view() : header->substr(semicolon + 1);
     if (eq == std::string_view::npos) {
       continue;  // RFC 6265 5.2: a pair without "=" is ignored
     }

@@ -154,6 +154,61 @@ TEST(BalancerTest, WeightedRoundRobinMatchesAScanOfTheRuleUnderRandomTraffic) {
   }
 }
 
+// The tree's layout does not show in its choices: every group size (the
+// leaves past the last server padded up to a power of two), capacities up
+// to 2^32 - 1 (products near 2^64), servers that are not ready at any
+// place (all of them too) and several counters changed between two choices
+// (one replay per server, or a rebuild) give the rule's server.
+TEST(BalancerTest, WeightedRoundRobinMatchesAScanAtEveryGroupSize) {
+  std::mt19937 random(2525);
+  for (int servers = 1; servers <= 70; ++servers) {
+    for (int shape = 0; shape < 4; ++shape) {
+      Group group;
+      for (int i = 0; i < servers; ++i) {
+        uint32_t capacity = 1 + random() % 5;
+        if (shape == 1) {
+          capacity = random() % 2 == 0 ? ~uint32_t{0} - random() % 3 : 1 + random() % 3;
+        }
+        // shape 2: every server draining; shape 3: every other one.
+        const bool ready = shape == 2 ? false : shape == 3 ? i % 2 == 1 : random() % 6 != 0;
+        group.Add(capacity, ready);
+      }
+      auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, group.inputs.size(), 0);
+      std::vector<int> open;  // picked, not completed
+      for (int step = 0; step < 400; ++step) {
+        int want = -1;
+        for (size_t i = 0; i < group.inputs.size(); ++i) {
+          if (!group.inputs[i].Usable()) {
+            continue;
+          }
+          const uint64_t load = balancer->assigned(i) + balancer->outstanding(i) + 1;
+          if (want < 0 ||
+              LoadPerCapacityLess(load, group.inputs[i].capacity,
+                                  balancer->assigned(want) + balancer->outstanding(want) + 1,
+                                  group.inputs[want].capacity)) {
+            want = static_cast<int>(i);
+          }
+        }
+        const int got = balancer->Pick(group.inputs, 0);
+        ASSERT_EQ(got, want) << servers << " servers, shape " << shape << ", step " << step;
+        if (got >= 0) {
+          open.push_back(got);
+        }
+        // Zero to three completions and sticky counts before the next choice.
+        for (uint32_t n = random() % 4; n > 0; --n) {
+          if (random() % 2 == 0 && !open.empty()) {
+            const size_t k = random() % open.size();
+            balancer->Complete(static_cast<size_t>(open[k]));
+            open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+          } else {
+            balancer->CountSticky(random() % group.inputs.size(), 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(BalancerTest, FactoryPicksTheStrategy) {
   for (v1::Strategy strategy : {v1::STRATEGY_WEIGHTED_ROUND_ROBIN,
                                 v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN, v1::STRATEGY_ADAPTIVE}) {

@@ -294,6 +294,181 @@ TEST(SessionIdsTest, FailedDecodingGivesScratchBack) {
   EXPECT_EQ(ids.ext_sid, std::string(400, 'C'));
 }
 
+// What sap-contextid's instance is by its definition: the whole value
+// percent-decoded when it needs it (into the scratch, which keeps the
+// decoded value), then read; nothing kept when that fails.
+struct ContextIdWant {
+  std::string instance;
+  size_t scratch = 0;       // bytes of scratch the decoded value keeps
+  bool into_value = false;  // the instance is a view into the value itself
+};
+
+ContextIdWant DecodeWholeValue(std::string_view value, bool plus_is_space, size_t available) {
+  const bool needs = value.find('%') != std::string_view::npos ||
+                     (plus_is_space && value.find('+') != std::string_view::npos);
+  if (!needs) {
+    return {std::string(ContextIdInstance(value)), 0, true};
+  }
+  std::string buffer(available + 1, '\0');
+  const int n = PercentDecode(value, buffer.data(), available, plus_is_space);
+  if (n < 0) {
+    return {};
+  }
+  const std::string_view instance =
+      ContextIdInstance(std::string_view(buffer.data(), static_cast<size_t>(n)));
+  if (instance.empty()) {
+    return {};
+  }
+  return {std::string(instance), static_cast<size_t>(n), false};
+}
+
+// The usual sap-contextid values are read without decoding them whole: the
+// same instance, the same scratch use and the same kind of view (into the
+// value or the scratch) as decoding them, for cookie and query values of
+// every shape: either prefix spelling and mixed ones, escapes and "+" in
+// and after the instance, malformed and cut escapes, control and non-ASCII
+// bytes, empty parts, and values at the edge of the scratch left after a
+// decoded saplb cookie.
+TEST(SessionIdsTest, ContextIdFastPathAgreesWithDecodingTheWholeValue) {
+  std::mt19937 random(3025);
+  const std::vector<std::string> heads = {
+      "SID:ANON:", "SID%3aANON%3a", "SID%3AANON%3A", "SID%3aANON%3A", "SID%3aANON:",
+      "SID:ANON%3a", "sid:anon:", "SID%3aANON%3", "SID:ANON", "S%49D:ANON:", "", "SID%3bANON%3a"};
+  const std::vector<std::string> ends = {":", "%3a", "%3A", "%3", "%", "", "%zz", "%3b", "::"};
+  const std::vector<std::string> pieces = {
+      "a", "Z", "0", "_", "-", "+", ".", "%41", "%3a", "%3A", ":", " ", "\x01", "\x7f", "\xc3\xa9",
+      "%", "%2", "%zz", "%2B", "%20", "~", "=", "\"", "(", ")"};
+  // A third of the values take only these: the usual values and near ones.
+  const std::vector<std::string> plain_pieces = {"a", "Z", "0", "_", "-", "+", "%41", "%2B"};
+  bool plain = false;
+  auto some = [&](size_t most) {
+    const std::vector<std::string>& from = plain ? plain_pieces : pieces;
+    std::string out;
+    for (size_t n = random() % (most + 1); n > 0; --n) {
+      out += from[random() % from.size()];
+    }
+    return out;
+  };
+  for (int round = 0; round < 60000; ++round) {
+    plain = round % 3 == 0;
+    std::string value = heads[random() % heads.size()] + some(round % 7 == 0 ? 3 : 12) +
+                        ends[random() % ends.size()] + some(12);
+    if (round % 11 == 0) {
+      // Near the scratch's edge: ~1,000 bytes more, escaped or not.
+      const std::string filler = random() % 2 == 0 ? "b" : "%62";
+      for (size_t n = 900 + random() % 240; n > 0; n -= std::min<size_t>(n, filler.size())) {
+        value += filler;
+      }
+    }
+    // A saplb cookie decoded first takes some of the scratch.
+    std::string saplb;
+    if (random() % 3 == 0) {
+      saplb = "saplb_*=%28" + std::string(1 + random() % 200, 'i') + "%29n";
+    }
+    const bool in_query = random() % 2 == 0;
+    std::string cookie;
+    std::string query;
+    if (in_query) {
+      // A query value ends at "&".
+      for (char& c : value) {
+        c = c == '&' ? '~' : c;
+      }
+      query = "x=1&sap-contextid=" + value + "&y=2";
+      cookie = saplb;
+    } else {
+      // A cookie value has no ";", no spaces or quotes at its ends.
+      for (char& c : value) {
+        c = c == ';' ? '~' : c;
+      }
+      while (!value.empty() && (value.back() == ' ' || value.back() == '"')) {
+        value.pop_back();
+      }
+      while (!value.empty() && (value.front() == ' ' || value.front() == '"')) {
+        value.erase(value.begin());
+      }
+      cookie = (saplb.empty() ? "" : saplb + "; ") + "sap-contextid=" + value;
+    }
+    SCOPED_TRACE((in_query ? "query " : "cookie ") + value + " after " + saplb);
+    std::string_view cookies[] = {cookie};
+    RequestParts request{"/sap/bc/x", query,
+                         std::span<const std::string_view>(cookies, cookie.empty() ? 0 : 1), ""};
+    SessionIds before;
+    RequestParts saplb_only{"/sap/bc/x", "", request.cookie_headers, ""};
+    std::string saplb_cookie = saplb;
+    std::string_view saplb_cookies[] = {saplb_cookie};
+    saplb_only.cookie_headers =
+        std::span<const std::string_view>(saplb_cookies, saplb.empty() ? 0 : 1);
+    ExtractSessionIds(saplb_only, "", &before);
+    const ContextIdWant want =
+        DecodeWholeValue(value, in_query, before.scratch.size() - before.scratch_used);
+    SessionIds ids;
+    ExtractSessionIds(request, "", &ids);
+    ASSERT_EQ(ids.contextid_instance, want.instance);
+    ASSERT_EQ(ids.scratch_used, before.scratch_used + want.scratch);
+    if (!want.instance.empty()) {
+      const char* at = ids.contextid_instance.data();
+      const std::string_view source = in_query ? std::string_view(query) : std::string_view(cookie);
+      const bool into_value = at >= source.data() && at < source.data() + source.size();
+      ASSERT_EQ(into_value, want.into_value);
+    }
+  }
+}
+
+// NextCookie finds a pair's ";" and "=" 16 bytes at once, then with
+// memchr: the same pairs as splitting at every ";" and the first "=" of
+// each, for headers of every length with separators at every place (the
+// 16-byte edge included), empty pairs, pairs without "=", spaces, quotes
+// and non-ASCII bytes.
+TEST(NextCookieTest, AgreesWithSplittingAtEverySemicolon) {
+  std::mt19937 random(6265);
+  const std::string alphabet = "ab;= \"\t\xc3x;=";
+  for (int round = 0; round < 40000; ++round) {
+    std::string header;
+    for (size_t n = random() % (round % 4 == 0 ? 120 : 40); n > 0; --n) {
+      header += alphabet[random() % alphabet.size()];
+    }
+    SCOPED_TRACE(header);
+    // The reference: RFC 6265 5.2 as written, one pair at a time.
+    std::vector<std::pair<std::string, std::string>> want;
+    std::string_view rest = header;
+    while (!rest.empty()) {
+      const size_t semicolon = rest.find(';');
+      std::string_view pair = rest.substr(0, semicolon);
+      rest = semicolon == std::string_view::npos ? std::string_view() : rest.substr(semicolon + 1);
+      const size_t eq = pair.find('=');
+      if (eq == std::string_view::npos) {
+        continue;
+      }
+      auto trim = [](std::string_view s) {
+        while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+          s.remove_prefix(1);
+        }
+        while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+          s.remove_suffix(1);
+        }
+        return s;
+      };
+      std::string_view name = trim(pair.substr(0, eq));
+      std::string_view value = trim(pair.substr(eq + 1));
+      if (name.empty()) {
+        continue;
+      }
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+        value = value.substr(1, value.size() - 2);
+      }
+      want.emplace_back(name, value);
+    }
+    std::vector<std::pair<std::string, std::string>> got;
+    std::string_view walk = header;
+    std::string_view name;
+    std::string_view value;
+    while (NextCookie(&walk, &name, &value)) {
+      got.emplace_back(name, value);
+    }
+    ASSERT_EQ(got, want);
+  }
+}
+
 TEST(SessionIdsTest, ExtractionDoesNotAllocate) {
   std::string bracket = StdBase64(std::string("l=en&s=") + kSapContextId);
   std::string_view cookies[] = {
