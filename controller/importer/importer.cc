@@ -1888,6 +1888,13 @@ class Importer {
              "translated");
         continue;
       }
+      if (from == nullptr && host == nullptr && (to == nullptr || *to == *prefix)) {
+        // PREFIX itself, on the same scheme and host: the answer is asked again.
+        Warn(*param, "PREFIX=" + Shown(*prefix) +
+                         " redirects to itself without another TO= or a HOST= (a loop); "
+                         "redirect not translated");
+        continue;
+      }
       std::string target = to != nullptr ? *to : from != nullptr ? "$1" : *prefix;
       if (host != nullptr) {
         std::string scheme = prot != nullptr ? Lower(*prot) : "http";

@@ -694,22 +694,26 @@ TEST(ImportTest, RedirectsBecomeRulesBeforeTheRuleFiles) {
       "icm/HTTP/redirect_2 = PREFIX=/x, FROM=/x/*.ht?, TO=/y\n"
       "icm/HTTP/redirect_3 = PREFIX=/x, PORT=8443, TO=/y\n"
       "icm/HTTP/redirect_4 = PREFIX=/, FROM=*, FROMPROT=http, PROT=https, HOST=erp.example.com\n"
-      "icm/HTTP/redirect_5 = PREFIX=/x, FROM=/x/a b\n",
+      "icm/HTTP/redirect_5 = PREFIX=/x, FROM=/x/a b\n"
+      "icm/HTTP/redirect_6 = PREFIX=/self, TO=/self\n",
       files);
   EXPECT_EQ(r.ExitCode(), 3);
   EXPECT_EQ(Warnings(r),
             (std::vector<std::string>{
+                "WARN sapwebdisp.pfl:6 icm/redirect_0: PREFIX=\"/legacy\" redirects to itself without "
+                "another TO= or a HOST= (a loop); redirect not translated",
                 "WARN sapwebdisp.pfl:8 icm/HTTP/redirect_3: PROT= and PORT= need HOST= (as in "
                 "SAP); redirect not translated",
                 "WARN sapwebdisp.pfl:10 icm/HTTP/redirect_5: FROM=\"/x/a b\" is not usable; "
-                "redirect not translated"}));
+                "redirect not translated",
+                "WARN sapwebdisp.pfl:11 icm/HTTP/redirect_6: PREFIX=\"/self\" redirects to itself "
+                "without another TO= or a HOST= (a loop); redirect not translated"}));
   const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
   ASSERT_EQ(mods.size(), 2u);
   EXPECT_EQ(mods[0]["prefix"], "/");
   const std::string rules = mods[0]["rules"];
   EXPECT_EQ(rules,
             "RegRedirectUrl ^/$ /sap/bc/webdynpro/sap/ags_workcenter [CODE=permanent]\n"
-            "RegRedirectUrl ^/legacy$ /legacy [CODE=permanent]\n"
             "if %{SERVER_PROTOCOL} stricmp \"http\"\n"
             "RegRedirectUrl ^/old\\.app$ https://erp.example.com:443/new [CODE=permanent]\n"
             "if %{PATH} regmatch ^/x\n"
