@@ -316,6 +316,19 @@ class ModificationRules(unittest.TestCase):
         got = json.loads(bytes(response["data"]))["fields"]
         self.assertEqual(values(got, "X-Peer"), ["127.0.0.1:%d" % c.sock.getsockname()[1]])
         self.assertEqual(values(got, "X-Local"), ["127.0.0.1"])
+        # Behind a PROXY-protocol balancer: the header's client address and
+        # port; SERVER_ADDR stays the proxy's own.
+        proxied = Proxy(self.dir, self.snapshot, ["--proxy-protocol", "http"], "proxied")
+        self.addCleanup(proxied.stop)
+        sock = socket.create_connection(("127.0.0.1", proxied.port), timeout=10)
+        self.addCleanup(sock.close)
+        sock.sendall(b"PROXY TCP4 198.51.100.4 127.0.0.1 5555 80\r\n"
+                     b"GET /sap/bc/pp HTTP/1.1\r\nHost: erp.example.test\r\n\r\n")
+        status, _, body = read_response(sock)
+        self.assertEqual(status, 200, body)
+        got = json.loads(body)["fields"]
+        self.assertEqual(values(got, "X-Peer"), ["198.51.100.4:5555"])
+        self.assertEqual(values(got, "X-Local"), ["127.0.0.1"])
 
     # ---- system selection ----
 
