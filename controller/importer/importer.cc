@@ -1877,7 +1877,7 @@ class Importer {
         Warn(*param, "HOST=" + Shown(*host) + " is not a host name; redirect not translated");
         continue;
       }
-      if (port != nullptr && !IsPortNumber(*port)) {
+      if (port != nullptr && (port->size() > 5 || !ParsePort(*port))) {
         Warn(*param, "PORT=" + Shown(*port) + " is not a port number; redirect not translated");
         continue;
       }
@@ -1978,15 +1978,6 @@ class Importer {
       });
     }
     return !host.empty() && host.front() != '*' && IsVirtualHost(host);
-  }
-
-  static bool IsPortNumber(std::string_view port) {
-    if (port.empty() || port.size() > 5 ||
-        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return false;
-    }
-    const int value = std::stoi(std::string(port));
-    return value >= 1 && value <= 65535;
   }
 
   // `text` as a regular expression that matches it literally.

@@ -1035,6 +1035,8 @@ Http2Connection::Http2Connection(Worker* worker, std::unique_ptr<net::Transport>
       client_ip_(std::move(client_ip)),
       client_port_(client_port),
       registered_(registered),
+      ignored_block_budget_(static_cast<double>(worker->options().max_header_bytes)),
+      ignored_block_refilled_ms_(worker->loop().now_ms()),
       tick_(this, [](void* self) { static_cast<Http2Connection*>(self)->OnTick(); }),
       drive_soon_(this, [](void* self) { static_cast<Http2Connection*>(self)->Drive(); }) {
   in_.Append(received);
@@ -1216,13 +1218,9 @@ bool Http2Connection::SettleHeaderBlock() {
   }
   const double capacity = static_cast<double>(worker_->options().max_header_bytes);
   const int64_t now = worker_->loop().now_ms();
-  if (ignored_block_budget_ < 0) {
-    ignored_block_budget_ = capacity;
-  } else {
-    ignored_block_budget_ =
-        std::min(capacity, ignored_block_budget_ + static_cast<double>(now - ignored_block_refilled_ms_) *
-                                                       kIgnoredBlockBytesPerSecond / 1000.0);
-  }
+  ignored_block_budget_ =
+      std::min(capacity, ignored_block_budget_ + static_cast<double>(now - ignored_block_refilled_ms_) *
+                                                     kIgnoredBlockBytesPerSecond / 1000.0);
   ignored_block_refilled_ms_ = now;
   ignored_block_budget_ -= static_cast<double>(ignored);
   return ignored_block_budget_ >= 0;

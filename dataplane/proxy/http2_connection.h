@@ -191,8 +191,8 @@ class Http2Connection final : public WorkerConnection {
   // included, but calls no callback) may be spent from this bucket:
   // max_header_bytes, refilled at kIgnoredBlockBytesPerSecond. Beyond it
   // the connection ends.
-  double ignored_block_budget_ = -1;  // -1: full (set on first use)
-  int64_t ignored_block_refilled_ms_ = 0;
+  double ignored_block_budget_;  // full at the start
+  int64_t ignored_block_refilled_ms_;
   // The highest stream id of the client's HEADERS, and the ids it skipped
   // below it (inclusive ranges of odd ids, the newest few): closed without
   // being opened (RFC 9113 5.1.1), so HEADERS on one is a connection error.

@@ -21,6 +21,25 @@ struct Group {
   }
 };
 
+// weighted_round_robin's rule by a plain scan over the balancer's own
+// counters: the usable server with the lowest (load + 1) / capacity, the
+// first of equals; -1 when none is usable.
+int RuleChoice(const Balancer& balancer, const Group& group) {
+  int want = -1;
+  for (size_t i = 0; i < group.inputs.size(); ++i) {
+    if (!group.inputs[i].Usable()) {
+      continue;
+    }
+    const uint64_t load = balancer.assigned(i) + balancer.outstanding(i) + 1;
+    if (want < 0 || LoadPerCapacityLess(load, group.inputs[i].capacity,
+                                        balancer.assigned(want) + balancer.outstanding(want) + 1,
+                                        group.inputs[want].capacity)) {
+      want = static_cast<int>(i);
+    }
+  }
+  return want;
+}
+
 // Runs `count` sequential requests (each completed before the next) and
 // returns the chosen servers as letters A, B, C... ('-' for none).
 std::string Sequence(Balancer& balancer, const Group& group, int count, int64_t now_ms = 0) {
@@ -116,19 +135,7 @@ TEST(BalancerTest, WeightedRoundRobinMatchesAScanOfTheRuleUnderRandomTraffic) {
       const size_t target = random() % group.inputs.size();
       if (op < 45) {
         // The rule, from the balancer's own counters before the pick.
-        int want = -1;
-        for (size_t i = 0; i < group.inputs.size(); ++i) {
-          if (!group.inputs[i].Usable()) {
-            continue;
-          }
-          const uint64_t load = balancer->assigned(i) + balancer->outstanding(i) + 1;
-          if (want < 0 ||
-              LoadPerCapacityLess(load, group.inputs[i].capacity,
-                                  balancer->assigned(want) + balancer->outstanding(want) + 1,
-                                  group.inputs[want].capacity)) {
-            want = static_cast<int>(i);
-          }
-        }
+        const int want = RuleChoice(*balancer, group);
         ASSERT_EQ(balancer->Pick(group.inputs, now_ms), want)
             << "round " << round << " step " << step;
       } else if (op < 80) {
@@ -176,19 +183,7 @@ TEST(BalancerTest, WeightedRoundRobinMatchesAScanAtEveryGroupSize) {
       auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, group.inputs.size(), 0);
       std::vector<int> open;  // picked, not completed
       for (int step = 0; step < 400; ++step) {
-        int want = -1;
-        for (size_t i = 0; i < group.inputs.size(); ++i) {
-          if (!group.inputs[i].Usable()) {
-            continue;
-          }
-          const uint64_t load = balancer->assigned(i) + balancer->outstanding(i) + 1;
-          if (want < 0 ||
-              LoadPerCapacityLess(load, group.inputs[i].capacity,
-                                  balancer->assigned(want) + balancer->outstanding(want) + 1,
-                                  group.inputs[want].capacity)) {
-            want = static_cast<int>(i);
-          }
-        }
+        const int want = RuleChoice(*balancer, group);
         const int got = balancer->Pick(group.inputs, 0);
         ASSERT_EQ(got, want) << servers << " servers, shape " << shape << ", step " << step;
         if (got >= 0) {

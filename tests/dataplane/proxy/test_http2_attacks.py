@@ -250,6 +250,27 @@ def wait_status(conn, stream_id, timeout=10):
             return decoded[":status"]
 
 
+def read_statuses(conn, streams, statuses, timeout=10):
+    """Reads frames until every stream of `streams` has its response head:
+    their :status values go into `statuses` (stream id -> status)."""
+    deadline = time.monotonic() + timeout
+    while not all(stream in statuses for stream in streams):
+        kind, flags, stream, payload = conn.read_frame(deadline)
+        decoded = conn.headers(kind, flags, stream, payload)
+        if decoded is not None and ":status" in decoded:
+            statuses[stream] = decoded[":status"]
+
+
+def wait_end(conn, stream_id, timeout=10):
+    """Reads frames until the response of `stream_id` ends (END_STREAM)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kind, flags, stream, payload = conn.read_frame(deadline)
+        conn.headers(kind, flags, stream, payload)
+        if stream == stream_id and kind in (HEADERS, DATA) and flags & END_STREAM:
+            return
+
+
 def get(port, path=b"/", tls_context=None, timeout=10):
     """One GET over a fresh HTTP/2 connection: (status, body)."""
     conn = Connection(port, tls_context)
@@ -1029,12 +1050,7 @@ class RapidResetLogging(ProxyCase):
         last = 3 + 2 * pairs
         burst += frame(HEADERS, END_STREAM | END_HEADERS, last, request_block(b"/after"))
         conn.send(bytes(burst))
-        deadline = time.monotonic() + 10
-        while True:
-            kind, flags, stream, payload = conn.read_frame(deadline)
-            conn.headers(kind, flags, stream, payload)
-            if stream == last and kind in (HEADERS, DATA) and flags & END_STREAM:
-                break
+        wait_end(conn, last)
         conn.send(frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
         conn.close()
         # The connection's summary line, then the access log with /hold's

@@ -39,7 +39,7 @@ from test_http2_attacks import (
     ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PING, PROTOCOL_ERROR, PROXY, RST_STREAM,
     WINDOW_UPDATE,
     Background, Closed, Connection, Proxy, ProxyCase, frame, get, literal, literal_new_name,
-    request_block, wait_status)
+    read_statuses, request_block, wait_end, wait_status)
 
 # The proxy's SETTINGS_MAX_FRAME_SIZE (the default).
 MAX_FRAME = 16384
@@ -216,12 +216,7 @@ class HpackAmplification(ProxyCase):
         conn.send(header_block_frames(1, block) +
                   frame(HEADERS, END_STREAM | END_HEADERS, 3, request_block(b"/after")))
         statuses = {}
-        deadline = time.monotonic() + 10
-        while len(statuses) < 2:
-            kind, flags, stream, payload = conn.read_frame(deadline)
-            decoded = conn.headers(kind, flags, stream, payload)
-            if decoded is not None and ":status" in decoded:
-                statuses[stream] = decoded[":status"]
+        read_statuses(conn, (1, 3), statuses)
         self.assertEqual(statuses, {1: "431", 3: "200"})
         self.assertIsNone(conn.goaway)
 
@@ -265,27 +260,36 @@ class IgnoredHeaderBlocks(ProxyCase):
             out += header_block_frames(1 + 2 * i, block)
         return bytes(out)
 
-    def attack(self, name):
+    def send_blocks(self, data, label):
+        """Sends `data` on a new connection and waits for its end: the
+        connection, and whether it was closed within 20 s."""
         conn = self.connect()
         cpu_before = cpu_seconds(self.proxy.pid)
         try:
             conn.sock.settimeout(20)
-            conn.sock.sendall(self.ignored_blocks(name))
+            conn.sock.sendall(data)
         except OSError:
             pass  # the server closed the connection while we sent
         closed = conn.wait_closed(20)
-        cpu = cpu_seconds(self.proxy.pid) - cpu_before
-        print("ignored header blocks (%r): closed %s, GOAWAY %r, proxy CPU %.3fs"
-              % (name, closed, conn.goaway, cpu))
-        # Without the budget the connection stayed open and each block cost
-        # ~20 ms of decoding: 8 blocks decoded to the end.
-        self.assertTrue(closed, "connection still open after 8 ignored blocks")
+        print("%s: closed %s, GOAWAY %r, proxy CPU %.3fs"
+              % (label, closed, conn.goaway, cpu_seconds(self.proxy.pid) - cpu_before))
+        return conn, closed
+
+    def assert_ended_at_second_block(self, conn):
         self.assertIsNotNone(conn.goaway)
         self.assertEqual(conn.goaway[1], ENHANCE_YOUR_CALM)
         # The budget (64 KiB) ends the connection at the second block.
         self.assertLessEqual(conn.goaway[0], 5)
         self.assertEqual(self.backend.count("/amplify"), 0)
         self.assert_serves()
+
+    def attack(self, name):
+        conn, closed = self.send_blocks(self.ignored_blocks(name),
+                                        "ignored header blocks (%r)" % name)
+        # Without the budget the connection stayed open and each block cost
+        # ~20 ms of decoding: 8 blocks decoded to the end.
+        self.assertTrue(closed, "connection still open after 8 ignored blocks")
+        self.assert_ended_at_second_block(conn)
 
     def test_uppercase_name_in_the_table(self):
         self.attack(b"X-AMP")
@@ -310,12 +314,7 @@ class IgnoredHeaderBlocks(ProxyCase):
                 frame(HEADERS, END_STREAM | END_HEADERS | padded | priority, stream,
                       bytes([255]) + struct.pack(">IB", 0, 15) + block + b"\0" * 255)
                 for stream in streams))
-            deadline = time.monotonic() + 10
-            while not all(stream in statuses for stream in streams):
-                kind, flags, stream, payload = conn.read_frame(deadline)
-                decoded = conn.headers(kind, flags, stream, payload)
-                if decoded is not None and ":status" in decoded:
-                    statuses[stream] = decoded[":status"]
+            read_statuses(conn, streams, statuses)
         self.assertEqual(len(statuses), 2000)
         self.assertEqual(set(statuses.values()), {"200"})
         self.assertIsNone(conn.goaway)
@@ -368,7 +367,6 @@ class IgnoredHeaderBlocks(ProxyCase):
         stream with an uppercase name and holds ~120 KiB of references to
         it. Counted against the block's decoded bytes, none cost anything:
         40 such blocks went through without a GOAWAY."""
-        conn = self.connect()
         out = bytearray()
         for i in range(40):
             block = request_block(b"/amplify")
@@ -380,20 +378,8 @@ class IgnoredHeaderBlocks(ProxyCase):
                 block += b"\xbf" * 31
             block += b"\xbe" * (120 * 1024 - len(block))
             out += header_block_frames(1 + 2 * i, block)
-        cpu_before = cpu_seconds(self.proxy.pid)
-        try:
-            conn.sock.settimeout(20)
-            conn.sock.sendall(bytes(out))
-        except OSError:
-            pass  # the server closed the connection while we sent
-        closed = conn.wait_closed(20)
-        print("fields before the reset: closed %s, GOAWAY %r, proxy CPU %.3fs"
-              % (closed, conn.goaway, cpu_seconds(self.proxy.pid) - cpu_before))
-        self.assertIsNotNone(conn.goaway)
-        self.assertEqual(conn.goaway[1], ENHANCE_YOUR_CALM)
-        self.assertLessEqual(conn.goaway[0], 5)
-        self.assertEqual(self.backend.count("/amplify"), 0)
-        self.assert_serves()
+        conn, _ = self.send_blocks(bytes(out), "fields before the reset")
+        self.assert_ended_at_second_block(conn)
 
     def test_huffman_coded_latin1_values_are_not_ignored_bytes(self):
         """An encoder that always uses Huffman coding (python-hyper's hpack,
@@ -412,15 +398,10 @@ class IgnoredHeaderBlocks(ProxyCase):
                      (b":authority", b"h2.test"),
                      (b"x-name", b"%04d" % stream + b"\xe9" * 996)], huffman=True))
                 for stream in streams))
-            deadline = time.monotonic() + 10
-            while not all(stream in statuses for stream in streams):
-                try:
-                    kind, flags, stream, payload = conn.read_frame(deadline)
-                except Closed:
-                    self.fail("closed after %d answers, GOAWAY %r" % (len(statuses), conn.goaway))
-                decoded = conn.headers(kind, flags, stream, payload)
-                if decoded is not None and ":status" in decoded:
-                    statuses[stream] = decoded[":status"]
+            try:
+                read_statuses(conn, streams, statuses)
+            except Closed:
+                self.fail("closed after %d answers, GOAWAY %r" % (len(statuses), conn.goaway))
         self.assertEqual(len(statuses), 300)
         self.assertIsNone(conn.goaway)
 
@@ -693,26 +674,12 @@ class StreamIds(ProxyCase):
         conn = self.connect()
         # The backend answers at once; the request body has not ended.
         conn.send(frame(HEADERS, END_HEADERS, 1, request_block(b"/early", method=b"POST")))
-        deadline = time.monotonic() + 10
-        got_end = False
-        while not got_end:
-            kind, flags, stream, payload = conn.read_frame(deadline)
-            conn.headers(kind, flags, stream, payload)
-            if stream == 1 and kind in (HEADERS, DATA) and flags & END_STREAM:
-                got_end = True
+        wait_end(conn, 1)
         conn.send(frame(DATA, 0, 1, b"late") +
                   frame(HEADERS, END_STREAM | END_HEADERS, 1, literal_new_name(b"x-t", b"1")) +
                   frame(HEADERS, END_STREAM | END_HEADERS, 3, request_block(b"/next")))
         self.assertEqual(wait_status(conn, 3), "200")
         self.assertTrue(conn.goaway is None or conn.goaway[1] == NO_ERROR, conn.goaway)
-
-    def answered(self, conn, stream_id):
-        deadline = time.monotonic() + 10
-        while True:
-            kind, flags, stream, payload = conn.read_frame(deadline)
-            conn.headers(kind, flags, stream, payload)
-            if stream == stream_id and kind in (HEADERS, DATA) and flags & END_STREAM:
-                return
 
     def ended_then(self, late, streams_between=0):
         """Stream 1 ended by the client and answered, `streams_between`
@@ -721,10 +688,10 @@ class StreamIds(ProxyCase):
         streams (kwd remembers the ids of the latest ones the client ended)."""
         conn = self.connect()
         conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/one")))
-        self.answered(conn, 1)
+        wait_end(conn, 1)
         for i in range(streams_between):
             conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 3 + 2 * i, request_block(b"/more")))
-            self.answered(conn, 3 + 2 * i)
+            wait_end(conn, 3 + 2 * i)
         conn.send(late)
         self.assertTrue(conn.wait_closed(10), "connection open after a frame on closed stream 1")
         self.assertIsNotNone(conn.goaway, "no GOAWAY")
