@@ -31,6 +31,9 @@ bool H2FrameScanner::Next(const uint8_t* data, size_t size, size_t* at, Frame* f
     frame->length = (uint32_t{head_[0]} << 16) | (uint32_t{head_[1]} << 8) | uint32_t{head_[2]};
     frame->type = head_[3];
     frame->flags = head_[4];
+    frame->stream_id = static_cast<int32_t>(((uint32_t{head_[5]} & 0x7F) << 24) |
+                                            (uint32_t{head_[6]} << 16) |
+                                            (uint32_t{head_[7]} << 8) | uint32_t{head_[8]});
     payload_left_ = frame->length;
     return true;
   }

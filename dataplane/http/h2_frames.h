@@ -23,6 +23,7 @@ class H2FrameScanner {
     uint32_t length = 0;  // of the payload (24 bits)
     uint8_t type = 0;
     uint8_t flags = 0;
+    int32_t stream_id = 0;  // 31 bits, the reserved bit cleared
   };
 
   // Scans data[*at, size): true, with `frame`, when a frame header is

@@ -48,10 +48,6 @@ constexpr size_t kReadBytesPerTurn = 256 * 1024;
 // tick, so within a second more): about 4 KiB per idle connection, for an
 // madvise and the page faults of the next answer.
 constexpr int64_t kReleasePagesAfterIdleMs = 500;
-// Ranges of stream ids a client skipped that are remembered (a client
-// skipping ids is rare; one that skips many only loses the check on the
-// oldest).
-constexpr size_t kMaxSkippedRanges = 16;
 
 uint8_t* Bytes(std::string_view s) {
   return reinterpret_cast<uint8_t*>(const_cast<char*>(s.data()));
@@ -912,6 +908,9 @@ struct Http2Callbacks {
       nghttp2_session_terminate_session(session, NGHTTP2_PROTOCOL_ERROR);
       return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
+    if (hd->type == NGHTTP2_HEADERS && c->ended_streams_.Contains(hd->stream_id)) {
+      return static_cast<int>(c->EndForClosedStream());
+    }
     return 0;
   }
 
@@ -995,6 +994,12 @@ struct Http2Callbacks {
   static int OnStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t /*error_code*/,
                            void* user_data) {
     Http2Connection* c = Self(user_data);
+    // nghttp2 keeps no closed stream (NewHttp2ServerOption): whether the
+    // client had ended this one is remembered here. (The stream is still
+    // nghttp2's during this callback.)
+    if (nghttp2_session_get_stream_remote_close(session, stream_id) == 1) {
+      c->ended_streams_.Add(stream_id);
+    }
     Http2Connection::Stream* stream = c->FindStream(stream_id);
     if (stream == nullptr) {
       return 0;
@@ -1026,14 +1031,43 @@ struct Http2Callbacks {
   }
 };
 
+nghttp2_option* NewHttp2ServerOption(size_t max_header_bytes) {
+  nghttp2_option* option = nullptr;
+  if (nghttp2_option_new(&option) != 0) {
+    return nullptr;  // nghttp2's defaults, then
+  }
+  // Request bodies are acknowledged as the upstream takes them.
+  nghttp2_option_set_no_auto_window_update(option, 1);
+  // Bounded queues of what floods make us send (SETTINGS and PING ACKs) and
+  // of what a peer's SETTINGS may carry.
+  nghttp2_option_set_max_outbound_ack(option, 1000);
+  nghttp2_option_set_max_settings(option, 32);
+  nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + max_header_bytes);
+  // HPACK: the decoder's dynamic table (what clients send) stays at the
+  // 4096 bytes advertised; response heads are encoded with the static table
+  // and literals only, as HAProxy does: no encoder table of up to 4 KiB (and
+  // an object per entry) kept per connection for its life, for a few dozen
+  // bytes more per response head on the wire (memory per idle connection,
+  // issue 25; the 1,000 idle HTTP/2 connections of bench/memory_bench.sh
+  // held about 0.9 KiB each in it).
+  nghttp2_option_set_max_deflate_dynamic_table_size(option, 0);
+  // No closed stream kept for the priority tree (up to
+  // SETTINGS_MAX_CONCURRENT_STREAMS of them, 288 bytes each with the
+  // allocator's rounding, and the stream map grown to hold them: 30 KiB
+  // per connection that served 100 requests, for its life). What a client
+  // sees is kept by Http2Connection::ended_streams_.
+  nghttp2_option_set_no_closed_streams(option, 1);
+  return option;
+}
+
 Http2Connection::Http2Connection(Worker* worker, std::unique_ptr<net::Transport> transport,
                                  std::string client_ip, uint16_t client_port,
                                  std::string_view received, bool registered)
     : worker_(worker),
       transport_(std::move(transport)),
       fd_(transport_->fd()),
-      client_ip_(std::move(client_ip)),
       client_port_(client_port),
+      client_ip_(std::move(client_ip)),
       registered_(registered),
       ignored_block_budget_(static_cast<double>(worker->options().max_header_bytes)),
       ignored_block_refilled_ms_(worker->loop().now_ms()),
@@ -1072,23 +1106,7 @@ void Http2Connection::Start() {
   nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks,
                                                                &Http2Callbacks::OnInvalidFrame);
   nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &Http2Callbacks::OnFrameSend);
-  nghttp2_option* option = nullptr;
-  nghttp2_option_new(&option);
-  // Request bodies are acknowledged as the upstream takes them.
-  nghttp2_option_set_no_auto_window_update(option, 1);
-  // Bounded queues of what floods make us send (SETTINGS and PING ACKs) and
-  // of what a peer's SETTINGS may carry.
-  nghttp2_option_set_max_outbound_ack(option, 1000);
-  nghttp2_option_set_max_settings(option, 32);
-  nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + options.max_header_bytes);
-  // HPACK: the decoder's dynamic table (what clients send) stays at the
-  // 4096 bytes advertised; response heads are encoded with the static table
-  // and literals only, as HAProxy does: no encoder table of up to 4 KiB (and
-  // an object per entry) kept per connection for its life, for a few dozen
-  // bytes more per response head on the wire (memory per idle connection,
-  // issue 25; the 1,000 idle HTTP/2 connections of bench/memory_bench.sh
-  // held about 0.9 KiB each in it).
-  nghttp2_option_set_max_deflate_dynamic_table_size(option, 0);
+  nghttp2_option* option = NewHttp2ServerOption(options.max_header_bytes);
   session_memory_.set_creating(true);
   int rv = nghttp2_session_server_new3(&session_, callbacks, this, option, session_memory_.mem());
   session_memory_.set_creating(false);
@@ -1232,12 +1250,11 @@ bool Http2Connection::CheckStreamId(int32_t id) {
   }
   if (id > last_client_stream_) {
     if (id > last_client_stream_ + 2) {
-      if (skipped_streams_.size() == kMaxSkippedRanges) {
-        // Forgotten: HEADERS on those is ignored by nghttp2 (as it ignores
-        // any on a stream it no longer knows), not a connection error.
-        skipped_streams_.erase(skipped_streams_.begin());
-      }
-      skipped_streams_.emplace_back(last_client_stream_ + 2, id - 2);
+      // The newest few ranges (a client skipping ids is rare; one that
+      // skips many only loses the check on the oldest: HEADERS on those is
+      // then STREAM_CLOSED, through ended_streams_, or ignored).
+      skipped_streams_.Add(last_client_stream_ + 2, id - 2);
+      ended_streams_.Add(last_client_stream_ + 2, id - 2);
     }
     last_client_stream_ = id;
     return true;
@@ -1245,12 +1262,7 @@ bool Http2Connection::CheckStreamId(int32_t id) {
   // A lower id: trailers (or a late frame) of a stream opened before are
   // nghttp2's to judge, since the client may not have seen its end yet;
   // an id that was never opened is closed (RFC 9113 5.1.1).
-  for (const auto& [low, high] : skipped_streams_) {
-    if (id >= low && id <= high) {
-      return false;
-    }
-  }
-  return true;
+  return !skipped_streams_.Contains(id);
 }
 
 void Http2Connection::CountError(Http2Error error) {
@@ -1408,7 +1420,7 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
   size_t at = 0;
   http::H2FrameScanner::Frame frame;
   while (frames_.Next(data, size, &at, &frame)) {
-    if (frame.type == NGHTTP2_HEADERS) {
+    if (frame.type == NGHTTP2_HEADERS || frame.type == NGHTTP2_DATA) {
       // What came before this frame header (in this read) first.
       if (frame.header_start > fed) {
         ssize_t rv = nghttp2_session_mem_recv(session_, data + fed, frame.header_start - fed);
@@ -1417,6 +1429,18 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
         }
         fed = frame.header_start;
       }
+    }
+    if (frame.type == NGHTTP2_DATA) {
+      // nghttp2 ignores DATA on a stream it does not know, without a
+      // callback: on one the client had ended, it is answered here (HEADERS
+      // is, in OnBeginFrame). The check comes after the frames before it,
+      // whose END_STREAM or RST_STREAM may have closed the stream.
+      if (ended_streams_.Contains(frame.stream_id) && nghttp2_session_want_read(session_) != 0) {
+        return EndForClosedStream();
+      }
+      continue;
+    }
+    if (frame.type == NGHTTP2_HEADERS) {
       if (!SettleHeaderBlock()) {
         return EndForHeaderBlock();
       }
@@ -1443,6 +1467,13 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
     }
   }
   return static_cast<ssize_t>(size);
+}
+
+ssize_t Http2Connection::EndForClosedStream() {
+  CountError(Http2Error::kProtocol);
+  fatal_ = true;
+  nghttp2_session_terminate_session(session_, NGHTTP2_STREAM_CLOSED);
+  return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
 // Ends the connection for a header block beyond the limits: GOAWAY
@@ -1703,6 +1734,7 @@ void Http2Connection::ReleaseIdlePages(int64_t now_ms) {
     decltype(retired_)().swap(retired_);
     decltype(to_start_)().swap(to_start_);
   }
+  ended_streams_.ShrinkToFit();
 }
 
 void Http2Connection::Close(std::string_view cause) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dataplane/http/h2_frames.h"
+#include "dataplane/http/h2_stream_ids.h"
 #include "dataplane/net/event_loop.h"
 #include "dataplane/net/transport.h"
 #include "dataplane/proxy/buffer.h"
@@ -76,6 +77,13 @@ class Http2SessionMemory {
   bool creating_ = false;
   bool released_ = false;
 };
+
+// The nghttp2 options of the proxy's server sessions (Http2Connection::Start;
+// the caller deletes them). Among them, no closed stream is kept: nghttp2
+// would keep up to 100 (224 bytes each) for the RFC 7540 priority tree for
+// the connection's life; the connection remembers which ids the client
+// ended itself (H2StreamIdSet).
+nghttp2_option* NewHttp2ServerOption(size_t max_header_bytes);
 
 enum class PrefaceMatch { kNo, kPartial, kYes };
 // Whether the first bytes of a connection are the HTTP/2 preface: kPartial
@@ -134,6 +142,9 @@ class Http2Connection final : public WorkerConnection {
   // ignored_block_budget_. False: the budget is spent.
   bool SettleHeaderBlock();
   bool CheckStreamId(int32_t id);
+  // DATA or HEADERS on a stream in ended_streams_: GOAWAY STREAM_CLOSED, and
+  // nothing more of what was read is processed.
+  ssize_t EndForClosedStream();
   // Ends a stream's exchange: logged with `cause` once its request reached
   // a server, else only counted (reset_before_forward) for the summary.
   void EndExchange(Stream* stream, std::string_view cause);
@@ -152,8 +163,8 @@ class Http2Connection final : public WorkerConnection {
   Worker* worker_;
   std::unique_ptr<net::Transport> transport_;
   int fd_;
-  std::string client_ip_;
   uint16_t client_port_;  // 0: unknown
+  std::string client_ip_;
   // Declared before session_ (destroyed after it): the session's blocks.
   Http2SessionMemory session_memory_;
   nghttp2_session* session_ = nullptr;
@@ -176,7 +187,6 @@ class Http2Connection final : public WorkerConnection {
   int64_t last_receive_ms_ = 0;
   int64_t idle_since_ms_ = 0;
   int64_t ping_sent_ms_ = 0;  // 0: no PING outstanding
-  bool got_preface_ = false;
   // Decoded bytes (as SETTINGS_MAX_HEADER_LIST_SIZE counts them) and wire
   // bytes (HEADERS and CONTINUATION payloads) of the header block being
   // received, whatever its stream.
@@ -184,6 +194,7 @@ class Http2Connection final : public WorkerConnection {
   size_t block_wire_ = 0;
   uint16_t block_not_fields_ = 0;  // pad length and priority bytes of its HEADERS frame
   bool block_complete_ = false;    // nghttp2 received it whole (OnFrameRecv)
+  bool got_preface_ = false;
   http::H2FrameScanner frames_;  // where Feed is in the client's frames
   // Wire bytes of header blocks nghttp2 did not decode to the end with a
   // callback for every field (a stream it refused, closed or reset as
@@ -197,7 +208,14 @@ class Http2Connection final : public WorkerConnection {
   // below it (inclusive ranges of odd ids, the newest few): closed without
   // being opened (RFC 9113 5.1.1), so HEADERS on one is a connection error.
   int32_t last_client_stream_ = -1;  // -1: none yet, the next new id is 1
-  std::vector<std::pair<int32_t, int32_t>> skipped_streams_;
+  http::H2StreamIdSet skipped_streams_;
+  // Streams nghttp2 closed after the client had ended them (END_STREAM; its
+  // RST_STREAM after that too), and the ids it skipped: DATA or HEADERS on
+  // one is a connection error STREAM_CLOSED (RFC 9113 5.1, 6.1), the answer
+  // nghttp2 gives while it keeps a closed stream. A stream reset before the
+  // client ended it is not in it: frames the client sent before it saw the
+  // reset are ignored (RFC 9113 5.1), as on an id forgotten here.
+  http::H2StreamIdSet ended_streams_;
   uint64_t resets_received_ = 0;
   uint64_t unforwarded_streams_ = 0;  // ended before reaching a server
   uint64_t streams_begun_ = 0;

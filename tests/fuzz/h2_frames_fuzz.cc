@@ -16,6 +16,7 @@ struct Seen {
   uint32_t length;
   uint8_t type;
   uint8_t flags;
+  int32_t stream;
 };
 
 std::vector<Seen> Scan(const uint8_t* data, size_t size, uint8_t seed) {
@@ -38,10 +39,10 @@ std::vector<Seen> Scan(const uint8_t* data, size_t size, uint8_t seed) {
           frame.header_start + kwd::http::H2FrameScanner::kFrameHeaderBytes != at) {
         std::abort();
       }
-      if (frame.length > 0xFFFFFF) {
+      if (frame.length > 0xFFFFFF || frame.stream_id < 0) {
         std::abort();
       }
-      seen.push_back({base + at, frame.length, frame.type, frame.flags});
+      seen.push_back({base + at, frame.length, frame.type, frame.flags, frame.stream_id});
     }
     if (at != n) {
       std::abort();  // a read not used up
@@ -64,7 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (size_t i = 0; i < whole.size(); ++i) {
     if (whole[i].end != split[i].end || whole[i].length != split[i].length ||
-        whole[i].type != split[i].type || whole[i].flags != split[i].flags) {
+        whole[i].type != split[i].type || whole[i].flags != split[i].flags ||
+        whole[i].stream != split[i].stream) {
       std::abort();
     }
   }

@@ -33,6 +33,7 @@ struct Seen {
   uint32_t length;
   uint8_t type;
   uint8_t flags;
+  int32_t stream;
   bool operator==(const Seen&) const = default;
 };
 
@@ -52,7 +53,7 @@ std::vector<Seen> Scan(const std::string& bytes, size_t step) {
                          frame.header_start == at - H2FrameScanner::kFrameHeaderBytes;
       EXPECT_TRUE(whole || frame.header_start == 0);
       seen.push_back({base + at, whole ? base + frame.header_start : SIZE_MAX, frame.length,
-                      frame.type, frame.flags});
+                      frame.type, frame.flags, frame.stream_id});
     }
     EXPECT_EQ(at, n);
   }
@@ -75,6 +76,18 @@ TEST(H2FrameScannerTest, SkipsThePrefaceAndEveryPayload) {
   EXPECT_EQ(seen[2].length, 0u);
   EXPECT_EQ(seen[3].length, 70000u);  // a payload over the frame size limit is still skipped
   EXPECT_EQ(seen[3].flags, 0x1);
+  EXPECT_EQ(seen[0].stream, 0);
+  EXPECT_EQ(seen[1].stream, 1);
+}
+
+TEST(H2FrameScannerTest, StreamIdsLeaveOutTheReservedBit) {
+  std::string bytes = Preface() + FrameBytes(0, 0x0, 0, 0x80000003u) +
+                      FrameBytes(0, 0x1, 0, 0x7FFFFFFFu) + FrameBytes(0, 0x0, 0, 0x01020305u);
+  std::vector<Seen> seen = Scan(bytes, 1);  // each header split byte by byte
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].stream, 3);
+  EXPECT_EQ(seen[1].stream, 0x7FFFFFFF);
+  EXPECT_EQ(seen[2].stream, 0x01020305);
 }
 
 TEST(H2FrameScannerTest, ReadsSplitAnywhereGiveTheSameFrames) {
