@@ -707,8 +707,60 @@ class StreamIds(ProxyCase):
     def test_data_on_an_ended_stream_50_streams_back_is_a_connection_error(self):
         self.ended_then(frame(DATA, 0, 1, b"late"), streams_between=50)
 
+    def test_data_on_an_ended_stream_150_streams_back_is_a_connection_error(self):
+        """More streams after it than nghttp2 would keep closed ones (100):
+        the answer stays (kwd keeps the ids as ranges, not the streams)."""
+        self.ended_then(frame(DATA, 0, 1, b"late"), streams_between=150)
+
+    def test_headers_on_an_ended_stream_150_streams_back_is_a_connection_error(self):
+        self.ended_then(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/again")),
+                        streams_between=150)
+        self.assertEqual(self.backend.count("/again"), 0)
+
+    def test_data_on_a_skipped_stream_is_a_connection_error(self):
+        """Stream 5 after stream 1: DATA on 3, which the client never
+        opened, is on a closed stream (RFC 9113 5.1.1, 6.1): no DATA of
+        its can be in flight."""
+        conn = self.connect()
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/one")))
+        wait_end(conn, 1)
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 5, request_block(b"/five")))
+        wait_end(conn, 5)
+        conn.send(frame(DATA, 0, 3, b"late"))
+        self.assertTrue(conn.wait_closed(10), "connection open after DATA on skipped stream 3")
+        self.assertIsNotNone(conn.goaway, "no GOAWAY")
+        self.assertEqual(conn.goaway[1], STREAM_CLOSED)
+
+    def test_data_after_the_clients_reset_is_a_connection_error(self):
+        """Stream 1 reset by the client before it ended: DATA on it after
+        the reset is a connection error STREAM_CLOSED too (RFC 9113 5.1:
+        frames after RST_STREAM; nghttp2 counts the reset as the client's
+        end), unlike after a reset of kwd's (the trailers test above)."""
+        conn = self.connect()
+        conn.send(frame(HEADERS, END_HEADERS, 1, request_block(b"/up", method=b"POST")) +
+                  frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 3, request_block(b"/next")))
+        self.assertEqual(wait_status(conn, 3), "200")
+        conn.send(frame(DATA, 0, 1, b"late"))
+        self.assertTrue(conn.wait_closed(10), "connection open after DATA on reset stream 1")
+        self.assertIsNotNone(conn.goaway, "no GOAWAY")
+        self.assertEqual(conn.goaway[1], STREAM_CLOSED)
+
+    def test_data_after_a_reset_of_an_ended_stream_in_the_same_read(self):
+        """The client ends stream 1, resets it and sends DATA on it, all in
+        one write: the reset (read just before) closed a stream the client
+        had ended, so the DATA is a connection error STREAM_CLOSED."""
+        conn = self.connect()
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/one")) +
+                  frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)) +
+                  frame(DATA, 0, 1, b"late"))
+        self.assertTrue(conn.wait_closed(10), "connection open after DATA on reset stream 1")
+        self.assertIsNotNone(conn.goaway, "no GOAWAY")
+        self.assertEqual(conn.goaway[1], STREAM_CLOSED)
+
 
 STREAM_CLOSED = 0x5
+CANCEL = 0x8
 
 
 if __name__ == "__main__":
