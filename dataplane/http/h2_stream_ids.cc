@@ -8,6 +8,10 @@ void H2StreamIdSet::Add(int32_t low, int32_t high) {
   if (low <= 0 || low % 2 == 0 || high % 2 == 0 || high < low) {
     return;
   }
+  if (!ranges_.empty() && int64_t{ranges_.back().second} + 2 == low) {
+    ranges_.back().second = high;  // the usual case: the next id in order
+    return;
+  }
   // Ranges of odd ids touch when one's high is 2 below the other's low: the
   // first range that ends at low - 2 or later is the first that can join.
   // (In 64 bits: high + 2 may be over INT32_MAX.)
@@ -32,6 +36,9 @@ void H2StreamIdSet::Add(int32_t low, int32_t high) {
 }
 
 bool H2StreamIdSet::Contains(int32_t id) const {
+  if (ranges_.empty() || id > ranges_.back().second) {
+    return false;  // the usual case: a new id
+  }
   auto it = std::lower_bound(ranges_.begin(), ranges_.end(), id,
                              [](const auto& r, int32_t v) { return r.second < v; });
   return it != ranges_.end() && it->first <= id && id % 2 != 0;
