@@ -909,7 +909,7 @@ struct Http2Callbacks {
       return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     if (hd->type == NGHTTP2_HEADERS && c->ended_streams_.Contains(hd->stream_id)) {
-      return static_cast<int>(c->EndForClosedStream());
+      return static_cast<int>(c->EndForClosedStream(false));
     }
     return 0;
   }
@@ -1436,7 +1436,7 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
       // is, in OnBeginFrame). The check comes after the frames before it,
       // whose END_STREAM or RST_STREAM may have closed the stream.
       if (ended_streams_.Contains(frame.stream_id) && nghttp2_session_want_read(session_) != 0) {
-        return EndForClosedStream();
+        return EndForClosedStream(true);
       }
       continue;
     }
@@ -1469,10 +1469,13 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
   return static_cast<ssize_t>(size);
 }
 
-ssize_t Http2Connection::EndForClosedStream() {
+ssize_t Http2Connection::EndForClosedStream(bool data) {
   CountError(Http2Error::kProtocol);
   fatal_ = true;
-  nghttp2_session_terminate_session(session_, NGHTTP2_STREAM_CLOSED);
+  // With the debug data nghttp2 sent while it kept the stream.
+  const std::string_view reason = data ? "DATA: stream closed" : "HEADERS: stream closed";
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
+                        NGHTTP2_STREAM_CLOSED, Bytes(reason), reason.size());
   return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 

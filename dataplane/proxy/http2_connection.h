@@ -142,9 +142,9 @@ class Http2Connection final : public WorkerConnection {
   // ignored_block_budget_. False: the budget is spent.
   bool SettleHeaderBlock();
   bool CheckStreamId(int32_t id);
-  // DATA or HEADERS on a stream in ended_streams_: GOAWAY STREAM_CLOSED, and
-  // nothing more of what was read is processed.
-  ssize_t EndForClosedStream();
+  // DATA (`data`) or HEADERS on a stream in ended_streams_: GOAWAY
+  // STREAM_CLOSED, and nothing more of what was read is processed.
+  ssize_t EndForClosedStream(bool data);
   // Ends a stream's exchange: logged with `cause` once its request reached
   // a server, else only counted (reset_before_forward) for the summary.
   void EndExchange(Stream* stream, std::string_view cause);

@@ -695,7 +695,7 @@ class StreamIds(ProxyCase):
         conn.send(late)
         self.assertTrue(conn.wait_closed(10), "connection open after a frame on closed stream 1")
         self.assertIsNotNone(conn.goaway, "no GOAWAY")
-        self.assertEqual(conn.goaway[1], STREAM_CLOSED)
+        self.assertEqual(conn.goaway, (1 + 2 * streams_between, STREAM_CLOSED))
 
     def test_data_on_a_stream_the_client_ended_is_a_connection_error(self):
         self.ended_then(frame(DATA, 0, 1, b"late"))
