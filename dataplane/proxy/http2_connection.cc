@@ -1250,7 +1250,7 @@ bool Http2Connection::CheckStreamId(int32_t id) {
   }
   if (id > last_client_stream_) {
     if (id > last_client_stream_ + 2) {
-      // The newest few ranges (a client skipping ids is rare; one that
+      // The newest 50 ranges (a client skipping ids is rare; one that
       // skips many only loses the check on the oldest: HEADERS on those is
       // then STREAM_CLOSED, through ended_streams_, or ignored).
       skipped_streams_.Add(last_client_stream_ + 2, id - 2);

@@ -205,7 +205,7 @@ class Http2Connection final : public WorkerConnection {
   double ignored_block_budget_;  // full at the start
   int64_t ignored_block_refilled_ms_;
   // The highest stream id of the client's HEADERS, and the ids it skipped
-  // below it (inclusive ranges of odd ids, the newest few): closed without
+  // below it (inclusive ranges of odd ids, the newest 50): closed without
   // being opened (RFC 9113 5.1.1), so HEADERS on one is a connection error.
   int32_t last_client_stream_ = -1;  // -1: none yet, the next new id is 1
   http::H2StreamIdSet skipped_streams_;

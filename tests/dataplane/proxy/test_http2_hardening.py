@@ -731,6 +731,31 @@ class StreamIds(ProxyCase):
         self.assertIsNotNone(conn.goaway, "no GOAWAY")
         self.assertEqual(conn.goaway[1], STREAM_CLOSED)
 
+    def test_ids_kwd_reset_between_ended_ones_keep_the_newest_50_ranges(self):
+        """Streams kwd resets before the client's end (an early answer) split
+        the ended ids into ranges: 51 such gaps make 52 ranges, the lowest
+        two are forgotten (DATA on stream 1 is ignored, as nghttp2 ignored
+        DATA on a stream it no longer kept: about 100 streams back either
+        way), the newer ones answer."""
+        conn = self.connect()
+        stream = 1
+        for _ in range(51):
+            conn.send(frame(HEADERS, END_STREAM | END_HEADERS, stream, request_block(b"/ended")))
+            wait_end(conn, stream)
+            conn.send(frame(HEADERS, END_HEADERS, stream + 2,
+                            request_block(b"/early", method=b"POST")))
+            wait_end(conn, stream + 2)
+            stream += 4
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, stream, request_block(b"/last")))
+        wait_end(conn, stream)
+        conn.send(frame(DATA, 0, 1, b"forgotten") + frame(DATA, 0, 3, b"reset by kwd") +
+                  frame(HEADERS, END_STREAM | END_HEADERS, stream + 2, request_block(b"/next")))
+        self.assertEqual(wait_status(conn, stream + 2), "200")
+        self.assertIsNone(conn.goaway)
+        conn.send(frame(DATA, 0, 9, b"remembered"))
+        self.assertTrue(conn.wait_closed(10), "connection open after DATA on ended stream 9")
+        self.assertEqual(conn.goaway, (stream + 2, STREAM_CLOSED))
+
     def test_data_after_the_clients_reset_is_a_connection_error(self):
         """Stream 1 reset by the client before it ended: DATA on it after
         the reset is a connection error STREAM_CLOSED too (RFC 9113 5.1:
