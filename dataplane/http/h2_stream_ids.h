@@ -12,7 +12,7 @@ namespace kwd::http {
 // that end in order take one range, whatever their number. Beyond
 // kMaxRanges the lowest range is forgotten, so a holder must be one for
 // which forgetting an id is the safe side. Empty, it holds no storage;
-// full, 400 bytes. (Ids that alternate in and out still leave the last 100
+// full, 512 bytes at most (a vector's growth). (Ids that alternate in and out still leave the last 100
 // or so: as many streams as nghttp2 kept closed ones for the priority tree.)
 class H2StreamIdSet {
  public:

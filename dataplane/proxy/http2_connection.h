@@ -131,10 +131,11 @@ class Http2Connection final : public WorkerConnection {
   // lower than one already used that was skipped, never opened (h2spec
   // 5.1.1/2; nghttp2 ignores such a HEADERS by design).
   // nghttp2_session_mem_recv over `data`, in pieces that end where a
-  // HEADERS frame begins, following the frame headers for the wire size of
-  // each header block (CONTINUATIONs included, also of a block nghttp2
-  // ignores). Its result, or NGHTTP2_ERR_CALLBACK_FAILURE when a block is
-  // over the cap or the ignored-block budget is spent.
+  // HEADERS or DATA frame begins, following the frame headers for the wire
+  // size of each header block (CONTINUATIONs included, also of a block
+  // nghttp2 ignores) and for DATA on an ended stream. Its result, or
+  // NGHTTP2_ERR_CALLBACK_FAILURE when a block is over the cap, the
+  // ignored-block budget is spent or DATA came on an ended stream.
   ssize_t Feed(const uint8_t* data, size_t size);
   ssize_t EndForHeaderBlock();
   // Ends the header block received so far (a HEADERS frame begins): unless
