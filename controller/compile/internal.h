@@ -416,7 +416,7 @@ class UrlMappingCompiler {
                    const std::vector<v1::Permission>& permissions,
                    const std::vector<v1::Modification>& modifications,
                    const std::string& sid, const v1::SapHeaders& sap_headers,
-                   Findings& findings);
+                   const std::optional<v1::Hsts>& hsts, Findings& findings);
 
   const ObjectSet& objects_;
   const std::set<std::string>& accepted_groups_;
