@@ -1864,6 +1864,12 @@ class Importer {
                          "translated");
         continue;
       }
+      if (from != nullptr && !GlobMatchesUnder(*prefix, *from)) {
+        // The rule asks for both: it would never fire.
+        Warn(*param, "FROM=" + Shown(*from) + " matches no path that begins with PREFIX=" +
+                         Shown(*prefix) + " (a path must do both); redirect not translated");
+        continue;
+      }
       // The target is written into a rule as it is: nothing in it may read as
       // a back reference ($0-$9), a variable (%{...}), options ([...]) or a
       // quoted argument, and HOST= and PORT= stay a host name and a port.
@@ -1954,6 +1960,27 @@ class Importer {
                                                                 : "")));
     }
     return rules;
+  }
+
+  // Whether some path both begins with `prefix` and matches the whole of
+  // `glob` as the redirect rule reads it: `*` any run of characters (`/`
+  // included), `?` any one character (`/` included), anything else itself,
+  // with case. With a `*` in the glob, whatever follows the part before the
+  // first `*` is taken by that `*`, so only that part and `prefix` must agree
+  // character by character where both have one; without, `prefix` must agree
+  // with the start of the glob and be no longer. Linear in their lengths.
+  static bool GlobMatchesUnder(std::string_view prefix, std::string_view glob) {
+    std::size_t star = glob.find('*');
+    std::string_view head = glob.substr(0, star);
+    if (star == std::string_view::npos && prefix.size() > glob.size()) {
+      return false;
+    }
+    for (std::size_t i = 0; i < prefix.size() && i < head.size(); ++i) {
+      if (head[i] != '?' && head[i] != prefix[i]) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // Whether a rule's destination takes `text` as it is (common/modification
