@@ -128,6 +128,11 @@ struct State {
 // microsecond per instruction, so this bounds what one file costs to check
 // (a third of a second); 10,000 usual rules take about a tenth of it.
 inline constexpr int64_t kMaxProgramInstructions = 250000;
+// The controller's bounds on checking many files (controller/compile): one
+// UrlMapping's rule files together, and all UrlMappings' of one compile
+// together. Here so that `kwd-controller import` writes within them too.
+inline constexpr int64_t kMaxMappingInstructions = 250000;
+inline constexpr int64_t kMaxClusterInstructions = 1000000;
 
 class Program {
  public:

@@ -8,6 +8,7 @@
 #include "common/file.h"
 #include "common/snapshot_io.h"
 #include "controller/cli/cli.h"
+#include "controller/importer/files_dir.h"
 #include "controller/importer/importer.h"
 #include "controller/importer/profile.h"
 #include "controller/importer/yaml_writer.h"
@@ -34,8 +35,8 @@ constexpr std::string_view kImportUsage =
     "  --files DIR            where the files the profile names are: a name is looked up\n"
     "                         as DIR/<path as written> (relative paths), then as\n"
     "                         DIR/<file name> (default: the profile's directory); a\n"
-    "                         name that resolves outside DIR (a link out of it) or is\n"
-    "                         not a regular file is not read (WARN)\n"
+    "                         name that resolves outside DIR (a link out of it, or any\n"
+    "                         absolute link) or is not a regular file is not read (WARN)\n"
     "  -o, --output DIR       write DIR/resources/{sapsystems,logongroups,urlmappings}.yaml,\n"
     "                         DIR/values.yaml (chart values) and DIR/proxy-flags.txt\n"
     "                         (default: the objects on stdout, flags and values as\n"
@@ -59,73 +60,6 @@ struct ImportFlags {
   std::string output_dir;
   importer::ImportOptions options;
 };
-
-// Whether canonical `path` is inside canonical `dir`.
-bool Inside(const fs::path& path, const fs::path& dir) {
-  fs::path relative = path.lexically_relative(dir);
-  return !relative.empty() && *relative.begin() != ".." && relative.is_relative();
-}
-
-// Looks a named file up in `dir` (canonical): the path as written when it is
-// relative and stays inside, then the file name alone. What resolves outside
-// `dir` (a link out of it) or is not a regular file is refused, not read:
-// the bundle is not trusted to name the operator's other files.
-importer::ReadStatus ReadFromDir(const fs::path& dir, const std::string& reference,
-                                 std::string* text, std::string* shown, std::string* error) {
-  fs::path written(reference);
-  std::vector<fs::path> candidates;
-  bool escapes = false;
-  for (const auto& part : written) {
-    escapes = escapes || part == "..";
-  }
-  if (written.is_relative() && !escapes && !reference.empty()) {
-    candidates.push_back(dir / written);
-  }
-  if (written.has_filename() && written.filename() != ".." && written.filename() != ".") {
-    candidates.push_back(dir / written.filename());
-  }
-  if (candidates.empty()) {
-    *error = "not a file name";
-    return importer::ReadStatus::kUnreadable;
-  }
-  std::string refused;
-  for (const fs::path& candidate : candidates) {
-    std::error_code ec;
-    if (!fs::exists(fs::symlink_status(candidate, ec))) {
-      continue;
-    }
-    fs::path real = fs::canonical(candidate, ec);
-    if (ec) {
-      refused = candidate.string() + " cannot be resolved (" + ec.message() + "); not read";
-      continue;
-    }
-    if (!Inside(real, dir)) {
-      refused = candidate.string() + " is a link to " + real.string() + ", outside " +
-                dir.string() + " (the --files directory); not read";
-      continue;
-    }
-    if (!fs::is_regular_file(real, ec)) {
-      refused = candidate.string() + " is not a regular file; not read";
-      continue;
-    }
-    *shown = candidate.string();
-    auto size = fs::file_size(real, ec);
-    if (!ec && size > importer::kMaxReferencedFileBytes) {
-      *error = candidate.string() + " is larger than " +
-               std::to_string(importer::kMaxReferencedFileBytes) + " bytes";
-      return importer::ReadStatus::kUnreadable;
-    }
-    return ReadWholeFile(real.string(), text, error) ? importer::ReadStatus::kRead
-                                                     : importer::ReadStatus::kUnreadable;
-  }
-  if (!refused.empty()) {
-    *error = refused;
-    return importer::ReadStatus::kRefused;
-  }
-  *error = "no such file in " + dir.string() + " (looked for " +
-           candidates.back().filename().string() + "; copy the file there or pass --files DIR)";
-  return importer::ReadStatus::kUnreadable;
-}
 
 std::string FlagLine(const std::vector<std::string>& flags) {
   std::string line;
@@ -262,7 +196,7 @@ int RunImport(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
   importer::FileReader reader = [&](const std::string& reference, std::string* text,
                                     std::string* shown, std::string* read_error) {
-    return ReadFromDir(files_dir, reference, text, shown, read_error);
+    return importer::ReadFromDir(files_dir, reference, text, shown, read_error);
   };
   importer::ImportResult result =
       importer::Import(profile_text, flags.profile, reader, flags.options);

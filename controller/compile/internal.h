@@ -33,6 +33,7 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/modification/program.h"
 #include "common/pem_files.h"
 #include "common/snapshot_io.h"
 #include "common/string_hash.h"
@@ -261,8 +262,10 @@ void AddSapSystemRules(const ObjectSet& objects, const std::set<std::string>& ac
 // compiled, so a compile costs at most a few seconds even with nothing
 // cached, whatever the objects hold. The outcome depends only on the
 // objects, never on what the cache holds.
-inline constexpr std::int64_t kMaxMappingRegexInstructions = 250000;
-inline constexpr std::int64_t kMaxClusterRegexInstructions = 1000000;
+inline constexpr std::int64_t kMaxMappingRegexInstructions =
+    modification::kMaxMappingInstructions;
+inline constexpr std::int64_t kMaxClusterRegexInstructions =
+    modification::kMaxClusterInstructions;
 
 // `cache` (may be null): earlier verdicts by the SHA-256 of the rule text
 // (checked against the per-file bound only). UrlMappings are compiled on
@@ -416,7 +419,7 @@ class UrlMappingCompiler {
                    const std::vector<v1::Permission>& permissions,
                    const std::vector<v1::Modification>& modifications,
                    const std::string& sid, const v1::SapHeaders& sap_headers,
-                   Findings& findings);
+                   const std::optional<v1::Hsts>& hsts, Findings& findings);
 
   const ObjectSet& objects_;
   const std::set<std::string>& accepted_groups_;

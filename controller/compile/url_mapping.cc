@@ -287,7 +287,7 @@ ObjectStatus UrlMappingCompiler::Compile(const UrlMapping& um, const UrlMapping*
     for (const auto& host : hosts) {
       ApplyToHost(host, source, root, spec.default_root_handler.has_value(), abap, java,
                   passthrough, rules, derived, permissions, modifications, sid, sap_headers,
-                  findings);
+                  hsts, findings);
       // The root rule and the default groups follow the mapping that set
       // the defaults; a newer one asking otherwise is told so.
       HostEntry& entry = hosts_.at(host);
@@ -431,7 +431,7 @@ void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string&
                                      const std::vector<v1::Permission>& permissions,
                                      const std::vector<v1::Modification>& modifications,
                                      const std::string& sid, const v1::SapHeaders& sap_headers,
-                                     Findings& findings) {
+                                     const std::optional<v1::Hsts>& hsts, Findings& findings) {
   std::string host_label = host.empty() ? "any host" : "host " + host;
   auto [it, created] = hosts_.try_emplace(host);
   HostEntry& entry = it->second;
@@ -455,6 +455,9 @@ void UrlMappingCompiler::ApplyToHost(const std::string& host, const std::string&
         *system.add_rules() = *rule;
       }
       *system.mutable_sap_headers() = sap_headers;
+      if (hsts) {
+        *system.mutable_hsts() = *hsts;
+      }
     } else {
       findings.Reject(kReasonConflicted, "spec.system.sid " + sid + " ignored on " + host_label +
                                              ": UrlMapping " + system_it->second.source() +

@@ -1300,7 +1300,13 @@ class Importer {
       }
     }
     Json permissions = PermissionTable();
-    Json modifications = Modifications();
+    // Every UrlMapping carries the rule files: the catch-all and one per
+    // SRCVHOST system with groups (below).
+    int carriers = 1;
+    for (const System& system : systems_) {
+      carriers += system_diag_.count(system.name) > 0 && !system.vhosts.empty() ? 1 : 0;
+    }
+    Json modifications = Modifications(carriers);
 
     // Passthrough group.
     std::string passthrough_group;
@@ -1814,9 +1820,12 @@ class Importer {
   //   [if %{SERVER_PROTOCOL} stricmp "http" [and]]
   //   if %{PATH} regmatch ^/p
   //   RegRedirectUrl ^(GLOB)$ TARGET-or-$1 [CODE=permanent]
-  std::string RedirectRules() {
+  // `budget` and `mappings` as for Modifications; `*instructions` is set to
+  // what the patterns of the returned rules cost.
+  std::string RedirectRules(int64_t budget, int mappings, int64_t* instructions) {
     std::string rules;
-    int64_t instructions = 0;  // of the patterns in `rules`
+    *instructions = 0;  // of the patterns in `rules`
+    const int64_t limit = std::min(budget, modification::kMaxProgramInstructions);
     std::stable_sort(redirects_.begin(), redirects_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [index, param] : redirects_) {
@@ -1862,6 +1871,12 @@ class Importer {
         Warn(*param, "FROM=" + Shown(*from) +
                          " holds %-escapes (kwd matches the decoded path); redirect not "
                          "translated");
+        continue;
+      }
+      if (from != nullptr && !GlobMatchesUnder(*prefix, *from)) {
+        // The rule asks for both: it would never fire.
+        Warn(*param, "FROM=" + Shown(*from) + " matches no path that begins with PREFIX=" +
+                         Shown(*prefix) + " (a path must do both); redirect not translated");
         continue;
       }
       // The target is written into a rule as it is: nothing in it may read as
@@ -1929,20 +1944,23 @@ class Importer {
         entry += "RegRedirectUrl ^(" + glob + ")$ " + target + " [CODE=permanent]\n";
       }
       // The controller compiles the rule file whole, within a bound on its
-      // patterns' size (kMaxProgramInstructions): an entry that would not
-      // compile, or take the file past the bound, is left out rather than
-      // have the UrlMapping refused.
+      // patterns' size (kMaxProgramInstructions, and the UrlMapping's files
+      // together `budget`): an entry that would not compile, or take the
+      // file past the bound, is left out rather than have the UrlMapping
+      // refused.
       modification::ParseError error;
       auto program = modification::Program::CompileText(entry, &error);
-      if (program == nullptr ||
-          instructions + program->regex_instructions() > modification::kMaxProgramInstructions) {
+      if (program == nullptr || *instructions + program->regex_instructions() > limit) {
         Warn(*param, (program == nullptr ? "its rule does not compile (" + error.message + ")"
-                                         : std::string("its rule's patterns take the redirects "
-                                                       "past what one rule file may compile")) +
+                      : limit == modification::kMaxProgramInstructions
+                          ? std::string("its rule's patterns take the redirects past what one "
+                                        "rule file may compile")
+                          : "its rule's patterns take the redirects past " +
+                                BudgetText(limit, mappings)) +
                          "; redirect not translated");
         continue;
       }
-      instructions += program->regex_instructions();
+      *instructions += program->regex_instructions();
       rules += entry;
       Note(*param,
            "written as a RegRedirectUrl rule (301) in UrlMapping.spec.modifications, before the "
@@ -1954,6 +1972,27 @@ class Importer {
                                                                 : "")));
     }
     return rules;
+  }
+
+  // Whether some path both begins with `prefix` and matches the whole of
+  // `glob` as the redirect rule reads it: `*` any run of characters (`/`
+  // included), `?` any one character (`/` included), anything else itself,
+  // with case. With a `*` in the glob, whatever follows the part before the
+  // first `*` is taken by that `*`, so only that part and `prefix` must agree
+  // character by character where both have one; without, `prefix` must agree
+  // with the start of the glob and be no longer. Linear in their lengths.
+  static bool GlobMatchesUnder(std::string_view prefix, std::string_view glob) {
+    std::size_t star = glob.find('*');
+    std::string_view head = glob.substr(0, star);
+    if (star == std::string_view::npos && prefix.size() > glob.size()) {
+      return false;
+    }
+    for (std::size_t i = 0; i < prefix.size() && i < head.size(); ++i) {
+      if (head[i] != '?' && head[i] != prefix[i]) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // Whether a rule's destination takes `text` as it is (common/modification
@@ -1998,9 +2037,31 @@ class Importer {
   }
 
   // icm/HTTP/mod_<xx>: each rule file pasted as it is.
-  Json Modifications() {
+  // What one UrlMapping's rule files may cost together (RE2 instructions)
+  // when `mappings` UrlMappings each carry them: the controller's bound on
+  // one UrlMapping, and its share of the bound on all of them.
+  static int64_t RuleFileBudget(int mappings) {
+    return std::min(modification::kMaxMappingInstructions,
+                    modification::kMaxClusterInstructions / std::max(mappings, 1));
+  }
+  static std::string BudgetText(int64_t budget, int mappings) {
+    if (budget == modification::kMaxMappingInstructions) {
+      return "what one UrlMapping's rule files may compile together (" +
+             std::to_string(budget) + " regex instructions)";
+    }
+    return std::to_string(budget) + " regex instructions (all UrlMappings' rule files may " +
+           "compile " + std::to_string(modification::kMaxClusterInstructions) +
+           " together, and each of the " + std::to_string(mappings) + " UrlMappings carries them)";
+  }
+
+  // spec.modifications of every UrlMapping (`mappings` of them carry it):
+  // the redirects' rule file, then the rule files in profile order, within
+  // what the controller compiles (RuleFileBudget).
+  Json Modifications(int mappings) {
     Json out = Json::array();
-    if (std::string redirects = RedirectRules(); !redirects.empty()) {
+    const int64_t budget = RuleFileBudget(mappings);
+    int64_t used = 0;
+    if (std::string redirects = RedirectRules(budget, mappings, &used); !redirects.empty()) {
       out.push_back(Json{{"prefix", "/"}, {"rules", redirects}});
     }
     std::sort(mods_.begin(), mods_.end(),
@@ -2033,19 +2094,35 @@ class Importer {
       // Pasted as it is, but read as the controller will: a file kwd's rule
       // parser refuses (or whose patterns RE2 does not compile) makes the
       // UrlMapping rejected, which the import must say. Once per file.
-      auto verdict = rule_file_errors_.find(shown);
-      if (verdict == rule_file_errors_.end()) {
+      auto verdict = rule_file_verdicts_.find(shown);
+      if (verdict == rule_file_verdicts_.end()) {
         modification::ParseError error;
-        bool ok = modification::Program::CompileText(text, &error) != nullptr;
-        verdict = rule_file_errors_.emplace(shown, ok ? std::nullopt : std::optional(error)).first;
+        auto program = modification::Program::CompileText(text, &error);
+        RuleFileVerdict checked;
+        if (program == nullptr) {
+          checked.error = error;
+        } else {
+          checked.instructions = program->regex_instructions();
+        }
+        verdict = rule_file_verdicts_.emplace(shown, std::move(checked)).first;
       }
-      if (verdict->second) {
-        const modification::ParseError& error = *verdict->second;
+      if (verdict->second.error) {
+        const modification::ParseError& error = *verdict->second.error;
         param->warned = true;
         result_.diagnostics.push_back(
             {Level::kWarn, shown, error.line, error.column, param->entry->name,
              "not a rule file kwd reads: " + error.message +
                  "; the controller rejects the UrlMapping until it is fixed"});
+      } else if (used + verdict->second.instructions > budget) {
+        // Past the controller's bound on a UrlMapping's files together, the
+        // whole UrlMapping would be refused: this file is left out instead
+        // (the ones after it still go in when they fit).
+        Warn(*param, shown + ": its patterns (" + std::to_string(verdict->second.instructions) +
+                         " regex instructions) take the rule files past " +
+                         BudgetText(budget, mappings) + "; left out");
+        continue;
+      } else {
+        used += verdict->second.instructions;
       }
       out.push_back(Json{{"prefix", *prefix}, {"rules", text}});
     }
@@ -2247,8 +2324,13 @@ class Importer {
   ParsedProfile parsed_;
   std::vector<Param> params_;
   bool over_output_bound_ = false;
-  // Rule files checked with kwd's rule parser, by shown name: the first error.
-  std::map<std::string, std::optional<modification::ParseError>> rule_file_errors_;
+  // Rule files checked with kwd's rule parser, by shown name: the first
+  // error, else what its patterns cost (RE2 instructions).
+  struct RuleFileVerdict {
+    std::optional<modification::ParseError> error;
+    int64_t instructions = 0;
+  };
+  std::map<std::string, RuleFileVerdict> rule_file_verdicts_;
   // Named files by reference, as read (before ToUtf8): a file that many
   // parameters name is read once.
   std::map<std::string, std::pair<std::string, std::string>> files_read_;

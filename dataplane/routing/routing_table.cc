@@ -211,7 +211,8 @@ std::shared_ptr<const RoutingTable> RoutingTable::Build(const v1::Snapshot& snap
       sub.source = system.source();
       sub.sid = system.sid();
       FillRoutes(&sub, *table, system.default_root_handler(), system.default_abap_group(),
-                 system.default_java_group(), system.rules(), system.sap_headers(), "");
+                 system.default_java_group(), system.rules(), system.sap_headers(),
+                 system.has_hsts() ? HstsFieldValue(system.hsts()) : "");
     }
     // Rule files: compiled here, off the request path. The controller
     // checked them; one that fails here refuses the whole snapshot (NACK),

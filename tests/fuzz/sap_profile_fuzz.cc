@@ -5,14 +5,19 @@
 // is one printable line, that the exit code matches the diagnostics, and
 // that every object written is valid YAML text that kwd's decoder reads
 // with the right kind (fields of the wave-3 contract it may not know yet
-// aside), and that yaml-cpp reads the YAML written back.
+// aside), that yaml-cpp reads the YAML written back, and that the rule files
+// of each UrlMapping (when they all compile) stay within what the controller
+// compiles for one UrlMapping and for all of them.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/modification/program.h"
 #include "controller/importer/importer.h"
 #include "controller/importer/yaml_writer.h"
 #include "controller/model/model.h"
@@ -69,6 +74,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(kwd::model::KindOf(*decoded.object) == object["kind"].get<std::string>());
     }
   }
+  int64_t all_mappings = 0;
+  std::map<std::string, int64_t> costs;  // by rule text; -1: does not compile
+  for (const auto& object : result.objects) {
+    if (object["kind"] != "UrlMapping" || !object["spec"].contains("modifications")) {
+      continue;
+    }
+    int64_t cost = 0;
+    bool compiled = true;
+    for (const auto& modification : object["spec"]["modifications"]) {
+      const std::string text = modification["rules"].get<std::string>();
+      auto known = costs.find(text);
+      if (known == costs.end()) {
+        kwd::modification::ParseError error;
+        auto program = kwd::modification::Program::CompileText(text, &error);
+        known = costs.emplace(text, program != nullptr ? program->regex_instructions() : -1).first;
+      }
+      compiled = compiled && known->second >= 0;
+      cost += std::max<int64_t>(known->second, 0);
+    }
+    if (compiled) {
+      Check(cost <= kwd::modification::kMaxMappingInstructions);
+      all_mappings += cost;
+    }
+  }
+  Check(all_mappings <= kwd::modification::kMaxClusterInstructions);
   for (const auto& flag : result.proxy_flags) {
     Check(!HasControl(flag));
   }

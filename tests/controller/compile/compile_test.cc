@@ -1709,6 +1709,58 @@ TEST(SystemSelectionCompileTest, MappingsNamingSidsGetTheirOwnRoutes) {
   EXPECT_TRUE(CheckSnapshot(result.snapshot).empty());
 }
 
+// spec.hsts: a system's routes carry their mapping's, its defaults (root
+// URL, default groups) as well as its rules. One mapping per SID and host
+// owns the system's routes there; a newer one naming the same SID there is
+// Conflicted, and its hsts does not apply to them.
+TEST(SystemSelectionCompileTest, EachSystemsRoutesCarryItsMappingsHsts) {
+  json erp = Um("erp", "erp", "2026-01-01T00:00:00Z",
+                {{"hosts", {"sap.example.com"}},
+                 {"system", {{"sid", "ERP"}}},
+                 {"defaultGroups", {{"abap", "erp"}}},
+                 {"hsts", {{"maxAgeSeconds", 300}}},
+                 {"rules", {{{"prefix", "/sap/"}, {"logonGroup", "erp"}}}}});
+  json qas = Um("erp", "qas", "2026-02-01T00:00:00Z",
+                {{"hosts", {"sap.example.com"}},
+                 {"system", {{"sid", "QAS"}}},
+                 {"defaultGroups", {{"abap", "qas"}}},
+                 {"hsts", {{"maxAgeSeconds", 900}, {"includeSubDomains", true}}},
+                 {"rules", {{{"prefix", "/sap/"}, {"logonGroup", "qas"}}}}});
+  json qas2 = Um("erp", "qas2", "2026-03-01T00:00:00Z",
+                 {{"hosts", {"sap.example.com"}},
+                  {"system", {{"sid", "QAS"}}},
+                  {"hsts", {{"maxAgeSeconds", 60}}}});
+  json prd = Um("erp", "prd", "2026-04-01T00:00:00Z",
+                {{"hosts", {"sap.example.com"}},
+                 {"system", {{"sid", "PRD"}}},
+                 {"defaultGroups", {{"abap", "qas"}}}});
+  CompileResult result =
+      Compile(Objects({StaticLg("erp", "erp"), StaticLg("erp", "qas"), qas2, prd, qas, erp}));
+  const Condition* conflicted = StatusOf(result, "UrlMapping", "qas2").Find(kAccepted);
+  ASSERT_NE(conflicted, nullptr);
+  EXPECT_EQ(conflicted->reason, kReasonConflicted) << conflicted->message;
+  ASSERT_EQ(result.snapshot.virtual_hosts_size(), 1);
+  const v1::VirtualHost& vhost = result.snapshot.virtual_hosts(0);
+  EXPECT_EQ(vhost.hsts().max_age_seconds(), 300u);
+  ASSERT_EQ(vhost.systems_size(), 3);
+  const v1::SystemRoute& erp_route = vhost.systems(0);
+  const v1::SystemRoute& prd_route = vhost.systems(1);
+  const v1::SystemRoute& qas_route = vhost.systems(2);
+  EXPECT_EQ(erp_route.sid(), "ERP");
+  ASSERT_TRUE(erp_route.has_hsts());
+  EXPECT_EQ(erp_route.hsts().max_age_seconds(), 300u);
+  EXPECT_EQ(qas_route.sid(), "QAS");
+  EXPECT_EQ(qas_route.source(), "erp/qas");
+  ASSERT_TRUE(qas_route.has_hsts());
+  EXPECT_EQ(qas_route.hsts().max_age_seconds(), 900u);
+  EXPECT_TRUE(qas_route.hsts().include_subdomains());
+  ASSERT_EQ(qas_route.rules_size(), 1);
+  EXPECT_EQ(qas_route.rules(0).hsts().max_age_seconds(), 900u);
+  EXPECT_EQ(prd_route.sid(), "PRD");
+  EXPECT_FALSE(prd_route.has_hsts());
+  EXPECT_TRUE(CheckSnapshot(result.snapshot).empty());
+}
+
 TEST(SystemSelectionCompileTest, BadAndDuplicateSidsAreReported) {
   json bad = Um("erp", "bad", "2026-01-01T00:00:00Z",
                 {{"hosts", {"a.example.com"}}, {"system", {{"sid", "erp"}}}});

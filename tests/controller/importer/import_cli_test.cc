@@ -291,6 +291,51 @@ TEST_F(ImportCliTest, LinksOutOfTheFilesDirectoryAreRefused) {
   }
 }
 
+// Rule files each within the bound on one file but together past the
+// controller's bound on one UrlMapping's files: the import exited 0 and
+// `validate` refused the UrlMapping. Now the file that does not fit is left
+// out with a WARN, and what is written validates.
+TEST_F(ImportCliTest, RuleFilesPastTheUrlMappingBoundAreLeftOutAndTheOutputValidates) {
+  fs::path bundle = dir_ / "bundle";
+  fs::create_directories(bundle);
+  const fs::path example = fs::path(Example("static")).parent_path();
+  for (const auto& entry : fs::directory_iterator(example)) {
+    fs::copy_file(entry.path(), bundle / entry.path().filename());
+  }
+  // About 100,000 RE2 instructions each (240 patterns of about 415).
+  for (const std::string name : {"a", "b", "c"}) {
+    std::ofstream file(bundle / (name + ".txt"));
+    for (int i = 0; i < 240; ++i) {
+      file << "RegRewriteUrl ^/" << name << i << "/x{400}$ /q\n";
+    }
+  }
+  std::ofstream(bundle / "sapwebdisp.pfl", std::ios::app)
+      << "icm/HTTP/mod_1 = PREFIX=/a/, FILE=a.txt\n"
+         "icm/HTTP/mod_2 = PREFIX=/b/, FILE=b.txt\n"
+         "icm/HTTP/mod_3 = PREFIX=/c/, FILE=c.txt\n";
+  fs::path out = dir_ / "out";
+  RunResult r = Controller("import --profile " + Quote((bundle / "sapwebdisp.pfl").string()) +
+                           " -o " + Quote(out.string()));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  std::vector<std::string> warnings = Diagnostics(r.err, "WARN");
+  ASSERT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_NE(warnings[0].find(" icm/HTTP/mod_3: " + (bundle / "c.txt").string() +
+                             ": its patterns ("),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("take the rule files past what one UrlMapping's rule files may "
+                             "compile together (250000 regex instructions); left out"),
+            std::string::npos)
+      << warnings[0];
+  std::vector<YAML::Node> mappings =
+      YAML::LoadAllFromFile((out / "resources" / "urlmappings.yaml").string());
+  ASSERT_EQ(mappings.size(), 1u);
+  EXPECT_EQ(mappings[0]["spec"]["modifications"].size(), 3u);  // rules.txt, a, b
+  RunResult validated = Controller("validate --source=dir:" + Quote((out / "resources").string()));
+  EXPECT_EQ(validated.exit_code, 0) << validated.out << validated.err;
+  EXPECT_EQ(validated.out, "ok: 5 objects\n");
+}
+
 // A rule file kwd's rule parser does not read: the controller would reject
 // the UrlMapping, so the import says where and exits 3.
 TEST_F(ImportCliTest, RuleFileThatDoesNotParseIsAWarnWithLineAndColumn) {

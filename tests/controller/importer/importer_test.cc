@@ -827,6 +827,124 @@ TEST(ImportTest, RedirectsStayWithinWhatOneRuleFileMayCompile) {
   ExpectLoadable(r);
 }
 
+// What a rule file's patterns cost the controller (RE2 instructions).
+int64_t RuleCost(const std::string& text) {
+  modification::ParseError error;
+  auto program = modification::Program::CompileText(text, &error);
+  EXPECT_NE(program, nullptr) << error.ToString();
+  return program != nullptr ? program->regex_instructions() : 0;
+}
+
+// A rule file of about `target` instructions, its patterns named by `tag`.
+std::string CostlyRuleFile(const std::string& tag, int64_t target) {
+  auto line = [&](int i) {
+    return "RegRewriteUrl ^/" + tag + std::to_string(i) + "/x{400}$ /q\n";
+  };
+  const int64_t per_line = RuleCost(line(0));
+  std::string text;
+  for (int i = 0; per_line > 0 && i < target / per_line; ++i) {
+    text += line(i);
+  }
+  return text;
+}
+
+// What the rule files of each UrlMapping cost together.
+std::vector<int64_t> MappingRuleCosts(const ImportResult& r) {
+  std::vector<int64_t> costs;
+  for (const auto& object : r.objects) {
+    if (object["kind"] != "UrlMapping") {
+      continue;
+    }
+    int64_t cost = 0;
+    for (const auto& modification : object["spec"].value("modifications", Json::array())) {
+      cost += RuleCost(modification["rules"].get<std::string>());
+    }
+    costs.push_back(cost);
+  }
+  return costs;
+}
+
+TEST(ImportTest, RuleFilesTogetherStayWithinWhatOneUrlMappingMayCompile) {
+  // Three files, each within the bound on one file, together past the
+  // controller's bound on one UrlMapping's files: `validate` refused the
+  // UrlMapping (and every rule and permission in it) while the import
+  // exited 0. The file that does not fit is left out with a WARN; the ones
+  // after it still go in when they fit.
+  Files files = {{"a.txt", CostlyRuleFile("a", 100000)},
+                 {"b.txt", CostlyRuleFile("b", 100000)},
+                 {"c.txt", CostlyRuleFile("c", 100000)},
+                 {"d.txt", "SetHeader X-D v\n"}};
+  const int64_t a = RuleCost(files["a.txt"]);
+  const int64_t b = RuleCost(files["b.txt"]);
+  const int64_t c = RuleCost(files["c.txt"]);
+  ASSERT_LT(c, modification::kMaxProgramInstructions);
+  ASSERT_GT(a + b + c, modification::kMaxMappingInstructions);
+  ASSERT_LE(a + b + RuleCost(files["d.txt"]) + RuleCost("RegRedirectUrl ^/old$ /new [CODE=permanent]\n"),
+            modification::kMaxMappingInstructions);
+  ImportResult r = ImportText(
+      "rdisp/mshost = ms\nms/http_port = 1\n"
+      "icm/HTTP/mod_0 = PREFIX=/a/, FILE=a.txt\n"
+      "icm/HTTP/mod_1 = PREFIX=/b/, FILE=b.txt\n"
+      "icm/HTTP/mod_2 = PREFIX=/c/, FILE=c.txt\n"
+      "icm/HTTP/mod_3 = PREFIX=/d/, FILE=d.txt\n"
+      "icm/HTTP/redirect_0 = PREFIX=/old, TO=/new\n",
+      files);
+  EXPECT_EQ(r.ExitCode(), 3);
+  EXPECT_EQ(Warnings(r), std::vector<std::string>{
+                             "WARN sapwebdisp.pfl:5 icm/HTTP/mod_2: c.txt: its patterns (" +
+                             std::to_string(c) +
+                             " regex instructions) take the rule files past what one "
+                             "UrlMapping's rule files may compile together (250000 regex "
+                             "instructions); left out"});
+  const Json& mods = Find(r, "UrlMapping", "sap")->at("spec")["modifications"];
+  ASSERT_EQ(mods.size(), 4u) << mods.dump().substr(0, 300);
+  EXPECT_EQ(mods[0]["rules"], "RegRedirectUrl ^/old$ /new [CODE=permanent]\n");
+  EXPECT_EQ(mods[1]["prefix"], "/a/");
+  EXPECT_EQ(mods[2]["prefix"], "/b/");
+  EXPECT_EQ(mods[3]["prefix"], "/d/");
+  for (int64_t cost : MappingRuleCosts(r)) {
+    EXPECT_LE(cost, modification::kMaxMappingInstructions);
+  }
+  ExpectLoadable(r);
+}
+
+TEST(ImportTest, RuleFilesCopiedIntoEveryUrlMappingStayWithinTheirShare) {
+  // Five SRCVHOST systems: six UrlMappings, each carrying every rule file.
+  // The controller checks all UrlMappings' files together within 1,000,000
+  // instructions, so each copy gets a sixth of it.
+  Files files = {{"a.txt", CostlyRuleFile("a", 100000)},
+                 {"b.txt", CostlyRuleFile("b", 100000)}};
+  const int64_t a = RuleCost(files["a.txt"]);
+  const int64_t b = RuleCost(files["b.txt"]);
+  const int64_t share = modification::kMaxClusterInstructions / 6;
+  ASSERT_LE(a, share);
+  ASSERT_GT(a + b, share);
+  ASSERT_LE(a + b, modification::kMaxMappingInstructions);
+  std::string profile = "SAPSYSTEMNAME = W01\n";
+  for (int i = 0; i < 5; ++i) {
+    profile += "wdisp/system_" + std::to_string(i) + " = SID=S0" + std::to_string(i) +
+               ", MSHOST=ms" + std::to_string(i) + ".example, MSPORT=8101, SRCVHOST=h" +
+               std::to_string(i) + ".example\n";
+  }
+  profile += "icm/HTTP/mod_0 = PREFIX=/a/, FILE=a.txt\nicm/HTTP/mod_1 = PREFIX=/b/, FILE=b.txt\n";
+  ImportResult r = ImportText(profile, files);
+  EXPECT_EQ(Warnings(r), std::vector<std::string>{
+                             "WARN sapwebdisp.pfl:8 icm/HTTP/mod_1: b.txt: its patterns (" +
+                             std::to_string(b) + " regex instructions) take the rule files past " +
+                             std::to_string(share) +
+                             " regex instructions (all UrlMappings' rule files may compile "
+                             "1000000 together, and each of the 6 UrlMappings carries them); "
+                             "left out"});
+  std::vector<int64_t> costs = MappingRuleCosts(r);
+  ASSERT_EQ(costs.size(), 6u);
+  int64_t total = 0;
+  for (int64_t cost : costs) {
+    EXPECT_EQ(cost, a);
+    total += cost;
+  }
+  EXPECT_LE(total, modification::kMaxClusterInstructions);
+}
+
 TEST(ImportTest, Latin1RuleFileIsConvertedWithANote) {
   Files files = {{"rules.txt", "# Regeln f\xfcr W01\nSetHeader x y\n"}};
   ImportResult r = ImportText(

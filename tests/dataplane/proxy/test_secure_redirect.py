@@ -118,6 +118,47 @@ spec:
     - {{prefix: /sap/, kind: abap}}
   permissions:
     - {{action: secure, pattern: /sap/bc/gui/*}}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {{name: sys-erp, creationTimestamp: "2026-01-01T00:00:00Z"}}
+spec:
+  hosts: [sys.example.test]
+  system: {{sid: ERP}}
+  defaultRootHandler: abap
+  defaultGroups: {{abap: abap}}
+  hsts: {{maxAgeSeconds: 300}}
+  rules:
+    - {{prefix: /sap/, kind: abap}}
+  modifications:
+    - rules: |
+        if %{{HTTP_X_TARGET}} stricmp "qas"
+        SetHeader x-sap-webdisp-target-sid QAS [break]
+        if %{{HTTP_X_TARGET}} stricmp "prd"
+        SetHeader x-sap-webdisp-target-sid PRD [break]
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {{name: sys-qas, creationTimestamp: "2026-02-01T00:00:00Z"}}
+spec:
+  hosts: [sys.example.test]
+  system: {{sid: QAS}}
+  defaultRootHandler: abap
+  defaultGroups: {{abap: abap, java: abap}}
+  hsts: {{maxAgeSeconds: 900, includeSubDomains: true}}
+  rules:
+    - {{prefix: /sap/, kind: abap}}
+---
+apiVersion: dispatch.kwd.io/v1alpha1
+kind: UrlMapping
+metadata: {{name: sys-prd, creationTimestamp: "2026-03-01T00:00:00Z"}}
+spec:
+  hosts: [prd.example.test]
+  system: {{sid: PRD}}
+  defaultRootHandler: abap
+  defaultGroups: {{abap: abap, java: abap}}
+  rules:
+    - {{prefix: /sap/, kind: abap}}
 """
 
 REDIRECT_HSTS = "max-age=31536000; includeSubDomains; preload"
@@ -381,6 +422,38 @@ class SecureRedirectTest(unittest.TestCase):
         status, fields, _ = self.request("/sap/x", host="other.example.test", tls=True)
         self.assertEqual(status, 200)
         self.assertEqual(values(fields, "Strict-Transport-Security"), [])
+
+    def test_hsts_on_the_routes_of_a_system_chosen_by_sid(self):
+        # A modification rule sends the request to a SAP system by SID: every
+        # route of that system's mapping carries its spec.hsts, the root URL
+        # and the default group (its defaults) too, not only its rules.
+        qas = "max-age=900; includeSubDomains"
+        for path, rule in (("/sap/x", "/sap/"), ("/", "root"), ("/other/x", "default")):
+            status, fields, body = self.request(path, host="sys.example.test", tls=True,
+                                                headers=["X-Target: qas"])
+            self.assertEqual(status, 200, (path, body))
+            self.assertEqual(values(fields, "Strict-Transport-Security"), [qas],
+                             (path, rule, fields))
+            # Plain http: never.
+            status, fields, _ = self.request(path, host="sys.example.test",
+                                             headers=["X-Target: qas"])
+            self.assertEqual(values(fields, "Strict-Transport-Security"), [], path)
+            # Not sent to a system: the host's owner's (ERP's mapping).
+            status, fields, _ = self.request(path, host="sys.example.test", tls=True)
+            self.assertEqual(values(fields, "Strict-Transport-Security"), ["max-age=300"],
+                             path)
+            # A system whose mapping has no hsts (on another host, chosen
+            # anywhere): none, not the host's.
+            status, fields, body = self.request(path, host="sys.example.test", tls=True,
+                                                headers=["X-Target: prd"])
+            self.assertEqual(status, 200, (path, body))
+            self.assertEqual(values(fields, "Strict-Transport-Security"), [], path)
+        # HTTP/2 over TLS: the same.
+        c = H2Client(self.proxy.tls_port)
+        self.addCleanup(c.close)
+        response = c.get("/", authority="sys.example.test", headers=[("x-target", "qas")])
+        self.assertEqual(response["headers"].get("strict-transport-security"), qas,
+                         response["headers"])
 
     def test_hsts_on_the_proxys_own_answers_over_https(self):
         for path, want in (("/sap/denied/x", 403), ("/nogroup/x", 503)):
