@@ -46,7 +46,9 @@ class Fd {
 // the kernel in one step (openat2 RESOLVE_BENEATH): no "..", absolute link or
 // link that leads out of the directory, no /proc magic link. Non-blocking,
 // so that a FIFO does not wait for a writer. -1 with errno: EXDEV it leads
-// out; ELOOP a loop or magic link; ENOSYS no openat2.
+// out; ELOOP a loop or magic link; ENOSYS no openat2 (a kernel before 5.6)
+// and EPERM a seccomp profile that refuses it (container runtimes from
+// before it existed).
 int OpenBeneath(int dir_fd, const fs::path& relative) {
   struct open_how how;
   std::memset(&how, 0, sizeof(how));
@@ -171,7 +173,7 @@ ReadStatus ReadFromDir(const fs::path& dir, const std::string& reference, std::s
     Fd fd(OpenBeneath(dir_fd.get(), candidates[i]));
     if (fd.get() < 0) {
       const int open_error = errno;
-      if (open_error == ENOSYS) {
+      if (open_error == ENOSYS || open_error == EPERM) {
         return ReadChecked(dir, candidates, text, shown, error);
       }
       if (open_error == ENOENT || open_error == ENOTDIR) {

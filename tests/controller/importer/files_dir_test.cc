@@ -156,14 +156,20 @@ constexpr unsigned kAuditArch = AUDIT_ARCH_AARCH64;
 constexpr unsigned kAuditArch = 0;
 #endif
 
-// A kernel without openat2 (before 5.6), played by a seccomp filter that
-// answers ENOSYS to it in a child process: the reader falls back to
-// resolving and checking each path, and still reads a file inside and
-// refuses a link out.
-TEST_F(FilesDirTest, WithoutOpenat2TheFallbackStillRefusesLinksOut) {
+// A kernel without openat2 (before 5.6: ENOSYS), or a container whose
+// seccomp profile predates it (EPERM, as Docker's default did before 20.10),
+// played by a seccomp filter that answers `refusal` to it in a child process:
+// the reader falls back to resolving and checking each path, and still reads
+// a file inside and refuses a link out.
+class FilesDirWithoutOpenat2Test : public FilesDirTest, public testing::WithParamInterface<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Refusals, FilesDirWithoutOpenat2Test, testing::Values(ENOSYS, EPERM));
+
+TEST_P(FilesDirWithoutOpenat2Test, TheFallbackStillRefusesLinksOut) {
   if (kAuditArch == 0) {
     GTEST_SKIP() << "no seccomp architecture constant for this machine";
   }
+  const unsigned refusal = static_cast<unsigned>(GetParam());
   std::ofstream(dir_ / "rules.txt") << "SetHeader X-A v\n";
   fs::create_symlink(root_ / "secret.txt", dir_ / "out.txt");
   pid_t child = fork();
@@ -175,7 +181,7 @@ TEST_F(FilesDirTest, WithoutOpenat2TheFallbackStillRefusesLinksOut) {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (refusal & SECCOMP_RET_DATA)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog program = {static_cast<unsigned short>(std::size(filter)), filter};
@@ -183,7 +189,7 @@ TEST_F(FilesDirTest, WithoutOpenat2TheFallbackStillRefusesLinksOut) {
         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
       _exit(10);
     }
-    if (syscall(SYS_openat2, AT_FDCWD, "/", nullptr, 0) != -1 || errno != ENOSYS) {
+    if (syscall(SYS_openat2, AT_FDCWD, "/", nullptr, 0) != -1 || errno != GetParam()) {
       _exit(11);  // the filter does not hold
     }
     int failures = 0;
