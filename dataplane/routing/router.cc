@@ -385,11 +385,6 @@ void Router::EraseSession(const GroupEntry& group, session::TableKey kind, std::
 
 int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                           bool* record_ext_sid, int64_t now_ms) {
-  // Most balanced requests carry no identifier at all: nothing to look up.
-  if (ids_.contextid_instance.empty() && ids_.saplb_count == 0 && ids_.jsessionid.empty() &&
-      ids_.ext_sid.empty() && ids_.affinity_cookie.empty()) {
-    return -1;
-  }
   // An identifier that names a lost server does not end the search: a later
   // one may still name a live server of the group.
   // Only the identifiers the request carries are looked at (StickyBy finds
@@ -709,7 +704,12 @@ Decision Router::Route(const Request& request) {
 
   Identifier routed_by = Identifier::kNone;
   bool record_ext_sid = false;
-  int server = ResolveSticky(group, &routed_by, &decision.lost, &record_ext_sid, now_ms);
+  // Most balanced requests carry no identifier at all: nothing to look up.
+  int server = ids_.contextid_instance.empty() && ids_.saplb_count == 0 &&
+                       ids_.jsessionid.empty() && ids_.ext_sid.empty() &&
+                       ids_.affinity_cookie.empty()
+                   ? -1
+                   : ResolveSticky(group, &routed_by, &decision.lost, &record_ext_sid, now_ms);
   if (server >= 0) {
     balancer.CountSticky(server, now_ms);
     decision.reason = StickyReason(routed_by);
