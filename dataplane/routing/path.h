@@ -28,7 +28,7 @@ struct NormalizedTarget {
   bool encoded_separator = false;
 };
 
-// Normalises an origin-form target ("/a/b?q"):
+// Normalises an origin-form target ("/a/b?q") into every field of `out`:
 // - strips the query (and a fragment);
 // - resolves "." and ".." segments (also "%2E" spellings) over the raw
 //   segments as RFC 3986 remove_dot_segments does: empty segments, brackets

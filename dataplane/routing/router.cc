@@ -530,7 +530,8 @@ Decision Router::Route(const Request& request) {
     query_only = target.substr(1);
     target = "/";
   }
-  NormalizedTarget normalized;
+  // Every field is written by the normaliser: a member, not zeroed per request.
+  NormalizedTarget& normalized = normalized_;
   std::string_view lower_path;
   // The path scratch holds twice the lowercase one (for the resolved path):
   // a longer normalised path (explain takes URLs beyond the proxy's 8 KiB
