@@ -74,7 +74,8 @@ struct Classification {
 };
 
 // `vhost`'s routes (the host's, or a system's on it) and `permissions` (the host's).
-Classification Classify(const VirtualHostEntry& vhost, const PermissionTable& permissions,
+// Inlined: the returned struct then lives in registers, not on the stack.
+[[gnu::always_inline]] inline Classification Classify(const VirtualHostEntry& vhost, const PermissionTable& permissions,
                         std::string_view path, std::string_view lower_path) {
   Classification c;
   if (IsRootPath(path)) {
