@@ -26,6 +26,9 @@ struct NormalizedTarget {
   // before it drops ";params" reads other names (see
   // NormalizeTargetSeparatorsDecoded).
   bool encoded_separator = false;
+  // raw_path holds no ";" (set by the fast path, which sees every byte of
+  // it; false: not known).
+  bool no_params = false;
 };
 
 // Normalises an origin-form target ("/a/b?q") into every field of `out`:

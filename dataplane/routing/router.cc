@@ -702,6 +702,7 @@ Decision Router::Route(const Request& request) {
   parts.query = normalized.query;
   parts.cookie_headers = request.cookie_headers;
   parts.bracket_segment = normalized.bracket_segment;
+  parts.path_without_params = normalized.no_params;
   session::ExtractSessionIds(parts, group.affinity_cookie_name, &ids_);
 
   Identifier routed_by = Identifier::kNone;
