@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <numeric>
 
 #include "dataplane/balancer/adaptive.h"
 #include "dataplane/balancer/simple_weighted_round_robin.h"
@@ -121,6 +122,8 @@ __extension__ typedef unsigned __int128 Uint128;
 
 constexpr uint64_t kPaddingLoad = 0xffffffff;
 constexpr uint64_t kPaddingMeta = uint64_t{0x7fffffff} << 32 | 1;
+// The narrow form's padding: ready, every other bit set.
+constexpr uint64_t kNarrowPadding = ~uint64_t{0} >> 1;
 
 // Wins (below) when one server is ready and the other is not, or a load
 // reaches 2^32 (128-bit products).
@@ -172,9 +175,31 @@ void Balancer::BuildTree(std::span<const ServerInput> servers) {
   dirty_.assign(count, 0);  // MarkChanged then never allocates
   dirty_count_ = 0;
   dirty_flag_.assign(count, 0);
+  // The narrow form: the capacities' lcm, when it fits 64 bits (0 else).
+  uint64_t lcm = 1;
+  for (size_t i = 0; i < count && lcm != 0; ++i) {
+    const uint32_t capacity = std::max<uint32_t>(servers[i].capacity, 1);
+    if (__builtin_mul_overflow(lcm, capacity / std::gcd(lcm, uint64_t{capacity}), &lcm)) {
+      lcm = 0;
+    }
+  }
+  // The index field holds every leaf's index and one more value (all ones,
+  // the padding's), so a ready server's key stays below kNarrowPadding.
+  narrow_rank_bits_ = static_cast<uint32_t>(std::bit_width(tree_leaves_));
+  const uint64_t max_product = (uint64_t{1} << (63 - narrow_rank_bits_)) - 1;
+  tree_key_.assign(2 * tree_leaves_, kNarrowPadding);
+  narrow_leaf_.assign(count, 0);
+  narrow_multiplier_.assign(count, 0);
+  narrow_max_load_.assign(count, 0);
   for (size_t i = 0; i < count; ++i) {
+    const uint32_t capacity = std::max<uint32_t>(servers[i].capacity, 1);
     const uint64_t rank = static_cast<uint32_t>(i) | (servers[i].ready ? 0 : kNotReady);
-    tree_meta_[tree_leaves_ + i] = rank << 32 | std::max<uint32_t>(servers[i].capacity, 1);
+    tree_meta_[tree_leaves_ + i] = rank << 32 | capacity;
+    narrow_leaf_[i] = (servers[i].ready ? 0 : uint64_t{1} << 63) | i;
+    if (lcm != 0) {
+      narrow_multiplier_[i] = lcm / capacity;
+      narrow_max_load_[i] = max_product / narrow_multiplier_[i];
+    }
   }
   tree_all_dirty_ = true;
   tree_valid_ = true;
@@ -189,8 +214,29 @@ void Balancer::MarkChanged(size_t index) {
 }
 
 inline void Balancer::ReplayLeaf(uint32_t index) {
-  // The leaf's new key rises to the root, meeting one sibling a level; it
-  // stays in registers, the winner taken without a branch.
+  if (!narrow_) {
+    ReplayWideLeaf(index);
+    return;
+  }
+  const uint64_t load = assigned_[index] + outstanding_[index] + 1;
+  if (load > narrow_max_load_[index]) {
+    RebuildNodes();  // wide until a rebuild finds every load within again
+    return;
+  }
+  // The leaf's new key rises to the root, meeting one sibling a level: the
+  // lower key wins, without a branch.
+  uint64_t* const tree = tree_key_.data();
+  size_t node = tree_leaves_ + index;
+  uint64_t key = narrow_leaf_[index] | (load * narrow_multiplier_[index]) << narrow_rank_bits_;
+  tree[node] = key;
+  for (; node > 1; node /= 2) {
+    key = std::min(key, tree[node ^ 1]);
+    tree[node / 2] = key;
+  }
+}
+
+void Balancer::ReplayWideLeaf(uint32_t index) {
+  // As ReplayLeaf; the rising key stays in two registers.
   uint64_t* const tree_load = tree_load_.data();
   uint64_t* const tree_meta = tree_meta_.data();
   size_t node = tree_leaves_ + index;
@@ -208,23 +254,44 @@ inline void Balancer::ReplayLeaf(uint32_t index) {
   }
 }
 
+void Balancer::RebuildNodes() {
+  const size_t leaves = tree_leaves_;
+  const size_t count = assigned_.size();
+  narrow_ = true;
+  for (size_t i = 0; i < count && narrow_; ++i) {
+    narrow_ = assigned_[i] + outstanding_[i] + 1 <= narrow_max_load_[i];
+  }
+  if (narrow_) {
+    uint64_t* const tree = tree_key_.data();
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t load = assigned_[i] + outstanding_[i] + 1;
+      tree[leaves + i] = narrow_leaf_[i] | (load * narrow_multiplier_[i]) << narrow_rank_bits_;
+    }
+    for (size_t node = leaves - 1; node >= 1; --node) {
+      tree[node] = std::min(tree[2 * node], tree[2 * node + 1]);
+    }
+    return;
+  }
+  uint64_t* const tree_load = tree_load_.data();
+  uint64_t* const tree_meta = tree_meta_.data();
+  for (size_t i = 0; i < count; ++i) {
+    tree_load[leaves + i] = assigned_[i] + outstanding_[i] + 1;
+  }
+  for (size_t node = leaves - 1; node >= 1; --node) {
+    const size_t left = 2 * node;
+    const size_t right = 2 * node + 1;
+    const size_t winner =
+        Wins(tree_load[right], tree_meta[right], tree_load[left], tree_meta[left]) ? right : left;
+    tree_load[node] = tree_load[winner];
+    tree_meta[node] = tree_meta[winner];
+  }
+}
+
 void Balancer::RefreshTree() {
   const size_t leaves = tree_leaves_;
   const size_t depth = static_cast<size_t>(std::bit_width(leaves));
   if (tree_all_dirty_ || dirty_count_ * depth >= leaves) {
-    uint64_t* const tree_load = tree_load_.data();
-    uint64_t* const tree_meta = tree_meta_.data();
-    for (size_t i = 0; i < assigned_.size(); ++i) {
-      tree_load[leaves + i] = assigned_[i] + outstanding_[i] + 1;
-    }
-    for (size_t node = leaves - 1; node >= 1; --node) {
-      const size_t left = 2 * node;
-      const size_t right = 2 * node + 1;
-      const size_t winner =
-          Wins(tree_load[right], tree_meta[right], tree_load[left], tree_meta[left]) ? right : left;
-      tree_load[node] = tree_load[winner];
-      tree_meta[node] = tree_meta[winner];
-    }
+    RebuildNodes();
   } else {
     for (size_t k = 0; k < dirty_count_; ++k) {
       ReplayLeaf(dirty_[k]);
@@ -253,8 +320,12 @@ int Balancer::ChooseLowestLoadPerCapacity(std::span<const ServerInput> servers) 
   } else if (tree_all_dirty_ || dirty_count_ != 0) {
     RefreshTree();
   }
-  // A not-ready rank is >= kNotReady, beyond any server count.
-  const auto top = static_cast<uint32_t>(tree_meta_[1] >> 32);
+  // A not-ready rank is >= kNotReady, beyond any server count; in the
+  // narrow form a server that is not ready keeps its index (and is not
+  // Usable), a padding leaf's index is beyond the servers.
+  const auto top =
+      narrow_ ? static_cast<uint32_t>(tree_key_[1] & ((uint64_t{1} << narrow_rank_bits_) - 1))
+              : static_cast<uint32_t>(tree_meta_[1] >> 32);
   if (top < servers.size() && servers[top].Usable()) {
     return static_cast<int>(top);
   }

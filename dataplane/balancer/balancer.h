@@ -109,6 +109,8 @@ class Balancer {
   size_t size() const { return assigned_.size(); }
   uint64_t assigned(size_t index) const { return assigned_[index]; }
   uint64_t outstanding(size_t index) const { return outstanding_[index]; }
+  // Whether weighted_round_robin's tree holds one-word keys (see narrow_).
+  bool narrow_tree() const { return narrow_; }
 
  protected:
   // Returns the index to use, or -1. Counting is done by Pick.
@@ -137,8 +139,12 @@ class Balancer {
   // rebuilds the inner nodes when that is cheaper).
   void BuildTree(std::span<const ServerInput> servers);
   void RefreshTree();
+  // Recomputes every node from the counters, in the narrow form when every
+  // load allows it.
+  void RebuildNodes();
   // Replays the counters of server `index` from its leaf to the root.
   void ReplayLeaf(uint32_t index);
+  void ReplayWideLeaf(uint32_t index);
   void MarkChanged(size_t index);
 
   int64_t load_reset_interval_ms_;
@@ -163,6 +169,23 @@ class Balancer {
   static constexpr uint32_t kNotReady = uint32_t{1} << 31;
   std::vector<uint64_t> tree_load_;  // assigned + outstanding + 1
   std::vector<uint64_t> tree_meta_;  // rank << 32 | capacity (>= 1)
+  // The narrow form of the same tree, used while it is exact (the usual
+  // case): a node's key in one word, compared as one unsigned integer,
+  //   not ready << 63 | load * (lcm / capacity) << narrow_rank_bits_ | index,
+  // where lcm is the least common multiple of the group's capacities, so
+  // load * (lcm / capacity) orders the servers exactly as load / capacity.
+  // Exact while every server's load is at most its narrow_max_load_ (0 for
+  // all when the capacities' lcm does not fit 64 bits); a load beyond makes
+  // the tree wide (the two arrays above) until a full rebuild (a load reset)
+  // finds every load within again.
+  // Padding leaves hold kNarrowPadding: above every ready server's key,
+  // with an index field past every server.
+  bool narrow_ = false;
+  uint32_t narrow_rank_bits_ = 0;
+  std::vector<uint64_t> tree_key_;
+  std::vector<uint64_t> narrow_leaf_;        // per server: not ready << 63 | index
+  std::vector<uint64_t> narrow_multiplier_;  // per server: lcm / capacity
+  std::vector<uint64_t> narrow_max_load_;    // per server
   // Servers whose counters changed since the last choice: dirty_[0,
   // dirty_count_), each once (dirty_flag_).
   std::vector<uint32_t> dirty_;

@@ -521,6 +521,7 @@ bool NormalizeFast(std::string_view target, std::span<char> scratch, char* lower
   out->query = {};
   out->bracket_segment = {};
   out->encoded_separator = false;
+  out->no_params = copy_from == 0;  // no ";params" run was dropped
   SplitTarget(target, path_end, out);
   out->path = std::string_view(output, written);
   out->forward_path = out->raw_path;

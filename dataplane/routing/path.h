@@ -26,9 +26,12 @@ struct NormalizedTarget {
   // before it drops ";params" reads other names (see
   // NormalizeTargetSeparatorsDecoded).
   bool encoded_separator = false;
+  // raw_path holds no ";" (set by the fast path, which sees every byte of
+  // it; false: not known).
+  bool no_params = false;
 };
 
-// Normalises an origin-form target ("/a/b?q"):
+// Normalises an origin-form target ("/a/b?q") into every field of `out`:
 // - strips the query (and a fragment);
 // - resolves "." and ".." segments (also "%2E" spellings) over the raw
 //   segments as RFC 3986 remove_dot_segments does: empty segments, brackets

@@ -74,7 +74,8 @@ struct Classification {
 };
 
 // `vhost`'s routes (the host's, or a system's on it) and `permissions` (the host's).
-Classification Classify(const VirtualHostEntry& vhost, const PermissionTable& permissions,
+// Inlined: the returned struct then lives in registers, not on the stack.
+[[gnu::always_inline]] inline Classification Classify(const VirtualHostEntry& vhost, const PermissionTable& permissions,
                         std::string_view path, std::string_view lower_path) {
   Classification c;
   if (IsRootPath(path)) {
@@ -385,11 +386,6 @@ void Router::EraseSession(const GroupEntry& group, session::TableKey kind, std::
 
 int Router::ResolveSticky(const GroupEntry& group, Identifier* routed_by, Identifier* lost,
                           bool* record_ext_sid, int64_t now_ms) {
-  // Most balanced requests carry no identifier at all: nothing to look up.
-  if (ids_.contextid_instance.empty() && ids_.saplb_count == 0 && ids_.jsessionid.empty() &&
-      ids_.ext_sid.empty() && ids_.affinity_cookie.empty()) {
-    return -1;
-  }
   // An identifier that names a lost server does not end the search: a later
   // one may still name a live server of the group.
   // Only the identifiers the request carries are looked at (StickyBy finds
@@ -535,7 +531,8 @@ Decision Router::Route(const Request& request) {
     query_only = target.substr(1);
     target = "/";
   }
-  NormalizedTarget normalized;
+  // Every field is written by the normaliser: a member, not zeroed per request.
+  NormalizedTarget& normalized = normalized_;
   std::string_view lower_path;
   // The path scratch holds twice the lowercase one (for the resolved path):
   // a longer normalised path (explain takes URLs beyond the proxy's 8 KiB
@@ -705,11 +702,17 @@ Decision Router::Route(const Request& request) {
   parts.query = normalized.query;
   parts.cookie_headers = request.cookie_headers;
   parts.bracket_segment = normalized.bracket_segment;
+  parts.path_without_params = normalized.no_params;
   session::ExtractSessionIds(parts, group.affinity_cookie_name, &ids_);
 
   Identifier routed_by = Identifier::kNone;
   bool record_ext_sid = false;
-  int server = ResolveSticky(group, &routed_by, &decision.lost, &record_ext_sid, now_ms);
+  // Most balanced requests carry no identifier at all: nothing to look up.
+  int server = ids_.contextid_instance.empty() && ids_.saplb_count == 0 &&
+                       ids_.jsessionid.empty() && ids_.ext_sid.empty() &&
+                       ids_.affinity_cookie.empty()
+                   ? -1
+                   : ResolveSticky(group, &routed_by, &decision.lost, &record_ext_sid, now_ms);
   if (server >= 0) {
     balancer.CountSticky(server, now_ms);
     decision.reason = StickyReason(routed_by);

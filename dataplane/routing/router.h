@@ -270,6 +270,7 @@ class Router {
   // The reading with "%2F" and "%5C" decoded (only for targets holding them).
   Scratch decoded_path_scratch_;
   Scratch decoded_lower_scratch_;
+  NormalizedTarget normalized_;  // the last Route()'s target
   std::array<char, 256> host_scratch_{};
   std::array<char, 256> server_scratch_{};
   session::SessionIds ids_;

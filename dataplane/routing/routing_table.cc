@@ -290,12 +290,8 @@ int RoutingTable::FindGroup(std::string_view key) const {
   return group_index_.Find(key);
 }
 
-const VirtualHostEntry* RoutingTable::FindVirtualHost(std::string_view host_header,
-                                                      std::span<char> scratch) const {
-  if (exact_hosts_.empty() && wildcard_hosts_.empty()) {
-    // Only the any-host entry (the common single-mapping setup): nothing to parse.
-    return any_host_ >= 0 ? &virtual_hosts_[any_host_] : nullptr;
-  }
+const VirtualHostEntry* RoutingTable::FindNamedVirtualHost(std::string_view host_header,
+                                                           std::span<char> scratch) const {
   std::string_view host = HostWithoutPort(TrimSpaces(host_header));
   if (!host.empty() && host.size() <= scratch.size()) {
     AsciiLowerInto(host, scratch.data());

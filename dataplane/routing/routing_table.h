@@ -188,7 +188,13 @@ class RoutingTable {
   // exact entry, else the "*.suffix" entry with the longest suffix, else the
   // "" entry; null when none applies. `scratch` holds the lowercased host.
   const VirtualHostEntry* FindVirtualHost(std::string_view host_header,
-                                          std::span<char> scratch) const;
+                                          std::span<char> scratch) const {
+    if (exact_hosts_.empty() && wildcard_hosts_.empty()) {
+      // Only the any-host entry (the common single-mapping setup): nothing to parse.
+      return any_host_ >= 0 ? &virtual_hosts_[any_host_] : nullptr;
+    }
+    return FindNamedVirtualHost(host_header, scratch);
+  }
   // The group for a TLS passthrough connection with server name `sni`
   // (lowercase, as the ClientHello parser gives it; "" when none was sent):
   // the exact virtual host's passthrough group, else the longest "*.suffix"
@@ -206,6 +212,10 @@ class RoutingTable {
   std::string version_;
   std::vector<GroupEntry> groups_;
   NameIndex group_index_;
+  // FindVirtualHost when some entry names a host.
+  const VirtualHostEntry* FindNamedVirtualHost(std::string_view host_header,
+                                               std::span<char> scratch) const;
+
   std::vector<VirtualHostEntry> virtual_hosts_;
   NameIndex exact_hosts_;     // host -> virtual host index
   NameIndex wildcard_hosts_;  // ".suffix" -> virtual host index

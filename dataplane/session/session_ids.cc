@@ -639,8 +639,9 @@ void ExtractSessionIds(const RequestParts& request, std::string_view affinity_co
   out->scratch_used = 0;
   Scratch scratch(out);
 
-  if (request.cookie_headers.empty() && request.bracket_segment.empty() &&
-      request.path.find(';') == std::string_view::npos) {
+  const bool no_params =
+      request.path_without_params || request.path.find(';') == std::string_view::npos;
+  if (request.cookie_headers.empty() && request.bracket_segment.empty() && no_params) {
     // The first request of a session: only the query can name one.
     std::string_view query_value;
     if (FindFormValue(request.query, kContextIdName, &query_value)) {
@@ -653,7 +654,9 @@ void ExtractSessionIds(const RequestParts& request, std::string_view affinity_co
   CookieFindings cookies;
   ReadCookies(request, affinity_cookie_name, out, &cookies, &scratch);
   PathParams params;
-  ReadPathParams(request.path, &params);
+  if (!no_params) {
+    ReadPathParams(request.path, &params);
+  }
 
   // sap-contextid, first source that yields an instance wins.
   if (cookies.has_contextid) {

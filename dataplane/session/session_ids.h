@@ -21,6 +21,9 @@ struct RequestParts {
   // Base64 text inside the "(...)" bracket segment, without the brackets; empty
   // when the path has none. The router finds it while normalising the path.
   std::string_view bracket_segment;
+  // The caller knows `path` holds no ";" (the router's normaliser saw none):
+  // the searches for path parameters are skipped. False: not known.
+  bool path_without_params = false;
 };
 
 struct SaplbCookie {

@@ -204,6 +204,56 @@ TEST(BalancerTest, WeightedRoundRobinMatchesAScanAtEveryGroupSize) {
   }
 }
 
+// The tree compares one-word keys while the capacities' lcm and the loads
+// keep them exact: capacities 2^26 and 2^26 + 1 beside 1 (32 leaves) leave
+// room for a load of 31 on a capacity-1 server. Sticky requests push it
+// past that one at a time (the tree turns wide: the key would wrap around
+// 2^64 to a winning value at a load of 64), a load reset brings it back
+// (narrow again); every pick on the way is the rule's. Two counters change
+// between two picks, so that the choices replay leaves.
+TEST(BalancerTest, WeightedRoundRobinStaysExactWhenLoadsOutgrowTheOneWordKeys) {
+  Group group;
+  for (uint32_t capacity : {1u, 1u << 26, (1u << 26) + 1, 1u}) {
+    group.Add(capacity);
+  }
+  while (group.inputs.size() < 20) {
+    group.Add(1u << 26);
+  }
+  auto balancer = MakeBalancer(v1::STRATEGY_WEIGHTED_ROUND_ROBIN, group.inputs.size(), 1000);
+  int narrow_picks = 0;
+  int wide_picks = 0;
+  const auto pick = [&](int64_t now_ms) {
+    const int want = RuleChoice(*balancer, group);
+    const int got = balancer->Pick(group.inputs, now_ms);
+    EXPECT_EQ(got, want) << "load of server 0: " << balancer->assigned(0) + 1;
+    (balancer->narrow_tree() ? narrow_picks : wide_picks) += 1;
+    if (got >= 0) {
+      balancer->Complete(static_cast<size_t>(got));
+    }
+  };
+  // The large servers' loads grow past 64 (server 0 is never picked).
+  for (int i = 0; i < 1500; ++i) {
+    pick(0);
+  }
+  EXPECT_TRUE(balancer->narrow_tree());
+  // Server 0's load grows by one between two picks.
+  for (int i = 0; i < 100; ++i) {
+    balancer->CountSticky(0, 0);
+    balancer->Complete(0);
+    pick(0);
+  }
+  EXPECT_FALSE(balancer->narrow_tree());
+  // The next interval starts over: assigned is reset (by the sticky count,
+  // not inside a pick, where the expectation could not see it).
+  balancer->CountSticky(1, 1000);
+  for (int i = 0; i < 100; ++i) {
+    pick(1000);
+  }
+  EXPECT_TRUE(balancer->narrow_tree());
+  EXPECT_GT(narrow_picks, 1500);
+  EXPECT_GT(wide_picks, 50);
+}
+
 TEST(BalancerTest, FactoryPicksTheStrategy) {
   for (v1::Strategy strategy : {v1::STRATEGY_WEIGHTED_ROUND_ROBIN,
                                 v1::STRATEGY_SIMPLE_WEIGHTED_ROUND_ROBIN, v1::STRATEGY_ADAPTIVE}) {

@@ -228,6 +228,9 @@ void ExpectAgreementOverAllTargets(std::string_view alphabet, size_t max_length,
         ASSERT_EQ(fast.bracket_segment, general.bracket_segment) << target;
         ASSERT_EQ(fast.forward_path, general.forward_path) << target;
         ASSERT_EQ(fast.encoded_separator, general.encoded_separator) << target;
+        // no_params is a promise (false: not known).
+        ASSERT_TRUE(!fast.no_params || fast.raw_path.find(';') == std::string_view::npos)
+            << target;
         ++accepted;
       }
       size_t k = 0;
@@ -344,6 +347,8 @@ TEST(NormalizeTargetTest, FastPathAgreesOnLongTargets) {
       ASSERT_EQ(fast.query, general.query) << target;
       ASSERT_EQ(fast.forward_path, general.forward_path) << target;
       ASSERT_EQ(fast.encoded_separator, general.encoded_separator) << target;
+      ASSERT_TRUE(!fast.no_params || fast.raw_path.find(';') == std::string_view::npos)
+          << target;
       std::string want(general.path.size(), '\0');
       AsciiLowerInto(general.path, want.data());
       ASSERT_EQ(lower_path, want) << target;
@@ -420,6 +425,21 @@ TEST(PathTest, RootPathHasExactlyOneSlash) {
   EXPECT_TRUE(IsRootPath("/index.html"));
   EXPECT_FALSE(IsRootPath("/sap/"));
   EXPECT_FALSE(IsRootPath("/a/b"));
+}
+
+// The fast path says when the raw path holds no ";" (the session ids then
+// skip their search for path parameters); the general algorithm never does.
+TEST(NormalizeTargetTest, NoParamsOnlyForPathsWithoutSemicolons) {
+  std::vector<char> scratch(256);
+  NormalizedTarget out;
+  ASSERT_TRUE(NormalizeTarget("/sap/bc/ui/page.htm?a=b;c", scratch, &out));
+  EXPECT_TRUE(out.no_params);
+  ASSERT_TRUE(NormalizeTarget("/sap/bc;jsessionid=x/ui", scratch, &out));
+  EXPECT_FALSE(out.no_params);
+  ASSERT_TRUE(NormalizeTarget("/sap/;sap-ext-sid=E", scratch, &out));
+  EXPECT_FALSE(out.no_params);
+  ASSERT_TRUE(NormalizeTarget("/sap/%41/ui", scratch, &out));  // the general algorithm
+  EXPECT_FALSE(out.no_params);
 }
 
 }  // namespace
