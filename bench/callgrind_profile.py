@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Per-request instruction profile from a callgrind dump (cost_per_request.sh).
 
-  callgrind_profile.py DUMP REQUESTS [ARCHIVE...]
+  callgrind_profile.py DUMP REQUESTS [--calls FUNCTION] [ARCHIVE...]
 
-Prints, per request: the top functions by self instructions; the split
+With --calls, the requests are the calls of FUNCTION in the dump (one per
+request: exact, where REQUESTS is an estimate) when it has any. Prints the
+requests and the instructions per request on its first line, then, per
+request: the top functions by self instructions; the split
 between kwd's code, OpenSSL (every symbol an ARCHIVE, e.g. libssl.a and
 libcrypto.a, defines: kwd-proxy links OpenSSL statically), the C library
 and the rest (libstdc++, std:: templates); and the OpenSSL functions kwd
@@ -17,8 +20,12 @@ import subprocess
 import sys
 
 dump, requests = sys.argv[1], max(int(sys.argv[2] or 0), 1)
+args = sys.argv[3:]
+count_fn = None
+if args[:1] == ["--calls"]:
+    count_fn, args = args[1], args[2:]
 openssl = set()
-for archive in sys.argv[3:]:
+for archive in args:
     out = subprocess.run(["nm", "--defined-only", archive], capture_output=True, text=True).stdout
     openssl.update(f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3)
 
@@ -81,7 +88,12 @@ def group(f):
 
 
 total = sum(self_cost.values())
-print(f"{total / requests:9.0f}/req in all")
+source = "estimated"
+if count_fn is not None:
+    counted = sum(c for (_, callee), c in calls.items() if callee.startswith(count_fn))
+    if counted > 0:
+        requests, source = counted, f"calls of {count_fn.rstrip('(')}"
+print(f"{requests} requests ({source}), {total / requests:.0f} instructions/request")
 print("by code (self instructions):")
 groups = collections.Counter()
 for f, c in self_cost.items():
