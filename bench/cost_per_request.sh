@@ -7,11 +7,12 @@
 #   bench/cost_per_request.sh BUILD_DIR
 #   env: DURATION=5 seconds of each counted run; COST_SHAPES="keepalive close tls";
 #        COST_PROXIES="kwd kwd-noring haproxy"; CALLGRIND=1 (0: no instruction
-#        counts); CG_SECONDS=10 seconds of the counted run under callgrind;
+#        counts); CG_SECONDS=10 seconds of the counted window under callgrind,
+#        CG_WARM=10 seconds of the same wrk run before it (the connections'
+#        handshakes); CG_KEEP=PREFIX keeps each dump as PREFIX.PROXY.SHAPE.out;
 #        PERF=1 also a perf record -e cpu-clock profile per proxy and shape;
-#        CALLGRIND_SHAPES="keepalive close" CALLGRIND_PROXIES="kwd haproxy" (the
-#        runs under callgrind: a TLS run's 64 handshakes take most of a
-#        counted run under callgrind on a loaded machine); CONNECTIONS=64
+#        CALLGRIND_SHAPES="keepalive close tls" CALLGRIND_PROXIES="kwd haproxy"
+#        (the runs under callgrind); CONNECTIONS=64
 #
 # The same set-up as scripts/bench-proxies.sh's plain shapes: one nginx
 # backend with two ports weighted 2:1, one worker/thread per proxy, the same
@@ -31,11 +32,16 @@
 #     the run (strace slows the proxy several times: the counts are what
 #     matters, not the times);
 #   - instructions per request: a second instance of the proxy under
-#     `valgrind --tool=callgrind` (about 50x slower), counters zeroed after a
-#     warm-up (`callgrind_control -z`), dumped after a counted run; Ir / the
-#     requests wrk completed. The dump's top functions (self Ir) are printed.
-# The figures are per request as wrk counts them (requests completed in the
-# run). Needs root (unshare; exit status 77 without), haproxy, nginx, wrk,
+#     `valgrind --tool=callgrind --instr-atstart=no` (about 50x slower),
+#     counted in a window in the middle of one wrk run (callgrind_control -i
+#     on, then off), so no handshake or connection set-up of keep-alive falls
+#     in it; Ir / the requests of the window: kwd's calls of CountAndLog (one
+#     per request), for HAProxy the backend's (nginx stub_status, read on
+#     both sides of each switch). bench/callgrind_profile.py prints the top
+#     functions (self Ir), kwd's code / OpenSSL / libc, and the OpenSSL
+#     functions kwd calls.
+# The other figures are per request as wrk counts them (requests completed
+# in the run). Needs root (unshare; exit status 77 without), haproxy, nginx, wrk,
 # strace, valgrind, openssl.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -64,7 +70,7 @@ cg_seconds=${CG_SECONDS:-10}
 cg_warm=${CG_WARM:-10}
 perf=${PERF:-0}
 ((perf)) && require_tools perf
-cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close} "
+cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close tls} "
 cg_proxies=" ${CALLGRIND_PROXIES:-kwd haproxy} "
 conns=${CONNECTIONS:-64}
 require_tools haproxy nginx wrk strace openssl curl "$build/kwd-proxy" "$build/kwd-controller"

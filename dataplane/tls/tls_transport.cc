@@ -300,7 +300,6 @@ TlsTransport::TlsTransport(int fd, SSL* ssl, ServerTls* server,
                            std::shared_ptr<const CertSet> certs, net::EventLoop* loop)
     : Transport(fd),
       plain_(loop != nullptr ? new net::PlainTransport(fd, loop) : nullptr),
-      loop_(loop),
       ssl_(ssl),
       server_(server),
       certs_(std::move(certs)) {
@@ -497,7 +496,7 @@ ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
   }
   if (n > 0) {
     app_data_read_ = true;
-    if (loop_ != nullptr) {
+    if (plain_) {
       KeepBuffers();
     }
     // The socket gave less than asked and OpenSSL holds nothing more: the
@@ -562,31 +561,39 @@ ssize_t TlsTransport::Write(const char* data, size_t size) {
 // read buffer once a record is consumed and its write buffer once a record is
 // sent, and allocates them again for the next: about 1,000 instructions of
 // malloc and free per keep-alive request. An idle connection must not hold
-// them (34 KiB each), a busy one need not give them back: the mode is
+// them (about 16 KiB each), a busy one need not give them back: the mode is
 // cleared at a read that brought data and set again, with the buffers freed,
 // once the connection has read nothing for kKeepBuffersMs. The timer is
 // armed once per busy spell, not per request.
+struct TlsTransport::BusyBuffers {
+  explicit BusyBuffers(TlsTransport* owner) : timer(owner, &TlsTransport::OnBuffersTimer) {}
+  int64_t last_read_ms = 0;  // the loop's time of the last SSL_read with data
+  net::Timer timer;
+};
+
 void TlsTransport::KeepBuffers() {
-  last_read_ms_ = loop_->now_ms();
-  if (!buffers_kept_) {
-    buffers_kept_ = true;
+  net::EventLoop* loop = plain_->loop();
+  if (busy_ == nullptr) {
+    busy_ = std::make_unique<BusyBuffers>(this);
     SSL_clear_mode(ssl_, SSL_MODE_RELEASE_BUFFERS);
-    loop_->Schedule(&buffers_timer_, kKeepBuffersMs);
+    loop->Schedule(&busy_->timer, kKeepBuffersMs);
   }
+  busy_->last_read_ms = loop->now_ms();
 }
 
 void TlsTransport::OnBuffersTimer(void* self) {
   auto* t = static_cast<TlsTransport*>(self);
-  int64_t idle_ms = t->loop_->now_ms() - t->last_read_ms_;
+  net::EventLoop* loop = t->plain_->loop();
+  int64_t idle_ms = loop->now_ms() - t->busy_->last_read_ms;
   if (idle_ms < kKeepBuffersMs) {
-    t->loop_->Schedule(&t->buffers_timer_, kKeepBuffersMs - idle_ms);
+    loop->Schedule(&t->busy_->timer, kKeepBuffersMs - idle_ms);
     return;
   }
-  t->buffers_kept_ = false;
   SSL_set_mode(t->ssl_, SSL_MODE_RELEASE_BUFFERS);
   // Refused while a record is half read or half written: the mode frees
   // that buffer once it is done with.
   SSL_free_buffers(t->ssl_);
+  t->busy_.reset();  // the loop no longer touches a timer whose callback ran
 }
 
 void TlsTransport::FlushHeld() {

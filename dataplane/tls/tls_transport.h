@@ -19,7 +19,6 @@
 #include <string>
 #include <string_view>
 
-#include "dataplane/net/event_loop.h"
 #include "dataplane/net/transport.h"
 
 namespace kwd::tls {
@@ -88,17 +87,17 @@ class TlsTransport final : public net::Transport {
   static void OnMessage(int write_p, int version, int content_type, const void* buf, size_t len,
                         SSL* ssl, void* arg);
 
-  // Server side: OpenSSL's record buffers (about 17 KiB each way) stay while
+  // Server side: OpenSSL's record buffers (about 16 KiB each way) stay while
   // the connection is busy (SSL_MODE_RELEASE_BUFFERS off: no malloc and free
   // of both around every record) and go once it has read nothing for
   // kKeepBuffersMs.
+  struct BusyBuffers;
   static void OnBuffersTimer(void* self);
   void KeepBuffers();
 
   // The socket's I/O when the transport has a loop (see the top); declared
   // before ssl_ so that it outlives SSL_free's last BIO call.
   std::unique_ptr<net::PlainTransport> plain_;
-  net::EventLoop* loop_;
   SSL* ssl_;
   ServerTls* server_;                     // null on the client side
   std::shared_ptr<const CertSet> certs_;  // the certificates this handshake chooses from
@@ -108,9 +107,9 @@ class TlsTransport final : public net::Transport {
   bool renegotiation_ = false;
   bool bio_short_read_ = false;  // the socket BIO's last read emptied the socket
   bool app_data_read_ = false;   // SSL_read has returned application data
-  bool buffers_kept_ = false;    // SSL_MODE_RELEASE_BUFFERS cleared (KeepBuffers)
-  int64_t last_read_ms_ = 0;     // the loop's time of the last SSL_read with data
-  net::Timer buffers_timer_{this, &TlsTransport::OnBuffersTimer};
+  // While the connection keeps OpenSSL's buffers (KeepBuffers): allocated
+  // once a busy spell, so that an idle connection holds a pointer only.
+  std::unique_ptr<BusyBuffers> busy_;
   // Server side: the TLS 1.3 NewSessionTicket written when the handshake
   // completed, held to leave with the first response (see SocketBio).
   std::string held_;
