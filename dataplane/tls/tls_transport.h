@@ -15,6 +15,7 @@
 
 #include <openssl/ssl.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -107,8 +108,11 @@ class TlsTransport final : public net::Transport {
   bool renegotiation_ = false;
   bool bio_short_read_ = false;  // the socket BIO's last read emptied the socket
   bool app_data_read_ = false;   // SSL_read has returned application data
-  // While the connection keeps OpenSSL's buffers (KeepBuffers): allocated
-  // once a busy spell, so that an idle connection holds a pointer only.
+  // The loop's time of the last SSL_read that brought data (server side;
+  // long ago before the first).
+  int64_t last_read_ms_ = INT64_MIN / 2;
+  // While the connection keeps OpenSSL's buffers (KeepBuffers): its timer,
+  // allocated once a busy spell.
   std::unique_ptr<BusyBuffers> busy_;
   // Server side: the TLS 1.3 NewSessionTicket written when the handshake
   // completed, held to leave with the first response (see SocketBio).
