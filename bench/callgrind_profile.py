@@ -103,12 +103,12 @@ for g, c in groups.most_common():
 print("top functions (self instructions):")
 for f, c in self_cost.most_common(25):
     print(f"{c / requests:9.0f}/req {100 * c / total:5.1f}%  [{group(f)}] {f[:110]}")
-if openssl:
+entry, entry_calls = collections.Counter(), collections.Counter()
+for (caller, callee), c in called.items():
+    if group(callee) == "OpenSSL" and group(caller) != "OpenSSL" and caller != callee:
+        entry[callee] += c
+        entry_calls[callee] += calls[caller, callee]
+if entry:
     print("OpenSSL entry points kwd calls (inclusive instructions, calls per request):")
-    entry, entry_calls = collections.Counter(), collections.Counter()
-    for (caller, callee), c in called.items():
-        if group(callee) == "OpenSSL" and group(caller) != "OpenSSL" and caller != callee:
-            entry[callee] += c
-            entry_calls[callee] += calls[caller, callee]
     for f, c in entry.most_common(15):
         print(f"{c / requests:9.0f}/req {entry_calls[f] / requests:6.2f} calls/req  {f[:100]}")
