@@ -8,7 +8,7 @@
 #   env: DURATION=5 seconds of each counted run; COST_SHAPES="keepalive close tls";
 #        COST_PROXIES="kwd kwd-noring haproxy"; CALLGRIND=1 (0: no instruction
 #        counts); CG_SECONDS=10 seconds of the counted window under callgrind,
-#        CG_WARM=10 seconds of the same wrk run before it (the connections'
+#        CG_WARM=20 seconds of the same wrk run before it (the connections'
 #        handshakes); CG_KEEP=PREFIX keeps each dump as PREFIX.PROXY.SHAPE.out;
 #        PERF=1 also a perf record -e cpu-clock profile per proxy and shape;
 #        CALLGRIND_SHAPES="keepalive close tls" CALLGRIND_PROXIES="kwd haproxy"
@@ -67,7 +67,7 @@ shapes=${COST_SHAPES:-keepalive close tls}
 proxies=${COST_PROXIES:-kwd kwd-noring haproxy}
 callgrind=${CALLGRIND:-1}
 cg_seconds=${CG_SECONDS:-10}
-cg_warm=${CG_WARM:-10}
+cg_warm=${CG_WARM:-20}
 perf=${PERF:-0}
 ((perf)) && require_tools perf
 cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close tls} "
