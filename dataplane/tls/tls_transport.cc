@@ -576,6 +576,9 @@ struct TlsTransport::BusyBuffers {
 
 void TlsTransport::KeepBuffers() {
   net::EventLoop* loop = plain_->loop();
+  if (loop == nullptr) {
+    return;  // closing (BeforeClose, CloseBatched)
+  }
   int64_t now_ms = loop->now_ms();
   // A connection is busy from its second read within kKeepBuffersMs on: one
   // that brings a request and then waits (or closes) keeps nothing.
@@ -642,8 +645,14 @@ void TlsTransport::Shutdown() {
   }
 }
 
+bool TlsTransport::BeforeClose(size_t dropped) {
+  busy_.reset();  // the plain transport leaves the loop: no timer either
+  return plain_ ? plain_->BeforeClose(dropped) : Transport::BeforeClose(dropped);
+}
+
 void TlsTransport::CloseBatched() {
   WriteCloseNotify();  // queued, ahead of the close
+  busy_.reset();
   plain_->CloseBatched();
 }
 

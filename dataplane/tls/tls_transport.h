@@ -57,9 +57,7 @@ class TlsTransport final : public net::Transport {
       plain_->OnWritable();
     }
   }
-  bool BeforeClose(size_t dropped = 0) override {
-    return plain_ ? plain_->BeforeClose(dropped) : Transport::BeforeClose(dropped);
-  }
+  bool BeforeClose(size_t dropped = 0) override;
   // Only while no record is half read: the read-ahead's bytes reach OpenSSL
   // through its reads, which the owner makes in the same event.
   net::BatchedRecv* ReadAhead() override { return plain_ ? plain_->ReadAhead() : nullptr; }
