@@ -7,11 +7,12 @@
 #   bench/cost_per_request.sh BUILD_DIR
 #   env: DURATION=5 seconds of each counted run; COST_SHAPES="keepalive close tls";
 #        COST_PROXIES="kwd kwd-noring haproxy"; CALLGRIND=1 (0: no instruction
-#        counts); CG_SECONDS=10 seconds of the counted run under callgrind;
+#        counts); CG_SECONDS=10 seconds of the counted window under callgrind,
+#        CG_WARM=20 seconds of the same wrk run before it (the connections'
+#        handshakes); CG_KEEP=PREFIX keeps each dump as PREFIX.PROXY.SHAPE.out;
 #        PERF=1 also a perf record -e cpu-clock profile per proxy and shape;
-#        CALLGRIND_SHAPES="keepalive close" CALLGRIND_PROXIES="kwd haproxy" (the
-#        runs under callgrind: a TLS run's 64 handshakes take most of a
-#        counted run under callgrind on a loaded machine); CONNECTIONS=64
+#        CALLGRIND_SHAPES="keepalive close tls" CALLGRIND_PROXIES="kwd haproxy"
+#        (the runs under callgrind); CONNECTIONS=64
 #
 # The same set-up as scripts/bench-proxies.sh's plain shapes: one nginx
 # backend with two ports weighted 2:1, one worker/thread per proxy, the same
@@ -31,11 +32,16 @@
 #     the run (strace slows the proxy several times: the counts are what
 #     matters, not the times);
 #   - instructions per request: a second instance of the proxy under
-#     `valgrind --tool=callgrind` (about 50x slower), counters zeroed after a
-#     warm-up (`callgrind_control -z`), dumped after a counted run; Ir / the
-#     requests wrk completed. The dump's top functions (self Ir) are printed.
-# The figures are per request as wrk counts them (requests completed in the
-# run). Needs root (unshare; exit status 77 without), haproxy, nginx, wrk,
+#     `valgrind --tool=callgrind --instr-atstart=no` (about 50x slower),
+#     counted in a window in the middle of one wrk run (callgrind_control -i
+#     on, then off), so no handshake or connection set-up of keep-alive falls
+#     in it; Ir / the requests of the window: kwd's calls of CountAndLog (one
+#     per request), for HAProxy the backend's (nginx stub_status, read on
+#     both sides of each switch). bench/callgrind_profile.py prints the top
+#     functions (self Ir), kwd's code / OpenSSL / libc, and the OpenSSL
+#     functions kwd calls.
+# The other figures are per request as wrk counts them (requests completed
+# in the run). Needs root (unshare; exit status 77 without), haproxy, nginx, wrk,
 # strace, valgrind, openssl.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -61,15 +67,22 @@ shapes=${COST_SHAPES:-keepalive close tls}
 proxies=${COST_PROXIES:-kwd kwd-noring haproxy}
 callgrind=${CALLGRIND:-1}
 cg_seconds=${CG_SECONDS:-10}
+cg_warm=${CG_WARM:-20}
 perf=${PERF:-0}
 ((perf)) && require_tools perf
-cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close} "
+cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close tls} "
 cg_proxies=" ${CALLGRIND_PROXIES:-kwd haproxy} "
 conns=${CONNECTIONS:-64}
 require_tools haproxy nginx wrk strace openssl curl "$build/kwd-proxy" "$build/kwd-controller"
 ((callgrind)) && require_tools valgrind callgrind_control
 py=python3
 [[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
+# OpenSSL's archives, to tell its functions in the statically linked kwd-proxy.
+openssl_archives=
+for a in libssl.a libcrypto.a; do
+  a=$(gcc -print-file-name=$a 2>/dev/null || true)
+  [[ -f $a ]] && openssl_archives+=" $a"
+done
 
 bench_work kwd-cost
 trap 'exit 130' INT TERM
@@ -77,11 +90,13 @@ trap 'exit 130' INT TERM
 # ---- backend: one nginx, two ports
 B1=$(free_port)
 B2=$(free_port)
+BS=$(free_port)  # nginx's request count (stub_status)
 mkdir -p "$work/backend"
 cat >"$work/backend/nginx.conf" <<CONF
 $(nginx_head "$work/backend" 8192 "master_process off;")
 $(nginx_answer "$B1" A)
 $(nginx_answer "$B2" B)
+  server { listen 127.0.0.1:$BS; location / { stub_status; } }
 }
 CONF
 nginx -c "$work/backend/nginx.conf" -e "$work/backend/error.log" &
@@ -219,59 +234,54 @@ perf_run() {  # name shape
   rm -f "$work/perf.data"
 }
 
-# ---- 3: instructions per request under callgrind
+# ---- 3: instructions per request under callgrind: a counted window in the
+# middle of one wrk run, so that no handshake and no connection set-up falls
+# in it (valgrind starts with instrumentation off; callgrind_control -i
+# switches it on and off). The requests of the window are the backend's:
+# nginx's stub_status request count, read on both sides of each switch
+# (the two reads' mean), its own requests taken off.
+backend_requests() { curl -fsS "http://127.0.0.1:$BS/" | awk '/^ *[0-9]+ +[0-9]+ +[0-9]+ *$/ {print $3}'; }
 callgrind_runs() {  # name shape
   local name=$1 shape=$2 target
   local cg=$name-cg
-  start "$cg" valgrind --tool=callgrind --callgrind-out-file="$work/$cg.%p.out" --dump-instr=no
+  start "$cg" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/$cg.%p.out" --dump-instr=no
   target=$(url "$cg" "$shape")
   wrk_args "$shape"
-  wrk -t1 -c"$conns" -d5s --timeout 30s "${extra[@]}" "$target" >/dev/null 2>&1 || true
-  callgrind_control -z "${pid[$cg]}" >/dev/null
-  wrk -t1 -c"$conns" -d"${cg_seconds}s" --timeout 30s "${extra[@]}" "$target" >"$work/wrk.out" 2>&1
+  wrk -t1 -c"$conns" -d"$((cg_warm + cg_seconds + 30))s" --timeout 30s "${extra[@]}" "$target" >"$work/wrk.out" 2>&1 &
+  local w=$! r1 r2 r3 r4
+  sleep "$cg_warm"
+  r1=$(backend_requests)
+  callgrind_control -i on "${pid[$cg]}" >/dev/null
+  r2=$(backend_requests)
+  sleep "$cg_seconds"
+  r3=$(backend_requests)
+  callgrind_control -i off "${pid[$cg]}" >/dev/null
+  r4=$(backend_requests)
   callgrind_control -d "${pid[$cg]}" >/dev/null
+  kill "$w" 2>/dev/null || true
+  wait "$w" 2>/dev/null || true
   local n dump ir
-  n=$(requests_of "$work/wrk.out")
-  if [[ -z $n || $n == 0 ]]; then
+  # Each read is one request of its own; the mean of the reads on either side.
+  n=$(awk -v a="$r1" -v b="$r2" -v c="$r3" -v d="$r4" 'BEGIN {printf "%.0f", (c + d) / 2 - (a + b) / 2 - 2}')
+  if ((n <= 0)); then
     echo "cost_per_request: no request completed under callgrind ($name, $shape):" >&2
     cat "$work/wrk.out" >&2
     n=0
   fi
   sleep 1
   dump=$(ls -t "$work/$cg".*.out.* 2>/dev/null | head -n 1)
-  ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
-  put "$name" "$shape" instructions "$(awk -v i="$ir" -v n="$n" 'BEGIN {printf "%.0f", n ? i / n : 0}')"
+  # kwd counts each request once (CountAndLog): the exact figure, where the
+  # backend's is an estimate.
+  local count=()
+  [[ $name == kwd* ]] && count=(--calls 'kwd::proxy::CountAndLog(')
+  "$py" "$here/callgrind_profile.py" "$dump" "$n" "${count[@]}" $openssl_archives >"$work/profile.out"
+  n=$(awk 'NR == 1 {print $1}' "$work/profile.out")
+  ir=$(awk 'NR == 1 {print $(NF - 1)}' "$work/profile.out")
+  put "$name" "$shape" instructions "$ir"
   put "$name" "$shape" cg_requests "$n"
-  echo "  $name $shape under callgrind: $n requests, $ir instructions; top functions (self instructions):"
-  # (callgrind_annotate 3.19 put every instruction of a dump taken with
-  # callgrind_control under main; the dump's own cost lines are summed here.)
-  "$py" - "$dump" "$n" <<'PY' | sed 's/^/    /'
-import collections, re, sys
-names, cost, fn, skip = {}, collections.Counter(), None, False
-def name(v):
-    m = re.match(r"\((\d+)\)(?: (.*))?", v)
-    if not m:
-        return v
-    if m.group(2):
-        names[m.group(1)] = m.group(2)
-    return names.get(m.group(1), v)
-for line in open(sys.argv[1], errors="replace"):
-    if line.startswith("fn="):
-        fn = name(line[3:].strip())
-    elif line.startswith("cfn="):
-        name(line[4:].strip())
-    elif line.startswith("calls="):
-        skip = True  # the next cost line is the call's inclusive cost
-    elif line[:1].isdigit() or line[:1] in "+-*":
-        parts = line.split()
-        if len(parts) >= 2:
-            if not skip:
-                cost[fn] += int(parts[1])
-            skip = False
-total, n = sum(cost.values()), max(int(sys.argv[2] or 0), 1)
-for f, c in cost.most_common(15):
-    print(f"{c / n:9.0f}/req {100 * c / total:5.1f}%  {f[:120]}")
-PY
+  echo "  $name $shape under callgrind: backend count $r1/$r2 to $r3/$r4 around the switches; $(head -n 1 "$work/profile.out"):"
+  tail -n +2 "$work/profile.out" | sed 's/^/    /'
+  [[ -n ${CG_KEEP:-} ]] && cp "$dump" "$CG_KEEP.$name.$shape.out"
   stop "$cg"
   rm -f "$work/$cg".*
 }

@@ -150,6 +150,7 @@ class PlainTransport final : public Transport {
   BatchedRecv* ReadAhead() override;
   bool CanCloseBatched() const override;
   void CloseBatched() override;
+  EventLoop* loop() const { return loop_; }
 
   // Writes that would make the queue larger go to the socket directly.
   static constexpr size_t kMaxQueued = 64 * 1024;

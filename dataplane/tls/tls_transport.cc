@@ -98,9 +98,15 @@ HandshakeError Classify(int ssl_error, unsigned long code) {
   }
 }
 
-// SSL_get_error needs an empty error queue before each TLS I/O call. Clearing
-// an empty queue still walks all its slots (about 800 instructions in OpenSSL
-// 3.0, called two or three times per request); looking costs a tenth of that.
+// SSL_get_error needs the thread's error queue to hold only what the failed
+// call put there. Clearing an empty queue still walks all its slots (about
+// 800 instructions in OpenSSL 3.0); looking costs about 200. Only the
+// handshake looks before each call: SSL_read and SSL_write do not, since
+// every call of this file leaves the queue empty (each failure clears it,
+// and so does a completed handshake, whose callbacks may have left entries):
+// a read or write that succeeds never reads the queue, and one that fails
+// finds only its own errors there. (An entry another part of the thread left
+// would make one failed read or write look fatal; its failure clears it.)
 void ClearErrorQueue() {
   if (ERR_peek_error() != 0) {
     ERR_clear_error();
@@ -380,6 +386,7 @@ net::Transport::HandshakeStatus TlsTransport::Handshake() {
   if (r == 1) {
     established_ = true;
     FillInfo();
+    ClearErrorQueue();  // what the callbacks left (see ClearErrorQueue)
     return HandshakeStatus::kDone;
   }
   int e = SSL_get_error(ssl_, r);
@@ -475,11 +482,11 @@ ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
   if (renegotiation_ || fatal_) {
     return kError;
   }
-  ClearErrorQueue();
   bio_short_read_ = false;
   int n = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
   if (renegotiation_) {
     fatal_ = true;
+    ClearErrorQueue();  // OpenSSL's refusal
     if (server_ != nullptr) {
       server_->metrics().errors[static_cast<size_t>(HandshakeError::kRenegotiation)]->Inc();
       Log(LogLevel::kDebug, "tls", "renegotiation refused: closing the connection");
@@ -489,6 +496,9 @@ ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
   }
   if (n > 0) {
     app_data_read_ = true;
+    if (plain_) {
+      KeepBuffers();
+    }
     // The socket gave less than asked and OpenSSL holds nothing more: the
     // next read would only say EAGAIN.
     *drained = bio_short_read_ && SSL_has_pending(ssl_) == 0;
@@ -509,7 +519,11 @@ ssize_t TlsTransport::Read(char* data, size_t size, bool* drained) {
       return kEof;
     case SSL_ERROR_SYSCALL:
       fatal_ = true;
-      return errno == 0 ? kEof : kError;
+      {
+        int error = errno;
+        ClearErrorQueue();  // a system error's entry
+        return error == 0 ? kEof : kError;
+      }
     default:
       fatal_ = true;
       error_ = "TLS read failed";
@@ -528,7 +542,6 @@ ssize_t TlsTransport::Write(const char* data, size_t size) {
   if (fatal_) {
     return kError;
   }
-  ClearErrorQueue();
   int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
   if (n > 0) {
     return n;
@@ -542,6 +555,54 @@ ssize_t TlsTransport::Write(const char* data, size_t size) {
       ERR_clear_error();
       return kError;
   }
+}
+
+// With SSL_MODE_RELEASE_BUFFERS (the server context's mode) OpenSSL frees its
+// read buffer once a record is consumed and its write buffer once a record is
+// sent, and allocates them again for the next: about 1,000 instructions of
+// malloc and free per keep-alive request. An idle connection must not hold
+// them (about 16 KiB each), a busy one need not give them back: the mode is
+// cleared at the second read within kKeepBuffersMs that brought data and set
+// again, with the buffers freed, once the connection has read nothing for
+// kKeepBuffersMs. The timer is armed once per busy spell, not per request.
+// A connection that brings one request and waits never keeps them (while
+// many are being set up at once, buffers held for a while each would leave
+// holes in the heap: 2-3 KiB per idle HTTP/2 connection in
+// bench/memory_bench.sh when the first read started the spell).
+struct TlsTransport::BusyBuffers {
+  explicit BusyBuffers(TlsTransport* owner) : timer(owner, &TlsTransport::OnBuffersTimer) {}
+  net::Timer timer;
+};
+
+void TlsTransport::KeepBuffers() {
+  net::EventLoop* loop = plain_->loop();
+  if (loop == nullptr) {
+    return;  // closing (BeforeClose, CloseBatched)
+  }
+  int64_t now_ms = loop->now_ms();
+  // A connection is busy from its second read within kKeepBuffersMs on: one
+  // that brings a request and then waits (or closes) keeps nothing.
+  if (busy_ == nullptr && now_ms - last_read_ms_ < kKeepBuffersMs) {
+    busy_ = std::make_unique<BusyBuffers>(this);
+    SSL_clear_mode(ssl_, SSL_MODE_RELEASE_BUFFERS);
+    loop->Schedule(&busy_->timer, kKeepBuffersMs);
+  }
+  last_read_ms_ = now_ms;
+}
+
+void TlsTransport::OnBuffersTimer(void* self) {
+  auto* t = static_cast<TlsTransport*>(self);
+  net::EventLoop* loop = t->plain_->loop();
+  int64_t idle_ms = loop->now_ms() - t->last_read_ms_;
+  if (idle_ms < kKeepBuffersMs) {
+    loop->Schedule(&t->busy_->timer, kKeepBuffersMs - idle_ms);
+    return;
+  }
+  SSL_set_mode(t->ssl_, SSL_MODE_RELEASE_BUFFERS);
+  // Refused while a record is half read or half written: the mode frees
+  // that buffer once it is done with.
+  SSL_free_buffers(t->ssl_);
+  t->busy_.reset();  // the loop no longer touches a timer whose callback ran
 }
 
 void TlsTransport::FlushHeld() {
@@ -584,8 +645,14 @@ void TlsTransport::Shutdown() {
   }
 }
 
+bool TlsTransport::BeforeClose(size_t dropped) {
+  busy_.reset();  // the plain transport leaves the loop: no timer either
+  return plain_ ? plain_->BeforeClose(dropped) : Transport::BeforeClose(dropped);
+}
+
 void TlsTransport::CloseBatched() {
   WriteCloseNotify();  // queued, ahead of the close
+  busy_.reset();
   plain_->CloseBatched();
 }
 

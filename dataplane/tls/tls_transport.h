@@ -15,6 +15,7 @@
 
 #include <openssl/ssl.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +29,10 @@ struct CertSet;
 
 class TlsTransport final : public net::Transport {
  public:
+  // How long a server-side connection keeps OpenSSL's record buffers after
+  // its last read (see KeepBuffers).
+  static constexpr int64_t kKeepBuffersMs = 200;
+
   // Client side: `ctx` says what to verify (SSL_VERIFY_PEER and its CA);
   // `server_name` is sent as SNI (unless it is an IP address) and checked
   // against the server's certificate (host name or IP) when not empty. Null
@@ -52,9 +57,7 @@ class TlsTransport final : public net::Transport {
       plain_->OnWritable();
     }
   }
-  bool BeforeClose(size_t dropped = 0) override {
-    return plain_ ? plain_->BeforeClose(dropped) : Transport::BeforeClose(dropped);
-  }
+  bool BeforeClose(size_t dropped = 0) override;
   // Only while no record is half read: the read-ahead's bytes reach OpenSSL
   // through its reads, which the owner makes in the same event.
   net::BatchedRecv* ReadAhead() override { return plain_ ? plain_->ReadAhead() : nullptr; }
@@ -83,6 +86,14 @@ class TlsTransport final : public net::Transport {
   static void OnMessage(int write_p, int version, int content_type, const void* buf, size_t len,
                         SSL* ssl, void* arg);
 
+  // Server side: OpenSSL's record buffers (about 16 KiB each way) stay while
+  // the connection is busy (SSL_MODE_RELEASE_BUFFERS off: no malloc and free
+  // of both around every record) and go once it has read nothing for
+  // kKeepBuffersMs.
+  struct BusyBuffers;
+  static void OnBuffersTimer(void* self);
+  void KeepBuffers();
+
   // The socket's I/O when the transport has a loop (see the top); declared
   // before ssl_ so that it outlives SSL_free's last BIO call.
   std::unique_ptr<net::PlainTransport> plain_;
@@ -95,6 +106,12 @@ class TlsTransport final : public net::Transport {
   bool renegotiation_ = false;
   bool bio_short_read_ = false;  // the socket BIO's last read emptied the socket
   bool app_data_read_ = false;   // SSL_read has returned application data
+  // The loop's time of the last SSL_read that brought data (server side;
+  // long ago before the first).
+  int64_t last_read_ms_ = INT64_MIN / 2;
+  // While the connection keeps OpenSSL's buffers (KeepBuffers): its timer,
+  // allocated once a busy spell.
+  std::unique_ptr<BusyBuffers> busy_;
   // Server side: the TLS 1.3 NewSessionTicket written when the handshake
   // completed, held to leave with the first response (see SocketBio).
   std::string held_;

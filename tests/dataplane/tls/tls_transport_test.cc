@@ -4,6 +4,7 @@
 #include "dataplane/tls/tls_transport.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -345,6 +346,72 @@ TEST_F(TlsTransportTest, OnALoopRecordsLeaveWithTheBatchAndAreReadAhead) {
   server_->Shutdown();
   EXPECT_EQ(server_->queued(), 0u);
   EXPECT_EQ(client_->Read(buf, sizeof buf, &drained), net::Transport::kEof);
+  server_.reset();  // before the loop
+}
+
+TEST_F(TlsTransportTest, OpenSslBuffersStayWhileBusyAndGoOnceIdle) {
+  net::EventLoop loop;
+  ServerTlsOptions options;
+  options.cert_dir = *pki_ + "/certs";
+  server_tls_ = std::make_unique<ServerTls>(options, registry_);
+  std::string error;
+  ASSERT_TRUE(server_tls_->Load(&error)) << error;
+  server_ = server_tls_->NewTransport(fds_[0], &loop);
+  client_ = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
+  ASSERT_NE(client_, nullptr) << error;
+  bool done = false;
+  for (int i = 0; i < 100 && !done; ++i) {
+    ASSERT_NE(client_->Handshake(), net::Transport::HandshakeStatus::kFailed) << client_->error();
+    ASSERT_NE(server_->Handshake(), net::Transport::HandshakeStatus::kFailed) << server_->error();
+    loop.FlushSends();
+    done = client_->established() && server_->established();
+  }
+  ASSERT_TRUE(done);
+  char buf[256];
+  bool drained = false;
+  // One request and its answer: the server keeps OpenSSL's read and write
+  // buffers (about 17 KiB each) for the next.
+  auto exchange = [&] {
+    ASSERT_EQ(client_->Write("GET", 3), 3);
+    ssize_t n = 0;
+    for (int i = 0; i < 100 && n <= 0; ++i) {
+      n = server_->Read(buf, sizeof buf, &drained);
+    }
+    ASSERT_EQ(n, 3);
+    ASSERT_EQ(server_->Write("pong", 4), 4);
+    loop.FlushSends();
+    n = 0;
+    for (int i = 0; i < 100 && n <= 0; ++i) {
+      n = client_->Read(buf, sizeof buf, &drained);
+    }
+    ASSERT_EQ(n, 4);
+  };
+  // A connection is busy from its second read within kKeepBuffersMs: that
+  // read still frees its buffer, from then on both stay.
+  exchange();
+  exchange();
+  exchange();
+  size_t busy = mallinfo2().uordblks;
+  exchange();
+  EXPECT_LT(mallinfo2().uordblks, busy + 1024) << "a busy connection allocates no new buffers";
+  // Idle for TlsTransport::kKeepBuffersMs: both are freed.
+  net::Timer stop(&loop, [](void* l) { static_cast<net::EventLoop*>(l)->Stop(); });
+  loop.Schedule(&stop, 3 * TlsTransport::kKeepBuffersMs);
+  loop.Run();
+  size_t idle = mallinfo2().uordblks;
+  constexpr size_t kTwoBuffers = 30 * 1024;
+  EXPECT_GT(busy, idle + kTwoBuffers) << "busy " << busy << " bytes allocated, idle " << idle;
+  // One request after the pause keeps nothing; the next ones do.
+  exchange();
+  EXPECT_LT(mallinfo2().uordblks, idle + 4096);
+  exchange();
+  exchange();
+  EXPECT_GT(mallinfo2().uordblks, idle + kTwoBuffers);
+  // A busy connection that closes leaves the loop: its timer goes with it
+  // (the transport outlives BeforeClose until the end of the batch).
+  server_->BeforeClose();
+  loop.Schedule(&stop, 3 * TlsTransport::kKeepBuffersMs);
+  loop.Run();
   server_.reset();  // before the loop
 }
 
