@@ -392,6 +392,10 @@ net::Transport::HandshakeStatus TlsTransport::Handshake() {
   int e = SSL_get_error(ssl_, r);
   if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
     want_read_ = e == SSL_ERROR_WANT_READ;
+    // A step that waits may leave its callbacks' entries (a client
+    // certificate's verification in `optional` mode): another connection's
+    // read on this thread must not find them (see ClearErrorQueue).
+    ClearErrorQueue();
     return HandshakeStatus::kWantIo;
   }
   HandshakeFailed(e);
