@@ -163,7 +163,10 @@ constexpr unsigned kAuditArch = 0;
 // a file inside and refuses a link out.
 class FilesDirWithoutOpenat2Test : public FilesDirTest, public testing::WithParamInterface<int> {};
 
-INSTANTIATE_TEST_SUITE_P(Refusals, FilesDirWithoutOpenat2Test, testing::Values(ENOSYS, EPERM));
+INSTANTIATE_TEST_SUITE_P(Refusals, FilesDirWithoutOpenat2Test, testing::Values(ENOSYS, EPERM),
+                         [](const testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == ENOSYS ? "ENOSYS" : "EPERM");
+                         });
 
 TEST_P(FilesDirWithoutOpenat2Test, TheFallbackStillRefusesLinksOut) {
   if (kAuditArch == 0) {
