@@ -1,6 +1,7 @@
 #include "dataplane/net/event_loop.h"
 
 #include <liburing.h>
+#include <malloc.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -265,6 +266,18 @@ void EventLoop::SetUpUring() {
       report(error);
     }
   }
+}
+
+void EventLoop::TrimHeapSoon() {
+  if (!heap_trim_timer_.armed()) {
+    Schedule(&heap_trim_timer_, kHeapTrimDelayMs);
+  }
+}
+
+void EventLoop::OnHeapTrim(void* self) {
+  auto* loop = static_cast<EventLoop*>(self);
+  ::malloc_trim(0);
+  ++loop->heap_trims_;
 }
 
 void EventLoop::QueueSend(BatchedSend* send, int fd, const char* data, size_t size) {

@@ -239,6 +239,16 @@ class EventLoop {
   // `fd` after this. Only when batching_sends().
   void QueueClose(int fd, BatchedSend* after);
 
+  // Gives the heap's free pages back to the kernel (malloc_trim) about
+  // kHeapTrimDelayMs from now, once however often it is asked meanwhile: for
+  // an owner that freed large blocks lying between long-lived ones (a TLS
+  // connection's record buffers once it goes idle), whose pages glibc would
+  // otherwise keep resident. At most one trim per loop per delay.
+  void TrimHeapSoon();
+  static constexpr int64_t kHeapTrimDelayMs = 1000;
+  // Trims this loop made (tests).
+  uint64_t heap_trims() const { return heap_trims_; }
+
   // Time cached at the start of the current iteration.
   int64_t now_ms() const { return now_ms_; }
   void UpdateTime() { now_ms_ = MonotonicMs(); }
@@ -298,6 +308,11 @@ class EventLoop {
   std::vector<int> closes_;       // QueueClose without a send to follow
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
+  uint64_t heap_trims_ = 0;
+  // Last: destroyed first, while the wheel it may be linked into is still
+  // there.
+  Timer heap_trim_timer_{this, &EventLoop::OnHeapTrim};
+  static void OnHeapTrim(void* self);
 };
 
 }  // namespace kwd::net

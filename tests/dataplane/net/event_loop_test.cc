@@ -4,7 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -277,6 +281,73 @@ TEST(EventLoopTest, DeferToNextTurnLetsTheNextEventsInFirst) {
   EXPECT_FALSE(busy.again.queued());
   close(fds[0]);
   close(fds[1]);
+}
+
+// Resident KiB of this process (/proc/self/statm).
+long ResidentKiB() {
+  long pages = 0;
+  long resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f != nullptr) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) {
+      resident = 0;
+    }
+    std::fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// Blocks freed between blocks that stay keep their pages resident until the
+// loop's trim, which runs once for any number of requests in its delay.
+TEST(EventLoopTest, TrimHeapSoonGivesFreedPagesBackOnce) {
+  constexpr int kBlocks = 2000;
+  constexpr size_t kBlockBytes = 16 * 1024;
+  std::vector<char*> large(kBlocks);
+  std::vector<char*> small(kBlocks);
+  for (int i = 0; i < kBlocks; ++i) {
+    large[i] = static_cast<char*>(std::malloc(kBlockBytes));
+    small[i] = static_cast<char*>(std::malloc(64));
+    std::fill(large[i], large[i] + kBlockBytes, 'x');  // resident
+    small[i][0] = 'y';
+  }
+  for (char* p : large) {
+    std::free(p);
+  }
+  const long before = ResidentKiB();
+  EventLoop loop;
+  loop.TrimHeapSoon();
+  loop.TrimHeapSoon();  // within the delay: the same trim
+  std::atomic<bool> give_up{false};
+  std::thread deadline([&] {
+    for (int i = 0; i < 50 && !give_up.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    loop.Stop();
+  });
+  const int64_t start = MonotonicMs();
+  struct Watch {
+    EventLoop* loop;
+    Timer timer{this, [](void* self) {
+                  auto* w = static_cast<Watch*>(self);
+                  if (w->loop->heap_trims() > 0) {
+                    w->loop->Stop();
+                  } else {
+                    w->loop->Schedule(&w->timer, 20);
+                  }
+                }};
+  } watch{&loop};
+  loop.Schedule(&watch.timer, 20);
+  loop.Run();
+  give_up = true;
+  deadline.join();
+  const long after = ResidentKiB();
+  EXPECT_EQ(loop.heap_trims(), 1u);
+  EXPECT_GE(MonotonicMs() - start, EventLoop::kHeapTrimDelayMs - 10);
+  // 31 MiB were freed; most of it goes back.
+  EXPECT_LT(after, before - 20 * 1024) << "before " << before << " KiB, after " << after;
+  for (char* p : small) {
+    std::free(p);
+  }
 }
 
 }  // namespace
