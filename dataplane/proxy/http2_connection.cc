@@ -1739,6 +1739,7 @@ void Http2Connection::ReleaseIdlePages(int64_t now_ms) {
     decltype(to_start_)().swap(to_start_);
   }
   ended_streams_.ShrinkToFit();
+  skipped_streams_.ShrinkToFit();
 }
 
 void Http2Connection::Close(std::string_view cause) {
