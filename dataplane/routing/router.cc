@@ -75,8 +75,10 @@ struct Classification {
 
 // `vhost`'s routes (the host's, or a system's on it) and `permissions` (the host's).
 // Inlined: the returned struct then lives in registers, not on the stack.
-[[gnu::always_inline]] inline Classification Classify(const VirtualHostEntry& vhost, const PermissionTable& permissions,
-                        std::string_view path, std::string_view lower_path) {
+[[gnu::always_inline]] inline Classification Classify(const VirtualHostEntry& vhost,
+                                                      const PermissionTable& permissions,
+                                                      std::string_view path,
+                                                      std::string_view lower_path) {
   Classification c;
   if (IsRootPath(path)) {
     c.kind = vhost.default_root_handler;

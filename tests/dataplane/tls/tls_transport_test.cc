@@ -53,6 +53,28 @@ class TlsTransportTest : public ::testing::Test {
     SSL_CTX_free(client_ctx_);
   }
 
+  // A server transport on `loop` (certificates from the test PKI) and a
+  // client over the socket pair, both handshakes done, the server's records
+  // leaving with the loop's batch (FlushSends) as in a worker.
+  void HandshakeOnLoop(net::EventLoop& loop) {
+    ServerTlsOptions options;
+    options.cert_dir = *pki_ + "/certs";
+    server_tls_ = std::make_unique<ServerTls>(options, registry_);
+    std::string error;
+    ASSERT_TRUE(server_tls_->Load(&error)) << error;
+    server_ = server_tls_->NewTransport(fds_[0], &loop);
+    client_ = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
+    ASSERT_NE(client_, nullptr) << error;
+    bool done = false;
+    for (int i = 0; i < 100 && !done; ++i) {
+      ASSERT_NE(client_->Handshake(), net::Transport::HandshakeStatus::kFailed) << client_->error();
+      ASSERT_NE(server_->Handshake(), net::Transport::HandshakeStatus::kFailed) << server_->error();
+      loop.FlushSends();  // the end of the worker's batch
+      done = client_->established() && server_->established();
+    }
+    ASSERT_TRUE(done);
+  }
+
   // Steps both handshakes until neither progresses; true when both are done.
   static bool HandshakeBoth(net::Transport& a, net::Transport& b) {
     for (int i = 0; i < 100; ++i) {
@@ -301,24 +323,7 @@ TEST_F(TlsTransportTest, OnALoopRecordsLeaveWithTheBatchAndAreReadAhead) {
   if (!loop.batching_sends()) {
     GTEST_SKIP() << "io_uring is not available here";
   }
-  ServerTlsOptions options;
-  options.cert_dir = *pki_ + "/certs";
-  server_tls_ = std::make_unique<ServerTls>(options, registry_);
-  std::string error;
-  ASSERT_TRUE(server_tls_->Load(&error)) << error;
-  server_ = server_tls_->NewTransport(fds_[0], &loop);
-  client_ = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
-  ASSERT_NE(client_, nullptr) << error;
-  bool done = false;
-  for (int i = 0; i < 100 && !done; ++i) {
-    auto client = client_->Handshake();
-    auto server = server_->Handshake();
-    ASSERT_NE(client, net::Transport::HandshakeStatus::kFailed) << client_->error();
-    ASSERT_NE(server, net::Transport::HandshakeStatus::kFailed) << server_->error();
-    loop.FlushSends();  // the end of the worker's batch
-    done = client_->established() && server_->established();
-  }
-  ASSERT_TRUE(done);
+  ASSERT_NO_FATAL_FAILURE(HandshakeOnLoop(loop));
   char buf[256];
   bool drained = false;
   // The client's request, received by the loop's read-ahead (one kernel
@@ -351,22 +356,7 @@ TEST_F(TlsTransportTest, OnALoopRecordsLeaveWithTheBatchAndAreReadAhead) {
 
 TEST_F(TlsTransportTest, OpenSslBuffersStayWhileBusyAndGoOnceIdle) {
   net::EventLoop loop;
-  ServerTlsOptions options;
-  options.cert_dir = *pki_ + "/certs";
-  server_tls_ = std::make_unique<ServerTls>(options, registry_);
-  std::string error;
-  ASSERT_TRUE(server_tls_->Load(&error)) << error;
-  server_ = server_tls_->NewTransport(fds_[0], &loop);
-  client_ = TlsTransport::Client(client_ctx_, fds_[1], testing::kTestServerName, &error);
-  ASSERT_NE(client_, nullptr) << error;
-  bool done = false;
-  for (int i = 0; i < 100 && !done; ++i) {
-    ASSERT_NE(client_->Handshake(), net::Transport::HandshakeStatus::kFailed) << client_->error();
-    ASSERT_NE(server_->Handshake(), net::Transport::HandshakeStatus::kFailed) << server_->error();
-    loop.FlushSends();
-    done = client_->established() && server_->established();
-  }
-  ASSERT_TRUE(done);
+  ASSERT_NO_FATAL_FAILURE(HandshakeOnLoop(loop));
   char buf[256];
   bool drained = false;
   // One request and its answer: the server keeps OpenSSL's read and write
