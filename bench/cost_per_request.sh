@@ -2,16 +2,18 @@
 # What one request costs kwd-proxy and HAProxy 2.6, counted rather than
 # timed (issue 25: "where a target is not reached, the note says what bounds
 # it"): system calls by type, instructions, TCP segments and CPU time per
-# request, for keep-alive, a new connection per request and TLS keep-alive.
+# request, for keep-alive, a new connection per request, TLS keep-alive and
+# HTTP/2 over TLS.
 #
 #   bench/cost_per_request.sh BUILD_DIR
-#   env: DURATION=5 seconds of each counted run; COST_SHAPES="keepalive close tls";
+#   env: DURATION=5 seconds of each counted run; COST_SHAPES="keepalive close tls"
+#        (also: h2, HTTP/2 over TLS, h2load -cCONNECTIONS -m10 instead of wrk);
 #        COST_PROXIES="kwd kwd-noring haproxy"; CALLGRIND=1 (0: no instruction
 #        counts); CG_SECONDS=10 seconds of the counted window under callgrind,
 #        CG_WARM=20 seconds of the same wrk run before it (the connections'
 #        handshakes); CG_KEEP=PREFIX keeps each dump as PREFIX.PROXY.SHAPE.out;
 #        PERF=1 also a perf record -e cpu-clock profile per proxy and shape;
-#        CALLGRIND_SHAPES="keepalive close tls" CALLGRIND_PROXIES="kwd haproxy"
+#        CALLGRIND_SHAPES="keepalive close tls h2" CALLGRIND_PROXIES="kwd haproxy"
 #        (the runs under callgrind); CONNECTIONS=64
 #
 # The same set-up as scripts/bench-proxies.sh's plain shapes: one nginx
@@ -70,10 +72,11 @@ cg_seconds=${CG_SECONDS:-10}
 cg_warm=${CG_WARM:-20}
 perf=${PERF:-0}
 ((perf)) && require_tools perf
-cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close tls} "
+cg_shapes=" ${CALLGRIND_SHAPES:-keepalive close tls h2} "
 cg_proxies=" ${CALLGRIND_PROXIES:-kwd haproxy} "
 conns=${CONNECTIONS:-64}
 require_tools haproxy nginx wrk strace openssl curl "$build/kwd-proxy" "$build/kwd-controller"
+[[ " $shapes " == *" h2 "* ]] && require_tools h2load
 ((callgrind)) && require_tools valgrind callgrind_control
 py=python3
 [[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
@@ -160,17 +163,33 @@ CONF
 stop() { kill "${pid[$1]}" 2>/dev/null || true; wait "${pid[$1]}" 2>/dev/null || true; }
 
 url() {  # name shape
-  if [[ $2 == tls ]]; then echo "https://127.0.0.1:${tport[$1]}/"; else echo "http://127.0.0.1:${port[$1]}/"; fi
+  if [[ $2 == tls || $2 == h2 ]]; then echo "https://127.0.0.1:${tport[$1]}/"; else echo "http://127.0.0.1:${port[$1]}/"; fi
 }
 # wrk's extra arguments for a shape, into the array extra.
 wrk_args() {  # shape
   extra=()
   if [[ $1 == close ]]; then extra=(-H 'Connection: close'); fi
 }
+# The load of a shape for SECONDS, into the array cmd (run directly, so that
+# a background one's $! is the load generator itself): wrk -t1
+# -cCONNECTIONS, or for h2 h2load with CONNECTIONS connections of 10
+# concurrent streams each (the budgeth2 shape of scripts/bench-proxies.sh),
+# one thread.
+load_cmd() {  # shape seconds target [wrk options...]
+  local shape=$1 secs=$2 target=$3
+  shift 3
+  if [[ $shape == h2 ]]; then
+    cmd=(h2load -t1 -c"$conns" -m10 -D "$secs" "$target")
+  else
+    wrk_args "$shape"
+    cmd=(wrk -t1 -c"$conns" -d"${secs}s" "$@" "${extra[@]}" "$target")
+  fi
+}
 tcp_out_segs() { awk '$1 == "Tcp:" && !h {h = 1; for (i = 1; i <= NF; i++) c[$i] = i; next} $1 == "Tcp:" {print $c["OutSegs"]}' /proc/net/snmp; }
 # TCP connections opened on loopback (ActiveOpens: client and proxy to backend).
 tcp_opens() { awk '$1 == "Tcp:" && !h {h = 1; for (i = 1; i <= NF; i++) c[$i] = i; next} $1 == "Tcp:" {print $c["ActiveOpens"]}' /proc/net/snmp; }
-requests_of() { awk '/requests in/ {print $1}' "$1"; }
+# Requests completed: wrk's "N requests in", h2load's "requests: ... N succeeded".
+requests_of() { awk '/requests in/ {print $1} $1 == "requests:" {print $8}' "$1"; }
 
 results=$work/results.tsv  # proxy shape metric value
 : >"$results"
@@ -180,14 +199,15 @@ put() { printf '%s\t%s\t%s\t%s\n' "$@" >>"$results"; }
 plain_runs() {  # name shape
   local name=$1 shape=$2 target
   target=$(url "$name" "$shape")
-  wrk_args "$shape"
-  wrk -t1 -c"$conns" -d1s "${extra[@]}" "$target" >/dev/null 2>&1 || true
+  load_cmd "$shape" 1 "$target"
+  "${cmd[@]}" >/dev/null 2>&1 || true
   local before after s_before s_after n u_before u_after o_before o_after
   before=$(cpu_ticks "${pid[$name]}")
   u_before=$(awk '{print $14}' "/proc/${pid[$name]}/stat")
   o_before=$(tcp_opens)
   s_before=$(tcp_out_segs)
-  wrk -t1 -c"$conns" -d"${seconds}s" "${extra[@]}" "$target" >"$work/wrk.out" 2>&1
+  load_cmd "$shape" "$seconds" "$target"
+  "${cmd[@]}" >"$work/wrk.out" 2>&1
   s_after=$(tcp_out_segs)
   o_after=$(tcp_opens)
   after=$(cpu_ticks "${pid[$name]}")
@@ -203,7 +223,8 @@ plain_runs() {  # name shape
   strace -c -f -p "${pid[$name]}" -o "$work/strace.out" 2>/dev/null &
   local st=$!
   sleep 1
-  wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s "${extra[@]}" "$target" >"$work/wrk.out" 2>&1
+  load_cmd "$shape" "$seconds" "$target" --timeout 10s
+  "${cmd[@]}" >"$work/wrk.out" 2>&1
   kill -INT "$st" 2>/dev/null || true
   wait "$st" 2>/dev/null || true
   n=$(requests_of "$work/wrk.out")
@@ -218,8 +239,8 @@ plain_runs() {  # name shape
 perf_run() {  # name shape
   local name=$1 shape=$2 target w
   target=$(url "$name" "$shape")
-  wrk_args "$shape"
-  wrk -t1 -c"$conns" -d"$((seconds + 2))s" "${extra[@]}" "$target" >/dev/null 2>&1 &
+  load_cmd "$shape" "$((seconds + 2))" "$target"
+  "${cmd[@]}" >/dev/null 2>&1 &
   w=$!
   sleep 1
   perf record -q -e cpu-clock -g -p "${pid[$name]}" -o "$work/perf.data" -- sleep "$seconds" >/dev/null 2>&1 || true
@@ -246,8 +267,8 @@ callgrind_runs() {  # name shape
   local cg=$name-cg
   start "$cg" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/$cg.%p.out" --dump-instr=no
   target=$(url "$cg" "$shape")
-  wrk_args "$shape"
-  wrk -t1 -c"$conns" -d"$((cg_warm + cg_seconds + 30))s" --timeout 30s "${extra[@]}" "$target" >"$work/wrk.out" 2>&1 &
+  load_cmd "$shape" "$((cg_warm + cg_seconds + 30))" "$target" --timeout 30s
+  "${cmd[@]}" >"$work/wrk.out" 2>&1 &
   local w=$! r1 r2 r3 r4
   sleep "$cg_warm"
   r1=$(backend_requests)

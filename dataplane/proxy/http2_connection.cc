@@ -186,6 +186,70 @@ SubmitScratch& ThreadSubmitScratch() {
   return scratch;
 }
 
+// HPACK for response heads (RFC 7541): the encoder's dynamic table is small
+// and holds only fields a server sends with the same value on every response
+// of a connection (Server, Content-Type, Cache-Control, the security
+// fields, ...). From the second response on each is one or two bytes (an
+// index) instead of a literal Huffman-coded afresh. Every other field goes
+// as a literal never indexed: values that change with each response (Date,
+// lengths, ETags, cookies, request ids) would only push the repeated ones
+// out of the table, and make the encoder allocate and free an entry for
+// each. The table's storage (an entry per indexed field, a few hundred
+// bytes for a typical head) is allocated on first use, so an idle
+// connection that never answered holds none.
+constexpr uint32_t kResponseHpackTableBytes = 1024;
+
+uint8_t ResponseFieldIndexing(const char* name, size_t size) {
+  auto is = [&](std::string_view candidate) {
+    return std::memcmp(name, candidate.data(), size) == 0;
+  };
+  bool repeated = false;
+  switch (size) {
+    case 4:
+      repeated = is("vary");
+      break;
+    case 6:
+      repeated = is("server") || is("pragma");
+      break;
+    case 10:
+      repeated = is("sap-server");
+      break;
+    case 12:
+      repeated = is("content-type");
+      break;
+    case 13:
+      repeated = is("cache-control") || is("accept-ranges");
+      break;
+    case 15:
+      repeated = is("x-frame-options") || is("referrer-policy");
+      break;
+    case 16:
+      repeated = is("content-encoding") || is("content-language") || is("x-xss-protection");
+      break;
+    case 18:
+      repeated = is("permissions-policy");
+      break;
+    case 22:
+      repeated = is("x-content-type-options");
+      break;
+    case 23:
+      repeated = is("content-security-policy");
+      break;
+    case 25:
+      repeated = is("strict-transport-security");
+      break;
+    case 27:
+      repeated = is("access-control-allow-origin");
+      break;
+    case 32:
+      repeated = is("access-control-allow-credentials");
+      break;
+    default:
+      break;
+  }
+  return repeated ? NGHTTP2_NV_FLAG_NONE : NGHTTP2_NV_FLAG_NO_INDEX;
+}
+
 // Http2ThreadAllocator's lists. A block has a 16-byte prefix (malloc's
 // alignment kept) holding its class, or kLarge (or kMapped) and its size.
 struct SizeClassPool {
@@ -712,7 +776,8 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
       *name++ = http::chars::Lower(c);
     }
     nva.push_back({reinterpret_cast<uint8_t*>(names.data() + names_used), Bytes(value),
-                   f.name.size(), value.size(), NGHTTP2_NV_FLAG_NONE});
+                   f.name.size(), value.size(),
+                   ResponseFieldIndexing(names.data() + names_used, f.name.size())});
     names_used += f.name.size();
   }
   for (const auto& f : added) {
@@ -721,7 +786,8 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
       *name++ = http::chars::Lower(c);
     }
     nva.push_back({reinterpret_cast<uint8_t*>(names.data() + names_used), Bytes(f.value),
-                   f.name.size(), f.value.size(), NGHTTP2_NV_FLAG_NONE});
+                   f.name.size(), f.value.size(),
+                   ResponseFieldIndexing(names.data() + names_used, f.name.size())});
     names_used += f.name.size();
   }
   return nva;
@@ -743,7 +809,7 @@ void Http2Connection::Stream::SubmitTrailers() {
       names.push_back(http::chars::Lower(c));
     }
     nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(value), name.size(),
-                   value.size(), NGHTTP2_NV_FLAG_NONE});
+                   value.size(), ResponseFieldIndexing(names.data() + at, name.size())});
   });
   if (nva.empty()) {
     return;  // all forbidden: DATA carries END_STREAM as without trailers
@@ -1044,13 +1110,14 @@ nghttp2_option* NewHttp2ServerOption(size_t max_header_bytes) {
   nghttp2_option_set_max_settings(option, 32);
   nghttp2_option_set_max_send_header_block_length(option, 64 * 1024 + max_header_bytes);
   // HPACK: the decoder's dynamic table (what clients send) stays at the
-  // 4096 bytes advertised; response heads are encoded with the static table
-  // and literals only, as HAProxy does: no encoder table of up to 4 KiB (and
-  // an object per entry) kept per connection for its life, for a few dozen
-  // bytes more per response head on the wire (memory per idle connection,
-  // issue 25; the 1,000 idle HTTP/2 connections of bench/memory_bench.sh
-  // held about 0.9 KiB each in it).
-  nghttp2_option_set_max_deflate_dynamic_table_size(option, 0);
+  // 4096 bytes advertised. Response heads are encoded with a table of 1 KiB
+  // rather than 4 KiB, holding only the fields that repeat
+  // (ResponseFieldIndexing): with nghttp2's default every field was indexed,
+  // the table filled with Date values and held about 0.9 KiB per idle
+  // connection (bench/memory_bench.sh's 1,000 HTTP/2 connections); without
+  // a table every response's Server and Content-Type were Huffman-coded
+  // again (about 1,000 instructions a response).
+  nghttp2_option_set_max_deflate_dynamic_table_size(option, kResponseHpackTableBytes);
   // No closed stream kept for the priority tree (up to
   // SETTINGS_MAX_CONCURRENT_STREAMS of them, 288 bytes each with the
   // allocator's rounding, and the stream map grown to hold them: 26 KiB

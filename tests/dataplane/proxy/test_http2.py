@@ -223,6 +223,8 @@ class CannedBackend:
         self.server.bind(("127.0.0.1", 0))
         self.server.listen(64)
         self.port = self.server.getsockname()[1]
+        self.lock = threading.Lock()
+        self.served = 0  # /canned/varying answers
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -253,6 +255,20 @@ class CannedBackend:
                         for i in range(0, len(data), 7):
                             conn.sendall(data[i:i + 7])
                             time.sleep(0.001)
+                        continue
+                    if name == "varying":
+                        # Fields a server repeats on every response, and
+                        # fields whose values change with each one.
+                        with self.lock:
+                            self.served += 1
+                            n = self.served
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nServer: canned/1.0\r\n"
+                                     b"Content-Type: text/plain; charset=utf-8\r\n"
+                                     b"Cache-Control: no-store\r\n"
+                                     b"Date: Thu, 03 Dec 2026 18:%02d:%02d GMT\r\n"
+                                     % (n // 60 % 60, n % 60) +
+                                     b"ETag: \"%d\"\r\nX-Unique: %d\r\nX-Same: same\r\n"
+                                     % (n, n) + b"Content-Length: 2\r\n\r\nok")
                         continue
                     if name == "endless-interim":
                         hint = b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
@@ -953,6 +969,27 @@ spec:
             found = [line.split(":", 1)[1].strip() for line in head
                      if line.lower().startswith("content-length:")]
             self.assertEqual(found, lengths, name)
+
+    def test_response_fields_that_repeat_are_indexed_and_no_others(self):
+        # The client's HPACK decoder mirrors the proxy's encoder table: after
+        # many responses it holds the repeated fields once each, and none of
+        # the fields whose values change (or that are not on the list).
+        c = self.client()
+        for i in range(1, 41):
+            response = c.get("/canned/varying")
+            self.assertTrue(response["ended"], response)
+            headers = response["headers"]
+            self.assertEqual(headers[":status"], "200")
+            self.assertEqual(headers["server"], "canned/1.0")
+            self.assertEqual(headers["content-type"], "text/plain; charset=utf-8")
+            self.assertEqual(headers["x-same"], "same")
+            self.assertEqual(headers["x-unique"], headers["etag"].strip('"'))
+            self.assertEqual(bytes(response["data"]), b"ok")
+        table = c.conn.decoder.header_table
+        entries = sorted((n.decode(), v.decode()) for n, v in table.dynamic_entries)
+        self.assertEqual(entries, [("cache-control", "no-store"), ("content-type",
+                                   "text/plain; charset=utf-8"), ("server", "canned/1.0")])
+        self.assertLessEqual(table.maxsize, 1024)  # the size update the proxy sent
 
     def test_hop_by_hop_response_fields_are_dropped(self):
         # Connection, Keep-Alive and what a Connection field names stay on the
