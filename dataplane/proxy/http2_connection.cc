@@ -179,7 +179,6 @@ constexpr uint32_t kMaxFreeStreams = 512;
 // per connection (whose capacity an idle connection kept).
 struct SubmitScratch {
   std::vector<nghttp2_nv> nva;
-  std::string names;  // lower-cased names the nva points into
 };
 SubmitScratch& ThreadSubmitScratch() {
   static thread_local SubmitScratch scratch;
@@ -199,12 +198,12 @@ SubmitScratch& ThreadSubmitScratch() {
 // connection that never answered holds none.
 constexpr uint32_t kResponseHpackTableBytes = 1024;
 
-uint8_t ResponseFieldIndexing(const char* name, size_t size) {
-  auto is = [&](std::string_view candidate) {
-    return std::memcmp(name, candidate.data(), size) == 0;
-  };
+// The flags of a response field named `name` (any case: nghttp2 lower-cases
+// the names it copies).
+uint8_t ResponseFieldIndexing(std::string_view name) {
+  auto is = [&](std::string_view candidate) { return http::EqualsIgnoreCase(name, candidate); };
   bool repeated = false;
-  switch (size) {
+  switch (name.size()) {
     case 4:
       repeated = is("vary");
       break;
@@ -660,8 +659,8 @@ struct Http2Connection::Stream final : ExchangeSink, net::Deletable {
   }
   // The thread's scratch nva for a response head (ThreadSubmitScratch):
   // :status (its digits in `status_text`, which must outlive the submit),
-  // the fields, names lower case, hop-by-hop ones left out, then the `added`
-  // ones.
+  // the fields (names as received: nghttp2 lower-cases them), hop-by-hop
+  // ones left out, then the `added` ones.
   std::vector<nghttp2_nv>& HeadFields(int status, std::span<const http::Header> response_fields,
                                       std::span<const http::Header> added, char status_text[3]);
   void OnLocalAnswer(const http::ResponseHead& head, std::string_view /*page_head*/,
@@ -730,25 +729,12 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
     int status, std::span<const http::Header> response_fields,
     std::span<const http::Header> added, char status_text[3]) {
   StatusDigits(status, status_text);
-  // HTTP/2 field names are lower case (RFC 9113 8.2.1); nghttp2 copies
-  // names and values when the response is submitted.
+  // HTTP/2 field names are lower case (RFC 9113 8.2.1): nghttp2 lower-cases
+  // names as it copies names and values, when the response is submitted.
   std::vector<nghttp2_nv>& nva = ThreadSubmitScratch().nva;
   nva.clear();
   nva.push_back(
       {Bytes(":status"), reinterpret_cast<uint8_t*>(status_text), 7, 3, NGHTTP2_NV_FLAG_NONE});
-  // Names are lower-cased into one scratch string, sized first so that the
-  // pointers into it stay valid.
-  std::string& names = ThreadSubmitScratch().names;
-  names.clear();
-  size_t total = 0;
-  for (const auto& f : response_fields) {
-    total += f.name.size();
-  }
-  for (const auto& f : added) {
-    total += f.name.size();
-  }
-  names.resize(total);
-  size_t names_used = 0;
   ResponseHopByHop hop_by_hop(response_fields);
   bool length_sent = false;
   for (const auto& f : response_fields) {
@@ -771,24 +757,12 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
         return false;
       });
     }
-    char* name = names.data() + names_used;
-    for (char c : f.name) {
-      *name++ = http::chars::Lower(c);
-    }
-    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + names_used), Bytes(value),
-                   f.name.size(), value.size(),
-                   ResponseFieldIndexing(names.data() + names_used, f.name.size())});
-    names_used += f.name.size();
+    nva.push_back({Bytes(f.name), Bytes(value), f.name.size(), value.size(),
+                   ResponseFieldIndexing(f.name)});
   }
   for (const auto& f : added) {
-    char* name = names.data() + names_used;
-    for (char c : f.name) {
-      *name++ = http::chars::Lower(c);
-    }
-    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + names_used), Bytes(f.value),
-                   f.name.size(), f.value.size(),
-                   ResponseFieldIndexing(names.data() + names_used, f.name.size())});
-    names_used += f.name.size();
+    nva.push_back({Bytes(f.name), Bytes(f.value), f.name.size(), f.value.size(),
+                   ResponseFieldIndexing(f.name)});
   }
   return nva;
 }
@@ -799,17 +773,11 @@ std::vector<nghttp2_nv>& Http2Connection::Stream::HeadFields(
 void Http2Connection::Stream::SubmitTrailers() {
   std::string_view block = trailers;
   std::vector<nghttp2_nv>& nva = ThreadSubmitScratch().nva;
-  std::string& names = ThreadSubmitScratch().names;
   nva.clear();
-  names.clear();
-  names.reserve(block.size());  // the pointers into it stay valid
+  // Names as received: nghttp2 lower-cases them as it copies them.
   http::ForEachPassableTrailer(block, [&](std::string_view name, std::string_view value) {
-    size_t at = names.size();
-    for (char c : name) {
-      names.push_back(http::chars::Lower(c));
-    }
-    nva.push_back({reinterpret_cast<uint8_t*>(names.data() + at), Bytes(value), name.size(),
-                   value.size(), ResponseFieldIndexing(names.data() + at, name.size())});
+    nva.push_back({Bytes(name), Bytes(value), name.size(), value.size(),
+                   ResponseFieldIndexing(name)});
   });
   if (nva.empty()) {
     return;  // all forbidden: DATA carries END_STREAM as without trailers
