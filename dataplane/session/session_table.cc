@@ -88,7 +88,9 @@ class EntryIndex {
       if (slot.entry == nullptr) {
         return nullptr;
       }
-      if (slot.hash == key.hash && slot.entry->kind == key.kind && slot.entry->Id() == key.id) {
+      if (slot.hash == key.hash && slot.entry->kind == key.kind &&
+          slot.entry->id_length == key.id.size() &&
+          BytesEqual(slot.entry->Bytes(), key.id.data(), key.id.size())) {
         return slot.entry;
       }
     }
