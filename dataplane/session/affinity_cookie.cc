@@ -86,6 +86,19 @@ std::array<char, kMacChars> ComputeMac(const HmacPads& pads, std::string_view gr
   return out;
 }
 
+// Whether two 22-character MACs are equal, in constant time like
+// CRYPTO_memcmp (no branch on their bytes) but as three overlapping words
+// instead of its byte loop (~160 instructions per sticky request).
+bool MacsEqual(const char* a, const char* b) {
+  using string_hash_internal::Read8;
+  static_assert(kMacChars > 16 && kMacChars <= 24);
+  const auto* x = reinterpret_cast<const unsigned char*>(a);
+  const auto* y = reinterpret_cast<const unsigned char*>(b);
+  const uint64_t differ = (Read8(x) ^ Read8(y)) | (Read8(x + 8) ^ Read8(y + 8)) |
+                          (Read8(x + kMacChars - 8) ^ Read8(y + kMacChars - 8));
+  return differ == 0;
+}
+
 }  // namespace
 
 struct AffinityCookieCodec::HmacState {
@@ -266,13 +279,13 @@ bool AffinityCookieCodec::Verify(std::string_view value, std::string_view group_
   std::string_view claimed_server = value.substr(kMacChars + 1);
   const HmacState& state = ThisThreadState();
   std::array<char, kMacChars> expected = CurrentMac(state, group_key, claimed_server);
-  if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
+  if (!MacsEqual(expected.data(), value.data())) {
     // A cookie signed before the last rotation, within the grace period.
     if (!state.has_previous || std::chrono::steady_clock::now() >= state.previous_until) {
       return false;
     }
     expected = ComputeMac(state.previous, group_key, claimed_server);
-    if (CRYPTO_memcmp(expected.data(), value.data(), kMacChars) != 0) {
+    if (!MacsEqual(expected.data(), value.data())) {
       return false;
     }
   }

@@ -22,6 +22,7 @@ constexpr std::string_view kJSessionIdParam = "jsessionid";
 constexpr std::string_view kExtSidParam = "sap-ext-sid";
 constexpr std::string_view kSaplbPrefix = "saplb_";
 constexpr std::string_view kContextIdPrefix = "SID:ANON:";
+const unsigned char kSaplbBytes[] = {'s', 'a', 'p', 'l', 'b', '_'};
 
 bool IsCookieSpace(char c) {
   return c == ' ' || c == '\t';
@@ -272,43 +273,196 @@ bool SaplbGroupSeen(const SessionIds& ids, std::string_view group) {
   return false;
 }
 
+// memchr's answer as an offset.
+size_t SemicolonFrom(const char* p, size_t from, size_t size) {
+  const void* found = std::memchr(p + from, ';', size - from);
+  return found == nullptr ? size : static_cast<size_t>(static_cast<const char*>(found) - p);
+}
+
+// The first ";" of p[from, size), or size when there is none. Most pairs
+// end within 64 bytes: those are found 16 bytes at a time (the last block
+// overlaps what was already read, never reading past `size`; a byte loop
+// where there is no SSE2); a longer pair (a 4 KiB logon ticket) goes to
+// memchr, whose wider steps read it faster.
+size_t NextSemicolon(const char* p, size_t from, size_t size) {
+  size_t i = from;
+#if defined(__SSE2__)
+  if (size >= 16) {
+    const __m128i semicolon = _mm_set1_epi8(';');
+    for (int block = 0; block < 4; ++block) {
+      if (size - i <= 16) {
+        // The last 16 bytes of the header, less those before `i`.
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + size - 16));
+        const auto mask =
+            static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, semicolon))) >>
+            (i - (size - 16));
+        return mask != 0 ? i + static_cast<size_t>(std::countr_zero(mask)) : size;
+      }
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+      const auto mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, semicolon)));
+      if (mask != 0) {
+        return i + static_cast<size_t>(std::countr_zero(mask));
+      }
+      i += 16;
+    }
+    return SemicolonFrom(p, i, size);
+  }
+#endif
+  for (const size_t stop = std::min(size, i + 64); i < stop; ++i) {
+    if (p[i] == ';') {
+      return i;
+    }
+  }
+  return i == size ? size : SemicolonFrom(p, i, size);
+}
+
+// A pair's value: p[from, end) without the spaces around it and without one
+// pair of enclosing double quotes (NextCookie's reading).
+std::string_view CookieValue(const char* p, size_t from, size_t end) {
+  std::string_view value = TrimSpaces(std::string_view(p + from, end - from));
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+    value = value.substr(1, value.size() - 2);
+  }
+  return value;
+}
+
+// Whether the pair p[at, end), whose name starts at `at` (the spaces before
+// it skipped), is named `name` (which holds no "=" and no ";", and neither
+// starts nor ends with a space or a tab): `name`, spaces, "=". Its value into
+// `value`. NextCookie reads the same pair so: its first "=" follows `name`
+// and the spaces, and the name trimmed of spaces is `name`.
+bool PairNamed(const char* p, size_t at, size_t end, std::string_view name,
+               std::string_view* value) {
+  if (end - at <= name.size() || !BytesEqual(p + at, name.data(), name.size())) {
+    return false;
+  }
+  size_t i = at + name.size();
+  while (i < end && IsCookieSpace(p[i])) {
+    ++i;
+  }
+  if (i == end || p[i] != '=') {
+    return false;
+  }
+  *value = CookieValue(p, i + 1, end);
+  return true;
+}
+
+// Whether a configured affinity cookie name can be some pair's name at all:
+// a name NextCookie gives holds no "=" (its first "=" ends it) or ";" and is
+// trimmed of spaces. One that cannot is never found (as with ==); PairNamed
+// alone would take "a=b" in "a=b=c" or "a " in "a =c". Asked only once a
+// pair matched, so a request without the affinity cookie never pays it.
+bool IsPossibleCookieName(std::string_view name) {
+  using string_hash_internal::Read4;
+  using string_hash_internal::Read8;
+  const size_t n = name.size();
+  if (n == 0 || IsCookieSpace(name.front()) || IsCookieSpace(name.back())) {
+    return false;
+  }
+  // Whether a word holds an "=" or a ";" byte (SWAR: a byte of x is zero).
+  const auto holds = [](uint64_t word) {
+    constexpr uint64_t kOnes = 0x0101010101010101ull;
+    constexpr uint64_t kTops = 0x8080808080808080ull;
+    const uint64_t equals = word ^ (kOnes * '=');
+    const uint64_t semicolons = word ^ (kOnes * ';');
+    return (((equals - kOnes) & ~equals) | ((semicolons - kOnes) & ~semicolons)) & kTops;
+  };
+  const auto* bytes = reinterpret_cast<const unsigned char*>(name.data());
+  if (n >= 8) {
+    for (size_t i = 0; i + 8 < n; i += 8) {
+      if (holds(Read8(bytes + i)) != 0) {
+        return false;
+      }
+    }
+    return holds(Read8(bytes + n - 8)) == 0;
+  }
+  if (n >= 4) {
+    return holds(Read4(bytes) << 32 | Read4(bytes + n - 4)) == 0;
+  }
+  return std::none_of(name.begin(), name.end(), [](char c) { return c == '=' || c == ';'; });
+}
+
+void TakeSaplb(std::string_view group, std::string_view value, SessionIds* out,
+               Scratch* scratch) {
+  if (out->saplb_count >= SessionIds::kMaxSaplb || SaplbGroupSeen(*out, group)) {
+    return;
+  }
+  // Java servers may send the value URL-encoded ("%28...%29").
+  size_t mark = scratch->Mark();
+  std::string_view decoded;
+  std::string_view instance;
+  std::string_view node;
+  if (scratch->Decode(value, /*plus_is_space=*/false, &decoded) &&
+      SplitParenthesizedInstance(decoded, &instance, &node)) {
+    out->saplb[out->saplb_count++] = SaplbCookie{group, instance};
+  } else {
+    scratch->Release(mark);
+  }
+}
+
+// The Cookie headers' pairs in one pass, with the results NextCookie's
+// pairs give (the first pair of each name wins; saplb_* as below). Each
+// pair's ";" is searched for once; only a pair whose name starts with the
+// first byte of a name looked for (the affinity cookie's, "s" or "J") is
+// read further, and its "=" is searched for only when it is "saplb_<group>".
+// Every other pair (sap-usercontext, a 4 KiB MYSAPSSO2 logon ticket) costs
+// the search for its ";" alone.
 void ReadCookies(const RequestParts& request, std::string_view affinity_cookie_name,
                  SessionIds* out, CookieFindings* found, Scratch* scratch) {
+  using string_hash_internal::Read4;
+  using string_hash_internal::Read8;
+  // Checked apart from the others: a deployment may name the affinity
+  // cookie like one of the SAP cookies, and it must still be found.
+  const bool want_affinity = !affinity_cookie_name.empty();
+  const char affinity_first = want_affinity ? affinity_cookie_name.front() : '\0';
   for (std::string_view header : request.cookie_headers) {
-    std::string_view name;
-    std::string_view value;
-    while (NextCookie(&header, &name, &value)) {
-      // Checked apart from the others: a deployment may name the affinity
-      // cookie like one of the SAP cookies, and it must still be found.
-      if (!affinity_cookie_name.empty() && name == affinity_cookie_name && !found->has_affinity) {
+    const char* const p = header.data();
+    const size_t size = header.size();
+    for (size_t pair = 0; pair < size;) {
+      const size_t end = NextSemicolon(p, pair, size);
+      size_t at = pair;
+      while (at < end && IsCookieSpace(p[at])) {
+        ++at;
+      }
+      pair = end + 1;
+      if (at == end) {
+        continue;
+      }
+      const char first = p[at];
+      std::string_view value;
+      if (want_affinity && first == affinity_first && !found->has_affinity &&
+          PairNamed(p, at, end, affinity_cookie_name, &value) &&
+          IsPossibleCookieName(affinity_cookie_name)) {
         found->has_affinity = true;
         out->affinity_cookie = value;
       }
-      if (name == kContextIdName) {
-        if (!found->has_contextid) {
-          found->has_contextid = true;
-          found->contextid = value;
+      const auto* bytes = reinterpret_cast<const unsigned char*>(p + at);
+      const size_t room = end - at;  // the name, spaces, "=" and value
+      if (first == 's') {
+        if (room > kContextIdName.size() && Read8(bytes) == Word("sap-cont") &&
+            Read8(bytes + 5) == Word("ontextid")) {
+          if (!found->has_contextid && PairNamed(p, at, end, kContextIdName, &value)) {
+            found->has_contextid = true;
+            found->contextid = value;
+          }
+        } else if (room > kSaplbPrefix.size() + 1 && Read4(bytes) == Read4(kSaplbBytes) &&
+                   Read4(bytes + 2) == Read4(kSaplbBytes + 2)) {
+          // "saplb_<group>": the name ends at the pair's first "=".
+          const void* sign = std::memchr(p + at, '=', room);
+          if (sign == nullptr) {
+            continue;
+          }
+          const auto eq = static_cast<size_t>(static_cast<const char*>(sign) - p);
+          std::string_view name = TrimSpaces(std::string_view(p + at, eq - at));
+          if (name.size() > kSaplbPrefix.size()) {
+            TakeSaplb(name.substr(kSaplbPrefix.size()), CookieValue(p, eq + 1, end), out,
+                      scratch);
+          }
         }
-      } else if (name == kJSessionIdCookie) {
-        if (!found->has_jsessionid) {
+      } else if (first == 'J') {
+        if (!found->has_jsessionid && PairNamed(p, at, end, kJSessionIdCookie, &value)) {
           found->has_jsessionid = true;
           out->jsessionid = value;
-        }
-      } else if (name.starts_with(kSaplbPrefix) && name.size() > kSaplbPrefix.size()) {
-        std::string_view group = name.substr(kSaplbPrefix.size());
-        if (out->saplb_count >= SessionIds::kMaxSaplb || SaplbGroupSeen(*out, group)) {
-          continue;
-        }
-        // Java servers may send the value URL-encoded ("%28...%29").
-        size_t mark = scratch->Mark();
-        std::string_view decoded;
-        std::string_view instance;
-        std::string_view node;
-        if (scratch->Decode(value, /*plus_is_space=*/false, &decoded) &&
-            SplitParenthesizedInstance(decoded, &instance, &node)) {
-          out->saplb[out->saplb_count++] = SaplbCookie{group, instance};
-        } else {
-          scratch->Release(mark);
         }
       }
     }

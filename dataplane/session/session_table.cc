@@ -4,8 +4,8 @@
 #include <bit>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <new>
-#include <unordered_set>
 
 #include "common/string_hash.h"
 
@@ -20,13 +20,13 @@ constexpr size_t kMaxServerLength = 255;
 struct LookupKey {
   TableKey kind;
   std::string_view id;
-  size_t hash;  // HashKey(kind, id), computed once: it also picks the shard
+  uint64_t hash;  // HashKey(kind, id), computed once: it also picks the shard
 };
 
-size_t HashKey(TableKey kind, std::string_view id) {
+uint64_t HashKey(TableKey kind, std::string_view id) {
   // The kind seeds the hash so a JSESSIONID and an sap-ext-sid with the same
   // text land in different slots. HashString reads words, std::hash bytes.
-  return static_cast<size_t>(HashString(id, static_cast<uint64_t>(kind) + 1));
+  return HashString(id, static_cast<uint64_t>(kind) + 1);
 }
 
 // One allocation per session: the header followed by the id and server
@@ -63,21 +63,109 @@ struct Entry {
 };
 static_assert(std::is_trivially_destructible_v<Entry>);
 
-struct EntryHash {
-  using is_transparent = void;
-  size_t operator()(const Entry* e) const { return HashKey(e->kind, e->Id()); }
-  size_t operator()(const LookupKey& k) const { return k.hash; }
-};
+// The entries of a shard by key: open addressing with linear probing over
+// a power-of-two array of {hash, entry} slots, at most half full. A lookup
+// hashes the key once, starts at a slot chosen by the hash's high half (the
+// shard is chosen by bits 7 and up of its low half) and compares an entry's
+// key only on a full hash match: one array read for most lookups, where
+// std::unordered_set took a modulo by a prime, the bucket, the node before
+// and the node. Removal shifts the entries after a hole back (no
+// tombstones), so probes stay as short as after inserting alone.
+class EntryIndex {
+ public:
+  EntryIndex() = default;
+  EntryIndex(const EntryIndex&) = delete;
+  EntryIndex& operator=(const EntryIndex&) = delete;
 
-struct EntryEqual {
-  using is_transparent = void;
-  bool operator()(const Entry* a, const Entry* b) const {
-    return a->kind == b->kind && a->Id() == b->Id();
+  size_t size() const { return size_; }
+
+  Entry* Find(const LookupKey& key) const {
+    if (size_ == 0) {
+      return nullptr;
+    }
+    for (size_t i = Home(key.hash);; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (slot.entry == nullptr) {
+        return nullptr;
+      }
+      if (slot.hash == key.hash && slot.entry->kind == key.kind &&
+          slot.entry->id_length == key.id.size() &&
+          BytesEqual(slot.entry->Bytes(), key.id.data(), key.id.size())) {
+        return slot.entry;
+      }
+    }
   }
-  bool operator()(const LookupKey& k, const Entry* e) const {
-    return k.kind == e->kind && k.id == e->Id();
+
+  // `entry` is not in the index yet. Allocates when the index grows.
+  void Insert(Entry* entry, uint64_t hash) {
+    if ((size_ + 1) * 2 > capacity_) {
+      Grow();
+    }
+    Place(Slot{hash, entry});
+    ++size_;
   }
-  bool operator()(const Entry* e, const LookupKey& k) const { return (*this)(k, e); }
+
+  // Removes `entry` (which is in the index; `hash` is its key's hash).
+  void Erase(const Entry* entry, uint64_t hash) {
+    size_t hole = Home(hash);
+    while (slots_[hole].entry != entry) {
+      hole = (hole + 1) & mask_;
+    }
+    // Backward shift: an entry further on moves into the hole when the hole
+    // lies on its probe path (its home is no nearer to it than the hole).
+    for (size_t i = (hole + 1) & mask_; slots_[i].entry != nullptr; i = (i + 1) & mask_) {
+      if (((i - Home(slots_[i].hash)) & mask_) >= ((i - hole) & mask_)) {
+        slots_[hole] = slots_[i];
+        hole = i;
+      }
+    }
+    slots_[hole] = Slot{};
+    --size_;
+  }
+
+  template <typename F>
+  void ForEach(F f) const {
+    for (size_t i = 0; i < capacity_; ++i) {
+      if (slots_[i].entry != nullptr) {
+        f(slots_[i].entry);
+      }
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    Entry* entry = nullptr;  // null: empty
+  };
+
+  size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> 32) & mask_; }
+
+  void Place(Slot slot) {
+    size_t i = Home(slot.hash);
+    while (slots_[i].entry != nullptr) {
+      i = (i + 1) & mask_;
+    }
+    slots_[i] = slot;
+  }
+
+  void Grow() {
+    const size_t capacity = capacity_ == 0 ? 8 : capacity_ * 2;
+    std::unique_ptr<Slot[]> old = std::move(slots_);
+    const size_t old_capacity = capacity_;
+    slots_ = std::make_unique<Slot[]>(capacity);
+    capacity_ = capacity;
+    mask_ = capacity - 1;
+    for (size_t i = 0; i < old_capacity; ++i) {
+      if (old[i].entry != nullptr) {
+        Place(old[i]);
+      }
+    }
+  }
+
+  std::unique_ptr<Slot[]> slots_;
+  size_t capacity_ = 0;
+  size_t mask_ = 0;
+  size_t size_ = 0;
 };
 
 bool IsExpired(const Entry& entry, int64_t now_ms, int64_t idle_timeout_ms) {
@@ -140,9 +228,11 @@ struct Lru {
 
 }  // namespace
 
-struct SessionTable::Shard {
+// A cache line of its own for the lock and the index's fields (workers on
+// other cores take other shards' locks).
+struct alignas(64) SessionTable::Shard {
   std::mutex mu;
-  std::unordered_set<Entry*, EntryHash, EntryEqual> entries;
+  EntryIndex entries;
   // Backend-learned and client-created entries age in separate lists so a
   // client entry can be made to evict only client entries.
   Lru backend;
@@ -153,9 +243,7 @@ struct SessionTable::Shard {
   uint64_t refused = 0;
 
   ~Shard() {
-    for (Entry* e : entries) {
-      Entry::Destroy(e);
-    }
+    entries.ForEach([](Entry* e) { Entry::Destroy(e); });
   }
 
   Lru& ListOf(const Entry* e) { return IsClientCreated(e->kind) ? client : backend; }
@@ -164,11 +252,12 @@ struct SessionTable::Shard {
     list.Unlink(e);
     list.PushFront(e);
   }
-  void Remove(Entry* e) {
+  void Remove(Entry* e, uint64_t hash) {
     ListOf(e).Unlink(e);
-    entries.erase(e);
+    entries.Erase(e, hash);
     Entry::Destroy(e);
   }
+  void Remove(Entry* e) { Remove(e, HashKey(e->kind, e->Id())); }
   void Evict(Entry* e) {
     Remove(e);
     ++evictions;
@@ -250,19 +339,18 @@ int SessionTable::Find(TableKey kind, std::string_view session_id, int64_t now_m
   if (shards == nullptr) {
     return -1;  // nothing was ever recorded
   }
-  size_t hash = HashKey(kind, session_id);
-  LookupKey key{kind, session_id, hash};
+  const uint64_t hash = HashKey(kind, session_id);
+  const LookupKey key{kind, session_id, hash};
   Shard& shard = shards[(hash >> 7) & shard_mask_];
   int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
   std::lock_guard lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end()) {
+  Entry* entry = shard.entries.Find(key);
+  if (entry == nullptr) {
     return -1;
   }
-  Entry* entry = *it;
   if (IsExpired(*entry, now_ms, idle_timeout_ms)) {
     if (use) {
-      shard.Remove(entry);
+      shard.Remove(entry, hash);
       ++shard.expirations;
     }
     return -1;
@@ -300,20 +388,18 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
   if (limit == 0) {
     return;
   }
-  size_t hash = HashKey(kind, session_id);
-  LookupKey key{kind, session_id, hash};
+  const uint64_t hash = HashKey(kind, session_id);
+  const LookupKey key{kind, session_id, hash};
   Shard& shard = EnsureShards()[(hash >> 7) & shard_mask_];
   int64_t idle_timeout_ms = idle_timeout_ms_.load(std::memory_order_relaxed);
   std::lock_guard lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it != shard.entries.end()) {
-    Entry* existing = *it;
+  if (Entry* existing = shard.entries.Find(key); existing != nullptr) {
     if (existing->Server() == server) {
       existing->last_used_ms = std::max(existing->last_used_ms, now_ms);
       shard.Touch(existing);
       return;
     }
-    shard.Remove(existing);
+    shard.Remove(existing, hash);
   }
   shard.DropExpiredTails(now_ms, idle_timeout_ms);
   if (!shard.MakeRoom(kind, limit, client_limit)) {
@@ -321,7 +407,7 @@ void SessionTable::Record(TableKey kind, std::string_view session_id, std::strin
     return;
   }
   Entry* entry = Entry::Create(kind, session_id, server, now_ms);
-  shard.entries.insert(entry);
+  shard.entries.Insert(entry, hash);
   shard.ListOf(entry).PushFront(entry);
   ++shard.inserts;
 }
@@ -331,13 +417,12 @@ void SessionTable::Erase(TableKey kind, std::string_view session_id) {
   if (shards == nullptr) {
     return;
   }
-  size_t hash = HashKey(kind, session_id);
-  LookupKey key{kind, session_id, hash};
+  const uint64_t hash = HashKey(kind, session_id);
+  const LookupKey key{kind, session_id, hash};
   Shard& shard = shards[(hash >> 7) & shard_mask_];
   std::lock_guard lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it != shard.entries.end()) {
-    shard.Remove(*it);
+  if (Entry* entry = shard.entries.Find(key); entry != nullptr) {
+    shard.Remove(entry, hash);
   }
 }
 

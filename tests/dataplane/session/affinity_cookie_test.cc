@@ -86,6 +86,26 @@ TEST(AffinityCookieTest, RejectsTamperingAndMalformedValues) {
   }
 }
 
+// The MAC is compared a word at a time: a change at any of its 22
+// characters, to any other character of its alphabet, is refused.
+TEST(AffinityCookieTest, RejectsAChangeAtEveryMacCharacter) {
+  AffinityCookieCodec codec(kKey);
+  const std::string good = codec.Encode("erp/public", "server1");
+  const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string_view server;
+  ASSERT_TRUE(codec.Verify(good, "erp/public", &server));
+  for (size_t at = 0; at < 22; ++at) {
+    for (char c : alphabet) {
+      if (c == good[at]) {
+        continue;
+      }
+      std::string changed = good;
+      changed[at] = c;
+      ASSERT_FALSE(codec.Verify(changed, "erp/public", &server)) << changed;
+    }
+  }
+}
+
 TEST(AffinityCookieTest, RejectsWrongGroupAndWrongKey) {
   AffinityCookieCodec codec(kKey);
   std::string value = codec.Encode("erp/public", "server1");

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <list>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -382,6 +384,206 @@ TEST(SessionTableTest, ClientFloodAcrossShardsKeepsEveryBackendSession) {
   EXPECT_EQ(kept, 200);
   EXPECT_LE(table.Stats().entries, 1000u);
   EXPECT_LE(table.Stats().client_entries, 500u);
+}
+
+// A straightforward session table: the rules of session_table.h on two
+// lists (most recently used first) searched from end to end.
+class ModelTable {
+ public:
+  ModelTable(size_t limit, size_t client_limit, int64_t idle_timeout_ms)
+      : limit_(limit), client_limit_(client_limit), idle_timeout_ms_(idle_timeout_ms) {}
+
+  struct Entry {
+    TableKey kind;
+    std::string id;
+    std::string server;
+    int64_t last_used_ms;
+  };
+
+  std::string Find(TableKey kind, std::string_view id, int64_t now_ms, bool use) {
+    auto [list, it] = Locate(kind, id);
+    if (list == nullptr) {
+      return "<none>";
+    }
+    if (Expired(*it, now_ms)) {
+      if (use) {
+        list->erase(it);
+        ++stats.expirations;
+      }
+      return "<none>";
+    }
+    std::string server = it->server;
+    if (use) {
+      it->last_used_ms = std::max(it->last_used_ms, now_ms);
+      list->splice(list->begin(), *list, it);
+    }
+    return server;
+  }
+
+  void Record(TableKey kind, std::string_view id, std::string_view server, int64_t now_ms) {
+    if (limit_ == 0) {
+      return;
+    }
+    if (auto [list, it] = Locate(kind, id); list != nullptr) {
+      if (it->server == server) {
+        it->last_used_ms = std::max(it->last_used_ms, now_ms);
+        list->splice(list->begin(), *list, it);
+        return;
+      }
+      list->erase(it);
+    }
+    for (auto* list : {&backend_, &client_}) {
+      while (!list->empty() && Expired(list->back(), now_ms)) {
+        list->pop_back();
+        ++stats.expirations;
+      }
+    }
+    const bool client = kind == TableKey::kSapExtSid;
+    if (client) {
+      if (client_limit_ == 0) {
+        ++stats.refused;
+        return;
+      }
+      while ((client_.size() >= client_limit_ || Size() >= limit_) && !client_.empty()) {
+        client_.pop_back();
+        ++stats.evictions;
+      }
+      if (Size() >= limit_) {
+        ++stats.refused;
+        return;
+      }
+    } else {
+      while (Size() >= limit_) {
+        if (client_.empty() ||
+            (!backend_.empty() && backend_.back().last_used_ms < client_.back().last_used_ms)) {
+          backend_.pop_back();
+        } else {
+          client_.pop_back();
+        }
+        ++stats.evictions;
+      }
+    }
+    (client ? client_ : backend_).push_front(Entry{kind, std::string(id), std::string(server), now_ms});
+    ++stats.inserts;
+  }
+
+  void Erase(TableKey kind, std::string_view id) {
+    if (auto [list, it] = Locate(kind, id); list != nullptr) {
+      list->erase(it);
+    }
+  }
+
+  size_t Size() const { return backend_.size() + client_.size(); }
+  size_t ClientSize() const { return client_.size(); }
+
+  SessionTableStats stats;
+
+ private:
+  bool Expired(const Entry& e, int64_t now_ms) const {
+    return idle_timeout_ms_ > 0 && now_ms - e.last_used_ms >= idle_timeout_ms_;
+  }
+  std::pair<std::list<Entry>*, std::list<Entry>::iterator> Locate(TableKey kind,
+                                                                 std::string_view id) {
+    for (auto* list : {&backend_, &client_}) {
+      for (auto it = list->begin(); it != list->end(); ++it) {
+        if (it->kind == kind && it->id == id) {
+          return {list, it};
+        }
+      }
+    }
+    return {nullptr, {}};
+  }
+
+  size_t limit_;
+  size_t client_limit_;
+  int64_t idle_timeout_ms_;
+  std::list<Entry> backend_;
+  std::list<Entry> client_;
+};
+
+// Random records, lookups, peeks and erasures of 300 keys of both kinds in
+// one shard of 200 entries (its index grows to 512 slots, and erasures and
+// evictions take entries out of the middle of probe runs): every answer,
+// eviction, expiry and refusal as the model has it.
+TEST(SessionTableTest, RandomOperationsAgreeWithAModel) {
+  for (const int64_t idle_timeout_ms : {int64_t{0}, int64_t{500}}) {
+    SessionTable table({.max_entries = 200,
+                        .idle_timeout_ms = idle_timeout_ms,
+                        .shards = 1,
+                        .client_share_percent = 30});
+    ModelTable model(200, 60, idle_timeout_ms);
+    std::mt19937 random(static_cast<uint32_t>(7 + idle_timeout_ms));
+    const std::string servers[] = {"erp1_ERP_00", "erp2_ERP_01", "j2ee_J_02"};
+    int64_t now_ms = 0;
+    for (int step = 0; step < 100000; ++step) {
+      now_ms += random() % 3;
+      const TableKey kind = random() % 3 == 0 ? TableKey::kSapExtSid : TableKey::kJSessionId;
+      const std::string id = "id" + std::to_string(random() % 300);
+      SCOPED_TRACE(std::to_string(step) + " " + id);
+      char server[64];
+      switch (random() % 8) {
+        case 0:
+        case 1:
+        case 2: {
+          const int n = table.Lookup(kind, id, now_ms, server, sizeof(server));
+          ASSERT_EQ(n < 0 ? "<none>" : std::string(server, static_cast<size_t>(n)),
+                    model.Find(kind, id, now_ms, /*use=*/true));
+          break;
+        }
+        case 3: {
+          const int n = table.Peek(kind, id, now_ms, server, sizeof(server));
+          ASSERT_EQ(n < 0 ? "<none>" : std::string(server, static_cast<size_t>(n)),
+                    model.Find(kind, id, now_ms, /*use=*/false));
+          break;
+        }
+        case 4:
+          table.Erase(kind, id);
+          model.Erase(kind, id);
+          break;
+        default: {
+          const std::string& to = servers[random() % 3];
+          table.Record(kind, id, to, now_ms);
+          model.Record(kind, id, to, now_ms);
+          break;
+        }
+      }
+      const SessionTableStats stats = table.Stats();
+      ASSERT_EQ(stats.entries, model.Size());
+      ASSERT_EQ(stats.client_entries, model.ClientSize());
+      ASSERT_EQ(stats.inserts, model.stats.inserts);
+      ASSERT_EQ(stats.evictions, model.stats.evictions);
+      ASSERT_EQ(stats.expirations, model.stats.expirations);
+      ASSERT_EQ(stats.refused, model.stats.refused);
+    }
+  }
+}
+
+// Keys erased in any order leave every other key findable (the index moves
+// entries back into the holes), through growth from 8 slots to 32,768.
+TEST(SessionTableTest, ErasingInAnyOrderKeepsTheOtherKeys) {
+  constexpr int kKeys = 10000;
+  SessionTable table(SingleShard(2 * kKeys));
+  for (int i = 0; i < kKeys; ++i) {
+    table.Record(TableKey::kJSessionId, "k" + std::to_string(i), "s" + std::to_string(i % 7), 1);
+  }
+  std::vector<int> order(kKeys);
+  for (int i = 0; i < kKeys; ++i) {
+    order[i] = i;
+  }
+  std::shuffle(order.begin(), order.end(), std::mt19937(11));
+  std::vector<bool> erased(kKeys, false);
+  for (int n = 0; n < kKeys; ++n) {
+    table.Erase(TableKey::kJSessionId, "k" + std::to_string(order[n]));
+    erased[order[n]] = true;
+    if (n % 997 == 0 || n > kKeys - 50) {
+      for (int i = 0; i < kKeys; ++i) {
+        ASSERT_EQ(Get(table, TableKey::kJSessionId, "k" + std::to_string(i), 2),
+                  erased[i] ? "<none>" : "s" + std::to_string(i % 7))
+            << "after erasing " << n + 1;
+      }
+    }
+  }
+  EXPECT_EQ(table.Stats().entries, 0u);
 }
 
 TEST(SessionTableStressTest, ConcurrentRecordLookupErase) {
