@@ -698,8 +698,7 @@ bool ClientConnection::FlushClient() {
 }
 
 bool ClientConnection::ShouldLinger() const {
-  return !abortive_close_ && !client_eof_ &&
-         (linger_ || !in_.empty() || client_readable_.readable);
+  return !abortive_close_ && !client_eof_ && (linger_ || !in_.empty() || client_readable_.readable);
 }
 
 void ClientConnection::Close(std::string_view cause, bool linger) {

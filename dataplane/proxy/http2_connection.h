@@ -182,8 +182,8 @@ class Http2Connection final : public WorkerConnection {
   bool readable_ = true;
   bool peer_closed_ = false;
   bool closed_ = false;
-  bool fatal_ = false;  // nghttp2 or a limit ended the session
-  bool peer_gone_ = false;  // the client's end of stream, or a failed read or write
+  bool fatal_ = false;              // nghttp2 or a limit ended the session
+  bool peer_gone_ = false;          // the client's end of stream, or a failed read or write
   bool error_goaway_sent_ = false;  // a GOAWAY with an error code went out
   bool session_ended_ = false;      // nghttp2 ended it (MemRecv)
   // In MemRecv: the last frame nghttp2 reported was invalid (no frame began

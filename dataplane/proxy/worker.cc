@@ -566,8 +566,7 @@ void Worker::Detach(WorkerConnection* connection) {
   }
 }
 
-void Worker::LingerThenClose(ClientConnection* from, net::Transport& transport,
-                             bool registered) {
+void Worker::LingerThenClose(ClientConnection* from, net::Transport& transport, bool registered) {
   size_t slot = from->slot;
   if (slot < connections_.size() && connections_[slot] == from) {
     connections_[slot] = connections_.back();
@@ -577,8 +576,7 @@ void Worker::LingerThenClose(ClientConnection* from, net::Transport& transport,
   StartLingering(transport, registered);
 }
 
-void Worker::LingerThenClose(WorkerConnection* from, net::Transport& transport,
-                             bool registered) {
+void Worker::LingerThenClose(WorkerConnection* from, net::Transport& transport, bool registered) {
   Detach(from);
   StartLingering(transport, registered);
 }
