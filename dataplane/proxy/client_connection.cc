@@ -698,7 +698,13 @@ bool ClientConnection::FlushClient() {
 }
 
 bool ClientConnection::ShouldLinger() const {
-  return !abortive_close_ && !client_eof_ && (linger_ || !in_.empty() || client_readable_.readable);
+  // Not in epoll while the server answered (NeedsClientEvents): bytes that
+  // came meanwhile raised no event. A client that asked to keep the
+  // connection may have sent its next request then; one that said
+  // `Connection: close` sends nothing more (the close shape stays as cheap).
+  const bool unseen = !registered_ && request_info_.keep_alive;
+  return !abortive_close_ && !client_eof_ &&
+         (linger_ || !in_.empty() || client_readable_.readable || unseen);
 }
 
 void ClientConnection::Close(std::string_view cause, bool linger) {

@@ -109,8 +109,9 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   void Close(std::string_view cause = "aborted", bool linger = false);
   // Whether the client may still be sending into a connection being closed:
   // bytes of its request not read (an early 413, 400, 431 or 408, a body not
-  // read to its end), bytes of a next request read but not answered, or a
-  // read edge not read to its end. Never after its end of stream or for a
+  // read to its end), bytes of a next request read but not answered, a read
+  // edge not read to its end, or a keep-alive client's socket not watched
+  // while the server answered. Never after its end of stream or for a
   // reset. Known without a syscall: a clean close costs nothing more.
   bool ShouldLinger() const;
   // The client speaks HTTP/2 (ALPN h2, or the h2c preface): an
