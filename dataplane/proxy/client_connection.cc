@@ -32,12 +32,6 @@ void AppendChunk(std::string_view data, Buffer& out) {
 
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
-// The lingering close (as nginx's lingering_time/lingering_close): what the
-// client still sends after its answer is dropped for at most this long and
-// this many bytes, whichever comes first; then the connection closes.
-constexpr int64_t kLingerTimeoutMs = 5000;
-constexpr uint64_t kLingerMaxBytes = 1024 * 1024;
-
 // Where response heads are serialised before they join the output buffer:
 // one string per thread, not one per connection (whose storage an idle
 // connection kept, ~250 bytes). Its storage is kept up to 4 KiB.
@@ -186,19 +180,13 @@ void ClientConnection::DriveSteps() {
         break;
       case Phase::kClosing:
         // Closed (or lingering) once the kernel has every byte of the response.
-        if (lingering_) {
-          Linger();
-        } else if (size_t pending = out_.size(); FlushClient()) {
+        if (size_t pending = out_.size(); FlushClient()) {
           // Without a lingering close, the queued end of the response may go
           // with the close in the loop's batched submit (Close()).
-          const bool linger = linger_ && !abortive_close_ && !client_eof_;
+          const bool linger = ShouldLinger();
           if (out_.empty() &&
               ((!linger && transport_->CanCloseBatched()) || transport_->FlushQueued())) {
-            if (linger) {
-              StartLinger();
-            } else {
-              Close();
-            }
+            Close("aborted", linger);
           } else if (out_.size() != pending) {
             // A slow reader still taking its response is not idle.
             idle_unsent_ = -1;
@@ -280,7 +268,7 @@ bool ClientConnection::StepHead() {
       phase_ = Phase::kClosing;  // a response its socket could not take yet goes first
       return true;
     }
-    Close();
+    Close("aborted", ShouldLinger());  // draining: a request may be on its way
     return false;
   }
   ssize_t n =
@@ -658,9 +646,6 @@ void ClientConnection::OnTimer() {
       worker_->metrics().tls_handshake_timeouts.Inc();
       Close("handshake-timeout");
       return;
-    case TimerKind::kLinger:
-      Close();
-      return;
     case TimerKind::kIdle:
       if (phase_ == Phase::kTunnel) {
         worker_->metrics().timeouts_client.Inc();
@@ -712,7 +697,17 @@ bool ClientConnection::FlushClient() {
   return true;
 }
 
-void ClientConnection::Close(std::string_view cause) {
+bool ClientConnection::ShouldLinger() const {
+  // Not in epoll while the server answered (NeedsClientEvents): bytes that
+  // came meanwhile raised no event. A client that asked to keep the
+  // connection may have sent its next request then; one that said
+  // `Connection: close` sends nothing more (the close shape stays as cheap).
+  const bool unseen = !registered_ && request_info_.keep_alive;
+  return !abortive_close_ && !client_eof_ &&
+         (linger_ || !in_.empty() || client_readable_.readable || unseen);
+}
+
+void ClientConnection::Close(std::string_view cause, bool linger) {
   if (closed_) {
     return;
   }
@@ -724,7 +719,7 @@ void ClientConnection::Close(std::string_view cause) {
   worker_->loop().Cancel(&timer_);
   // No EPOLL_CTL_DEL: close(2) takes the descriptor out of the epoll set (it
   // is never duplicated), and events of this batch go to the graveyard object.
-  if (!abortive_close_ && !lingering_ && out_.empty() && transport_->CanCloseBatched()) {
+  if (!abortive_close_ && !linger && out_.empty() && transport_->CanCloseBatched()) {
     // The end of the response and the close go in the loop's batched submit
     // (io_uring): no send(2) and close(2) of their own.
     transport_->CloseBatched();
@@ -738,40 +733,18 @@ void ClientConnection::Close(std::string_view cause) {
   if (!transport_->BeforeClose(out_.size())) {
     abortive_close_ = true;
   }
-  if (!abortive_close_ && !lingering_) {
+  if (linger && !abortive_close_) {
+    // The descriptor goes to a LingeringClose, which stays counted.
+    worker_->LingerThenClose(this, *transport_, registered_);
+    worker_->loop().DeleteLater(this);
+    return;
+  }
+  if (!abortive_close_) {
     transport_->Shutdown();
   }
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);
-}
-
-void ClientConnection::StartLinger() {
-  lingering_ = true;
-  // The answer is written (out_ is empty); the end of the stream follows it.
-  transport_->Shutdown();
-  ::shutdown(fd_, SHUT_WR);
-  in_.Clear();  // unread request bytes are dropped
-  ArmTimer(TimerKind::kLinger, kLingerTimeoutMs);
-  Linger();
-}
-
-void ClientConnection::Linger() {
-  for (int reads = 0; reads < 1000 && !closed_; ++reads) {  // bounded by kLingerMaxBytes too
-    ssize_t n = ReadInto(*transport_, &client_readable_, in_, kBodyBufferBytes);
-    if (n > 0) {
-      lingered_bytes_ += static_cast<uint64_t>(n);
-      in_.Clear();
-      if (lingered_bytes_ >= kLingerMaxBytes) {
-        Close();
-      }
-      continue;
-    }
-    if (n != kReadWouldBlock) {
-      Close();  // the client's end (or an error): nothing is left unread
-    }
-    return;
-  }
 }
 
 void* ClientConnection::operator new(size_t size) {

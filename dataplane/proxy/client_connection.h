@@ -52,7 +52,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // kForward: the exchange carries a request (connecting included);
   // kTunnel: after a 101 to an upgrade the exchange passes bytes both ways.
   enum class Phase { kHead, kForward, kTunnel, kClosing };
-  enum class TimerKind { kNone, kHandshake, kIdle, kHeader, kLinger };
+  enum class TimerKind { kNone, kHandshake, kIdle, kHeader };
 
   // ExchangeSink: the exchange's response, written in HTTP/1.x.
   void OnResponseHead(const http::ResponseHead& head, const http::ResponseInfo& info,
@@ -100,15 +100,20 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   // Gives a finished exchange back to the worker thread's free list.
   void GiveExchange();
   // Ends the connection. A transaction still in flight is logged and counted
-  // as aborted, `cause` naming the side that ended it.
-  void Close(std::string_view cause = "aborted");
-  // The lingering close after an answer the client may still be sending
-  // into (an early 413 or 400): the stream is ended towards the client, and
-  // what it still sends is read and dropped, for a bounded time and byte
-  // count, before the close. Closing with its bytes unread would reset the
+  // as aborted, `cause` naming the side that ended it. `linger`: the client
+  // may still be sending (ShouldLinger): once every byte for it is with the
+  // kernel, the worker's LingeringClose (lingering_close.h) ends the stream
+  // towards the client and drops what it still sends for a bounded time
+  // before the close; closing with its bytes unread would reset the
   // connection, and the reset can take the answer with it.
-  void StartLinger();
-  void Linger();
+  void Close(std::string_view cause = "aborted", bool linger = false);
+  // Whether the client may still be sending into a connection being closed:
+  // bytes of its request not read (an early 413, 400, 431 or 408, a body not
+  // read to its end), bytes of a next request read but not answered, a read
+  // edge not read to its end, or a keep-alive client's socket not watched
+  // while the server answered. Never after its end of stream or for a
+  // reset. Known without a syscall: a clean close costs nothing more.
+  bool ShouldLinger() const;
   // The client speaks HTTP/2 (ALPN h2, or the h2c preface): an
   // Http2Connection takes the transport and what was read.
   void HandOverToHttp2();
@@ -130,9 +135,7 @@ class ClientConnection final : public net::IoHandler, public net::Deletable, pub
   bool client_eof_ = false;
   Readiness client_readable_{.readable = true};
   bool close_after_response_ = false;
-  bool linger_ = false;     // the close lingers (StartLinger): the client may still send
-  bool lingering_ = false;  // our side is shut down; client bytes are dropped
-  uint64_t lingered_bytes_ = 0;
+  bool linger_ = false;  // the request's bytes were not all read: the close lingers
   bool draining_ = false;
   // --h2c on a plain connection whose first request has not begun: its first
   // bytes are checked for the HTTP/2 preface.

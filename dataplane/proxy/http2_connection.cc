@@ -936,6 +936,7 @@ struct Http2Callbacks {
 
   static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user_data) {
     Http2Connection* c = Self(user_data);
+    c->invalid_frame_last_ = false;  // nghttp2 goes on after it: a stream error
     if (hd->type == NGHTTP2_HEADERS && !c->CheckStreamId(hd->stream_id)) {
       c->CountError(Http2Error::kProtocol);
       c->fatal_ = true;
@@ -1046,10 +1047,14 @@ struct Http2Callbacks {
     return 0;
   }
 
-  static int OnInvalidFrame(nghttp2_session* /*session*/, const nghttp2_frame* frame,
+  static int OnInvalidFrame(nghttp2_session* session, const nghttp2_frame* frame,
                             int /*lib_error*/, void* user_data) {
     Http2Connection* c = Self(user_data);
     c->CountError(Http2Error::kProtocol);
+    // A stream error has queued its RST_STREAM by now; a connection error
+    // queues its GOAWAY after this callback (MemRecv).
+    c->invalid_frame_last_ = true;
+    c->queued_at_invalid_frame_ = nghttp2_session_get_outbound_queue_size(session);
     if (Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id)) {
       stream->malformed = true;  // counted here, not again as reset_before_forward
     }
@@ -1059,7 +1064,11 @@ struct Http2Callbacks {
   static int OnFrameSend(nghttp2_session* /*session*/, const nghttp2_frame* frame,
                          void* user_data) {
     if (frame->hd.type == NGHTTP2_GOAWAY) {
-      Self(user_data)->CountError(Http2Error::kGoawaySent);
+      Http2Connection* c = Self(user_data);
+      c->CountError(Http2Error::kGoawaySent);
+      if (frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+        c->error_goaway_sent_ = true;  // the client may still be sending: the close lingers
+      }
     }
     return 0;
   }
@@ -1459,7 +1468,7 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
     if (frame.type == NGHTTP2_HEADERS || frame.type == NGHTTP2_DATA) {
       // What came before this frame header (in this read) first.
       if (frame.header_start > fed) {
-        ssize_t rv = nghttp2_session_mem_recv(session_, data + fed, frame.header_start - fed);
+        ssize_t rv = MemRecv(data + fed, frame.header_start - fed);
         if (rv < 0) {
           return rv;
         }
@@ -1471,7 +1480,7 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
       // callback: on one the client had ended, it is answered here (HEADERS
       // is, in OnBeginFrame). The check comes after the frames before it,
       // whose END_STREAM or RST_STREAM may have closed the stream.
-      if (ended_streams_.Contains(frame.stream_id) && nghttp2_session_want_read(session_) != 0) {
+      if (ended_streams_.Contains(frame.stream_id) && !SessionEnded()) {
         return EndForClosedStream(true);
       }
       continue;
@@ -1497,12 +1506,33 @@ ssize_t Http2Connection::Feed(const uint8_t* data, size_t size) {
     }
   }
   if (size > fed) {
-    ssize_t rv = nghttp2_session_mem_recv(session_, data + fed, size - fed);
+    ssize_t rv = MemRecv(data + fed, size - fed);
     if (rv < 0) {
       return rv;
     }
   }
   return static_cast<ssize_t>(size);
+}
+
+ssize_t Http2Connection::MemRecv(const uint8_t* data, size_t size) {
+  invalid_frame_last_ = false;
+  ssize_t rv = nghttp2_session_mem_recv(session_, data, size);
+  // The last frame it reported was invalid and no frame began after it: a
+  // stream error queued its RST_STREAM before the callback, a connection
+  // error queues its GOAWAY after it (and nghttp2 ignores the rest). Only
+  // nghttp2 ran since the callback, so a longer queue is that GOAWAY.
+  if (invalid_frame_last_ &&
+      nghttp2_session_get_outbound_queue_size(session_) > queued_at_invalid_frame_) {
+    session_ended_ = true;
+  }
+  invalid_frame_last_ = false;
+  return rv;
+}
+
+bool Http2Connection::SessionEnded() const {
+  // GOAWAY sent: nghttp2 reads nothing more. Queued but not sent yet: a
+  // connection error nghttp2 found, counted in its invalid-frame callback.
+  return session_ended_ || nghttp2_session_want_read(session_) == 0;
 }
 
 ssize_t Http2Connection::EndForClosedStream(bool data) {
@@ -1570,6 +1600,7 @@ bool Http2Connection::Receive() {
     }
     // EOF or error: the client is gone.
     fatal_ = true;
+    peer_gone_ = true;
     return true;
   }
   return progressed;
@@ -1603,6 +1634,7 @@ bool Http2Connection::Send() {
       break;
     }
     fatal_ = true;
+    peer_gone_ = true;
     return true;
   }
   // All sent: the block goes back to the worker's free list (a pop there
@@ -1803,12 +1835,21 @@ void Http2Connection::Close(std::string_view cause) {
   worker_->metrics().http2_connections.Add(-1);
   worker_->loop().Cancel(&tick_);
   worker_->loop().CancelDeferred(&drive_soon_);
-  worker_->loop().Remove(fd_);
   // Frames not sent (ours, or queued ones the kernel has no room for) are
   // lost: the close is a reset then, without TLS close_notify.
   if (transport_->BeforeClose(out_.size())) {
+    // The client may still be sending: after a GOAWAY for its error (frames
+    // it sent before it saw it are in flight), or with bytes not read yet.
+    // Closing with its bytes unread would reset the connection, and the
+    // reset can take the GOAWAY with it: the close lingers.
+    if (!peer_gone_ && (error_goaway_sent_ || readable_)) {
+      worker_->LingerThenClose(this, *transport_, /*registered=*/true);
+      worker_->loop().DeleteLater(this);
+      return;
+    }
     transport_->Shutdown();
   }
+  worker_->loop().Remove(fd_);
   ::close(fd_);
   worker_->ConnectionClosed(this);
   worker_->loop().DeleteLater(this);

@@ -143,6 +143,13 @@ class Http2Connection final : public WorkerConnection {
   // ignored_block_budget_. False: the budget is spent.
   bool SettleHeaderBlock();
   bool CheckStreamId(int32_t id);
+  // nghttp2_session_mem_recv, noting whether nghttp2 ended the session for
+  // a connection error it found (session_ended_).
+  ssize_t MemRecv(const uint8_t* data, size_t size);
+  // Whether the session is ending already: its GOAWAY sent, or queued by
+  // nghttp2 for a connection error it found (not sent yet: nghttp2 still
+  // wants to read until it is).
+  bool SessionEnded() const;
   // DATA (`data`) or HEADERS on a stream in ended_streams_: GOAWAY
   // STREAM_CLOSED, and nothing more of what was read is processed.
   ssize_t EndForClosedStream(bool data);
@@ -175,7 +182,14 @@ class Http2Connection final : public WorkerConnection {
   bool readable_ = true;
   bool peer_closed_ = false;
   bool closed_ = false;
-  bool fatal_ = false;  // nghttp2 or a limit ended the session
+  bool fatal_ = false;              // nghttp2 or a limit ended the session
+  bool peer_gone_ = false;          // the client's end of stream, or a failed read or write
+  bool error_goaway_sent_ = false;  // a GOAWAY with an error code went out
+  bool session_ended_ = false;      // nghttp2 ended it (MemRecv)
+  // In MemRecv: the last frame nghttp2 reported was invalid (no frame began
+  // after it), and its outbound queue's size then.
+  bool invalid_frame_last_ = false;
+  size_t queued_at_invalid_frame_ = 0;
   bool draining_ = false;
   bool in_drive_ = false;
   bool drive_again_ = false;

@@ -12,6 +12,7 @@
 #include "dataplane/net/socket.h"
 #include "dataplane/proxy/client_connection.h"
 #include "dataplane/proxy/http2_connection.h"
+#include "dataplane/proxy/lingering_close.h"
 #include "dataplane/proxy/passthrough_connection.h"
 
 namespace kwd::proxy {
@@ -563,6 +564,31 @@ void Worker::Detach(WorkerConnection* connection) {
     others_[slot]->slot = slot;
     others_.pop_back();
   }
+}
+
+void Worker::LingerThenClose(ClientConnection* from, net::Transport& transport, bool registered) {
+  size_t slot = from->slot;
+  if (slot < connections_.size() && connections_[slot] == from) {
+    connections_[slot] = connections_.back();
+    connections_[slot]->slot = slot;
+    connections_.pop_back();
+  }
+  StartLingering(transport, registered);
+}
+
+void Worker::LingerThenClose(WorkerConnection* from, net::Transport& transport, bool registered) {
+  Detach(from);
+  StartLingering(transport, registered);
+}
+
+void Worker::StartLingering(net::Transport& transport, bool registered) {
+  transport.Shutdown();  // TLS close_notify, ahead of the FIN
+  const int fd = transport.fd();
+  ::shutdown(fd, SHUT_WR);
+  auto* lingering = new LingeringClose(this, fd, registered);
+  lingering->slot = others_.size();
+  others_.push_back(lingering);
+  lingering->Start();
 }
 
 void Worker::ConnectionClosed(WorkerConnection* connection) {

@@ -162,6 +162,15 @@ class Worker {
                        bool registered);
   // Takes `connection` off the worker's list without uncounting it.
   void Detach(WorkerConnection* connection);
+  // Ends a client connection with a lingering close (lingering_close.h):
+  // `transport` has handed every byte for the client to the kernel
+  // (BeforeClose). Its TLS close_notify goes, the socket's write side is shut
+  // down, and a LingeringClose takes the descriptor (`registered`: in epoll
+  // already), counted in the connection's place. `from` is taken off the
+  // worker's list without being uncounted; its owner deletes it later and
+  // closes nothing.
+  void LingerThenClose(ClientConnection* from, net::Transport& transport, bool registered);
+  void LingerThenClose(WorkerConnection* from, net::Transport& transport, bool registered);
   // Starts the connection for `listener` on an accepted socket whose client
   // is `client_ip` (the peer, or what its PROXY protocol header said). The
   // connection is already counted.
@@ -212,6 +221,7 @@ class Worker {
   size_t CloseOldestIdleUpstreams(size_t count);
   void StopAccepting();
   void CheckDrained();
+  void StartLingering(net::Transport& transport, bool registered);
   static uint64_t PoolKey(std::string_view address, uint32_t port, std::string_view tls_key);
 
   int id_;

@@ -1114,6 +1114,189 @@ TEST_F(ProxyConnectionTest, ClientStillUploadingGetsTheWholeEarlyAnswer) {
   EXPECT_LE(backend.traffic_connections(), 3);  // the streamed rounds only, if in time
 }
 
+// A client that sends `head` and `filler`, then goes on sending (`filler`
+// every 10 ms, about 3 MB/s, until `at_least` bytes went, at most 4 s)
+// without reading, as one that
+// streams its upload or pipelines requests before it looks at the answer;
+// 300 ms later it reads what came 512 bytes at a time (slowly) to the end
+// of the connection.
+UploadOutcome SendOnThenReadSlowly(uint16_t port, const std::string& head,
+                                   const std::string& filler, size_t at_least) {
+  UploadOutcome out;
+  int fd = ConnectLoopback(port);
+  if (fd < 0) {
+    return out;
+  }
+  timeval send_timeout{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
+  // The head with the first filler in one write: the proxy's first read
+  // sees bytes beyond the request (a `Connection: close` client that
+  // pipelines more is only known to by what it reads).
+  const std::string first = head + filler;
+  if (::send(fd, first.data(), first.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(first.size())) {
+    out.sent = first.size();
+    auto until = Clock::now() + std::chrono::seconds(4);
+    while (out.sent < at_least && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ssize_t n = ::send(fd, filler.data(), filler.size(), MSG_NOSIGNAL);
+      if (n <= 0) {
+        break;  // reset: what came may still be read
+      }
+      out.sent += static_cast<size_t>(n);
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  for (int reads = 0; reads < 10'000; ++reads) {  // bounded
+    char buf[512];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      out.received.append(buf, static_cast<size_t>(n));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    out.clean_eof = n == 0;
+    out.read_errno = n < 0 ? errno : 0;
+    break;
+  }
+  ::close(fd);
+  return out;
+}
+
+// A client that is still sending when the proxy closes after its answer
+// (an early 413 or 431, or `Connection: close` with more requests
+// pipelined) and reads only later, slowly: it must read the whole answer and
+// then the end of the stream. The proxy closed at once (pipelined) or after
+// 1 MiB of dropped bytes (413, 431) with the client's bytes still coming:
+// the kernel answered them with a reset, and the client got ECONNRESET, often
+// without the answer. The lingering close now drops up to 16 MiB for up to
+// 5 s (1 s without a byte).
+TEST_F(ProxyConnectionTest, ClientStillSendingAndReadingSlowlyGetsTheAnswerThenAFin) {
+  // Answers each request head "ok", keep-alive (the proxy reuses the
+  // connection in the next round).
+  ScriptedBackend backend([](int fd, int, const std::string&, std::string buffered) {
+    std::string head;
+    for (int i = 0; i < 1000; ++i) {  // bounded
+      SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+      if (!ReadHead(fd, &buffered, &head)) {
+        return;
+      }
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(
+      StartProxy(backend.port(),
+                 {"--max-body-size", "65536", "--max-header-size", "16384", "--workers", "1"}));
+  std::string pipelined;
+  while (pipelined.size() < 32 * 1024) {
+    pipelined += "GET /b HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  struct Case {
+    const char* name;
+    std::string head;
+    std::string filler;
+    const char* status_line;
+  };
+  const std::vector<Case> cases = {
+      {"413", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n",
+       std::string(32 * 1024, 'u'), "HTTP/1.1 413 "},
+      {"431", "GET /big HTTP/1.1\r\nHost: x\r\nX-Fill: ", std::string(32 * 1024, 'h'),
+       "HTTP/1.1 431 "},
+      {"pipelined", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", pipelined,
+       "HTTP/1.1 200 "},
+  };
+  for (const Case& c : cases) {
+    for (int round = 0; round < 3; ++round) {
+      // First a burst in flight, then a client that goes on sending.
+      const bool keeps_sending = round > 0;
+      UploadOutcome r =
+          SendOnThenReadSlowly(port(), c.head, c.filler, keeps_sending ? size_t{3} << 20 : 0);
+      SCOPED_TRACE(std::string(c.name) + " round " + std::to_string(round) + ", sent " +
+                   std::to_string(r.sent));
+      ASSERT_TRUE(r.received.starts_with(c.status_line)) << r.received;
+      EXPECT_NE(r.received.find("\r\nConnection: close\r\n"), std::string::npos) << r.received;
+      size_t head_end = r.received.find("\r\n\r\n");
+      ASSERT_NE(head_end, std::string::npos) << r.received;
+      size_t length_at = r.received.find("\r\nContent-Length: ");
+      ASSERT_LT(length_at, head_end) << r.received;
+      size_t length = std::stoul(r.received.substr(length_at + 18));
+      EXPECT_EQ(r.received.size(), head_end + 4 + length) << r.received;
+      EXPECT_TRUE(r.clean_eof) << "the answer ended with " << strerror(r.read_errno);
+      if (keeps_sending) {
+        EXPECT_GE(r.sent, size_t{3} << 20);  // beyond the former cap of 1 MiB
+      }
+    }
+  }
+}
+
+// kwd_proxy_connections_active from the admin port's /metrics (-1: not found).
+double ActiveConnections(uint16_t admin_port) {
+  std::string metrics = testing::HttpGet(admin_port, "/metrics").body;
+  const std::string name = "\nkwd_proxy_connections_active ";
+  size_t at = metrics.find(name);
+  return at == std::string::npos ? -1 : std::strtod(metrics.c_str() + at + name.size(), nullptr);
+}
+
+// A lingering connection stays counted while it lingers and closes after its
+// bounds: 1 s after the client's last byte, 5 s after the answer at most
+// however the client trickles. It lingered 5 s whatever the client did.
+TEST_F(ProxyConnectionTest, LingeringCloseEndsAfterItsBounds) {
+  ScriptedBackend backend([](int, int, const std::string&, std::string) {});
+  ASSERT_NO_FATAL_FAILURE(StartProxy(backend.port(), {"--max-body-size", "65536"}));
+  const std::string head = "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n";
+  const std::string body(64 * 1024, 'u');
+  // The 413 and its FIN (the write side is shut down when the linger
+  // starts); the time of the FIN.
+  auto answered = [&](int fd, Clock::time_point* at) {
+    std::string received;
+    char buf[4096];
+    for (int i = 0; i < 1000; ++i) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        *at = Clock::now();
+        return n == 0 && received.starts_with("HTTP/1.1 413 ");
+      }
+      received.append(buf, static_cast<size_t>(n));
+    }
+    return false;
+  };
+  for (bool trickle : {false, true}) {
+    SCOPED_TRACE(trickle ? "trickling" : "silent");
+    int fd = ConnectLoopback(port(), 0, std::chrono::seconds(5));
+    ASSERT_GE(fd, 0);
+    SendAll(fd, head + body);
+    Clock::time_point fin;
+    ASSERT_TRUE(answered(fd, &fin));
+    double closed_after = -1;
+    double counted_at = -1;  // the last time it was seen counted
+    while (SecondsSince(fin) < 10) {
+      if (trickle) {
+        (void)::send(fd, body.data(), 1024, MSG_NOSIGNAL);  // every 200 ms: under 1 s apart
+      }
+      double active = ActiveConnections(admin_port_);
+      if (active == 0) {
+        closed_after = SecondsSince(fin);
+        break;
+      }
+      if (active == 1) {
+        counted_at = SecondsSince(fin);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(trickle ? 200 : 50));
+    }
+    ::close(fd);
+    if (trickle) {
+      EXPECT_GE(counted_at, 4.0);  // the trickle keeps it past the idle bound
+      EXPECT_GE(closed_after, 4.5);
+      EXPECT_LE(closed_after, 7.0);
+    } else {
+      EXPECT_GE(counted_at, 0.5);  // lingering, counted
+      EXPECT_GE(closed_after, 0.8);
+      EXPECT_LE(closed_after, 2.5);
+    }
+    ASSERT_TRUE(testing::WaitFor([&] { return ActiveConnections(admin_port_) == 0; }));
+  }
+}
+
 // An error page the proxy sends while it drains (SIGTERM), on a keep-alive
 // connection it closes right after: the page must say `Connection: close`,
 // or the client takes the connection for reusable and its next request

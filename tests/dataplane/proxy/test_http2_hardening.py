@@ -17,7 +17,11 @@ test_http2_attacks.py, frames written by hand on raw sockets.
   target and Host are the ones the decision was made on.
 - Stream ids: a HEADERS frame on a stream id lower than one already used
   (h2spec 5.1.1/2) ends the connection with PROTOCOL_ERROR; trailers on a
-  stream the server already closed do not.
+  stream the server already closed do not. A connection error is counted
+  once in kwd_proxy_http2_errors_total{reason="protocol_error"}.
+- Lingering close: a client with more frames in flight when its protocol
+  error ends the connection, which reads only later and slowly, reads the
+  GOAWAY and then the end of the stream (h2c and TLS), not a reset.
 
 Needs KWD_PROXY and KWD_CONTROLLER (set by ctest), Debian's python3 with
 python3-h2 (hpack), openssl for the TLS cases.
@@ -38,7 +42,8 @@ from test_http2_attacks import (
     ACK, COMPRESSION_ERROR, CONTINUATION, CONTROLLER, DATA, END_HEADERS, END_STREAM,
     ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PING, PROTOCOL_ERROR, PROXY, RST_STREAM,
     WINDOW_UPDATE,
-    Background, Closed, Connection, Proxy, ProxyCase, frame, get, literal, literal_new_name,
+    Background, Closed, Connection, Proxy, ProxyCase, frame, get, goaway_info, literal,
+    literal_new_name,
     read_statuses, request_block, wait_end, wait_status)
 
 # The proxy's SETTINGS_MAX_FRAME_SIZE (the default).
@@ -771,6 +776,22 @@ class StreamIds(ProxyCase):
         self.assertIsNotNone(conn.goaway, "no GOAWAY")
         self.assertEqual(conn.goaway[1], STREAM_CLOSED)
 
+    def test_an_error_nghttp2_found_is_counted_once_with_data_on_an_ended_stream(self):
+        """A connection error nghttp2 finds itself (WINDOW_UPDATE with a zero
+        increment on the connection, counted in its invalid-frame callback)
+        and DATA on a stream the client had ended, in the same read: nghttp2
+        has ended the session (its GOAWAY queued, not sent yet), so the DATA
+        is not a second error. It was counted twice."""
+        conn = self.connect()
+        conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(b"/one")))
+        wait_end(conn, 1)
+        before = self.proxy.metric("kwd_proxy_http2_errors_total", reason="protocol_error") or 0
+        conn.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0)) + frame(DATA, 0, 1, b"late"))
+        self.assertTrue(conn.wait_closed(10), "connection open after a zero WINDOW_UPDATE")
+        self.assertEqual(conn.goaway[1], PROTOCOL_ERROR)
+        after = self.proxy.metric("kwd_proxy_http2_errors_total", reason="protocol_error")
+        self.assertEqual(after - before, 1)
+
     def test_data_after_a_reset_of_an_ended_stream_in_the_same_read(self):
         """The client ends stream 1, resets it and sends DATA on it, all in
         one write: the reset (read just before) closed a stream the client
@@ -786,6 +807,96 @@ class StreamIds(ProxyCase):
 
 STREAM_CLOSED = 0x5
 CANCEL = 0x8
+
+
+# ---------------------------------------------------------------- lingering close
+
+
+def read_slowly(sock, timeout, piece=512):
+    """Reads `piece` bytes at a time with a pause between reads until the
+    end of the stream: (what came, "eof" or how the reading failed)."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(piece)
+        except socket.timeout:
+            break
+        except (OSError, ssl.SSLError) as e:
+            return data, repr(e)
+        if not chunk:
+            return data, "eof"
+        data += chunk
+        time.sleep(0.002)
+    return data, "timeout"
+
+
+def parse_frames(data):
+    """The whole frames in `data`: [(type, flags, stream, payload)]."""
+    frames = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        if len(data) < 9 + length:
+            break
+        kind, flags, stream = struct.unpack(">BBI", data[3:9])
+        frames.append((kind, flags, stream & 0x7fffffff, data[9:9 + length]))
+        data = data[9 + length:]
+    return frames
+
+
+class LingeringClose(ProxyCase):
+    tls = True
+
+    def error_with_frames_in_flight(self, context):
+        """HEADERS on stream 3 after stream 5 (a connection error) with more
+        frames (PINGs) in flight: in a burst the client then waits 300 ms
+        and reads, or it goes on sending for a second (about 3 MB/s) before
+        it reads; it reads slowly. The proxy closed with the client's bytes
+        unread or still coming, and the kernel answered with a reset: the
+        client read ECONNRESET after the GOAWAY (or lost it with clients
+        that drop what they received on a reset), or could not go on
+        sending. The close now lingers: GOAWAY PROTOCOL_ERROR, then the end
+        of the stream, and no reset while the client sends."""
+        port = self.proxy.tls_port if context else self.proxy.port
+        filler = frame(PING, 0, 0, b"lingerin") * 2000  # 34 KB
+        for round in range(4):
+            keeps_sending = round % 2 == 1
+            conn = Connection(port, context)
+            self.conns.append(conn)
+            conn.send(frame(HEADERS, END_STREAM | END_HEADERS, 5, request_block(b"/five")) +
+                      frame(HEADERS, END_STREAM | END_HEADERS, 3, request_block(b"/three")))
+            sent = 0
+            try:
+                if keeps_sending:
+                    until = time.monotonic() + 1.0
+                    while time.monotonic() < until:
+                        conn.sock.sendall(filler)
+                        sent += len(filler)
+                        time.sleep(0.01)
+                else:
+                    conn.sock.sendall(filler * 8)
+                    sent += 8 * len(filler)
+                    time.sleep(0.3)
+            except (OSError, ssl.SSLError):
+                pass  # reset: what came may still be read
+            data, end = read_slowly(conn.sock, 10)
+            frames = parse_frames(conn.buffer + data)
+            goaways = [goaway_info(payload) for kind, _, _, payload in frames if kind == GOAWAY]
+            where = "round %d, %d bytes sent" % (round, sent)
+            self.assertEqual(end, "eof", where)
+            self.assertTrue(goaways, "no GOAWAY, " + where)
+            self.assertEqual(goaways[0][1], PROTOCOL_ERROR, where)
+            if keeps_sending:
+                self.assertGreater(sent, 1 << 20, where)
+            conn.close()
+        self.assertEqual(self.backend.count("/three"), 0)
+
+    def test_goaway_reaches_a_client_still_sending_h2c(self):
+        self.error_with_frames_in_flight(None)
+
+    def test_goaway_reaches_a_client_still_sending_tls(self):
+        self.error_with_frames_in_flight(tls_context())
 
 
 if __name__ == "__main__":
