@@ -1054,7 +1054,9 @@ struct Http2Callbacks {
     // A stream error has queued its RST_STREAM by now; a connection error
     // queues its GOAWAY after this callback (MemRecv).
     c->invalid_frame_last_ = true;
-    c->queued_at_invalid_frame_ = nghttp2_session_get_outbound_queue_size(session);
+    // The queue's length is bounded (max_outbound_ack and the streams).
+    c->queued_at_invalid_frame_ =
+        static_cast<uint32_t>(nghttp2_session_get_outbound_queue_size(session));
     if (Http2Connection::Stream* stream = c->FindStream(frame->hd.stream_id)) {
       stream->malformed = true;  // counted here, not again as reset_before_forward
     }

@@ -172,6 +172,12 @@ class Http2Connection final : public WorkerConnection {
   std::unique_ptr<net::Transport> transport_;
   int fd_;
   uint16_t client_port_;  // 0: unknown
+  // In MemRecv: nghttp2 ended the session; the last frame it reported was
+  // invalid (no frame began after it), and its outbound queue's size then
+  // (queued_at_invalid_frame_). Members are placed where the layout had
+  // padding: the object stays within its size (IdleConnectionMemory).
+  bool session_ended_ = false;
+  bool invalid_frame_last_ = false;
   std::string client_ip_;
   // Declared before session_ (destroyed after it): the session's blocks.
   Http2SessionMemory session_memory_;
@@ -185,14 +191,7 @@ class Http2Connection final : public WorkerConnection {
   bool fatal_ = false;              // nghttp2 or a limit ended the session
   bool peer_gone_ = false;          // the client's end of stream, or a failed read or write
   bool error_goaway_sent_ = false;  // a GOAWAY with an error code went out
-  bool session_ended_ = false;      // nghttp2 ended it (MemRecv)
-  // In MemRecv: the last frame nghttp2 reported was invalid (no frame began
-  // after it), and its outbound queue's size then.
-  bool invalid_frame_last_ = false;
-  size_t queued_at_invalid_frame_ = 0;
   bool draining_ = false;
-  bool in_drive_ = false;
-  bool drive_again_ = false;
   size_t turn_read_bytes_ = 0;  // read in the current Drive (kReadBytesPerTurn)
   std::unordered_map<int32_t, Stream*> streams_;
   std::vector<Stream*> retired_;
@@ -210,6 +209,8 @@ class Http2Connection final : public WorkerConnection {
   uint16_t block_not_fields_ = 0;  // pad length and priority bytes of its HEADERS frame
   bool block_complete_ = false;    // nghttp2 received it whole (OnFrameRecv)
   bool got_preface_ = false;
+  bool in_drive_ = false;
+  bool drive_again_ = false;
   http::H2FrameScanner frames_;  // where Feed is in the client's frames
   // Wire bytes of header blocks nghttp2 did not decode to the end with a
   // callback for every field (a stream it refused, closed or reset as
@@ -223,6 +224,7 @@ class Http2Connection final : public WorkerConnection {
   // below it (inclusive ranges of odd ids, the newest 50): closed without
   // being opened (RFC 9113 5.1.1), so HEADERS on one is a connection error.
   int32_t last_client_stream_ = -1;  // -1: none yet, the next new id is 1
+  uint32_t queued_at_invalid_frame_ = 0;
   http::H2StreamIdSet skipped_streams_;
   // Streams nghttp2 closed after the client had ended them (END_STREAM; its
   // RST_STREAM after that too), and the ids it skipped: DATA or HEADERS on
