@@ -89,6 +89,17 @@ start_backend 18003 demo3_QS_02 java
 controller_admin=${KWD_CONTROLLER_ADMIN:-127.0.0.1:9902}
 grpc=${KWD_GRPC_LISTEN:-127.0.0.1:18000}
 
+# The .out files a previous run left say "listening" too: each is emptied
+# here (a builtin, before the process starts) so that wait_listening reads
+# only the new process's line. The process's own redirection truncates it
+# too late: that happens in the background child, which under load may not
+# have run yet when wait_listening first reads the file, and the proxy then
+# started before the controller listened (the fake message server: the
+# controller's first poll found nothing, and the next came 5 s later).
+fresh() {  # file
+  : >"$1"
+}
+
 wait_listening() {  # file log
   local line i
   for ((i = 0; i < 100; i++)); do
@@ -104,6 +115,7 @@ wait_listening() {  # file log
 # examples/sapsystem: the demo backends listed by a fake SAP message server
 # (tests/fake_sap) that the controller polls instead of static servers.
 if [[ -f "$examples/message-server.json" ]]; then
+  fresh "$run_dir/message-server.out"
   python3 -u tests/fake_sap/fake_message_server.py --listen 127.0.0.1:18101 \
     --config "$examples/message-server.json" >"$run_dir/message-server.out" 2>&1 &
   wait_listening "$run_dir/message-server.out" "$run_dir/message-server.out" || exit 1
@@ -111,11 +123,13 @@ fi
 
 # The controller follows the YAML (it notices file changes) and streams each
 # new snapshot to the proxy over gRPC.
+fresh "$run_dir/controller.out"
 "$build/kwd-controller" serve --source="dir:$examples" --grpc-listen "$grpc" \
   --admin-listen "$controller_admin" >"$run_dir/controller.out" 2>"$run_dir/controller.log" &
 controller_pid=$!
 wait_listening "$run_dir/controller.out" "$run_dir/controller.log" || exit 1
 
+fresh "$run_dir/proxy.out"
 KWD_AFFINITY_KEY=${KWD_AFFINITY_KEY:-quickstart-key} "$build/kwd-proxy" serve --controller "$grpc" \
   --listen "$listen" --admin-listen "$admin" --access-log "$run_dir/access.log" --node-id quickstart \
   >"$run_dir/proxy.out" 2>"$run_dir/proxy.log" &
@@ -130,8 +144,18 @@ for ((i = 0; i < 100; i++)); do
   run sleep 0.1
 done
 $ready || { echo "the proxy got no snapshot; see $run_dir/" >&2; exit 1; }
-# For the explain hint: the snapshot the controller serves, as JSON.
-run curl -s "http://$controller_admin/debug/snapshot" >"$snapshot"
+# For the explain hint: the snapshot the controller serves, as JSON. With a
+# message server, the first snapshot can come before the controller's first
+# poll has listed any server: wait (at most about 10 s) for one that has them,
+# so that the hints show the instances and not 503s.
+for ((i = 0; i < 100; i++)); do
+  run curl -s "http://$controller_admin/debug/snapshot" >"$snapshot"
+  [[ -f "$examples/message-server.json" ]] || break
+  content=
+  IFS= read -r -d '' content <"$snapshot" || true
+  [[ $content == *'"servers"'* ]] && break
+  run sleep 0.1
+done
 
 # What to try, for the example that runs: every hint line that is not a
 # comment is a command that works against it (tests/deploy/run_quickstart_test.py

@@ -359,6 +359,11 @@ void ServerTls::SetSnapshotCertificates(
   std::vector<std::shared_ptr<const CertPair>> pairs;
   std::map<std::string, std::string> refused;
   bool changed = certs.size() != static_cast<int>(snapshot_pairs_.size());
+  // Counted once the outcome is visible (CountOutcome): a reload counted
+  // while the old set still serves, or an error counted before its log
+  // line, misleads whoever watches the metric (the TLS tests did).
+  uint64_t reloads = 0;
+  uint64_t errors = 0;
   for (const v1::Certificate& certificate : certs) {
     std::string material = certificate.cert_pem();
     material += '\0';
@@ -381,7 +386,7 @@ void ServerTls::SetSnapshotCertificates(
     if (loaded != nullptr) {
       changed = true;
       pairs.push_back(std::move(loaded));
-      metrics_.certificate_reloads.Inc();
+      ++reloads;
       std::string hosts;
       for (const auto& host : certificate.hosts()) {
         hosts += hosts.empty() ? host : "," + host;
@@ -394,7 +399,7 @@ void ServerTls::SetSnapshotCertificates(
     }
     refused[certificate.name()] = fingerprint;
     if (retry) {
-      metrics_.certificate_errors.Inc();
+      ++errors;
       Log(LogLevel::kError, "tls",
           previous != old_by_name.end()
               ? "certificate from the snapshot refused; the previous one keeps serving"
@@ -415,11 +420,16 @@ void ServerTls::SetSnapshotCertificates(
     }
   }
   snapshot_refused_ = std::move(refused);
-  if (!changed) {
-    return;
+  if (changed) {
+    snapshot_pairs_ = std::move(pairs);
+    PublishLocked();
   }
-  snapshot_pairs_ = std::move(pairs);
-  PublishLocked();
+  CountOutcome(reloads, errors);
+}
+
+void ServerTls::CountOutcome(uint64_t reloads, uint64_t errors) {
+  metrics_.certificate_reloads.Inc(reloads);
+  metrics_.certificate_errors.Inc(errors);
 }
 
 void ServerTls::PublishLocked() {
@@ -484,6 +494,8 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
   tried_.erase("");
 
   bool changed = candidates.size() != old_pairs.size();
+  uint64_t reloads = 0;  // counted once visible, as in SetSnapshotCertificates
+  uint64_t errors = 0;
   auto set = std::make_shared<CertSet>();  // the file pairs only
   std::map<std::string, std::string> tried;
   for (const Candidate& c : candidates) {
@@ -501,7 +513,7 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
       changed = true;
       set->pairs.push_back(loaded);
       if (!initial) {
-        metrics_.certificate_reloads.Inc();
+        ++reloads;
       }
       std::string names;
       for (const auto& n : loaded->names) {
@@ -512,7 +524,7 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
       continue;
     }
     if (retry) {
-      metrics_.certificate_errors.Inc();
+      ++errors;
       Log(LogLevel::kError, "tls",
           previous != old_by_name.end() ? "certificate pair refused; the previous one keeps serving"
                                         : "certificate pair refused",
@@ -531,7 +543,7 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
       // loaded pair keeps serving until both files are back or both are gone.
       tried[name] = "incomplete";
       if (tried_.count(name) == 0 || tried_[name] != "incomplete") {
-        metrics_.certificate_errors.Inc();
+        ++errors;
         Log(LogLevel::kError, "tls",
             "certificate pair incomplete (certificate or key missing); the previous one keeps "
             "serving",
@@ -550,15 +562,16 @@ bool ServerTls::Refresh(bool initial, std::string* error) {
     if (initial) {
       *error = "--tls-cert-dir " + options_.cert_dir + ": no certificate pair could be loaded";
     }
+    CountOutcome(reloads, errors);
     return false;
   }
-  if (!changed) {
-    return false;
+  if (changed) {
+    std::lock_guard lock(publish_mu_);
+    file_pairs_ = std::move(set->pairs);
+    PublishLocked();
   }
-  std::lock_guard lock(publish_mu_);
-  file_pairs_ = std::move(set->pairs);
-  PublishLocked();
-  return true;
+  CountOutcome(reloads, errors);
+  return changed;
 }
 
 bool ServerTls::Load(std::string* error) {

@@ -165,6 +165,10 @@ class ServerTls {
                                                    std::string* error);
   // Publishes file_pairs_ + snapshot_pairs_ as the serving set (publish_mu_ held).
   void PublishLocked();
+  // Adds a refresh's reloads and refusals to the metrics: after the set is
+  // published and the log lines are written, so a reader that sees a count
+  // go up also sees the new certificate served and the line in the log.
+  void CountOutcome(uint64_t reloads, uint64_t errors);
   // Loads what changed; returns whether a new set was published.
   bool Refresh(bool initial, std::string* error);
   void RotateTicketKeyIfDue(int64_t now_ms);

@@ -282,14 +282,24 @@ class Hints(unittest.TestCase):
             self.assertIn(RUNNING, output, output.decode(errors="replace"))
             commands = hint_commands(output)
             self.assertGreaterEqual(len(commands), 6, commands)
+            # What each command must show: the first command holding a check's needle.
+            wanted = {}
+            for needle, expected in checks:
+                matching = [c for c in commands if needle in c]
+                if matching:
+                    wanted.setdefault(matching[0], []).extend(expected)
             results = {}
             for command in commands:
-                # The first poll of a message server may still be on its way: a
-                # command is retried for at most 10 s.
+                # The proxy may not have applied the snapshot with the servers yet
+                # (with a message server, the controller's first poll may still be
+                # on its way): a command is retried until it shows what it should,
+                # for at most 10 s. A retry on any output at all accepted a loop
+                # whose first requests were answered 503 (one X-Served-By line).
                 deadline = time.monotonic() + 10
                 while True:
                     status, text = run_hint(command)
-                    if (status == 0 and text.strip()) or time.monotonic() > deadline:
+                    shows = all(want in text for want in wanted.get(command, []))
+                    if (status == 0 and text.strip() and shows) or time.monotonic() > deadline:
                         break
                     time.sleep(0.2)
                 with self.subTest(command=command):

@@ -12,9 +12,11 @@ Needs KWD_PROXY and KWD_CONTROLLER (the built binaries), set by ctest; Debian's
 python3 (standard library) and openssl.
 """
 
+import fcntl
 import json
 import os
 import re
+import select
 import shutil
 import socket
 import ssl
@@ -195,6 +197,11 @@ class TlsTermination(unittest.TestCase):
         cls.access_log = os.path.join(cls.dir, "access.log")
         cls.log_path = os.path.join(cls.dir, "proxy.log")
         cls.log = open(cls.log_path, "w")
+        stderr = cls.log
+        if getattr(cls, "LOG_PIPE", False):
+            # The proxy's log through a pipe the test can stop reading (LogPipe).
+            cls.log_pipe = LogPipe(cls.log)
+            stderr = cls.log_pipe.write_fd
         cls.proxy = subprocess.Popen(
             [PROXY, "serve", "--snapshot", cls.snapshot, "--listen", "127.0.0.1:0",
              "--admin-listen", "127.0.0.1:%d" % cls.admin_port, "--access-log", cls.access_log,
@@ -203,7 +210,9 @@ class TlsTermination(unittest.TestCase):
              "--tls-verify-client", getattr(cls, "VERIFY", "optional"),
              "--tls-handshake-timeout", "1s", "--workers", "2",
              "--log-level", "info"],
-            stdout=subprocess.PIPE, stderr=cls.log, text=True)
+            stdout=subprocess.PIPE, stderr=stderr, text=True)
+        if stderr is not cls.log:
+            os.close(stderr)
         ports = {}
         for _ in range(10):
             line = cls.proxy.stdout.readline()
@@ -220,6 +229,8 @@ class TlsTermination(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        if getattr(cls, "log_pipe", None):
+            cls.log_pipe.resume()
         cls.proxy.terminate()
         try:
             cls.proxy.wait(timeout=10)
@@ -227,6 +238,8 @@ class TlsTermination(unittest.TestCase):
             cls.proxy.kill()
             cls.proxy.wait()
         cls.proxy.stdout.close()
+        if getattr(cls, "log_pipe", None):
+            cls.log_pipe.close()
         cls.log.close()
         cls.backend.shutdown()
         cls.backend.server_close()
@@ -643,6 +656,69 @@ class TlsReload(unittest.TestCase):
         self.assertGreater(counts[0], 40)
 
 
+class TlsReloadCountedWhenServed(unittest.TestCase):
+    """kwd_proxy_tls_certificate_reloads_total counts a reload once the new
+    pair serves, and after its log line. It used to count first, then log, then
+    publish: TlsReload, which waits for the count and then expects the new
+    certificate (or the log line), could fail when the reloading thread lost
+    the CPU between the two (a loaded machine).
+    Here the log line cannot be written (the proxy's stderr is a full pipe),
+    which holds the reloading thread at that line: the count must not have
+    moved yet; once the log flows, count and certificate move together."""
+
+    LOG_PIPE = True
+
+    @classmethod
+    def setUpClass(cls):
+        TlsTermination.setUpClass.__func__(cls)
+
+    @classmethod
+    def tearDownClass(cls):
+        TlsTermination.tearDownClass.__func__(cls)
+
+    context = TlsTermination.context
+    tls_connect = TlsTermination.tls_connect
+    peer_cn = TlsTermination.peer_cn
+    metrics = TlsTermination.metrics
+    metric = TlsTermination.metric
+    wait_for = TlsTermination.wait_for
+
+    def test_reload_counted_after_its_log_line_and_once_served(self):
+        def wild_cn():
+            with self.tls_connect("x.wild.kwd.test") as s:
+                return self.peer_cn(s)
+
+        self.assertEqual(wild_cn(), "wild")
+        before = self.metric("kwd_proxy_tls_certificate_reloads_total")
+        self.log_pipe.pause_full()
+        try:
+            # A Secret update (the ..data symlink swapped): both files at once.
+            wild = os.path.join(self.certs, "wild")
+            os.makedirs(os.path.join(wild, "..v2"))
+            shutil.copy(os.path.join(self.pki, "wild2.crt"), os.path.join(wild, "..v2", "tls.crt"))
+            shutil.copy(os.path.join(self.pki, "wild2.key"), os.path.join(wild, "..v2", "tls.key"))
+            os.symlink("..v2", os.path.join(wild, "..data_tmp"))
+            os.replace(os.path.join(wild, "..data_tmp"), os.path.join(wild, "..data"))
+            # The reload thread looks every 2 s: within 5 s it has loaded the
+            # pair and is held writing "certificate reloaded".
+            counted = self.wait_for(lambda: self.metric(
+                "kwd_proxy_tls_certificate_reloads_total") >= before + 1, timeout=5)
+            if counted:
+                self.assertEqual(wild_cn(), "wild-renewed", "counted, but the old pair serves")
+            self.assertFalse(counted, "counted before its log line was written")
+        finally:
+            self.log_pipe.resume()
+        self.assertTrue(self.wait_for(lambda: self.metric(
+            "kwd_proxy_tls_certificate_reloads_total") >= before + 1))
+        # Counted: served and logged, no waiting.
+        self.assertEqual(wild_cn(), "wild-renewed")
+
+        def logged():  # the line is in the pipe; the copying thread writes it here
+            with open(self.log_path) as f:
+                return "certificate reloaded" in f.read()
+        self.assertTrue(self.wait_for(logged))
+
+
 class TlsRequiredClientCertificate(unittest.TestCase):
     VERIFY = "required"
 
@@ -738,6 +814,62 @@ class TlsFlags(unittest.TestCase):
             self.assertIn("no certificate pair (NAME.crt + NAME.key", r.stderr)
         finally:
             shutil.rmtree(empty, ignore_errors=True)
+
+
+class LogPipe:
+    """A pipe for the proxy's stderr, copied to `log` by a thread, that the
+    test can fill and stop reading (pause_full): the proxy's next log line
+    then blocks in write(2) until resume()."""
+
+    def __init__(self, log):
+        self.log = log
+        self.read_fd, self.write_fd = os.pipe()
+        fcntl.fcntl(self.write_fd, fcntl.F_SETPIPE_SZ, 4096)
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.idle = threading.Event()
+        self.closed = False
+        self.thread = threading.Thread(target=self.copy, daemon=True)
+        self.thread.start()
+
+    def copy(self):
+        while not self.closed:
+            if not self.flowing.is_set():
+                self.idle.set()
+                time.sleep(0.01)
+                continue
+            self.idle.clear()
+            ready, _, _ = select.select([self.read_fd], [], [], 0.05)
+            if ready and self.flowing.is_set():
+                data = os.read(self.read_fd, 65536)
+                if not data:
+                    break
+                self.log.write(data.decode(errors="replace").replace("#", ""))
+                self.log.flush()
+
+    def pause_full(self):
+        self.flowing.clear()
+        assert self.idle.wait(5)
+        # A writer of its own (a new open file description: O_NONBLOCK only
+        # there) fills the pipe.
+        fd = os.open("/proc/self/fd/%d" % self.read_fd, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            for size in (512, 64, 8, 1):  # to the last byte: any line blocks
+                try:
+                    while True:
+                        os.write(fd, b"#" * size)
+                except BlockingIOError:
+                    pass
+        finally:
+            os.close(fd)
+
+    def resume(self):
+        self.flowing.set()
+
+    def close(self):
+        self.closed = True
+        self.thread.join(timeout=5)
+        os.close(self.read_fd)
 
 
 def free_port():
