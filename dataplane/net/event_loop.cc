@@ -600,9 +600,14 @@ unsigned EventLoop::PrepareAccepts(BatchedAccept* accept, unsigned index) {
     io_uring_prep_accept(sqe, accept->listen_fd_, reinterpret_cast<sockaddr*>(&accept->addrs_[i]),
                          &accept->lens_[i], SOCK_NONBLOCK | SOCK_CLOEXEC);
     sqe->ioprio |= flag;
+    // Linked: the first accept that finds the queue empty (or fails) ends
+    // the round, the kernel cancels the rest without trying them, so a
+    // round may be larger than the connections that came.
+    if (i + 1 < n) {
+      sqe->flags |= IOSQE_IO_LINK;
+    }
     io_uring_sqe_set_data64(sqe, index + i);
   }
-  ring_accepts_ += n;
   return n;
 }
 
@@ -611,8 +616,9 @@ void EventLoop::FinishAccepts(BatchedAccept* accept, unsigned n, const int* resu
   unsigned kept = 0;
   for (unsigned i = 0; i < n; ++i) {
     if (results[i] == -ECANCELED) {
-      continue;  // never reached the kernel (the ring is off now)
+      continue;  // after the one that ended the round, or the ring is off now
     }
+    ++ring_accepts_;
     if (results[i] == -EINVAL) {
       // A kernel before 6.10 refuses IORING_ACCEPT_DONTWAIT: accept4 from
       // now on (it also says whether the listener itself is the problem).
@@ -640,10 +646,11 @@ void EventLoop::FinishAccepts(BatchedAccept* accept, unsigned n, const int* resu
 }
 
 int EventLoop::Accept(BatchedAccept* accept, sockaddr_storage* addr, socklen_t* len) {
-  // The listener is empty: the next round is sized for about as many
-  // connections as came for this one.
+  // The listener is empty: the next round is sized for half as many again
+  // as came for this one (the accepts past the last connection cost little:
+  // the kernel cancels them).
   auto drained = [accept] {
-    accept->round_ = std::min(accept->accepted_ + 1, BatchedAccept::kMaxRound);
+    accept->round_ = std::min(accept->accepted_ + accept->accepted_ / 2 + 2, BatchedAccept::kMaxRound);
     accept->accepted_ = 0;
     accept->emptied_ = false;
     errno = EAGAIN;

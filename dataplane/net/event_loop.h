@@ -164,7 +164,8 @@ class BatchedRecv {
 
 // Accepts on one listening socket made through the loop's io_uring, a round
 // of several in one kernel entry (IORING_OP_ACCEPT with
-// IORING_ACCEPT_DONTWAIT: an empty listener completes at once with -EAGAIN):
+// IORING_ACCEPT_DONTWAIT: an empty listener completes at once with -EAGAIN;
+// linked, so the first that finds the queue empty ends the round):
 // the first round of an epoll batch goes in the kernel entry of the batch's
 // read-ahead (IoHandler::AcceptAhead). EventLoop::Accept hands the accepted
 // sockets out one at a time, as accept4(2) would. Embedded in its owner
@@ -192,7 +193,7 @@ class BatchedAccept {
   friend class EventLoop;
   int listen_fd_ = -1;
   unsigned max_round_ = kMaxRound;
-  unsigned round_ = 2;  // accepts of the next round: about the last event's
+  unsigned round_ = 2;  // accepts of the next round: from the last event's
   unsigned count_ = 0;  // results of the current round
   unsigned next_ = 0;   // the next to hand out
   // The last socket handed out left the listener's queue empty (the kernel
@@ -294,8 +295,9 @@ class EventLoop {
   // without IORING_ACCEPT_DONTWAIT) the system call. -1 with errno as
   // accept4 sets it; EAGAIN once the listener's queue is empty.
   int Accept(BatchedAccept* accept, sockaddr_storage* addr, socklen_t* len);
-  // accept4(2) calls made directly, accept operations made through the ring
-  // and io_uring submits of any kind by this loop (tests).
+  // accept4(2) calls made directly, accept operations the kernel ran
+  // through the ring (not those a round's end cancelled) and io_uring
+  // submits of any kind by this loop (tests).
   uint64_t direct_accepts() const { return direct_accepts_; }
   uint64_t ring_accepts() const { return ring_accepts_; }
   uint64_t ring_submits() const { return ring_submits_; }
