@@ -266,9 +266,15 @@ void EventLoop::SetUpUring() {
   if (error == 0) {
     auto* ring = new ::io_uring{};
     // Only this thread submits, and completions are reaped right after each
-    // submit: the kernel need not interrupt the thread for task work.
+    // submit, in the same kernel entry: the kernel need not interrupt the
+    // thread for task work (a linked close after its send), it runs it when
+    // the thread waits for the completions (DEFER_TASKRUN).
     int rc = io_uring_queue_init(kRingEntries, ring,
-                                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN);
+                                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+    if (rc == -EINVAL) {  // kernel before 6.1
+      rc = io_uring_queue_init(kRingEntries, ring,
+                               IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN);
+    }
     if (rc == -EINVAL) {
       rc = io_uring_queue_init(kRingEntries, ring, 0);  // kernel before 6.0
     }
