@@ -293,6 +293,8 @@ void EventLoop::SetUpUring() {
   }
 }
 
+unsigned EventLoop::ring_setup_flags() const { return ring_ != nullptr ? ring_->flags : 0; }
+
 void EventLoop::TrimHeapSoon() {
   if (!heap_trim_timer_.armed()) {
     Schedule(&heap_trim_timer_, kHeapTrimDelayMs);

@@ -301,6 +301,8 @@ class EventLoop {
   uint64_t direct_accepts() const { return direct_accepts_; }
   uint64_t ring_accepts() const { return ring_accepts_; }
   uint64_t ring_submits() const { return ring_submits_; }
+  // The flags this loop's io_uring was set up with (0 without one; tests).
+  unsigned ring_setup_flags() const;
   // Test hook: later accept operations through the ring carry a flag the
   // kernel refuses (-EINVAL), as a kernel before 6.10 refuses
   // IORING_ACCEPT_DONTWAIT.

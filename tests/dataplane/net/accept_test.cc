@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <liburing.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -233,6 +234,33 @@ TEST_F(RingAcceptTest, ABurstLargerThanARoundIsAcceptedWhole) {
   EXPECT_EQ(loop_->direct_accepts(), 0u);
   // Rounds of 2, 4, ... 64: a handful of kernel entries, not one per accept.
   EXPECT_LE(loop_->ring_submits() - submits_before, 10u);
+}
+
+// A round larger than the connections waiting: the accept that finds the
+// queue empty ends it, the kernel cancels the rest without trying them.
+TEST_F(RingAcceptTest, AcceptsPastTheLastConnectionAreCancelledUntried) {
+  TestListener listener;
+  Acceptor acceptor(loop_.get(), listener.fd);
+  for (int i = 0; i < 20; ++i) {
+    listener.Connect();
+  }
+  EXPECT_EQ(acceptor.TakeAll(), EAGAIN);
+  ASSERT_EQ(acceptor.fds.size(), 20u);
+  // The next round is sized for about 30; one connection comes.
+  listener.Connect();
+  const uint64_t ring_before = loop_->ring_accepts();
+  const uint64_t submits_before = loop_->ring_submits();
+  EXPECT_EQ(acceptor.TakeAll(), EAGAIN);
+  EXPECT_EQ(acceptor.fds.size(), 21u);
+  EXPECT_EQ(loop_->ring_submits() - submits_before, 1u);
+  // The one that accepted it and the one that found the queue empty.
+  EXPECT_EQ(loop_->ring_accepts() - ring_before, 2u);
+}
+
+// The ring defers its task work to the waits of its own thread (Linux 6.1).
+TEST_F(RingAcceptTest, TheRingIsSetUpWithDeferredTaskRun) {
+  EXPECT_NE(loop_->ring_setup_flags() & IORING_SETUP_DEFER_TASKRUN, 0u);
+  EXPECT_NE(loop_->ring_setup_flags() & IORING_SETUP_SINGLE_ISSUER, 0u);
 }
 
 // While descriptors ran short the owner takes one connection per round.
