@@ -250,7 +250,7 @@ perf_run() {  # name shape
     awk -v p="$name" -v s="$shape" '$2 == "[kernel.kallsyms]" {printf "%s\t%s\tperf:kernel %%\t%s\n", p, s, $1}' >>"$results"
   perf report -i "$work/perf.data" --children --sort sym --stdio -g none 2>/dev/null |
     awk -v p="$name" -v s="$shape" '
-      $3 == "[k]" && $4 ~ /^(tcp_sendmsg|net_rx_action|tcp_recvmsg|do_epoll_wait|__schedule|io_submit_sqes|__sys_accept4|tcp_v4_connect)$/ {
+      $3 == "[k]" && $4 ~ /^(tcp_sendmsg|net_rx_action|tcp_recvmsg|do_epoll_wait|__schedule|io_submit_sqes|__sys_accept4|tcp_v4_connect|do_accept|io_accept|fget|io_file_get_normal|do_syscall_64|__do_sys_io_uring_enter|io_issue_sqe)$/ {
         printf "%s\t%s\tperf:%s %%\t%s\n", p, s, $4, $1}' >>"$results"
   rm -f "$work/perf.data"
 }

@@ -8,8 +8,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 namespace kwd::net {
 
@@ -49,8 +51,25 @@ void BatchedRecv::Finish() {
   }
 }
 
+void BatchedAccept::Discard() {
+  for (unsigned i = next_; i < count_; ++i) {
+    if (results_[i] >= 0) {
+      close(results_[i]);
+    }
+  }
+  next_ = count_ = 0;
+  emptied_ = false;
+}
+
 namespace {
 std::atomic<IoUringMode> g_uring_mode{IoUringMode::kAuto};
+std::atomic<bool> g_refuse_ring_accepts{false};
+// Accept flags in the SQE's ioprio (linux/io_uring.h of 6.10; liburing 2.3
+// predates them): DONTWAIT completes an accept on an empty listener at once
+// with -EAGAIN instead of parking it until a connection comes (which the
+// listener's O_NONBLOCK does not do).
+constexpr uint16_t kAcceptDontWait = 1U << 1;
+constexpr uint16_t kAcceptUnknownFlagForTesting = 1U << 15;
 std::atomic<void (*)(int)> g_uring_unavailable{nullptr};
 std::atomic<bool> g_uring_reported{false};
 std::atomic<int> g_uring_fail_for_testing{0};
@@ -247,9 +266,15 @@ void EventLoop::SetUpUring() {
   if (error == 0) {
     auto* ring = new ::io_uring{};
     // Only this thread submits, and completions are reaped right after each
-    // submit: the kernel need not interrupt the thread for task work.
+    // submit, in the same kernel entry: the kernel need not interrupt the
+    // thread for task work (a linked close after its send), it runs it when
+    // the thread waits for the completions (DEFER_TASKRUN).
     int rc = io_uring_queue_init(kRingEntries, ring,
-                                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN);
+                                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+    if (rc == -EINVAL) {  // kernel before 6.1
+      rc = io_uring_queue_init(kRingEntries, ring,
+                               IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN);
+    }
     if (rc == -EINVAL) {
       rc = io_uring_queue_init(kRingEntries, ring, 0);  // kernel before 6.0
     }
@@ -267,6 +292,8 @@ void EventLoop::SetUpUring() {
     }
   }
 }
+
+unsigned EventLoop::ring_setup_flags() const { return ring_ != nullptr ? ring_->flags : 0; }
 
 void EventLoop::TrimHeapSoon() {
   if (!heap_trim_timer_.armed()) {
@@ -299,10 +326,11 @@ void EventLoop::CancelSend(BatchedSend* send) {
   }
 }
 
-unsigned EventLoop::SubmitAndReap(unsigned count, int* results) {
+unsigned EventLoop::SubmitAndReap(unsigned count, int* results, bool* more) {
   for (unsigned i = 0; i < count; ++i) {
     results[i] = -ECANCELED;
   }
+  ++ring_submits_;
   // Waits for all `count` completions: an op the kernel punted to a worker
   // thread is never left pointing into memory its owner may free.
   int rc;
@@ -325,6 +353,9 @@ unsigned EventLoop::SubmitAndReap(unsigned count, int* results) {
       uint64_t index = io_uring_cqe_get_data64(cqe);
       if (index < count) {
         results[index] = cqe->res;
+        if (more != nullptr) {
+          more[index] = (cqe->flags & IORING_CQE_F_SOCK_NONEMPTY) != 0;
+        }
       }
       ++seen;
     }
@@ -457,12 +488,25 @@ void EventLoop::CancelRecv(BatchedRecv* recv) {
   }
 }
 
+namespace {
+// Listeners whose first round of accepts joins one read-ahead.
+constexpr size_t kAheadAccepts = 8;
+}  // namespace
+
 void EventLoop::ReadAhead(const epoll_event* events, int n) {
   BatchedRecv* wanted[kRingEntries];
   unsigned count = 0;
+  BatchedAccept* accepts[kAheadAccepts];
+  unsigned n_accepts = 0;
   for (int i = 0; i < n && count < kRingEntries; ++i) {
     auto* handler = static_cast<IoHandler*>(events[i].data.ptr);
     if (handler == kWakeHandler || (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) == 0) {
+      continue;
+    }
+    if (BatchedAccept* accept = handler->AcceptAhead(); accept != nullptr) {
+      if (ring_accepts_on() && !accept->pending() && n_accepts < kAheadAccepts) {
+        accepts[n_accepts++] = accept;
+      }
       continue;
     }
     // The handler's transport sets the ring up on first use: the state is
@@ -472,7 +516,7 @@ void EventLoop::ReadAhead(const epoll_event* events, int n) {
       wanted[count++] = recv;
     }
   }
-  SubmitRecvs(wanted, count);
+  SubmitRecvs(wanted, count, accepts, n_accepts);
 }
 
 void EventLoop::ReadAheadNow(BatchedRecv* const* recvs, size_t count) {
@@ -481,25 +525,23 @@ void EventLoop::ReadAheadNow(BatchedRecv* const* recvs, size_t count) {
   }
 }
 
-void EventLoop::SubmitRecvs(BatchedRecv* const* recvs, size_t n) {
-  if (n == 0 || recv_slots_used_ >= kRingEntries) {
-    return;
-  }
-  if (recv_arena_ == nullptr) {
+void EventLoop::SubmitRecvs(BatchedRecv* const* recvs, size_t n, BatchedAccept* const* accepts,
+                            size_t n_accepts) {
+  if (n > 0 && recv_arena_ == nullptr && recv_slots_used_ < kRingEntries) {
     // Address space only: a page is backed once a receive writes to it,
     // and slots are used from the first, so the pages are as many as the
     // largest number of read-aheads of one iteration needed.
     void* arena = mmap(nullptr, kRingEntries * kRecvSlotBytes, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (arena == MAP_FAILED) {
-      return;
+    if (arena != MAP_FAILED) {
+      recv_arena_ = static_cast<char*>(arena);
     }
-    recv_arena_ = static_cast<char*>(arena);
   }
   BatchedRecv* batch[kRingEntries];
   unsigned count = 0;
   // Slots of earlier read-aheads of this iteration still hold their bytes.
-  for (size_t i = 0; i < n && recv_slots_used_ + count < kRingEntries; ++i) {
+  for (size_t i = 0; recv_arena_ != nullptr && i < n && recv_slots_used_ + count < kRingEntries;
+       ++i) {
     BatchedRecv* recv = recvs[i];
     if (recv->loop_ != nullptr) {
       continue;
@@ -519,18 +561,169 @@ void EventLoop::SubmitRecvs(BatchedRecv* const* recvs, size_t n) {
     recv->taken_ = 0;
     batch[count++] = recv;
   }
-  if (count == 0) {
+  // The listeners' rounds take the entries the receives left.
+  unsigned ops = count;
+  unsigned first[kAheadAccepts];
+  unsigned taken[kAheadAccepts];
+  for (size_t k = 0; k < n_accepts && k < kAheadAccepts; ++k) {
+    first[k] = ops;
+    taken[k] = PrepareAccepts(accepts[k], ops);
+    ops += taken[k];
+  }
+  if (ops == 0) {
     return;
   }
   recv_slots_used_ += count;
   int results[kRingEntries];
-  SubmitAndReap(count, results);
+  bool more[kRingEntries];
+  SubmitAndReap(ops, results, more);
+  for (size_t k = 0; k < n_accepts && k < kAheadAccepts; ++k) {
+    if (taken[k] > 0) {
+      FinishAccepts(accepts[k], taken[k], results + first[k], more + first[k]);
+    }
+  }
   for (unsigned i = 0; i < count; ++i) {
     // Not taken by the kernel (or interrupted): the owner reads directly.
     if (results[i] != -ECANCELED && results[i] != -EINTR) {
       batch[i]->result_ = results[i];
       Append(recvs_head_, recvs_tail_, batch[i]);
     }
+  }
+}
+
+void EventLoop::RefuseRingAcceptsForTesting(bool refuse) { g_refuse_ring_accepts.store(refuse); }
+
+unsigned EventLoop::PrepareAccepts(BatchedAccept* accept, unsigned index) {
+  if (accept->listen_fd_ < 0) {
+    return 0;
+  }
+  const uint16_t flag =
+      g_refuse_ring_accepts.load(std::memory_order_relaxed) ? kAcceptUnknownFlagForTesting
+                                                            : kAcceptDontWait;
+  unsigned n = std::min({accept->round_, accept->max_round_, BatchedAccept::kMaxRound,
+                         io_uring_sq_space_left(ring_)});
+  for (unsigned i = 0; i < n; ++i) {
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_);
+    accept->lens_[i] = sizeof accept->addrs_[i];
+    io_uring_prep_accept(sqe, accept->listen_fd_, reinterpret_cast<sockaddr*>(&accept->addrs_[i]),
+                         &accept->lens_[i], SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sqe->ioprio |= flag;
+    // Linked: the first accept that finds the queue empty (or fails) ends
+    // the round, the kernel cancels the rest without trying them, so a
+    // round may be larger than the connections that came.
+    if (i + 1 < n) {
+      sqe->flags |= IOSQE_IO_LINK;
+    }
+    io_uring_sqe_set_data64(sqe, index + i);
+  }
+  return n;
+}
+
+void EventLoop::FinishAccepts(BatchedAccept* accept, unsigned n, const int* results,
+                              const bool* more) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (results[i] == -ECANCELED) {
+      continue;  // after the one that ended the round, or the ring is off now
+    }
+    ++ring_accepts_;
+    if (results[i] == -EINVAL) {
+      // A kernel before 6.10 refuses IORING_ACCEPT_DONTWAIT: accept4 from
+      // now on (it also says whether the listener itself is the problem).
+      ring_accepts_refused_ = true;
+      continue;
+    }
+    nonempty_reported_ = nonempty_reported_ || more[i];
+    // Entries are moved down over the dropped ones: addresses too.
+    if (kept != i) {
+      accept->addrs_[kept] = accept->addrs_[i];
+      accept->lens_[kept] = accept->lens_[i];
+    }
+    accept->results_[kept] = results[i];
+    accept->more_[kept] = more[i];
+    ++kept;
+  }
+  accept->next_ = 0;
+  accept->count_ = kept;
+  accept->emptied_ = false;
+  if (kept == n && n > 0 && accept->results_[n - 1] >= 0 &&
+      (accept->more_[n - 1] || !nonempty_reported_)) {
+    // Every accept found a connection and more may wait: a larger round next.
+    accept->round_ = std::min(2 * n, BatchedAccept::kMaxRound);
+  }
+}
+
+int EventLoop::Accept(BatchedAccept* accept, sockaddr_storage* addr, socklen_t* len) {
+  // The listener is empty: the next round is sized for half as many again
+  // as came for this one (the accepts past the last connection cost little:
+  // the kernel cancels them).
+  auto drained = [accept] {
+    accept->round_ = std::min(accept->accepted_ + accept->accepted_ / 2 + 2, BatchedAccept::kMaxRound);
+    accept->accepted_ = 0;
+    accept->emptied_ = false;
+    errno = EAGAIN;
+    return -1;
+  };
+  for (;;) {
+    while (accept->next_ < accept->count_) {
+      const unsigned i = accept->next_++;
+      const int result = accept->results_[i];
+      if (result >= 0) {
+        std::memcpy(addr, &accept->addrs_[i], std::min(*len, accept->lens_[i]));
+        *len = accept->lens_[i];
+        accept->emptied_ = nonempty_reported_ && !accept->more_[i];
+        ++accept->accepted_;
+        return result;
+      }
+      if (result == -EAGAIN) {
+        if (accept->next_ < accept->count_) {
+          continue;  // a later accept of the round found a connection
+        }
+        return drained();
+      }
+      // Another error (EMFILE, ECONNABORTED): its owner may free descriptors
+      // before it asks again, so the round's later errors are stale; its
+      // sockets are kept.
+      unsigned kept = accept->next_;
+      for (unsigned j = accept->next_; j < accept->count_; ++j) {
+        if (accept->results_[j] >= 0) {
+          accept->results_[kept] = accept->results_[j];
+          accept->more_[kept] = accept->more_[j];
+          accept->addrs_[kept] = accept->addrs_[j];
+          accept->lens_[kept] = accept->lens_[j];
+          ++kept;
+        }
+      }
+      accept->count_ = kept;
+      accept->emptied_ = false;
+      errno = -result;
+      return -1;
+    }
+    if (accept->emptied_) {
+      return drained();  // the kernel said the last one left the queue empty
+    }
+    if (ring_accepts_on() && accept->listen_fd_ >= 0) {
+      int results[BatchedAccept::kMaxRound];
+      bool more[BatchedAccept::kMaxRound];
+      const unsigned n = PrepareAccepts(accept, 0);
+      if (n > 0) {
+        SubmitAndReap(n, results, more);
+        FinishAccepts(accept, n, results, more);
+        if (accept->pending()) {
+          continue;
+        }
+      }
+    }
+    ++direct_accepts_;
+    int fd = ::accept4(accept->listen_fd_, reinterpret_cast<sockaddr*>(addr), len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      ++accept->accepted_;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      drained();
+      errno = EAGAIN;
+    }
+    return fd;
   }
 }
 

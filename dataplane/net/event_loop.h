@@ -4,6 +4,7 @@
 // timing wheel. Everything except Stop() and Post() runs on the loop's thread.
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdint>
@@ -15,6 +16,7 @@ struct io_uring;  // liburing
 
 namespace kwd::net {
 
+class BatchedAccept;
 class BatchedRecv;
 
 class IoHandler {
@@ -27,6 +29,9 @@ class IoHandler {
   // Read returns the bytes first. Only a handler that reads this socket on
   // this event opts in: bytes it does not take are kept by its transport.
   virtual BatchedRecv* ReadAhead() { return nullptr; }
+  // The same for a listening socket: its accepts the loop makes in that
+  // kernel entry (EventLoop::Accept hands their sockets out), or null.
+  virtual BatchedAccept* AcceptAhead() { return nullptr; }
 
  protected:
   ~IoHandler() = default;
@@ -157,6 +162,50 @@ class BatchedRecv {
   int result_ = 0;
 };
 
+// Accepts on one listening socket made through the loop's io_uring, a round
+// of several in one kernel entry (IORING_OP_ACCEPT with
+// IORING_ACCEPT_DONTWAIT: an empty listener completes at once with -EAGAIN;
+// linked, so the first that finds the queue empty ends the round):
+// the first round of an epoll batch goes in the kernel entry of the batch's
+// read-ahead (IoHandler::AcceptAhead). EventLoop::Accept hands the accepted
+// sockets out one at a time, as accept4(2) would. Embedded in its owner
+// (the listener's handler); sockets accepted and not taken yet are closed
+// with it (or by Discard).
+class BatchedAccept {
+ public:
+  BatchedAccept() = default;
+  ~BatchedAccept() { Discard(); }
+  BatchedAccept(const BatchedAccept&) = delete;
+  BatchedAccept& operator=(const BatchedAccept&) = delete;
+  // The listener of the next rounds and the most accepts a round may make
+  // (1: each accepted socket is handed over before the next is accepted).
+  void Aim(int listen_fd, unsigned max_round) {
+    listen_fd_ = listen_fd;
+    max_round_ = max_round < 1 ? 1 : (max_round > kMaxRound ? kMaxRound : max_round);
+  }
+  // Results of a round wait to be handed out.
+  bool pending() const { return next_ < count_; }
+  // Closes the sockets accepted and not handed out (the listener closes).
+  void Discard();
+  static constexpr unsigned kMaxRound = 64;
+
+ private:
+  friend class EventLoop;
+  int listen_fd_ = -1;
+  unsigned max_round_ = kMaxRound;
+  unsigned round_ = 2;  // accepts of the next round: from the last event's
+  unsigned count_ = 0;  // results of the current round
+  unsigned next_ = 0;   // the next to hand out
+  // The last socket handed out left the listener's queue empty (the kernel
+  // said so: IORING_CQE_F_SOCK_NONEMPTY was not set).
+  bool emptied_ = false;
+  unsigned accepted_ = 0;  // sockets handed out since the last -EAGAIN
+  int results_[kMaxRound];
+  bool more_[kMaxRound];  // IORING_CQE_F_SOCK_NONEMPTY of the result
+  socklen_t lens_[kMaxRound];
+  sockaddr_storage addrs_[kMaxRound];
+};
+
 // Whether the loops batch socket sends through io_uring (`--io-uring`).
 enum class IoUringMode : uint8_t { kOff, kAuto };
 
@@ -239,6 +288,26 @@ class EventLoop {
   // `fd` after this. Only when batching_sends().
   void QueueClose(int fd, BatchedSend* after);
 
+  // accept4(listen_fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC) for the
+  // listener `accept` is aimed at: the next socket of its current round,
+  // else a new round through the ring (the first of an epoll batch was made
+  // with the batch's read-ahead), else (no ring, or a kernel before 6.10
+  // without IORING_ACCEPT_DONTWAIT) the system call. -1 with errno as
+  // accept4 sets it; EAGAIN once the listener's queue is empty.
+  int Accept(BatchedAccept* accept, sockaddr_storage* addr, socklen_t* len);
+  // accept4(2) calls made directly, accept operations the kernel ran
+  // through the ring (not those a round's end cancelled) and io_uring
+  // submits of any kind by this loop (tests).
+  uint64_t direct_accepts() const { return direct_accepts_; }
+  uint64_t ring_accepts() const { return ring_accepts_; }
+  uint64_t ring_submits() const { return ring_submits_; }
+  // The flags this loop's io_uring was set up with (0 without one; tests).
+  unsigned ring_setup_flags() const;
+  // Test hook: later accept operations through the ring carry a flag the
+  // kernel refuses (-EINVAL), as a kernel before 6.10 refuses
+  // IORING_ACCEPT_DONTWAIT.
+  static void RefuseRingAcceptsForTesting(bool refuse);
+
   // Gives the heap's free pages back to the kernel (malloc_trim) about
   // kHeapTrimDelayMs from now, once however often it is asked meanwhile: for
   // an owner that freed large blocks lying between long-lived ones (a TLS
@@ -274,12 +343,24 @@ class EventLoop {
   // Submits the `count` prepared entries and waits for all their completions
   // (results[i]: the result of the entry whose user data is i; -ECANCELED
   // when the kernel did not take it: the ring is not used again).
-  unsigned SubmitAndReap(unsigned count, int* results);
+  // `more` (may be null): per entry, whether its completion carried
+  // IORING_CQE_F_SOCK_NONEMPTY.
+  unsigned SubmitAndReap(unsigned count, int* results, bool* more = nullptr);
   // The read-ahead of the handlers of `events` that opt in.
   void ReadAhead(const epoll_event* events, int n);
-  // Receives of those of `recvs` not pending yet into free arena slots, in
-  // one kernel entry (the ring is on).
-  void SubmitRecvs(BatchedRecv* const* recvs, size_t n);
+  // Receives of those of `recvs` not pending yet into free arena slots, and
+  // a round of accepts for each of `accepts` (none pending), in one kernel
+  // entry (the ring is on).
+  void SubmitRecvs(BatchedRecv* const* recvs, size_t n, BatchedAccept* const* accepts = nullptr,
+                   size_t n_accepts = 0);
+  // Prepares the next round of `accept` in free entries of the ring's
+  // submission queue, the first with user data `index`: the entries used.
+  unsigned PrepareAccepts(BatchedAccept* accept, unsigned index);
+  // Takes a round's results (those of the `n` entries PrepareAccepts used).
+  void FinishAccepts(BatchedAccept* accept, unsigned n, const int* results, const bool* more);
+  bool ring_accepts_on() const {
+    return uring_state_ == UringState::kOn && !ring_accepts_refused_;
+  }
   // Ends the iteration's receives; owners keep what they did not take.
   void EndRecvs();
 
@@ -306,6 +387,15 @@ class EventLoop {
   char* recv_arena_ = nullptr;    // kRingEntries slots, mapped on first use
   unsigned recv_slots_used_ = 0;  // by this iteration's read-aheads, from the first
   std::vector<int> closes_;       // QueueClose without a send to follow
+  // The kernel refused an accept operation (-EINVAL: no
+  // IORING_ACCEPT_DONTWAIT before 6.10): accept4 from then on.
+  bool ring_accepts_refused_ = false;
+  // An accept's completion carried IORING_CQE_F_SOCK_NONEMPTY once: this
+  // kernel says when a listener has more, so its absence means empty.
+  bool nonempty_reported_ = false;
+  uint64_t direct_accepts_ = 0;
+  uint64_t ring_accepts_ = 0;
+  uint64_t ring_submits_ = 0;
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
   uint64_t heap_trims_ = 0;

@@ -373,9 +373,22 @@ bool Worker::ProxyProtocolOn(Listener listener) const {
   return false;
 }
 
-void Worker::Accept(const Acceptor& acceptor) {
-  const int listen_fd = *acceptor.fd;
-  if (listen_fd < 0) {
+bool Worker::ShortOfDescriptorsLately() const {
+  constexpr int64_t kNoGroupsAfterShortageMs = 10'000;
+  return loop_.now_ms() - last_descriptor_shortage_ms_ < kNoGroupsAfterShortageMs;
+}
+
+net::BatchedAccept* Worker::AimAccepts(Acceptor& acceptor) {
+  if (*acceptor.fd < 0) {
+    return nullptr;
+  }
+  acceptor.accepts.Aim(*acceptor.fd,
+                       ShortOfDescriptorsLately() ? 1 : net::BatchedAccept::kMaxRound);
+  return &acceptor.accepts;
+}
+
+void Worker::Accept(Acceptor& acceptor) {
+  if (AimAccepts(acceptor) == nullptr) {
     return;  // draining: the listener is closed
   }
   // Plain HTTP connections start in groups: their first reads (the request
@@ -390,10 +403,13 @@ void Worker::Accept(const Acceptor& acceptor) {
       StartGroup(fresh, fresh_count);
       fresh_count = 0;
     }
+    // (Again: an accept or a connect may have run short of descriptors.)
+    AimAccepts(acceptor);
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    // Through the loop's io_uring (a round of accepts per kernel entry, the
+    // first in the entry of the batch's read-ahead), else accept4(2).
+    int fd = loop_.Accept(&acceptor.accepts, &addr, &len);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) {
         continue;
@@ -406,7 +422,7 @@ void Worker::Accept(const Acceptor& acceptor) {
         last_descriptor_shortage_ms_ = loop_.now_ms();
       }
       if (fresh_count > 0) {
-        // accept4 fails (for want of a descriptor, most likely): start the
+        // An accept fails (for want of a descriptor, most likely): start the
         // connections accepted so far first (their upstream connects may
         // free descriptors of idle pooled connections, an eighth of them),
         // then try again. Unlike one-by-one starts they took their client
@@ -451,9 +467,9 @@ void Worker::Accept(const Acceptor& acceptor) {
     }
     // Short of descriptors lately: a group would take them all for its
     // clients and leave none for their servers (every member answered
-    // 503); one by one, each connects before the next is accepted.
-    constexpr int64_t kNoGroupsAfterShortageMs = 10'000;
-    if (group && loop_.now_ms() - last_descriptor_shortage_ms_ >= kNoGroupsAfterShortageMs) {
+    // 503); one by one, each connects before the next is accepted (the
+    // accepts then go one per round: AimAccepts).
+    if (group && !ShortOfDescriptorsLately()) {
       fresh[fresh_count++] = NewClientConnection(std::make_unique<net::PlainTransport>(fd, &loop_),
                                                  net::AddressString(peer), peer.port());
       continue;
@@ -790,6 +806,11 @@ int Worker::ConnectToServer(const net::Endpoint& endpoint, int* error_number) {
 
 void Worker::StopAccepting() {
   loop_.Cancel(&accept_retry_timer_);
+  // Connections accepted through the ring and not started yet are closed
+  // like those still queued on the listeners.
+  for (Acceptor* acceptor : {&acceptor_, &tls_acceptor_, &passthrough_acceptor_}) {
+    acceptor->accepts.Discard();
+  }
   for (int* fd : {&listen_fd_, &tls_listen_fd_}) {
     if (*fd >= 0) {
       loop_.Remove(*fd);

@@ -193,7 +193,10 @@ class Worker {
     Worker* worker;
     Listener listener = Listener::kHttp;
     int* fd = nullptr;
+    // The listener's accepts through the loop's io_uring.
+    net::BatchedAccept accepts;
     void OnIo(uint32_t events) override { worker->Accept(*this); }
+    net::BatchedAccept* AcceptAhead() override { return worker->AimAccepts(*this); }
   };
   using PoolBucket = UpstreamPoolBucket;
   // The bucket for these, from a small direct-mapped cache in front of
@@ -201,7 +204,13 @@ class Worker {
   PoolBucket* FindBucket(std::string_view address, uint32_t port, std::string_view tls_key);
 
   void Run();
-  void Accept(const Acceptor& acceptor);
+  void Accept(Acceptor& acceptor);
+  // Aims the acceptor's accepts at its listener (null: closed), one at a
+  // time while descriptors ran short lately.
+  net::BatchedAccept* AimAccepts(Acceptor& acceptor);
+  // Short of descriptors lately: connections are accepted and started one
+  // by one (each connects before the next is accepted).
+  bool ShortOfDescriptorsLately() const;
   // Plain HTTP connections an Accept starts together (StartGroup).
   static constexpr size_t kStartGroup = 64;
   // Makes the first reads of `fresh` (accepted, not started) in one kernel
