@@ -38,16 +38,15 @@ constexpr std::string_view kLastChunk = "0\r\n\r\n";
 constexpr int64_t kLingerTimeoutMs = 5000;
 constexpr uint64_t kLingerMaxBytes = 1024 * 1024;
 
-// Where response heads are serialised before they join the output buffer:
-// one string per thread, not one per connection (whose storage an idle
-// connection kept, ~250 bytes). Its storage is kept up to 4 KiB.
-std::string& ResponseHeadScratch() {
-  static thread_local std::string scratch;
-  constexpr size_t kKeepStringBytes = 4096;
-  if (scratch.capacity() > kKeepStringBytes) {
-    std::string().swap(scratch);
-  }
-  return scratch;
+// A response head is serialised straight into the output buffer: room for
+// its upper bound, then the bytes written are committed (no string to copy
+// it from).
+void AppendResponseHead(Buffer& out, const http::ResponseHead& head,
+                        const http::ForwardResponseOptions& options) {
+  const size_t bound = http::ResponseHeadBound(head, options);
+  size_t free_bytes = 0;
+  char* p = out.PrepareWrite(bound, static_cast<size_t>(-1), &free_bytes);
+  out.Commit(http::SerializeResponseHead(head, options, p, bound));
 }
 
 }  // namespace
@@ -530,9 +529,7 @@ void ClientConnection::OnInterimHead(const http::ResponseHead& head) {
   // HTTP/1.0 client does not know them (RFC 9110 15.2): dropped.
   if (version_minor_ >= 1) {
     http::ForwardResponseOptions options;
-    std::string& serialised = ResponseHeadScratch();
-    http::SerializeResponseHead(head, options, serialised);
-    out_.Append(serialised);
+    AppendResponseHead(out_, head, options);
   }
 }
 
@@ -573,9 +570,7 @@ void ClientConnection::OnResponseHead(const http::ResponseHead& head,
     options.reframe_body = true;  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1)
   }
   options.extra_headers = added;
-  std::string& serialised = ResponseHeadScratch();
-  http::SerializeResponseHead(head, options, serialised);
-  out_.Append(serialised);
+  AppendResponseHead(out_, head, options);
   if (info.body == http::BodyKind::kTunnel) {
     // Either side ending the tunnel ends the connection.
     ConsumeHead();
