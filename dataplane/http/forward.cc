@@ -58,6 +58,11 @@ struct ConnectionValues {
       if (h.Id() != FieldId::kConnection || overflow) {
         continue;
       }
+      // "Connection: keep-alive", the common one: its one element names a
+      // field decided before nomination.
+      if (EqualsIgnoreCase(h.value, "keep-alive")) {
+        continue;
+      }
       ForEachListElement(h.value, [&](std::string_view element) {
         if (DecidedBeforeNomination(ClassifyFieldName(element))) {
           return true;
@@ -439,8 +444,8 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   if (has_forwarded_for || !options.client_ip.empty()) {
     w.PutLiteral("X-Forwarded-For: ");
     bool first = true;
-    for (const Header& h : fields) {
-      if (has_forwarded_for && h.Id() == FieldId::kXForwardedFor && !h.value.empty()) {
+    for (const Header& h : has_forwarded_for ? fields : std::span<const Header>()) {
+      if (h.Id() == FieldId::kXForwardedFor && !h.value.empty()) {
         if (!first) {
           w.PutLiteral(", ");
         }

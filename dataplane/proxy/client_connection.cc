@@ -342,7 +342,7 @@ void ClientConnection::GiveExchange() {
 void ClientConnection::StartRequest(size_t head_bytes) {
   head_bytes_ = head_bytes;
   version_minor_ = request_head_->version_minor;
-  const http::Header* te = request_head_->Find("te");
+  const http::Header* te = request_head_->Find(http::FieldId::kTe);
   client_takes_trailers_ = te != nullptr && http::HasToken(te->value, "trailers");
   http::FramingLimits limits{worker_->options().max_body_bytes};
   http::FramingResult framing = http::AnalyzeRequest(*request_head_, limits, &request_info_);

@@ -822,7 +822,7 @@ void Exchange::OnConnected() {
   const std::span<http::Header> extra(
       std::launder(reinterpret_cast<http::Header*>(extra_storage)), kExtra);
   size_t extra_count = 0;
-  if (const http::Header* te = forward_head_->Find("te");
+  if (const http::Header* te = forward_head_->Find(http::FieldId::kTe);
       te != nullptr && http::HasToken(te->value, "trailers")) {
     // The client takes trailers (gRPC asks so; RFC 9113 8.2.2 allows HTTP/2
     // clients no other TE): the server is told, as some send trailers only
