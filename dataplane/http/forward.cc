@@ -45,7 +45,10 @@ bool DecidedBeforeNomination(FieldId id) {
 // nothing to check (a field named "close" is still found).
 struct ConnectionValues {
   static constexpr size_t kMax = 8;
-  std::string_view tokens[kMax];
+  // Raw pointers and sizes, left uninitialised past `count`: string_views
+  // would be zeroed on every head.
+  const char* token_data[kMax];
+  size_t token_size[kMax];
   size_t count = 0;
   bool overflow = false;  // more elements than kept: fall back to a scan
   std::span<const Header> fields;
@@ -53,6 +56,11 @@ struct ConnectionValues {
   explicit ConnectionValues(std::span<const Header> all) : fields(all) {
     for (const Header& h : all) {
       if (h.Id() != FieldId::kConnection || overflow) {
+        continue;
+      }
+      // "Connection: keep-alive", the common one: its one element names a
+      // field decided before nomination.
+      if (EqualsIgnoreCase(h.value, "keep-alive")) {
         continue;
       }
       ForEachListElement(h.value, [&](std::string_view element) {
@@ -63,7 +71,9 @@ struct ConnectionValues {
           overflow = true;
           return false;
         }
-        tokens[count++] = element;
+        token_data[count] = element.data();
+        token_size[count] = element.size();
+        ++count;
         return true;
       });
     }
@@ -83,7 +93,8 @@ bool NamedByConnection(std::string_view name, FieldId id, const ConnectionValues
     return false;
   }
   for (size_t i = 0; i < connection.count; ++i) {
-    if (EqualsIgnoreCase(connection.tokens[i], name)) {
+    if (EqualsIgnoreCase(std::string_view(connection.token_data[i], connection.token_size[i]),
+                         name)) {
       return true;
     }
   }
@@ -125,10 +136,13 @@ void CopyEnds(char* dst, const char* src, size_t n) {
 // zero-filled (a 4 KiB-cookie head was filled whole per request).
 class HeadWriter {
  public:
-  HeadWriter(std::string& out, size_t bound) : out_(out) {
-    out_.resize(bound);
-    p_ = out_.data();
+  HeadWriter(std::string& out, size_t bound) : out_(&out) {
+    out.resize(bound);
+    begin_ = p_ = out.data();
+    bound_ = bound;
   }
+  // Into caller-owned memory of `bound` bytes (Finish() returns the length).
+  HeadWriter(char* out, size_t bound) : p_(out), begin_(out), bound_(bound) {}
   void Put(std::string_view s) {
     const size_t n = s.size();
     const char* src = s.data();
@@ -147,6 +161,24 @@ class HeadWriter {
     p_ += n;
   }
   void Put(char c) { *p_++ = c; }
+  // A string literal: its length is known here, so the copy is a few moves.
+  template <size_t N>
+  void PutLiteral(const char (&s)[N]) {
+    std::memcpy(p_, s, N - 1);
+    p_ += N - 1;
+  }
+  // A field whose name is a literal: "name: " is copied as one piece.
+  template <size_t N>
+  void LiteralField(const char (&name)[N], std::string_view value) {
+    std::memcpy(p_, name, N - 1);
+    p_[N - 1] = ':';
+    p_[N] = ' ';
+    p_ += N + 1;
+    Put(value);
+    p_[0] = '\r';
+    p_[1] = '\n';
+    p_ += 2;
+  }
   void Field(std::string_view name, std::string_view value) {
     Put(name);
     Put(':');
@@ -177,17 +209,22 @@ class HeadWriter {
       run_begin_ = run_end_ = nullptr;
     }
   }
-  void Finish() {
-    const size_t written = static_cast<size_t>(p_ - out_.data());
-    if (written > out_.size()) {
-      std::abort();  // the bound was wrong: bytes went past the string
+  size_t Finish() {
+    const size_t written = static_cast<size_t>(p_ - begin_);
+    if (written > bound_) {
+      std::abort();  // the bound was wrong: bytes went past the memory
     }
-    out_.resize(written);
+    if (out_ != nullptr) {
+      out_->resize(written);
+    }
+    return written;
   }
 
  private:
-  std::string& out_;
+  std::string* out_ = nullptr;
   char* p_ = nullptr;
+  char* begin_ = nullptr;
+  size_t bound_ = 0;
   const char* run_begin_ = nullptr;
   const char* run_end_ = nullptr;
 };
@@ -201,14 +238,37 @@ size_t FieldsBound(std::span<const Header> fields) {
   return n;
 }
 
+// The name (a Content-Length field's) is spelled "Content-Length", case
+// included: two 8-byte compares.
+bool IsContentLengthSpelled(std::string_view name) {
+  uint64_t a;
+  uint64_t b;
+  std::memcpy(&a, name.data(), 8);
+  std::memcpy(&b, name.data() + 6, 8);
+  uint64_t want_a;
+  uint64_t want_b;
+  std::memcpy(&want_a, "Content-", 8);
+  std::memcpy(&want_b, "t-Length", 8);
+  return a == want_a && b == want_b;
+}
+
+// A length is a few digits: a loop, not a call.
+bool NoComma(std::string_view value) {
+  for (char c : value) {
+    if (c == ',') {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Content-Length goes on as one field with one value: framing accepted
 // several fields or a list ("5, 5") only when every value is the same, and
 // the next hop may read a repeated or listed length differently. Called for
 // Content-Length fields only.
 void AppendContentLengthOnce(const Header& h, bool* sent, HeadWriter& out) {
-  if (!*sent && h.canonical && !h.value.empty() &&
-      std::memcmp(h.name.data(), "Content-Length", 14) == 0 &&
-      std::memchr(h.value.data(), ',', h.value.size()) == nullptr) {
+  if (!*sent && h.canonical && !h.value.empty() && IsContentLengthSpelled(h.name) &&
+      NoComma(h.value)) {
     // One value, already written as the first element would be.
     out.Forward(h);
     *sent = true;
@@ -217,7 +277,7 @@ void AppendContentLengthOnce(const Header& h, bool* sent, HeadWriter& out) {
   out.Flush();
   if (!*sent) {
     ForEachListElement(h.value, [&](std::string_view first) {
-      out.Field("Content-Length", first);
+      out.LiteralField("Content-Length", first);
       return false;
     });
     *sent = true;
@@ -328,8 +388,8 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
   } else {
     w.Put(head.target);
   }
-  w.Put(" HTTP/1.1\r\n");
-  w.Field("Host", info.host);
+  w.PutLiteral(" HTTP/1.1\r\n");
+  w.LiteralField("Host", info.host);
 
   bool has_forwarded_for = false;
   bool kept_client_protocol = false;
@@ -382,12 +442,12 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
 
   has_forwarded_for = has_forwarded_for && options.keep_forwarded_for;
   if (has_forwarded_for || !options.client_ip.empty()) {
-    w.Put("X-Forwarded-For: ");
+    w.PutLiteral("X-Forwarded-For: ");
     bool first = true;
-    for (const Header& h : fields) {
-      if (has_forwarded_for && h.Id() == FieldId::kXForwardedFor && !h.value.empty()) {
+    for (const Header& h : has_forwarded_for ? fields : std::span<const Header>()) {
+      if (h.Id() == FieldId::kXForwardedFor && !h.value.empty()) {
         if (!first) {
-          w.Put(", ");
+          w.PutLiteral(", ");
         }
         w.Put(h.value);
         first = false;
@@ -395,48 +455,72 @@ void SerializeRequestHead(const RequestHead& head, const RequestInfo& info,
     }
     if (!options.client_ip.empty()) {
       if (!first) {
-        w.Put(", ");
+        w.PutLiteral(", ");
       }
       w.Put(options.client_ip);
     }
-    w.Put("\r\n");
+    w.PutLiteral("\r\n");
   }
-  w.Field("X-Forwarded-Proto", options.proto);
+  w.LiteralField("X-Forwarded-Proto", options.proto);
   // The authority the request was routed by: an absolute-form target's, not
   // a Host field that the target overrides (RFC 9112 3.2.2).
-  w.Field("X-Forwarded-Host", info.host);
+  w.LiteralField("X-Forwarded-Host", info.host);
   if (options.tunnel_upgrade) {
-    w.Field("Connection", "Upgrade");
+    w.LiteralField("Connection", "Upgrade");
   }
   if (!options.request_id.empty()) {
-    w.Field("X-Request-Id", options.request_id);
+    w.LiteralField("X-Request-Id", options.request_id);
   }
   if (!options.client_protocol.empty() && !kept_client_protocol) {
-    w.Field("ClientProtocol", options.client_protocol);
+    w.LiteralField("ClientProtocol", options.client_protocol);
   }
   if (!options.access_points.empty() && !kept_access_points) {
-    w.Field("x-sap-webdisp-ap", options.access_points);
+    w.LiteralField("x-sap-webdisp-ap", options.access_points);
   }
   for (const Header& h : options.extra_headers) {
     w.Field(h.name, h.value);
   }
-  w.Put("\r\n");
+  w.PutLiteral("\r\n");
   w.Finish();
+}
+
+namespace {
+size_t WriteResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
+                         HeadWriter& w);
+}  // namespace
+
+size_t ResponseHeadBound(const ResponseHead& head, const ForwardResponseOptions& options) {
+  return 16 + head.reason.size() + FieldsBound(head.fields()) + options.connection.size() +
+         FieldsBound(options.extra_headers) + 64;
 }
 
 void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
                            std::string& out) {
+  HeadWriter w(out, ResponseHeadBound(head, options));
+  WriteResponseHead(head, options, w);
+}
+
+size_t SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
+                             char* out, size_t bound) {
+  HeadWriter w(out, bound);
+  return WriteResponseHead(head, options, w);
+}
+
+namespace {
+
+size_t WriteResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
+                         HeadWriter& w) {
   std::span<const Header> fields = head.fields();
-  HeadWriter w(out, 16 + head.reason.size() + FieldsBound(fields) + options.connection.size() +
-                        FieldsBound(options.extra_headers) + 64);
-  w.Put("HTTP/1.1 ");
+  w.PutLiteral("HTTP/1.1 ");
   int code = head.status_code;
-  w.Put(static_cast<char>('0' + (code / 100) % 10));
-  w.Put(static_cast<char>('0' + (code / 10) % 10));
-  w.Put(static_cast<char>('0' + code % 10));
+  // Unsigned: no sign fix-ups in the divisions.
+  const unsigned digits = static_cast<unsigned>(code);
+  w.Put(static_cast<char>('0' + (digits / 100) % 10));
+  w.Put(static_cast<char>('0' + (digits / 10) % 10));
+  w.Put(static_cast<char>('0' + digits % 10));
   w.Put(' ');
   w.Put(head.reason);
-  w.Put("\r\n");
+  w.PutLiteral("\r\n");
   const ConnectionValues connection(fields);
   bool content_length_sent = false;
   // A 1xx response has no framing (RFC 9110 8.6, RFC 9112 6.1): a server's
@@ -456,15 +540,17 @@ void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOption
   }
   w.Flush();
   if (options.tunnel_upgrade) {
-    w.Field("Connection", "Upgrade");
+    w.LiteralField("Connection", "Upgrade");
   } else if (!options.connection.empty()) {
-    w.Field("Connection", options.connection);
+    w.LiteralField("Connection", options.connection);
   }
   for (const Header& h : options.extra_headers) {
     w.Field(h.name, h.value);
   }
-  w.Put("\r\n");
-  w.Finish();
+  w.PutLiteral("\r\n");
+  return w.Finish();
 }
+
+}  // namespace
 
 }  // namespace kwd::http

@@ -82,6 +82,12 @@ struct ForwardResponseOptions {
 // field with one value.
 void SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
                            std::string& out);
+// The same bytes written at `out`, which has room for `bound` =
+// ResponseHeadBound(head, options) bytes (a connection's output buffer: no
+// string in between); returns how many were written.
+size_t ResponseHeadBound(const ResponseHead& head, const ForwardResponseOptions& options);
+size_t SerializeResponseHead(const ResponseHead& head, const ForwardResponseOptions& options,
+                             char* out, size_t bound);
 
 // Whether `name` is hop-by-hop for a message with these fields: the fixed
 // list (Connection, Keep-Alive, Proxy-Connection, TE, Trailer,

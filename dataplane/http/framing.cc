@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 
@@ -12,6 +13,17 @@ bool HasToken(std::string_view list, std::string_view token) {
   // ("Connection: close" asked for "close").
   if (list.size() <= token.size()) {
     return EqualsIgnoreCase(list, token);
+  }
+  // A short list without a comma is one element ("keep-alive" asked for
+  // "close"): trimmed, it is the one ForEachListElement would give.
+  if (list.size() >= 8 && list.size() <= 32 && FindComma(list) == std::string_view::npos) {
+    while (!list.empty() && (list.front() == ' ' || list.front() == '\t')) {
+      list.remove_prefix(1);
+    }
+    while (!list.empty() && (list.back() == ' ' || list.back() == '\t')) {
+      list.remove_suffix(1);
+    }
+    return !list.empty() && EqualsIgnoreCase(list, token);
   }
   bool found = false;
   ForEachListElement(list, [&](std::string_view element) {
@@ -25,16 +37,6 @@ bool HasToken(std::string_view list, std::string_view token) {
 }
 
 namespace {
-
-// Which field names of interest a head has: one pass, so that the readers
-// below run only for fields that are there.
-uint32_t PresentIds(std::span<const Header> fields) {
-  uint32_t present = 0;
-  for (const Header& h : fields) {
-    present |= 1u << static_cast<unsigned>(h.Id());
-  }
-  return present;
-}
 
 bool Has(uint32_t present, FieldId id) {
   return (present & (1u << static_cast<unsigned>(id))) != 0;
@@ -50,6 +52,22 @@ bool AnyFieldHasToken(std::span<const Header> fields, FieldId id, std::string_vi
 }
 
 enum class LengthVerdict { kAbsent, kValid, kInvalid, kConflicting };
+
+// One to 18 digits (no overflow): what ReadContentLength reads first.
+bool PlainLength(std::string_view value, uint64_t* length) {
+  if (value.empty() || value.size() > 18) {
+    return false;
+  }
+  uint64_t n = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') {
+      return false;
+    }
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *length = n;
+  return true;
+}
 
 // All Content-Length fields and list elements must be the same 1*DIGIT value.
 LengthVerdict ReadContentLength(std::span<const Header> fields, uint64_t* length) {
@@ -264,7 +282,19 @@ FramingResult AnalyzeResponse(const ResponseHead& head, std::string_view request
                               ResponseInfo* info) {
   *info = {};
   std::span<const Header> fields = head.fields();
-  const uint32_t present = PresentIds(fields);
+  // One pass: which fields are there, and the Content-Length field when
+  // there is one (the common case: one plain number, read here).
+  uint32_t present = 0;
+  size_t length_fields = 0;
+  const Header* length_field = nullptr;
+  for (const Header& h : fields) {
+    const FieldId id = h.Id();
+    present |= 1u << static_cast<unsigned>(id);
+    if (id == FieldId::kContentLength) {
+      ++length_fields;
+      length_field = &h;
+    }
+  }
   const bool connection = Has(present, FieldId::kConnection);
   bool close = connection && AnyFieldHasToken(fields, FieldId::kConnection, "close");
   info->keep_alive =
@@ -273,9 +303,12 @@ FramingResult AnalyzeResponse(const ResponseHead& head, std::string_view request
           : !close && connection && AnyFieldHasToken(fields, FieldId::kConnection, "keep-alive");
 
   uint64_t length = 0;
-  LengthVerdict length_verdict = Has(present, FieldId::kContentLength)
-                                     ? ReadContentLength(fields, &length)
-                                     : LengthVerdict::kAbsent;
+  LengthVerdict length_verdict = LengthVerdict::kAbsent;
+  if (length_fields == 1 && PlainLength(length_field->value, &length)) {
+    length_verdict = LengthVerdict::kValid;
+  } else if (length_fields != 0) {
+    length_verdict = ReadContentLength(fields, &length);
+  }
   CodingVerdict coding = Has(present, FieldId::kTransferEncoding) ? ReadTransferEncoding(fields)
                                                                   : CodingVerdict::kAbsent;
   if (length_verdict == LengthVerdict::kInvalid) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -244,6 +245,39 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 // Host[:port] as in a Host header or an authority-form target: reg-name,
 // IPv4 or [IP-literal]; no userinfo; port 0-65535 when present.
 bool IsValidAuthority(std::string_view authority, bool require_port);
+// The first ',' in `s`, or npos: eight bytes a step (a list of a word or
+// two, Connection's "keep-alive": no call to memchr); the last step may
+// overlap the one before, whose bytes held no comma.
+inline size_t FindComma(std::string_view s) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  const size_t n = s.size();
+  if (n < 8) {
+    for (size_t i = 0; i < n; ++i) {
+      if (s[i] == ',') {
+        return i;
+      }
+    }
+    return std::string_view::npos;
+  }
+  // The lowest flagged byte of (w - 1s) & ~w & 0x80s is the first zero
+  // byte of w: exact, whatever the bytes above it.
+  auto first = [&](size_t at) -> size_t {
+    uint64_t w;
+    std::memcpy(&w, s.data() + at, 8);
+    w ^= kOnes * ',';
+    const uint64_t zero = (w - kOnes) & ~w & (kOnes * 0x80);
+    return zero == 0 ? std::string_view::npos
+                     : at + static_cast<size_t>(__builtin_ctzll(zero)) / 8;
+  };
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    if (size_t at = first(i); at != std::string_view::npos) {
+      return at;
+    }
+  }
+  return i == n ? std::string_view::npos : first(n - 8);
+}
+
 // Calls fn(token) for each non-empty element of a comma-separated list,
 // with optional whitespace trimmed. Returns false when fn returns false.
 template <typename Fn>

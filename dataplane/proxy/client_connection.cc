@@ -32,16 +32,15 @@ void AppendChunk(std::string_view data, Buffer& out) {
 
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
-// Where response heads are serialised before they join the output buffer:
-// one string per thread, not one per connection (whose storage an idle
-// connection kept, ~250 bytes). Its storage is kept up to 4 KiB.
-std::string& ResponseHeadScratch() {
-  static thread_local std::string scratch;
-  constexpr size_t kKeepStringBytes = 4096;
-  if (scratch.capacity() > kKeepStringBytes) {
-    std::string().swap(scratch);
-  }
-  return scratch;
+// A response head is serialised straight into the output buffer: room for
+// its upper bound, then the bytes written are committed (no string to copy
+// it from).
+void AppendResponseHead(Buffer& out, const http::ResponseHead& head,
+                        const http::ForwardResponseOptions& options) {
+  const size_t bound = http::ResponseHeadBound(head, options);
+  size_t free_bytes = 0;
+  char* p = out.PrepareWrite(bound, static_cast<size_t>(-1), &free_bytes);
+  out.Commit(http::SerializeResponseHead(head, options, p, bound));
 }
 
 }  // namespace
@@ -331,7 +330,7 @@ void ClientConnection::GiveExchange() {
 void ClientConnection::StartRequest(size_t head_bytes) {
   head_bytes_ = head_bytes;
   version_minor_ = request_head_->version_minor;
-  const http::Header* te = request_head_->Find("te");
+  const http::Header* te = request_head_->Find(http::FieldId::kTe);
   client_takes_trailers_ = te != nullptr && http::HasToken(te->value, "trailers");
   http::FramingLimits limits{worker_->options().max_body_bytes};
   http::FramingResult framing = http::AnalyzeRequest(*request_head_, limits, &request_info_);
@@ -518,9 +517,7 @@ void ClientConnection::OnInterimHead(const http::ResponseHead& head) {
   // HTTP/1.0 client does not know them (RFC 9110 15.2): dropped.
   if (version_minor_ >= 1) {
     http::ForwardResponseOptions options;
-    std::string& serialised = ResponseHeadScratch();
-    http::SerializeResponseHead(head, options, serialised);
-    out_.Append(serialised);
+    AppendResponseHead(out_, head, options);
   }
 }
 
@@ -561,9 +558,7 @@ void ClientConnection::OnResponseHead(const http::ResponseHead& head,
     options.reframe_body = true;  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1)
   }
   options.extra_headers = added;
-  std::string& serialised = ResponseHeadScratch();
-  http::SerializeResponseHead(head, options, serialised);
-  out_.Append(serialised);
+  AppendResponseHead(out_, head, options);
   if (info.body == http::BodyKind::kTunnel) {
     // Either side ending the tunnel ends the connection.
     ConsumeHead();

@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "common/log.h"
 #include "dataplane/http/forward.h"
@@ -812,9 +814,15 @@ void Exchange::OnUpstreamIo(uint32_t events) {
 
 void Exchange::OnConnected() {
   phase_ = Phase::kForward;
-  std::array<http::Header, 6 + kMaxForwardedChain> extra{};
+  // Uninitialised storage: the fields are written as they are added (most
+  // requests add none), not 14 of them zeroed per request first. Header is
+  // an implicit-lifetime aggregate: the storage holds them once written.
+  constexpr size_t kExtra = 6 + kMaxForwardedChain;
+  alignas(http::Header) std::byte extra_storage[sizeof(http::Header) * kExtra];
+  const std::span<http::Header> extra(
+      std::launder(reinterpret_cast<http::Header*>(extra_storage)), kExtra);
   size_t extra_count = 0;
-  if (const http::Header* te = forward_head_->Find("te");
+  if (const http::Header* te = forward_head_->Find(http::FieldId::kTe);
       te != nullptr && http::HasToken(te->value, "trailers")) {
     // The client takes trailers (gRPC asks so; RFC 9113 8.2.2 allows HTTP/2
     // clients no other TE): the server is told, as some send trailers only
@@ -845,7 +853,7 @@ void Exchange::OnConnected() {
   if (const net::TlsInfo* tls = client_.tls; tls != nullptr) {
     char* end = std::to_chars(key_size, key_size + sizeof key_size, tls->cipher_bits).ptr;
     extra_count += AppendTlsHeaders(*tls, std::string_view(key_size, end),
-                                    std::span<http::Header>(extra).subspan(extra_count));
+                                    extra.subspan(extra_count));
   }
   options.extra_headers = std::span<const http::Header>(extra.data(), extra_count);
   IdleHeads::Take(ReceivedHeadBytes(*forward_head_), sent_head_);
