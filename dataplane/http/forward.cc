@@ -11,16 +11,6 @@ namespace kwd::http {
 
 namespace {
 
-std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
 bool IsAlwaysHopByHop(FieldId id) {
   return id == FieldId::kConnection || id == FieldId::kKeepAlive ||
          id == FieldId::kProxyConnection || id == FieldId::kTe || id == FieldId::kTrailer;

@@ -17,12 +17,7 @@ bool HasToken(std::string_view list, std::string_view token) {
   // A short list without a comma is one element ("keep-alive" asked for
   // "close"): trimmed, it is the one ForEachListElement would give.
   if (list.size() >= 8 && list.size() <= 32 && FindComma(list) == std::string_view::npos) {
-    while (!list.empty() && (list.front() == ' ' || list.front() == '\t')) {
-      list.remove_prefix(1);
-    }
-    while (!list.empty() && (list.back() == ' ' || list.back() == '\t')) {
-      list.remove_suffix(1);
-    }
+    list = TrimOws(list);
     return !list.empty() && EqualsIgnoreCase(list, token);
   }
   bool found = false;

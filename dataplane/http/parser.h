@@ -242,6 +242,16 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   }
   return true;
 }
+// Without leading and trailing spaces and tabs (OWS, RFC 9110 5.6.3).
+inline std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
 // Host[:port] as in a Host header or an authority-form target: reg-name,
 // IPv4 or [IP-literal]; no userinfo; port 0-65535 when present.
 bool IsValidAuthority(std::string_view authority, bool require_port);

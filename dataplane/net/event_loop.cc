@@ -675,26 +675,14 @@ int EventLoop::Accept(BatchedAccept* accept, sockaddr_storage* addr, socklen_t* 
         ++accept->accepted_;
         return result;
       }
+      // A round's accepts are linked: the first that fails ends it (the
+      // kernel cancels the rest, which FinishAccepts drops), so nothing of
+      // the round follows a failure.
       if (result == -EAGAIN) {
-        if (accept->next_ < accept->count_) {
-          continue;  // a later accept of the round found a connection
-        }
         return drained();
       }
-      // Another error (EMFILE, ECONNABORTED): its owner may free descriptors
-      // before it asks again, so the round's later errors are stale; its
-      // sockets are kept.
-      unsigned kept = accept->next_;
-      for (unsigned j = accept->next_; j < accept->count_; ++j) {
-        if (accept->results_[j] >= 0) {
-          accept->results_[kept] = accept->results_[j];
-          accept->more_[kept] = accept->more_[j];
-          accept->addrs_[kept] = accept->addrs_[j];
-          accept->lens_[kept] = accept->lens_[j];
-          ++kept;
-        }
-      }
-      accept->count_ = kept;
+      // Another error (EMFILE, ECONNABORTED): the owner asks again when it
+      // will, and the next call starts a new round.
       accept->emptied_ = false;
       errno = -result;
       return -1;
