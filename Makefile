@@ -4,6 +4,9 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 10
 CMAKE_FLAGS ?=
+# ccache shares objects between clones when their paths are made relative to
+# the checkout (CMakeLists.txt maps the debug info's directories the same way).
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: all deps configure build run test unit fuzz-smoke bench format clean help
 

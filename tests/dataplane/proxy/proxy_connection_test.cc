@@ -1982,9 +1982,12 @@ std::string Be32(uint32_t v) {
 
 // An h2c client with the largest windows that reads nothing: the proxy's
 // frames pile up (its output buffer, the transport's send queue) until the
-// PING timeout closes the connection. The frames lost must end in a reset,
-// not a FIN after a frame cut in two.
-TEST_F(ProxyConnectionTest, Http2ConnectionClosedWithFramesTheClientDidNotTakeResetsIt) {
+// PING timeout closes the connection. Frames the kernel had no room for are
+// lost, and then the close must be a reset, never a FIN after a frame cut in
+// two. When the proxy happens to hold no frame of its own at that moment
+// (the kernel took the last ones whole; about 1 run in 15), nothing of its
+// is lost and the close may be a FIN, after whole frames only.
+TEST_F(ProxyConnectionTest, Http2ConnectionClosedWithFramesTheClientDidNotTakeResetsOrEndsOnAWholeFrame) {
   // The server sends until the proxy closes (far less than this).
   constexpr size_t kSize = 1'000'000'000;
   ScriptedBackend backend([](int fd, int, const std::string&, std::string) {
@@ -2037,8 +2040,11 @@ TEST_F(ProxyConnectionTest, Http2ConnectionClosedWithFramesTheClientDidNotTakeRe
     at += 9 + len;
   }
   ASSERT_LT(data, kSize) << "the test needs frames the client did not take";
-  EXPECT_EQ(d.error, ECONNRESET) << "a FIN after " << data << " of " << kSize << " body bytes, "
-                                 << d.bytes.size() - at << " bytes of a cut frame";
+  if (d.error != ECONNRESET) {
+    EXPECT_EQ(d.error, 0);
+    EXPECT_EQ(d.bytes.size(), at) << "a FIN after " << data << " of " << kSize << " body bytes and "
+                                  << d.bytes.size() - at << " bytes of a cut frame";
+  }
   EXPECT_FALSE(ended);
 }
 
