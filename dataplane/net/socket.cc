@@ -116,6 +116,28 @@ bool ParseEndpoint(std::string_view text, Endpoint* out, std::string* error) {
   return true;
 }
 
+bool PortFree(const Endpoint& endpoint, std::string* error) {
+  if (endpoint.port() == 0) {
+    return true;
+  }
+  int fd = socket(endpoint.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // TIME_WAIT is no owner
+  bool free = bind(fd, reinterpret_cast<const sockaddr*>(&endpoint.addr), endpoint.len) == 0;
+  if (!free) {
+    *error = "bind " + endpoint.ToString() + ": " + std::strerror(errno);
+    if (errno == EADDRINUSE) {
+      *error += " (another process listens there)";
+    }
+  }
+  close(fd);
+  return free;
+}
+
 int Listen(const Endpoint& endpoint, bool reuse_port, int backlog, std::string* error) {
   int fd = socket(endpoint.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {

@@ -27,6 +27,12 @@ bool MakeEndpoint(std::string_view address, uint16_t port, Endpoint* out);
 // (one listener per worker, the kernel spreads connections). Returns the fd
 // or -1 with `error` set.
 int Listen(const Endpoint& endpoint, bool reuse_port, int backlog, std::string* error);
+// Whether `endpoint` is free for this process's SO_REUSEPORT listeners: a
+// socket bound without SO_REUSEPORT fails there when another socket listens
+// on it (another kwd-proxy, whose SO_REUSEPORT listeners would otherwise
+// share the port's connections with ours without a word). Port 0 is always
+// free. False with `error` set ("... address already in use").
+bool PortFree(const Endpoint& endpoint, std::string* error);
 // Starts a non-blocking connect; returns the fd (connection in progress or
 // established) or -1.
 int ConnectNonBlocking(const Endpoint& endpoint, int* error_number);

@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "common/log.h"
+#include "dataplane/net/socket.h"
 #include "dataplane/routing/clock.h"
 
 namespace kwd::proxy {
@@ -69,6 +71,19 @@ bool Proxy::Start(std::string* error) {
       }
     }
     server_tls_->StartWatching();
+  }
+  // The workers' listeners use SO_REUSEPORT, which would let them join
+  // another process's listeners on the same port and share its connections
+  // unnoticed: such a port is an error, as it is without SO_REUSEPORT.
+  const std::pair<const char*, const net::Endpoint*> listeners[] = {
+      {"--listen", &options_.listen},
+      {"--passthrough-listen", options_.passthrough ? &options_.passthrough_listen : nullptr},
+      {"--tls-listen", server_tls_ != nullptr ? &options_.tls_listen : nullptr}};
+  for (const auto& [flag, endpoint] : listeners) {
+    if (endpoint != nullptr && !net::PortFree(*endpoint, error)) {
+      *error = std::string(flag) + ": " + *error;
+      return false;
+    }
   }
   int count = std::max(1, options_.workers);
   for (int i = 0; i < count; ++i) {

@@ -1196,10 +1196,9 @@ class FlagsAcceptedByBinaries(unittest.TestCase):
         import time
         import urllib.request
 
-        def free_port():
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                return s.getsockname()[1]
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "support"))
+        from ports import free_port  # below the ephemeral range: no port races
 
         def tls_args(container, tls_files):
             args = container["args"]

@@ -7,6 +7,7 @@ the proxy, admin and gRPC ports are taken from free ports here. Each TestCase cl
 is one ctest test (argument: the class name).
 """
 import os
+import sys
 import pty
 import select
 import signal
@@ -21,10 +22,8 @@ BINARY_DIR = os.environ.get("KWD_BINARY_DIR", os.path.join(SOURCE_DIR, "build"))
 RUNNING = b"kwd quickstart is running"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 def quickstart_env():

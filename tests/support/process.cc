@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -165,16 +166,57 @@ bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds t
   return condition();
 }
 
-uint16_t ReserveFreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// The first port of the kernel's ephemeral range (32768 if unknown).
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return (in >> low) && low > 0 ? low : 32768;
+}
+
+// 0 when `port` (0: any) cannot be bound on 127.0.0.1 now, else the port bound.
+uint16_t BindAndRelease(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return 0;
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  a.sin_port = htons(port);
+  uint16_t bound = 0;
   socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    bound = ntohs(a.sin_port);
+  }
   ::close(fd);
-  return ntohs(a.sin_port);
+  return bound;
+}
+
+}  // namespace
+
+uint16_t ReserveFreePort() {
+  // Below the ephemeral range, at random: a port from that range (what
+  // binding port 0 gives) may become some process's local port of an
+  // outgoing connection before the program under test binds it, and a
+  // parallel test may be given the same one (kwd's listeners use
+  // SO_REUSEPORT). tests/support/ports.py does the same for Python tests;
+  // fixed ports (bench.proxies_smoke's PORT_BASE) stay below kLowest.
+  constexpr int kLowest = 20000;
+  const int highest = EphemeralLow() - 1;
+  if (highest - kLowest >= 1000) {
+    std::random_device seed;
+    std::mt19937 pick(seed());
+    std::uniform_int_distribution<int> ports(kLowest, highest);
+    for (int attempt = 0; attempt < 200; ++attempt) {  // bounded
+      if (uint16_t port = BindAndRelease(static_cast<uint16_t>(ports(pick))); port != 0) {
+        return port;
+      }
+    }
+  }
+  return BindAndRelease(0);
 }
 
 }  // namespace kwd::testing

@@ -58,8 +58,8 @@ class Process {
 bool WaitFor(const std::function<bool()>& condition,
              std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-// A port that was free a moment ago (bind 127.0.0.1:0, read, close): for
-// programs that cannot report the port they bound.
+// A port that was free a moment ago, below the kernel's ephemeral range (see
+// process.cc): for programs that cannot report the port they bound.
 uint16_t ReserveFreePort();
 
 }  // namespace kwd::testing

@@ -42,10 +42,8 @@ TOKEN = "browser-test-token-0123456789"
 DEADLINE = 20.0  # seconds for any one wait
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 def wait_for(condition, what, timeout=DEADLINE):

@@ -34,26 +34,13 @@
 namespace kwd::admin {
 namespace {
 
+using kwd::testing::ReserveFreePort;
 using kwd::testing::TestBackend;
 using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr auto kDeadline = std::chrono::seconds(10);
-
-// A free port for the admin listener (bind 127.0.0.1:0, read it, close), so
-// the proxy's options name the port the test talks to.
-uint16_t ReserveFreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 struct HttpResponse {
   int status = 0;

@@ -19,6 +19,7 @@ $KWD_BINARY_DIR (CMake passes the build folder).
 import http.server
 import json
 import os
+import sys
 import shutil
 import signal
 import socket
@@ -72,10 +73,8 @@ def wait_for(condition, timeout=20.0, what="condition"):
     raise AssertionError("timed out waiting for " + what)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 def http_get(port, path):

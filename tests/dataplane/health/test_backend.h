@@ -14,22 +14,14 @@
 #include <mutex>
 #include <string>
 
+#include "tests/support/process.h"
 #include "tests/support/tcp_backend.h"
 
 namespace kwd::testing {
 
-// A loopback port nothing listens on: bound, read, closed.
-inline uint16_t ClosedPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+// A loopback port nothing listens on (ReserveFreePort: not one a parallel
+// test or an outgoing connection is likely to take meanwhile).
+inline uint16_t ClosedPort() { return kwd::testing::ReserveFreePort(); }
 
 class TestBackend {
  public:

@@ -164,6 +164,32 @@ class ProxyTest : public ::testing::Test {
   std::unique_ptr<Process> proxy_;
 };
 
+// kwd's listeners use SO_REUSEPORT (one per worker). Without a check a
+// second kwd-proxy given the same --listen (or 0.0.0.0 over 127.0.0.1) bound
+// it too and took part of the first one's connections without a word; it
+// must refuse to start instead, and the first one keep every connection.
+TEST_F(ProxyTest, SecondProxyOnTheSamePortRefusesToStart) {
+  StartProxy();
+  const std::string taken = std::to_string(port());
+  for (const std::string& listen : {"127.0.0.1:" + taken, "0.0.0.0:" + taken}) {
+    SCOPED_TRACE(listen);
+    Process second({testing::BinaryPath("kwd-proxy"), "serve", "--snapshot", snapshot_path_,
+                    "--listen", listen, "--admin-listen", "127.0.0.1:0", "--access-log", "off"},
+                   dir_ + "/second.log", /*wait_for_listening=*/false);
+    ASSERT_TRUE(testing::WaitFor([&] { return !second.Alive(); })) << second.Log();
+    EXPECT_NE(second.Log().find("--listen: bind " + listen + ": Address already in use"),
+              std::string::npos)
+        << second.Log();
+  }
+  // Every connection reaches the first proxy (a second listener in the
+  // SO_REUSEPORT group would have taken about half of them).
+  for (int i = 0; i < 20; ++i) {
+    HttpClient client(port());
+    EXPECT_EQ(client.Get("/sap/bc/ping").status, 200) << i;
+  }
+  EXPECT_TRUE(proxy_->Alive());
+}
+
 TEST_F(ProxyTest, BalancesByCapacityTwoToOne) {
   StartProxy();
   HttpClient client(port());

@@ -26,6 +26,7 @@ import hashlib
 import http.server
 import json
 import os
+import sys
 import shutil
 import signal
 import socket
@@ -341,10 +342,8 @@ class Proxy:
         self.log.close()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 class H2Client:

@@ -35,6 +35,7 @@ python3-h2 (hpack); openssl for the TLS case.
 """
 
 import os
+import sys
 import re
 import select
 import shutil
@@ -302,10 +303,8 @@ def get(port, path=b"/", tls_context=None, timeout=10):
 
 # ---------------------------------------------------------------- processes
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 def wait_port(port, process, timeout=15):

@@ -13,6 +13,7 @@ Needs KWD_PROXY and KWD_CONTROLLER (the built binaries), set by ctest.
 """
 
 import os
+import sys
 import re
 import shutil
 import socket
@@ -43,10 +44,8 @@ def make_cert(directory):
     return cert, key
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 class Backend:

@@ -20,6 +20,7 @@ Debian's python3, standard library only.
 import base64
 import json
 import os
+import sys
 import shutil
 import socket
 import ssl
@@ -232,10 +233,8 @@ spec:
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 class UpstreamTlsTest(unittest.TestCase):

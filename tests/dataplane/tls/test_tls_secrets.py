@@ -21,6 +21,7 @@ Needs KWD_PROXY and KWD_CONTROLLER (set by ctest); Debian's python3 and openssl.
 import base64
 import json
 import os
+import sys
 import re
 import shutil
 import socket
@@ -59,10 +60,8 @@ def key_body(key_pem):
     return lines[0][:40]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 def http_get(port, path):

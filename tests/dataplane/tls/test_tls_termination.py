@@ -15,6 +15,7 @@ python3 (standard library) and openssl.
 import fcntl
 import json
 import os
+import sys
 import re
 import select
 import shutil
@@ -872,10 +873,8 @@ class LogPipe:
         os.close(self.read_fd)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from ports import free_port  # noqa: E402  (below the ephemeral range: no port races)
 
 
 def recv_until_closed(sock, timeout=5):
