@@ -31,7 +31,8 @@ int Listen(const Endpoint& endpoint, bool reuse_port, int backlog, std::string* 
 // socket bound without SO_REUSEPORT fails there when another socket listens
 // on it (another kwd-proxy, whose SO_REUSEPORT listeners would otherwise
 // share the port's connections with ours without a word). Port 0 is always
-// free. False with `error` set ("... address already in use").
+// free. False with `error` set ("bind ADDR: Address already in use
+// (another process listens there)").
 bool PortFree(const Endpoint& endpoint, std::string* error);
 // Starts a non-blocking connect; returns the fd (connection in progress or
 // established) or -1.

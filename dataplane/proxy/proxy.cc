@@ -1,10 +1,12 @@
 #include "dataplane/proxy/proxy.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "common/log.h"
@@ -30,6 +32,30 @@ Proxy::~Proxy() {
     ::close(access_log_fd_);
   }
 }
+
+namespace {
+
+// Whether listeners on `a` and `b` would take the same connections: one port
+// and the same address, or a wildcard address over the other (an IPv6
+// wildcard is dual-stack and also takes IPv4).
+bool SameConnections(const net::Endpoint& a, const net::Endpoint& b) {
+  if (a.port() == 0 || a.port() != b.port()) {
+    return false;
+  }
+  auto wildcard = [](const net::Endpoint& e) {
+    if (e.addr.ss_family == AF_INET) {
+      return reinterpret_cast<const sockaddr_in&>(e.addr).sin_addr.s_addr == htonl(INADDR_ANY);
+    }
+    return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(e.addr).sin6_addr) != 0;
+  };
+  if (a.addr.ss_family != b.addr.ss_family) {
+    return (a.addr.ss_family == AF_INET6 && wildcard(a)) ||
+           (b.addr.ss_family == AF_INET6 && wildcard(b));
+  }
+  return wildcard(a) || wildcard(b) || a.ToString() == b.ToString();
+}
+
+}  // namespace
 
 bool Proxy::Start(std::string* error) {
   if (options_.access_log == "-") {
@@ -79,8 +105,21 @@ bool Proxy::Start(std::string* error) {
       {"--listen", &options_.listen},
       {"--passthrough-listen", options_.passthrough ? &options_.passthrough_listen : nullptr},
       {"--tls-listen", server_tls_ != nullptr ? &options_.tls_listen : nullptr}};
-  for (const auto& [flag, endpoint] : listeners) {
-    if (endpoint != nullptr && !net::PortFree(*endpoint, error)) {
+  for (size_t i = 0; i < std::size(listeners); ++i) {
+    const auto& [flag, endpoint] = listeners[i];
+    if (endpoint == nullptr) {
+      continue;
+    }
+    // Two of ours on one port would join one SO_REUSEPORT group as well.
+    for (size_t j = 0; j < i; ++j) {
+      if (listeners[j].second != nullptr && SameConnections(*listeners[j].second, *endpoint)) {
+        *error = std::string(flag) + " " + endpoint->ToString() + ": " + listeners[j].first +
+                 " " + listeners[j].second->ToString() +
+                 " takes the same connections (give each listener its own port)";
+        return false;
+      }
+    }
+    if (!net::PortFree(*endpoint, error)) {
       *error = std::string(flag) + ": " + *error;
       return false;
     }

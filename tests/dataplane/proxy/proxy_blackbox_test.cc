@@ -190,6 +190,33 @@ TEST_F(ProxyTest, SecondProxyOnTheSamePortRefusesToStart) {
   EXPECT_TRUE(proxy_->Alive());
 }
 
+// Two of the proxy's own listeners on one port would join one SO_REUSEPORT
+// group too: HTTP and passthrough connections split between them. Refused;
+// the same port on another address (IPv6 loopback) is not the same.
+TEST_F(ProxyTest, TwoListenersOnTheSamePortAreRefused) {
+  const std::string port = std::to_string(testing::ReserveFreePort());
+  auto start = [&](const std::string& passthrough) {
+    return std::make_unique<Process>(
+        std::vector<std::string>{testing::BinaryPath("kwd-proxy"), "serve", "--snapshot",
+                                 snapshot_path_, "--listen", "127.0.0.1:" + port,
+                                 "--passthrough-listen", passthrough, "--admin-listen",
+                                 "127.0.0.1:0", "--access-log", "off"},
+        dir_ + "/proxy.log", /*wait_for_listening=*/false);
+  };
+  for (const std::string& passthrough : {"127.0.0.1:" + port, "0.0.0.0:" + port, "[::]:" + port}) {
+    SCOPED_TRACE(passthrough);
+    auto proxy = start(passthrough);
+    ASSERT_TRUE(testing::WaitFor([&] { return !proxy->Alive(); })) << proxy->Log();
+    EXPECT_NE(proxy->Log().find("--passthrough-listen " + passthrough + ": --listen 127.0.0.1:" +
+                                port + " takes the same connections"),
+              std::string::npos)
+        << proxy->Log();
+  }
+  auto apart = start("[::1]:" + port);
+  EXPECT_FALSE(testing::WaitFor([&] { return !apart->Alive(); }, std::chrono::seconds(1)))
+      << apart->Log();
+}
+
 TEST_F(ProxyTest, BalancesByCapacityTwoToOne) {
   StartProxy();
   HttpClient client(port());
