@@ -37,8 +37,27 @@ namespace {
 
 // Whether listeners on `a` and `b` would take the same connections: one port
 // and the same address, or a wildcard address over the other (an IPv6
-// wildcard is dual-stack and also takes IPv4).
-bool SameConnections(const net::Endpoint& a, const net::Endpoint& b) {
+// wildcard is dual-stack and also takes IPv4; an IPv4-mapped address is the
+// IPv4 address).
+// An IPv4-mapped IPv6 address ([::ffff:127.0.0.1]) as the IPv4 address it
+// binds: the kernel puts both in one bind bucket.
+net::Endpoint Unmapped(const net::Endpoint& e) {
+  const auto& v6 = reinterpret_cast<const sockaddr_in6&>(e.addr);
+  if (e.addr.ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) {
+    return e;
+  }
+  net::Endpoint v4;
+  auto& in = reinterpret_cast<sockaddr_in&>(v4.addr);
+  in.sin_family = AF_INET;
+  in.sin_port = v6.sin6_port;
+  std::memcpy(&in.sin_addr, &v6.sin6_addr.s6_addr[12], 4);
+  v4.len = sizeof in;
+  return v4;
+}
+
+bool SameConnections(const net::Endpoint& mapped_a, const net::Endpoint& mapped_b) {
+  const net::Endpoint a = Unmapped(mapped_a);
+  const net::Endpoint b = Unmapped(mapped_b);
   if (a.port() == 0 || a.port() != b.port()) {
     return false;
   }

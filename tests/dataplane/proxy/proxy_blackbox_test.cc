@@ -203,7 +203,8 @@ TEST_F(ProxyTest, TwoListenersOnTheSamePortAreRefused) {
                                  "127.0.0.1:0", "--access-log", "off"},
         dir_ + "/proxy.log", /*wait_for_listening=*/false);
   };
-  for (const std::string& passthrough : {"127.0.0.1:" + port, "0.0.0.0:" + port, "[::]:" + port}) {
+  for (const std::string& passthrough : {"127.0.0.1:" + port, "0.0.0.0:" + port, "[::]:" + port,
+                                        "[::ffff:127.0.0.1]:" + port}) {
     SCOPED_TRACE(passthrough);
     auto proxy = start(passthrough);
     ASSERT_TRUE(testing::WaitFor([&] { return !proxy->Alive(); })) << proxy->Log();
