@@ -775,15 +775,49 @@ void EventLoop::DrainPosted() {
   }
 }
 
+int EventLoop::MsToNextTimerTick(int max_ms) const {
+  if (armed_timers_ == 0) {
+    return max_ms;
+  }
+  const int64_t first = wheel_time_ms_ / kTickMs;  // the first tick not processed
+  const int64_t last = (now_ms_ + max_ms) / kTickMs;
+  for (int64_t tick = first; tick <= last && tick - first < static_cast<int64_t>(kWheelSlots);
+       ++tick) {
+    for (const Timer* t = wheel_[static_cast<size_t>(tick) % kWheelSlots]; t != nullptr;
+         t = t->next_) {
+      // A timer of this turn of the wheel (not one a whole turn or more ahead)
+      // or one already due.
+      if (t->deadline_ms_ / kTickMs <= tick) {
+        // RunTimers processes a tick once its last millisecond has passed.
+        const int64_t wait = tick * kTickMs + kTickMs - 1 - now_ms_;
+        return static_cast<int>(std::clamp<int64_t>(wait, 0, max_ms));
+      }
+    }
+  }
+  return max_ms;
+}
+
 void EventLoop::Run() {
   constexpr int kMaxEvents = 256;
+  constexpr int kMaxSleepMs = 1000;
   epoll_event events[kMaxEvents];
+  // The last wait found no event: the loop is idle and sleeps until its
+  // earliest timer is due (an idle proxy wakes when it has something to do,
+  // not 100 times a second). A loop with events waits at most one tick, and
+  // does not walk the wheel for it.
+  bool idle = true;
   while (!stop_.load(std::memory_order_acquire)) {
-    int timeout = armed_timers_ > 0 ? static_cast<int>(kTickMs) : 1000;
+    int timeout = kMaxSleepMs;
     if (deferred_head_ != nullptr || next_turn_head_ != nullptr) {
       timeout = 0;  // callbacks left over from the last batch, or for this turn
+    } else if (armed_timers_ > 0 && !idle) {
+      timeout = static_cast<int>(kTickMs);
+    } else if (armed_timers_ > 0) {
+      UpdateTime();  // this turn's callbacks took time since the iteration began
+      timeout = MsToNextTimerTick(kMaxSleepMs);
     }
     int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
+    idle = n <= 0;
     now_ms_ = MonotonicMs();
     // This turn's: they run at the end of its first batch, after its events.
     while (next_turn_head_ != nullptr) {

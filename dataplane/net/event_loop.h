@@ -328,6 +328,10 @@ class EventLoop {
   static constexpr int64_t kTickMs = 10;
 
   void RunTimers();
+  // Milliseconds until RunTimers would process the tick of the earliest
+  // armed timer (0: now), at most max_ms. Walks the wheel's slots from the
+  // first tick not processed, up to max_ms ahead.
+  int MsToNextTimerTick(int max_ms) const;
   void RunDeferred();
   void DrainPosted();
   void Unlink(Timer* timer);

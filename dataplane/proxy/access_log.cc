@@ -114,6 +114,9 @@ void AccessLog::Write(const AccessLogEntry& e, time_t now) {
   if (fd_ < 0) {
     return;
   }
+  if (buffer_.empty() && on_first_line_ != nullptr) {
+    on_first_line_(on_first_line_owner_);
+  }
   if (format_ == LogFormat::kJson) {
     WriteJson(e);
     if (buffer_.size() >= kFlushBytes) {

@@ -66,6 +66,12 @@ class AccessLog {
   bool enabled() const { return fd_ >= 0; }
   void Write(const AccessLogEntry& entry, time_t now);
   void Flush();
+  // Called when a line goes into an empty buffer (the owner's flush timer
+  // may be sleeping).
+  void OnFirstLine(void (*callback)(void* owner), void* owner) {
+    on_first_line_ = callback;
+    on_first_line_owner_ = owner;
+  }
 
  private:
   void WriteJson(const AccessLogEntry& entry);
@@ -75,6 +81,8 @@ class AccessLog {
   LogFormat format_;
   std::string scratch_;
   std::string buffer_;
+  void (*on_first_line_)(void* owner) = nullptr;
+  void* on_first_line_owner_ = nullptr;
   time_t cached_second_ = -1;
   char cached_time_[40] = {0};
 };

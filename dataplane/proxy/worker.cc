@@ -222,8 +222,9 @@ Worker::Worker(int id, const ProxyOptions& options, ProxyMetrics* metrics,
                    [](void* self) {
                      auto* w = static_cast<Worker*>(self);
                      w->access_log_.Flush();
-                     w->PublishBufferBytes();
-                     w->loop_.Schedule(&w->flush_timer_, 100);
+                     const bool moved = w->PublishBufferBytes();
+                     w->flush_slow_ = !moved;
+                     w->loop_.Schedule(&w->flush_timer_, moved ? kFlushMs : kIdleFlushMs);
                    }),
       drain_timer_(this, [](void* self) { static_cast<Worker*>(self)->CheckDrained(); }),
       accept_retry_timer_(this, [](void* self) { static_cast<Worker*>(self)->AcceptAll(); }) {
@@ -302,7 +303,16 @@ bool Worker::Start(std::string* error) {
   // mapping asks so (0: no https anywhere, so 403).
   router_.set_https_port(options_.public_https_port);
   loop_.Add(listen_fd_, EPOLLIN | EPOLLET, &acceptor_);
-  loop_.Schedule(&flush_timer_, 100);
+  access_log_.OnFirstLine(
+      [](void* self) {
+        auto* w = static_cast<Worker*>(self);
+        if (w->flush_slow_) {
+          w->flush_slow_ = false;
+          w->loop_.Schedule(&w->flush_timer_, kFlushMs);
+        }
+      },
+      this);
+  loop_.Schedule(&flush_timer_, kFlushMs);
   thread_ = std::thread([this] { Run(); });
   return true;
 }
@@ -537,13 +547,15 @@ void Worker::StartConnection(Listener listener, int fd, std::string client_ip,
   NewClientConnection(std::move(transport), std::move(client_ip), client_port)->Start();
 }
 
-void Worker::PublishBufferBytes() {
+bool Worker::PublishBufferBytes() {
   // This thread's count (buffer.h) into the worker's slot of the gauge.
   const int64_t held = buffer_detail::held_bytes;
-  if (held != published_buffer_bytes_) {
-    metrics_->buffer_bytes.Add(static_cast<double>(held - published_buffer_bytes_));
-    published_buffer_bytes_ = held;
+  if (held == published_buffer_bytes_) {
+    return false;
   }
+  metrics_->buffer_bytes.Add(static_cast<double>(held - published_buffer_bytes_));
+  published_buffer_bytes_ = held;
+  return true;
 }
 
 const GroupMetrics* Worker::GroupMetricsFor(const routing::PassthroughDecision& decision) const {

@@ -260,11 +260,19 @@ class Worker {
   std::array<PoolBucket*, 16> bucket_cache_{};
   bool draining_ = false;
   int64_t drain_deadline_ms_ = 0;
+  // Flushes the access log and publishes the buffer gauge: every 100 ms
+  // while the gauge moves or lines are logged, once a second when neither
+  // does (an idle worker does not wake 10 times a second for nothing); the
+  // first line logged after that brings the 100 ms back.
   net::Timer flush_timer_;
+  bool flush_slow_ = false;
+  static constexpr int64_t kFlushMs = 100;
+  static constexpr int64_t kIdleFlushMs = 1000;
   // kwd_proxy_buffer_bytes: this worker's buffer storage, as last published
-  // (every 100 ms, with the access log's flush).
+  // (with the access log's flush).
   int64_t published_buffer_bytes_ = 0;
-  void PublishBufferBytes();
+  // Whether the count moved since it was last published.
+  bool PublishBufferBytes();
   net::Timer drain_timer_;
   // accept() failed for want of descriptors: the listener is edge-triggered,
   // so nothing wakes it when they free up; this timer tries again.

@@ -1,6 +1,7 @@
 #include "dataplane/net/event_loop.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -125,6 +126,45 @@ TEST(EventLoopTest, TimersArmedAtAnyPhaseOfATickFire) {
   loop.Stop();
   runner.join();
   EXPECT_EQ(missed, 0);
+}
+
+// An idle loop sleeps until its next timer is due, also past its longest
+// sleep (1 s), instead of waking every 10 ms tick: a proxy with nothing to do
+// costs no CPU.
+TEST(EventLoopTest, IdleLoopSleepsUntilItsNextTimer) {
+  EventLoop loop;
+  struct Stamped {
+    int64_t* at;
+    Timer timer{this, [](void* self) { *static_cast<Stamped*>(self)->at = MonotonicMs(); }};
+  };
+  int64_t first_at = 0;
+  int64_t last_at = 0;
+  Stamped first{&first_at};
+  struct Last {
+    EventLoop* loop;
+    int64_t* at;
+    Timer timer{this, [](void* self) {
+                  auto* l = static_cast<Last*>(self);
+                  *l->at = MonotonicMs();
+                  l->loop->Stop();
+                }};
+  } last{&loop, &last_at};
+  loop.UpdateTime();
+  const int64_t start = MonotonicMs();
+  loop.Schedule(&first.timer, 300);
+  loop.Schedule(&last.timer, 1300);
+  rusage before{};
+  getrusage(RUSAGE_THREAD, &before);
+  loop.Run();
+  rusage after{};
+  getrusage(RUSAGE_THREAD, &after);
+  EXPECT_GE(first_at - start, 300);
+  EXPECT_LT(first_at - start, 1000);
+  EXPECT_GE(last_at - start, 1300);
+  EXPECT_LT(last_at - start, 2300);
+  // Waking every tick would be about 130 sleeps; until each timer (and once
+  // at the longest sleep) about 3.
+  EXPECT_LT(after.ru_nvcsw - before.ru_nvcsw, 15);
 }
 
 TEST(EventLoopTest, PostRunsOnTheLoopThread) {
