@@ -140,6 +140,7 @@ constexpr const char kServeUsage[] =
     "Durations need a unit: 500ms, 10s, 2m, 1h (a bare number is refused).\n";
 
 constexpr int64_t kAffinityKeyPollMs = 2000;
+constexpr int64_t kHealthTablePollMs = 5000;
 
 void ReportIoUringUnavailable(int error) {
   Log(LogLevel::kInfo, "proxy",
@@ -625,7 +626,19 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     // Workers answer 503 and /readyz 503 until the first snapshot arrives.
     client->Start();
   }
-  health::HealthChecker checker([&proxy] { return proxy.table(); }, &proxy.metrics().registry());
+  // A new snapshot wakes the checker (the table poll is only a fallback, so an
+  // idle proxy's checker thread does not wake 5 times a second to look).
+  health::HealthCheckerOptions health_options;
+  health_options.table_poll_ms = kHealthTablePollMs;
+  health::HealthChecker checker([&proxy] { return proxy.table(); }, &proxy.metrics().registry(),
+                                health_options);
+  proxy.SetOnTableApplied([&checker] { checker.TablesChanged(); });
+  // Declared after the checker, destroyed before it: no snapshot applied
+  // after this (the controller client's thread) reaches a destroyed checker.
+  struct Unhook {
+    Proxy* proxy;
+    ~Unhook() { proxy->SetOnTableApplied(nullptr); }
+  } unhook{&proxy};
   if (!checker.Start(&error)) {
     err << "kwd-proxy serve: cannot start health checks: " << error << "\n";
     proxy.Shutdown(0);

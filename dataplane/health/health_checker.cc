@@ -200,7 +200,8 @@ class HealthChecker::Loop {
     std::vector<pollfd> fds;
     while (!owner_->stop_.load(std::memory_order_acquire)) {
       int64_t now = NowUs();
-      if (now >= next_table_read_us_) {
+      if (owner_->tables_changed_.exchange(false, std::memory_order_acq_rel) ||
+          now >= next_table_read_us_) {
         Refresh(owner_->tables_());
         next_table_read_us_ = now + owner_->options_.table_poll_ms * 1000;
       }
@@ -623,10 +624,13 @@ bool HealthChecker::Start(std::string* error) {
     *error = "health checker already started";
     return false;
   }
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) {
-    *error = std::string("eventfd: ") + std::strerror(errno);
-    return false;
+  {
+    std::lock_guard lock(wake_mu_);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) {
+      *error = std::string("eventfd: ") + std::strerror(errno);
+      return false;
+    }
   }
   stop_.store(false, std::memory_order_release);
   thread_ = std::thread([this] {
@@ -645,8 +649,19 @@ void HealthChecker::Stop() {
   ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
   (void)ignored;
   thread_.join();
+  std::lock_guard lock(wake_mu_);
   ::close(wake_fd_);
   wake_fd_ = -1;
+}
+
+void HealthChecker::TablesChanged() {
+  tables_changed_.store(true, std::memory_order_release);
+  std::lock_guard lock(wake_mu_);
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+  }
 }
 
 }  // namespace kwd::health

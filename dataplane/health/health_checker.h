@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -58,7 +59,8 @@ struct HealthCheckerOptions {
   int64_t timeout_override_ms = 0;
   // Checks in flight at once; more due servers wait for a free slot.
   size_t max_concurrent_checks = 256;
-  // How often the table is re-read while nothing else wakes the thread.
+  // How often the table is re-read while nothing else wakes the thread
+  // (TablesChanged wakes it at once).
   int64_t table_poll_ms = 200;
   // Called on the checker thread after each transition was applied and logged.
   std::function<void(const Transition&)> on_transition;
@@ -79,6 +81,9 @@ class HealthChecker {
   bool Start(std::string* error);
   // Returns promptly (within one poll wake-up): in-flight checks are abandoned.
   void Stop();
+  // A new table is there: the checker thread reads it now instead of at its
+  // next table poll. Any thread; nothing when the checker is not running.
+  void TablesChanged();
 
   uint64_t checks_succeeded() const { return successes_->Value(); }
   uint64_t checks_failed() const { return failures_->Value(); }
@@ -92,7 +97,9 @@ class HealthChecker {
   Counter* successes_;
   Counter* failures_;
   Histogram* rtt_;
+  std::mutex wake_mu_;  // wake_fd_ against Start/Stop (TablesChanged is any thread's)
   int wake_fd_ = -1;
+  std::atomic<bool> tables_changed_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

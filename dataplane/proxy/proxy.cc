@@ -216,6 +216,9 @@ bool Proxy::ApplySnapshot(const v1::Snapshot& snapshot, std::string* error) {
     if (server_tls_ == nullptr && options_.tls_listen.len != 0) {
       certificates_ = snapshot.certificates();  // applied before Start
     }
+    if (on_table_applied_) {
+      on_table_applied_();
+    }
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

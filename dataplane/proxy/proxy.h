@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +35,13 @@ class Proxy {
   // Validates `snapshot` and swaps it in on every worker. On failure the
   // previous snapshot keeps serving and `error` says why (a NACK's detail).
   bool ApplySnapshot(const v1::Snapshot& snapshot, std::string* error);
+  // Called after each applied snapshot, under the lock that swaps the table
+  // (so once this returns with null, it is not running and will not run):
+  // the health checker's wake-up. Null: nothing.
+  void SetOnTableApplied(std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    on_table_applied_ = std::move(hook);
+  }
   // Stops accepting, lets in-flight requests finish (up to grace_ms), returns
   // when every worker stopped.
   void Shutdown(int64_t grace_ms);
@@ -84,6 +92,7 @@ class Proxy {
   std::shared_ptr<const routing::RoutingTable> table_;
   std::shared_ptr<const TableMetrics> table_metrics_;
   bool ready_ = false;
+  std::function<void()> on_table_applied_;
   Gauge* version_info_ = nullptr;
   // The last snapshot's certificates, for a ServerTls made after it (Start).
   google::protobuf::RepeatedPtrField<v1::Certificate> certificates_;

@@ -92,12 +92,12 @@ class Recorder {
 class Fixture {
  public:
   explicit Fixture(const v1::Snapshot& snapshot, int64_t interval_ms = 30,
-                   int64_t timeout_ms = 300) {
+                   int64_t timeout_ms = 300, int64_t table_poll_ms = 20) {
     Apply(snapshot);
     HealthCheckerOptions options;
     options.interval_override_ms = interval_ms;
     options.timeout_override_ms = timeout_ms;
-    options.table_poll_ms = 20;
+    options.table_poll_ms = table_poll_ms;
     options.on_transition = [this](const Transition& t) {
       recorder.Add(t, checker->checks_failed());
     };
@@ -370,6 +370,36 @@ TEST(HealthCheckerTest, FollowsSnapshotChanges) {
   std::string metrics = f.registry.Render();
   EXPECT_EQ(metrics.find("server=\"app1\""), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("server=\"app2\"} 0"), std::string::npos) << metrics;
+}
+
+// kwd-proxy polls the table only every few seconds: a new snapshot wakes the
+// checker (TablesChanged), which reads it at once.
+TEST(HealthCheckerTest, TablesChangedReadsTheNewTableAtOnce) {
+  TestBackend first(TestBackend::Mode::kOk);
+  TestBackend second(TestBackend::Mode::kOk);
+  Fixture f(MakeSnapshot({{"app1", first.port()}}, 1, 1), 30, 300, /*table_poll_ms=*/60'000);
+  f.Start();
+  ASSERT_TRUE(Eventually([&] { return first.requests() >= 1; }));
+  f.Apply(MakeSnapshot({{"app1", first.port()}, {"app2", second.port()}}, 1, 1));
+  // Not woken: the new server waits for the table poll, a minute away.
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(second.requests(), 0);
+  const auto woken = steady_clock::now();
+  f.checker->TablesChanged();
+  ASSERT_TRUE(Eventually([&] { return second.requests() >= 1; }));
+  EXPECT_LT(steady_clock::now() - woken, std::chrono::seconds(5));
+}
+
+// TablesChanged before Start and after Stop does nothing (kwd-proxy's
+// snapshot source may apply one at any time).
+TEST(HealthCheckerTest, TablesChangedWhenNotRunningIsHarmless) {
+  TestBackend ok(TestBackend::Mode::kOk);
+  Fixture f(MakeSnapshot({{"app1", ok.port()}}, 1, 1), 30, 300, 60'000);
+  f.checker->TablesChanged();
+  f.Start();
+  ASSERT_TRUE(Eventually([&] { return ok.requests() >= 1; }));
+  f.checker->Stop();
+  f.checker->TablesChanged();
 }
 
 }  // namespace
