@@ -97,6 +97,8 @@ wait_port() {
 # utime+stime of PID in clock ticks, and its resident memory in KiB.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+# Times PID's threads went to sleep (voluntary context switches, all threads).
+sleeps() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ {n += $2} END {print n + 0}'; }
 # CPU microseconds per request: TICKS_BEFORE TICKS_AFTER REQUESTS FORMAT
 # (printf format of the figure; 0 when there were no requests).
 cpu_us_per() {

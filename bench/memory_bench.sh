@@ -12,6 +12,10 @@
 #    request on each, reads the answer and keeps them all open; VmRSS is read
 #    2 s after the last answer. The per-connection figure is
 #    (RSS with connections - idle RSS) / connections.
+# 3. Idle wake-ups (plain shape): how often the proxy's threads went to sleep
+#    (voluntary context switches, all threads) per second over
+#    IDLE_WAKE_SECONDS with no traffic, after the idle RSS: what a proxy
+#    with nothing to do costs in CPU wake-ups.
 # Shapes: plain (HTTP/1.1, CONNECTIONS), tls (HTTP/1.1 over TLS 1.3, ALPN
 # http/1.1, CONNECTIONS) and h2 (HTTP/2 over TLS 1.3, ALPN h2,
 # H2_CONNECTIONS); one EC P-256 certificate (bench_cert) for all proxies.
@@ -27,7 +31,7 @@
 #   env: SNAPSHOT_GROUPS=100 CONNECTIONS=10000 H2_CONNECTIONS=1000
 #        PROXIES="kwd haproxy nginx" SHAPES="plain tls h2"
 #        H2_REQUESTS=1 (requests one after the other on each h2 connection
-#        before it is left idle)
+#        before it is left idle) IDLE_WAKE_SECONDS=10
 #        MEMORY_PORT_BASE (unset: free ports the kernel picks; set: it to
 #        MEMORY_PORT_BASE+5 on 127.0.0.1, for a machine shared by several runs)
 #   BUILD_DIR holds kwd-proxy and kwd-controller (default build-bench).
@@ -206,7 +210,8 @@ wait_answer "http://127.0.0.1:$B1/"
 wait_answer "http://127.0.0.1:$B2/"
 
 declare -A port=([kwd]=$KWD [haproxy]=$HAP [nginx]=$NGX)
-declare -A idle loaded held
+declare -A idle loaded held wakes
+idle_wake_seconds=${IDLE_WAKE_SECONDS:-10}
 for shape in $shapes; do
   count=$conns
   [[ $shape == h2 ]] && count=$h2_conns
@@ -217,6 +222,12 @@ for shape in $shapes; do
     wait_answer "$scheme://127.0.0.1:${port[$name]}/"
     sleep 2
     idle[$name,$shape]=$(rss_kib $proxy_pid)
+    if [[ $shape == plain ]]; then
+      before=$(sleeps $proxy_pid)
+      sleep "$idle_wake_seconds"
+      wakes[$name,$shape]=$(awk -v a="$(sleeps $proxy_pid)" -v b="$before" -v s="$idle_wake_seconds" \
+        'BEGIN {printf "%.1f", (a - b) / s}')
+    fi
     want=$count
     [[ $name == haproxy ]] && (( want > hap_maxconn - 10 )) && want=$((hap_maxconn - 10))
     rm -f "$work/ready"
@@ -259,7 +270,8 @@ cell() {  # FUNCTION SHAPE [ARG]: the three proxies' figures, tab-separated
   echo "${out[*]}"
 }
 raw() { case $3 in idle) awk -v v="${idle[$1,$2]}" 'BEGIN {printf "%.1f", v / 1024}' ;;
-  loaded) awk -v v="${loaded[$1,$2]}" 'BEGIN {printf "%.1f", v / 1024}' ;; held) echo "${held[$1,$2]}" ;; esac; }
+  loaded) awk -v v="${loaded[$1,$2]}" 'BEGIN {printf "%.1f", v / 1024}' ;; held) echo "${held[$1,$2]}" ;;
+  wakes) echo "${wakes[$1,$2]:--}" ;; esac; }
 
 declare -A label=([plain]="plain HTTP/1.1" [tls]="TLS 1.3 HTTP/1.1" [h2]="HTTP/2 over TLS 1.3")
 for shape in $shapes; do
@@ -272,6 +284,11 @@ for shape in $shapes; do
     printf "%-8s %14s %12s %22s %18s\n" $name "${idle[$name,$shape]}" "${held[$name,$shape]}" \
       "${loaded[$name,$shape]}" "$(per_conn $name $shape)"
   done
+  if [[ $shape == plain ]]; then
+    printf "idle wake-ups per second, no traffic (%s s):" "$idle_wake_seconds"
+    for name in $proxies; do printf " %s %s" $name "${wakes[$name,plain]:--}"; done
+    echo
+  fi
 done
 echo
 tab=$'\t'
@@ -282,6 +299,7 @@ for shape in $shapes; do
   if [[ $shape == plain ]]; then
     echo "BENCH-ROW${tab}5 idle RSS, $groups-group snapshot${tab}$(cell raw plain idle)${tab}MiB${tab}<=10MiB"
     echo "BENCH-ROW${tab}5 RSS with ${held[kwd,plain]:-?} idle keep-alive conns${tab}$(cell raw plain loaded)${tab}MiB${tab}<=64MiB"
+    echo "BENCH-ROW${tab}5 idle wake-ups, no traffic (info)${tab}$(cell raw plain wakes)${tab}/s${tab}-"
   fi
   echo "BENCH-ROW${tab}5 idle $shape conns held (HAProxy: fd limit)${tab}$(cell raw $shape held)${tab}${tab}-"
   echo "BENCH-ROW${tab}5 KiB per idle $shape conn${tab}$(cell per_conn $shape)${tab}KiB${tab}-"

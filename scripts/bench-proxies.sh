@@ -436,7 +436,6 @@ for name in "${!tport[@]}"; do wait_port "${tport[$name]}"; done
 # ------------------------------------------------------------ measurement
 # Times the process's threads went to sleep (voluntary context switches:
 # an event loop blocking in epoll_wait), summed over its threads.
-sleeps() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ {n += $2} END {print n + 0}'; }
 haproxy_cmd() {  # socket command
   $py - "$1" "$2" <<'PY'
 import socket, sys
