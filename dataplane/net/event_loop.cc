@@ -799,19 +799,26 @@ int EventLoop::MsToNextTimerTick(int max_ms) const {
 
 void EventLoop::Run() {
   constexpr int kMaxEvents = 256;
-  constexpr int kMaxSleepMs = 1000;
+  // Longer than the 1 s timers (the idle access-log flush, the heap trim):
+  // a sleep capped at their period would wake twice for each.
+  constexpr int kMaxSleepMs = 2000;
   epoll_event events[kMaxEvents];
   // The last wait found no event: the loop is idle and sleeps until its
   // earliest timer is due (an idle proxy wakes when it has something to do,
-  // not 100 times a second). A loop with events waits at most one tick, and
-  // does not walk the wheel for it.
+  // not 100 times a second), at most kMaxSleepMs. A loop with events waits
+  // at most one tick, and does not walk the wheel for it.
   bool idle = true;
   while (!stop_.load(std::memory_order_acquire)) {
     int timeout = kMaxSleepMs;
     if (deferred_head_ != nullptr || next_turn_head_ != nullptr) {
       timeout = 0;  // callbacks left over from the last batch, or for this turn
     } else if (armed_timers_ > 0 && !idle) {
-      timeout = static_cast<int>(kTickMs);
+      // Until the end of the first tick not processed (RunTimers takes a tick
+      // once its last millisecond has passed), not a flat tick from now: a
+      // timer is then at most one tick late while events keep coming. At
+      // least 1: RunTimers just took every tick that had ended.
+      timeout = static_cast<int>(
+          std::clamp<int64_t>(wheel_time_ms_ + kTickMs - 1 - now_ms_, 1, kTickMs));
     } else if (armed_timers_ > 0) {
       UpdateTime();  // this turn's callbacks took time since the iteration began
       timeout = MsToNextTimerTick(kMaxSleepMs);

@@ -35,12 +35,7 @@ Proxy::~Proxy() {
 
 namespace {
 
-// Whether listeners on `a` and `b` would take the same connections: one port
-// and the same address, or a wildcard address over the other (an IPv6
-// wildcard is dual-stack and also takes IPv4; an IPv4-mapped address is the
-// IPv4 address).
-// An IPv4-mapped IPv6 address ([::ffff:127.0.0.1]) as the IPv4 address it
-// binds: the kernel puts both in one bind bucket.
+// An IPv4-mapped IPv6 address ([::ffff:127.0.0.1]) as the IPv4 address.
 net::Endpoint Unmapped(const net::Endpoint& e) {
   const auto& v6 = reinterpret_cast<const sockaddr_in6&>(e.addr);
   if (e.addr.ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) {
@@ -55,23 +50,19 @@ net::Endpoint Unmapped(const net::Endpoint& e) {
   return v4;
 }
 
-bool SameConnections(const net::Endpoint& mapped_a, const net::Endpoint& mapped_b) {
+// Whether two of the proxy's listeners are bound to one address and port (an
+// IPv4-mapped address counting as its IPv4 address). Their SO_REUSEPORT
+// sockets would both bind, and the kernel would split the connections
+// between them (the same address) or give all of them to one (an IPv4
+// address and its mapped form). A wildcard and a specific address on one
+// port are fine: the kernel gives each connection to the most specific
+// listener (a passthrough VIP beside --tls-listen 0.0.0.0:443), and IPv4
+// connections go to 0.0.0.0 rather than [::].
+bool SameAddressAndPort(const net::Endpoint& mapped_a, const net::Endpoint& mapped_b) {
   const net::Endpoint a = Unmapped(mapped_a);
   const net::Endpoint b = Unmapped(mapped_b);
-  if (a.port() == 0 || a.port() != b.port()) {
-    return false;
-  }
-  auto wildcard = [](const net::Endpoint& e) {
-    if (e.addr.ss_family == AF_INET) {
-      return reinterpret_cast<const sockaddr_in&>(e.addr).sin_addr.s_addr == htonl(INADDR_ANY);
-    }
-    return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(e.addr).sin6_addr) != 0;
-  };
-  if (a.addr.ss_family != b.addr.ss_family) {
-    return (a.addr.ss_family == AF_INET6 && wildcard(a)) ||
-           (b.addr.ss_family == AF_INET6 && wildcard(b));
-  }
-  return wildcard(a) || wildcard(b) || a.ToString() == b.ToString();
+  return a.port() != 0 && a.port() == b.port() && a.addr.ss_family == b.addr.ss_family &&
+         a.ToString() == b.ToString();
 }
 
 }  // namespace
@@ -129,12 +120,13 @@ bool Proxy::Start(std::string* error) {
     if (endpoint == nullptr) {
       continue;
     }
-    // Two of ours on one port would join one SO_REUSEPORT group as well.
+    // Two of ours on one address and port would bind side by side as well.
     for (size_t j = 0; j < i; ++j) {
-      if (listeners[j].second != nullptr && SameConnections(*listeners[j].second, *endpoint)) {
-        *error = std::string(flag) + " " + endpoint->ToString() + ": " + listeners[j].first +
-                 " " + listeners[j].second->ToString() +
-                 " takes the same connections (give each listener its own port)";
+      if (listeners[j].second != nullptr && SameAddressAndPort(*listeners[j].second, *endpoint)) {
+        *error = std::string(flag) + " " + endpoint->ToString() +
+                 ": the same address and port as " + listeners[j].first + " " +
+                 listeners[j].second->ToString() +
+                 " (one listener would take its connections; give each its own port or address)";
         return false;
       }
     }

@@ -37,7 +37,8 @@ class Proxy {
   bool ApplySnapshot(const v1::Snapshot& snapshot, std::string* error);
   // Called after each applied snapshot, under the lock that swaps the table
   // (so once this returns with null, it is not running and will not run):
-  // the health checker's wake-up. Null: nothing.
+  // the health checker's wake-up. Null: nothing. The hook must not call back
+  // into this Proxy: its lock is held.
   void SetOnTableApplied(std::function<void()> hook) {
     std::lock_guard lock(mu_);
     on_table_applied_ = std::move(hook);
