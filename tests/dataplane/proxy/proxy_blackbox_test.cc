@@ -917,6 +917,26 @@ TEST_F(ProxyTest, ReadmitsABackendWhenItReturns) {
   EXPECT_NE(proxy_->Log().find("server up"), std::string::npos) << proxy_->Log();
 }
 
+// kwd-proxy's health checker reads the table on its own only every 5 s: a
+// new snapshot wakes it, so a server the reload adds is checked at once
+// (here one on a closed port, marked down by its first check).
+TEST_F(ProxyTest, ServersANewSnapshotAddsAreHealthCheckedAtOnce) {
+  StartProxy();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // past the checker's first read
+  const uint16_t closed = testing::ReserveFreePort();
+  WriteSnapshot(snapshot_path_, SapSnapshot({{"A", a_->port(), 2}, {"B", b_->port(), 1},
+                                             {"C", closed, 1}},
+                                            {{"J1", j1_->port(), 1}, {"J2", j2_->port(), 1}}));
+  const auto reloaded = std::chrono::steady_clock::now();
+  proxy_->Signal(SIGHUP);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return proxy_->Log().find("msg=\"server down\" group=erp/public server=C") != std::string::npos;
+  })) << proxy_->Log();
+  // Without the wake-up the table poll would find C about 4 s after the reload.
+  EXPECT_LT(std::chrono::steady_clock::now() - reloaded, std::chrono::milliseconds(2500))
+      << proxy_->Log();
+}
+
 TEST_F(ProxyTest, AdminPortServesHealthMetricsStateAndExplain) {
   uint16_t admin = testing::ReserveFreePort();
   StartProxy({"--admin-listen", "127.0.0.1:" + std::to_string(admin)});
