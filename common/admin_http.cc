@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <string_view>
 
 #include "common/host_name.h"
@@ -614,7 +615,9 @@ void AdminHttpServer::Run() {
     bool room = connections.size() < limits_.max_connections || oldest_unfinished() != nullptr;
     bool accepting = room && now >= accept_paused_until;
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
-    int64_t next = now + 1000;
+    // Nothing due (no connection, accepts not paused): sleep until a
+    // connection or Stop, not once a second for nothing.
+    int64_t next = std::numeric_limits<int64_t>::max();
     if (!accepting && room) {
       next = std::min(next, accept_paused_until);
     }
@@ -622,7 +625,9 @@ void AdminHttpServer::Run() {
       fds.push_back({c->fd, static_cast<short>(c->phase == Phase::kWrite ? POLLOUT : POLLIN), 0});
       next = std::min(next, c->deadline_ms);
     }
-    int timeout = static_cast<int>(std::clamp<int64_t>(next - now, 0, 1000));
+    int timeout = next == std::numeric_limits<int64_t>::max()
+                      ? -1
+                      : static_cast<int>(std::clamp<int64_t>(next - now, 0, 1000));
     int ready = ::poll(fds.data(), fds.size(), timeout);
     if (ready < 0 && errno != EINTR) {
       return;

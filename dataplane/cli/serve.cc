@@ -680,7 +680,9 @@ int ServeMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   const timespec key_poll{kAffinityKeyPollMs / 1000, (kAffinityKeyPollMs % 1000) * 1'000'000};
   for (;;) {
-    int sig = sigtimedwait(&signals, nullptr, &key_poll);
+    // Without a key file there is nothing to poll: wait for a signal alone.
+    int sig = key_watch.file.empty() ? sigwaitinfo(&signals, nullptr)
+                                     : sigtimedwait(&signals, nullptr, &key_poll);
     if (sig < 0) {
       if (errno == EAGAIN && !key_watch.file.empty()) {
         key_watch.Check(proxy);

@@ -4,8 +4,13 @@
 #include "common/admin_http.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/http_client.h"
@@ -118,6 +123,34 @@ class AdminHttpServerTest : public ::testing::Test {
 
   std::unique_ptr<AdminHttpServer> server_;
 };
+
+// Times the process's threads other than this one went to sleep.
+long OtherThreadsSleeps() {
+  long total = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    if (task.path().filename() == std::to_string(::gettid())) {
+      continue;
+    }
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+        total += std::stol(line.substr(line.find(':') + 1));
+      }
+    }
+  }
+  return total;
+}
+
+// With no connection the server's thread sleeps until one comes (it woke
+// once a second): an idle admin port costs no CPU.
+TEST_F(AdminHttpServerTest, IdleServerDoesNotWake) {
+  EXPECT_EQ(Send("").status, 200);  // served, then idle
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const long before = OtherThreadsSleeps();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  EXPECT_LE(OtherThreadsSleeps() - before, 1);
+  EXPECT_EQ(Send("").status, 200);  // and still answers
+}
 
 TEST_F(AdminHttpServerTest, ForeignHostIsMisdirectedAndNotEchoed) {
   HttpReply reply = Send("rebind.evil.example:" + std::to_string(server_->port()));
