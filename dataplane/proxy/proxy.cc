@@ -1,7 +1,7 @@
 #include "dataplane/proxy/proxy.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -61,8 +61,7 @@ net::Endpoint Unmapped(const net::Endpoint& e) {
 bool SameAddressAndPort(const net::Endpoint& mapped_a, const net::Endpoint& mapped_b) {
   const net::Endpoint a = Unmapped(mapped_a);
   const net::Endpoint b = Unmapped(mapped_b);
-  return a.port() != 0 && a.port() == b.port() && a.addr.ss_family == b.addr.ss_family &&
-         a.ToString() == b.ToString();
+  return a.port() != 0 && a.ToString() == b.ToString();  // family, address and port
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -19,9 +20,8 @@ class TempRoot : public ::testing::Environment {
     // gtest reads TEST_TMPDIR on every TempDir() call; what the runner set
     // (or /tmp) is where this process's directory is made.
     std::string parent = ::testing::TempDir();
-    had_old_ = false;
+    old_.reset();
     if (const char* old = getenv("TEST_TMPDIR"); old != nullptr) {
-      had_old_ = true;
       old_ = old;
     }
     std::string pattern = parent + "kwd-test.XXXXXX";
@@ -38,8 +38,8 @@ class TempRoot : public ::testing::Environment {
     if (dir_.empty()) {
       return;
     }
-    if (had_old_) {
-      setenv("TEST_TMPDIR", old_.c_str(), 1);
+    if (old_) {
+      setenv("TEST_TMPDIR", old_->c_str(), 1);
     } else {
       unsetenv("TEST_TMPDIR");
     }
@@ -54,8 +54,7 @@ class TempRoot : public ::testing::Environment {
 
  private:
   std::string dir_;
-  std::string old_;
-  bool had_old_ = false;
+  std::optional<std::string> old_;  // the runner's TEST_TMPDIR, if it set one
 };
 
 [[maybe_unused]] ::testing::Environment* const kTempRoot =
